@@ -1,0 +1,135 @@
+# gpuswapd build: `make run` starts a demo, `make test` installs deps, builds and tests.
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+PY      := /usr/bin/python3
+
+# CUDA is auto-detected (nvcc on PATH or under /usr/local/cuda); CUDA=0 disables it.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(strip $(NVCC)),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+
+PKGS := libevent jansson yaml-0.1 libsystemd libpcre2-8
+DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config python3-numpy
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT ?= -O2
+SAN ?=
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+endif
+
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
+              -Idaemon -Idaemon/engine -Itests/tools/lib -Idaemon/backend -Iproto -Iconfig $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
+LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(LDLIBS)
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+
+ENGINE_SRC := $(wildcard daemon/engine/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/backend/*.c)
+TOOL_SRC   := $(wildcard tests/tools/*.c)
+TLIB_SRC   := $(wildcard tests/tools/lib/*.c)
+UNIT_SRC   := $(wildcard tests/unit/*.c)
+BENCH_SRC  := $(wildcard tests/bench/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+ENGINE_LIB := $(BUILD)/libengine.a
+TOOLS_LIB  := $(BUILD)/libtesttools.a
+GPUSWAPD   := $(BUILD)/gpuswapd
+TOOLS      := $(patsubst tests/tools/%.c,$(BUILD)/%,$(TOOL_SRC))
+UNIT_BIN   := $(BUILD)/unit_tests
+BENCH_BIN  := $(patsubst tests/bench/%.c,$(BUILD)/%,$(BENCH_SRC))
+
+.PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check install clean
+
+all: $(GPUSWAPD) $(TOOLS)
+
+# ---------------------------------------------------------------- deps
+# Installs Debian packages only when something is missing.
+deps:
+	@missing=0; \
+	for p in $(PKGS) criterion; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
+	$(PY) -c 'import numpy' 2>/dev/null || missing=1; \
+	if [ $$missing = 1 ]; then \
+	  echo "deps: installing $(DEB_PKGS)"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
+	else echo "deps: all present"; fi
+
+# ---------------------------------------------------------------- build
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(ENGINE_LIB): $(call obj,$(ENGINE_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TOOLS_LIB): $(call obj,$(TLIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(GPUSWAPD): $(call obj,$(DAEMON_SRC)) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bench_%: $(BUILD)/obj/tests/bench/bench_%.o $(TOOLS_LIB) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
+
+# ---------------------------------------------------------------- tests
+test: deps
+	$(MAKE) all $(UNIT_BIN)
+	$(MAKE) test-unit test-integration
+
+test-unit: $(UNIT_BIN) $(TOOLS)
+	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --jobs 2
+
+test-integration: $(GPUSWAPD) $(TOOLS)
+	GPUSWAPD_BUILD=$(BUILD) bash tests/integration/run.sh
+
+test-asan: deps
+	$(MAKE) BUILD=build-asan SAN=1 all build-asan/unit_tests
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(MAKE) BUILD=build-asan SAN=1 test-unit test-integration
+
+fuzz: $(UNIT_BIN)
+	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --filter 'gguf_fuzz/*'
+
+# ---------------------------------------------------------------- run / bench
+DEMO_DIR := $(BUILD)/demo
+$(DEMO_DIR)/demo-f16.gguf: $(BUILD)/mkmodel
+	@mkdir -p $(DEMO_DIR)
+	$(BUILD)/mkmodel --out $@ --type f16 --dim 256 --layers 4 --heads 8 --kv-heads 4 --ff 512 --vocab 512 --seed 1
+
+run: $(GPUSWAPD) $(DEMO_DIR)/demo-f16.gguf
+	bash tests/tools/demo.sh $(BUILD)
+
+bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN)
+	bash tests/bench/run.sh $(BUILD)
+
+gpu-check:
+	bash tests/tools/gpu-check.sh
+
+# ---------------------------------------------------------------- install
+install: $(GPUSWAPD)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(GPUSWAPD) $(DESTDIR)$(PREFIX)/bin/gpuswapd
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,81 @@
+/* tokenizer: text <-> token ids from GGUF metadata (SentencePiece "llama" and GPT-2 byte-level BPE "gpt2"). */
+#ifndef TOKENIZER_H
+#define TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct tok tok_t;
+
+typedef enum tok_kind {
+    TOK_KIND_SPM = 1, /* tokenizer.ggml.model = "llama" */
+    TOK_KIND_BPE = 2, /* tokenizer.ggml.model = "gpt2" */
+} tok_kind_t;
+
+/* Token types (tokenizer.ggml.token_type). */
+enum {
+    TOK_TYPE_NORMAL = 1,
+    TOK_TYPE_UNKNOWN = 2,
+    TOK_TYPE_CONTROL = 3,
+    TOK_TYPE_USER_DEFINED = 4,
+    TOK_TYPE_UNUSED = 5,
+    TOK_TYPE_BYTE = 6,
+};
+
+enum {
+    TOK_OK = 0,
+    TOK_ERR_FORMAT = -1,  /* metadata missing or inconsistent */
+    TOK_ERR_NOMEM = -2,
+    TOK_ERR_RANGE = -3,   /* output buffer too small / id out of range */
+    TOK_ERR_UNSUPPORTED = -4,
+};
+
+/* Build from the GGUF's tokenizer.* metadata. The tok_t copies what it needs
+ * and does not keep g. NULL + reason in err on failure. */
+tok_t *tok_open(const gguf_t *g, char *err, size_t errlen);
+void tok_close(tok_t *t); /* accepts NULL */
+
+tok_kind_t tok_kind(const tok_t *t);
+int32_t tok_vocab_size(const tok_t *t);
+int32_t tok_bos(const tok_t *t);     /* -1 if none */
+int32_t tok_eos(const tok_t *t);     /* -1 if none */
+int tok_add_bos(const tok_t *t);     /* whether a prompt gets BOS by default */
+int tok_is_eog(const tok_t *t, int32_t id); /* end of generation (EOS, EOT, ...) */
+int tok_type(const tok_t *t, int32_t id);
+/* Token text as stored in the vocabulary (NUL-terminated, owned by t). */
+const char *tok_text(const tok_t *t, int32_t id);
+/* Find a token by exact text; -1 if absent. */
+int32_t tok_find(const tok_t *t, const char *text);
+
+/* Tokenize len bytes of UTF-8 text into ids (capacity cap). add_bos adds BOS
+ * when the vocabulary has one; parse_special turns special-token text
+ * (control/user-defined tokens like "<s>", "<|im_start|>") into those tokens.
+ * Returns the number of ids (which may exceed cap: then only cap were written
+ * and the caller retries with a bigger buffer), or a negative TOK_ERR_*. */
+int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int parse_special,
+               int32_t *ids, size_t cap);
+
+/* The bytes one token stands for (SPM: "▁" -> " ", <0xNN> -> byte; BPE: the
+ * byte-level mapping undone; control tokens -> "" unless special is set).
+ * Writes up to cap bytes; returns the full length or a negative error. */
+int tok_piece(const tok_t *t, int32_t id, int special, char *buf, size_t cap);
+
+/* Streaming detokenizer: feeds ids, emits only complete UTF-8 characters. */
+typedef struct tok_stream {
+    const tok_t *t;
+    unsigned char pending[8]; /* bytes of an incomplete UTF-8 sequence */
+    size_t npending;
+    int special; /* render control tokens' text */
+} tok_stream_t;
+
+void tok_stream_init(tok_stream_t *s, const tok_t *t, int special);
+/* Append the text of id to out (cap bytes, NUL-terminated); returns bytes
+ * written (excluding NUL) or negative on error. Incomplete UTF-8 is held back
+ * until completed; an invalid sequence is emitted as U+FFFD. */
+int tok_stream_feed(tok_stream_t *s, int32_t id, char *out, size_t cap);
+/* Flush what is still held back (as U+FFFD for an incomplete tail). */
+int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
+
+#endif
