@@ -48,6 +48,8 @@ TOOLS      := $(patsubst tests/tools/%.c,$(BUILD)/%,$(TOOL_SRC))
 UNIT_BIN   := $(BUILD)/unit_tests
 BENCH_BIN  := $(patsubst tests/bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 
+.SECONDARY:
+
 .PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check install clean
 
 all: $(GPUSWAPD) $(TOOLS)

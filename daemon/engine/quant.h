@@ -46,13 +46,15 @@ void quant_row_to_f32(uint32_t type, const void *src, float *dst, size_t n);
  * accumulation. */
 float quant_dot(uint32_t type, const void *w, const float *x, size_t n);
 
+#define QUANT_DOTN_MAX 4
+/* nx (1..QUANT_DOTN_MAX) dots of one weight row against vectors x[0..nx-1]:
+ * the row is loaded and converted once. out[j] is bit-identical to
+ * quant_dot(type, w, x[j], n), so batching never changes results. */
+void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, size_t n, float *out);
+
 /* Plain F32 kernels used by the forward pass. */
 float quant_dot_f32(const float *a, const float *b, size_t n);
 /* y[i] += a * x[i] */
 void quant_axpy_f32(float *y, float a, const float *x, size_t n);
-
-/* Four dots of one F32 row w against four vectors x0..x3 (prefill GEMM tile). */
-void quant_dot4_f32(const float *w, const float *x0, const float *x1, const float *x2,
-                    const float *x3, size_t n, float out[4]);
 
 #endif

@@ -1,0 +1,36 @@
+/* kv: the per-sequence key/value cache of the attention layers (F32). */
+#ifndef KV_H
+#define KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct kv_seq {
+    uint32_t n_layer;
+    uint32_t n_ctx;   /* positions this sequence may hold */
+    uint32_t kv_dim;  /* n_head_kv * head_dim */
+    uint32_t n_past;  /* positions filled so far */
+    float *k;         /* (n_layer, n_ctx, kv_dim) */
+    float *v;         /* (n_layer, n_ctx, kv_dim) */
+} kv_seq_t;
+
+/* Bytes a sequence of n_ctx positions needs. */
+size_t kv_seq_bytes(const model_hparams_t *hp, uint32_t n_ctx);
+/* NULL when out of memory or n_ctx is 0. Free with kv_seq_free. */
+kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx);
+void kv_seq_free(kv_seq_t *s); /* accepts NULL */
+void kv_seq_reset(kv_seq_t *s);
+
+static inline float *kv_k_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
+{
+    return s->k + ((size_t)layer * s->n_ctx + pos) * s->kv_dim;
+}
+
+static inline float *kv_v_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
+{
+    return s->v + ((size_t)layer * s->n_ctx + pos) * s->kv_dim;
+}
+
+#endif

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""test_ref_forward: the engine's logits and greedy ids match the float64 reference (tests/ref/ref.py).
+
+For every weight type and architecture (plus tied-embedding and GQA/MQA/MHA
+shapes) this generates a small random model with $BUILD/mkmodel, runs
+`$BUILD/gpuswapd generate ... --temp 0 --json --dump-logits FILE`, and
+compares each step's logits with the reference forward pass over
+prompt + generated ids. Run from the repository root; GPUSWAPD_BUILD names
+the build directory (default "build"). Prints "ok CASE" or
+"FAIL CASE: reason" per case; exits 1 if any case failed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import ref  # noqa: E402
+
+BUILD = os.environ.get("GPUSWAPD_BUILD", "build")
+MKMODEL = os.path.join(BUILD, "mkmodel")
+GPUSWAPD = os.path.join(BUILD, "gpuswapd")
+
+PROMPT = [1, 5, 9, 13, 200]
+N_GEN = 6
+
+# Max |engine - ref| allowed per step, relative to max(1, max |ref logit|).
+# The engine computes on the stored weight values exactly (no activation
+# quantization) with F32 arithmetic, so F16/BF16/Q8_0 weights get the same
+# bound as F32: the reference dequantizes the very same stored values, and
+# what is left is F32 rounding (~1e-6 relative at these sizes).
+TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 1e-4}
+
+# Greedy ids are only compared where the ref top-1/top-2 margin exceeds this.
+MARGIN = 1e-3
+
+SMALL = ["--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+         "--ff", "128", "--vocab", "320"]
+
+# (case name, weight type, mkmodel arguments)
+CASES = []
+for _arch in ("llama", "qwen2"):
+    for _t in ("f32", "f16", "bf16", "q8_0"):
+        CASES.append(("%s-%s" % (_arch, _t), _t,
+                      ["--arch", _arch, "--type", _t, "--seed", "7"] + SMALL))
+CASES += [
+    ("llama-f16-tied", "f16",
+     ["--arch", "llama", "--type", "f16", "--tied", "--seed", "11"] + SMALL),
+    ("qwen2-q8_0-tied", "q8_0",
+     ["--arch", "qwen2", "--type", "q8_0", "--tied", "--seed", "12"] + SMALL),
+    # 8 query heads per KV head, non-default RoPE base and epsilon, 3 layers.
+    ("llama-f32-gqa8", "f32",
+     ["--arch", "llama", "--type", "f32", "--dim", "128", "--layers", "3", "--heads", "8",
+      "--kv-heads", "1", "--ff", "256", "--vocab", "384", "--rope-base", "500000",
+      "--eps", "1e-6", "--seed", "13"]),
+    ("qwen2-bf16-gqa4", "bf16",
+     ["--arch", "qwen2", "--type", "bf16", "--dim", "128", "--layers", "3", "--heads", "8",
+      "--kv-heads", "2", "--ff", "192", "--vocab", "400", "--rope-base", "1000000",
+      "--eps", "1e-6", "--seed", "14"]),
+    # Plain multi-head attention (no grouping), GGUF v2.
+    ("llama-q8_0-mha-v2", "q8_0",
+     ["--arch", "llama", "--type", "q8_0", "--dim", "64", "--layers", "2", "--heads", "4",
+      "--kv-heads", "4", "--ff", "96", "--vocab", "320", "--version", "2", "--seed", "15"]),
+]
+
+
+class CaseFailure(Exception):
+    pass
+
+
+def run(cmd, timeout=300):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=timeout)
+    if p.returncode != 0:
+        raise CaseFailure("%s exited %d: %s" % (os.path.basename(cmd[0]), p.returncode,
+                                                (p.stderr or p.stdout).strip()[-500:]))
+    return p.stdout
+
+
+def parse_json_line(out):
+    """The last stdout line that is a JSON object with "ids"."""
+    for line in reversed(out.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "ids" in obj:
+                return obj
+    raise CaseFailure("no JSON result line in generate output: %r" % out[-300:])
+
+
+def load_logits(path, n_vocab):
+    rows = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            vals = line.split()
+            if not vals:
+                continue
+            if len(vals) != n_vocab:
+                raise CaseFailure("logits line %d has %d values, want %d" % (i, len(vals), n_vocab))
+            rows.append([float(v) for v in vals])
+    return np.array(rows, dtype=np.float64).reshape(len(rows), n_vocab)
+
+
+def check_case(tmp, name, wtype, args):
+    model = os.path.join(tmp, name + ".gguf")
+    dump = os.path.join(tmp, name + ".logits")
+    run([MKMODEL, "--out", model] + args)
+    out = run([GPUSWAPD, "generate", "--model", model,
+               "--prompt-ids", ",".join(str(i) for i in PROMPT),
+               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump])
+    res = parse_json_line(out)
+    if list(res.get("prompt_ids", [])) != PROMPT:
+        raise CaseFailure("prompt_ids %r, want %r" % (res.get("prompt_ids"), PROMPT))
+    ids = [int(i) for i in res["ids"]]
+    if not 1 <= len(ids) <= N_GEN:
+        raise CaseFailure("%d generated ids, want 1..%d" % (len(ids), N_GEN))
+
+    m = ref.Model(model)
+    eng = load_logits(dump, m.n_vocab)
+    if eng.shape[0] != len(ids):
+        raise CaseFailure("%d logit rows for %d generated ids" % (eng.shape[0], len(ids)))
+    want = ref.forward(m, PROMPT + ids[:-1])
+    tol = TOL[wtype]
+    worst = 0.0
+    for k in range(len(ids)):
+        row = want[len(PROMPT) - 1 + k]
+        diff = float(np.max(np.abs(eng[k] - row)))
+        bound = tol * max(1.0, float(np.max(np.abs(row))))
+        worst = max(worst, diff / bound)
+        if not np.all(np.isfinite(eng[k])):
+            raise CaseFailure("step %d: non-finite logits" % k)
+        if diff > bound:
+            raise CaseFailure("step %d: max |engine - ref| = %.3g > %.3g (at id %d)"
+                              % (k, diff, bound, int(np.argmax(np.abs(eng[k] - row)))))
+        top = np.sort(row)[-2:]
+        best = int(np.argmax(row))
+        if top[1] - top[0] > MARGIN and ids[k] != best:
+            raise CaseFailure("step %d: engine chose %d, ref argmax %d (margin %.4g)"
+                              % (k, ids[k], best, top[1] - top[0]))
+    return worst
+
+
+def main():
+    for exe in (MKMODEL, GPUSWAPD):
+        if not os.access(exe, os.X_OK):
+            print("FAIL setup: %s not built (GPUSWAPD_BUILD=%s)" % (exe, BUILD))
+            return 1
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="gpuswapd-ref-") as tmp:
+        for name, wtype, args in CASES:
+            try:
+                worst = check_case(tmp, name, wtype, args)
+                print("ok %s (worst diff %.2f of bound)" % (name, worst))
+            except (CaseFailure, subprocess.TimeoutExpired, ref.GGUFError, OSError) as e:
+                print("FAIL %s: %s" % (name, e))
+                failed += 1
+            sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

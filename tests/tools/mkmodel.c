@@ -1,0 +1,740 @@
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2) of any shape and weight type, with a working tokenizer. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "ggufw.h"
+#include "quant.h"
+
+/* ---------------------------------------------------------------- options */
+
+typedef enum mk_tok {
+    MK_TOK_DEFAULT = 0,
+    MK_TOK_SPM,
+    MK_TOK_GPT2,
+} mk_tok_t;
+
+typedef struct mk_opts {
+    const char *out;
+    const char *arch;     /* "llama" or "qwen2" */
+    uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
+    const char *wtype_name;
+    uint32_t dim, layers, heads, kv_heads, ff, vocab, ctx;
+    float rope_base;
+    float eps;
+    uint64_t seed;
+    mk_tok_t tok;
+    int tied;             /* omit output.weight */
+    uint32_t version;     /* GGUF version, 2 or 3 */
+} mk_opts_t;
+
+static void mk_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mkmodel --out FILE [options]\n"
+            "  --arch llama|qwen2        architecture (default llama)\n"
+            "  --type f32|f16|bf16|q8_0  2-D weight type (default f32)\n"
+            "  --dim N --layers N --heads N --kv-heads N --ff N --vocab N\n"
+            "                            shape (default 64, 2, 4, heads, 128, 512)\n"
+            "  --ctx N                   context length (default 2048)\n"
+            "  --rope-base F             RoPE frequency base (default 10000)\n"
+            "  --eps F                   RMSNorm epsilon (default 1e-5)\n"
+            "  --seed N                  PRNG seed (default 1)\n"
+            "  --tokenizer spm|gpt2      (default spm for llama, gpt2 for qwen2)\n"
+            "  --tied                    tie the output head to token_embd\n"
+            "  --version 2|3             GGUF version (default 3)\n");
+}
+
+static int mk_parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || s[0] == '-' || v > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int mk_parse_f32(const char *s, float *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !isfinite(v))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* Returns 0, 1 for --help, -1 on a bad option (message printed). */
+static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
+{
+    enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
+           O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_HELP };
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, O_OUT},
+        {"arch", required_argument, NULL, O_ARCH},
+        {"type", required_argument, NULL, O_TYPE},
+        {"dim", required_argument, NULL, O_DIM},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"kv-heads", required_argument, NULL, O_KV},
+        {"ff", required_argument, NULL, O_FF},
+        {"vocab", required_argument, NULL, O_VOCAB},
+        {"ctx", required_argument, NULL, O_CTX},
+        {"rope-base", required_argument, NULL, O_ROPE},
+        {"eps", required_argument, NULL, O_EPS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"tokenizer", required_argument, NULL, O_TOK},
+        {"tied", no_argument, NULL, O_TIED},
+        {"version", required_argument, NULL, O_VERSION},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (mk_opts_t){
+        .arch = "llama", .wtype = GGUF_T_F32, .wtype_name = "f32",
+        .dim = 64, .layers = 2, .heads = 4, .kv_heads = 0, .ff = 128, .vocab = 512,
+        .ctx = 2048, .rope_base = 10000.0f, .eps = 1e-5f, .seed = 1, .version = 3,
+    };
+    int c, li = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
+        int bad = 0;
+        uint32_t *u = NULL;
+        switch (c) {
+        case O_OUT: o->out = optarg; break;
+        case O_ARCH:
+            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2"))
+                bad = 1;
+            o->arch = optarg;
+            break;
+        case O_TYPE:
+            o->wtype_name = optarg;
+            if (!strcmp(optarg, "f32"))
+                o->wtype = GGUF_T_F32;
+            else if (!strcmp(optarg, "f16"))
+                o->wtype = GGUF_T_F16;
+            else if (!strcmp(optarg, "bf16"))
+                o->wtype = GGUF_T_BF16;
+            else if (!strcmp(optarg, "q8_0"))
+                o->wtype = GGUF_T_Q8_0;
+            else
+                bad = 1;
+            break;
+        case O_DIM: u = &o->dim; break;
+        case O_LAYERS: u = &o->layers; break;
+        case O_HEADS: u = &o->heads; break;
+        case O_KV: u = &o->kv_heads; break;
+        case O_FF: u = &o->ff; break;
+        case O_VOCAB: u = &o->vocab; break;
+        case O_CTX: u = &o->ctx; break;
+        case O_VERSION: u = &o->version; break;
+        case O_ROPE: bad = mk_parse_f32(optarg, &o->rope_base) < 0 || o->rope_base <= 0; break;
+        case O_EPS: bad = mk_parse_f32(optarg, &o->eps) < 0 || o->eps <= 0; break;
+        case O_SEED: {
+            char *end;
+            o->seed = strtoull(optarg, &end, 0);
+            bad = !*optarg || *end;
+            break;
+        }
+        case O_TOK:
+            if (!strcmp(optarg, "spm"))
+                o->tok = MK_TOK_SPM;
+            else if (!strcmp(optarg, "gpt2"))
+                o->tok = MK_TOK_GPT2;
+            else
+                bad = 1;
+            break;
+        case O_TIED: o->tied = 1; break;
+        case O_HELP: mk_usage(stdout); return 1;
+        default:
+            fprintf(stderr, "mkmodel: unknown option or missing value: %s\n", argv[optind - 1]);
+            mk_usage(stderr);
+            return -1;
+        }
+        if (u)
+            bad = mk_parse_u32(optarg, u) < 0;
+        if (bad) {
+            fprintf(stderr, "mkmodel: bad value \"%s\" for --%s\n", optarg, longopts[li].name);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mkmodel: unexpected argument \"%s\"\n", argv[optind]);
+        return -1;
+    }
+    if (o->kv_heads == 0)
+        o->kv_heads = o->heads;
+    if (o->tok == MK_TOK_DEFAULT)
+        o->tok = strcmp(o->arch, "qwen2") ? MK_TOK_SPM : MK_TOK_GPT2;
+
+    const char *why = NULL;
+    if (!o->out)
+        why = "--out is required";
+    else if (o->dim == 0 || o->layers == 0 || o->heads == 0 || o->ff == 0 || o->ctx == 0)
+        why = "--dim, --layers, --heads, --ff and --ctx must be positive";
+    else if (o->dim % o->heads)
+        why = "--dim must be a multiple of --heads";
+    else if ((o->dim / o->heads) % 2)
+        why = "head dim (dim/heads) must be even for RoPE";
+    else if (o->kv_heads > o->heads || o->heads % o->kv_heads)
+        why = "--heads must be a multiple of --kv-heads";
+    else if (o->vocab < 300 || o->vocab > (1u << 20))
+        why = "--vocab must be in 300..1048576";
+    else if (o->version != 2 && o->version != 3)
+        why = "--version must be 2 or 3";
+    else if (o->wtype == GGUF_T_Q8_0 && (o->dim % QUANT_Q8_0_BLOCK || o->ff % QUANT_Q8_0_BLOCK))
+        why = "q8_0 needs --dim and --ff to be multiples of 32";
+    if (why) {
+        fprintf(stderr, "mkmodel: %s\n", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- random weights */
+
+static uint64_t mk_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Per-tensor stream: the same seed and name always give the same values. */
+static uint64_t mk_stream(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    uint64_t s = seed ^ h;
+    mk_splitmix64(&s);
+    return s;
+}
+
+/* n values uniform in [center - half, center + half). */
+static void mk_fill(uint64_t *s, float *x, size_t n, float center, float half)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(mk_splitmix64(s) >> 40) * (1.0f / 16777216.0f); /* [0,1) */
+        x[i] = center + half * (2.0f * u - 1.0f);
+    }
+}
+
+/* A 1-D F32 tensor. */
+static int mk_vec(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t n, float center,
+                  float half)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    if (!x)
+        return -1;
+    uint64_t s = mk_stream(o->seed, name);
+    mk_fill(&s, x, n, center, half);
+    uint64_t ne[1] = {n};
+    int rc = ggufw_tensor(w, name, GGUF_T_F32, 1, ne, x, (size_t)n * sizeof *x);
+    free(x);
+    return rc;
+}
+
+/* A 2-D weight of GGUF shape [n_in, n_out] (n_out rows of n_in), values
+ * uniform in +-gain*sqrt(3/n_in) (variance gain^2/n_in), stored as type. */
+static int mk_mat(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t type, uint32_t n_in,
+                  uint32_t n_out, float gain, uint64_t *n_params)
+{
+    size_t row_bytes = type == GGUF_T_F32 ? (size_t)n_in * sizeof(float) : quant_row_bytes(type, n_in);
+    if (row_bytes == 0)
+        return -1;
+    uint8_t *data = malloc(row_bytes * n_out);
+    float *row = malloc((size_t)n_in * sizeof *row);
+    int rc = -1;
+    if (!data || !row)
+        goto fail;
+    uint64_t s = mk_stream(o->seed, name);
+    float half = gain * sqrtf(3.0f / (float)n_in);
+    for (uint32_t r = 0; r < n_out; r++) {
+        uint8_t *dst = data + (size_t)r * row_bytes;
+        if (type == GGUF_T_F32) {
+            mk_fill(&s, (float *)(void *)dst, n_in, 0.0f, half);
+        } else {
+            mk_fill(&s, row, n_in, 0.0f, half);
+            quant_row_from_f32(type, row, dst, n_in);
+        }
+    }
+    uint64_t ne[2] = {n_in, n_out};
+    rc = ggufw_tensor(w, name, type, 2, ne, data, row_bytes * n_out);
+    *n_params += (uint64_t)n_in * n_out;
+fail:
+    free(row);
+    free(data);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- vocabulary */
+
+/* Token types, numbered as llama.cpp's llama_token_type. */
+enum { MK_TT_NORMAL = 1, MK_TT_UNKNOWN = 2, MK_TT_CONTROL = 3, MK_TT_BYTE = 6 };
+
+typedef struct mk_vocab {
+    char **text;        /* n token strings (owned) */
+    float *scores;      /* n (SPM only meaningful) */
+    int32_t *types;     /* n */
+    char **merges;      /* n_merges "left right" strings (owned), GPT-2 only */
+    size_t n, cap;      /* tokens used / allocated (cap = target vocab size) */
+    size_t n_merges;
+    uint32_t *hash;     /* open-addressing table of token index + 1; 0 = empty */
+    size_t hash_cap;    /* power of two */
+    uint32_t byte_cp[256]; /* GPT-2: code point of each byte's base character */
+    int gpt2;
+} mk_vocab_t;
+
+static uint64_t mk_hash_str(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static long mk_vocab_find(const mk_vocab_t *v, const char *s)
+{
+    size_t m = v->hash_cap - 1;
+    for (size_t i = mk_hash_str(s) & m;; i = (i + 1) & m) {
+        uint32_t e = v->hash[i];
+        if (e == 0)
+            return -1;
+        if (!strcmp(v->text[e - 1], s))
+            return (long)e - 1;
+    }
+}
+
+static void mk_vocab_free(mk_vocab_t *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        free(v->text[i]);
+    for (size_t i = 0; i < v->n_merges; i++)
+        free(v->merges[i]);
+    free(v->text);
+    free(v->scores);
+    free(v->types);
+    free(v->merges);
+    free(v->hash);
+}
+
+static int mk_vocab_init(mk_vocab_t *v, size_t cap, int gpt2)
+{
+    memset(v, 0, sizeof *v);
+    v->cap = cap;
+    v->gpt2 = gpt2;
+    v->hash_cap = 1;
+    while (v->hash_cap < cap * 2)
+        v->hash_cap *= 2;
+    v->text = calloc(cap, sizeof *v->text);
+    v->scores = calloc(cap, sizeof *v->scores);
+    v->types = calloc(cap, sizeof *v->types);
+    v->merges = calloc(cap, sizeof *v->merges);
+    v->hash = calloc(v->hash_cap, sizeof *v->hash);
+    if (!v->text || !v->scores || !v->types || !v->merges || !v->hash) {
+        mk_vocab_free(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Appends a token (no duplicate check). -1 when full or out of memory. */
+static int mk_vocab_push(mk_vocab_t *v, const char *s, int32_t type, float score)
+{
+    if (v->n >= v->cap)
+        return -1;
+    char *t = strdup(s);
+    if (!t)
+        return -1;
+    size_t m = v->hash_cap - 1;
+    size_t i = mk_hash_str(s) & m;
+    while (v->hash[i])
+        i = (i + 1) & m;
+    v->hash[i] = (uint32_t)(v->n + 1);
+    v->text[v->n] = t;
+    v->types[v->n] = type;
+    v->scores[v->n] = score;
+    v->n++;
+    return 0;
+}
+
+static size_t mk_utf8_put(char *dst, uint32_t cp)
+{
+    if (cp < 0x80) {
+        dst[0] = (char)cp;
+        return 1;
+    }
+    dst[0] = (char)(0xc0 | (cp >> 6)); /* cp < 0x800 here */
+    dst[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+}
+
+/* Byte length of the last UTF-8 character of s (len > 0). */
+static size_t mk_utf8_last(const char *s, size_t len)
+{
+    size_t i = len - 1;
+    while (i > 0 && ((uint8_t)s[i] & 0xc0) == 0x80)
+        i--;
+    return len - i;
+}
+
+/* Adds piece s (and first, recursively, its prefix without the last
+ * character and that last character) unless present, so that every piece is
+ * reachable by merging two shorter ones: s = prefix + last char. For GPT-2
+ * this records the merge "prefix last". SPM pieces get decreasing scores.
+ * Returns 0 (also when the vocab filled up meanwhile), -1 on no memory. */
+static int mk_vocab_add(mk_vocab_t *v, const char *s, size_t reserve)
+{
+    if (v->n + reserve >= v->cap || mk_vocab_find(v, s) >= 0)
+        return 0;
+    size_t len = strlen(s);
+    size_t last = mk_utf8_last(s, len);
+    if (last < len) {
+        char pre[256], tail[8];
+        if (len >= sizeof pre || last >= sizeof tail)
+            return 0;
+        memcpy(pre, s, len - last);
+        pre[len - last] = 0;
+        memcpy(tail, s + len - last, last);
+        tail[last] = 0;
+        if (mk_vocab_add(v, pre, reserve) < 0 || mk_vocab_add(v, tail, reserve) < 0)
+            return -1;
+        if (v->n + reserve >= v->cap || mk_vocab_find(v, pre) < 0 || mk_vocab_find(v, tail) < 0)
+            return 0;
+        if (v->gpt2) {
+            char *m = malloc(len + 2);
+            if (!m)
+                return -1;
+            memcpy(m, pre, len - last);
+            m[len - last] = ' ';
+            memcpy(m + len - last + 1, tail, last + 1);
+            v->merges[v->n_merges++] = m;
+        }
+    }
+    else if (v->gpt2)
+        return 0; /* every GPT-2 token but the 256 bases comes from a merge */
+    return mk_vocab_push(v, s, MK_TT_NORMAL, -(float)(v->n));
+}
+
+/* Adds text in the vocab's alphabet: for SPM ' ' becomes the word-start
+ * marker (texts with control characters are skipped: SPM spells those with
+ * byte tokens); for GPT-2 every byte becomes its byte-level character. */
+static int mk_vocab_add_text(mk_vocab_t *v, const char *text, size_t reserve)
+{
+    char buf[256];
+    size_t j = 0;
+    for (const char *p = text; *p; p++) {
+        uint8_t b = (uint8_t)*p;
+        if (j + 4 >= sizeof buf)
+            return 0;
+        if (v->gpt2) {
+            j += mk_utf8_put(buf + j, v->byte_cp[b]);
+        } else if (b == ' ') {
+            memcpy(buf + j, "\xe2\x96\x81", 3);
+            j += 3;
+        } else if (b < 0x20) {
+            return 0;
+        } else {
+            buf[j++] = (char)b;
+        }
+    }
+    buf[j] = 0;
+    return mk_vocab_add(v, buf, reserve);
+}
+
+/* Letters in English frequency order; systematic pieces use this order. */
+static const char mk_letters[] = "etaoinshrdlucmwfgypbvkjxqz";
+
+static const char *const mk_seed_pieces[] = {
+    " ", " t", " a", " s", " w", " h", " o", " b", " m", " i", " c", " f", " d", " l", " p",
+    " the", " a", " and", " to", " of", " was", " in", " he", " she", " it", " that", " is",
+    " on", " for", " with", " his", " her", " they", " you", " said", " had", " one", " day",
+    " time", " once", " upon", " there", " little", " girl", " boy", " big", " happy", " play",
+    " saw", " mom", " dog", " cat", " friend", " went", " park", " not", " but", " so",
+    "th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ed", "es", "or", "ing", "ion",
+    "ll", "ly", "ou", "st", "ar", "al", "it", "is", "le", "ve", "se", "ch", "sh", "ck",
+    ".", ",", "!", "?", "'", "\"", "-", ":", ";", "(", ")", "0", "1", "2", "3", "4", "5", "6",
+    "7", "8", "9", "\n",
+    " The", " Once", " One", " He", " She", " They", " It", " Lily", " Tom", " Ben", " Sue",
+    "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R",
+    "S", "T", "U", "V", "W", "X", "Y", "Z",
+};
+
+/* Fills the normal pieces: the seed list, then every letter string of
+ * length 1, 2, 3, ... with and without the word-start marker, until the vocab
+ * has cap - reserve tokens. */
+static int mk_vocab_fill(mk_vocab_t *v, size_t reserve)
+{
+    for (size_t i = 0; i < sizeof mk_seed_pieces / sizeof mk_seed_pieces[0]; i++)
+        if (mk_vocab_add_text(v, mk_seed_pieces[i], reserve) < 0)
+            return -1;
+    size_t nl = sizeof mk_letters - 1;
+    for (size_t len = 1; v->n + reserve < v->cap && len < 32; len++) {
+        size_t idx[32] = {0};
+        for (;;) {
+            char s[40];
+            s[0] = ' ';
+            for (size_t k = 0; k < len; k++)
+                s[1 + k] = mk_letters[idx[k]];
+            s[1 + len] = 0;
+            if (mk_vocab_add_text(v, s + 1, reserve) < 0 || mk_vocab_add_text(v, s, reserve) < 0)
+                return -1;
+            if (v->n + reserve >= v->cap)
+                return 0;
+            size_t k = len;
+            while (k > 0 && ++idx[k - 1] == nl)
+                idx[--k] = 0;
+            if (k == 0)
+                break;
+        }
+    }
+    return 0;
+}
+
+/* SentencePiece vocab: <unk>, <s>, </s>, 256 byte tokens, pieces. */
+static int mk_vocab_spm(mk_vocab_t *v, size_t n)
+{
+    if (mk_vocab_init(v, n, 0) < 0)
+        return -1;
+    int rc = mk_vocab_push(v, "<unk>", MK_TT_UNKNOWN, 0.0f);
+    rc |= mk_vocab_push(v, "<s>", MK_TT_CONTROL, 0.0f);
+    rc |= mk_vocab_push(v, "</s>", MK_TT_CONTROL, 0.0f);
+    for (int b = 0; b < 256 && rc == 0; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        rc = mk_vocab_push(v, s, MK_TT_BYTE, 0.0f);
+    }
+    if (rc == 0)
+        rc = mk_vocab_fill(v, 0);
+    if (rc == 0 && v->n != n)
+        rc = -1;
+    return rc;
+}
+
+/* GPT-2 byte-level BPE vocab: 256 byte characters (GPT-2's bytes_to_unicode
+ * order), merged tokens, then <|endoftext|>, <|im_start|>, <|im_end|>. */
+static int mk_vocab_gpt2(mk_vocab_t *v, size_t n)
+{
+    if (mk_vocab_init(v, n, 1) < 0)
+        return -1;
+    int printable[256] = {0};
+    for (int b = '!'; b <= '~'; b++)
+        printable[b] = 1;
+    for (int b = 0xa1; b <= 0xac; b++)
+        printable[b] = 1;
+    for (int b = 0xae; b <= 0xff; b++)
+        printable[b] = 1;
+    int rc = 0;
+    /* printable bytes map to themselves, first, in byte order */
+    for (int b = 0; b < 256 && rc == 0; b++) {
+        if (!printable[b])
+            continue;
+        char s[4];
+        v->byte_cp[b] = (uint32_t)b;
+        s[mk_utf8_put(s, (uint32_t)b)] = 0;
+        rc = mk_vocab_push(v, s, MK_TT_NORMAL, 0.0f);
+    }
+    /* the rest map to U+0100 + k, in byte order */
+    uint32_t k = 0;
+    for (int b = 0; b < 256 && rc == 0; b++) {
+        if (printable[b])
+            continue;
+        char s[4];
+        v->byte_cp[b] = 0x100 + k++;
+        s[mk_utf8_put(s, v->byte_cp[b])] = 0;
+        rc = mk_vocab_push(v, s, MK_TT_NORMAL, 0.0f);
+    }
+    if (rc == 0)
+        rc = mk_vocab_fill(v, 3);
+    if (rc == 0)
+        rc = mk_vocab_push(v, "<|endoftext|>", MK_TT_CONTROL, 0.0f);
+    if (rc == 0)
+        rc = mk_vocab_push(v, "<|im_start|>", MK_TT_CONTROL, 0.0f);
+    if (rc == 0)
+        rc = mk_vocab_push(v, "<|im_end|>", MK_TT_CONTROL, 0.0f);
+    if (rc == 0 && v->n != n)
+        rc = -1;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- model */
+
+static const char mk_tmpl_chatml[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+    " + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static const char mk_tmpl_llama2[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}"
+    "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}";
+
+/* llama.cpp's llama_ftype for an all-<type> model. */
+static uint32_t mk_file_type(uint32_t wtype)
+{
+    switch (wtype) {
+    case GGUF_T_F16: return 1;
+    case GGUF_T_Q8_0: return 7;
+    case GGUF_T_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static int mk_kv_arch(ggufw_t *w, const mk_opts_t *o, const char *key, uint32_t v)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", o->arch, key);
+    return ggufw_kv_u32(w, k, v);
+}
+
+static int mk_kv_arch_f32(ggufw_t *w, const mk_opts_t *o, const char *key, float v)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", o->arch, key);
+    return ggufw_kv_f32(w, k, v);
+}
+
+static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
+{
+    uint32_t hd = o->dim / o->heads;
+    char name[128];
+    snprintf(name, sizeof name, "mkmodel-%s-%s-%ux%u", o->arch, o->wtype_name, o->dim, o->layers);
+    int rc = ggufw_kv_str(w, "general.architecture", o->arch);
+    rc |= ggufw_kv_str(w, "general.name", name);
+    rc |= mk_kv_arch(w, o, "context_length", o->ctx);
+    rc |= mk_kv_arch(w, o, "embedding_length", o->dim);
+    rc |= mk_kv_arch(w, o, "feed_forward_length", o->ff);
+    rc |= mk_kv_arch(w, o, "block_count", o->layers);
+    rc |= mk_kv_arch(w, o, "attention.head_count", o->heads);
+    rc |= mk_kv_arch(w, o, "attention.head_count_kv", o->kv_heads);
+    rc |= mk_kv_arch(w, o, "rope.dimension_count", hd);
+    rc |= mk_kv_arch_f32(w, o, "rope.freq_base", o->rope_base);
+    rc |= mk_kv_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
+    rc |= mk_kv_arch(w, o, "vocab_size", o->vocab);
+    rc |= ggufw_kv_u32(w, "general.file_type", mk_file_type(o->wtype));
+
+    int qwen = !strcmp(o->arch, "qwen2");
+    rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
+    if (v->gpt2)
+        rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");
+    rc |= ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text, v->n);
+    if (!v->gpt2)
+        rc |= ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", v->scores, v->n);
+    rc |= ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", v->types, v->n);
+    if (v->gpt2) {
+        rc |= ggufw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges,
+                               v->n_merges);
+        uint32_t eot = (uint32_t)v->n - 3, im_end = (uint32_t)v->n - 1;
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", eot);
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", qwen ? im_end : eot);
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.padding_token_id", eot);
+        rc |= ggufw_kv_bool(w, "tokenizer.ggml.add_bos_token", !qwen);
+    } else {
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+        rc |= ggufw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        rc |= ggufw_kv_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    }
+    rc |= ggufw_kv_str(w, "tokenizer.chat_template", qwen ? mk_tmpl_chatml : mk_tmpl_llama2);
+    return rc ? -1 : 0;
+}
+
+/* Adds every tensor. Scales keep activations O(1): projections preserve
+ * variance; residual branches are damped by 1/sqrt(2*layers); the embedding
+ * and output head give logits with a standard deviation of about 2. */
+static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
+{
+    uint32_t hd = o->dim / o->heads;
+    uint32_t q_dim = o->heads * hd, kv_dim = o->kv_heads * hd;
+    float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
+    int qwen = !strcmp(o->arch, "qwen2");
+    int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
+    rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
+    *n_params += o->dim;
+    if (!o->tied)
+        rc |= mk_mat(w, o, "output.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
+    for (uint32_t l = 0; l < o->layers && rc == 0; l++) {
+        char n[64];
+#define MK_NAME(suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), n)
+        rc |= mk_vec(w, o, MK_NAME("attn_norm.weight"), o->dim, 1.0f, 0.1f);
+        rc |= mk_mat(w, o, MK_NAME("attn_q.weight"), o->wtype, o->dim, q_dim, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("attn_k.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("attn_v.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        if (qwen) {
+            rc |= mk_vec(w, o, MK_NAME("attn_q.bias"), q_dim, 0.0f, 0.5f);
+            rc |= mk_vec(w, o, MK_NAME("attn_k.bias"), kv_dim, 0.0f, 0.5f);
+            rc |= mk_vec(w, o, MK_NAME("attn_v.bias"), kv_dim, 0.0f, 0.5f);
+            *n_params += q_dim + 2 * kv_dim;
+        }
+        rc |= mk_mat(w, o, MK_NAME("attn_output.weight"), o->wtype, q_dim, o->dim, res_gain,
+                     n_params);
+        rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
+        rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("ffn_down.weight"), o->wtype, o->ff, o->dim, 2.0f * res_gain,
+                     n_params);
+#undef MK_NAME
+        *n_params += 2ull * o->dim;
+    }
+    return rc ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    mk_opts_t o;
+    int prc = mk_opts_parse(argc, argv, &o);
+    if (prc != 0)
+        return prc > 0 ? 0 : 2;
+
+    mk_vocab_t v;
+    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab);
+    if (vrc < 0) {
+        fprintf(stderr, "mkmodel: could not build a %u-token vocabulary\n", o.vocab);
+        mk_vocab_free(&v);
+        return 1;
+    }
+    ggufw_t *w = ggufw_new(o.version, 0);
+    uint64_t n_params = 0;
+    int rc = w ? mk_metadata(w, &o, &v) : -1;
+    if (rc == 0)
+        rc = mk_tensors(w, &o, &n_params);
+    mk_vocab_free(&v);
+    if (rc < 0) {
+        fprintf(stderr, "mkmodel: out of memory building the model\n");
+        ggufw_free(w);
+        return 1;
+    }
+    if (ggufw_write_file(w, o.out) < 0) {
+        fprintf(stderr, "mkmodel: cannot write %s\n", o.out);
+        ggufw_free(w);
+        return 1;
+    }
+    ggufw_free(w);
+    FILE *f = fopen(o.out, "rb");
+    long bytes = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0)
+        bytes = ftell(f);
+    if (f)
+        fclose(f);
+    printf("mkmodel: %s: %s %s dim %u layers %u heads %u/%u ff %u vocab %u (%s%s): "
+           "%" PRIu64 " params (%.1fM), %ld bytes\n",
+           o.out, o.arch, o.wtype_name, o.dim, o.layers, o.heads, o.kv_heads, o.ff, o.vocab,
+           o.tok == MK_TOK_GPT2 ? "gpt2" : "spm", o.tied ? ", tied" : "", n_params,
+           (double)n_params / 1e6, bytes);
+    return 0;
+}

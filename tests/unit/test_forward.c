@@ -1,0 +1,392 @@
+/* Unit tests for the forward pass: the real trained stories260K model against llama.cpp's recorded outputs, and batching invariants. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "ggufw.h"
+#include "kv.h"
+#include "model.h"
+#include "pool.h"
+#include "quant.h"
+
+static const char *models_dir(void)
+{
+    const char *e = getenv("GPUSWAPD_MODELS");
+    return e && *e ? e : "../shared/models";
+}
+
+/* Opens <models>/<file>; skips the test (saying so) when it is absent. */
+static model_t *open_shared(const char *file)
+{
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/%s", models_dir(), file);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        cr_skip_test("%s not found: skipping the reference-model test", path);
+    fclose(f);
+    model_t *m = model_open(path, err, sizeof err);
+    cr_assert_not_null(m, "model_open: %s", err);
+    return m;
+}
+
+static json_t *load_ref(const char *file)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference/%s", models_dir(), file);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        cr_skip_test("%s not readable (%s): skipping", path, je.text);
+    return j;
+}
+
+static size_t json_ids(json_t *arr, int32_t *out, size_t cap)
+{
+    size_t n = json_array_size(arr);
+    cr_assert_leq(n, cap);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return n;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+    int32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = (int32_t)i;
+    return b;
+}
+
+/* Greedy continuation from prompt_ids; returns ids in out (n steps) and the
+ * step-0 logits in l0. */
+static void greedy(model_t *m, pool_t *pool, const int32_t *prompt, size_t np, int n, int32_t *out,
+                   float *l0)
+{
+    char err[256];
+    fwd_t *f = fwd_new(pool);
+    kv_seq_t *kv = kv_seq_new(&m->hp, 512);
+    float *logits = malloc(m->hp.n_vocab * sizeof(float));
+    fwd_seq_t s = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)np, .logits = logits};
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+    if (l0)
+        memcpy(l0, logits, m->hp.n_vocab * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        out[i] = argmax(logits, m->hp.n_vocab);
+        s.tokens = &out[i];
+        s.n_tokens = 1;
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+    }
+    free(logits);
+    kv_seq_free(kv);
+    fwd_free(f);
+}
+
+/* Checks a recorded greedy run: ids equal up to the first step whose margin
+ * is below 0.02 (where another correct implementation may pick otherwise). */
+static void check_greedy_file(const char *model_file, const char *ref_file)
+{
+    model_t *m = open_shared(model_file);
+    json_t *ref = load_ref(ref_file);
+    int32_t prompt[64], want[512], got[512];
+    size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
+    json_t *steps = json_object_get(ref, "steps");
+    size_t n = json_array_size(steps);
+    cr_assert_gt(n, 0);
+    size_t upto = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *st = json_array_get(steps, i);
+        want[i] = (int32_t)json_integer_value(json_object_get(st, "id"));
+        if (upto == n && json_real_value(json_object_get(st, "margin")) < 0.02)
+            upto = i;
+    }
+    pool_t *pool = pool_new(2);
+    greedy(m, pool, prompt, np, (int)n, got, NULL);
+    for (size_t i = 0; i < upto; i++)
+        cr_assert_eq(got[i], want[i], "%s: step %zu: got %d, reference %d", ref_file, i, got[i],
+                     want[i]);
+    cr_log_info("%s: %zu of %zu steps compared (first margin < 0.02 at %zu)", ref_file, upto, n,
+                upto);
+    /* past the cut the reference token must still be a near-tie for us */
+    pool_free(pool);
+    json_decref(ref);
+    model_close(m);
+}
+
+Test(forward, stories260k_f32_greedy_matches_llama_cpp_for_every_prompt, .timeout = 60)
+{
+    check_greedy_file("stories260K.gguf", "greedy_once-upon-a-time_n128_kvf32.json");
+    check_greedy_file("stories260K.gguf", "greedy_lily-went-to-the-park_n128_kvf32.json");
+    check_greedy_file("stories260K.gguf", "greedy_the-cat_n128_kvf32.json");
+    check_greedy_file("stories260K.gguf", "greedy_bos-only_n256_kvf32.json");
+}
+
+Test(forward, stories260k_f16_and_bf16_greedy_match_llama_cpp, .timeout = 60)
+{
+    static const char *const prompts[] = {"once-upon-a-time", "lily-went-to-the-park", "the-cat"};
+    for (int i = 0; i < 3; i++) {
+        char f[128];
+        snprintf(f, sizeof f, "greedy_%s_n64_F16.json", prompts[i]);
+        check_greedy_file("stories260K-F16.gguf", f);
+        snprintf(f, sizeof f, "greedy_%s_n64_BF16.json", prompts[i]);
+        check_greedy_file("stories260K-BF16.gguf", f);
+    }
+}
+
+Test(forward, stories260k_step0_logits_within_one_thousandth_of_llama_cpp, .timeout = 60)
+{
+    static const char *const prompts[] = {"once-upon-a-time", "lily-went-to-the-park", "the-cat"};
+    model_t *m = open_shared("stories260K.gguf");
+    pool_t *pool = pool_new(2);
+    for (int i = 0; i < 3; i++) {
+        char f[160], path[1024];
+        snprintf(f, sizeof f, "greedy_%s_n128_kvf32.json", prompts[i]);
+        json_t *ref = load_ref(f);
+        int32_t prompt[64], out[1];
+        size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
+        float *l0 = malloc(m->hp.n_vocab * sizeof(float));
+        greedy(m, pool, prompt, np, 0, out, l0);
+        snprintf(path, sizeof path, "%s/reference/logits_step0_%s_kvf32.txt", models_dir(),
+                 prompts[i]);
+        FILE *fp = fopen(path, "r");
+        cr_assert_not_null(fp, "%s", path);
+        int id;
+        double v, maxd = 0;
+        int n = 0;
+        while (fscanf(fp, "%d %lf", &id, &v) == 2) {
+            cr_assert(id >= 0 && (uint32_t)id < m->hp.n_vocab);
+            double d = fabs(v - l0[id]);
+            if (d > maxd)
+                maxd = d;
+            n++;
+        }
+        fclose(fp);
+        cr_assert_eq(n, (int)m->hp.n_vocab, "%s: %d logits", path, n);
+        cr_assert_leq(maxd, 1e-3, "%s: max |diff| %g", prompts[i], maxd);
+        cr_log_info("%s: step-0 max |logit diff| vs llama.cpp = %.3g", prompts[i], maxd);
+        free(l0);
+        json_decref(ref);
+    }
+    pool_free(pool);
+    model_close(m);
+}
+
+/* ------------------------------------------------------------------ batching invariants */
+
+static uint64_t rng_state = 42;
+static float frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A small random model built in memory (no tokenizer needed by fwd_run:
+ * model_from_gguf wants one, so a minimal SPM vocab is written). */
+static model_t *tiny_model(uint32_t type, int qwen)
+{
+    const uint32_t d = 64, nl = 2, nh = 4, nkv = 2, ff = 96, nv = 300, hd = d / nh;
+    ggufw_t *w = ggufw_new(3, 32);
+    const char *arch = qwen ? "qwen2" : "llama";
+    char k[128];
+    ggufw_kv_str(w, "general.architecture", arch);
+#define KU(s, v) (snprintf(k, sizeof k, "%s." s, arch), ggufw_kv_u32(w, k, v))
+    KU("embedding_length", d);
+    KU("block_count", nl);
+    KU("feed_forward_length", ff);
+    KU("attention.head_count", nh);
+    KU("attention.head_count_kv", nkv);
+    KU("context_length", 256);
+#undef KU
+    const char **toks = malloc(nv * sizeof *toks);
+    float *scores = malloc(nv * sizeof(float));
+    int32_t *types = malloc(nv * sizeof(int32_t));
+    char (*buf)[16] = malloc(nv * sizeof *buf);
+    for (uint32_t i = 0; i < nv; i++) {
+        if (i == 0) snprintf(buf[i], 16, "<unk>");
+        else if (i == 1) snprintf(buf[i], 16, "<s>");
+        else if (i == 2) snprintf(buf[i], 16, "</s>");
+        else if (i < 259) snprintf(buf[i], 16, "<0x%02X>", i - 3);
+        else snprintf(buf[i], 16, "t%u", i);
+        toks[i] = buf[i];
+        scores[i] = -(float)i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    ggufw_kv_str(w, "tokenizer.ggml.model", "llama");
+    ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, nv);
+    ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, nv);
+    ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, nv);
+    ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    struct { const char *name; uint32_t n_in, n_out; int norm; } ts[] = {
+        {"token_embd.weight", d, nv, 0}, {"output_norm.weight", d, 0, 1},
+        {"output.weight", d, nv, 0},
+    };
+    float *tmp = malloc(sizeof(float) * ff * nv);
+    void *q = malloc(sizeof(float) * ff * nv);
+    for (size_t t = 0; t < 3 + nl * 12; t++) {
+        const char *name;
+        char nb[64];
+        uint32_t n_in, n_out;
+        int norm;
+        if (t < 3) {
+            name = ts[t].name; n_in = ts[t].n_in; n_out = ts[t].n_out; norm = ts[t].norm;
+        } else {
+            uint32_t l = (uint32_t)(t - 3) / 12, j = (uint32_t)(t - 3) % 12;
+            static const char *const suf[12] = {"attn_norm.weight", "attn_q.weight",
+                "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
+                "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "attn_q.bias",
+                "attn_k.bias", "attn_v.bias"};
+            const uint32_t shp[12][2] = {{d, 0}, {d, d}, {d, nkv * hd}, {d, nkv * hd}, {d, d},
+                {d, 0}, {d, ff}, {d, ff}, {ff, d}, {d, 0}, {nkv * hd, 0}, {nkv * hd, 0}};
+            if (j >= 9 && !qwen)
+                continue;
+            snprintf(nb, sizeof nb, "blk.%u.%s", l, suf[j]);
+            name = nb; n_in = shp[j][0]; n_out = shp[j][1]; norm = n_out == 0;
+        }
+        size_t n = (size_t)n_in * (n_out ? n_out : 1);
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = norm ? 1.0f + 0.1f * frand() : frand() * sqrtf(3.0f / n_in);
+        uint32_t tt = norm ? GGUF_T_F32 : type;
+        quant_row_from_f32(tt, tmp, q, n);
+        uint64_t ne[2] = {n_in, n_out ? n_out : 1};
+        ggufw_tensor(w, name, tt, n_out ? 2 : 1, ne, q, quant_row_bytes(tt, n_in) * ne[1]);
+    }
+    uint8_t *buf2;
+    size_t len;
+    cr_assert_eq(ggufw_write_mem(w, &buf2, &len), 0);
+    ggufw_free(w);
+    free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
+    char err[256];
+    /* the gguf_t keeps pointing into buf2: leak it deliberately for the
+     * test's lifetime (each test runs in its own process) */
+    gguf_t *g = gguf_open_mem(buf2, len, "tiny", err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    model_t *m = model_from_gguf(g, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    return m;
+}
+
+static void check_batch_equals_single(uint32_t type, int qwen)
+{
+    model_t *m = tiny_model(type, qwen);
+    pool_t *pool = pool_new(2);
+    fwd_t *f = fwd_new(pool);
+    char err[256];
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t toks[3][9] = {{1, 5, 9, 13, 200, 17, 3, 80, 99}, {1, 42}, {1, 7, 7, 7, 299}};
+    uint32_t lens[3] = {9, 2, 5};
+    float *single[3], *batched[3], *stepwise[3];
+    for (int s = 0; s < 3; s++) {
+        single[s] = malloc(nv * sizeof(float));
+        batched[s] = malloc(nv * sizeof(float));
+        stepwise[s] = malloc(nv * sizeof(float));
+        kv_seq_t *kv = kv_seq_new(&m->hp, 64);
+        fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, err, sizeof err), 0, "%s", err);
+        kv_seq_reset(kv);
+        for (uint32_t i = 0; i < lens[s]; i++) {
+            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s]};
+            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, err, sizeof err), 0, "%s", err);
+        }
+        kv_seq_free(kv);
+    }
+    kv_seq_t *kvs[3];
+    fwd_seq_t b[3];
+    for (int s = 0; s < 3; s++) {
+        kvs[s] = kv_seq_new(&m->hp, 64);
+        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
+    }
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, err, sizeof err), 0, "%s", err);
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
+                     "%s seq %d: batched logits differ from single", gguf_ttype_name(type), s);
+        cr_assert_eq(memcmp(single[s], stepwise[s], nv * sizeof(float)), 0,
+                     "%s seq %d: prefill logits differ from token-by-token", gguf_ttype_name(type),
+                     s);
+        cr_assert_eq(kvs[s]->n_past, lens[s]);
+        kv_seq_free(kvs[s]);
+        free(single[s]); free(batched[s]); free(stepwise[s]);
+    }
+    fwd_free(f);
+    pool_free(pool);
+    model_close(m);
+}
+
+Test(forward, batched_prefill_and_stepwise_decode_give_bit_identical_logits_f32)
+{
+    check_batch_equals_single(GGUF_T_F32, 0);
+}
+
+Test(forward, batched_prefill_and_stepwise_decode_give_bit_identical_logits_f16)
+{
+    check_batch_equals_single(GGUF_T_F16, 0);
+}
+
+Test(forward, batched_prefill_and_stepwise_decode_give_bit_identical_logits_bf16)
+{
+    check_batch_equals_single(GGUF_T_BF16, 1);
+}
+
+Test(forward, batched_prefill_and_stepwise_decode_give_bit_identical_logits_q8_0)
+{
+    check_batch_equals_single(GGUF_T_Q8_0, 1);
+}
+
+Test(forward, context_overflow_is_an_error_and_leaves_the_cache_untouched)
+{
+    model_t *m = tiny_model(GGUF_T_F32, 0);
+    fwd_t *f = fwd_new(NULL);
+    kv_seq_t *kv = kv_seq_new(&m->hp, 4);
+    int32_t t[5] = {1, 2, 3, 4, 5};
+    char err[256];
+    fwd_seq_t s = {kv, t, 5, NULL};
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), FWD_ERR_CONTEXT);
+    cr_assert_eq(kv->n_past, 0);
+    cr_assert(strstr(err, "exceed the context") != NULL, "%s", err);
+    int32_t bad = 300;
+    fwd_seq_t s2 = {kv, &bad, 1, NULL};
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s2, 1, err, sizeof err), FWD_ERR_TOKEN);
+    kv_seq_free(kv);
+    fwd_free(f);
+    model_close(m);
+}
+
+Test(forward, portable_and_avx2_kernels_agree_on_a_forward_pass)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU has no AVX2/FMA/F16C: nothing to compare");
+    uint32_t types[4] = {GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q8_0};
+    for (int ti = 0; ti < 4; ti++) {
+        model_t *m = tiny_model(types[ti], ti % 2);
+        float *a = malloc(m->hp.n_vocab * sizeof(float));
+        float *b = malloc(m->hp.n_vocab * sizeof(float));
+        int32_t t[6] = {1, 50, 60, 70, 80, 90};
+        char err[256];
+        for (int pass = 0; pass < 2; pass++) {
+            quant_isa_set(pass ? QUANT_ISA_PORTABLE : QUANT_ISA_AVX2);
+            fwd_t *f = fwd_new(NULL);
+            kv_seq_t *kv = kv_seq_new(&m->hp, 16);
+            fwd_seq_t s = {kv, t, 6, pass ? b : a};
+            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+            kv_seq_free(kv);
+            fwd_free(f);
+        }
+        float mx = 0, md = 0;
+        for (uint32_t i = 0; i < m->hp.n_vocab; i++) {
+            mx = fmaxf(mx, fabsf(a[i]));
+            md = fmaxf(md, fabsf(a[i] - b[i]));
+        }
+        cr_assert_leq(md, 1e-4f * fmaxf(1.0f, mx), "%s: max diff %g", gguf_ttype_name(types[ti]),
+                      (double)md);
+        free(a);
+        free(b);
+        model_close(m);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
