@@ -318,7 +318,7 @@ AVX2_INLINE void dotn_q8_0_avx2_body(const void *w, const float *const *x, int n
     for (int t = 0; t < nx; t++)
         acc[t] = _mm256_setzero_ps();
     for (size_t k = 0; k < n / QUANT_Q8_0_BLOCK; k++) {
-        __m256 d = _mm256_set1_ps(quant_f16_to_f32(b[k].d));
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
         __m256 q0 = q8_load8(b[k].qs), q1 = q8_load8(b[k].qs + 8);
         __m256 q2 = q8_load8(b[k].qs + 16), q3 = q8_load8(b[k].qs + 24);
         for (int t = 0; t < nx; t++) {

@@ -33,7 +33,9 @@ enum {
 };
 
 /* Build from the GGUF's tokenizer.* metadata. The tok_t copies what it needs
- * and does not keep g. NULL + reason in err on failure. */
+ * and does not keep g. NULL + reason in err on failure (missing or mistyped
+ * arrays, lengths that differ, ids out of range, empty tokens, an unknown
+ * model or tokenizer.ggml.pre). Caller frees with tok_close. */
 tok_t *tok_open(const gguf_t *g, char *err, size_t errlen);
 void tok_close(tok_t *t); /* accepts NULL */
 
@@ -51,15 +53,23 @@ int32_t tok_find(const tok_t *t, const char *text);
 
 /* Tokenize len bytes of UTF-8 text into ids (capacity cap). add_bos adds BOS
  * when the vocabulary has one; parse_special turns special-token text
- * (control/user-defined tokens like "<s>", "<|im_start|>") into those tokens.
- * Returns the number of ids (which may exceed cap: then only cap were written
- * and the caller retries with a bigger buffer), or a negative TOK_ERR_*. */
+ * (control/unknown tokens like "<s>", "<|im_start|>") into those tokens.
+ * As in llama.cpp and Hugging Face, USER_DEFINED tokens' text is always
+ * matched, parse_special or not; longer special texts are matched first.
+ * SPM adds the "▁" space prefix (when add_space_prefix) to the text at the
+ * start and to text right after a special token, as llama.cpp does.
+ * Thread-safe: t is only read. Returns the number of ids (which may exceed
+ * cap: then only cap were written and the caller retries with a bigger
+ * buffer), or a negative TOK_ERR_*. */
 int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int parse_special,
                int32_t *ids, size_t cap);
 
 /* The bytes one token stands for (SPM: "▁" -> " ", <0xNN> -> byte; BPE: the
- * byte-level mapping undone; control tokens -> "" unless special is set).
- * Writes up to cap bytes; returns the full length or a negative error. */
+ * byte-level mapping undone; control and unknown tokens -> "" unless special
+ * is set; user-defined tokens -> their text; unused tokens -> "").
+ * Writes up to cap bytes (NUL-terminated when the length is below cap; buf
+ * may be NULL with cap 0 to ask the length); returns the full length or
+ * TOK_ERR_RANGE for a bad id. */
 int tok_piece(const tok_t *t, int32_t id, int special, char *buf, size_t cap);
 
 /* Streaming detokenizer: feeds ids, emits only complete UTF-8 characters. */
@@ -71,9 +81,12 @@ typedef struct tok_stream {
 } tok_stream_t;
 
 void tok_stream_init(tok_stream_t *s, const tok_t *t, int special);
-/* Append the text of id to out (cap bytes, NUL-terminated); returns bytes
- * written (excluding NUL) or negative on error. Incomplete UTF-8 is held back
- * until completed; an invalid sequence is emitted as U+FFFD. */
+/* Write the text of id at out (cap bytes, NUL-terminated; the caller appends
+ * it to its output); returns bytes written (excluding NUL) or negative on
+ * error (bad id; TOK_ERR_RANGE when out is too small, and then s is left
+ * unchanged so the call can be retried). Incomplete UTF-8 is held back
+ * until completed; an invalid sequence is emitted as one U+FFFD per maximal
+ * invalid prefix (as the Unicode standard recommends). */
 int tok_stream_feed(tok_stream_t *s, int32_t id, char *out, size_t cap);
 /* Flush what is still held back (as U+FFFD for an incomplete tail). */
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
