@@ -105,7 +105,7 @@ test-integration: $(GPUSWAPD) $(TOOLS)
 
 test-asan: deps
 	$(MAKE) BUILD=build-asan SAN=1 all build-asan/unit_tests
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build-asan SAN=1 test-unit test-integration
 
 fuzz: $(UNIT_BIN)

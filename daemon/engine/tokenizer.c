@@ -891,6 +891,8 @@ static int tok_try_bigram(const tok_t *t, tok_work_t *w, int left, int right)
         b.key = -(double)t->score[id];
     } else {
         int32_t rank;
+        if (size > TOK_MAX_TEXT * 2) /* longer than any merge line */
+            return 0;
         if (tok_reserve((void **)&w->pair, &w->paircap, size + 1, 1) < 0)
             return TOK_ERR_NOMEM;
         memcpy(w->pair, w->buf + l->off, l->n);

@@ -44,7 +44,9 @@ int32_t tok_vocab_size(const tok_t *t);
 int32_t tok_bos(const tok_t *t);     /* -1 if none */
 int32_t tok_eos(const tok_t *t);     /* -1 if none */
 int tok_add_bos(const tok_t *t);     /* whether a prompt gets BOS by default */
-int tok_is_eog(const tok_t *t, int32_t id); /* end of generation (EOS, EOT, ...) */
+/* End of generation: EOS, tokenizer.ggml.eot_token_id / eom_token_id, and
+ * CONTROL tokens "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|eom_id|>". */
+int tok_is_eog(const tok_t *t, int32_t id);
 int tok_type(const tok_t *t, int32_t id);
 /* Token text as stored in the vocabulary (NUL-terminated, owned by t). */
 const char *tok_text(const tok_t *t, int32_t id);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "forward.h"
 #include "ggufw.h"
@@ -257,17 +258,16 @@ static model_t *tiny_model(uint32_t type, int qwen)
         uint64_t ne[2] = {n_in, n_out ? n_out : 1};
         ggufw_tensor(w, name, tt, n_out ? 2 : 1, ne, q, quant_row_bytes(tt, n_in) * ne[1]);
     }
-    uint8_t *buf2;
-    size_t len;
-    cr_assert_eq(ggufw_write_mem(w, &buf2, &len), 0);
+    char path[] = "/tmp/gpuswapd-tiny-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(ggufw_write_file(w, path), 0);
     ggufw_free(w);
     free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
     char err[256];
-    /* the gguf_t keeps pointing into buf2: leak it deliberately for the
-     * test's lifetime (each test runs in its own process) */
-    gguf_t *g = gguf_open_mem(buf2, len, "tiny", err, sizeof err);
-    cr_assert_not_null(g, "%s", err);
-    model_t *m = model_from_gguf(g, err, sizeof err);
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path); /* the mapping stays valid */
     cr_assert_not_null(m, "%s", err);
     return m;
 }
