@@ -257,6 +257,9 @@ static int32_t sampler_sanitize_argmax(float *logits, int32_t n)
     return best;
 }
 
+/* Order: repetition penalty (also in greedy mode, as in llama.cpp's chain),
+ * then greedy argmax, or top-k -> softmax(l / T) -> top-p -> min-p ->
+ * renormalise -> one PRNG draw. */
 int32_t sampler_sample(sampler_t *s, float *logits)
 {
     const sampler_params_t *p = &s->p;
