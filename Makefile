@@ -32,8 +32,10 @@ CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -M
 LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-ENGINE_SRC := $(wildcard daemon/engine/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/backend/*.c)
+# Everything but main.c goes into one library that the daemon, tools and tests link.
+ENGINE_SRC := $(wildcard daemon/engine/*.c) $(wildcard daemon/backend/*.c) \
+              $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
+DAEMON_SRC := daemon/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)
 TLIB_SRC   := $(wildcard tests/tools/lib/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*.c)

@@ -8,11 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "backend.h"
 #include "forward.h"
 #include "kv.h"
 #include "model.h"
-#include "pool.h"
 #include "quant.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -242,7 +243,7 @@ int gen_main(int argc, char **argv)
     char err[512];
     int status = 1;
     model_t *m = NULL;
-    pool_t *pool = NULL;
+    backend_t *be = NULL;
     fwd_t *fw = NULL;
     kv_seq_t *kv = NULL;
     sampler_t *smp = NULL;
@@ -294,8 +295,13 @@ int gen_main(int argc, char **argv)
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
-    pool = pool_new((int)o.threads);
-    fw = fwd_new(pool);
+    be_params_t bp = {.kind = "cpu", .threads = (int)o.threads};
+    be = be_open(&bp, err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "gpuswapd generate: %s\n", err);
+        goto done;
+    }
+    fw = fwd_new(be);
     kv = kv_seq_new(&m->hp, n_ctx);
     smp = sampler_new(&o.sp, (int32_t)m->hp.n_vocab, err, sizeof err);
     logits = malloc(m->hp.n_vocab * sizeof(float));
@@ -305,7 +311,7 @@ int gen_main(int argc, char **argv)
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
-    if (!pool || !fw || !kv || !logits || !scratch || !out_ids)
+    if (!fw || !kv || !logits || !scratch || !out_ids)
         goto oom;
     if (o.dump_logits && !(dump = fopen(o.dump_logits, "w"))) {
         fprintf(stderr, "gpuswapd generate: %s: %s\n", o.dump_logits, strerror(errno));
@@ -319,7 +325,7 @@ int gen_main(int argc, char **argv)
     char piece[512];
     fwd_seq_t sq = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)n_prompt, .logits = logits};
     double t1 = now_ms();
-    if (fwd_run(fw, &m->hp, &m->w, &sq, 1, err, sizeof err)) {
+    if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
@@ -363,7 +369,7 @@ int gen_main(int argc, char **argv)
             continue; /* no need to compute logits nobody reads */
         sq.tokens = &out_ids[n_gen];
         sq.n_tokens = 1;
-        if (fwd_run(fw, &m->hp, &m->w, &sq, 1, err, sizeof err)) {
+        if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
             fprintf(stderr, "gpuswapd generate: %s\n", err);
             goto done;
         }
@@ -407,7 +413,7 @@ int gen_main(int argc, char **argv)
         fprintf(stderr,
                 "gpuswapd generate: %s %s, %u threads, %s kernels; prompt %zu tokens in %.1f ms "
                 "(%.1f tok/s); generated %ld tokens in %.1f ms (%.1f tok/s)\n",
-                model_arch_name(m->hp.arch), gguf_ttype_name(m->wtype), pool_size(pool),
+                model_arch_name(m->hp.arch), gguf_ttype_name(m->wtype), o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 quant_isa_name(quant_isa_get()), n_prompt, t_prompt,
                 t_prompt > 0 ? n_prompt * 1e3 / t_prompt : 0.0, n_gen, t_gen,
                 t_gen > 0 ? n_gen * 1e3 / t_gen : 0.0);
@@ -429,7 +435,7 @@ done:
     sampler_free(smp);
     kv_seq_free(kv);
     fwd_free(fw);
-    pool_free(pool);
+    be_close(be);
     model_close(m);
     return status;
 }

@@ -1,13 +1,13 @@
-/* forward: the transformer forward pass for a batch of sequences of one model (CPU kernels). */
+/* forward: the transformer forward pass for a batch of sequences of one model, as a sequence of backend kernels. */
 #ifndef FORWARD_H
 #define FORWARD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "kv.h"
 #include "model.h"
-#include "pool.h"
 
 enum {
     FWD_OK = 0,
@@ -15,7 +15,20 @@ enum {
     FWD_ERR_TOKEN = -2,   /* token id outside the vocabulary */
     FWD_ERR_NOMEM = -3,
     FWD_ERR_ARG = -4,
+    FWD_ERR_DEVICE = -5,  /* a backend kernel or copy failed */
 };
+
+/* Segments of a model, in the order the pass needs them. */
+#define FWD_SEG_EMBED 0u
+#define FWD_SEG_LAYER(l) (1u + (l))
+#define FWD_SEG_HEAD(n_layer) (1u + (n_layer))
+
+/* (optional) called before the pass first reads a segment's weights, so a
+ * paged-in model's layer i waits only for layer i's copy. */
+typedef struct fwd_hooks {
+    int (*wait)(void *ctx, uint32_t segment); /* 0 = ready */
+    void *ctx;
+} fwd_hooks_t;
 
 /* One sequence's share of a step: n_tokens > 1 is prefill, 1 is decode. */
 typedef struct fwd_seq {
@@ -27,13 +40,13 @@ typedef struct fwd_seq {
 
 typedef struct fwd fwd_t;
 
-/* pool is borrowed (NULL = single-threaded). Scratch grows on demand. */
-fwd_t *fwd_new(pool_t *pool);
+/* be is borrowed; activations live in its scratch buffers, grown on demand. */
+fwd_t *fwd_new(const backend_t *be);
 void fwd_free(fwd_t *f); /* accepts NULL */
 
 /* Run one step for n_seqs sequences of the model described by hp/w. On
  * error nothing is written to any KV cache's n_past and err says why. */
 int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_seq_t *seqs,
-            int n_seqs, char *err, size_t errlen);
+            int n_seqs, const fwd_hooks_t *hooks, char *err, size_t errlen);
 
 #endif

@@ -12,8 +12,11 @@ typedef struct kv_seq {
     uint32_t n_ctx;   /* positions this sequence may hold */
     uint32_t kv_dim;  /* n_head_kv * head_dim */
     uint32_t n_past;  /* positions filled so far */
-    float *k;         /* (n_layer, n_ctx, kv_dim) */
-    float *v;         /* (n_layer, n_ctx, kv_dim) */
+    float *k;         /* (n_ctx, n_layer, kv_dim): position-major, so a growing
+                         sequence only ever needs more memory at the end */
+    float *v;         /* (n_ctx, n_layer, kv_dim) */
+    void *owner;      /* NULL: k/v are malloc'ed by kv_seq_new; else whoever
+                         mapped them (the residency manager) */
 } kv_seq_t;
 
 /* Bytes a sequence of n_ctx positions needs. */
@@ -25,12 +28,12 @@ void kv_seq_reset(kv_seq_t *s);
 
 static inline float *kv_k_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
 {
-    return s->k + ((size_t)layer * s->n_ctx + pos) * s->kv_dim;
+    return s->k + ((size_t)pos * s->n_layer + layer) * s->kv_dim;
 }
 
 static inline float *kv_v_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
 {
-    return s->v + ((size_t)layer * s->n_ctx + pos) * s->kv_dim;
+    return s->v + ((size_t)pos * s->n_layer + layer) * s->kv_dim;
 }
 
 #endif

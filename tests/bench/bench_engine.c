@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "forward.h"
 #include "kv.h"
 #include "model.h"
@@ -43,15 +44,20 @@ int main(int argc, char **argv)
     const char *name = strrchr(argv[1], '/') ? strrchr(argv[1], '/') + 1 : argv[1];
     for (int a = 5; a < argc; a++) {
         int nth = atoi(argv[a]);
-        pool_t *pool = pool_new(nth);
-        fwd_t *f = fwd_new(pool);
+        be_params_t bp = {.kind = "cpu", .threads = nth};
+        backend_t *be = be_open(&bp, err, sizeof err);
+        if (!be) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        fwd_t *f = fwd_new(be);
         kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(np + nd));
         double best_p = 1e30, best_d = 1e30;
         for (int r = 0; r < reps; r++) {
             kv_seq_reset(kv);
             fwd_seq_t s = {kv, prompt, (uint32_t)np, logits};
             double t0 = now_s();
-            if (fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err)) {
+            if (fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
@@ -59,7 +65,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
                 fwd_seq_t d = {kv, &tok, 1, logits};
-                if (fwd_run(f, &m->hp, &m->w, &d, 1, err, sizeof err)) {
+                if (fwd_run(f, &m->hp, &m->w, &d, 1, NULL, err, sizeof err)) {
                     fprintf(stderr, "%s\n", err);
                     return 1;
                 }
@@ -68,12 +74,12 @@ int main(int argc, char **argv)
             if (t1 - t0 < best_p) best_p = t1 - t0;
             if (t2 - t1 < best_d) best_d = t2 - t1;
         }
-        printf("%s,%s,%d,%s,%.1f,%.1f\n", name, gguf_ttype_name(m->wtype), pool_size(pool),
+        printf("%s,%s,%d,%s,%.1f,%.1f\n", name, gguf_ttype_name(m->wtype), nth,
                quant_isa_name(quant_isa_get()), np / best_p, nd / best_d);
         fflush(stdout);
         kv_seq_free(kv);
         fwd_free(f);
-        pool_free(pool);
+        be_close(be);
     }
     free(prompt);
     free(logits);

@@ -7,12 +7,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "forward.h"
 #include "ggufw.h"
 #include "kv.h"
 #include "model.h"
 #include "pool.h"
 #include "quant.h"
+
+static backend_t *cpu_be(int threads)
+{
+    char err[256];
+    be_params_t p = {.kind = "cpu", .threads = threads};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    return be;
+}
 
 static const char *models_dir(void)
 {
@@ -65,7 +75,7 @@ static int32_t argmax(const float *l, uint32_t n)
 
 /* Greedy continuation from prompt_ids; returns ids in out (n steps) and the
  * step-0 logits in l0. */
-static void greedy(model_t *m, pool_t *pool, const int32_t *prompt, size_t np, int n, int32_t *out,
+static void greedy(model_t *m, backend_t *pool, const int32_t *prompt, size_t np, int n, int32_t *out,
                    float *l0)
 {
     char err[256];
@@ -73,14 +83,14 @@ static void greedy(model_t *m, pool_t *pool, const int32_t *prompt, size_t np, i
     kv_seq_t *kv = kv_seq_new(&m->hp, 512);
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     fwd_seq_t s = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)np, .logits = logits};
-    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
     if (l0)
         memcpy(l0, logits, m->hp.n_vocab * sizeof(float));
     for (int i = 0; i < n; i++) {
         out[i] = argmax(logits, m->hp.n_vocab);
         s.tokens = &out[i];
         s.n_tokens = 1;
-        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
     }
     free(logits);
     kv_seq_free(kv);
@@ -105,7 +115,7 @@ static void check_greedy_file(const char *model_file, const char *ref_file)
         if (upto == n && json_real_value(json_object_get(st, "margin")) < 0.02)
             upto = i;
     }
-    pool_t *pool = pool_new(2);
+    backend_t *pool = cpu_be(2);
     greedy(m, pool, prompt, np, (int)n, got, NULL);
     for (size_t i = 0; i < upto; i++)
         cr_assert_eq(got[i], want[i], "%s: step %zu: got %d, reference %d", ref_file, i, got[i],
@@ -113,7 +123,7 @@ static void check_greedy_file(const char *model_file, const char *ref_file)
     cr_log_info("%s: %zu of %zu steps compared (first margin < 0.02 at %zu)", ref_file, upto, n,
                 upto);
     /* past the cut the reference token must still be a near-tie for us */
-    pool_free(pool);
+    be_close(pool);
     json_decref(ref);
     model_close(m);
 }
@@ -142,7 +152,7 @@ Test(forward, stories260k_step0_logits_within_one_thousandth_of_llama_cpp, .time
 {
     static const char *const prompts[] = {"once-upon-a-time", "lily-went-to-the-park", "the-cat"};
     model_t *m = open_shared("stories260K.gguf");
-    pool_t *pool = pool_new(2);
+    backend_t *pool = cpu_be(2);
     for (int i = 0; i < 3; i++) {
         char f[160], path[1024];
         snprintf(f, sizeof f, "greedy_%s_n128_kvf32.json", prompts[i]);
@@ -172,7 +182,7 @@ Test(forward, stories260k_step0_logits_within_one_thousandth_of_llama_cpp, .time
         free(l0);
         json_decref(ref);
     }
-    pool_free(pool);
+    be_close(pool);
     model_close(m);
 }
 
@@ -275,7 +285,7 @@ static model_t *tiny_model(uint32_t type, int qwen)
 static void check_batch_equals_single(uint32_t type, int qwen)
 {
     model_t *m = tiny_model(type, qwen);
-    pool_t *pool = pool_new(2);
+    backend_t *pool = cpu_be(2);
     fwd_t *f = fwd_new(pool);
     char err[256];
     const uint32_t nv = m->hp.n_vocab;
@@ -288,11 +298,11 @@ static void check_batch_equals_single(uint32_t type, int qwen)
         stepwise[s] = malloc(nv * sizeof(float));
         kv_seq_t *kv = kv_seq_new(&m->hp, 64);
         fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
-        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_reset(kv);
         for (uint32_t i = 0; i < lens[s]; i++) {
             fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s]};
-            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, NULL, err, sizeof err), 0, "%s", err);
         }
         kv_seq_free(kv);
     }
@@ -302,7 +312,7 @@ static void check_batch_equals_single(uint32_t type, int qwen)
         kvs[s] = kv_seq_new(&m->hp, 64);
         b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
     }
-    cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
     for (int s = 0; s < 3; s++) {
         cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
                      "%s seq %d: batched logits differ from single", gguf_ttype_name(type), s);
@@ -314,7 +324,7 @@ static void check_batch_equals_single(uint32_t type, int qwen)
         free(single[s]); free(batched[s]); free(stepwise[s]);
     }
     fwd_free(f);
-    pool_free(pool);
+    be_close(pool);
     model_close(m);
 }
 
@@ -341,19 +351,21 @@ Test(forward, batched_prefill_and_stepwise_decode_give_bit_identical_logits_q8_0
 Test(forward, context_overflow_is_an_error_and_leaves_the_cache_untouched)
 {
     model_t *m = tiny_model(GGUF_T_F32, 0);
-    fwd_t *f = fwd_new(NULL);
+    backend_t *nb;
+    fwd_t *f = fwd_new(nb = cpu_be(1));
     kv_seq_t *kv = kv_seq_new(&m->hp, 4);
     int32_t t[5] = {1, 2, 3, 4, 5};
     char err[256];
     fwd_seq_t s = {kv, t, 5, NULL};
-    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), FWD_ERR_CONTEXT);
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), FWD_ERR_CONTEXT);
     cr_assert_eq(kv->n_past, 0);
     cr_assert(strstr(err, "exceed the context") != NULL, "%s", err);
     int32_t bad = 300;
     fwd_seq_t s2 = {kv, &bad, 1, NULL};
-    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s2, 1, err, sizeof err), FWD_ERR_TOKEN);
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s2, 1, NULL, err, sizeof err), FWD_ERR_TOKEN);
     kv_seq_free(kv);
     fwd_free(f);
+    be_close(nb);
     model_close(m);
 }
 
@@ -370,12 +382,14 @@ Test(forward, portable_and_avx2_kernels_agree_on_a_forward_pass)
         char err[256];
         for (int pass = 0; pass < 2; pass++) {
             quant_isa_set(pass ? QUANT_ISA_PORTABLE : QUANT_ISA_AVX2);
-            fwd_t *f = fwd_new(NULL);
+            backend_t *nb;
+            fwd_t *f = fwd_new(nb = cpu_be(1));
             kv_seq_t *kv = kv_seq_new(&m->hp, 16);
             fwd_seq_t s = {kv, t, 6, pass ? b : a};
-            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
             kv_seq_free(kv);
             fwd_free(f);
+            be_close(nb);
         }
         float mx = 0, md = 0;
         for (uint32_t i = 0; i < m->hp.n_vocab; i++) {

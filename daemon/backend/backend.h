@@ -1,0 +1,146 @@
+/* backend: the device vtable (page-pool memory, async copies with events, compute kernels) behind which cpu, sim and cuda live. */
+#ifndef BACKEND_H
+#define BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+enum {
+    BE_OK = 0,
+    BE_ERR_NOMEM = -1,     /* device or host memory exhausted */
+    BE_ERR_DEVICE = -2,    /* driver/kernel failure */
+    BE_ERR_ARG = -3,
+    BE_ERR_UNAVAILABLE = -4, /* backend not built in or no device visible */
+};
+
+typedef struct be_event be_event_t; /* completion of one async copy */
+
+/* Timestamps of one copy, seconds on CLOCK_MONOTONIC (cpu/sim) or relative
+ * to the backend's first event (cuda). */
+typedef struct be_copy_times {
+    double queued, start, end;
+} be_copy_times_t;
+
+/* Where one token of a step reads and writes its attention state. The KV
+ * cache layout is the kv_seq_t one (kv.h): base pointers in device memory. */
+typedef struct be_tok {
+    float *k_base;     /* kv_seq_t.k of its sequence (device address) */
+    float *v_base;     /* kv_seq_t.v of its sequence */
+    uint32_t n_ctx;    /* that sequence's capacity */
+    uint32_t pos;      /* position of this token */
+} be_tok_t;
+
+/* Operands of the attention op for one layer. */
+typedef struct be_att {
+    const be_tok_t *toks; /* n_tok entries, host memory */
+    uint32_t layer, n_layer;
+    uint32_t n_head, n_head_kv, head_dim;
+    size_t stride;        /* floats between rows of q/out/k/v */
+} be_att_t;
+
+/* A matmul job: y[t][r] = dot(W row r, x[t]) for t < n_tok. Several jobs
+ * sharing x may be passed in one call (q/k/v, gate/up) so a backend can fuse
+ * them. */
+typedef struct be_mm {
+    const model_weight_t *w; /* data is a device address */
+    float *y;
+    size_t y_stride;
+} be_mm_t;
+
+typedef struct backend {
+    const char *name;   /* "cpu", "sim", "cuda" */
+    void *ctx;
+    size_t page_size;   /* device page size in bytes (pool granularity) */
+    size_t pool_bytes;  /* device memory available to the pool */
+    int zero_copy;      /* 1: weights are used in place from host memory (cpu) */
+    int needs_pinned;   /* 1: the store should use host_alloc (pinned) */
+
+    /* ---- device memory: reserved virtual ranges backed by pool pages */
+    /* Reserve bytes (multiple of page_size) of address space; *base is the
+     * device address. Nothing is backed yet. */
+    int (*reserve)(void *ctx, size_t bytes, void **base);
+    /* Back [base+off, base+off+bytes) (page multiples) with physical pages.
+     * Must succeed whenever the pool has that many free pages. */
+    int (*map)(void *ctx, void *base, size_t off, size_t bytes);
+    int (*unmap)(void *ctx, void *base, size_t off, size_t bytes);
+    void (*release)(void *ctx, void *base, size_t bytes);
+
+    /* ---- host memory for the model store (optional: NULL = aligned malloc) */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p, size_t bytes);
+
+    /* ---- copies and events */
+    int (*event_new)(void *ctx, be_event_t **ev);
+    void (*event_free)(void *ctx, be_event_t *ev);
+    /* Queue a host->device copy on the copy queue; ev completes after it. */
+    int (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev);
+    /* Make later compute wait for ev (cpu/sim: block until it completes). */
+    int (*wait)(void *ctx, be_event_t *ev);
+    /* 1 if complete, 0 if pending, negative on error; never blocks. */
+    int (*event_done)(void *ctx, be_event_t *ev);
+    /* (optional) copy timestamps of a completed event. */
+    int (*event_times)(void *ctx, be_event_t *ev, be_copy_times_t *t);
+    /* Wait for all queued compute. */
+    int (*sync)(void *ctx);
+
+    /* ---- scratch buffers for activations (not from the page pool) */
+    void *(*buf_alloc)(void *ctx, size_t bytes);
+    void (*buf_free)(void *ctx, void *p);
+    /* (optional) device->host and host->device copies on the compute queue,
+     * synchronous; NULL = memcpy (host-addressable device memory). */
+    int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
+    int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
+
+    /* ---- kernels (compute queue). Pointers are device addresses; ids and
+     * positions are host arrays the backend copies as it needs. */
+    int (*embed)(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+                 float *out, size_t stride);
+    int (*rmsnorm)(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+                   size_t stride, float eps);
+    int (*matmul)(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                  size_t n_tok);
+    int (*add_bias)(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride);
+    int (*rope)(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
+                const uint32_t *pos, const model_hparams_t *hp);
+    /* Store each token's k/v row into its sequence's cache at its position. */
+    int (*kv_store)(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok);
+    /* Causal attention of each token over positions 0..pos of its sequence. */
+    int (*attention)(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok);
+    int (*silu_mul)(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
+    /* x += y */
+    int (*add)(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride);
+    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */
+    int (*gather)(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
+                  size_t n, size_t stride);
+
+    void (*close)(void *ctx);
+} backend_t;
+
+typedef struct be_params {
+    const char *kind;       /* "auto", "cpu", "sim", "cuda" */
+    size_t memory;          /* device pool bytes (sim: exact; cuda: budget) */
+    size_t page_size;       /* 0 = 2 MiB */
+    double sim_bandwidth;   /* sim copy throttle, bytes/s; 0 = unthrottled */
+    int threads;            /* CPU threads for cpu/sim kernels; 0 = all cores */
+    int gpu;                /* cuda device index */
+} be_params_t;
+
+/* Constructors, called only by the registry (backend.c). Each fills the
+ * slots it implements and leaves optional ones NULL. */
+backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen);
+backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen);
+backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen);
+int be_cuda_probe(void); /* number of visible CUDA devices (cuda.cu) */
+
+/* Open a backend (the registry: the one place that knows which exist).
+ * Optional slots left NULL get the dispatcher's fallbacks, so callers may
+ * call every slot.
+ * NULL + reason in err on failure. Close with be_close. */
+backend_t *be_open(const be_params_t *p, char *err, size_t errlen);
+void be_close(backend_t *be); /* accepts NULL */
+/* 1 if a CUDA device is visible (0 when CUDA is not built in). */
+int be_cuda_available(void);
+
+#endif

@@ -1,0 +1,149 @@
+/* cpu: the production CPU backend: weights used in place from the host store (zero copy), CPU kernels. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cpu_ops.h"
+#include "pool.h"
+
+typedef struct cpu_ctx {
+    cpuk_t *k; /* first: the kernels find their state here */
+    pool_t *pool;
+} cpu_ctx_t;
+
+struct be_event {
+    be_copy_times_t t;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Device memory is host memory: a reserved anonymous range whose pages are
+ * made accessible on map and inaccessible again on unmap. */
+static int c_reserve(void *ctx, size_t bytes, void **base)
+{
+    (void)ctx;
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return BE_ERR_NOMEM;
+    *base = p;
+    return 0;
+}
+
+static int c_map(void *ctx, void *base, size_t off, size_t bytes)
+{
+    (void)ctx;
+    void *p = mmap((char *)base + off, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? BE_ERR_NOMEM : 0;
+}
+
+static int c_unmap(void *ctx, void *base, size_t off, size_t bytes)
+{
+    (void)ctx;
+    void *p = mmap((char *)base + off, bytes, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? BE_ERR_DEVICE : 0;
+}
+
+static void c_release(void *ctx, void *base, size_t bytes)
+{
+    (void)ctx;
+    munmap(base, bytes);
+}
+
+static int c_event_new(void *ctx, be_event_t **ev)
+{
+    (void)ctx;
+    *ev = calloc(1, sizeof **ev);
+    return *ev ? 0 : BE_ERR_NOMEM;
+}
+
+static void c_event_free(void *ctx, be_event_t *ev)
+{
+    (void)ctx;
+    free(ev);
+}
+
+static int c_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev)
+{
+    (void)ctx;
+    double t0 = now_s();
+    memcpy(dst, src, bytes);
+    if (ev)
+        ev->t = (be_copy_times_t){t0, t0, now_s()};
+    return 0;
+}
+
+static int c_wait(void *ctx, be_event_t *ev)
+{
+    (void)ctx;
+    (void)ev;
+    return 0;
+}
+
+static int c_event_done(void *ctx, be_event_t *ev)
+{
+    (void)ctx;
+    (void)ev;
+    return 1;
+}
+
+static int c_event_times(void *ctx, be_event_t *ev, be_copy_times_t *t)
+{
+    (void)ctx;
+    *t = ev->t;
+    return 0;
+}
+
+static void c_close(void *ctxp)
+{
+    cpu_ctx_t *c = ctxp;
+    if (!c)
+        return;
+    cpuk_free(c->k);
+    pool_free(c->pool);
+    free(c);
+}
+
+backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen)
+{
+    backend_t *be = calloc(1, sizeof *be);
+    cpu_ctx_t *c = calloc(1, sizeof *c);
+    if (!be || !c)
+        goto fail;
+    c->pool = pool_new(p->threads);
+    c->k = c->pool ? cpuk_new(c->pool) : NULL;
+    if (!c->k)
+        goto fail;
+    be->name = "cpu";
+    be->ctx = c;
+    be->page_size = p->page_size ? p->page_size : 2u << 20;
+    be->pool_bytes = p->memory;
+    be->zero_copy = 1;
+    be->reserve = c_reserve;
+    be->map = c_map;
+    be->unmap = c_unmap;
+    be->release = c_release;
+    be->event_new = c_event_new;
+    be->event_free = c_event_free;
+    be->copy_h2d = c_copy_h2d;
+    be->wait = c_wait;
+    be->event_done = c_event_done;
+    be->event_times = c_event_times;
+    be->close = c_close;
+    cpuk_fill(be);
+    return be;
+fail:
+    snprintf(err, errlen, "cpu backend: out of memory");
+    c_close(c);
+    free(be);
+    return NULL;
+}

@@ -1,0 +1,305 @@
+/* cpu_ops: the CPU kernels behind the backend vtable, shared by the cpu and sim backends. */
+#include "cpu_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+/* Tokens per GEMM block: keeps the activations of a block in L2 while the
+ * weight rows stream through. */
+#define CPUK_TOK_BLOCK 32
+
+struct cpuk {
+    pool_t *pool;
+    float *scores;   /* (threads, cap_ctx) attention scratch */
+    size_t cap_ctx;
+};
+
+/* Backend contexts start with the kernel state. */
+typedef struct cpuk_holder {
+    cpuk_t *k;
+} cpuk_holder_t;
+
+static cpuk_t *K(void *ctx)
+{
+    return ((cpuk_holder_t *)ctx)->k;
+}
+
+cpuk_t *cpuk_new(pool_t *pool)
+{
+    cpuk_t *k = calloc(1, sizeof *k);
+    if (k)
+        k->pool = pool;
+    return k;
+}
+
+void cpuk_free(cpuk_t *k)
+{
+    if (!k)
+        return;
+    free(k->scores);
+    free(k);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct mm_task {
+    const be_mm_t *jobs;
+    int n_jobs;
+    const float *x;
+    size_t x_stride, n_tok;
+} mm_task_t;
+
+static void mm_worker(void *ctxp, int tid, int nth)
+{
+    const mm_task_t *t = ctxp;
+    long total = 0;
+    for (int j = 0; j < t->n_jobs; j++)
+        total += t->jobs[j].w->n_out;
+    long lo, hi;
+    pool_range(tid, nth, total, &lo, &hi);
+    for (size_t tb = 0; tb < t->n_tok; tb += CPUK_TOK_BLOCK) {
+        size_t te = tb + CPUK_TOK_BLOCK < t->n_tok ? tb + CPUK_TOK_BLOCK : t->n_tok;
+        long base = 0;
+        for (int j = 0; j < t->n_jobs; j++) {
+            const be_mm_t *jb = &t->jobs[j];
+            long n_out = jb->w->n_out;
+            long r0 = lo > base ? lo - base : 0;
+            long r1 = hi - base < n_out ? hi - base : n_out;
+            size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
+            for (long r = r0; r < r1; r++) {
+                const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
+                for (size_t ti = tb; ti < te; ti += QUANT_DOTN_MAX) {
+                    int nx = (int)(te - ti < QUANT_DOTN_MAX ? te - ti : QUANT_DOTN_MAX);
+                    const float *xs[QUANT_DOTN_MAX];
+                    for (int i = 0; i < nx; i++)
+                        xs[i] = t->x + (ti + i) * t->x_stride;
+                    float out[QUANT_DOTN_MAX];
+                    quant_dotn(jb->w->type, row, xs, nx, jb->w->n_in, out);
+                    for (int i = 0; i < nx; i++)
+                        jb->y[(ti + i) * jb->y_stride + (size_t)r] = out[i];
+                }
+            }
+            base += n_out;
+        }
+    }
+}
+
+static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                    size_t n_tok)
+{
+    mm_task_t t = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .x_stride = x_stride, .n_tok = n_tok};
+    pool_run(K(ctx)->pool, mm_worker, &t);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ small ops */
+
+static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+                   float *out, size_t stride)
+{
+    (void)ctx;
+    size_t rb = quant_row_bytes(tab->type, tab->n_in);
+    for (size_t t = 0; t < n_tok; t++)
+        quant_row_to_f32(tab->type, (const uint8_t *)tab->data + (size_t)ids[t] * rb,
+                         out + t * stride, tab->n_in);
+    return 0;
+}
+
+static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+                     size_t stride, float eps)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++) {
+        const float *xi = x + t * stride;
+        float *o = out + t * stride;
+        float ss = 0.0f;
+        for (size_t i = 0; i < n; i++)
+            ss += xi[i] * xi[i];
+        float s = 1.0f / sqrtf(ss / (float)n + eps);
+        for (size_t i = 0; i < n; i++)
+            o[i] = xi[i] * s * w[i];
+    }
+    return 0;
+}
+
+static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            y[t * stride + i] += b[i];
+    return 0;
+}
+
+static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
+                  const uint32_t *pos, const model_hparams_t *hp)
+{
+    (void)ctx;
+    uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
+    for (size_t t = 0; t < n_tok; t++) {
+        for (uint32_t i = 0; i < half; i++) {
+            float inv_freq = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+            float theta = (float)pos[t] * inv_freq;
+            float c = cosf(theta), s = sinf(theta);
+            uint32_t a = hp->rope_neox ? i : 2 * i;
+            uint32_t b = hp->rope_neox ? i + half : 2 * i + 1;
+            for (uint32_t h = 0; h < n_heads; h++) {
+                float *v = vec + t * stride + (size_t)h * hd;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+    return 0;
+}
+
+static inline size_t kv_off(const be_att_t *a, uint32_t pos)
+{
+    return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
+}
+
+static int k_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
+{
+    (void)ctx;
+    size_t kvd = (size_t)a->n_head_kv * a->head_dim;
+    for (size_t t = 0; t < n_tok; t++) {
+        const be_tok_t *bt = &a->toks[t];
+        memcpy(bt->k_base + kv_off(a, bt->pos), k + t * a->stride, kvd * sizeof(float));
+        memcpy(bt->v_base + kv_off(a, bt->pos), v + t * a->stride, kvd * sizeof(float));
+    }
+    return 0;
+}
+
+typedef struct att_task {
+    cpuk_t *k;
+    const be_att_t *a;
+    const float *q;
+    float *out;
+    size_t n_tok;
+} att_task_t;
+
+static void att_worker(void *ctxp, int tid, int nth)
+{
+    const att_task_t *at = ctxp;
+    const be_att_t *a = at->a;
+    uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = at->k->scores + (size_t)tid * at->k->cap_ctx;
+    long lo, hi;
+    pool_range(tid, nth, (long)(at->n_tok * a->n_head), &lo, &hi);
+    for (long item = lo; item < hi; item++) {
+        size_t t = (size_t)item / a->n_head;
+        uint32_t h = (uint32_t)((size_t)item % a->n_head);
+        const be_tok_t *bt = &a->toks[t];
+        uint32_t kvh = h / group;
+        const float *q = at->q + t * a->stride + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (uint32_t p = 0; p <= bt->pos; p++) {
+            float s = quant_dot_f32(q, bt->k_base + kv_off(a, p) + (size_t)kvh * hd, hd) * scale;
+            sc[p] = s;
+            if (s > mx)
+                mx = s;
+        }
+        float sum = 0.0f;
+        for (uint32_t p = 0; p <= bt->pos; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float inv = 1.0f / sum;
+        float *o = at->out + t * a->stride + (size_t)h * hd;
+        memset(o, 0, hd * sizeof(float));
+        for (uint32_t p = 0; p <= bt->pos; p++)
+            quant_axpy_f32(o, sc[p] * inv, bt->v_base + kv_off(a, p) + (size_t)kvh * hd, hd);
+    }
+}
+
+static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
+{
+    cpuk_t *k = K(ctx);
+    size_t need = 0;
+    for (size_t t = 0; t < n_tok; t++)
+        if ((size_t)a->toks[t].pos + 1 > need)
+            need = (size_t)a->toks[t].pos + 1;
+    if (need > k->cap_ctx) {
+        float *s = malloc((size_t)pool_size(k->pool) * need * sizeof(float));
+        if (!s)
+            return BE_ERR_NOMEM;
+        free(k->scores);
+        k->scores = s;
+        k->cap_ctx = need;
+    }
+    att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
+    pool_run(k->pool, att_worker, &at);
+    return 0;
+}
+
+static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++) {
+        float *gi = g + t * stride;
+        const float *ui = u + t * stride;
+        for (size_t i = 0; i < n; i++)
+            gi[i] = gi[i] / (1.0f + expf(-gi[i])) * ui[i];
+    }
+    return 0;
+}
+
+static int k_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            x[t * stride + i] += y[t * stride + i];
+    return 0;
+}
+
+static int k_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
+                    size_t n, size_t stride)
+{
+    (void)ctx;
+    for (size_t r = 0; r < n_rows; r++)
+        memmove(dst + r * stride, src + (size_t)rows[r] * stride, n * sizeof(float));
+    return 0;
+}
+
+static void *k_buf_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void k_buf_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static int k_sync(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+void cpuk_fill(backend_t *be)
+{
+    be->buf_alloc = k_buf_alloc;
+    be->buf_free = k_buf_free;
+    be->download = NULL;
+    be->upload = NULL;
+    be->sync = k_sync;
+    be->embed = k_embed;
+    be->rmsnorm = k_rmsnorm;
+    be->matmul = k_matmul;
+    be->add_bias = k_add_bias;
+    be->rope = k_rope;
+    be->kv_store = k_kv_store;
+    be->attention = k_attention;
+    be->silu_mul = k_silu_mul;
+    be->add = k_add;
+    be->gather = k_gather;
+}
