@@ -14,6 +14,25 @@ else
 CUDA ?= 1
 endif
 
+# CUDA backend: compiled with nvcc into the same library. cudart is linked
+# statically and libcublas is dlopen'ed at run time, so binaries start on
+# machines without a GPU driver or CUDA libraries (the backend then reports
+# itself unavailable and its tests skip).
+CUDA_SRC := $(wildcard daemon/backend/*.cu)
+ifeq ($(CUDA)$(if $(CUDA_SRC),1,0),11)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings \
+             -Idaemon -Idaemon/engine -Idaemon/backend -DGPUSWAPD_CUDA
+CUDA_DEFS := -DGPUSWAPD_CUDA
+CUDA_LIBS := $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lstdc++
+else
+CUDA_OBJ :=
+CUDA_DEFS :=
+CUDA_LIBS :=
+endif
+
 PKGS := libevent jansson yaml-0.1 libsystemd libpcre2-8
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config python3-numpy
 
@@ -28,8 +47,9 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -Idaemon -Idaemon/engine -Itests/tools/lib -Idaemon/backend -Iproto -Iconfig $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
-LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(LDLIBS)
+              -Idaemon -Idaemon/engine -Itests/tools/lib -Idaemon/backend -Iproto -Iconfig $(PKG_CFLAGS) $(SANFLAGS) \
+              $(CUDA_DEFS) $(CFLAGS)
+LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Everything but main.c goes into one library that the daemon, tools and tests link.
@@ -42,6 +62,7 @@ UNIT_SRC   := $(wildcard tests/unit/*.c)
 BENCH_SRC  := $(wildcard tests/bench/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
 
 ENGINE_LIB := $(BUILD)/libengine.a
 TOOLS_LIB  := $(BUILD)/libtesttools.a
@@ -74,7 +95,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(ENGINE_LIB): $(call obj,$(ENGINE_SRC))
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 

@@ -1,0 +1,684 @@
+/* residency: the device page pool, per-model mappings, pipelined page-in, tail-first GreedyDual eviction, quotas and KV pages. */
+#include "residency.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Reload cost model for the GreedyDual score: seconds = fixed + bytes / bw. */
+#define RES_COST_FIXED_S 1e-3
+#define RES_COST_BW 25e9
+
+typedef struct res_seg {
+    res_seg_state_t state;
+    be_event_t *ev;      /* copy completion */
+    int timed;           /* copy time already added to the counters */
+    be_copy_times_t t;
+} res_seg_t;
+
+typedef struct res_kv {
+    kv_seq_t kv;         /* first: kv_seq_t pointers are res_kv pointers */
+    res_model_t *m;
+    size_t range_bytes;  /* reserved per array (k and v) */
+    size_t mapped_bytes; /* mapped per array */
+} res_kv_t;
+
+struct res_model {
+    res_t *r;
+    store_model_t *sm;
+    res_cfg_t cfg;
+    void *base;              /* device range holding the image layout */
+    res_seg_t *segs;         /* sm->n_segs */
+    model_weights_t dev;     /* weights at base */
+    model_layer_t *dev_layers;
+    size_t weight_bytes;     /* spans mapped (resident or in flight) */
+    size_t kv_bytes;         /* KV pages mapped */
+    int running;
+    int n_kv;
+    double freq;             /* uses, for the GreedyDual score */
+    double h;                /* GreedyDual value: lowest goes first */
+    stats_res_t st;
+    struct res_model *next;
+};
+
+struct res {
+    backend_t *be;
+    size_t page;
+    size_t n_pages, free_pages;
+    double L;                /* GreedyDual inflation value */
+    res_model_t *models;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static size_t pages_of(const res_t *r, size_t bytes)
+{
+    return (bytes + r->page - 1) / r->page;
+}
+
+static size_t quota_of(const res_t *r, const res_model_t *m)
+{
+    return m->cfg.gpu_quota ? m->cfg.gpu_quota : r->n_pages * r->page;
+}
+
+/* ------------------------------------------------------------------ pool */
+
+res_t *res_new(backend_t *be, char *err, size_t errlen)
+{
+    if (be->page_size == 0 || be->pool_bytes < be->page_size) {
+        snprintf(err, errlen, "%s backend: device pool of %zu bytes holds no %zu-byte page",
+                 be->name, be->pool_bytes, be->page_size);
+        return NULL;
+    }
+    res_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->be = be;
+    r->page = be->page_size;
+    r->n_pages = be->pool_bytes / be->page_size;
+    r->free_pages = r->n_pages;
+    return r;
+}
+
+void res_free(res_t *r)
+{
+    if (!r)
+        return;
+    while (r->models)
+        if (res_remove(r, r->models))
+            break;
+    free(r);
+}
+
+size_t res_page_size(const res_t *r) { return r->page; }
+const res_cfg_t *res_cfg(const res_model_t *m) { return &m->cfg; }
+store_model_t *res_store_model(const res_model_t *m) { return m->sm; }
+const model_weights_t *res_weights(const res_model_t *m) { return &m->dev; }
+size_t res_model_bytes(const res_model_t *m) { return m->weight_bytes + m->kv_bytes; }
+
+static void update_gauges(res_model_t *m)
+{
+    m->st.curr_resident_bytes = m->weight_bytes;
+    m->st.curr_kv_bytes = m->kv_bytes;
+    m->st.curr_running = (uint64_t)m->running;
+    m->st.curr_kv_seqs = (uint64_t)m->n_kv;
+}
+
+/* Move finished copies to RESIDENT and account their copy time. */
+static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
+{
+    res_seg_t *sg = &m->segs[s];
+    if (sg->state != RES_SEG_INFLIGHT || r->be->event_done(r->be->ctx, sg->ev) != 1)
+        return;
+    sg->state = RES_SEG_RESIDENT;
+    if (!sg->timed && r->be->event_times(r->be->ctx, sg->ev, &sg->t) == 0) {
+        m->st.total_copy_ns += (uint64_t)((sg->t.end - sg->t.start) * 1e9);
+        sg->timed = 1;
+    }
+}
+
+static void settle(res_t *r, res_model_t *m)
+{
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        settle_seg(r, m, s);
+}
+
+/* Block the host until a queued copy has landed (before unmapping it). */
+static void copy_sync(res_t *r, res_seg_t *sg)
+{
+    while (r->be->event_done(r->be->ctx, sg->ev) == 0) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void count_eviction(res_model_t *m, res_cause_t cause)
+{
+    switch (cause) {
+    case RES_CAUSE_CAPACITY: m->st.evictions_capacity++; break;
+    case RES_CAUSE_QUOTA: m->st.evictions_quota++; break;
+    case RES_CAUSE_ADMIN: m->st.evictions_admin++; break;
+    case RES_CAUSE_PREEMPTION: m->st.evictions_preemption++; break;
+    }
+}
+
+static int evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
+{
+    res_seg_t *sg = &m->segs[s];
+    if (sg->state == RES_SEG_ABSENT)
+        return 0;
+    if (sg->state == RES_SEG_INFLIGHT)
+        copy_sync(r, sg);
+    settle_seg(r, m, s);
+    const store_seg_t *ss = &m->sm->segs[s];
+    if (r->be->unmap(r->be->ctx, m->base, ss->off, ss->span))
+        return RES_ERR_DEVICE;
+    sg->state = RES_SEG_ABSENT;
+    sg->timed = 0;
+    m->weight_bytes -= ss->span;
+    r->free_pages += ss->span / r->page;
+    m->st.total_bytes_evicted += ss->span;
+    count_eviction(m, cause);
+    update_gauges(m);
+    return 0;
+}
+
+/* Highest-index mapped segment in [lo, hi), or -1. */
+static int64_t tail_seg(const res_model_t *m, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t s = hi; s-- > lo;)
+        if (m->segs[s].state != RES_SEG_ABSENT)
+            return s;
+    return -1;
+}
+
+static int evictable(const res_model_t *v)
+{
+    return v->running == 0 && !v->cfg.pinned && v->weight_bytes > 0;
+}
+
+/* GreedyDual-Size-Frequency: value of keeping m per byte of pool. */
+static void touch(res_t *r, res_model_t *m)
+{
+    double bytes = (double)m->sm->image_bytes;
+    double cost = RES_COST_FIXED_S + bytes / RES_COST_BW;
+    double prio = m->cfg.priority > 0 ? m->cfg.priority : 1.0;
+    m->freq += 1.0;
+    m->h = r->L + m->freq * prio * cost / bytes * 1e9;
+}
+
+static res_model_t *pick_victim(res_t *r, const res_model_t *except)
+{
+    res_model_t *best = NULL;
+    for (res_model_t *v = r->models; v; v = v->next)
+        if (v != except && evictable(v) && (!best || v->h < best->h))
+            best = v;
+    return best;
+}
+
+/* Free pages by evicting idle models tail-first until need pages are free. */
+static int make_room_others(res_t *r, const res_model_t *m, size_t need)
+{
+    while (r->free_pages < need) {
+        res_model_t *v = pick_victim(r, m);
+        if (!v)
+            return RES_ERR_NOSPACE;
+        r->L = v->h > r->L ? v->h : r->L;
+        int64_t s = tail_seg(v, 0, v->sm->n_segs);
+        int rc = evict_seg(r, v, (uint32_t)s, RES_CAUSE_CAPACITY);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Map segment s and queue its copy. */
+static int page_in(res_t *r, res_model_t *m, uint32_t s)
+{
+    const store_seg_t *ss = &m->sm->segs[s];
+    res_seg_t *sg = &m->segs[s];
+    uint64_t t0 = now_ns();
+    if (r->be->map(r->be->ctx, m->base, ss->off, ss->span))
+        return RES_ERR_DEVICE;
+    m->st.total_map_ns += now_ns() - t0;
+    r->free_pages -= ss->span / r->page;
+    m->weight_bytes += ss->span;
+    if (r->be->copy_h2d(r->be->ctx, (uint8_t *)m->base + ss->off, m->sm->image + ss->off, ss->span,
+                        sg->ev)) {
+        r->be->unmap(r->be->ctx, m->base, ss->off, ss->span);
+        r->free_pages += ss->span / r->page;
+        m->weight_bytes -= ss->span;
+        return RES_ERR_DEVICE;
+    }
+    sg->state = RES_SEG_INFLIGHT;
+    sg->timed = 0;
+    m->st.total_page_ins++;
+    m->st.total_bytes_in += ss->span;
+    update_gauges(m);
+    return 0;
+}
+
+/* Page in missing segments in order while they fit the quota and the pool
+ * (evicting idle models when evict is set). Stops at the first that does not. */
+static int page_in_prefix(res_t *r, res_model_t *m, int evict)
+{
+    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
+        if (m->segs[s].state != RES_SEG_ABSENT)
+            continue;
+        size_t span = m->sm->segs[s].span;
+        if (res_model_bytes(m) + span > quota_of(r, m))
+            return 0;
+        size_t need = span / r->page;
+        if (r->free_pages < need) {
+            if (!evict)
+                return 0;
+            int rc = make_room_others(r, m, need);
+            if (rc == RES_ERR_NOSPACE)
+                return 0;
+            if (rc)
+                return rc;
+        }
+        int rc = page_in(r, m, s);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ models */
+
+int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out, char *err,
+            size_t errlen)
+{
+    size_t max_other = 0;
+    for (uint32_t s = 1; s < sm->n_segs; s++)
+        if (sm->segs[s].span > max_other)
+            max_other = sm->segs[s].span;
+    size_t min_bytes = sm->segs[0].span + max_other;
+    res_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return RES_ERR_NOMEM;
+    }
+    m->r = r;
+    m->sm = sm;
+    m->cfg = *cfg;
+    if (m->cfg.priority <= 0)
+        m->cfg.priority = 1.0;
+    size_t quota = quota_of(r, m);
+    if (!r->be->zero_copy && (min_bytes > quota || min_bytes > r->n_pages * r->page)) {
+        snprintf(err, errlen,
+                 "model '%s': needs at least %.1f MiB on the device (embedding + largest layer), "
+                 "but its gpu_quota is %.1f MiB and the pool %.1f MiB",
+                 sm->name, min_bytes / 1048576.0, quota / 1048576.0,
+                 r->n_pages * r->page / 1048576.0);
+        free(m);
+        return RES_ERR_QUOTA;
+    }
+    m->segs = calloc(sm->n_segs, sizeof *m->segs);
+    m->dev_layers = calloc(sm->model->hp.n_layer, sizeof *m->dev_layers);
+    if (!m->segs || !m->dev_layers)
+        goto oom;
+    if (r->be->zero_copy) {
+        /* weights are used in place: always resident, nothing to page */
+        for (uint32_t s = 0; s < sm->n_segs; s++)
+            m->segs[s].state = RES_SEG_RESIDENT;
+        if (store_weights_at(sm, sm->image, &m->dev, m->dev_layers))
+            goto oom;
+    } else {
+        if (r->be->reserve(r->be->ctx, sm->image_bytes, &m->base)) {
+            snprintf(err, errlen, "model '%s': cannot reserve %.1f MiB of device address space",
+                     sm->name, sm->image_bytes / 1048576.0);
+            free(m->segs);
+            free(m->dev_layers);
+            free(m);
+            return RES_ERR_DEVICE;
+        }
+        for (uint32_t s = 0; s < sm->n_segs; s++)
+            if (r->be->event_new(r->be->ctx, &m->segs[s].ev))
+                goto oom;
+        if (store_weights_at(sm, m->base, &m->dev, m->dev_layers))
+            goto oom;
+    }
+    m->next = r->models;
+    r->models = m;
+    update_gauges(m);
+    *out = m;
+    return RES_OK;
+oom:
+    snprintf(err, errlen, "out of memory");
+    if (m->base)
+        r->be->release(r->be->ctx, m->base, sm->image_bytes);
+    for (uint32_t s = 0; m->segs && s < sm->n_segs; s++)
+        if (m->segs[s].ev)
+            r->be->event_free(r->be->ctx, m->segs[s].ev);
+    free(m->segs);
+    free(m->dev_layers);
+    free(m);
+    return RES_ERR_NOMEM;
+}
+
+int res_remove(res_t *r, res_model_t *m)
+{
+    if (m->running || m->n_kv)
+        return RES_ERR_BUSY;
+    if (!r->be->zero_copy) {
+        for (uint32_t s = 0; s < m->sm->n_segs; s++) {
+            if (m->segs[s].state != RES_SEG_ABSENT)
+                evict_seg(r, m, s, RES_CAUSE_ADMIN);
+            r->be->event_free(r->be->ctx, m->segs[s].ev);
+        }
+        r->be->release(r->be->ctx, m->base, m->sm->image_bytes);
+    }
+    res_model_t **pp = &r->models;
+    while (*pp && *pp != m)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = m->next;
+    free(m->segs);
+    free(m->dev_layers);
+    free(m);
+    return RES_OK;
+}
+
+int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen)
+{
+    res_cfg_t c = *cfg;
+    if (c.priority <= 0)
+        c.priority = 1.0;
+    m->cfg = c;
+    /* shrink to a lowered quota now, tail-first, unless running */
+    while (res_model_bytes(m) > quota_of(r, m) && !m->running) {
+        int64_t s = tail_seg(m, 0, m->sm->n_segs);
+        if (s < 0)
+            break;
+        if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_QUOTA)) {
+            snprintf(err, errlen, "model '%s': eviction failed", m->sm->name);
+            return RES_ERR_DEVICE;
+        }
+    }
+    return RES_OK;
+}
+
+/* ------------------------------------------------------------------ passes */
+
+int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
+{
+    settle(r, m);
+    m->running++;
+    touch(r, m);
+    if (r->be->zero_copy) {
+        m->st.total_hits++;
+        update_gauges(m);
+        return RES_OK;
+    }
+    int miss = 0;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        miss |= m->segs[s].state == RES_SEG_ABSENT;
+    if (miss)
+        m->st.total_misses++;
+    else
+        m->st.total_hits++;
+    int rc = page_in_prefix(r, m, 1);
+    update_gauges(m);
+    if (rc) {
+        snprintf(err, errlen, "model '%s': page-in failed on the %s backend", m->sm->name,
+                 r->be->name);
+        m->running--;
+        update_gauges(m);
+    }
+    return rc;
+}
+
+void res_release(res_t *r, res_model_t *m)
+{
+    if (m->running > 0)
+        m->running--;
+    settle(r, m);
+    update_gauges(m);
+}
+
+int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen)
+{
+    if (r->be->zero_copy)
+        return RES_OK;
+    settle(r, m);
+    touch(r, m);
+    int rc = page_in_prefix(r, m, evict);
+    if (rc)
+        snprintf(err, errlen, "model '%s': prefetch failed", m->sm->name);
+    return rc;
+}
+
+int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs)
+{
+    if (r->be->zero_copy)
+        return RES_OK;
+    if (m->running)
+        return RES_ERR_BUSY;
+    for (uint32_t n = 0; max_segs == 0 || n < max_segs; n++) {
+        int64_t s = tail_seg(m, 0, m->sm->n_segs);
+        if (s < 0)
+            break;
+        int rc = evict_seg(r, m, (uint32_t)s, cause);
+        if (rc)
+            return rc;
+    }
+    return RES_OK;
+}
+
+/* The forward pass's wait hook: segment seg is about to be read. */
+static int hook_wait(void *ctx, uint32_t seg)
+{
+    res_model_t *m = ctx;
+    res_t *r = m->r;
+    if (r->be->zero_copy)
+        return 0;
+    res_seg_t *sg = &m->segs[seg];
+    if (sg->state == RES_SEG_ABSENT) {
+        /* streaming: acquire could not fit this one. Make room from idle
+         * models, then from this model's own segments, the one needed
+         * furthest ahead first (Belady for a cyclic pass): the highest
+         * below seg, else the highest above it; never the embedding (tied
+         * heads read it at the end of the pass). */
+        size_t span = m->sm->segs[seg].span, need = span / r->page;
+        for (;;) {
+            int over_quota = res_model_bytes(m) + span > quota_of(r, m);
+            if (!over_quota && r->free_pages >= need)
+                break;
+            if (!over_quota && make_room_others(r, m, need) == 0)
+                break;
+            int64_t own = tail_seg(m, 1, seg);
+            if (own < 0)
+                own = tail_seg(m, seg + 1, m->sm->n_segs);
+            if (own < 0)
+                return RES_ERR_NOSPACE;
+            int rc = evict_seg(r, m, (uint32_t)own,
+                               over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
+            if (rc)
+                return rc;
+        }
+        int rc = page_in(r, m, seg);
+        if (rc)
+            return rc;
+        /* queue the next ones too while they fit without evicting */
+        for (uint32_t s = seg + 1; s < m->sm->n_segs; s++) {
+            if (m->segs[s].state != RES_SEG_ABSENT)
+                continue;
+            size_t sp = m->sm->segs[s].span;
+            if (res_model_bytes(m) + sp > quota_of(r, m) || r->free_pages < sp / r->page)
+                break;
+            if ((rc = page_in(r, m, s)))
+                return rc;
+        }
+    }
+    if (sg->state == RES_SEG_INFLIGHT) {
+        if (r->be->wait(r->be->ctx, sg->ev))
+            return RES_ERR_DEVICE;
+        settle_seg(r, m, seg);
+        /* cuda's wait is a stream dependency: the segment counts as resident
+         * for scheduling as soon as compute is ordered after its copy */
+        if (sg->state == RES_SEG_INFLIGHT && r->be->event_done(r->be->ctx, sg->ev) < 0)
+            return RES_ERR_DEVICE;
+    }
+    return 0;
+}
+
+fwd_hooks_t res_hooks(res_model_t *m)
+{
+    return (fwd_hooks_t){.wait = hook_wait, .ctx = m};
+}
+
+/* ------------------------------------------------------------------ KV caches */
+
+int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err,
+               size_t errlen)
+{
+    const model_hparams_t *hp = &m->sm->model->hp;
+    res_kv_t *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(err, errlen, "out of memory");
+        return RES_ERR_NOMEM;
+    }
+    k->m = m;
+    k->kv.n_layer = hp->n_layer;
+    k->kv.n_ctx = n_ctx;
+    k->kv.kv_dim = hp->n_head_kv * hp->head_dim;
+    k->kv.owner = k;
+    k->range_bytes = pages_of(r, kv_seq_bytes(hp, n_ctx) / 2) * r->page;
+    void *kb = NULL, *vb = NULL;
+    if (r->be->zero_copy) {
+        /* host memory is device memory: plain allocations, no quota */
+        kb = malloc(k->range_bytes);
+        vb = malloc(k->range_bytes);
+        if (!kb || !vb) {
+            free(kb);
+            free(vb);
+            free(k);
+            snprintf(err, errlen, "model '%s': out of memory for a KV cache of %u positions",
+                     m->sm->name, n_ctx);
+            return RES_ERR_NOMEM;
+        }
+    } else if (r->be->reserve(r->be->ctx, k->range_bytes, &kb) ||
+        r->be->reserve(r->be->ctx, k->range_bytes, &vb)) {
+        if (kb)
+            r->be->release(r->be->ctx, kb, k->range_bytes);
+        free(k);
+        snprintf(err, errlen, "model '%s': cannot reserve address space for a KV cache",
+                 m->sm->name);
+        return RES_ERR_DEVICE;
+    }
+    k->kv.k = kb;
+    k->kv.v = vb;
+    m->n_kv++;
+    m->st.total_kv_allocs++;
+    update_gauges(m);
+    *out = &k->kv;
+    return RES_OK;
+}
+
+int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen)
+{
+    res_kv_t *k = kv->owner;
+    res_model_t *m = k->m;
+    if (n_pos > kv->n_ctx) {
+        snprintf(err, errlen, "model '%s': %u positions exceed the KV cache of %u", m->sm->name,
+                 n_pos, kv->n_ctx);
+        return RES_ERR_QUOTA;
+    }
+    if (r->be->zero_copy)
+        return RES_OK;
+    size_t per_pos = (size_t)kv->n_layer * kv->kv_dim * sizeof(float);
+    size_t want = pages_of(r, n_pos * per_pos) * r->page;
+    if (want <= k->mapped_bytes)
+        return RES_OK;
+    size_t extra = 2 * (want - k->mapped_bytes);
+    /* quota: shed this model's own tail (not the embedding) */
+    while (res_model_bytes(m) + extra > quota_of(r, m)) {
+        int64_t s = tail_seg(m, 1, m->sm->n_segs);
+        if (s < 0) {
+            snprintf(err, errlen, "model '%s': its KV cache cannot grow to %u positions within "
+                     "its gpu_quota", m->sm->name, n_pos);
+            return RES_ERR_QUOTA;
+        }
+        if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_QUOTA))
+            return RES_ERR_DEVICE;
+    }
+    /* capacity: idle models first, then this model's own tail (it streams) */
+    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page)) {
+        int64_t s = tail_seg(m, 1, m->sm->n_segs);
+        if (s < 0) {
+            snprintf(err, errlen, "model '%s': no device memory for the KV cache (the pool is "
+                     "held by running or pinned models)", m->sm->name);
+            return RES_ERR_NOSPACE;
+        }
+        if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_CAPACITY))
+            return RES_ERR_DEVICE;
+    }
+    size_t off = k->mapped_bytes, len = want - k->mapped_bytes;
+    if (r->be->map(r->be->ctx, kv->k, off, len))
+        return RES_ERR_DEVICE;
+    if (r->be->map(r->be->ctx, kv->v, off, len)) {
+        r->be->unmap(r->be->ctx, kv->k, off, len);
+        return RES_ERR_DEVICE;
+    }
+    k->mapped_bytes = want;
+    r->free_pages -= extra / r->page;
+    m->kv_bytes += extra;
+    update_gauges(m);
+    return RES_OK;
+}
+
+void res_kv_free(res_t *r, kv_seq_t *kv)
+{
+    if (!kv)
+        return;
+    res_kv_t *k = kv->owner;
+    res_model_t *m = k->m;
+    if (k->mapped_bytes) {
+        r->be->unmap(r->be->ctx, kv->k, 0, k->mapped_bytes);
+        r->be->unmap(r->be->ctx, kv->v, 0, k->mapped_bytes);
+        r->free_pages += 2 * k->mapped_bytes / r->page;
+        m->kv_bytes -= 2 * k->mapped_bytes;
+    }
+    if (r->be->zero_copy) {
+        free(kv->k);
+        free(kv->v);
+    } else {
+        r->be->release(r->be->ctx, kv->k, k->range_bytes);
+        r->be->release(r->be->ctx, kv->v, k->range_bytes);
+    }
+    m->n_kv--;
+    m->st.total_kv_frees++;
+    update_gauges(m);
+    free(k);
+}
+
+/* ------------------------------------------------------------------ state */
+
+res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg)
+{
+    settle_seg(r, m, seg);
+    return m->segs[seg].state;
+}
+
+int res_seg_times(res_t *r, res_model_t *m, uint32_t seg, be_copy_times_t *t)
+{
+    settle_seg(r, m, seg);
+    if (m->segs[seg].state != RES_SEG_RESIDENT || !m->segs[seg].timed)
+        return RES_ERR_BUSY;
+    *t = m->segs[seg].t;
+    return RES_OK;
+}
+
+int res_fully_resident(res_t *r, res_model_t *m)
+{
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        if (res_seg_state(r, m, s) != RES_SEG_RESIDENT)
+            return 0;
+    return 1;
+}
+
+void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out)
+{
+    settle(r, m);
+    update_gauges(m);
+    *out = m->st;
+}
+
+void res_pool_stats(const res_t *r, stats_pool_t *out)
+{
+    out->curr_pool_pages = r->n_pages;
+    out->curr_pool_free = r->free_pages;
+    out->curr_pool_used = r->n_pages - r->free_pages;
+    out->page_size = r->page;
+}

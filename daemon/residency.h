@@ -1,0 +1,94 @@
+/* residency: the device page pool, per-model mappings, pipelined page-in, tail-first GreedyDual eviction, quotas and KV pages. */
+#ifndef RESIDENCY_H
+#define RESIDENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "forward.h"
+#include "kv.h"
+#include "stats.h"
+#include "store.h"
+
+enum {
+    RES_OK = 0,
+    RES_ERR_NOSPACE = -1, /* no room now: the rest of the pool is running or pinned */
+    RES_ERR_QUOTA = -2,   /* can never fit: gpu_quota or the pool is too small */
+    RES_ERR_DEVICE = -3,  /* backend failure */
+    RES_ERR_NOMEM = -4,
+    RES_ERR_BUSY = -5,    /* model has running work or live KV caches */
+};
+
+typedef enum res_cause {
+    RES_CAUSE_CAPACITY = 0,
+    RES_CAUSE_QUOTA,
+    RES_CAUSE_ADMIN,
+    RES_CAUSE_PREEMPTION,
+} res_cause_t;
+
+typedef enum res_seg_state {
+    RES_SEG_ABSENT = 0,
+    RES_SEG_INFLIGHT,  /* mapped, copy queued */
+    RES_SEG_RESIDENT,  /* mapped, copy completed */
+} res_seg_state_t;
+
+typedef struct res_cfg {
+    size_t gpu_quota; /* bytes of weights + KV the model may hold; 0 = the whole pool */
+    int pinned;       /* never evicted */
+    double priority;  /* > 0; scales how much the model is worth keeping (default 1) */
+} res_cfg_t;
+
+typedef struct res res_t;
+typedef struct res_model res_model_t;
+
+/* be is borrowed. The pool is be->pool_bytes / be->page_size pages. */
+res_t *res_new(backend_t *be, char *err, size_t errlen);
+void res_free(res_t *r); /* models must have been removed; accepts NULL */
+
+/* Register a loaded model: reserves its virtual range, maps nothing. Fails
+ * with RES_ERR_QUOTA when the quota or pool cannot hold its embedding plus
+ * its largest other segment (the minimum to run, streaming the rest). */
+int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out, char *err,
+            size_t errlen);
+/* RES_ERR_BUSY while running or holding KV caches. */
+int res_remove(res_t *r, res_model_t *m);
+int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen);
+const res_cfg_t *res_cfg(const res_model_t *m);
+store_model_t *res_store_model(const res_model_t *m);
+
+/* Begin a forward pass: the model counts as running (never a victim) until
+ * res_release. Missing segments are mapped and their copies queued layer 0
+ * first, evicting idle models tail-first as needed; what does not fit now
+ * (quota, or the pool held by running work) is streamed in by the hooks. */
+int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen);
+void res_release(res_t *r, res_model_t *m);
+/* Weights to run the pass with (device addresses) and the hooks that wait
+ * for each segment's copy (and page in what acquire could not). */
+const model_weights_t *res_weights(const res_model_t *m);
+fwd_hooks_t res_hooks(res_model_t *m);
+
+/* Page in what fits without evicting anything (prefetch into free pages)
+ * or, with evict = 1, evicting idle models as acquire does. Not running. */
+int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen);
+/* Evict up to max_segs segments tail-first (0 = all). RES_ERR_BUSY if running. */
+int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs);
+
+/* KV caches in device pages, counted against the model's quota. */
+int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err,
+               size_t errlen);
+/* Map pages so positions [0, n_pos) fit; may evict (own tail for quota,
+ * idle models for capacity). RES_ERR_NOSPACE / RES_ERR_QUOTA otherwise. */
+int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen);
+void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
+
+/* State for tests, stats and schedulers. */
+res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);
+int res_seg_times(res_t *r, res_model_t *m, uint32_t seg, be_copy_times_t *t);
+size_t res_model_bytes(const res_model_t *m); /* resident weights + KV */
+int res_fully_resident(res_t *r, res_model_t *m);
+void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
+void res_pool_stats(const res_t *r, stats_pool_t *out);
+size_t res_page_size(const res_t *r);
+
+#endif

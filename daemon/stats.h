@@ -1,0 +1,62 @@
+/* stats: every counter and gauge declared once (X-macros), expanded for structs, reset, aggregation and reports. */
+#ifndef STATS_H
+#define STATS_H
+
+#include <stdint.h>
+
+/* Per-model residency counters (resettable): X(name, help). */
+#define STATS_RES_COUNTERS(X)                                                                      \
+    X(total_page_ins, "segments copied host->device")                                              \
+    X(total_bytes_in, "bytes copied host->device")                                                 \
+    X(total_copy_ns, "time the copy queue spent on this model's segments, ns")                    \
+    X(total_map_ns, "time spent mapping device pages for this model, ns")                         \
+    X(total_hits, "acquires that found every segment resident")                                    \
+    X(total_misses, "acquires that had to page something in")                                      \
+    X(evictions_capacity, "segments evicted to make room for another model")                       \
+    X(evictions_quota, "segments evicted to keep the model within its gpu_quota")                  \
+    X(evictions_admin, "segments evicted by an operator")                                          \
+    X(evictions_preemption, "segments evicted to preempt running work")                            \
+    X(total_bytes_evicted, "bytes of segments unmapped")                                           \
+    X(total_kv_allocs, "KV caches created")                                                        \
+    X(total_kv_frees, "KV caches freed")
+
+/* Per-model gauges (state, never reset): X(name, help). */
+#define STATS_RES_GAUGES(X)                                                                        \
+    X(curr_resident_bytes, "bytes of weights mapped on the device")                                \
+    X(curr_kv_bytes, "bytes of KV cache mapped on the device")                                     \
+    X(curr_running, "forward passes in progress")                                                  \
+    X(curr_kv_seqs, "live KV caches")
+
+typedef struct stats_res {
+#define STATS_FIELD(name, help) uint64_t name;
+    STATS_RES_COUNTERS(STATS_FIELD)
+    STATS_RES_GAUGES(STATS_FIELD)
+#undef STATS_FIELD
+} stats_res_t;
+
+/* Pool-wide gauges. */
+typedef struct stats_pool {
+    uint64_t curr_pool_pages;  /* pages in the pool */
+    uint64_t curr_pool_used;   /* pages mapped */
+    uint64_t curr_pool_free;   /* pages free */
+    uint64_t page_size;        /* bytes */
+} stats_pool_t;
+
+/* Zero the resettable counters, keep the gauges. */
+static inline void stats_res_reset(stats_res_t *s)
+{
+#define STATS_ZERO(name, help) s->name = 0;
+    STATS_RES_COUNTERS(STATS_ZERO)
+#undef STATS_ZERO
+}
+
+/* a += b for counters and gauges alike (totals over models). */
+static inline void stats_res_add(stats_res_t *a, const stats_res_t *b)
+{
+#define STATS_ADD(name, help) a->name += b->name;
+    STATS_RES_COUNTERS(STATS_ADD)
+    STATS_RES_GAUGES(STATS_ADD)
+#undef STATS_ADD
+}
+
+#endif

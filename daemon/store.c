@@ -1,0 +1,225 @@
+/* store: the host model store: loads GGUF models and repacks each into page-aligned segments in (pinned) host RAM. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "forward.h"
+
+/* Tensors inside a segment start on this boundary (kernels like aligned rows). */
+#define STORE_TENSOR_ALIGN 256
+
+struct store {
+    const backend_t *be;
+    size_t budget; /* bytes, 0 = unlimited */
+    size_t used;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static size_t round_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+store_t *store_new(const backend_t *be, size_t host_budget)
+{
+    store_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->be = be;
+    s->budget = host_budget;
+    return s;
+}
+
+void store_free(store_t *s)
+{
+    free(s);
+}
+
+size_t store_used(const store_t *s) { return s->used; }
+size_t store_budget(const store_t *s) { return s->budget; }
+
+/* Every weight view of a model with the segment it belongs to; tied output
+ * is left out (it aliases the embedding). Returns the count. */
+#define STORE_PER_LAYER 12
+static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t **v, uint32_t *seg)
+{
+    size_t n = 0;
+    v[n] = &w->tok_embd;
+    seg[n++] = FWD_SEG_EMBED;
+    for (uint32_t l = 0; l < n_layer; l++) {
+        model_layer_t *L = &w->layers[l];
+        model_weight_t *lw[STORE_PER_LAYER] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
+                                               &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
+                                               &L->w_up, &L->w_down};
+        for (int i = 0; i < STORE_PER_LAYER; i++) {
+            v[n] = lw[i];
+            seg[n++] = FWD_SEG_LAYER(l);
+        }
+    }
+    v[n] = &w->output_norm;
+    seg[n++] = FWD_SEG_HEAD(n_layer);
+    if (!w->tied) {
+        v[n] = &w->output;
+        seg[n++] = FWD_SEG_HEAD(n_layer);
+    }
+    return n;
+}
+
+/* Lays the tensors out: offsets within the image written into off[]. */
+static void layout(store_model_t *m, size_t page, model_weight_t **v, const uint32_t *seg,
+                   size_t nw, size_t *off)
+{
+    size_t pos = 0;
+    for (uint32_t s = 0; s < m->n_segs; s++) {
+        m->segs[s].off = pos;
+        size_t cur = 0;
+        for (size_t i = 0; i < nw; i++) {
+            if (seg[i] != s || !v[i]->data)
+                continue;
+            cur = round_up(cur, STORE_TENSOR_ALIGN);
+            off[i] = pos + cur;
+            cur += v[i]->nbytes;
+        }
+        m->segs[s].bytes = cur;
+        m->segs[s].span = round_up(cur ? cur : 1, page);
+        pos += m->segs[s].span;
+    }
+    m->image_bytes = pos;
+}
+
+static void free_model(const store_t *s, store_model_t *m)
+{
+    if (!m)
+        return;
+    if (m->image)
+        s->be->host_free(s->be->ctx, m->image, m->image_bytes);
+    free(m->host.layers);
+    free(m->segs);
+    free(m->woff);
+    model_close(m->model);
+    free(m->name);
+    free(m->path);
+    free(m);
+}
+
+int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
+               size_t errlen)
+{
+    double t0 = now_ms();
+    int rc = STORE_ERR_NOMEM;
+    model_weight_t **v = NULL;
+    uint32_t *seg = NULL;
+    size_t *off = NULL;
+    store_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        goto oom;
+    m->name = strdup(name);
+    m->path = strdup(path);
+    if (!m->name || !m->path)
+        goto oom;
+    char merr[512];
+    m->model = model_open(path, merr, sizeof merr);
+    if (!m->model) {
+        snprintf(err, errlen, "model '%s': %s", name, merr);
+        rc = STORE_ERR_LOAD;
+        goto fail;
+    }
+    const model_hparams_t *hp = &m->model->hp;
+    m->n_segs = hp->n_layer + 2;
+    m->segs = calloc(m->n_segs, sizeof *m->segs);
+    m->host.layers = calloc(hp->n_layer, sizeof *m->host.layers);
+    size_t maxw = 4 + (size_t)hp->n_layer * STORE_PER_LAYER;
+    v = calloc(maxw, sizeof *v);
+    seg = calloc(maxw, sizeof *seg);
+    off = calloc(maxw, sizeof *off);
+    if (!m->segs || !m->host.layers || !v || !seg || !off)
+        goto oom;
+    /* views of the file's weights, then the same views rebased on the image */
+    model_weights_t file = m->model->w;
+    size_t nw = list_weights(&file, hp->n_layer, v, seg);
+    layout(m, s->be->page_size, v, seg, nw, off);
+    if (s->budget && m->image_bytes > s->budget - s->used) {
+        snprintf(err, errlen,
+                 "model '%s' (%s): needs %.1f MiB of host memory, %.1f MiB of the %.1f MiB "
+                 "host budget are left",
+                 name, path, m->image_bytes / 1048576.0, (s->budget - s->used) / 1048576.0,
+                 s->budget / 1048576.0);
+        rc = STORE_ERR_BUDGET;
+        goto fail;
+    }
+    m->image = s->be->host_alloc(s->be->ctx, m->image_bytes);
+    if (!m->image) {
+        snprintf(err, errlen, "model '%s': cannot allocate %.1f MiB of %shost memory", name,
+                 m->image_bytes / 1048576.0, s->be->needs_pinned ? "pinned " : "");
+        rc = STORE_ERR_NOMEM;
+        goto fail;
+    }
+    /* zero the padding so the image (and every device copy) is deterministic */
+    for (uint32_t i = 0; i < m->n_segs; i++)
+        memset(m->image + m->segs[i].off, 0, m->segs[i].span);
+    for (size_t i = 0; i < nw; i++)
+        if (v[i]->data)
+            memcpy(m->image + off[i], v[i]->data, v[i]->nbytes);
+    m->woff = off;
+    m->n_w = nw;
+    off = NULL;
+    if (store_weights_at(m, m->image, &m->host, m->host.layers))
+        goto oom;
+    s->used += m->image_bytes;
+    m->load_ms = now_ms() - t0;
+    free(v);
+    free(seg);
+    *out = m;
+    return STORE_OK;
+oom:
+    snprintf(err, errlen, "model '%s': out of memory", name);
+    rc = STORE_ERR_NOMEM;
+fail:
+    free(v);
+    free(seg);
+    free(off);
+    free_model(s, m);
+    return rc;
+}
+
+void store_unload(store_t *s, store_model_t *m)
+{
+    if (!m)
+        return;
+    s->used -= m->image_bytes;
+    free_model(s, m);
+}
+
+int store_weights_at(const store_model_t *m, const void *base, model_weights_t *w,
+                     model_layer_t *layers)
+{
+    const model_hparams_t *hp = &m->model->hp;
+    model_weight_t **v = malloc(m->n_w * sizeof *v);
+    uint32_t *seg = malloc(m->n_w * sizeof *seg);
+    if (!v || !seg) {
+        free(v);
+        free(seg);
+        return STORE_ERR_NOMEM;
+    }
+    *w = m->model->w;
+    memcpy(layers, m->model->w.layers, hp->n_layer * sizeof *layers);
+    w->layers = layers;
+    size_t nw = list_weights(w, hp->n_layer, v, seg);
+    for (size_t i = 0; i < nw; i++)
+        if (v[i]->data)
+            v[i]->data = (const uint8_t *)base + m->woff[i];
+    if (w->tied)
+        w->output = w->tok_embd;
+    free(v);
+    free(seg);
+    return STORE_OK;
+}

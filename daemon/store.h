@@ -1,0 +1,60 @@
+/* store: the host model store: loads GGUF models and repacks each into page-aligned segments in (pinned) host RAM. */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+
+enum {
+    STORE_OK = 0,
+    STORE_ERR_LOAD = -1,   /* the file cannot be opened or is not a model we run */
+    STORE_ERR_BUDGET = -2, /* does not fit the host memory budget */
+    STORE_ERR_NOMEM = -3,
+    STORE_ERR_EXISTS = -4,
+};
+
+/* One segment of a model image: the embedding, one per layer, or the head. */
+typedef struct store_seg {
+    size_t off;   /* bytes from the image start; a multiple of the page size */
+    size_t bytes; /* bytes of tensor data in it */
+    size_t span;  /* bytes it occupies: bytes rounded up to whole pages */
+} store_seg_t;
+
+typedef struct store_model {
+    char *name;             /* owned */
+    char *path;             /* owned */
+    model_t *model;         /* owned: hyperparameters, tokenizer, file mapping */
+    uint8_t *image;         /* host copy of all segments, host_alloc'ed (pinned if wanted) */
+    size_t image_bytes;     /* sum of spans */
+    uint32_t n_segs;        /* n_layer + 2: FWD_SEG_EMBED, layers, FWD_SEG_HEAD */
+    store_seg_t *segs;      /* n_segs */
+    model_weights_t host;   /* weights pointing into image */
+    size_t n_w;             /* weight views (store.c's list order) */
+    size_t *woff;           /* n_w image offsets, one per view (0 for absent ones) */
+    double load_ms;         /* wall time of the load */
+} store_model_t;
+
+typedef struct store store_t;
+
+/* be is borrowed (its host_alloc backs the images); budget 0 = unlimited. */
+store_t *store_new(const backend_t *be, size_t host_budget);
+void store_free(store_t *s); /* unloads every model; accepts NULL */
+
+/* Load and repack one model. Refused (STORE_ERR_BUDGET) when it does not
+ * fit what is left of the budget; the store is unchanged then. */
+int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
+               size_t errlen);
+void store_unload(store_t *s, store_model_t *m);
+size_t store_used(const store_t *s);   /* image bytes of loaded models */
+size_t store_budget(const store_t *s);
+
+/* Fill w (layers: caller's array of n_layer) with the model's weights as
+ * they sit at base, a copy of the image (the image itself, or a device
+ * range holding the same segment layout). */
+int store_weights_at(const store_model_t *m, const void *base, model_weights_t *w,
+                     model_layer_t *layers);
+
+#endif

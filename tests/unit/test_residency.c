@@ -1,0 +1,456 @@
+/* Unit tests for the host store and residency on the sim backend: property test, pipelining, partial page-in, quotas, KV pages. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "forward.h"
+#include "residency.h"
+#include "store.h"
+#include "testutil.h"
+
+#define PAGE (64u << 10)
+#define MAX_MODELS 4
+#define PROMPT_LEN 6
+#define DECODE 2
+
+typedef struct fixture {
+    backend_t *sim, *cpu;
+    store_t *store;
+    res_t *res;
+    int n;
+    store_model_t *sm[MAX_MODELS];
+    res_model_t *rm[MAX_MODELS];
+    char path[MAX_MODELS][256];
+    float *ref[MAX_MODELS]; /* (PROMPT_LEN/DECODE steps, n_vocab) cpu logits */
+    fwd_t *fw;
+} fixture_t;
+
+static const int32_t prompt[PROMPT_LEN] = {1, 17, 42, 99, 7, 250};
+static const int32_t decode[DECODE] = {5, 123};
+
+/* Runs prompt + decode on m with weights w; writes (1 + DECODE) logit rows. */
+static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_t *res,
+                     res_model_t *rm, float *out)
+{
+    char err[256];
+    kv_seq_t *kv = NULL;
+    int own_kv = res == NULL;
+    if (own_kv)
+        kv = kv_seq_new(&m->hp, 32);
+    else
+        cr_assert_eq(res_kv_new(res, rm, 32, &kv, err, sizeof err), 0, "%s", err);
+    fwd_hooks_t h = rm ? res_hooks(rm) : (fwd_hooks_t){0};
+    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out};
+    if (!own_kv)
+        cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN, err, sizeof err), 0, "%s", err);
+    int rc = fwd_run(fw, &m->hp, w, &s, 1, rm ? &h : NULL, err, sizeof err);
+    cr_assert_eq(rc, 0, "prefill: %s", err);
+    for (int i = 0; i < DECODE; i++) {
+        if (!own_kv)
+            cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN + i + 1, err, sizeof err), 0, "%s",
+                         err);
+        fwd_seq_t d = {kv, &decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab};
+        rc = fwd_run(fw, &m->hp, w, &d, 1, rm ? &h : NULL, err, sizeof err);
+        cr_assert_eq(rc, 0, "decode: %s", err);
+    }
+    if (own_kv)
+        kv_seq_free(kv);
+    else
+        res_kv_free(res, kv);
+    return 0;
+}
+
+static backend_t *open_be(const char *kind, size_t mem, double bw)
+{
+    char err[256];
+    be_params_t p = {.kind = kind, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
+                     .threads = 2};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    return be;
+}
+
+static void fx_init(fixture_t *f, size_t pool_pages, double bw, const char *const *args, int n)
+{
+    memset(f, 0, sizeof *f);
+    char err[512];
+    f->sim = open_be("sim", pool_pages * PAGE, bw);
+    f->cpu = open_be("cpu", 0, 0);
+    f->store = store_new(f->sim, 0);
+    f->res = res_new(f->sim, err, sizeof err);
+    cr_assert_not_null(f->res, "%s", err);
+    f->fw = fwd_new(f->sim);
+    fwd_t *cfw = fwd_new(f->cpu);
+    f->n = n;
+    for (int i = 0; i < n; i++) {
+        tu_mkmodel(f->path[i], sizeof f->path[i], args[i]);
+        char name[16];
+        snprintf(name, sizeof name, "m%d", i);
+        cr_assert_eq(store_load(f->store, name, f->path[i], &f->sm[i], err, sizeof err), 0, "%s",
+                     err);
+        unlink(f->path[i]);
+        res_cfg_t cfg = {0};
+        cr_assert_eq(res_add(f->res, f->sm[i], &cfg, &f->rm[i], err, sizeof err), 0, "%s", err);
+        const model_t *m = f->sm[i]->model;
+        f->ref[i] = malloc((1 + DECODE) * m->hp.n_vocab * sizeof(float));
+        run_model(cfw, m, &m->w, NULL, NULL, f->ref[i]);
+    }
+    fwd_free(cfw);
+}
+
+static void fx_fini(fixture_t *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        cr_assert_eq(res_remove(f->res, f->rm[i]), 0);
+        store_unload(f->store, f->sm[i]);
+        free(f->ref[i]);
+    }
+    res_free(f->res);
+    store_free(f->store);
+    fwd_free(f->fw);
+    be_close(f->sim);
+    be_close(f->cpu);
+}
+
+/* Pass on the sim backend through the residency manager; logits must equal
+ * the cpu backend's bit for bit. */
+static void run_and_check(fixture_t *f, int i)
+{
+    const model_t *m = f->sm[i]->model;
+    size_t nv = m->hp.n_vocab;
+    float *got = malloc((1 + DECODE) * nv * sizeof(float));
+    run_model(f->fw, m, res_weights(f->rm[i]), f->res, f->rm[i], got);
+    cr_assert_eq(memcmp(got, f->ref[i], (1 + DECODE) * nv * sizeof(float)), 0,
+                 "model %d: sim logits differ from cpu logits", i);
+    free(got);
+}
+
+static void check_invariants(fixture_t *f)
+{
+    stats_pool_t ps;
+    res_pool_stats(f->res, &ps);
+    size_t sum = 0;
+    for (int i = 0; i < f->n; i++) {
+        size_t b = res_model_bytes(f->rm[i]);
+        const res_cfg_t *c = res_cfg(f->rm[i]);
+        if (c->gpu_quota)
+            cr_assert_leq(b, c->gpu_quota, "model %d holds %zu bytes, quota %zu", i, b,
+                          c->gpu_quota);
+        sum += b;
+    }
+    cr_assert_leq(ps.curr_pool_used, ps.curr_pool_pages);
+    cr_assert_eq(sum, ps.curr_pool_used * ps.page_size, "pages accounted %zu vs used %llu", sum,
+                 (unsigned long long)(ps.curr_pool_used * ps.page_size));
+}
+
+static uint64_t rs = 12345;
+static uint32_t rnd(uint32_t n)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs % n);
+}
+
+static size_t min_bytes(const store_model_t *sm)
+{
+    size_t mx = 0;
+    for (uint32_t s = 1; s < sm->n_segs; s++)
+        if (sm->segs[s].span > mx)
+            mx = sm->segs[s].span;
+    return sm->segs[0].span + mx;
+}
+
+static const char *const mixed[MAX_MODELS] = {
+    "--type f32 --dim 128 --layers 4 --heads 8 --kv-heads 4 --ff 256 --vocab 512 --seed 1",
+    "--type f16 --dim 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --vocab 320 --seed 2",
+    "--type q8_0 --dim 128 --layers 6 --heads 4 --kv-heads 4 --ff 256 --vocab 400 --seed 3",
+    "--arch qwen2 --type bf16 --dim 96 --layers 5 --heads 6 --kv-heads 2 --ff 192 --vocab 360 --seed 4",
+};
+
+Test(residency, random_page_in_run_evict_sequences_keep_every_invariant, .timeout = 240)
+{
+    fixture_t f;
+    /* a pool that holds about two of the four models */
+    fx_init(&f, 56, 0, mixed, MAX_MODELS);
+    size_t total = 0;
+    for (int i = 0; i < f.n; i++)
+        total += f.sm[i]->image_bytes;
+    cr_log_info("models need %zu pages together; pool has 56", total / PAGE);
+    for (int i = 0; i < f.n; i++)
+        cr_log_info("model %d: %zu pages", i, f.sm[i]->image_bytes / PAGE);
+    int pinned = -1;
+    const int OPS = 1500;
+    for (int op = 0; op < OPS; op++) {
+        uint32_t kind = rnd(100);
+        int i = (int)rnd((uint32_t)f.n);
+        size_t pinned_before = pinned >= 0 ? res_model_bytes(f.rm[pinned]) : 0;
+        if (kind < 50) {
+            char err[256];
+            cr_assert_eq(res_acquire(f.res, f.rm[i], err, sizeof err), 0, "%s", err);
+            run_and_check(&f, i);
+            res_release(f.res, f.rm[i]);
+        } else if (kind < 65) {
+            /* two models running at once: the second must not take the first's pages */
+            int j = (i + 1 + (int)rnd((uint32_t)f.n - 1)) % f.n;
+            /* only when both fit beside a pinned model (with KV slack):
+             * otherwise the second one rightly finds no room */
+            size_t need = f.sm[i]->image_bytes + f.sm[j]->image_bytes + 8 * PAGE +
+                          (pinned >= 0 && pinned != i && pinned != j ? f.sm[pinned]->image_bytes : 0);
+            if (need > 56 * PAGE)
+                continue;
+            char err[256];
+            cr_assert_eq(res_acquire(f.res, f.rm[i], err, sizeof err), 0, "%s", err);
+            res_seg_state_t before[64];
+            uint32_t ns = f.sm[i]->n_segs;
+            for (uint32_t s = 0; s < ns; s++)
+                before[s] = res_seg_state(f.res, f.rm[i], s);
+            cr_assert_eq(res_acquire(f.res, f.rm[j], err, sizeof err), 0, "%s", err);
+            run_and_check(&f, j);
+            for (uint32_t s = 0; s < ns; s++)
+                if (before[s] != RES_SEG_ABSENT)
+                    cr_assert_neq(res_seg_state(f.res, f.rm[i], s), RES_SEG_ABSENT,
+                                  "op %d: running model %d lost segment %u to model %d", op, i, s,
+                                  j);
+            res_release(f.res, f.rm[j]);
+            run_and_check(&f, i);
+            res_release(f.res, f.rm[i]);
+        } else if (kind < 75) {
+            if (i != pinned)
+                cr_assert_eq(res_evict(f.res, f.rm[i], RES_CAUSE_ADMIN, 1 + rnd(4)), 0);
+        } else if (kind < 85) {
+            char err[256];
+            cr_assert_eq(res_prefetch(f.res, f.rm[i], (int)rnd(2), err, sizeof err), 0, "%s",
+                         err);
+        } else if (kind < 92) {
+            /* pin one model at a time (a small one, so the rest still fit) */
+            res_cfg_t c = *res_cfg(f.rm[1]);
+            c.pinned = !c.pinned;
+            char err[256];
+            cr_assert_eq(res_set_cfg(f.res, f.rm[1], &c, err, sizeof err), 0);
+            pinned = c.pinned ? 1 : -1;
+            pinned_before = pinned >= 0 ? res_model_bytes(f.rm[1]) : 0;
+        } else {
+            /* a quota between the minimum to run and the whole model: streams */
+            res_cfg_t c = *res_cfg(f.rm[i]);
+            size_t lo = min_bytes(f.sm[i]) + 2 * PAGE, hi = f.sm[i]->image_bytes + 4 * PAGE;
+            c.gpu_quota = rnd(3) ? lo + rnd((uint32_t)(hi - lo)) / PAGE * PAGE : 0;
+            char err[256];
+            cr_assert_eq(res_set_cfg(f.res, f.rm[i], &c, err, sizeof err), 0, "%s", err);
+        }
+        check_invariants(&f);
+        /* others never take a pinned model's pages (its own pass may still
+         * stream within its own quota) */
+        if (pinned >= 0 && kind < 85 && i != pinned && !(kind >= 50 && kind < 65))
+            cr_assert_geq(res_model_bytes(f.rm[pinned]), pinned_before,
+                          "op %d: pinned model lost pages", op);
+    }
+    stats_res_t tot = {0};
+    for (int i = 0; i < f.n; i++) {
+        stats_res_t st;
+        res_model_stats(f.res, f.rm[i], &st);
+        stats_res_add(&tot, &st);
+    }
+    cr_log_info("%d ops: %llu page-ins, %llu hits, %llu misses, evictions capacity %llu quota %llu "
+                "admin %llu",
+                OPS, (unsigned long long)tot.total_page_ins, (unsigned long long)tot.total_hits,
+                (unsigned long long)tot.total_misses, (unsigned long long)tot.evictions_capacity,
+                (unsigned long long)tot.evictions_quota, (unsigned long long)tot.evictions_admin);
+    cr_assert_gt(tot.evictions_capacity, 0, "the workload never forced an eviction");
+    cr_assert_gt(tot.evictions_quota, 0, "the workload never streamed under a quota");
+    fx_fini(&f);
+}
+
+/* Records when the pass first reads layer 0 and when each wait returned. */
+typedef struct rec_hooks {
+    fwd_hooks_t inner;
+    double t_layer0;
+} rec_hooks_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int rec_wait(void *ctx, uint32_t seg)
+{
+    rec_hooks_t *h = ctx;
+    int rc = h->inner.wait(h->inner.ctx, seg);
+    if (seg == FWD_SEG_LAYER(0) && h->t_layer0 == 0)
+        h->t_layer0 = now_s();
+    return rc;
+}
+
+Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout = 60)
+{
+    static const char *const one[1] = {
+        "--type f32 --dim 128 --layers 8 --heads 4 --ff 384 --vocab 320 --seed 9"};
+    fixture_t f;
+    /* 40 MB/s: each ~0.8 MB layer takes ~20 ms to copy, about what its
+     * compute takes for a 128-token prompt */
+    fx_init(&f, 200, 40e6, one, 1);
+    enum { NP = 128 };
+    int32_t longp[NP];
+    for (int i = 0; i < NP; i++)
+        longp[i] = 1 + (i * 37) % 300;
+    const model_t *m = f.sm[0]->model;
+    char err[256];
+    float *logits = malloc(m->hp.n_vocab * sizeof(float));
+    /* compute time when resident, for the bound */
+    cr_assert_eq(res_prefetch(f.res, f.rm[0], 0, err, sizeof err), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+    kv_seq_t *kv;
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], NP, &kv, err, sizeof err), 0);
+    cr_assert_eq(res_kv_ensure(f.res, kv, NP, err, sizeof err), 0);
+    fwd_hooks_t h = res_hooks(f.rm[0]);
+    fwd_seq_t s = {kv, longp, NP, logits};
+    cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
+    kv_seq_reset(kv);
+    double c0 = now_s();
+    cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
+    double compute = now_s() - c0;
+    res_release(f.res, f.rm[0]);
+    cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
+
+    /* swapped out: page in and run at once */
+    kv_seq_reset(kv);
+    rec_hooks_t rh = {.inner = res_hooks(f.rm[0])};
+    fwd_hooks_t hh = {.wait = rec_wait, .ctx = &rh};
+    double t0 = now_s();
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+    cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &hh, err, sizeof err), 0);
+    double ttft = now_s() - t0;
+    res_release(f.res, f.rm[0]);
+    uint32_t last = f.sm[0]->n_segs - 1;
+    be_copy_times_t first_t, last_t;
+    cr_assert_eq(res_seg_times(f.res, f.rm[0], 0, &first_t), 0);
+    cr_assert_eq(res_seg_times(f.res, f.rm[0], last, &last_t), 0);
+    double copy = last_t.end - first_t.start;
+    cr_log_info("copy %.1f ms, compute %.1f ms, first token %.1f ms, layer 0 starts %.1f ms "
+                "before the last copy ends",
+                copy * 1e3, compute * 1e3, ttft * 1e3, (last_t.end - rh.t_layer0) * 1e3);
+    cr_assert_lt(rh.t_layer0, last_t.end, "layer 0 started only after the last copy ended");
+    cr_assert_lt(ttft, copy + compute, "first token %.3f s not below copy %.3f + compute %.3f",
+                 ttft, copy, compute);
+    res_kv_free(f.res, kv);
+    free(logits);
+    fx_fini(&f);
+}
+
+Test(residency, a_partially_evicted_model_pages_in_only_its_missing_tail)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    stats_res_t a, b, c;
+    res_model_stats(f.res, f.rm[0], &a);
+    cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 3), 0);
+    res_model_stats(f.res, f.rm[0], &b);
+    uint64_t evicted = b.total_bytes_evicted - a.total_bytes_evicted;
+    cr_assert_eq(b.evictions_admin - a.evictions_admin, 3);
+    /* tail-first: the head and the last two layers went, layer 0 stayed */
+    uint32_t n = f.sm[0]->n_segs;
+    cr_assert_eq(res_seg_state(f.res, f.rm[0], n - 1), RES_SEG_ABSENT);
+    cr_assert_eq(res_seg_state(f.res, f.rm[0], FWD_SEG_LAYER(0)), RES_SEG_RESIDENT);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    res_model_stats(f.res, f.rm[0], &c);
+    cr_assert_eq(c.total_bytes_in - b.total_bytes_in, evicted,
+                 "paged in %llu bytes after evicting %llu",
+                 (unsigned long long)(c.total_bytes_in - b.total_bytes_in),
+                 (unsigned long long)evicted);
+    cr_assert_eq(c.total_page_ins - b.total_page_ins, 3);
+    cr_assert_eq(c.total_misses - b.total_misses, 1);
+    fx_fini(&f);
+}
+
+Test(residency, a_model_under_a_small_quota_streams_its_layers_and_stays_within_it)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    res_cfg_t c = {.gpu_quota = min_bytes(f.sm[0]) + 2 * PAGE};
+    cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+        run_and_check(&f, 0);
+        res_release(f.res, f.rm[0]);
+        check_invariants(&f);
+    }
+    stats_res_t st;
+    res_model_stats(f.res, f.rm[0], &st);
+    cr_assert_gt(st.evictions_quota, 0);
+    fx_fini(&f);
+}
+
+Test(residency, a_quota_below_the_minimum_to_run_is_refused_with_a_reason)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    res_cfg_t c = {.gpu_quota = PAGE};
+    res_model_t *dup;
+    int rc = res_add(f.res, f.sm[0], &c, &dup, err, sizeof err);
+    cr_assert_eq(rc, RES_ERR_QUOTA);
+    cr_assert(strstr(err, "gpu_quota") != NULL, "%s", err);
+    fx_fini(&f);
+}
+
+Test(residency, kv_pages_are_counted_and_returned)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    stats_pool_t p0, p1, p2;
+    res_pool_stats(f.res, &p0);
+    kv_seq_t *kv;
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], 512, &kv, err, sizeof err), 0);
+    cr_assert_eq(res_kv_ensure(f.res, kv, 300, err, sizeof err), 0, "%s", err);
+    res_pool_stats(f.res, &p1);
+    const model_hparams_t *hp = &f.sm[0]->model->hp;
+    size_t per = 300ull * hp->n_layer * hp->n_head_kv * hp->head_dim * 4;
+    size_t pages = 2 * ((per + PAGE - 1) / PAGE);
+    cr_assert_eq(p1.curr_pool_used - p0.curr_pool_used, pages);
+    cr_assert_neq(res_kv_ensure(f.res, kv, 513, err, sizeof err), 0);
+    res_kv_free(f.res, kv);
+    res_pool_stats(f.res, &p2);
+    cr_assert_eq(p2.curr_pool_used, p0.curr_pool_used);
+    stats_res_t st;
+    res_model_stats(f.res, f.rm[0], &st);
+    cr_assert_eq(st.total_kv_allocs, 1);
+    cr_assert_eq(st.total_kv_frees, 1);
+    cr_assert_eq(st.curr_kv_bytes, 0);
+    fx_fini(&f);
+}
+
+Test(residency, host_budget_refuses_a_model_that_does_not_fit_and_keeps_the_others)
+{
+    char err[512], p1[256], p2[256];
+    backend_t *be = open_be("sim", 64 * PAGE, 0);
+    tu_mkmodel(p1, sizeof p1, mixed[1]);
+    tu_mkmodel(p2, sizeof p2, mixed[0]);
+    store_t *st = store_new(be, 40 * PAGE);
+    store_model_t *a, *b;
+    cr_assert_eq(store_load(st, "small", p1, &a, err, sizeof err), 0, "%s", err);
+    int rc = store_load(st, "big", p2, &b, err, sizeof err);
+    cr_assert_eq(rc, STORE_ERR_BUDGET);
+    cr_assert(strstr(err, "host budget") && strstr(err, "big"), "%s", err);
+    cr_assert_eq(store_used(st), a->image_bytes);
+    cr_assert_eq(store_load(st, "bad", "/nonexistent.gguf", &b, err, sizeof err), STORE_ERR_LOAD);
+    cr_assert(strstr(err, "/nonexistent.gguf") != NULL, "%s", err);
+    store_unload(st, a);
+    cr_assert_eq(store_used(st), 0);
+    store_free(st);
+    be_close(be);
+    unlink(p1);
+    unlink(p2);
+}

@@ -1,0 +1,29 @@
+/* testutil: shared helpers for the unit tests (paths, generated models). */
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline const char *tu_build_dir(void)
+{
+    const char *e = getenv("GPUSWAPD_BUILD");
+    return e && *e ? e : "build";
+}
+
+/* Writes a generated model to a fresh temp path (into path, cap bytes) by
+ * running mkmodel with args. Fails the test when mkmodel fails. */
+static inline void tu_mkmodel(char *path, size_t cap, const char *args)
+{
+    snprintf(path, cap, "/tmp/gpuswapd-test-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "mkstemp");
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s >/dev/null", tu_build_dir(), path, args);
+    cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);
+}
+#endif
