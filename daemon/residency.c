@@ -100,6 +100,7 @@ void res_free(res_t *r)
 }
 
 size_t res_page_size(const res_t *r) { return r->page; }
+void *res_model_base(const res_model_t *m) { return m->base; }
 const res_cfg_t *res_cfg(const res_model_t *m) { return &m->cfg; }
 store_model_t *res_store_model(const res_model_t *m) { return m->sm; }
 const model_weights_t *res_weights(const res_model_t *m) { return &m->dev; }

@@ -90,5 +90,7 @@ int res_fully_resident(res_t *r, res_model_t *m);
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
 void res_pool_stats(const res_t *r, stats_pool_t *out);
 size_t res_page_size(const res_t *r);
+/* Device address of the model's range (the image layout starts there); NULL for zero-copy. */
+void *res_model_base(const res_model_t *m);
 
 #endif

@@ -92,8 +92,10 @@ static void *copy_thread(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         double t0 = now_s();
-        for (size_t off = 0; off < c->bytes; off += SIM_COPY_CHUNK) {
-            size_t n = c->bytes - off < SIM_COPY_CHUNK ? c->bytes - off : SIM_COPY_CHUNK;
+        /* unthrottled: one memcpy, so large copies get the streaming-store path */
+        size_t chunk = s->bandwidth > 0 ? SIM_COPY_CHUNK : c->bytes;
+        for (size_t off = 0; off < c->bytes; off += chunk) {
+            size_t n = c->bytes - off < chunk ? c->bytes - off : chunk;
             memcpy((char *)c->dst + off, (const char *)c->src + off, n);
             if (s->bandwidth > 0)
                 sleep_until(t0 + (double)(off + n) / s->bandwidth);
