@@ -73,7 +73,7 @@ BENCH_BIN  := $(patsubst tests/bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 
 .SECONDARY:
 
-.PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check install clean
+.PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS)
 
@@ -150,8 +150,19 @@ run: $(GPUSWAPD) $(DEMO_DIR)/demo-f16.gguf
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN)
 	bash tests/bench/run.sh $(BUILD)
 
+# On a GPU machine: make gpu-check. From a machine without one: make gpu-bundle, then carry
+# build-gpu/ there and run `BUILD=build-gpu bash tests/tools/gpu-check.sh`.
+GPU_BUILD ?= build-gpu
 gpu-check:
-	bash tests/tools/gpu-check.sh
+	BUILD=$(if $(wildcard $(GPU_BUILD)/unit_tests),$(GPU_BUILD),$(BUILD)) bash tests/tools/gpu-check.sh
+
+gpu-bundle:
+	$(MAKE) BUILD=$(GPU_BUILD) CUDA=1 all $(GPU_BUILD)/unit_tests $(GPU_BUILD)/bench_paging
+	mkdir -p $(GPU_BUILD)/lib
+	for b in $(GPU_BUILD)/gpuswapd $(GPU_BUILD)/unit_tests $(GPU_BUILD)/bench_paging $(GPU_BUILD)/mkmodel; do \
+	  ldd $$b | awk '/=> \//{print $$3}'; done | sort -u | \
+	  grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | xargs -r cp -L -t $(GPU_BUILD)/lib
+	du -sh $(GPU_BUILD)
 
 # ---------------------------------------------------------------- install
 install: $(GPUSWAPD)
@@ -159,6 +170,6 @@ install: $(GPUSWAPD)
 	install -m 0755 $(GPUSWAPD) $(DESTDIR)$(PREFIX)/bin/gpuswapd
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-gpu
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
