@@ -24,7 +24,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings \
-             -Idaemon -Idaemon/engine -Idaemon/backend -DGPUSWAPD_CUDA
+             -Idaemon/engine -Idaemon/backend -DGPUSWAPD_CUDA
 CUDA_DEFS := -DGPUSWAPD_CUDA
 CUDA_LIBS := $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lstdc++
 else
@@ -33,7 +33,7 @@ CUDA_DEFS :=
 CUDA_LIBS :=
 endif
 
-PKGS := libevent jansson yaml-0.1 libsystemd libpcre2-8
+PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config python3-numpy
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -47,7 +47,7 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -Idaemon -Idaemon/engine -Itests/tools/lib -Idaemon/backend -Iproto -Iconfig $(PKG_CFLAGS) $(SANFLAGS) \
+              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config $(PKG_CFLAGS) $(SANFLAGS) \
               $(CUDA_DEFS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)

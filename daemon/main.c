@@ -1,39 +1,298 @@
-/* main: gpuswapd's command line: subcommand dispatch, version and help. */
+/* main: gpuswapd's command line and daemon lifecycle: config, worker, server, signals (TERM drains, HUP reloads), sd_notify. */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 
+#include "config.h"
 #include "generate.h"
+#include "server.h"
+#include "worker.h"
 
-#define GPUSWAPD_VERSION "0.1.0"
+#define GPUSWAPD_VERSION "0.2.0"
+#define DEFAULT_CONFIG "/etc/gpuswapd/gpuswapd.yaml"
+
+typedef struct daemon_state {
+    struct event_base *base;
+    const char *config_path;
+    cfg_t *cfg;          /* current */
+    cfg_t **old;         /* configs replaced by reloads: kept until exit */
+    size_t n_old;
+    wk_t *wk;
+    srv_t *srv;
+    struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
+    int draining;
+    int exit_code;
+} daemon_state_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: gpuswapd COMMAND [options]\n"
-          "commands:\n"
-          "  generate   run a GGUF model once and print the continuation\n"
-          "             (gpuswapd generate --help for its options)\n"
-          "  version    print the version\n",
+    fputs("usage: gpuswapd [serve] [--config FILE]   run the daemon (default " DEFAULT_CONFIG ")\n"
+          "       gpuswapd --check-config FILE       validate a config and print it in full\n"
+          "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
+          "       gpuswapd version\n",
           f);
+}
+
+/* The worker's wake-up: the server exists before the worker thread starts. */
+static void srv_notify_tramp(void *ctx)
+{
+    daemon_state_t *d = ctx;
+    if (d->srv)
+        srv_notify(d->srv);
+}
+
+static void notify_status(daemon_state_t *d)
+{
+    char st[256];
+    wk_status(d->wk, st, sizeof st);
+    sd_notifyf(0, "STATUS=%s", st);
+}
+
+/* ------------------------------------------------------------------ reload */
+
+static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
+{
+    return strcmp(a->path, b->path) || a->gpu_quota != b->gpu_quota || a->pinned != b->pinned ||
+           a->priority != b->priority || a->max_batch != b->max_batch ||
+           a->max_context != b->max_context || a->kv_cache != b->kv_cache ||
+           memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
+}
+
+/* Re-reads the config; answers an admin reload when conn != 0. */
+static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
+{
+    char err[1024];
+    cfg_t *next = NULL;
+    if (cfg_load_file(d->config_path, &next, err, sizeof err) ||
+        cfg_reload_check(d->cfg, next, err, sizeof err)) {
+        fprintf(stderr, "gpuswapd: reload refused, keeping the running config: %s\n", err);
+        cfg_free(next);
+        if (conn)
+            srv_send_error(d->srv, conn, id, PROTO_E_BAD_REQUEST, err);
+        return;
+    }
+    json_t *added = json_array(), *removed = json_array(), *changed = json_array();
+    for (size_t i = 0; i < next->n_models; i++) {
+        const cfg_model_t *o = cfg_find_model(d->cfg, next->models[i].name);
+        if (!o)
+            json_array_append_new(added, json_string(next->models[i].name));
+        else if (names_differ(o, &next->models[i]))
+            json_array_append_new(changed, json_string(next->models[i].name));
+    }
+    for (size_t i = 0; i < d->cfg->n_models; i++)
+        if (!cfg_find_model(next, d->cfg->models[i].name))
+            json_array_append_new(removed, json_string(d->cfg->models[i].name));
+    fprintf(stderr, "gpuswapd: reloaded %s (%zu added, %zu removed, %zu changed)\n",
+            d->config_path, json_array_size(added), json_array_size(removed),
+            json_array_size(changed));
+    cfg_t **no = realloc(d->old, (d->n_old + 1) * sizeof *no);
+    if (no) {
+        d->old = no;
+        d->old[d->n_old++] = d->cfg;
+    }
+    d->cfg = next;
+    srv_set_cfg(d->srv, next);
+    wk_reload(d->wk, next);
+    if (conn)
+        srv_send_line(d->srv, conn,
+                      proto_encode_ok(id, json_pack("{s:o, s:o, s:o}", "added", added, "removed",
+                                                    removed, "changed", changed)));
+    else {
+        json_decref(added);
+        json_decref(removed);
+        json_decref(changed);
+    }
+    sd_notify(0, "RELOADING=0\nREADY=1");
+}
+
+static void hook_reload(void *ctx, uint64_t conn, const json_t *id)
+{
+    do_reload(ctx, conn, id);
+}
+
+static void hook_drained(void *ctx)
+{
+    daemon_state_t *d = ctx;
+    fprintf(stderr, "gpuswapd: drained, exiting\n");
+    event_base_loopexit(d->base, NULL);
+}
+
+/* ------------------------------------------------------------------ signals */
+
+static void start_drain(daemon_state_t *d)
+{
+    if (d->draining)
+        return;
+    d->draining = 1;
+    sd_notify(0, "STOPPING=1\nSTATUS=draining");
+    fprintf(stderr, "gpuswapd: draining (up to %llu ms)\n",
+            (unsigned long long)d->cfg->scheduler.drain_timeout_ms);
+    srv_drain(d->srv);
+    wk_drain(d->wk);
+    struct timeval tv = {(time_t)(d->cfg->scheduler.drain_timeout_ms / 1000),
+                         (suseconds_t)(d->cfg->scheduler.drain_timeout_ms % 1000) * 1000};
+    evtimer_add(d->drain_timer, &tv);
+}
+
+static void on_term(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    start_drain(arg);
+}
+
+static void on_hup(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
+    sd_notify(0, "RELOADING=1");
+    do_reload(d, 0, NULL);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
+    fprintf(stderr, "gpuswapd: drain timeout: abandoning what is still in flight\n");
+    event_base_loopexit(d->base, NULL);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
+    sd_notify(0, "WATCHDOG=1");
+    notify_status(d);
+}
+
+/* ------------------------------------------------------------------ serve */
+
+static int serve(const char *path)
+{
+    daemon_state_t d = {.config_path = path};
+    char err[1024];
+    if (cfg_load_file(path, &d.cfg, err, sizeof err)) {
+        fprintf(stderr, "gpuswapd: %s\n", err);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "gpuswapd: libevent without thread support\n");
+        cfg_free(d.cfg);
+        return 1;
+    }
+    d.base = event_base_new();
+    if (!d.base) {
+        cfg_free(d.cfg);
+        return 1;
+    }
+    int rc = 1;
+    /* the worker's wake-up needs the server; the server needs the worker:
+     * create the worker with a trampoline that reads d.srv */
+    d.wk = wk_new(d.cfg, srv_notify_tramp, &d, err, sizeof err);
+    if (!d.wk) {
+        fprintf(stderr, "gpuswapd: %s\n", err);
+        goto out;
+    }
+    srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .ctx = &d};
+    d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
+    if (!d.srv) {
+        fprintf(stderr, "gpuswapd: %s\n", err);
+        goto out;
+    }
+    if (wk_start(d.wk)) {
+        fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
+        goto out;
+    }
+    d.sig_term = evsignal_new(d.base, SIGTERM, on_term, &d);
+    d.sig_int = evsignal_new(d.base, SIGINT, on_term, &d);
+    d.sig_hup = evsignal_new(d.base, SIGHUP, on_hup, &d);
+    d.drain_timer = evtimer_new(d.base, on_drain_timeout, &d);
+    evsignal_add(d.sig_term, NULL);
+    evsignal_add(d.sig_int, NULL);
+    evsignal_add(d.sig_hup, NULL);
+    uint64_t wd_us = 0;
+    if (sd_watchdog_enabled(0, &wd_us) > 0 && wd_us > 0) {
+        d.watchdog = event_new(d.base, -1, EV_PERSIST, on_watchdog, &d);
+        struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
+        evtimer_add(d.watchdog, &tv);
+    }
+    fprintf(stderr, "gpuswapd: serving on %s (admin %s)%s%s\n",
+            d.cfg->listen.socket ? d.cfg->listen.socket : "-",
+            d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
+            d.cfg->listen.tcp ? d.cfg->listen.tcp : "");
+    sd_notify(0, "READY=1");
+    notify_status(&d);
+    event_base_dispatch(d.base);
+    rc = 0;
+out:
+    /* the worker first: it may still wake the server */
+    wk_free(d.wk);
+    srv_free(d.srv);
+    if (d.sig_term) event_free(d.sig_term);
+    if (d.sig_int) event_free(d.sig_int);
+    if (d.sig_hup) event_free(d.sig_hup);
+    if (d.drain_timer) event_free(d.drain_timer);
+    if (d.watchdog) event_free(d.watchdog);
+    event_base_free(d.base);
+    for (size_t i = 0; i < d.n_old; i++)
+        cfg_free(d.old[i]);
+    free(d.old);
+    cfg_free(d.cfg);
+    return rc;
+}
+
+static int check_config(const char *path)
+{
+    cfg_t *c = NULL;
+    char err[1024];
+    if (cfg_load_file(path, &c, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    cfg_print(c, stdout);
+    cfg_free(c);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "generate") == 0)
+    if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return gen_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (argc >= 2 && (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0)) {
         printf("gpuswapd %s\n", GPUSWAPD_VERSION);
         return 0;
     }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    if (argc >= 2 && (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+                      strcmp(argv[1], "-h") == 0)) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "gpuswapd: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return 2;
+    int first = 1;
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0)
+        first = 2;
+    const char *config = DEFAULT_CONFIG, *check = NULL;
+    for (int i = first; i < argc; i++) {
+        if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) && i + 1 < argc)
+            config = argv[++i];
+        else if (strcmp(argv[i], "--check-config") == 0 && i + 1 < argc)
+            check = argv[++i];
+        else {
+            fprintf(stderr, "gpuswapd: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (check)
+        return check_config(check);
+    return serve(config);
 }

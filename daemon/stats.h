@@ -42,6 +42,54 @@ typedef struct stats_pool {
     uint64_t page_size;        /* bytes */
 } stats_pool_t;
 
+/* Per-model service counters (resettable): X(name, help). */
+#define STATS_SVC_COUNTERS(X)                                                                      \
+    X(total_requests, "generate/chat requests accepted")                                           \
+    X(total_completed, "requests that ended with a done event")                                    \
+    X(total_cancelled, "requests cancelled by the client or its disconnect")                       \
+    X(total_failed, "requests that ended with an error after being accepted")                      \
+    X(total_prompt_tokens, "prompt tokens prefilled")                                              \
+    X(total_generated_tokens, "tokens generated")                                                  \
+    X(total_steps, "forward passes run")                                                           \
+    X(total_swapped_requests, "requests whose first step had to page the model in")
+
+typedef struct stats_svc {
+#define STATS_FIELD(name, help) uint64_t name;
+    STATS_SVC_COUNTERS(STATS_FIELD)
+#undef STATS_FIELD
+} stats_svc_t;
+
+/* Server-wide counters, updated on the loop thread and read by the report
+ * builder on the worker thread: atomics, the only state the two share. */
+#define STATS_SERVER_COUNTERS(X)                                                                   \
+    X(total_connections, "client connections accepted (inference and admin)")                     \
+    X(curr_connections, "client connections open")                                                 \
+    X(total_lines, "request lines read")                                                           \
+    X(total_errors, "error answers sent")
+
+typedef struct stats_server {
+#define STATS_FIELD(name, help) _Atomic uint64_t name;
+    STATS_SERVER_COUNTERS(STATS_FIELD)
+#undef STATS_FIELD
+    _Atomic uint64_t errors_by_code[16]; /* indexed by proto_err_t */
+} stats_server_t;
+
+extern stats_server_t stats_server;
+
+/* Latency histogram: log-spaced buckets from 0.01 ms to ~10 min. */
+#define STATS_HIST_BUCKETS 96
+typedef struct stats_hist {
+    uint64_t b[STATS_HIST_BUCKETS]; /* counts per bucket */
+    uint64_t n;                     /* observations */
+    double sum_ms;                  /* their sum */
+} stats_hist_t;
+
+void stats_hist_add(stats_hist_t *h, double ms);
+/* q in [0,1]: upper bound of the bucket holding that quantile, ms; 0 if empty. */
+double stats_hist_quantile(const stats_hist_t *h, double q);
+/* Upper bound of bucket i, ms. */
+double stats_hist_bound(int i);
+
 /* Zero the resettable counters, keep the gauges. */
 static inline void stats_res_reset(stats_res_t *s)
 {

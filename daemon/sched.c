@@ -1,0 +1,280 @@
+/* sched: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. */
+#include "sched.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mqueue {
+    sched_item_t *head, *tail;
+    uint32_t n;
+} mqueue_t;
+
+struct sched {
+    sched_cfg_t cfg;
+    int n;
+    mqueue_t *q;
+    uint32_t total;
+    uint64_t next_seq;
+    int cur;            /* model last switched to (paged in), -1 none */
+    double cur_since;   /* when */
+    double cur_quantum; /* how long it is protected from being switched away from */
+    int rr;             /* round-robin cursor over resident models */
+};
+
+sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
+{
+    sched_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->cfg = *cfg;
+    s->cur = -1;
+    if (sched_resize(s, n_models)) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_free(sched_t *s)
+{
+    if (!s)
+        return;
+    free(s->q);
+    free(s);
+}
+
+void sched_set_cfg(sched_t *s, const sched_cfg_t *cfg)
+{
+    s->cfg = *cfg;
+}
+
+int sched_resize(sched_t *s, int n_models)
+{
+    if (n_models < 0)
+        return SCHED_ERR_ARG;
+    for (int m = n_models; m < s->n; m++)
+        if (s->q[m].n)
+            return SCHED_ERR_ARG;
+    mqueue_t *q = realloc(s->q, (size_t)(n_models ? n_models : 1) * sizeof *q);
+    if (!q)
+        return SCHED_ERR_ARG;
+    for (int m = s->n; m < n_models; m++)
+        memset(&q[m], 0, sizeof q[m]);
+    s->q = q;
+    s->n = n_models;
+    if (s->cur >= n_models)
+        s->cur = -1;
+    return SCHED_OK;
+}
+
+int sched_submit(sched_t *s, sched_item_t *it)
+{
+    if (it->model < 0 || it->model >= s->n)
+        return SCHED_ERR_ARG;
+    mqueue_t *q = &s->q[it->model];
+    if (q->n >= s->cfg.queue_limit || s->total >= s->cfg.max_queued)
+        return SCHED_ERR_OVERLOADED;
+    it->seq = s->next_seq++;
+    it->next = NULL;
+    it->prev = q->tail;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    q->n++;
+    s->total++;
+    it->queued = 1;
+    return SCHED_OK;
+}
+
+void sched_remove(sched_t *s, sched_item_t *it)
+{
+    if (!it->queued)
+        return;
+    mqueue_t *q = &s->q[it->model];
+    if (it->prev)
+        it->prev->next = it->next;
+    else
+        q->head = it->next;
+    if (it->next)
+        it->next->prev = it->prev;
+    else
+        q->tail = it->prev;
+    it->next = it->prev = NULL;
+    it->queued = 0;
+    q->n--;
+    s->total--;
+}
+
+sched_item_t *sched_peek(sched_t *s, int model)
+{
+    return model >= 0 && model < s->n ? s->q[model].head : NULL;
+}
+
+sched_item_t *sched_pop(sched_t *s, int model)
+{
+    sched_item_t *it = sched_peek(s, model);
+    if (it)
+        sched_remove(s, it);
+    return it;
+}
+
+uint32_t sched_queued(const sched_t *s, int model)
+{
+    return model >= 0 && model < s->n ? s->q[model].n : 0;
+}
+
+uint32_t sched_queued_total(const sched_t *s)
+{
+    return s->total;
+}
+
+/* ------------------------------------------------------------------ policies */
+
+static int has_work(const sched_t *s, const sched_model_view_t *v, int m)
+{
+    return s->q[m].n > 0 || v[m].n_active > 0;
+}
+
+static uint32_t room(const sched_model_view_t *v, int m)
+{
+    return v[m].n_active < v[m].max_batch ? v[m].max_batch - v[m].n_active : 0;
+}
+
+static void plan_fifo(sched_t *s, const sched_model_view_t *v, sched_plan_t *p)
+{
+    /* finish what runs first (it arrived earlier), else the oldest request */
+    int model = -1;
+    for (int m = 0; m < s->n && model < 0; m++)
+        if (v[m].n_active > 0)
+            model = m;
+    if (model < 0) {
+        uint64_t best = UINT64_MAX;
+        for (int m = 0; m < s->n; m++)
+            if (s->q[m].head && s->q[m].head->seq < best) {
+                best = s->q[m].head->seq;
+                model = m;
+            }
+    }
+    if (model < 0)
+        return;
+    p->model = model;
+    p->switched = !v[model].resident;
+    /* admit only requests that are next in global arrival order */
+    uint32_t cap = room(v, model), k = 0;
+    sched_item_t *mine = s->q[model].head;
+    while (mine && k < cap) {
+        int older_elsewhere = 0;
+        for (int m = 0; m < s->n; m++)
+            if (m != model && s->q[m].head && s->q[m].head->seq < mine->seq)
+                older_elsewhere = 1;
+        if (older_elsewhere)
+            break;
+        k++;
+        mine = mine->next;
+    }
+    p->admit = k;
+}
+
+static double urgency(const sched_t *s, const sched_model_view_t *v, int m, double now)
+{
+    double wait = s->q[m].head ? now - s->q[m].head->t_arrival : 0.0;
+    double depth = (double)s->q[m].n + v[m].n_active;
+    double prio = v[m].priority > 0 ? v[m].priority : 1.0;
+    return (wait + 1e-3) * prio * sqrt(depth > 0 ? depth : 1.0);
+}
+
+static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now)
+{
+    s->cur = m;
+    s->cur_since = now;
+    double q = s->cfg.quantum * v[m].swap_in_s;
+    s->cur_quantum = q > s->cfg.min_quantum_s ? q : s->cfg.min_quantum_s;
+}
+
+static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
+{
+    int model = -1;
+    /* 1. starvation bound: the oldest request past max_wait wins */
+    double oldest = INFINITY;
+    for (int m = 0; m < s->n; m++) {
+        const sched_item_t *h = s->q[m].head;
+        if (h && now - h->t_arrival > s->cfg.max_wait_s && h->t_arrival < oldest &&
+            room(v, m) > 0) {
+            oldest = h->t_arrival;
+            model = m;
+        }
+    }
+    int in_quantum = s->cur >= 0 && now - s->cur_since < s->cur_quantum;
+    /* 2. a model being swapped in keeps the device for its quantum */
+    if (model < 0 && in_quantum && has_work(s, v, s->cur) && !v[s->cur].resident)
+        model = s->cur;
+    /* 3. resident models with work, round robin, while the quantum lasts
+     *    or nothing else waits */
+    if (model < 0) {
+        int any_cold = 0;
+        for (int m = 0; m < s->n; m++)
+            any_cold |= has_work(s, v, m) && !v[m].resident;
+        if (!any_cold || in_quantum) {
+            for (int k = 0; k < s->n; k++) {
+                int m = (s->rr + 1 + k) % s->n;
+                if (has_work(s, v, m) && v[m].resident) {
+                    model = m;
+                    s->rr = m;
+                    break;
+                }
+            }
+        }
+    }
+    /* 4. otherwise page in the most urgent model */
+    if (model < 0) {
+        double best = -1;
+        for (int m = 0; m < s->n; m++) {
+            if (!has_work(s, v, m) || v[m].resident)
+                continue;
+            double u = urgency(s, v, m, now);
+            if (u > best) {
+                best = u;
+                model = m;
+            }
+        }
+    }
+    /* 5. quantum over and nothing cold left: any resident work */
+    if (model < 0)
+        for (int m = 0; m < s->n && model < 0; m++)
+            if (has_work(s, v, m))
+                model = m;
+    if (model < 0)
+        return;
+    if (!v[model].resident && model != s->cur)
+        switch_to(s, v, model, now);
+    p->model = model;
+    p->switched = !v[model].resident;
+    uint32_t cap = room(v, model);
+    p->admit = s->q[model].n < cap ? s->q[model].n : cap;
+    /* prefetch the next most urgent cold model into free pages */
+    double best = -1;
+    for (int m = 0; m < s->n; m++) {
+        if (m == model || v[m].resident || s->q[m].n == 0)
+            continue;
+        double u = urgency(s, v, m, now);
+        if (u > best) {
+            best = u;
+            p->prefetch = m;
+        }
+    }
+}
+
+void sched_next(sched_t *s, double now, const sched_model_view_t *views, sched_plan_t *plan)
+{
+    plan->model = -1;
+    plan->admit = 0;
+    plan->prefetch = -1;
+    plan->switched = 0;
+    if (s->cfg.policy == SCHED_POLICY_FIFO)
+        plan_fifo(s, views, plan);
+    else
+        plan_swap_aware(s, now, views, plan);
+}

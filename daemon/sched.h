@@ -1,0 +1,74 @@
+/* sched: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. */
+#ifndef SCHED_H
+#define SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sched_policy {
+    SCHED_POLICY_SWAP_AWARE = 0,
+    SCHED_POLICY_FIFO = 1,
+} sched_policy_t;
+
+typedef struct sched_cfg {
+    sched_policy_t policy;
+    double max_wait_s;     /* a request waiting longer forces a switch to its model */
+    double quantum;        /* stay on a swapped-in model this many times its swap-in time */
+    double min_quantum_s;  /* floor for the quantum (tiny models swap in microseconds) */
+    uint32_t queue_limit;  /* queued requests per model */
+    uint32_t max_queued;   /* queued requests in all */
+} sched_cfg_t;
+
+enum {
+    SCHED_OK = 0,
+    SCHED_ERR_OVERLOADED = -1,
+    SCHED_ERR_ARG = -2,
+};
+
+/* One request as the scheduler sees it; the caller owns the memory and
+ * keeps it alive until it is finished or cancelled. */
+typedef struct sched_item {
+    int model;
+    double t_arrival;   /* seconds, caller's clock */
+    uint64_t seq;       /* arrival order, set by sched_submit */
+    void *user;
+    struct sched_item *next, *prev; /* queue links (scheduler's) */
+    int queued;
+} sched_item_t;
+
+/* What the caller tells the scheduler about a model at decision time. */
+typedef struct sched_model_view {
+    int resident;        /* every segment on the device */
+    uint32_t n_active;   /* sequences admitted and not finished */
+    uint32_t max_batch;  /* sequences it may run at once */
+    double swap_in_s;    /* measured (or estimated) time to page it in */
+    double priority;     /* > 0 */
+} sched_model_view_t;
+
+typedef struct sched_plan {
+    int model;           /* model to step, -1 = nothing to do */
+    uint32_t admit;      /* queued requests of it to admit before the step */
+    int prefetch;        /* a model to page into free pages meanwhile, -1 = none */
+    int switched;        /* this plan pages in a model that was not resident */
+} sched_plan_t;
+
+typedef struct sched sched_t;
+
+sched_t *sched_new(const sched_cfg_t *cfg, int n_models);
+void sched_free(sched_t *s); /* accepts NULL */
+void sched_set_cfg(sched_t *s, const sched_cfg_t *cfg);
+/* Grow or shrink the model table (reload); queues of removed models must be empty. */
+int sched_resize(sched_t *s, int n_models);
+
+int sched_submit(sched_t *s, sched_item_t *it);   /* SCHED_ERR_OVERLOADED when full */
+void sched_remove(sched_t *s, sched_item_t *it);  /* unqueue (cancel); no-op if not queued */
+/* The next queued item of a model (oldest first), NULL if none; pop removes it. */
+sched_item_t *sched_peek(sched_t *s, int model);
+sched_item_t *sched_pop(sched_t *s, int model);
+uint32_t sched_queued(const sched_t *s, int model);
+uint32_t sched_queued_total(const sched_t *s);
+
+/* Decide the next step. views has n_models entries. */
+void sched_next(sched_t *s, double now, const sched_model_view_t *views, sched_plan_t *plan);
+
+#endif

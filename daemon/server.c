@@ -1,0 +1,503 @@
+/* server: the libevent side: listeners, connections, line framing and limits, dispatch to the worker, the one error emitter. */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "stats.h"
+
+#define SRV_BUCKETS 1024
+
+typedef struct conn {
+    uint64_t id;
+    int admin;
+    struct bufferevent *bev;
+    srv_t *s;
+    int closing;         /* close once the output is flushed */
+    uint32_t inflight;   /* requests handed to the worker (approximate) */
+    struct conn *hnext;
+} conn_t;
+
+typedef struct lst {
+    struct evconnlistener *l;
+    int admin;
+    char *unlink_path;   /* unix socket we created */
+    void *ctx;           /* the lst_ctx_t given to the callback (owned) */
+} lst_t;
+
+struct srv {
+    struct event_base *base;
+    const cfg_t *cfg;
+    wk_t *wk;
+    srv_hooks_t hooks;
+    struct event *wake;
+    lst_t lst[4];
+    int n_lst;
+    conn_t *buckets[SRV_BUCKETS];
+    uint64_t next_id;
+    uint32_t n_conns;
+    int draining;
+};
+
+/* ------------------------------------------------------------------ connection table */
+
+static conn_t *conn_find(srv_t *s, uint64_t id)
+{
+    for (conn_t *c = s->buckets[id % SRV_BUCKETS]; c; c = c->hnext)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+static void conn_free(conn_t *c)
+{
+    srv_t *s = c->s;
+    conn_t **pp = &s->buckets[c->id % SRV_BUCKETS];
+    while (*pp && *pp != c)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = c->hnext;
+    bufferevent_free(c->bev);
+    s->n_conns--;
+    stats_server.curr_connections--;
+    /* whatever it still had in flight is cancelled and its KV cache freed */
+    wk_cancel_conn(s->wk, c->id);
+    free(c);
+}
+
+static void conn_write(conn_t *c, const char *line, size_t len)
+{
+    if (c->closing)
+        return;
+    bufferevent_write(c->bev, line, len);
+}
+
+void srv_send_line(srv_t *s, uint64_t conn, char *line)
+{
+    conn_t *c = conn_find(s, conn);
+    if (c && line)
+        conn_write(c, line, strlen(line));
+    free(line);
+}
+
+void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
+                    const char *message)
+{
+    stats_server.total_errors++;
+    if ((int)code > 0 && (int)code < 16)
+        stats_server.errors_by_code[code]++;
+    srv_send_line(s, conn, proto_encode_error(id, code, message));
+}
+
+static void close_after_flush(conn_t *c)
+{
+    c->closing = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        conn_free(c);
+}
+
+/* ------------------------------------------------------------------ reading */
+
+static void handle_line(conn_t *c, const char *line, size_t len)
+{
+    srv_t *s = c->s;
+    stats_server.total_lines++;
+    if (len == 0 || (len == 1 && line[0] == '\r'))
+        return; /* blank lines are ignored */
+    proto_req_t req;
+    json_t *id = NULL;
+    char err[512];
+    int rc = proto_parse_request(line, len, c->admin, &req, &id, err, sizeof err);
+    if (rc < 0) {
+        srv_send_error(s, c->id, id, (proto_err_t)-rc, err);
+        json_decref(id);
+        return;
+    }
+    if (s->draining && !c->admin &&
+        (req.op == PROTO_OP_GENERATE || req.op == PROTO_OP_CHAT)) {
+        srv_send_error(s, c->id, req.id, PROTO_E_SHUTTING_DOWN,
+                       "the daemon is shutting down and accepts no new requests");
+        proto_req_free(&req);
+        return;
+    }
+    c->inflight++;
+    wk_submit(s->wk, c->id, c->admin, &req);
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    conn_t *c = arg;
+    srv_t *s = c->s;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t max = s->cfg->listen.max_line;
+    while (!c->closing) {
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > max) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "request line longer than %zu bytes: closing", max);
+                srv_send_error(s, c->id, NULL, PROTO_E_TOO_LARGE, msg);
+                close_after_flush(c);
+            }
+            return;
+        }
+        size_t len = (size_t)eol.pos;
+        if (len > max) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request line of %zu bytes is longer than %zu: closing",
+                     len, max);
+            srv_send_error(s, c->id, NULL, PROTO_E_TOO_LARGE, msg);
+            close_after_flush(c);
+            return;
+        }
+        char *line = malloc(len + 1);
+        if (!line) {
+            close_after_flush(c);
+            return;
+        }
+        evbuffer_remove(in, line, len);
+        evbuffer_drain(in, 1); /* the '\n' */
+        line[len] = 0;
+        handle_line(c, line, len);
+        free(line);
+    }
+}
+
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+    conn_t *c = arg;
+    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_free(c);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    conn_t *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        /* the client went away (or finished): cancel what it still has */
+        conn_free(c);
+    }
+}
+
+/* ------------------------------------------------------------------ accepting */
+
+static int peer_allowed(const cfg_t *cfg, int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+        return 0;
+    if (cr.uid == 0 || cr.uid == getuid())
+        return 1;
+    for (size_t i = 0; i < cfg->admin.uids.n; i++)
+        if (cfg->admin.uids.ids[i] == cr.uid)
+            return 1;
+    for (size_t i = 0; i < cfg->admin.gids.n; i++)
+        if (cfg->admin.gids.ids[i] == cr.gid)
+            return 1;
+    return 0;
+}
+
+/* (listener callbacks get the srv; the slot says which kind) */
+typedef struct lst_ctx {
+    srv_t *s;
+    int admin;
+} lst_ctx_t;
+
+static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int slen,
+                       void *arg)
+{
+    (void)l;
+    (void)sa;
+    (void)slen;
+    lst_ctx_t *lc = arg;
+    srv_t *s = lc->s;
+    conn_t *c = calloc(1, sizeof *c);
+    struct bufferevent *bev =
+        c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    if (!c || !bev) {
+        free(c);
+        evutil_closesocket(fd);
+        return;
+    }
+    c->id = ++s->next_id;
+    c->admin = lc->admin;
+    c->bev = bev;
+    c->s = s;
+    c->hnext = s->buckets[c->id % SRV_BUCKETS];
+    s->buckets[c->id % SRV_BUCKETS] = c;
+    s->n_conns++;
+    stats_server.total_connections++;
+    stats_server.curr_connections++;
+    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (c->admin && !peer_allowed(s->cfg, fd)) {
+        srv_send_error(s, c->id, NULL, PROTO_E_FORBIDDEN,
+                       "this user may not use the admin socket");
+        close_after_flush(c);
+        return;
+    }
+    if (!c->admin && s->n_conns > s->cfg->listen.max_connections) {
+        srv_send_error(s, c->id, NULL, PROTO_E_OVERLOADED, "too many connections");
+        close_after_flush(c);
+    }
+}
+
+/* ------------------------------------------------------------------ listeners */
+
+static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "socket path too long: %s", path);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    unlink(path);
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    umask(old);
+    if (rc != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int tcp_listen(const char *hostport, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || (size_t)(colon - hostport) >= sizeof host) {
+        snprintf(err, errlen, "bad host:port '%s'", hostport);
+        return -1;
+    }
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE}, *ai;
+    int g = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+    if (g) {
+        snprintf(err, errlen, "%s: %s", hostport, gai_strerror(g));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+        snprintf(err, errlen, "%s: %s", hostport, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static lst_ctx_t *lctx_new(srv_t *s, int admin)
+{
+    lst_ctx_t *lc = calloc(1, sizeof *lc);
+    if (lc) {
+        lc->s = s;
+        lc->admin = admin;
+    }
+    return lc;
+}
+
+static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, char *err,
+                        size_t errlen)
+{
+    lst_ctx_t *lc = lctx_new(s, admin);
+    struct evconnlistener *l =
+        lc ? evconnlistener_new(s->base, accept2_cb, lc, LEV_OPT_CLOSE_ON_FREE |
+                                LEV_OPT_CLOSE_ON_EXEC, -1, fd) : NULL;
+    if (!l) {
+        free(lc);
+        close(fd);
+        snprintf(err, errlen, "cannot listen");
+        return -1;
+    }
+    lst_t *ls = &s->lst[s->n_lst++];
+    ls->l = l;
+    ls->admin = admin;
+    ls->unlink_path = unlink_path ? strdup(unlink_path) : NULL;
+    ls->ctx = lc;
+    return 0;
+}
+
+/* Sockets handed over by systemd (gpuswapd.socket): matched by path. */
+static int adopt_systemd(srv_t *s, const cfg_t *cfg, int *got_main, int *got_admin, int *got_tcp)
+{
+    int n = sd_listen_fds(1);
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        if (cfg->admin.socket && sd_is_socket_unix(fd, SOCK_STREAM, 1, cfg->admin.socket, 0) > 0) {
+            if (add_listener(s, fd, 1, NULL, err, sizeof err) == 0)
+                *got_admin = 1;
+        } else if (cfg->listen.socket &&
+                   sd_is_socket_unix(fd, SOCK_STREAM, 1, cfg->listen.socket, 0) > 0) {
+            if (add_listener(s, fd, 0, NULL, err, sizeof err) == 0)
+                *got_main = 1;
+        } else if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
+            if (add_listener(s, fd, 0, NULL, err, sizeof err) == 0)
+                *got_tcp = 1;
+        } else {
+            close(fd);
+        }
+    }
+    return n > 0 ? n : 0;
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    srv_t *s = arg;
+    for (wk_out_t *o = wk_take(s->wk), *nx; o; o = nx) {
+        nx = o->next;
+        switch (o->kind) {
+        case WK_OUT_LINE:
+            srv_send_line(s, o->conn, o->line);
+            o->line = NULL;
+            break;
+        case WK_OUT_ERROR:
+            srv_send_error(s, o->conn, o->id, o->code, o->message ? o->message : "error");
+            break;
+        case WK_OUT_RELOAD:
+            if (s->hooks.reload)
+                s->hooks.reload(s->hooks.ctx, o->conn, o->id);
+            break;
+        case WK_OUT_IDLE:
+            if (s->hooks.drained)
+                s->hooks.drained(s->hooks.ctx);
+            break;
+        }
+        wk_out_free(o);
+    }
+}
+
+void srv_notify(void *srv)
+{
+    srv_t *s = srv;
+    event_active(s->wake, EV_READ, 0);
+}
+
+srv_t *srv_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, const srv_hooks_t *hooks,
+               char *err, size_t errlen)
+{
+    srv_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->base = base;
+    s->cfg = cfg;
+    s->wk = wk;
+    s->hooks = *hooks;
+    s->wake = event_new(base, -1, EV_PERSIST | EV_READ, wake_cb, s);
+    if (!s->wake)
+        goto fail;
+    int got_main = 0, got_admin = 0, got_tcp = 0;
+    adopt_systemd(s, cfg, &got_main, &got_admin, &got_tcp);
+    char e[512];
+    if (cfg->listen.socket && !got_main) {
+        int fd = unix_listen(cfg->listen.socket, cfg->listen.mode, e, sizeof e);
+        if (fd < 0 || add_listener(s, fd, 0, cfg->listen.socket, e, sizeof e)) {
+            snprintf(err, errlen, "listen.socket: %s", e);
+            goto fail;
+        }
+    }
+    if (cfg->admin.socket && !got_admin) {
+        int fd = unix_listen(cfg->admin.socket, cfg->admin.mode, e, sizeof e);
+        if (fd < 0 || add_listener(s, fd, 1, cfg->admin.socket, e, sizeof e)) {
+            snprintf(err, errlen, "admin.socket: %s", e);
+            goto fail;
+        }
+    }
+    if (cfg->listen.tcp && !got_tcp) {
+        int fd = tcp_listen(cfg->listen.tcp, e, sizeof e);
+        if (fd < 0 || add_listener(s, fd, 0, NULL, e, sizeof e)) {
+            snprintf(err, errlen, "listen.tcp: %s", e);
+            goto fail;
+        }
+    }
+    return s;
+fail:
+    srv_free(s);
+    return NULL;
+}
+
+static void close_listeners(srv_t *s)
+{
+    for (int i = 0; i < s->n_lst; i++) {
+        if (!s->lst[i].l)
+            continue;
+        evconnlistener_free(s->lst[i].l);
+        s->lst[i].l = NULL;
+        if (s->lst[i].unlink_path)
+            unlink(s->lst[i].unlink_path);
+    }
+}
+
+void srv_drain(srv_t *s)
+{
+    s->draining = 1;
+    /* stop accepting inference connections; admin stays for drain answers */
+    for (int i = 0; i < s->n_lst; i++) {
+        if (s->lst[i].l && !s->lst[i].admin) {
+            evconnlistener_free(s->lst[i].l);
+            s->lst[i].l = NULL;
+            if (s->lst[i].unlink_path)
+                unlink(s->lst[i].unlink_path);
+        }
+    }
+}
+
+void srv_set_cfg(srv_t *s, const cfg_t *cfg)
+{
+    s->cfg = cfg;
+}
+
+void srv_free(srv_t *s)
+{
+    if (!s)
+        return;
+    close_listeners(s);
+    for (int i = 0; i < s->n_lst; i++) {
+        free(s->lst[i].unlink_path);
+        free(s->lst[i].ctx);
+    }
+    for (int b = 0; b < SRV_BUCKETS; b++) {
+        while (s->buckets[b]) {
+            conn_t *c = s->buckets[b];
+            s->buckets[b] = c->hnext;
+            bufferevent_free(c->bev);
+            free(c);
+        }
+    }
+    if (s->wake)
+        event_free(s->wake);
+    free(s);
+}

@@ -1,0 +1,40 @@
+/* server: the libevent side: listeners, connections, line framing and limits, dispatch to the worker, the one error emitter. */
+#ifndef SERVER_H
+#define SERVER_H
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "proto.h"
+#include "worker.h"
+
+typedef struct srv srv_t;
+
+/* What the server asks of main (loop thread). */
+typedef struct srv_hooks {
+    /* an admin asked for a reload: main reloads and answers with srv_answer_* */
+    void (*reload)(void *ctx, uint64_t conn, const json_t *id);
+    /* the worker finished draining */
+    void (*drained)(void *ctx);
+    void *ctx;
+} srv_hooks_t;
+
+/* Binds the configured sockets, or adopts systemd's (sd_listen_fds). */
+srv_t *srv_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, const srv_hooks_t *hooks,
+               char *err, size_t errlen);
+void srv_free(srv_t *s); /* accepts NULL; unlinks the sockets it created */
+
+/* Worker wake-up target: safe to call from any thread. */
+void srv_notify(void *srv);
+/* Stop accepting: close listeners; further inference requests get shutting_down. */
+void srv_drain(srv_t *s);
+/* The one error emitter: encodes, counts and sends (loop thread). */
+void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
+                    const char *message);
+void srv_send_line(srv_t *s, uint64_t conn, char *line /* taken */);
+/* The config the server was set up with changed (reload); listeners stay. */
+void srv_set_cfg(srv_t *s, const cfg_t *cfg);
+
+#endif

@@ -1,0 +1,55 @@
+/* worker: the device worker thread: owns backend, store, residency, scheduler and sequences; talks to the loop only through its inbox and outbox. */
+#ifndef WORKER_H
+#define WORKER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "proto.h"
+
+typedef struct wk wk_t;
+
+/* Called on the worker thread after it appends to the outbox (the loop's
+ * wake-up, e.g. event_active). */
+typedef void (*wk_notify_fn)(void *ctx);
+
+typedef enum wk_out_kind {
+    WK_OUT_LINE = 1,   /* send line to conn */
+    WK_OUT_ERROR,      /* send an error (through the loop's one emitter) */
+    WK_OUT_RELOAD,     /* the admin asked for a config reload */
+    WK_OUT_IDLE,       /* draining and nothing is left in flight */
+} wk_out_kind_t;
+
+typedef struct wk_out {
+    wk_out_kind_t kind;
+    uint64_t conn;      /* target connection */
+    char *line;         /* LINE: malloc'ed, ends in '\n' */
+    json_t *id;         /* ERROR: request id (owned ref, may be NULL) */
+    proto_err_t code;   /* ERROR */
+    char *message;      /* ERROR: malloc'ed */
+    struct wk_out *next;
+} wk_out_t;
+
+void wk_out_free(wk_out_t *o); /* one item; accepts NULL */
+
+/* Opens the backend and loads every model of cfg (logging to stderr); the
+ * config is copied by reference: cfg must stay alive until wk_free or the
+ * next successful wk_reload. NULL + reason on failure (a model that fails
+ * to load is skipped with a log line, not fatal). */
+wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err, size_t errlen);
+int wk_start(wk_t *w);
+/* Stops the thread (in-flight work is abandoned: call after draining). */
+void wk_free(wk_t *w); /* accepts NULL */
+
+/* From the loop thread: */
+void wk_submit(wk_t *w, uint64_t conn, int admin, proto_req_t *req); /* takes req's contents */
+void wk_cancel_conn(wk_t *w, uint64_t conn);  /* the connection is gone */
+void wk_reload(wk_t *w, const cfg_t *next);    /* apply a validated config (loop keeps it alive) */
+void wk_drain(wk_t *w);                        /* finish in-flight work, then WK_OUT_IDLE */
+wk_out_t *wk_take(wk_t *w);                    /* outbox items in order, caller frees */
+/* One-line summary for sd_notify STATUS (thread-safe snapshot). */
+void wk_status(wk_t *w, char *buf, size_t len);
+
+#endif
