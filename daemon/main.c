@@ -28,6 +28,8 @@ typedef struct daemon_state {
     struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
     int draining;
     int exit_code;
+    struct event *flush_timer;
+    int flush_ticks;
 } daemon_state_t;
 
 static void usage(FILE *f)
@@ -116,11 +118,27 @@ static void hook_reload(void *ctx, uint64_t conn, const json_t *id)
     do_reload(ctx, conn, id);
 }
 
+/* After draining: exit once the answers have left (or after 2 s). */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
+    if (srv_pending_output(d->srv) == 0 || ++d->flush_ticks > 200) {
+        fprintf(stderr, "gpuswapd: drained, exiting\n");
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 10000};
+    evtimer_add(d->flush_timer, &tv);
+}
+
 static void hook_drained(void *ctx)
 {
     daemon_state_t *d = ctx;
-    fprintf(stderr, "gpuswapd: drained, exiting\n");
-    event_base_loopexit(d->base, NULL);
+    if (!d->flush_timer)
+        d->flush_timer = evtimer_new(d->base, on_flush, d);
+    on_flush(-1, 0, d);
 }
 
 /* ------------------------------------------------------------------ signals */
@@ -243,6 +261,7 @@ out:
     if (d.sig_hup) event_free(d.sig_hup);
     if (d.drain_timer) event_free(d.drain_timer);
     if (d.watchdog) event_free(d.watchdog);
+    if (d.flush_timer) event_free(d.flush_timer);
     event_base_free(d.base);
     for (size_t i = 0; i < d.n_old; i++)
         cfg_free(d.old[i]);

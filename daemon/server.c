@@ -475,6 +475,15 @@ void srv_drain(srv_t *s)
     }
 }
 
+size_t srv_pending_output(const srv_t *s)
+{
+    size_t n = 0;
+    for (int b = 0; b < SRV_BUCKETS; b++)
+        for (conn_t *c = s->buckets[b]; c; c = c->hnext)
+            n += evbuffer_get_length(bufferevent_get_output(c->bev));
+    return n;
+}
+
 void srv_set_cfg(srv_t *s, const cfg_t *cfg)
 {
     s->cfg = cfg;

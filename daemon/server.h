@@ -34,6 +34,8 @@ void srv_drain(srv_t *s);
 void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
                     const char *message);
 void srv_send_line(srv_t *s, uint64_t conn, char *line /* taken */);
+/* Bytes still waiting in connections' output buffers. */
+size_t srv_pending_output(const srv_t *s);
 /* The config the server was set up with changed (reload); listeners stay. */
 void srv_set_cfg(srv_t *s, const cfg_t *cfg);
 

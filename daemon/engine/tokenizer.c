@@ -1278,7 +1278,7 @@ void tok_stream_init(tok_stream_t *s, const tok_t *t, int special)
 }
 
 /* Emit the complete characters of b[0..m) into out (cap, NUL-terminated),
- * invalid sequences as U+FFFD; an incomplete tail goes back into s->pending
+ * invalid sequences (and NUL bytes) as U+FFFD; an incomplete tail goes back into s->pending
  * unless final. Nothing in s changes when out is too small. */
 static int tok_stream_emit(tok_stream_t *s, const unsigned char *b, size_t m, int final, char *out,
                            size_t cap)
@@ -1295,7 +1295,9 @@ static int tok_stream_emit(tok_stream_t *s, const unsigned char *b, size_t m, in
         const char *src;
         size_t srcn;
 
-        if (c < 0x80) {
+        if (c == 0x00) {
+            need = SIZE_MAX; /* NUL would end the C string the text travels in */
+        } else if (c < 0x80) {
             need = 0;
         } else if (c >= 0xC2 && c <= 0xDF) {
             need = 1;

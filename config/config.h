@@ -1,0 +1,156 @@
+/* config: loads gpuswapd's YAML configuration into a validated plain struct, driven by one table of option descriptors. */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/*
+ * Every option, its type, default, bounds and whether SIGHUP may change it
+ * lives in one table in config.c; config/gpuswapd.yaml documents them all.
+ * The loader rejects unknown and duplicate keys, wrong types, values out of
+ * bounds and impossible combinations with a message of the form
+ *
+ *     gpuswapd.yaml:7:11: invalid size "12GB" for device.memory (use B, KiB, MiB, GiB, TiB; 'GB' is ambiguous)
+ *
+ * (file:line:column of the offending key or value, 1-based).
+ *
+ * Value syntax:
+ *   size      a non-negative integer number of bytes with an optional binary
+ *             unit: B, KiB, MiB, GiB, TiB ("12GiB", "1.5GiB", "4096").
+ *             A fraction is allowed when the result is a whole number of
+ *             bytes. K, M, G, T, KB, MB, GB, TB (and lower-case spellings)
+ *             are rejected as ambiguous rather than guessed.
+ *   rate      a size per second: "25GiB" or "25GiB/s".
+ *   duration  a number with a unit: ms, s, m, h ("250ms", "1.5s", "1m");
+ *             must be a whole number of milliseconds; bare "0" is allowed.
+ *   bool      true, false, yes, no (any case).
+ *   mode      an octal permission string such as "0660" (at most 0777).
+ *   host:port "127.0.0.1:8400", "localhost:8400", "[::1]:8400".
+ *   ~ / null  (or an empty value) turns an optional listener off.
+ */
+
+enum {
+    CFG_OK = 0,
+    CFG_ERR_IO = -1,      /* the file cannot be read */
+    CFG_ERR_SYNTAX = -2,  /* not well-formed YAML */
+    CFG_ERR_INVALID = -3, /* well-formed, but not a valid configuration */
+    CFG_ERR_NOMEM = -4,
+    CFG_ERR_RELOAD = -5,  /* cfg_reload_check: a key that needs a restart changed */
+};
+
+typedef enum cfg_backend {
+    CFG_BACKEND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
+    CFG_BACKEND_CUDA,
+    CFG_BACKEND_SIM,
+    CFG_BACKEND_CPU,
+} cfg_backend_t;
+
+typedef enum cfg_policy {
+    CFG_POLICY_SWAP_AWARE = 0,
+    CFG_POLICY_FIFO,
+} cfg_policy_t;
+
+/* A list of numeric user or group ids. */
+typedef struct cfg_idlist {
+    uint32_t *ids; /* n entries, owned; NULL when n == 0 */
+    size_t n;
+} cfg_idlist_t;
+
+typedef struct cfg_model {
+    char *name;          /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
+    char *path;          /* GGUF file, as written (relative = to the daemon's cwd); owned */
+    uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
+    uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
+    double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */
+    int pinned;          /* 1: never evicted once paged in */
+    uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */
+    uint32_t max_context;/* positions per sequence (prompt + generated), default 4096 */
+    struct {             /* sampling defaults for requests that do not set them */
+        float temperature;    /* >= 0, 0 = greedy; default 0.8 */
+        float top_p;          /* (0, 1], 1 = off; default 0.95 */
+        float min_p;          /* [0, 1), 0 = off; default 0.05 */
+        float repeat_penalty; /* > 0, 1 = off; default 1.0 */
+        int32_t top_k;        /* >= 0, 0 = off; default 40 */
+        int32_t max_tokens;   /* 1..max_context; default 256 */
+    } defaults;
+    int line;            /* 1-based line of this model's entry in the file, for later messages */
+} cfg_model_t;
+
+typedef struct cfg {
+    char *file; /* name the config was loaded under, used in messages; owned */
+    struct {
+        char *socket;             /* unix socket path; NULL = no unix listener */
+        unsigned mode;            /* permission bits of the socket, default 0660 */
+        char *tcp;                /* JSON-lines TCP listener "host:port"; NULL = off (default) */
+        char *http;               /* OpenAI-compatible HTTP "host:port"; NULL = off (default) */
+        uint64_t max_line;        /* bytes: longest request line accepted, default 1MiB */
+        uint32_t max_connections; /* open client connections, default 1024 */
+    } listen;
+    struct {
+        char *socket;      /* admin unix socket path; NULL = no admin socket */
+        unsigned mode;     /* permission bits, default 0600 */
+        cfg_idlist_t uids; /* peers allowed besides root and the daemon's own uid */
+        cfg_idlist_t gids; /* peers whose primary gid is listed are allowed too */
+    } admin;
+    struct {
+        cfg_backend_t backend;  /* default auto */
+        int32_t gpu;            /* CUDA device ordinal, default 0 */
+        uint64_t memory;        /* bytes in the device pool (weights + KV); required for sim;
+                                   0 = cuda: 90% of free memory at start, cpu: unused */
+        uint64_t page_size;     /* bytes per pool page: power of two, >= 4KiB, default 2MiB */
+        uint64_t sim_bandwidth; /* bytes/s the sim copy thread is throttled to; 0 = unthrottled */
+        uint32_t threads;       /* CPU kernel threads; 0 = all cores */
+    } device;
+    struct {
+        uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */
+    } host;
+    struct {
+        cfg_policy_t policy;       /* default swap-aware */
+        uint32_t max_batch;        /* default per-model batch size, default 16 */
+        uint64_t max_wait_ms;      /* a request waiting this long forces a switch, default 2000 */
+        double quantum;            /* stay on a busy model this many swap-in times, default 4 */
+        uint32_t queue_limit;      /* queued requests per model, default 256 */
+        uint32_t max_queued;       /* queued requests in all, default 4096 */
+        uint64_t drain_timeout_ms; /* SIGTERM waits this long for running work, default 30000 */
+    } scheduler;
+    cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
+    size_t n_models;
+} cfg_t;
+
+/* Loads and validates a config file. On success *out is a new config the
+ * caller frees with cfg_free; on failure *out is NULL, the return value is a
+ * CFG_ERR_* code and err holds "file:line:col: reason". */
+int cfg_load_file(const char *path, cfg_t **out, char *err, size_t errlen);
+/* The same from a NUL-terminated string; name stands for the file in
+ * messages and in cfg_t.file. */
+int cfg_load_string(const char *yaml, const char *name, cfg_t **out, char *err, size_t errlen);
+void cfg_free(cfg_t *c); /* accepts NULL */
+
+/* Writes the effective config (every key, defaults filled in) as YAML that
+ * cfg_load_string accepts again and that prints identically. 0 or CFG_ERR_IO. */
+int cfg_print(const cfg_t *c, FILE *f);
+
+/* The model called name, or NULL. The pointer lives as long as c. */
+const cfg_model_t *cfg_find_model(const cfg_t *c, const char *name);
+
+/* Whether next may replace cur on SIGHUP: models (added, removed, changed),
+ * quotas, priorities, admin uids/gids, host.memory and every scheduler knob
+ * may change; the listeners, admin socket and mode and every device key may
+ * not. 0, or CFG_ERR_RELOAD with the first such key that changed named in err. */
+int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errlen);
+
+/* Value parsers, shared with the CLI. s is the whole text (no surrounding
+ * blanks). 0 with *out set, or CFG_ERR_INVALID with a short reason in err
+ * (e.g. "use B, KiB, MiB, GiB, TiB", "too large"); err may be NULL. */
+int cfg_parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
+int cfg_parse_duration_ms(const char *s, uint64_t *out_ms, char *err, size_t errlen);
+
+/* Formats bytes with the largest binary unit that divides it exactly
+ * ("2MiB", "1536KiB", "1000B"), ms likewise ("250ms", "2s", "1m"); both read
+ * back identically through the parsers. Returns buf. */
+char *cfg_format_size(uint64_t bytes, char *buf, size_t len);
+char *cfg_format_duration_ms(uint64_t ms, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,1115 @@
+/* proto: the JSON-line codec of the inference and admin sockets (proto/PROTOCOL.md), shared by the daemon and the C client. */
+#include "proto.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ names */
+
+static const char *const err_codes[PROTO_E_COUNT] = {
+    [PROTO_E_BAD_JSON] = "bad_json",
+    [PROTO_E_BAD_REQUEST] = "bad_request",
+    [PROTO_E_UNKNOWN_MODEL] = "unknown_model",
+    [PROTO_E_TOO_LARGE] = "too_large",
+    [PROTO_E_OVERLOADED] = "overloaded",
+    [PROTO_E_CONTEXT_OVERFLOW] = "context_overflow",
+    [PROTO_E_CANCELLED] = "cancelled",
+    [PROTO_E_SHUTTING_DOWN] = "shutting_down",
+    [PROTO_E_INTERNAL] = "internal",
+    [PROTO_E_FORBIDDEN] = "forbidden",
+};
+
+const char *proto_err_code(proto_err_t e)
+{
+    if ((int)e <= 0 || e >= PROTO_E_COUNT)
+        return err_codes[PROTO_E_INTERNAL];
+    return err_codes[e];
+}
+
+proto_err_t proto_err_from_code(const char *code)
+{
+    if (!code)
+        return 0;
+    for (int e = 1; e < PROTO_E_COUNT; e++)
+        if (strcmp(err_codes[e], code) == 0)
+            return (proto_err_t)e;
+    return 0;
+}
+
+/* Fields a request may carry besides "op" and "id". */
+typedef enum pfield {
+    F_MODEL,
+    F_PROMPT,
+    F_TOKENS,
+    F_MESSAGES,
+    F_TEXT,
+    F_ADD_BOS,
+    F_TARGET,
+    F_MAX_TOKENS,
+    F_TEMPERATURE,
+    F_TOP_K,
+    F_TOP_P,
+    F_MIN_P,
+    F_REPEAT_PENALTY,
+    F_SEED,
+    F_STOP,
+    F_STREAM,
+    F_COUNT
+} pfield_t;
+
+static const char *const field_names[F_COUNT] = {
+    [F_MODEL] = "model",
+    [F_PROMPT] = "prompt",
+    [F_TOKENS] = "tokens",
+    [F_MESSAGES] = "messages",
+    [F_TEXT] = "text",
+    [F_ADD_BOS] = "add_bos",
+    [F_TARGET] = "target",
+    [F_MAX_TOKENS] = "max_tokens",
+    [F_TEMPERATURE] = "temperature",
+    [F_TOP_K] = "top_k",
+    [F_TOP_P] = "top_p",
+    [F_MIN_P] = "min_p",
+    [F_REPEAT_PENALTY] = "repeat_penalty",
+    [F_SEED] = "seed",
+    [F_STOP] = "stop",
+    [F_STREAM] = "stream",
+};
+
+#define FB(f) (1u << (f))
+#define F_SAMPLING                                                                                 \
+    (FB(F_MAX_TOKENS) | FB(F_TEMPERATURE) | FB(F_TOP_K) | FB(F_TOP_P) | FB(F_MIN_P) |              \
+     FB(F_REPEAT_PENALTY) | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM))
+
+enum { SOCK_INFERENCE = 1, SOCK_ADMIN = 2, SOCK_BOTH = 3 };
+
+/* One row per op: the sockets that take it, the fields it allows and those it requires.
+ * generate's "prompt or tokens" rule is checked separately. */
+static const struct op_desc {
+    const char *name;
+    int sockets;
+    uint32_t allowed;
+    uint32_t required;
+} op_table[] = {
+    [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE, FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING,
+                           FB(F_MODEL)},
+    [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE, FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING,
+                       FB(F_MODEL) | FB(F_MESSAGES)},
+    [PROTO_OP_TOKENIZE] = {"tokenize", SOCK_INFERENCE, FB(F_MODEL) | FB(F_TEXT) | FB(F_ADD_BOS),
+                           FB(F_MODEL) | FB(F_TEXT)},
+    [PROTO_OP_MODELS] = {"models", SOCK_BOTH, 0, 0},
+    [PROTO_OP_CANCEL] = {"cancel", SOCK_INFERENCE, FB(F_TARGET), FB(F_TARGET)},
+    [PROTO_OP_STATS] = {"stats", SOCK_ADMIN, 0, 0},
+    [PROTO_OP_LOAD] = {"load", SOCK_ADMIN, FB(F_MODEL) | FB(F_STREAM), FB(F_MODEL)},
+    [PROTO_OP_EVICT] = {"evict", SOCK_ADMIN, FB(F_MODEL), FB(F_MODEL)},
+    [PROTO_OP_PIN] = {"pin", SOCK_ADMIN, FB(F_MODEL), FB(F_MODEL)},
+    [PROTO_OP_UNPIN] = {"unpin", SOCK_ADMIN, FB(F_MODEL), FB(F_MODEL)},
+    [PROTO_OP_RELOAD] = {"reload", SOCK_ADMIN, 0, 0},
+    [PROTO_OP_DRAIN] = {"drain", SOCK_ADMIN, 0, 0},
+};
+#define N_OPS ((int)(sizeof op_table / sizeof op_table[0]))
+
+const char *proto_op_name(proto_op_t op)
+{
+    if ((int)op <= 0 || (int)op >= N_OPS)
+        return NULL;
+    return op_table[op].name;
+}
+
+static const char *const roles[] = {"system", "user", "assistant"};
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Writes a message into err (when given) and returns -code. */
+static int fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -(int)code;
+}
+
+/* The JSON type of v as a message word. */
+static const char *type_word(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* Edit distance of a and b, or a large number when either is too long to care. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 32 || nb > 32)
+        return 99;
+    size_t row[33];
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* The known field (or "op"/"id") closest to key, if it is a plausible typo. */
+static const char *suggest_field(const char *key)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (int f = 0; f < F_COUNT; f++) {
+        size_t d = edit_distance(key, field_names[f]);
+        if (d < best_d && d < strlen(field_names[f])) {
+            best_d = d;
+            best = field_names[f];
+        }
+    }
+    return best;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid
+ * (overlong, surrogate, above U+10FFFF, truncated). */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+/* A JSON string of s (NULL = ""); invalid UTF-8 bytes become U+FFFD. NULL on OOM. */
+static json_t *str_new(const char *s)
+{
+    if (!s)
+        s = "";
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    size_t n = strlen(s);
+    char *buf = malloc(n * 3 + 1);
+    if (!buf)
+        return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq_len(u + i, n - i);
+        if (l) {
+            memcpy(buf + o, u + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    buf[o] = '\0';
+    j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+/* A copy of id for an answer (null when absent). */
+static json_t *id_new(const json_t *id)
+{
+    return id ? json_deep_copy(id) : json_null();
+}
+
+/* Sets key in obj to v (stolen); returns -1 when v is NULL or the set fails. */
+static int set_new(json_t *obj, const char *key, json_t *v)
+{
+    if (!v)
+        return -1;
+    return json_object_set_new(obj, key, v);
+}
+
+/* A time in ms rounded to 3 decimals; non-finite values become 0 (json_real refuses them). */
+static json_t *ms_new(double ms)
+{
+    if (!isfinite(ms))
+        ms = 0.0;
+    return json_real(round(ms * 1000.0) / 1000.0);
+}
+
+/* The shortest decimal double that reads back as f, so 0.7f is written "0.7". */
+static json_t *float_new(float f)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f)
+            return json_real(d);
+    }
+    return json_real((double)f);
+}
+
+typedef struct linebuf {
+    char *buf;
+    size_t len, cap;
+} linebuf_t;
+
+static int linebuf_put(const char *data, size_t size, void *arg)
+{
+    linebuf_t *lb = arg;
+    if (lb->len + size + 2 > lb->cap) {
+        size_t cap = lb->cap ? lb->cap : 256;
+        while (lb->len + size + 2 > cap)
+            cap *= 2;
+        char *nb = realloc(lb->buf, cap);
+        if (!nb)
+            return -1;
+        lb->buf = nb;
+        lb->cap = cap;
+    }
+    memcpy(lb->buf + lb->len, data, size);
+    lb->len += size;
+    return 0;
+}
+
+/* Dumps root as one compact line with '\n' and releases root (NULL root = OOM upstream). */
+static char *line_finish(json_t *root)
+{
+    if (!root)
+        return NULL;
+    linebuf_t lb = {0};
+    int rc = json_dump_callback(root, linebuf_put, &lb, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    json_decref(root);
+    if (rc != 0 || !lb.buf) {
+        free(lb.buf);
+        return NULL;
+    }
+    lb.buf[lb.len++] = '\n';
+    lb.buf[lb.len] = '\0';
+    return lb.buf;
+}
+
+/* 0 when no bracket in line[0..len) is nested deeper than PROTO_MAX_DEPTH
+ * (outside strings), so jansson never recurses far on hostile input. */
+static int depth_ok(const char *line, size_t len)
+{
+    int depth = 0, in_str = 0, esc = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = line[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            if (++depth > PROTO_MAX_DEPTH)
+                return 0;
+        } else if ((c == '}' || c == ']') && depth > 0) {
+            depth--;
+        }
+    }
+    return 1;
+}
+
+/* Parses line as one JSON value; NULL with the error in err. */
+static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
+        i++;
+    if (i == len) {
+        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "empty line");
+        return NULL;
+    }
+    if (!depth_ok(line, len)) {
+        *rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "JSON nested deeper than %d levels", PROTO_MAX_DEPTH);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(line, len, flags | JSON_DECODE_ANY, &je);
+    if (!root) {
+        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position, je.text);
+        return NULL;
+    }
+    return root;
+}
+
+/* ------------------------------------------------------------------ request parser */
+
+/* A short printable rendering of a string value for messages. */
+static void quote_short(char *out, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n + 3 <= cap || cap < 8)
+        snprintf(out, cap, "'%s'", s);
+    else
+        snprintf(out, cap, "'%.*s...'", (int)(cap - 6), s);
+}
+
+/* An id or target: a string of at most PROTO_MAX_ID_BYTES, or an integer. */
+static int check_id(const char *name, const json_t *v, char *err, size_t errlen)
+{
+    if (json_is_integer(v))
+        return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) > PROTO_MAX_ID_BYTES)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %d bytes", name,
+                        PROTO_MAX_ID_BYTES);
+        return 0;
+    }
+    return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string or an integer (got %s)", name,
+                type_word(v));
+}
+
+/* A string field of min..max bytes into a new heap copy (*out). */
+static int get_string(const char *name, const json_t *v, size_t min, size_t max, char **out, char *err,
+                      size_t errlen)
+{
+    if (!json_is_string(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name, type_word(v));
+    size_t n = json_string_length(v);
+    if (n < min)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must not be empty", name);
+    if (n > max)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %zu bytes", name, max);
+    char *s = malloc(n + 1);
+    if (!s)
+        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    memcpy(s, json_string_value(v), n + 1);
+    *out = s;
+    return 0;
+}
+
+static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t hi, json_int_t *out, char *err,
+                   size_t errlen)
+{
+    if (!json_is_integer(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be an integer (got %s)", name, type_word(v));
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                    "field '%s' must be in %" JSON_INTEGER_FORMAT " .. %" JSON_INTEGER_FORMAT
+                    " (got %" JSON_INTEGER_FORMAT ")",
+                    name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const char *name, const json_t *v, int *out, char *err, size_t errlen)
+{
+    if (!json_is_boolean(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be true or false (got %s)", name,
+                    type_word(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A number that fits a float; the range is the caller's. */
+static int get_float(const char *name, const json_t *v, float *out, double *raw, char *err, size_t errlen)
+{
+    if (!json_is_number(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a number (got %s)", name, type_word(v));
+    double d = json_number_value(v);
+    if (!isfinite(d) || fabs(d) > FLT_MAX)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is out of range (got %g)", name, d);
+    *out = (float)d;
+    *raw = d;
+    return 0;
+}
+
+static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    if (!json_is_array(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must be an array of token ids (got %s)",
+                    type_word(v));
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must not be empty");
+    if (n > PROTO_MAX_TOKENS)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' has %zu entries (max %d)", n,
+                    PROTO_MAX_TOKENS);
+    req->tokens = malloc(n * sizeof *req->tokens);
+    if (!req->tokens)
+        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens[%zu]' must be an integer token id (got %s)",
+                        i, type_word(t));
+        json_int_t x = json_integer_value(t);
+        if (x < 0 || x > INT32_MAX)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "field 'tokens[%zu]' must be a token id in 0 .. %d (got %" JSON_INTEGER_FORMAT ")", i,
+                        INT32_MAX, x);
+        req->tokens[i] = (int32_t)x;
+    }
+    req->n_tokens = n;
+    return 0;
+}
+
+static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    if (!json_is_array(v))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must be an array (got %s)", type_word(v));
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must not be empty");
+    if (n > PROTO_MAX_MESSAGES)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' has %zu entries (max %d)", n,
+                    PROTO_MAX_MESSAGES);
+    req->messages = calloc(n, sizeof *req->messages);
+    if (!req->messages)
+        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    req->n_messages = n; /* contents are NULL until filled; proto_req_free copes */
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(v, i);
+        proto_msg_t *pm = &req->messages[i];
+        char name[48];
+        if (!json_is_object(m))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages[%zu]' must be an object (got %s)", i,
+                        type_word(m));
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)m, key, val) {
+            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0) {
+                char q[72];
+                quote_short(q, sizeof q, key);
+                return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                            "unknown field %s in 'messages[%zu]' (a message has role and content)", q, i);
+            }
+        }
+        const json_t *role = json_object_get(m, "role");
+        const json_t *content = json_object_get(m, "content");
+        snprintf(name, sizeof name, "messages[%zu].role", i);
+        if (!role)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
+        if (!json_is_string(role))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name,
+                        type_word(role));
+        const char *r = json_string_value(role);
+        size_t k = 0;
+        while (k < sizeof roles / sizeof roles[0] && strcmp(roles[k], r) != 0)
+            k++;
+        if (k == sizeof roles / sizeof roles[0]) {
+            char q[48];
+            quote_short(q, sizeof q, r);
+            return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "field '%s' must be system, user or assistant (got %s)", name, q);
+        }
+        snprintf(pm->role, sizeof pm->role, "%s", roles[k]);
+        snprintf(name, sizeof name, "messages[%zu].content", i);
+        if (!content)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
+        int rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_stop(const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    size_t n;
+    if (json_is_string(v))
+        n = 1;
+    else if (json_is_array(v))
+        n = json_array_size(v);
+    else
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' must be a string or an array of strings (got %s)",
+                    type_word(v));
+    if (n > PROTO_MAX_STOP)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' has %zu entries (max %d)", n, PROTO_MAX_STOP);
+    if (n == 0)
+        return 0;
+    req->stop = calloc(n, sizeof *req->stop);
+    if (!req->stop)
+        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    req->n_stop = n;
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (json_is_string(v))
+            snprintf(name, sizeof name, "stop");
+        else
+            snprintf(name, sizeof name, "stop[%zu]", i);
+        int rc = get_string(name, s, 1, PROTO_MAX_STOP_BYTES, &req->stop[i], err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Parses one known field f (already allowed for the op) into req. */
+static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    const char *name = field_names[f];
+    json_int_t x = 0;
+    double d = 0;
+    int rc;
+    switch (f) {
+    case F_MODEL:
+        return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->model, err, errlen);
+    case F_PROMPT:
+        return get_string(name, v, 0, SIZE_MAX, &req->prompt, err, errlen);
+    case F_TOKENS:
+        return parse_tokens(v, req, err, errlen);
+    case F_MESSAGES:
+        return parse_messages(v, req, err, errlen);
+    case F_TEXT:
+        return get_string(name, v, 0, SIZE_MAX, &req->text, err, errlen);
+    case F_ADD_BOS:
+        return get_bool(name, v, &req->add_bos, err, errlen);
+    case F_TARGET: {
+        if ((rc = check_id(name, v, err, errlen)))
+            return rc;
+        char num[32];
+        const char *s = num;
+        if (json_is_integer(v))
+            snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else
+            s = json_string_value(v);
+        if (!(req->target = strdup(s)))
+            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        req->target_id = json_deep_copy(v);
+        if (!req->target_id)
+            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        return 0;
+    }
+    case F_MAX_TOKENS:
+        if ((rc = get_int(name, v, 0, INT32_MAX, &x, err, errlen)))
+            return rc;
+        req->max_tokens = (int32_t)x;
+        req->has_max_tokens = 1;
+        return 0;
+    case F_TOP_K:
+        if ((rc = get_int(name, v, 0, INT32_MAX, &x, err, errlen)))
+            return rc;
+        req->top_k = (int32_t)x;
+        req->has_top_k = 1;
+        return 0;
+    case F_SEED:
+        if ((rc = get_int(name, v, 0, INT64_MAX, &x, err, errlen)))
+            return rc;
+        req->seed = (uint64_t)x;
+        req->has_seed = 1;
+        return 0;
+    case F_TEMPERATURE:
+        if ((rc = get_float(name, v, &req->temperature, &d, err, errlen)))
+            return rc;
+        if (d < 0)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'temperature' must be >= 0 (got %g)", d);
+        req->has_temperature = 1;
+        return 0;
+    case F_TOP_P:
+        if ((rc = get_float(name, v, &req->top_p, &d, err, errlen)))
+            return rc;
+        if (!(d > 0 && d <= 1))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'top_p' must be in (0, 1] (got %g)", d);
+        req->has_top_p = 1;
+        return 0;
+    case F_MIN_P:
+        if ((rc = get_float(name, v, &req->min_p, &d, err, errlen)))
+            return rc;
+        if (!(d >= 0 && d <= 1))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'min_p' must be in [0, 1] (got %g)", d);
+        req->has_min_p = 1;
+        return 0;
+    case F_REPEAT_PENALTY:
+        if ((rc = get_float(name, v, &req->repeat_penalty, &d, err, errlen)))
+            return rc;
+        if (!(d > 0))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'repeat_penalty' must be > 0 (got %g)", d);
+        req->has_repeat_penalty = 1;
+        return 0;
+    case F_STOP:
+        return parse_stop(v, req, err, errlen);
+    case F_STREAM:
+        return get_bool(name, v, &req->stream, err, errlen);
+    case F_COUNT:
+        break;
+    }
+    return fail(err, errlen, PROTO_E_INTERNAL, "field table out of step");
+}
+
+/* The body of proto_parse_request once root is an object; req->id is set first. */
+static int parse_object(const json_t *root, int admin, proto_req_t *req, char *err, size_t errlen)
+{
+    int rc;
+    req->add_bos = 1;
+    const json_t *id = json_object_get(root, "id");
+    if (id) {
+        if ((rc = check_id("id", id, err, errlen)))
+            return rc;
+        if (!(req->id = json_deep_copy(id)))
+            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    }
+
+    const json_t *op = json_object_get(root, "op");
+    if (!op)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'op'");
+    if (!json_is_string(op))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'op' must be a string (got %s)", type_word(op));
+    const char *opname = json_string_value(op);
+    int o = 1;
+    while (o < N_OPS && strcmp(op_table[o].name, opname) != 0)
+        o++;
+    char q[72];
+    quote_short(q, sizeof q, opname);
+    if (o == N_OPS)
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown op %s", q);
+    const struct op_desc *od = &op_table[o];
+    if (!(od->sockets & (admin ? SOCK_ADMIN : SOCK_INFERENCE)))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, admin ? "op %s is not an admin op (use the inference socket)"
+                                                            : "op %s is only valid on the admin socket",
+                    q);
+    req->op = (proto_op_t)o;
+
+    uint32_t seen = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)root, key, val) {
+        if (strcmp(key, "op") == 0 || strcmp(key, "id") == 0)
+            continue;
+        int f = 0;
+        while (f < F_COUNT && strcmp(field_names[f], key) != 0)
+            f++;
+        quote_short(q, sizeof q, key);
+        if (f == F_COUNT) {
+            const char *s = suggest_field(key);
+            if (s)
+                return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s (did you mean '%s'?)", q, s);
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s", q);
+        }
+        if (!(od->allowed & FB(f)))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field %s is not valid for op '%s'", q, od->name);
+        if ((rc = parse_field((pfield_t)f, val, req, err, errlen)))
+            return rc;
+        seen |= FB(f);
+    }
+
+    for (int f = 0; f < F_COUNT; f++)
+        if ((od->required & FB(f)) && !(seen & FB(f)))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", field_names[f]);
+    if (req->op == PROTO_OP_GENERATE) {
+        int np = !!(seen & FB(F_PROMPT)), nt = !!(seen & FB(F_TOKENS));
+        if (np && nt)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "give either 'prompt' or 'tokens', not both");
+        if (!np && !nt)
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'prompt' (or 'tokens')");
+    }
+    return 0;
+}
+
+int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *req, json_t **id_out,
+                        char *err, size_t errlen)
+{
+    memset(req, 0, sizeof *req);
+    if (id_out)
+        *id_out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+
+    int rc = 0;
+    json_t *root = load_line(line, len, JSON_REJECT_DUPLICATES, &rc, err, errlen);
+    if (!root)
+        return rc;
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "a request must be a JSON object (got %s)", type_word(root));
+        json_decref(root);
+        return rc;
+    }
+    rc = parse_object(root, admin, req, err, errlen);
+    json_decref(root);
+    if (rc) {
+        if (id_out) {
+            *id_out = req->id;
+            req->id = NULL;
+        }
+        proto_req_free(req);
+    }
+    return rc;
+}
+
+void proto_req_free(proto_req_t *req)
+{
+    if (!req)
+        return;
+    json_decref(req->id);
+    json_decref(req->target_id);
+    free(req->model);
+    free(req->prompt);
+    free(req->tokens);
+    for (size_t i = 0; i < req->n_messages; i++)
+        free(req->messages[i].content);
+    free(req->messages);
+    free(req->text);
+    free(req->target);
+    for (size_t i = 0; i < req->n_stop; i++)
+        free(req->stop[i]);
+    free(req->stop);
+    memset(req, 0, sizeof *req);
+}
+
+/* ------------------------------------------------------------------ encoders */
+
+/* A new object with "id" first. */
+static json_t *answer_new(const json_t *id)
+{
+    json_t *root = json_object();
+    if (!root)
+        return NULL;
+    if (set_new(root, "id", id_new(id))) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+char *proto_encode_token(const json_t *id, const char *text, int32_t token)
+{
+    json_t *root = answer_new(id);
+    if (!root || set_new(root, "event", json_string("token")) || set_new(root, "text", str_new(text)) ||
+        set_new(root, "token", json_integer(token))) {
+        json_decref(root);
+        return NULL;
+    }
+    return line_finish(root);
+}
+
+char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
+                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t)
+{
+    json_t *root = answer_new(id);
+    json_t *usage = json_object();
+    json_t *timing = t ? json_object() : NULL;
+    int bad = !root || !usage || (t && !timing);
+    bad = bad || set_new(root, "event", json_string("done")) || set_new(root, "text", str_new(text)) ||
+          set_new(root, "finish_reason", str_new(finish_reason ? finish_reason : "stop"));
+    bad = bad || set_new(usage, "prompt_tokens", json_integer(prompt_tokens)) ||
+          set_new(usage, "completion_tokens", json_integer(completion_tokens));
+    if (!bad && t)
+        bad = set_new(timing, "queue_ms", ms_new(t->queue_ms)) || set_new(timing, "swap_ms", ms_new(t->swap_ms)) ||
+              set_new(timing, "ttft_ms", ms_new(t->ttft_ms)) || set_new(timing, "total_ms", ms_new(t->total_ms)) ||
+              set_new(timing, "swapped", json_boolean(t->swapped));
+    if (bad) {
+        json_decref(root);
+        json_decref(usage);
+        json_decref(timing);
+        return NULL;
+    }
+    int rc = json_object_set_new(root, "usage", usage);
+    if (timing)
+        rc |= json_object_set_new(root, "timing", timing);
+    if (rc) {
+        json_decref(root);
+        return NULL;
+    }
+    return line_finish(root);
+}
+
+char *proto_encode_error(const json_t *id, proto_err_t code, const char *message)
+{
+    const char *c = proto_err_code(code);
+    json_t *root = answer_new(id);
+    json_t *e = json_object();
+    if (!root || !e || set_new(e, "code", json_string(c)) || set_new(e, "message", str_new(message ? message : c)) ||
+        set_new(root, "event", json_string("error")) || set_new(root, "ok", json_false())) {
+        json_decref(root);
+        json_decref(e);
+        return NULL;
+    }
+    if (json_object_set_new(root, "error", e)) {
+        json_decref(root);
+        return NULL;
+    }
+    return line_finish(root);
+}
+
+char *proto_encode_ok(const json_t *id, json_t *body)
+{
+    if (body && !json_is_object(body)) {
+        json_decref(body);
+        return NULL;
+    }
+    json_t *root = answer_new(id);
+    if (!root || set_new(root, "ok", json_true())) {
+        json_decref(root);
+        json_decref(body);
+        return NULL;
+    }
+    if (body) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(body, key, val) {
+            if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
+                continue;
+            if (json_object_set(root, key, val)) {
+                json_decref(root);
+                json_decref(body);
+                return NULL;
+            }
+        }
+        json_decref(body);
+    }
+    return line_finish(root);
+}
+
+char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total)
+{
+    json_t *root = answer_new(id);
+    if (!root || set_new(root, "event", json_string("progress")) || set_new(root, "model", str_new(model)) ||
+        set_new(root, "bytes", json_integer((json_int_t)(bytes > INT64_MAX ? INT64_MAX : bytes))) ||
+        set_new(root, "total", json_integer((json_int_t)(total > INT64_MAX ? INT64_MAX : total)))) {
+        json_decref(root);
+        return NULL;
+    }
+    return line_finish(root);
+}
+
+/* ------------------------------------------------------------------ client side */
+
+/* Adds req's field f to root; -1 on OOM or an unencodable value. */
+static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
+{
+    const char *name = field_names[f];
+    switch (f) {
+    case F_MODEL:
+        return req->model ? set_new(root, name, str_new(req->model)) : 0;
+    case F_PROMPT:
+        return req->prompt ? set_new(root, name, str_new(req->prompt)) : 0;
+    case F_TOKENS: {
+        if (!req->tokens)
+            return 0;
+        json_t *a = json_array();
+        if (!a)
+            return -1;
+        for (size_t i = 0; i < req->n_tokens; i++)
+            if (json_array_append_new(a, json_integer(req->tokens[i]))) {
+                json_decref(a);
+                return -1;
+            }
+        return set_new(root, name, a);
+    }
+    case F_MESSAGES: {
+        if (!req->messages)
+            return 0;
+        json_t *a = json_array();
+        if (!a)
+            return -1;
+        for (size_t i = 0; i < req->n_messages; i++) {
+            json_t *m = json_object();
+            if (!m || set_new(m, "role", str_new(req->messages[i].role)) ||
+                set_new(m, "content", str_new(req->messages[i].content)) || json_array_append_new(a, m)) {
+                json_decref(a);
+                return -1;
+            }
+        }
+        return set_new(root, name, a);
+    }
+    case F_TEXT:
+        return req->text ? set_new(root, name, str_new(req->text)) : 0;
+    case F_ADD_BOS:
+        return set_new(root, name, json_boolean(req->add_bos));
+    case F_TARGET:
+        if (req->target_id)
+            return set_new(root, name, json_deep_copy(req->target_id));
+        return req->target ? set_new(root, name, str_new(req->target)) : 0;
+    case F_MAX_TOKENS:
+        return req->has_max_tokens ? set_new(root, name, json_integer(req->max_tokens)) : 0;
+    case F_TEMPERATURE:
+        return req->has_temperature ? set_new(root, name, float_new(req->temperature)) : 0;
+    case F_TOP_K:
+        return req->has_top_k ? set_new(root, name, json_integer(req->top_k)) : 0;
+    case F_TOP_P:
+        return req->has_top_p ? set_new(root, name, float_new(req->top_p)) : 0;
+    case F_MIN_P:
+        return req->has_min_p ? set_new(root, name, float_new(req->min_p)) : 0;
+    case F_REPEAT_PENALTY:
+        return req->has_repeat_penalty ? set_new(root, name, float_new(req->repeat_penalty)) : 0;
+    case F_SEED:
+        if (!req->has_seed)
+            return 0;
+        if (req->seed > INT64_MAX)
+            return -1;
+        return set_new(root, name, json_integer((json_int_t)req->seed));
+    case F_STOP: {
+        if (req->n_stop == 0)
+            return 0;
+        json_t *a = json_array();
+        if (!a)
+            return -1;
+        for (size_t i = 0; i < req->n_stop; i++)
+            if (json_array_append_new(a, str_new(req->stop[i]))) {
+                json_decref(a);
+                return -1;
+            }
+        return set_new(root, name, a);
+    }
+    case F_STREAM:
+        return req->stream ? set_new(root, name, json_true()) : 0;
+    case F_COUNT:
+        break;
+    }
+    return -1;
+}
+
+char *proto_encode_request(const proto_req_t *req)
+{
+    const char *opname = proto_op_name(req->op);
+    if (!opname)
+        return NULL;
+    json_t *root = json_object();
+    if (!root || set_new(root, "op", json_string(opname)) || (req->id && set_new(root, "id", id_new(req->id)))) {
+        json_decref(root);
+        return NULL;
+    }
+    uint32_t allowed = op_table[req->op].allowed;
+    for (int f = 0; f < F_COUNT; f++)
+        if ((allowed & FB(f)) && encode_field(root, (pfield_t)f, req)) {
+            json_decref(root);
+            return NULL;
+        }
+    return line_finish(root);
+}
+
+int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err, size_t errlen)
+{
+    memset(ev, 0, sizeof *ev);
+    if (err && errlen)
+        err[0] = '\0';
+    int rc = 0;
+    json_t *root = load_line(line, len, 0, &rc, err, errlen);
+    if (!root)
+        return rc;
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "an answer must be a JSON object (got %s)", type_word(root));
+        goto fail;
+    }
+    const json_t *event = json_object_get(root, "event");
+    const json_t *ok = json_object_get(root, "ok");
+    int kind = 0;
+    if (event) {
+        const char *e = json_string_value(event);
+        if (!e) {
+            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'event' must be a string (got %s)", type_word(event));
+            goto fail;
+        }
+        if (strcmp(e, "token") == 0)
+            kind = PROTO_EV_TOKEN;
+        else if (strcmp(e, "done") == 0)
+            kind = PROTO_EV_DONE;
+        else if (strcmp(e, "error") == 0)
+            kind = PROTO_EV_ERROR;
+        else if (strcmp(e, "progress") == 0)
+            kind = PROTO_EV_PROGRESS;
+        else {
+            char q[72];
+            quote_short(q, sizeof q, e);
+            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown event %s", q);
+            goto fail;
+        }
+    } else if (json_is_boolean(ok)) {
+        kind = json_is_true(ok) ? PROTO_EV_OK : PROTO_EV_ERROR;
+    } else {
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "answer has neither 'event' nor 'ok'");
+        goto fail;
+    }
+
+    const char *missing = NULL;
+    switch (kind) {
+    case PROTO_EV_TOKEN:
+        if (!json_is_string(json_object_get(root, "text")))
+            missing = "text";
+        else if (!json_is_integer(json_object_get(root, "token")))
+            missing = "token";
+        break;
+    case PROTO_EV_DONE:
+        if (!json_is_string(json_object_get(root, "text")))
+            missing = "text";
+        else if (!json_is_string(json_object_get(root, "finish_reason")))
+            missing = "finish_reason";
+        break;
+    case PROTO_EV_ERROR:
+        if (!json_is_string(json_object_get(json_object_get(root, "error"), "code")))
+            missing = "error.code";
+        break;
+    case PROTO_EV_PROGRESS:
+        if (!json_is_integer(json_object_get(root, "bytes")))
+            missing = "bytes";
+        else if (!json_is_integer(json_object_get(root, "total")))
+            missing = "total";
+        break;
+    default:
+        break;
+    }
+    if (missing) {
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "%s event without a valid '%s'",
+                  kind == PROTO_EV_TOKEN  ? "token"
+                  : kind == PROTO_EV_DONE ? "done"
+                  : kind == PROTO_EV_ERROR ? "error"
+                                           : "progress",
+                  missing);
+        goto fail;
+    }
+    ev->kind = kind;
+    ev->root = root;
+    ev->id = json_object_get(root, "id");
+    if (json_is_null(ev->id))
+        ev->id = NULL;
+    return 0;
+
+fail:
+    json_decref(root);
+    return rc;
+}
+
+void proto_event_free(proto_event_t *ev)
+{
+    if (!ev)
+        return;
+    json_decref(ev->root);
+    memset(ev, 0, sizeof *ev);
+}

@@ -1,0 +1,150 @@
+/* proto: the JSON-line codec of the inference and admin sockets (proto/PROTOCOL.md), shared by the daemon and the C client. */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Limits the parser enforces (PROTOCOL.md section 5). */
+#define PROTO_MAX_DEPTH 32          /* JSON nesting levels */
+#define PROTO_MAX_ID_BYTES 256      /* id and target strings */
+#define PROTO_MAX_NAME_BYTES 256    /* model names */
+#define PROTO_MAX_TOKENS 1000000    /* entries of "tokens" */
+#define PROTO_MAX_MESSAGES 65536    /* entries of "messages" */
+#define PROTO_MAX_STOP 16           /* entries of "stop" */
+#define PROTO_MAX_STOP_BYTES 256    /* bytes of one stop string */
+
+typedef enum proto_op {
+    PROTO_OP_GENERATE = 1,
+    PROTO_OP_CHAT,
+    PROTO_OP_TOKENIZE,
+    PROTO_OP_MODELS,   /* both sockets */
+    PROTO_OP_CANCEL,
+    /* admin */
+    PROTO_OP_STATS,
+    PROTO_OP_LOAD,
+    PROTO_OP_EVICT,
+    PROTO_OP_PIN,
+    PROTO_OP_UNPIN,
+    PROTO_OP_RELOAD,
+    PROTO_OP_DRAIN,
+} proto_op_t;
+
+typedef enum proto_err {
+    PROTO_E_BAD_JSON = 1,
+    PROTO_E_BAD_REQUEST,
+    PROTO_E_UNKNOWN_MODEL,
+    PROTO_E_TOO_LARGE,
+    PROTO_E_OVERLOADED,
+    PROTO_E_CONTEXT_OVERFLOW,
+    PROTO_E_CANCELLED,
+    PROTO_E_SHUTTING_DOWN,
+    PROTO_E_INTERNAL,
+    PROTO_E_FORBIDDEN,
+    PROTO_E_COUNT
+} proto_err_t;
+
+/* The wire code ("bad_json" ...); "internal" for a value outside the enum. */
+const char *proto_err_code(proto_err_t e);
+/* Inverse of proto_err_code; 0 for an unknown string or NULL. */
+proto_err_t proto_err_from_code(const char *code);
+/* The wire name of an op ("generate" ...); NULL for a value outside the enum. */
+const char *proto_op_name(proto_op_t op);
+
+typedef struct proto_msg {
+    char role[16];  /* "system" | "user" | "assistant" */
+    char *content;  /* UTF-8, owned */
+} proto_msg_t;
+
+/* A parsed request: plain data, every pointer owned by it (proto_req_free). */
+typedef struct proto_req {
+    proto_op_t op;
+    json_t *id;              /* owned ref (string or integer), NULL if absent */
+    char *model;             /* generate/chat/tokenize, and admin load/evict/pin/unpin */
+    char *prompt;            /* generate: text, or NULL when tokens are given */
+    int32_t *tokens;         /* generate: (n_tokens) ids, or NULL when prompt is given */
+    size_t n_tokens;
+    proto_msg_t *messages;   /* chat: (n_messages) */
+    size_t n_messages;
+    char *text;              /* tokenize */
+    int add_bos;             /* tokenize: 1 unless "add_bos":false */
+    char *target;            /* cancel: the target id as text (a string as is, an integer in decimal) */
+    json_t *target_id;       /* cancel: owned ref to the target id as sent; match with json_equal */
+    /* sampling; has_* flags say which were given so model defaults apply to the rest */
+    int32_t max_tokens;      /* >= 0 */
+    float temperature;       /* >= 0; 0 = greedy */
+    float top_p;             /* (0, 1] */
+    float min_p;             /* [0, 1] */
+    float repeat_penalty;    /* > 0; 1 = off */
+    int32_t top_k;           /* >= 0; 0 = off */
+    uint64_t seed;           /* 0 .. 2^63-1 */
+    int has_max_tokens, has_temperature, has_top_p, has_min_p, has_repeat_penalty, has_top_k, has_seed;
+    char **stop;             /* (n_stop) non-empty strings; "stop":"x" gives one entry */
+    size_t n_stop;
+    int stream;              /* generate/chat: token events; admin load: progress events */
+} proto_req_t;
+
+/* Parses one line (len bytes, without the newline; a trailing '\r' is fine).
+ * admin selects the admin op set (models is in both). Returns 0 and fills req
+ * (caller frees with proto_req_free; *id_out stays NULL, the id is req->id).
+ * On failure returns -proto_err_t (BAD_JSON or BAD_REQUEST), writes the
+ * message into err, leaves req empty (nothing to free), and sets *id_out to a
+ * new reference to the request's id when one could be read (caller decrefs),
+ * else NULL, so the error can be tagged. id_out and err may be NULL. */
+int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *req, json_t **id_out,
+                        char *err, size_t errlen);
+/* Frees everything req owns and zeroes it; accepts NULL. */
+void proto_req_free(proto_req_t *req);
+
+/* ------------------------------------------------------------------ encoders
+ * Each returns one malloc'ed, NUL-terminated line INCLUDING the trailing '\n'
+ * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
+ * Text that is not valid UTF-8 is encoded with U+FFFD for the bad bytes. */
+
+/* {"id":..,"event":"token","text":..,"token":N} */
+char *proto_encode_token(const json_t *id, const char *text, int32_t token);
+
+typedef struct proto_timing {
+    double queue_ms, swap_ms, ttft_ms, total_ms; /* ms, encoded with 3 decimals at most */
+    int swapped;
+} proto_timing_t;
+
+/* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
+ * t NULL omits "timing". */
+char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
+                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t);
+/* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
+ * shape of error on both sockets (the server's error emitter calls this).
+ * message NULL uses the code itself. */
+char *proto_encode_error(const json_t *id, proto_err_t code, const char *message);
+/* {"id":..,"ok":true, <fields of body>}: body is stolen (released even on
+ * failure), may be NULL; its "id" and "ok" keys, if any, are ignored. A body
+ * that is not an object gives NULL. */
+char *proto_encode_ok(const json_t *id, json_t *body);
+/* {"id":..,"event":"progress","model":..,"bytes":..,"total":..} (admin load). */
+char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total);
+
+/* ------------------------------------------------------------------ client side */
+
+/* Builds the request line for req (the inverse of proto_parse_request: parsing
+ * the result gives an equal req). Only the fields req's op takes are written,
+ * sampling fields only where has_* is set. NULL on OOM or an invalid op. */
+char *proto_encode_request(const proto_req_t *req);
+
+typedef struct proto_event {
+    enum { PROTO_EV_TOKEN = 1, PROTO_EV_DONE, PROTO_EV_ERROR, PROTO_EV_OK, PROTO_EV_PROGRESS } kind;
+    json_t *root; /* owned: the whole line */
+    json_t *id;   /* borrowed from root; NULL when absent or null */
+} proto_event_t;
+
+/* Parses one line from the server. Returns 0 and fills ev (free with
+ * proto_event_free), or -PROTO_E_BAD_JSON / -PROTO_E_BAD_REQUEST (not an
+ * object, unknown event, a required field missing or mistyped) with ev empty
+ * and a message in err. Checks: token has text and token, done has text and
+ * finish_reason, error has error.code; unknown fields are ignored. */
+int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err, size_t errlen);
+/* Releases ev->root and zeroes ev; accepts NULL. */
+void proto_event_free(proto_event_t *ev);
+
+#endif

@@ -1,0 +1,301 @@
+"""The real daemon on the sim backend over its real sockets: concurrency, greedy equivalence, stats, policies, errors, disconnects, reload, drain."""
+import os
+import random
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gsd  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="gsd-models-")
+SHAPE = "--type f16 --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
+MODELS = [("m%d" % i, gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % i), SHAPE + " --seed %d" % (i + 1)), "")
+          for i in range(4)]
+# each model is 24 pages of 64 KiB (1.5 MiB); a 4 MiB pool holds two, with room
+# for the KV caches of a few sequences (at least two pages each)
+POOL = "4MiB"
+PROMPTS = ["Once upon a time", "The cat", "Lily went to the park", "hello world"]
+
+
+def test_concurrent_clients_get_one_answer_each_equal_to_generate():
+    d = gsd.Daemon(MODELS, memory=POOL)
+    try:
+        want = {}
+        for name, path, _ in MODELS:
+            for p in PROMPTS:
+                want[(name, p)] = gsd.generate_cli(path, p, 12)
+        results = {}
+        errors = []
+
+        def client(k):
+            rnd = random.Random(k)
+            c = d.client()
+            try:
+                sent = []
+                for j in range(6):
+                    name = rnd.choice(MODELS)[0]
+                    p = rnd.choice(PROMPTS)
+                    rid = "c%d-%d" % (k, j)
+                    c.send({"op": "generate", "id": rid, "model": name, "prompt": p,
+                            "max_tokens": 12, "temperature": 0, "stream": j % 2 == 0})
+                    sent.append((rid, name, p))
+                got = {}
+                while len(got) < len(sent):
+                    ev = c.recv()
+                    if ev.get("event") == "token":
+                        continue
+                    if ev["id"] in got:
+                        errors.append("two final answers for %s" % ev["id"])
+                    got[ev["id"]] = ev
+                for rid, name, p in sent:
+                    results[rid] = (name, p, got[rid])
+            except Exception as e:
+                errors.append("client %d: %r" % (k, e))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert len(results) == 36, len(results)
+        for rid, (name, p, ev) in results.items():
+            assert ev["event"] == "done", ev
+            w = want[(name, p)]
+            assert ev["text"] == w["text"], (rid, ev["text"], w["text"])
+            assert ev["usage"]["completion_tokens"] == 12
+            assert ev["usage"]["prompt_tokens"] == len(w["prompt_ids"])
+        st = d.stats()
+        models = st["models"]
+        assert sum(m["total_requests"] for m in models.values()) == 36
+        assert sum(m["total_completed"] for m in models.values()) == 36
+        page_ins = sum(m["total_page_ins"] for m in models.values())
+        evictions = sum(m["evictions_capacity"] for m in models.values())
+        used = set(n for n, _, _ in results.values())
+        # every model used was paged in at least once (6 segments each), and
+        # four models cannot share a pool that holds two without evicting
+        assert page_ins >= 6 * len(used), page_ins
+        assert evictions > 0, models
+        pool = st["pool"]
+        resident = sum(m["curr_resident_bytes"] + m["curr_kv_bytes"] for m in models.values())
+        assert resident == pool["curr_pool_used"] * pool["page_size"], (resident, pool)
+        assert all(m["curr_kv_seqs"] == 0 for m in models.values())
+        # bytes in = page-ins x segment spans: every page-in copied whole pages
+        for m in models.values():
+            assert m["total_bytes_in"] % pool["page_size"] == 0
+    finally:
+        assert d.stop() == 0
+
+
+def run_policy(policy, order):
+    d = gsd.Daemon(MODELS, memory=POOL,
+                   scheduler="policy: %s\nmax_wait: 2s\nquantum: 4\nmax_batch: 6" % policy)
+    try:
+        c = d.client()
+        for i, name in enumerate(order):
+            c.send({"op": "generate", "id": i, "model": name, "prompt": PROMPTS[i % 4],
+                    "max_tokens": 6, "temperature": 0})
+        finals = {}
+        while len(finals) < len(order):
+            ev = c.recv()
+            finals[ev["id"]] = ev
+        c.close()
+        st = d.stats()
+        page_ins = sum(m["total_page_ins"] for m in st["models"].values())
+        return page_ins, finals
+    finally:
+        d.stop()
+
+
+def test_swap_aware_pages_in_at_least_3x_less_than_fifo_and_bounds_waiting():
+    # a recorded interleaved sequence: round robin over four models, 48 requests
+    order = ["m%d" % (i % 4) for i in range(48)]
+    sa, sa_final = run_policy("swap-aware", order)
+    ff, ff_final = run_policy("fifo", order)
+    print("   page-ins: swap-aware %d, fifo %d (%.1fx)" % (sa, ff, ff / max(sa, 1)))
+    bad = [e for e in list(sa_final.values()) + list(ff_final.values()) if e["event"] != "done"]
+    assert not bad, bad[:3]
+    assert ff >= 3 * sa, (sa, ff)
+    # max_wait 2 s plus one quantum (4 x swap-in time, at least 50 ms)
+    worst = max(e["timing"]["queue_ms"] for e in sa_final.values())
+    assert worst <= 2000 + 250, worst
+
+
+def test_every_error_code_and_the_connection_survives():
+    d = gsd.Daemon(MODELS[:2], memory=POOL,
+                   extra="", scheduler="queue_limit: 2\nmax_queued: 4")
+    try:
+        c = d.client()
+        c.send_raw(b"{not json\n")
+        ev = c.recv()
+        assert ev["error"]["code"] == "bad_json" and ev["id"] is None, ev
+        ev = c.call({"op": "generate", "id": "u1", "model": "m0", "prompt": "x", "max_token": 3})
+        assert ev["error"]["code"] == "bad_request" and "max_token" in ev["error"]["message"], ev
+        ev = c.call({"op": "generate", "id": "u2", "model": "nope", "prompt": "x"})
+        assert ev["error"]["code"] == "unknown_model" and "m0" in ev["error"]["message"], ev
+        ev = c.call({"op": "generate", "id": "u3", "model": "m0", "prompt": "x", "max_tokens": 100000})
+        assert ev["error"]["code"] == "context_overflow", ev
+        # the connection is still usable
+        ev = c.call({"op": "generate", "id": "ok1", "model": "m0", "prompt": "x", "max_tokens": 2,
+                     "temperature": 0})
+        assert ev["event"] == "done", ev
+        # overloaded: more than queue_limit at once for one model
+        for i in range(8):
+            c.send({"op": "generate", "id": "q%d" % i, "model": "m1", "prompt": "hello",
+                    "max_tokens": 30, "temperature": 0})
+        codes = []
+        for _ in range(8):
+            ev = c.recv()
+            while ev.get("event") == "token":
+                ev = c.recv()
+            codes.append(ev.get("error", {}).get("code", ev.get("finish_reason")))
+        assert "overloaded" in codes, codes
+        # cancel: the target ends with finish_reason cancelled
+        c.send({"op": "generate", "id": "long", "model": "m0", "prompt": "x", "max_tokens": 400,
+                "temperature": 0, "stream": True})
+        ev = c.recv()
+        assert ev["event"] == "token", ev
+        c.send({"op": "cancel", "id": "cx", "target": "long"})
+        seen = {}
+        while len(seen) < 2:
+            ev = c.recv()
+            if ev.get("event") == "token":
+                continue
+            seen[ev["id"]] = ev
+        assert seen["cx"]["ok"] and seen["cx"]["found"], seen
+        assert seen["long"]["finish_reason"] == "cancelled", seen["long"]
+        # admin ops are refused on the inference socket
+        ev = c.call({"op": "stats", "id": "s"})
+        assert ev["error"]["code"] == "bad_request", ev
+        # too_large: a line over listen.max_line closes the connection
+        c.send_raw(b'{"op":"models","id":1,"pad":"' + b"x" * (1 << 20) + b'"}\n')
+        ev = c.recv()
+        assert ev["error"]["code"] == "too_large", ev
+        try:
+            c.recv()
+            assert False, "connection stayed open after too_large"
+        except (EOFError, ConnectionResetError):
+            pass
+        st = d.stats()["server"]
+        for code in ("bad_json", "bad_request", "unknown_model", "context_overflow", "overloaded",
+                     "too_large"):
+            assert st["total_errors_" + code] >= 1, (code, st)
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_client_vanishing_mid_stream_frees_its_kv_cache():
+    d = gsd.Daemon(MODELS[:1], memory=POOL)
+    try:
+        c = d.client()
+        c.send({"op": "generate", "id": 1, "model": "m0", "prompt": "Once", "max_tokens": 1000,
+                "temperature": 0, "stream": True})
+        ev = c.recv()
+        assert ev["event"] == "token"
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        deadline = time.time() + 10
+        while True:
+            m = d.stats()["models"]["m0"]
+            if m["curr_kv_seqs"] == 0 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert m["curr_kv_seqs"] == 0 and m["curr_kv_bytes"] == 0, m
+        assert m["total_kv_allocs"] == m["total_kv_frees"] == 1, m
+        assert m["total_cancelled"] == 1 and m["total_completed"] == 0, m
+        # and the daemon keeps serving everyone else
+        c2 = d.client()
+        assert c2.call({"op": "generate", "id": 2, "model": "m0", "prompt": "hi", "max_tokens": 2})["event"] == "done"
+        c2.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_reload_applies_a_good_file_and_refuses_a_bad_one():
+    d = gsd.Daemon(MODELS[:2], memory=POOL)
+    try:
+        c = d.client()
+        d.write_config(MODELS[:3], memory=POOL)
+        d.signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        names = []
+        while time.time() < deadline:
+            names = [m["name"] for m in c.call({"op": "models", "id": "m"})["models"]]
+            if "m2" in names:
+                break
+            time.sleep(0.05)
+        assert names == ["m0", "m1", "m2"], names
+        assert c.call({"op": "generate", "id": 1, "model": "m2", "prompt": "x", "max_tokens": 2})["event"] == "done"
+        # a bad file: refused, old config keeps running
+        with open(d.config, "a") as f:
+            f.write("    gpu_qouta: 1MiB\n")
+        d.signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert "reload refused" in d.logtext() and "gpu_qouta" in d.logtext(), d.logtext()
+        ans = d.admin_call({"op": "reload", "id": "r"})
+        assert ans["error"]["code"] == "bad_request" and "gpu_qouta" in ans["error"]["message"], ans
+        assert c.call({"op": "generate", "id": 2, "model": "m2", "prompt": "x", "max_tokens": 2})["event"] == "done"
+        # removing a model through the admin reload
+        d.write_config(MODELS[:1], memory=POOL)
+        ans = d.admin_call({"op": "reload", "id": "r2"})
+        assert ans["ok"] and ans["removed"] == ["m1", "m2"], ans
+        ev = c.call({"op": "generate", "id": 3, "model": "m1", "prompt": "x"})
+        assert ev["error"]["code"] == "unknown_model", ev
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_sigterm_drains_in_flight_work_and_exits_zero():
+    d = gsd.Daemon(MODELS[:1], memory=POOL)
+    c = d.client()
+    c.send({"op": "generate", "id": "inflight", "model": "m0", "prompt": "Once", "max_tokens": 200,
+            "temperature": 0, "stream": True})
+    assert c.recv()["event"] == "token"
+    d.signal(signal.SIGTERM)
+    ev, _ = c.final("inflight")
+    assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 200, ev
+    assert d.proc.wait(30) == 0
+    assert not os.path.exists(d.sock), "inference socket left behind"
+    c.close()
+    d.log.close()
+
+
+def test_admin_load_evict_pin_and_peer_check():
+    d = gsd.Daemon(MODELS[:3], memory=POOL)
+    try:
+        ans = d.admin_call({"op": "load", "id": "l", "model": "m1"})
+        assert ans["ok"] and ans["state"] == "resident", ans
+        ans = d.admin_call({"op": "pin", "id": "p", "model": "m1"})
+        assert ans["pinned"] is True
+        ans = d.admin_call({"op": "evict", "id": "e", "model": "m1"})
+        assert ans["error"]["code"] == "bad_request", ans
+        d.admin_call({"op": "unpin", "id": "u", "model": "m1"})
+        ans = d.admin_call({"op": "evict", "id": "e2", "model": "m1"})
+        assert ans["ok"] and ans["bytes_evicted"] > 0, ans
+        st = d.stats()["models"]["m1"]
+        assert st["evictions_admin"] == 6 and st["curr_resident_bytes"] == 0, st
+        models = d.admin_call({"op": "models", "id": "m"})["models"]
+        assert {m["name"] for m in models} == {"m0", "m1", "m2"}
+        assert oct(os.stat(d.admin).st_mode & 0o777) == "0o600"
+    finally:
+        assert d.stop() == 0
+
+
+if __name__ == "__main__":
+    r = gsd.Runner()
+    for fn in [test_concurrent_clients_get_one_answer_each_equal_to_generate,
+               test_swap_aware_pages_in_at_least_3x_less_than_fifo_and_bounds_waiting,
+               test_every_error_code_and_the_connection_survives,
+               test_a_client_vanishing_mid_stream_frees_its_kv_cache,
+               test_reload_applies_a_good_file_and_refuses_a_bad_one,
+               test_sigterm_drains_in_flight_work_and_exits_zero,
+               test_admin_load_evict_pin_and_peer_check]:
+        r.run(fn)
+    sys.exit(r.exit_code())

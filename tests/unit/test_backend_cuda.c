@@ -1,0 +1,792 @@
+/* Unit tests for the cuda backend: its page pool, every kernel and whole forward passes against the cpu backend (skipped without a GPU). */
+/*
+ * Tolerances (max |cuda - cpu| over a result, relative to max |cpu|):
+ *   exact conversions (embed, kv_store, gather, add, add_bias)    0
+ *   F32 elementwise kernels, rmsnorm, rope, attention              1e-5 .. 1e-4
+ *   matmul through the GEMV kernel (<= 8 tokens, every type) and
+ *   F32 GEMM (cuBLAS, F32 compute)                                 1e-4
+ *   F16/BF16 GEMM (> 8 tokens: activations rounded to the weight
+ *   type, F32 accumulation)                                        2e-2
+ *   forward-pass logits: F32/Q8_0 1e-3, F16 2e-2, BF16 5e-2 (the
+ *   prefill goes through the half GEMM and its error carries on)
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "forward.h"
+#include "ggufw.h"
+#include "kv.h"
+#include "model.h"
+#include "quant.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+#define POOL_BYTES (256u << 20)
+
+static backend_t *open_cuda_sized(size_t memory)
+{
+    char err[512] = "";
+    if (!be_cuda_available()) {
+        /* without a device the backend must still fail politely */
+        be_params_t p = {.kind = "cuda", .memory = memory};
+        backend_t *be = be_open(&p, err, sizeof err);
+        cr_assert_null(be, "cuda backend opened without a visible device");
+        cr_assert(err[0] != '\0', "no reason given");
+        cr_skip_test("no CUDA device visible: skipping (%s)", err);
+    }
+    be_params_t p = {.kind = "cuda", .memory = memory};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "be_open(cuda): %s", err);
+    cr_assert_str_eq(be->name, "cuda");
+    return be;
+}
+
+static backend_t *open_cuda(void)
+{
+    return open_cuda_sized(POOL_BYTES);
+}
+
+static backend_t *open_cpu(void)
+{
+    char err[256];
+    be_params_t p = {.kind = "cpu", .threads = 2};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    return be;
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+    cr_assert_not_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+/* A buffer of the backend holding a copy of host (bytes). */
+static void *dput(backend_t *be, const void *host, size_t bytes)
+{
+    void *d = be->buf_alloc(be->ctx, bytes);
+    cr_assert_not_null(d, "%s: buf_alloc(%zu)", be->name, bytes);
+    if (host)
+        cr_assert_eq(be->upload(be->ctx, d, host, bytes), 0, "%s: upload", be->name);
+    return d;
+}
+
+/* malloc'ed host copy of a backend buffer; the caller frees it. */
+static float *dget(backend_t *be, const void *dev, size_t bytes)
+{
+    float *h = malloc(bytes);
+    cr_assert_not_null(h);
+    cr_assert_eq(be->sync(be->ctx), 0, "%s: sync", be->name);
+    cr_assert_eq(be->download(be->ctx, h, dev, bytes), 0, "%s: download", be->name);
+    return h;
+}
+
+/* Compares rows (n floats, stride apart) of got and want. */
+static void check_rows(const char *what, const float *got, const float *want, size_t n_rows,
+                       size_t n, size_t stride, double tol)
+{
+    double mx = 0, md = 0;
+    size_t at = 0;
+    for (size_t r = 0; r < n_rows; r++) {
+        for (size_t i = 0; i < n; i++) {
+            double w = want[r * stride + i], g = got[r * stride + i];
+            cr_assert(isfinite(g), "%s: row %zu elem %zu is %g", what, r, i, g);
+            if (fabs(w) > mx)
+                mx = fabs(w);
+            if (fabs(g - w) > md) {
+                md = fabs(g - w);
+                at = r * stride + i;
+            }
+        }
+    }
+    double bound = tol * (mx > 0 ? mx : 1.0);
+    cr_assert_leq(md, bound, "%s: max |cuda - cpu| = %g at %zu (cuda %g, cpu %g), bound %g", what,
+                  md, at, (double)got[at], (double)want[at], bound);
+}
+
+static const uint32_t all_types[4] = {GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q8_0};
+
+/* ------------------------------------------------------------------ page pool, copies, events */
+
+Test(backend_cuda, pool_maps_unmaps_and_enforces_its_budget, .timeout = 60)
+{
+    backend_t *be = open_cuda_sized(16u << 20);
+    size_t pg = be->page_size;
+    cr_assert_geq(pg, 2u << 20);
+    size_t n_pages = be->pool_bytes / pg;
+    cr_assert_geq(n_pages, 2);
+    void *base = NULL;
+    cr_assert_eq(be->reserve(be->ctx, (n_pages + 4) * pg, &base), 0);
+    cr_assert_not_null(base);
+    cr_assert_eq(be->reserve(be->ctx, pg + 1, &base), BE_ERR_ARG);
+
+    /* two maps filling the budget; one more page is refused */
+    size_t a = n_pages / 2, b = n_pages - a;
+    cr_assert_eq(be->map(be->ctx, base, 0, a * pg), 0);
+    cr_assert_eq(be->map(be->ctx, base, a * pg, b * pg), 0);
+    cr_assert_eq(be->map(be->ctx, base, n_pages * pg, pg), BE_ERR_NOMEM);
+    cr_assert_eq(be->map(be->ctx, base, 0, pg), BE_ERR_ARG, "double map accepted");
+
+    /* data survives a copy and reads back */
+    size_t nb = n_pages * pg;
+    unsigned char *src = be->host_alloc(be->ctx, nb);
+    cr_assert_not_null(src);
+    for (size_t i = 0; i < nb; i++)
+        src[i] = (unsigned char)(i * 131 + 7);
+    be_event_t *ev;
+    cr_assert_eq(be->event_new(be->ctx, &ev), 0);
+    cr_assert_eq(be->copy_h2d(be->ctx, base, src, nb, ev), 0);
+    cr_assert_eq(be->wait(be->ctx, ev), 0);
+    unsigned char *back = malloc(nb);
+    cr_assert_eq(be->download(be->ctx, back, base, nb), 0);
+    cr_assert_eq(memcmp(back, src, nb), 0, "copied pages read back differently");
+    for (int i = 0; i < 10000 && be->event_done(be->ctx, ev) != 1; i++)
+        usleep(1000);
+    cr_assert_eq(be->event_done(be->ctx, ev), 1);
+    be_copy_times_t t;
+    cr_assert_eq(be->event_times(be->ctx, ev, &t), 0);
+    cr_assert(t.queued >= 0 && t.queued <= t.start && t.start <= t.end, "times %g %g %g",
+              t.queued, t.start, t.end);
+
+    /* unmapping part of a map is an error; a span over both maps frees them */
+    if (a > 1)
+        cr_assert_eq(be->unmap(be->ctx, base, pg, pg), BE_ERR_ARG);
+    cr_assert_eq(be->unmap(be->ctx, base, 0, (n_pages + 4) * pg), 0);
+    cr_assert_eq(be->map(be->ctx, base, 4 * pg, n_pages * pg), 0, "freed pages not reusable");
+    be->release(be->ctx, base, (n_pages + 4) * pg);
+
+    be->event_free(be->ctx, ev);
+    be->host_free(be->ctx, src, nb);
+    free(back);
+    be_close(be);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* A random (n_out, n_in) weight of the given type (host bytes, malloc'ed). */
+static void *rand_weight(uint32_t type, uint32_t n_in, uint32_t n_out, size_t *bytes)
+{
+    float *f = rand_vec((size_t)n_in * n_out, sqrtf(3.0f / (float)n_in));
+    *bytes = quant_row_bytes(type, n_in) * n_out;
+    void *q = malloc(*bytes);
+    cr_assert_not_null(q);
+    quant_row_from_f32(type, f, q, (size_t)n_in * n_out);
+    free(f);
+    return q;
+}
+
+Test(backend_cuda, embed_matches_cpu_exactly_for_every_weight_type, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const uint32_t n_in = 96, n_rows = 37;
+    const int32_t ids[6] = {0, 36, 5, 5, 17, 1};
+    const size_t stride = 100;
+    for (int ti = 0; ti < 4; ti++) {
+        size_t wb;
+        void *wh = rand_weight(all_types[ti], n_in, n_rows, &wb);
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            void *wd = dput(be, wh, wb);
+            float *out = dput(be, NULL, 6 * stride * sizeof(float));
+            model_weight_t tab = {all_types[ti], n_in, n_rows, wd, wb};
+            cr_assert_eq(be->embed(be->ctx, &tab, ids, 6, out, stride), 0);
+            res[k] = dget(be, out, 6 * stride * sizeof(float));
+            be->buf_free(be->ctx, wd);
+            be->buf_free(be->ctx, out);
+        }
+        check_rows(gguf_ttype_name(all_types[ti]), res[0], res[1], 6, n_in, stride, 0.0);
+        free(res[0]);
+        free(res[1]);
+        free(wh);
+    }
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, rmsnorm_matches_cpu_also_in_place, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t n_tok = 7, n = 200, stride = 256;
+    float *x = rand_vec(n_tok * stride, 3.0f), *w = rand_vec(n, 1.0f);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            float *dx = dput(be, x, n_tok * stride * sizeof(float));
+            float *dw = dput(be, w, n * sizeof(float));
+            float *dout = inplace ? dx : dput(be, NULL, n_tok * stride * sizeof(float));
+            cr_assert_eq(be->rmsnorm(be->ctx, dout, dx, dw, n_tok, n, stride, 1e-5f), 0);
+            res[k] = dget(be, dout, n_tok * stride * sizeof(float));
+            be->buf_free(be->ctx, dx);
+            be->buf_free(be->ctx, dw);
+            if (!inplace)
+                be->buf_free(be->ctx, dout);
+        }
+        check_rows(inplace ? "rmsnorm in place" : "rmsnorm", res[0], res[1], n_tok, n, stride,
+                   1e-5);
+        free(res[0]);
+        free(res[1]);
+    }
+    free(x);
+    free(w);
+    be_close(cu);
+    be_close(cp);
+}
+
+typedef enum { EW_ADD_BIAS, EW_ADD, EW_SILU_MUL } ew_op_t;
+
+static void check_elementwise(ew_op_t op, const char *name, double tol)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t n_tok = 5, n = 300, stride = 320;
+    float *a = rand_vec(n_tok * stride, 4.0f), *b = rand_vec(n_tok * stride, 2.0f);
+    float *res[2];
+    backend_t *bes[2] = {cu, cp};
+    for (int k = 0; k < 2; k++) {
+        backend_t *be = bes[k];
+        float *da = dput(be, a, n_tok * stride * sizeof(float));
+        float *db = dput(be, b, n_tok * stride * sizeof(float));
+        int rc = op == EW_ADD_BIAS ? be->add_bias(be->ctx, da, db, n_tok, n, stride)
+                 : op == EW_ADD    ? be->add(be->ctx, da, db, n_tok, n, stride)
+                                   : be->silu_mul(be->ctx, da, db, n_tok, n, stride);
+        cr_assert_eq(rc, 0, "%s: %s", be->name, name);
+        res[k] = dget(be, da, n_tok * stride * sizeof(float));
+        be->buf_free(be->ctx, da);
+        be->buf_free(be->ctx, db);
+    }
+    check_rows(name, res[0], res[1], n_tok, n, stride, tol);
+    /* the gaps between rows are left alone */
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = n; i < stride; i++)
+            cr_assert_eq(res[0][t * stride + i], a[t * stride + i], "%s wrote past n", name);
+    free(res[0]);
+    free(res[1]);
+    free(a);
+    free(b);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, add_bias_matches_cpu_exactly, .timeout = 60)
+{
+    check_elementwise(EW_ADD_BIAS, "add_bias", 0.0);
+}
+
+Test(backend_cuda, add_matches_cpu_exactly, .timeout = 60)
+{
+    check_elementwise(EW_ADD, "add", 0.0);
+}
+
+Test(backend_cuda, silu_mul_matches_cpu, .timeout = 60)
+{
+    check_elementwise(EW_SILU_MUL, "silu_mul", 1e-5);
+}
+
+Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t n_src = 9, n = 70, stride = 80;
+    const uint32_t rows[4] = {8, 3, 3, 0};
+    const uint32_t rows_ip[3] = {2, 5, 8}; /* compaction in place, as forward.c could do */
+    float *x = rand_vec(n_src * stride, 1.0f);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            float *dx = dput(be, x, n_src * stride * sizeof(float));
+            float *dd = inplace ? dx : dput(be, NULL, n_src * stride * sizeof(float));
+            cr_assert_eq(be->gather(be->ctx, dd, dx, inplace ? rows_ip : rows, inplace ? 3 : 4, n,
+                                    stride),
+                         0);
+            res[k] = dget(be, dd, (inplace ? 3 : 4) * stride * sizeof(float));
+            be->buf_free(be->ctx, dx);
+            if (!inplace)
+                be->buf_free(be->ctx, dd);
+        }
+        check_rows(inplace ? "gather in place" : "gather", res[0], res[1], inplace ? 3 : 4, n,
+                   stride, 0.0);
+        free(res[0]);
+        free(res[1]);
+    }
+    free(x);
+    be_close(cu);
+    be_close(cp);
+}
+
+static void check_rope(int neox)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    model_hparams_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
+                          .rope_neox = neox};
+    const uint32_t n_heads = 3;
+    const size_t n_tok = 6, stride = 200;
+    const uint32_t pos[6] = {0, 1, 2, 511, 4097, 30001};
+    float *x = rand_vec(n_tok * stride, 1.0f);
+    for (int partial = 0; partial < 2; partial++) {
+        hp.rope_dim = partial ? 32 : 64; /* rotating part of each head only */
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            float *dx = dput(be, x, n_tok * stride * sizeof(float));
+            cr_assert_eq(be->rope(be->ctx, dx, n_tok, stride, n_heads, pos, &hp), 0);
+            res[k] = dget(be, dx, n_tok * stride * sizeof(float));
+            be->buf_free(be->ctx, dx);
+        }
+        check_rows(neox ? "rope neox" : "rope", res[0], res[1], n_tok, n_heads * hp.head_dim,
+                   stride, 1e-4);
+        free(res[0]);
+        free(res[1]);
+    }
+    free(x);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, rope_matches_cpu_up_to_position_30000, .timeout = 60)
+{
+    check_rope(0);
+}
+
+Test(backend_cuda, neox_rope_matches_cpu_up_to_position_30000, .timeout = 60)
+{
+    check_rope(1);
+}
+
+/* Two jobs sharing x (as q/k/v), strided x and y, for n_tok tokens. */
+static void check_matmul(uint32_t type, uint32_t n_in, size_t n_tok, double tol)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const uint32_t n_out[2] = {96, 40};
+    const size_t xs = n_in + 8, ys = 128;
+    size_t wb[2];
+    void *wh[2] = {rand_weight(type, n_in, n_out[0], &wb[0]), rand_weight(type, n_in, n_out[1], &wb[1])};
+    float *x = rand_vec(n_tok * xs, 1.0f);
+    float *res[2][2];
+    backend_t *bes[2] = {cu, cp};
+    for (int k = 0; k < 2; k++) {
+        backend_t *be = bes[k];
+        void *wd[2] = {dput(be, wh[0], wb[0]), dput(be, wh[1], wb[1])};
+        float *dx = dput(be, x, n_tok * xs * sizeof(float));
+        float *dy[2] = {dput(be, NULL, n_tok * ys * sizeof(float)),
+                        dput(be, NULL, n_tok * ys * sizeof(float))};
+        model_weight_t w[2] = {{type, n_in, n_out[0], wd[0], wb[0]},
+                               {type, n_in, n_out[1], wd[1], wb[1]}};
+        be_mm_t jobs[2] = {{&w[0], dy[0], ys}, {&w[1], dy[1], ys}};
+        cr_assert_eq(be->matmul(be->ctx, jobs, 2, dx, xs, n_tok), 0, "%s matmul", be->name);
+        for (int j = 0; j < 2; j++) {
+            res[k][j] = dget(be, dy[j], n_tok * ys * sizeof(float));
+            be->buf_free(be->ctx, dy[j]);
+            be->buf_free(be->ctx, wd[j]);
+        }
+        be->buf_free(be->ctx, dx);
+    }
+    for (int j = 0; j < 2; j++) {
+        char what[96];
+        snprintf(what, sizeof what, "matmul %s n_in %u n_tok %zu job %d", gguf_ttype_name(type),
+                 n_in, n_tok, j);
+        check_rows(what, res[0][j], res[1][j], n_tok, n_out[j], ys, tol);
+        free(res[0][j]);
+        free(res[1][j]);
+        free(wh[j]);
+    }
+    free(x);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .timeout = 120)
+{
+    const size_t toks[3] = {1, 5, 8};
+    for (int ti = 0; ti < 4; ti++)
+        for (int k = 0; k < 3; k++) {
+            check_matmul(all_types[ti], 256, toks[k], 1e-4); /* 16-byte weight loads */
+            check_matmul(all_types[ti], 96, toks[k], 1e-4);  /* lanes idle in the last step */
+            if (all_types[ti] != GGUF_T_Q8_0)
+                check_matmul(all_types[ti], 98, toks[k], 1e-4); /* scalar weight loads */
+        }
+}
+
+Test(backend_cuda, matmul_for_many_tokens_matches_cpu_for_every_weight_type, .timeout = 120)
+{
+    const size_t toks[2] = {9, 70};
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t t = all_types[ti];
+        double tol = t == GGUF_T_F16 || t == GGUF_T_BF16 ? 2e-2 : 1e-4;
+        for (int k = 0; k < 2; k++) {
+            check_matmul(t, 256, toks[k], tol);
+            if (t != GGUF_T_Q8_0)
+                check_matmul(t, 98, toks[k], tol);
+        }
+    }
+}
+
+/* Fills a sequence's cache at positions 0..n_pos-1 of layer `layer` with
+ * kv_store, then runs attention for tokens at the given positions. */
+static float *run_attention(backend_t *be, uint32_t hd, uint32_t n_head, uint32_t n_head_kv,
+                            uint32_t n_ctx, uint32_t n_pos, const float *kv_rows,
+                            const float *q_rows, const uint32_t *qpos, size_t n_q)
+{
+    const uint32_t n_layer = 2, layer = 1;
+    const size_t kvd = (size_t)n_head_kv * hd, stride = (size_t)n_head * hd;
+    size_t cache = (size_t)n_ctx * n_layer * kvd * sizeof(float);
+    float *k = dput(be, NULL, cache), *v = dput(be, NULL, cache);
+    float *dkv = dput(be, kv_rows, 2 * (size_t)n_pos * stride * sizeof(float));
+    be_tok_t *toks = malloc(n_pos * sizeof *toks);
+    for (uint32_t p = 0; p < n_pos; p++)
+        toks[p] = (be_tok_t){k, v, n_ctx, p};
+    be_att_t a = {.toks = toks, .layer = layer, .n_layer = n_layer, .n_head = n_head,
+                  .n_head_kv = n_head_kv, .head_dim = hd, .stride = stride};
+    cr_assert_eq(be->kv_store(be->ctx, &a, dkv, dkv + (size_t)n_pos * stride, n_pos), 0);
+    for (size_t t = 0; t < n_q; t++)
+        toks[t] = (be_tok_t){k, v, n_ctx, qpos[t]};
+    float *dq = dput(be, q_rows, n_q * stride * sizeof(float));
+    float *dout = dput(be, NULL, n_q * stride * sizeof(float));
+    cr_assert_eq(be->attention(be->ctx, &a, dq, dout, n_q), 0, "%s attention", be->name);
+    float *out = dget(be, dout, n_q * stride * sizeof(float));
+    be->buf_free(be->ctx, k);
+    be->buf_free(be->ctx, v);
+    be->buf_free(be->ctx, dkv);
+    be->buf_free(be->ctx, dq);
+    be->buf_free(be->ctx, dout);
+    free(toks);
+    return out;
+}
+
+static void check_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_kv, uint32_t n_pos)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t stride = (size_t)n_head * hd;
+    float *kv = rand_vec(2 * (size_t)n_pos * stride, 2.0f);
+    const uint32_t qpos[5] = {0, 1, 7, n_pos / 2, n_pos - 1};
+    float *q = rand_vec(5 * stride, 2.0f);
+    float *a = run_attention(cu, hd, n_head, n_head_kv, n_pos + 3, n_pos, kv, q, qpos, 5);
+    float *b = run_attention(cp, hd, n_head, n_head_kv, n_pos + 3, n_pos, kv, q, qpos, 5);
+    char what[96];
+    snprintf(what, sizeof what, "attention hd %u heads %u/%u over %u positions", hd, n_head,
+             n_head_kv, n_pos);
+    check_rows(what, a, b, 5, stride, stride, 1e-4);
+    free(a);
+    free(b);
+    free(kv);
+    free(q);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, kv_store_and_attention_match_cpu_for_short_contexts, .timeout = 60)
+{
+    check_attention(8, 8, 8, 12);   /* stories260K's shape: lanes mostly idle */
+    check_attention(96, 4, 2, 40);  /* grouped-query, head_dim not a multiple of 32 */
+}
+
+Test(backend_cuda, attention_matches_cpu_over_a_long_context, .timeout = 120)
+{
+    check_attention(128, 4, 1, 5000);
+}
+
+Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout = 60)
+{
+    backend_t *cu = open_cuda();
+    float *buf = dput(cu, NULL, 4096 * sizeof(float));
+    model_weight_t tab = {GGUF_T_F32, 16, 4, buf, 16 * 4 * sizeof(float)};
+    int32_t bad_id = 4;
+    cr_assert_eq(cu->embed(cu->ctx, &tab, &bad_id, 1, buf, 16), BE_ERR_ARG);
+    be_tok_t tok = {buf, buf, 8, 8}; /* pos == n_ctx */
+    be_att_t a = {.toks = &tok, .layer = 0, .n_layer = 1, .n_head = 2, .n_head_kv = 1,
+                  .head_dim = 8, .stride = 16};
+    cr_assert_eq(cu->attention(cu->ctx, &a, buf, buf + 1024, 1), BE_ERR_ARG);
+    cr_assert_eq(cu->kv_store(cu->ctx, &a, buf, buf, 1), BE_ERR_ARG);
+    cr_assert_eq(cu->sync(cu->ctx), 0, "device state damaged");
+    cu->buf_free(cu->ctx, buf);
+    be_close(cu);
+}
+
+/* ------------------------------------------------------------------ forward pass */
+
+/* A small random model built in memory (as in test_forward.c). */
+static model_t *tiny_model(uint32_t type, int qwen)
+{
+    const uint32_t d = 64, nl = 2, nh = 4, nkv = 2, ff = 96, nv = 300, hd = d / nh;
+    ggufw_t *w = ggufw_new(3, 32);
+    const char *arch = qwen ? "qwen2" : "llama";
+    char k[128];
+    ggufw_kv_str(w, "general.architecture", arch);
+#define KU(s, v) (snprintf(k, sizeof k, "%s." s, arch), ggufw_kv_u32(w, k, v))
+    KU("embedding_length", d);
+    KU("block_count", nl);
+    KU("feed_forward_length", ff);
+    KU("attention.head_count", nh);
+    KU("attention.head_count_kv", nkv);
+    KU("context_length", 256);
+#undef KU
+    const char **toks = malloc(nv * sizeof *toks);
+    float *scores = malloc(nv * sizeof(float));
+    int32_t *types = malloc(nv * sizeof(int32_t));
+    char (*buf)[16] = malloc(nv * sizeof *buf);
+    for (uint32_t i = 0; i < nv; i++) {
+        if (i == 0) snprintf(buf[i], 16, "<unk>");
+        else if (i == 1) snprintf(buf[i], 16, "<s>");
+        else if (i == 2) snprintf(buf[i], 16, "</s>");
+        else if (i < 259) snprintf(buf[i], 16, "<0x%02X>", i - 3);
+        else snprintf(buf[i], 16, "t%u", i);
+        toks[i] = buf[i];
+        scores[i] = -(float)i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    ggufw_kv_str(w, "tokenizer.ggml.model", "llama");
+    ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, nv);
+    ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, nv);
+    ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, nv);
+    ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    struct { const char *name; uint32_t n_in, n_out; int norm; } ts[] = {
+        {"token_embd.weight", d, nv, 0}, {"output_norm.weight", d, 0, 1},
+        {"output.weight", d, nv, 0},
+    };
+    float *tmp = malloc(sizeof(float) * ff * nv);
+    void *q = malloc(sizeof(float) * ff * nv);
+    for (size_t t = 0; t < 3 + nl * 12; t++) {
+        const char *name;
+        char nb[64];
+        uint32_t n_in, n_out;
+        int norm;
+        if (t < 3) {
+            name = ts[t].name; n_in = ts[t].n_in; n_out = ts[t].n_out; norm = ts[t].norm;
+        } else {
+            uint32_t l = (uint32_t)(t - 3) / 12, j = (uint32_t)(t - 3) % 12;
+            static const char *const suf[12] = {"attn_norm.weight", "attn_q.weight",
+                "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
+                "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "attn_q.bias",
+                "attn_k.bias", "attn_v.bias"};
+            const uint32_t shp[12][2] = {{d, 0}, {d, d}, {d, nkv * hd}, {d, nkv * hd}, {d, d},
+                {d, 0}, {d, ff}, {d, ff}, {ff, d}, {d, 0}, {nkv * hd, 0}, {nkv * hd, 0}};
+            if (j >= 9 && !qwen)
+                continue;
+            snprintf(nb, sizeof nb, "blk.%u.%s", l, suf[j]);
+            name = nb; n_in = shp[j][0]; n_out = shp[j][1]; norm = n_out == 0;
+        }
+        size_t n = (size_t)n_in * (n_out ? n_out : 1);
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = norm ? 1.0f + 0.1f * frand() : frand() * sqrtf(3.0f / n_in);
+        uint32_t tt = norm ? GGUF_T_F32 : type;
+        quant_row_from_f32(tt, tmp, q, n);
+        uint64_t ne[2] = {n_in, n_out ? n_out : 1};
+        ggufw_tensor(w, name, tt, n_out ? 2 : 1, ne, q, quant_row_bytes(tt, n_in) * ne[1]);
+    }
+    char path[] = "/tmp/gpuswapd-tiny-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(ggufw_write_file(w, path), 0);
+    ggufw_free(w);
+    free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
+    char err[256];
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path); /* the mapping stays valid */
+    cr_assert_not_null(m, "%s", err);
+    return m;
+}
+
+/* A model's weights paged into one mapped range of the device pool. */
+typedef struct dev_model {
+    void *base;
+    size_t bytes;
+    model_weights_t w;
+} dev_model_t;
+
+#define DEV_ALIGN 256
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* Lays out (copy = 0) or copies (copy = 1) one tensor at *off. */
+static void place(backend_t *be, dev_model_t *dm, model_weight_t *dst, const model_weight_t *src,
+                  size_t *off, be_event_t *ev, int copy)
+{
+    *dst = *src;
+    if (!src->data)
+        return;
+    if (copy) {
+        dst->data = (char *)dm->base + *off;
+        cr_assert_eq(be->copy_h2d(be->ctx, (void *)dst->data, src->data, src->nbytes, ev), 0);
+    }
+    *off = align_up(*off + src->nbytes, DEV_ALIGN);
+}
+
+static void dev_model_walk(backend_t *be, dev_model_t *dm, const model_t *m, be_event_t *ev,
+                           int copy, size_t *total)
+{
+    size_t off = 0;
+    place(be, dm, &dm->w.tok_embd, &m->w.tok_embd, &off, ev, copy);
+    place(be, dm, &dm->w.output_norm, &m->w.output_norm, &off, ev, copy);
+    if (m->w.tied)
+        dm->w.output = dm->w.tok_embd;
+    else
+        place(be, dm, &dm->w.output, &m->w.output, &off, ev, copy);
+    dm->w.tied = m->w.tied;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const model_layer_t *s = &m->w.layers[l];
+        model_layer_t *d = &dm->w.layers[l];
+        const model_weight_t *sw[] = {&s->attn_norm, &s->wq, &s->wk, &s->wv, &s->bq, &s->bk,
+                                      &s->bv, &s->wo, &s->ffn_norm, &s->w_gate, &s->w_up,
+                                      &s->w_down};
+        model_weight_t *dw[] = {&d->attn_norm, &d->wq, &d->wk, &d->wv, &d->bq, &d->bk,
+                                &d->bv, &d->wo, &d->ffn_norm, &d->w_gate, &d->w_up,
+                                &d->w_down};
+        for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+            place(be, dm, dw[i], sw[i], &off, ev, copy);
+    }
+    *total = off;
+}
+
+/* Reserve a range, map it, copy every tensor, make compute wait. */
+static dev_model_t *dev_model_load(backend_t *be, const model_t *m)
+{
+    dev_model_t *dm = calloc(1, sizeof *dm);
+    dm->w.layers = calloc(m->hp.n_layer, sizeof *dm->w.layers);
+    size_t total;
+    dev_model_walk(be, dm, m, NULL, 0, &total);
+    dm->bytes = align_up(total, be->page_size);
+    cr_assert_eq(be->reserve(be->ctx, dm->bytes, &dm->base), 0);
+    cr_assert_eq(be->map(be->ctx, dm->base, 0, dm->bytes), 0);
+    be_event_t *ev;
+    cr_assert_eq(be->event_new(be->ctx, &ev), 0);
+    dev_model_walk(be, dm, m, ev, 1, &total);
+    cr_assert_eq(be->wait(be->ctx, ev), 0);
+    cr_assert_eq(be->sync(be->ctx), 0);
+    be->event_free(be->ctx, ev);
+    return dm;
+}
+
+static void dev_model_free(backend_t *be, dev_model_t *dm)
+{
+    cr_assert_eq(be->unmap(be->ctx, dm->base, 0, dm->bytes), 0);
+    be->release(be->ctx, dm->base, dm->bytes);
+    free(dm->w.layers);
+    free(dm);
+}
+
+/* A KV cache in a mapped range of the pool (as the residency manager does). */
+static kv_seq_t *dev_kv_new(backend_t *be, const model_hparams_t *hp, uint32_t n_ctx,
+                            void **base, size_t *bytes)
+{
+    kv_seq_t *kv = calloc(1, sizeof *kv);
+    kv->n_layer = hp->n_layer;
+    kv->n_ctx = n_ctx;
+    kv->kv_dim = hp->n_head_kv * hp->head_dim;
+    size_t half = align_up(kv_seq_bytes(hp, n_ctx) / 2, DEV_ALIGN);
+    *bytes = align_up(2 * half, be->page_size);
+    cr_assert_eq(be->reserve(be->ctx, *bytes, base), 0);
+    cr_assert_eq(be->map(be->ctx, *base, 0, *bytes), 0);
+    kv->k = *base;
+    kv->v = (float *)((char *)*base + half);
+    kv->owner = be;
+    return kv;
+}
+
+/* Prefill of 9 tokens (over the GEMM threshold) then 4 decode steps; the
+ * logits of every step are compared with the cpu backend's. */
+static void check_forward(const model_t *m, double tol, const char *what)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    dev_model_t *dm = dev_model_load(cu, m);
+    void *kv_base;
+    size_t kv_bytes;
+    kv_seq_t *kc = dev_kv_new(cu, &m->hp, 64, &kv_base, &kv_bytes);
+    kv_seq_t *kp = kv_seq_new(&m->hp, 64);
+    fwd_t *fc = fwd_new(cu), *fp = fwd_new(cp);
+    const uint32_t nv = m->hp.n_vocab;
+    float *lc = malloc(nv * sizeof(float)), *lp = malloc(nv * sizeof(float));
+    int32_t prompt[9] = {1, 5, 9, 13, 200, 17, 3, 80, 99};
+    char err[256];
+    for (int step = 0; step < 5; step++) {
+        uint32_t n = step == 0 ? 9 : 1;
+        const int32_t *t = step == 0 ? prompt : &prompt[step];
+        fwd_seq_t sc = {kc, t, n, lc}, sp = {kp, t, n, lp};
+        cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s", err);
+        cr_assert_eq(fwd_run(fp, &m->hp, &m->w, &sp, 1, NULL, err, sizeof err), 0, "cpu: %s", err);
+        char s[128];
+        snprintf(s, sizeof s, "%s step %d logits", what, step);
+        check_rows(s, lc, lp, 1, nv, nv, tol);
+    }
+    cr_assert_eq(kc->n_past, kp->n_past);
+    free(lc);
+    free(lp);
+    fwd_free(fc);
+    fwd_free(fp);
+    kv_seq_free(kp);
+    cr_assert_eq(cu->unmap(cu->ctx, kv_base, 0, kv_bytes), 0);
+    cu->release(cu->ctx, kv_base, kv_bytes);
+    free(kc);
+    dev_model_free(cu, dm);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_f32_llama, .timeout = 60)
+{
+    model_t *m = tiny_model(GGUF_T_F32, 0);
+    check_forward(m, 1e-3, "F32 llama");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_f16_llama, .timeout = 60)
+{
+    model_t *m = tiny_model(GGUF_T_F16, 0);
+    check_forward(m, 2e-2, "F16 llama");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_bf16_qwen2, .timeout = 60)
+{
+    model_t *m = tiny_model(GGUF_T_BF16, 1);
+    check_forward(m, 5e-2, "BF16 qwen2");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_q8_0_qwen2, .timeout = 60)
+{
+    model_t *m = tiny_model(GGUF_T_Q8_0, 1);
+    check_forward(m, 1e-3, "Q8_0 qwen2");
+    model_close(m);
+}
+
+Test(backend_cuda, stories260k_forward_pass_matches_cpu, .timeout = 60)
+{
+    backend_t *probe = open_cuda(); /* skips without a GPU */
+    be_close(probe);
+    const char *dir = getenv("GPUSWAPD_MODELS");
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", dir && *dir ? dir : "../shared/models");
+    if (access(path, R_OK) != 0)
+        cr_skip_test("%s not found: skipping", path);
+    model_t *m = model_open(path, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    check_forward(m, 1e-3, "stories260K");
+    model_close(m);
+}
