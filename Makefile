@@ -139,12 +139,7 @@ fuzz: $(UNIT_BIN)
 	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --filter 'gguf_fuzz/*'
 
 # ---------------------------------------------------------------- run / bench
-DEMO_DIR := $(BUILD)/demo
-$(DEMO_DIR)/demo-f16.gguf: $(BUILD)/mkmodel
-	@mkdir -p $(DEMO_DIR)
-	$(BUILD)/mkmodel --out $@ --type f16 --dim 256 --layers 4 --heads 8 --kv-heads 4 --ff 512 --vocab 512 --seed 1
-
-run: $(GPUSWAPD) $(DEMO_DIR)/demo-f16.gguf
+run: all
 	bash tests/tools/demo.sh $(BUILD)
 
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN)
