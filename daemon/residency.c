@@ -49,6 +49,9 @@ struct res {
     size_t n_pages, free_pages;
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
+    size_t kv_bytes;         /* KV pages mapped, all models */
+    size_t headroom;         /* bytes kept free of KV: the most any model needs to run
+                                (embedding + largest other segment, streaming the rest) */
 };
 
 static uint64_t now_ns(void)
@@ -61,6 +64,38 @@ static uint64_t now_ns(void)
 static size_t pages_of(const res_t *r, size_t bytes)
 {
     return (bytes + r->page - 1) / r->page;
+}
+
+static size_t min_run_bytes(const store_model_t *sm)
+{
+    size_t mx = 0;
+    for (uint32_t s = 1; s < sm->n_segs; s++)
+        if (sm->segs[s].span > mx)
+            mx = sm->segs[s].span;
+    return sm->segs[0].span + mx;
+}
+
+static void update_headroom(res_t *r)
+{
+    r->headroom = 0;
+    for (res_model_t *m = r->models; m; m = m->next) {
+        size_t b = min_run_bytes(m->sm);
+        if (b > r->headroom)
+            r->headroom = b;
+    }
+}
+
+size_t res_kv_available(const res_t *r)
+{
+    size_t pool = r->n_pages * r->page;
+    size_t limit = pool > r->headroom ? pool - r->headroom : 0;
+    return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
+}
+
+size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos)
+{
+    size_t per_array = (size_t)n_pos * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float);
+    return 2 * pages_of(r, per_array) * r->page;
 }
 
 static size_t quota_of(const res_t *r, const res_model_t *m)
@@ -215,7 +250,10 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need)
             return RES_ERR_NOSPACE;
         r->L = v->h > r->L ? v->h : r->L;
         int64_t s = tail_seg(v, 0, v->sm->n_segs);
-        int rc = evict_seg(r, v, (uint32_t)s, RES_CAUSE_CAPACITY);
+        /* a victim with live KV caches has sequences paused mid-generation:
+         * that is preemption (their caches stay; the weights come back) */
+        int rc = evict_seg(r, v, (uint32_t)s,
+                           v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
         if (rc)
             return rc;
     }
@@ -284,7 +322,8 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
     for (uint32_t s = 1; s < sm->n_segs; s++)
         if (sm->segs[s].span > max_other)
             max_other = sm->segs[s].span;
-    size_t min_bytes = sm->segs[0].span + max_other;
+    size_t min_bytes = min_run_bytes(sm);
+    (void)max_other;
     res_model_t *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
@@ -332,6 +371,7 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
     }
     m->next = r->models;
     r->models = m;
+    update_headroom(r);
     update_gauges(m);
     *out = m;
     return RES_OK;
@@ -365,6 +405,7 @@ int res_remove(res_t *r, res_model_t *m)
         pp = &(*pp)->next;
     if (*pp)
         *pp = m->next;
+    update_headroom(r);
     free(m->segs);
     free(m->dev_layers);
     free(m);
@@ -583,6 +624,13 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     if (want <= k->mapped_bytes)
         return RES_OK;
     size_t extra = 2 * (want - k->mapped_bytes);
+    /* KV may never take the room a model needs to run (it is not evictable) */
+    if (extra > res_kv_available(r)) {
+        snprintf(err, errlen, "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
+                 "%.1f MiB of the pool stay free for weights)", m->sm->name,
+                 r->kv_bytes / 1048576.0, r->headroom / 1048576.0);
+        return RES_ERR_NOSPACE;
+    }
     /* quota: shed this model's own tail (not the embedding) */
     while (res_model_bytes(m) + extra > quota_of(r, m)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
@@ -615,6 +663,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     k->mapped_bytes = want;
     r->free_pages -= extra / r->page;
     m->kv_bytes += extra;
+    r->kv_bytes += extra;
     update_gauges(m);
     return RES_OK;
 }
@@ -630,6 +679,7 @@ void res_kv_free(res_t *r, kv_seq_t *kv)
         r->be->unmap(r->be->ctx, kv->v, 0, k->mapped_bytes);
         r->free_pages += 2 * k->mapped_bytes / r->page;
         m->kv_bytes -= 2 * k->mapped_bytes;
+        r->kv_bytes -= 2 * k->mapped_bytes;
     }
     if (r->be->zero_copy) {
         free(kv->k);

@@ -81,6 +81,12 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
  * idle models for capacity). RES_ERR_NOSPACE / RES_ERR_QUOTA otherwise. */
 int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen);
 void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
+/* KV bytes that may still be mapped: the pool minus what is mapped as KV
+ * minus the headroom the largest model needs to run (its embedding plus its
+ * largest other segment), so KV never starves paging. */
+size_t res_kv_available(const res_t *r);
+/* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages). */
+size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos);
 
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);

@@ -133,9 +133,11 @@ uint32_t sched_queued_total(const sched_t *s)
 
 /* ------------------------------------------------------------------ policies */
 
+/* Work that can make progress now: active sequences, or queued requests it
+ * can admit (a queue blocked on KV memory waits for others to finish). */
 static int has_work(const sched_t *s, const sched_model_view_t *v, int m)
 {
-    return s->q[m].n > 0 || v[m].n_active > 0;
+    return (s->q[m].n > 0 && v[m].can_admit) || v[m].n_active > 0;
 }
 
 static uint32_t room(const sched_model_view_t *v, int m)
@@ -153,7 +155,7 @@ static void plan_fifo(sched_t *s, const sched_model_view_t *v, sched_plan_t *p)
     if (model < 0) {
         uint64_t best = UINT64_MAX;
         for (int m = 0; m < s->n; m++)
-            if (s->q[m].head && s->q[m].head->seq < best) {
+            if (s->q[m].head && v[m].can_admit && s->q[m].head->seq < best) {
                 best = s->q[m].head->seq;
                 model = m;
             }
@@ -194,37 +196,38 @@ static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now
     s->cur_quantum = q > s->cfg.min_quantum_s ? q : s->cfg.min_quantum_s;
 }
 
+/* Swap-aware: keep the device on resident models as long as they have work;
+ * page a model in only when nothing resident can progress, or when a request
+ * has waited past max_wait; a freshly swapped-in model keeps the device for
+ * its quantum (a multiple of its swap-in time) first. Waiting is so bounded
+ * by max_wait plus one quantum. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int model = -1;
-    /* 1. starvation bound: the oldest request past max_wait wins */
-    double oldest = INFINITY;
-    for (int m = 0; m < s->n; m++) {
-        const sched_item_t *h = s->q[m].head;
-        if (h && now - h->t_arrival > s->cfg.max_wait_s && h->t_arrival < oldest &&
-            room(v, m) > 0) {
-            oldest = h->t_arrival;
-            model = m;
+    /* 1. a model being swapped in keeps the device for its quantum */
+    int in_quantum = s->cur >= 0 && now - s->cur_since < s->cur_quantum;
+    if (in_quantum && has_work(s, v, s->cur))
+        model = s->cur;
+    /* 2. starvation bound: the oldest request past max_wait wins */
+    if (model < 0) {
+        double oldest = INFINITY;
+        for (int m = 0; m < s->n; m++) {
+            const sched_item_t *h = s->q[m].head;
+            if (h && now - h->t_arrival > s->cfg.max_wait_s && h->t_arrival < oldest &&
+                room(v, m) > 0 && v[m].can_admit) {
+                oldest = h->t_arrival;
+                model = m;
+            }
         }
     }
-    int in_quantum = s->cur >= 0 && now - s->cur_since < s->cur_quantum;
-    /* 2. a model being swapped in keeps the device for its quantum */
-    if (model < 0 && in_quantum && has_work(s, v, s->cur) && !v[s->cur].resident)
-        model = s->cur;
-    /* 3. resident models with work, round robin, while the quantum lasts
-     *    or nothing else waits */
+    /* 3. resident models with work, round robin (no swap needed) */
     if (model < 0) {
-        int any_cold = 0;
-        for (int m = 0; m < s->n; m++)
-            any_cold |= has_work(s, v, m) && !v[m].resident;
-        if (!any_cold || in_quantum) {
-            for (int k = 0; k < s->n; k++) {
-                int m = (s->rr + 1 + k) % s->n;
-                if (has_work(s, v, m) && v[m].resident) {
-                    model = m;
-                    s->rr = m;
-                    break;
-                }
+        for (int k = 0; k < s->n; k++) {
+            int m = (s->rr + 1 + k) % s->n;
+            if (has_work(s, v, m) && v[m].resident) {
+                model = m;
+                s->rr = m;
+                break;
             }
         }
     }
@@ -232,7 +235,7 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     if (model < 0) {
         double best = -1;
         for (int m = 0; m < s->n; m++) {
-            if (!has_work(s, v, m) || v[m].resident)
+            if (!has_work(s, v, m))
                 continue;
             double u = urgency(s, v, m, now);
             if (u > best) {
@@ -241,11 +244,6 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
             }
         }
     }
-    /* 5. quantum over and nothing cold left: any resident work */
-    if (model < 0)
-        for (int m = 0; m < s->n && model < 0; m++)
-            if (has_work(s, v, m))
-                model = m;
     if (model < 0)
         return;
     if (!v[model].resident && model != s->cur)
@@ -253,11 +251,11 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     p->model = model;
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);
-    p->admit = s->q[model].n < cap ? s->q[model].n : cap;
+    p->admit = v[model].can_admit ? (s->q[model].n < cap ? s->q[model].n : cap) : 0;
     /* prefetch the next most urgent cold model into free pages */
     double best = -1;
     for (int m = 0; m < s->n; m++) {
-        if (m == model || v[m].resident || s->q[m].n == 0)
+        if (m == model || v[m].resident || s->q[m].n == 0 || !v[m].can_admit)
             continue;
         double u = urgency(s, v, m, now);
         if (u > best) {

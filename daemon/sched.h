@@ -43,6 +43,7 @@ typedef struct sched_model_view {
     uint32_t max_batch;  /* sequences it may run at once */
     double swap_in_s;    /* measured (or estimated) time to page it in */
     double priority;     /* > 0 */
+    int can_admit;       /* its next queued request would get a KV cache now */
 } sched_model_view_t;
 
 typedef struct sched_plan {

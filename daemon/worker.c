@@ -466,6 +466,7 @@ static void seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
 /* Appends text to the sequence; returns 1 when a stop string ended it. */
 static int seq_append(wk_seq_t *s, const char *p, size_t n)
 {
+    size_t old_len = s->text_len;
     size_t need = s->text_len + n + 1;
     if (need > s->text_cap) {
         size_t nc = need * 2;
@@ -479,8 +480,11 @@ static int seq_append(wk_seq_t *s, const char *p, size_t n)
     s->text_len += n;
     s->text[s->text_len] = 0;
     for (size_t i = 0; i < s->req.n_stop; i++) {
-        /* a stop string may end anywhere in the new bytes */
-        const char *hit = strstr(s->text + (s->sent > 256 ? s->sent - 256 : 0), s->req.stop[i]);
+        /* a stop string may end anywhere in the new bytes: it starts at
+         * most strlen(stop) - 1 bytes before them */
+        size_t l = strlen(s->req.stop[i]);
+        size_t from = old_len >= l ? old_len - l + 1 : 0;
+        const char *hit = strstr(s->text + from, s->req.stop[i]);
         if (hit) {
             s->text_len = (size_t)(hit - s->text);
             s->text[s->text_len] = 0;
@@ -1064,6 +1068,29 @@ static int timed_wait(void *ctx, uint32_t seg)
     return rc;
 }
 
+static uint32_t active_total(const wk_t *w)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < w->n_models; i++)
+        if (w->models[i])
+            n += w->models[i]->n_active;
+    return n;
+}
+
+/* Whether the next queued request of model mi would get its KV cache now. */
+static int can_admit(wk_t *w, int mi)
+{
+    sched_item_t *it = sched_peek(w->sched, mi);
+    if (!it)
+        return 0;
+    wk_model_t *m = w->models[mi];
+    if (w->be->zero_copy || active_total(w) == 0)
+        return 1; /* nothing to wait for: admission decides */
+    const wk_seq_t *s = it->user;
+    uint32_t n_ctx = s->n_prompt + s->max_tokens;
+    return res_kv_bytes_for(w->res, &m->sm->model->hp, n_ctx) <= res_kv_available(w->res);
+}
+
 /* One forward pass for a model: admit new sequences, run them with the
  * active ones, sample, stream, finish. */
 static void step(wk_t *w, int mi, uint32_t admit)
@@ -1092,13 +1119,15 @@ static void step(wk_t *w, int mi, uint32_t admit)
         uint32_t n_ctx = s->n_prompt + s->max_tokens;
         if (n_ctx > ctx)
             n_ctx = ctx;
+        /* the whole cache is mapped at admission, so a running sequence
+         * never runs out of KV memory mid-stream */
         if (res_kv_new(w->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
-            res_kv_ensure(w->res, s->kv, s->n_prompt, err, sizeof err)) {
+            res_kv_ensure(w->res, s->kv, n_ctx, err, sizeof err)) {
             if (s->kv)
                 res_kv_free(w->res, s->kv);
             s->kv = NULL;
-            if (m->n_active == 0 && !fresh) {
-                /* nothing else holds this model's memory: it never fits */
+            if (active_total(w) == 0 && !fresh) {
+                /* nothing else holds KV memory: this request can never fit */
                 sched_pop(w->sched, mi);
                 seq_fail(w, s, PROTO_E_OVERLOADED, err);
                 continue;
@@ -1189,6 +1218,9 @@ static void step(wk_t *w, int mi, uint32_t admit)
             size_t hold = holdback(s);
             if (s->text_len > s->sent + hold) {
                 size_t upto = s->text_len - hold;
+                /* never split a UTF-8 character between two events */
+                while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
+                    upto--;
                 char saved = s->text[upto];
                 s->text[upto] = 0;
                 send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, id));
@@ -1275,6 +1307,7 @@ static void *worker_main(void *arg)
             views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
             views[i].swap_in_s = m->swap_in_s;
             views[i].priority = m->cfg.priority;
+            views[i].can_admit = can_admit(w, i);
         }
         sched_plan_t plan;
         sched_next(w->sched, now_s(), views, &plan);

@@ -267,6 +267,28 @@ def test_sigterm_drains_in_flight_work_and_exits_zero():
     d.log.close()
 
 
+def test_stop_strings_end_the_text_before_them_also_when_streaming():
+    want = gsd.generate_cli(MODELS[0][1], "Once upon a time", 16)["text"]
+    printable = [i for i in range(2, len(want) - 2) if want[i:i + 2].isascii() and want[i:i + 2].strip()]
+    assert printable, want
+    cut = printable[0]
+    stop = want[cut:cut + 2]
+    d = gsd.Daemon(MODELS[:1], memory=POOL)
+    try:
+        c = d.client()
+        for stream in (False, True):
+            c.send({"op": "generate", "id": "s", "model": "m0", "prompt": "Once upon a time",
+                    "max_tokens": 16, "temperature": 0, "stop": [stop], "stream": stream})
+            ev, toks = c.final("s")
+            assert ev["finish_reason"] == "stop", ev
+            assert ev["text"] == want[:want.index(stop)], (ev["text"], want, stop)
+            if stream:
+                assert "".join(t["text"] for t in toks) == ev["text"], (toks, ev)
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_admin_load_evict_pin_and_peer_check():
     d = gsd.Daemon(MODELS[:3], memory=POOL)
     try:
@@ -296,6 +318,7 @@ if __name__ == "__main__":
                test_a_client_vanishing_mid_stream_frees_its_kv_cache,
                test_reload_applies_a_good_file_and_refuses_a_bad_one,
                test_sigterm_drains_in_flight_work_and_exits_zero,
+               test_stop_strings_end_the_text_before_them_also_when_streaming,
                test_admin_load_evict_pin_and_peer_check]:
         r.run(fn)
     sys.exit(r.exit_code())
