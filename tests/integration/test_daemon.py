@@ -241,12 +241,33 @@ def test_reload_applies_a_good_file_and_refuses_a_bad_one():
         ans = d.admin_call({"op": "reload", "id": "r"})
         assert ans["error"]["code"] == "bad_request" and "gpu_qouta" in ans["error"]["message"], ans
         assert c.call({"op": "generate", "id": 2, "model": "m2", "prompt": "x", "max_tokens": 2})["event"] == "done"
-        # removing a model through the admin reload
+        # removing a model through the admin reload: its queued requests end
+        # with the error cancelled, the one generating finishes
+        one_at_a_time = [MODELS[0], MODELS[1], (MODELS[2][0], MODELS[2][1], "max_batch: 1")]
+        d.write_config(one_at_a_time, memory=POOL)
+        assert d.admin_call({"op": "reload", "id": "r1"})["changed"] == ["m2"]
+        c2 = d.client()
+        c2.send({"op": "generate", "id": "run", "model": "m2", "prompt": "x", "max_tokens": 300,
+                 "temperature": 0, "stream": True})
+        assert c2.recv()["event"] == "token"
+        for i in range(3):
+            c2.send({"op": "generate", "id": "wait%d" % i, "model": "m2", "prompt": "x",
+                     "max_tokens": 5})
         d.write_config(MODELS[:1], memory=POOL)
         ans = d.admin_call({"op": "reload", "id": "r2"})
         assert ans["ok"] and ans["removed"] == ["m1", "m2"], ans
         ev = c.call({"op": "generate", "id": 3, "model": "m1", "prompt": "x"})
         assert ev["error"]["code"] == "unknown_model", ev
+        ends = {}
+        while len(ends) < 4:
+            e = c2.recv()
+            if e.get("event") != "token":
+                ends[e["id"]] = e
+        assert ends["run"]["event"] == "done", ends["run"]
+        codes = [ends["wait%d" % i].get("error", {}).get("code", ends["wait%d" % i].get("finish_reason"))
+                 for i in range(3)]
+        assert codes == ["cancelled"] * 3, codes
+        c2.close()
         c.close()
     finally:
         assert d.stop() == 0
@@ -259,7 +280,15 @@ def test_sigterm_drains_in_flight_work_and_exits_zero():
             "temperature": 0, "stream": True})
     assert c.recv()["event"] == "token"
     d.signal(signal.SIGTERM)
-    ev, _ = c.final("inflight")
+    time.sleep(0.2)
+    c.send({"op": "generate", "id": "late", "model": "m0", "prompt": "x", "max_tokens": 2})
+    ends = {}
+    while len(ends) < 2:
+        e = c.recv()
+        if e.get("event") != "token":
+            ends[e["id"]] = e
+    assert ends["late"]["error"]["code"] == "shutting_down", ends["late"]
+    ev = ends["inflight"]
     assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 200, ev
     assert d.proc.wait(30) == 0
     assert not os.path.exists(d.sock), "inference socket left behind"

@@ -376,9 +376,9 @@ Test(backend_cuda, neox_rope_matches_cpu_up_to_position_30000, .timeout = 60)
 }
 
 /* Two jobs sharing x (as q/k/v), strided x and y, for n_tok tokens. */
-static void check_matmul(uint32_t type, uint32_t n_in, size_t n_tok, double tol)
+static void check_matmul(backend_t *cu, backend_t *cp, uint32_t type, uint32_t n_in, size_t n_tok,
+                         double tol)
 {
-    backend_t *cu = open_cuda(), *cp = open_cpu();
     const uint32_t n_out[2] = {96, 40};
     const size_t xs = n_in + 8, ys = 128;
     size_t wb[2];
@@ -413,34 +413,38 @@ static void check_matmul(uint32_t type, uint32_t n_in, size_t n_tok, double tol)
         free(wh[j]);
     }
     free(x);
-    be_close(cu);
-    be_close(cp);
 }
 
 Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .timeout = 120)
 {
+    backend_t *cu = open_cuda(), *cp = open_cpu();
     const size_t toks[3] = {1, 5, 8};
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < 3; k++) {
-            check_matmul(all_types[ti], 256, toks[k], 1e-4); /* 16-byte weight loads */
-            check_matmul(all_types[ti], 96, toks[k], 1e-4);  /* lanes idle in the last step */
+            check_matmul(cu, cp, all_types[ti], 256, toks[k], 1e-4); /* 16-byte weight loads */
+            check_matmul(cu, cp, all_types[ti], 96, toks[k], 1e-4);  /* lanes idle in the last step */
             if (all_types[ti] != GGUF_T_Q8_0)
-                check_matmul(all_types[ti], 98, toks[k], 1e-4); /* scalar weight loads */
+                check_matmul(cu, cp, all_types[ti], 98, toks[k], 1e-4); /* scalar weight loads */
         }
+    be_close(cu);
+    be_close(cp);
 }
 
 Test(backend_cuda, matmul_for_many_tokens_matches_cpu_for_every_weight_type, .timeout = 120)
 {
+    backend_t *cu = open_cuda(), *cp = open_cpu();
     const size_t toks[2] = {9, 70};
     for (int ti = 0; ti < 4; ti++) {
         uint32_t t = all_types[ti];
         double tol = t == GGUF_T_F16 || t == GGUF_T_BF16 ? 2e-2 : 1e-4;
         for (int k = 0; k < 2; k++) {
-            check_matmul(t, 256, toks[k], tol);
+            check_matmul(cu, cp, t, 256, toks[k], tol);
             if (t != GGUF_T_Q8_0)
-                check_matmul(t, 98, toks[k], tol);
+                check_matmul(cu, cp, t, 98, toks[k], tol);
         }
     }
+    be_close(cu);
+    be_close(cp);
 }
 
 /* Fills a sequence's cache at positions 0..n_pos-1 of layer `layer` with
