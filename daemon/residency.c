@@ -78,8 +78,15 @@ static size_t min_run_bytes(const store_model_t *sm)
 static void update_headroom(res_t *r)
 {
     r->headroom = 0;
+    /* room for the largest model to be wholly resident (within its quota):
+     * with less, paused KV caches can force a running model to re-stream its
+     * layers every step (seen in the trace simulator at full load) */
     for (res_model_t *m = r->models; m; m = m->next) {
-        size_t b = min_run_bytes(m->sm);
+        size_t b = m->sm->image_bytes;
+        if (m->cfg.gpu_quota && m->cfg.gpu_quota < b)
+            b = m->cfg.gpu_quota;
+        if (b < min_run_bytes(m->sm))
+            b = min_run_bytes(m->sm);
         if (b > r->headroom)
             r->headroom = b;
     }
@@ -418,6 +425,7 @@ int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_
     if (c.priority <= 0)
         c.priority = 1.0;
     m->cfg = c;
+    update_headroom(r);
     /* shrink to a lowered quota now, tail-first, unless running */
     while (res_model_bytes(m) > quota_of(r, m) && !m->running) {
         int64_t s = tail_seg(m, 0, m->sm->n_segs);

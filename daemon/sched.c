@@ -213,8 +213,10 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
         double oldest = INFINITY;
         for (int m = 0; m < s->n; m++) {
             const sched_item_t *h = s->q[m].head;
+            /* a model that cannot admit but has sequences running still
+             * gets the device, or its queue would starve behind others */
             if (h && now - h->t_arrival > s->cfg.max_wait_s && h->t_arrival < oldest &&
-                room(v, m) > 0 && v[m].can_admit) {
+                ((room(v, m) > 0 && v[m].can_admit) || v[m].n_active > 0)) {
                 oldest = h->t_arrival;
                 model = m;
             }

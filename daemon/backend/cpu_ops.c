@@ -69,17 +69,23 @@ static void mm_worker(void *ctxp, int tid, int nth)
             long r0 = lo > base ? lo - base : 0;
             long r1 = hi - base < n_out ? hi - base : n_out;
             size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
-            for (long r = r0; r < r1; r++) {
+            /* tiles of rows x tokens: 2 x 4 in prefill, 1 x 1 in decode (measured
+             * faster than multi-row decode tiles on this machine); rows
+             * outer, so a row tile stays in L1 across the token block */
+            int step = te - tb > 1 ? 2 : 1;
+            for (long r = r0; r < r1; r += step) {
+                int nr = (int)(r1 - r < step ? r1 - r : step);
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
                 for (size_t ti = tb; ti < te; ti += QUANT_DOTN_MAX) {
                     int nx = (int)(te - ti < QUANT_DOTN_MAX ? te - ti : QUANT_DOTN_MAX);
                     const float *xs[QUANT_DOTN_MAX];
                     for (int i = 0; i < nx; i++)
                         xs[i] = t->x + (ti + i) * t->x_stride;
-                    float out[QUANT_DOTN_MAX];
-                    quant_dotn(jb->w->type, row, xs, nx, jb->w->n_in, out);
-                    for (int i = 0; i < nx; i++)
-                        jb->y[(ti + i) * jb->y_stride + (size_t)r] = out[i];
+                    float out[QUANT_TILE_MAX];
+                    quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
+                    for (int k = 0; k < nr; k++)
+                        for (int i = 0; i < nx; i++)
+                            jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
                 }
             }
             base += n_out;

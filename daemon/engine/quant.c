@@ -175,8 +175,9 @@ void quant_row_to_f32(uint32_t type, const void *src, float *dst, size_t n)
 }
 
 /* ------------------------------------------------------------------ portable kernels
- * Each dotn keeps per-vector state independent of nx, so out[j] does not
- * depend on how many vectors share the call. */
+ * Every kernel computes each (row, vector) pair with its own accumulator
+ * chain in the same order, whatever the tile size, so out[r][t] does not
+ * depend on how many rows or vectors share the call. */
 
 static inline float w_at(uint32_t type, const void *w, size_t i)
 {
@@ -187,60 +188,48 @@ static inline float w_at(uint32_t type, const void *w, size_t i)
     }
 }
 
-static void dotn_plain(uint32_t type, const void *w, const float *const *x, int nx, size_t n,
-                       float *out)
+/* one pair: 8 lanes over 8-element chunks, reduced pairwise, then the tail */
+static float pair_plain(uint32_t type, const void *w, const float *x, size_t n)
 {
-    float acc[QUANT_DOTN_MAX][4] = {{0}};
+    float acc[8] = {0};
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        float wv[4];
-        for (int l = 0; l < 4; l++)
-            wv[l] = w_at(type, w, i + l);
-        for (int t = 0; t < nx; t++)
-            for (int l = 0; l < 4; l++)
-                acc[t][l] += wv[l] * x[t][i + l];
-    }
-    for (int t = 0; t < nx; t++) {
-        float s = (acc[t][0] + acc[t][1]) + (acc[t][2] + acc[t][3]);
-        for (size_t j = i; j < n; j++)
-            s += w_at(type, w, j) * x[t][j];
-        out[t] = s;
-    }
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += w_at(type, w, i + l) * x[i + l];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++)
+        s += w_at(type, w, i) * x[i];
+    return s;
 }
 
-static void dotn_q8_0_plain(const void *w, const float *const *x, int nx, size_t n, float *out)
+static float pair_q8_0_plain(const void *w, const float *x, size_t n)
 {
     const quant_block_q8_0_t *b = w;
-    float acc[QUANT_DOTN_MAX] = {0};
+    float acc = 0.0f;
     for (size_t k = 0; k < n / QUANT_Q8_0_BLOCK; k++) {
-        float d = quant_f16_to_f32(b[k].d);
-        for (int t = 0; t < nx; t++) {
-            const float *xb = x[t] + k * QUANT_Q8_0_BLOCK;
-            float s = 0.0f;
-            for (int j = 0; j < QUANT_Q8_0_BLOCK; j++)
-                s += (float)b[k].qs[j] * xb[j];
-            acc[t] += s * d;
-        }
+        const float *xb = x + k * QUANT_Q8_0_BLOCK;
+        float s = 0.0f;
+        for (int j = 0; j < QUANT_Q8_0_BLOCK; j++)
+            s += (float)b[k].qs[j] * xb[j];
+        acc += s * quant_f16_to_f32(b[k].d);
     }
-    for (int t = 0; t < nx; t++)
-        out[t] = acc[t];
+    return acc;
 }
 
-static void dotn_portable(uint32_t type, const void *w, const float *const *x, int nx, size_t n,
-                          float *out)
+static void tile_portable(uint32_t type, const void *w, size_t rb, int nr, const float *const *x,
+                          int nx, size_t n, float *out)
 {
-    if (type == GGUF_T_Q8_0)
-        dotn_q8_0_plain(w, x, nx, n, out);
-    else
-        dotn_plain(type, w, x, nx, n, out);
+    for (int r = 0; r < nr; r++) {
+        const void *row = (const uint8_t *)w + (size_t)r * rb;
+        for (int t = 0; t < nx; t++)
+            out[r * nx + t] = type == GGUF_T_Q8_0 ? pair_q8_0_plain(row, x[t], n)
+                                                  : pair_plain(type, row, x[t], n);
+    }
 }
 
 static float dot_f32_portable(const float *a, const float *b, size_t n)
 {
-    const float *xs[1] = {b};
-    float r;
-    dotn_plain(GGUF_T_F32, a, xs, 1, n, &r);
-    return r;
+    return pair_plain(GGUF_T_F32, a, b, n);
 }
 
 static void axpy_portable(float *y, float a, const float *x, size_t n)
@@ -281,27 +270,39 @@ AVX2_INLINE __m256 load8(uint32_t type, const void *w, size_t i)
     }
 }
 
-/* Float-like rows: two accumulators per vector, 16 elements a step. */
-AVX2_INLINE void dotn_avx2_body(uint32_t type, const void *w, const float *const *x, int nx,
-                                size_t n, float *out)
+/* nr rows x nx vectors (nr * nx <= QUANT_TILE_MAX), one accumulator per
+ * pair: each weight chunk is loaded once for nx vectors, each vector chunk
+ * once for nr rows. */
+AVX2_INLINE void tile_avx2_body(uint32_t type, const uint8_t *w, size_t rb, int nr,
+                                const float *const *x, int nx, size_t n, float *out)
 {
-    __m256 a0[QUANT_DOTN_MAX], a1[QUANT_DOTN_MAX];
-    for (int t = 0; t < nx; t++)
-        a0[t] = a1[t] = _mm256_setzero_ps();
+    __m256 acc[QUANT_TILE_MAX];
+    #pragma GCC unroll 8
+    for (int p = 0; p < nr * nx; p++)
+        acc[p] = _mm256_setzero_ps();
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 w0 = load8(type, w, i);
-        __m256 w1 = load8(type, w, i + 8);
-        for (int t = 0; t < nx; t++) {
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 8), a1[t]);
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv[QUANT_DOTN_MAX];
+        #pragma GCC unroll 8
+        for (int t = 0; t < nx; t++)
+            xv[t] = _mm256_loadu_ps(x[t] + i);
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            __m256 wv = load8(type, w + (size_t)r * rb, i);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nx; t++)
+                acc[r * nx + t] = _mm256_fmadd_ps(wv, xv[t], acc[r * nx + t]);
         }
     }
-    for (int t = 0; t < nx; t++) {
-        float s = hsum256(_mm256_add_ps(a0[t], a1[t]));
-        for (size_t j = i; j < n; j++)
-            s += w_at(type, w, j) * x[t][j];
-        out[t] = s;
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        #pragma GCC unroll 8
+        for (int t = 0; t < nx; t++) {
+            float s = hsum256(acc[r * nx + t]);
+            for (size_t j = i; j < n; j++)
+                s += w_at(type, w + (size_t)r * rb, j) * x[t][j];
+            out[r * nx + t] = s;
+        }
     }
 }
 
@@ -310,65 +311,95 @@ AVX2_INLINE __m256 q8_load8(const int8_t *q)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
 }
 
-AVX2_INLINE void dotn_q8_0_avx2_body(const void *w, const float *const *x, int nx, size_t n,
-                                     float *out)
+AVX2_INLINE void tile_q8_0_avx2_body(const uint8_t *w, size_t rb, int nr, const float *const *x,
+                                     int nx, size_t n, float *out)
 {
-    const quant_block_q8_0_t *b = w;
-    __m256 acc[QUANT_DOTN_MAX];
-    for (int t = 0; t < nx; t++)
-        acc[t] = _mm256_setzero_ps();
+    __m256 acc[QUANT_TILE_MAX];
+    #pragma GCC unroll 8
+    for (int p = 0; p < nr * nx; p++)
+        acc[p] = _mm256_setzero_ps();
     for (size_t k = 0; k < n / QUANT_Q8_0_BLOCK; k++) {
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
-        __m256 q0 = q8_load8(b[k].qs), q1 = q8_load8(b[k].qs + 8);
-        __m256 q2 = q8_load8(b[k].qs + 16), q3 = q8_load8(b[k].qs + 24);
-        for (int t = 0; t < nx; t++) {
-            const float *xb = x[t] + k * QUANT_Q8_0_BLOCK;
-            __m256 s = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
-            __m256 s2 = _mm256_mul_ps(q1, _mm256_loadu_ps(xb + 8));
-            s = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), s);
-            s2 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), s2);
-            acc[t] = _mm256_fmadd_ps(_mm256_add_ps(s, s2), d, acc[t]);
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const quant_block_q8_0_t *b = (const quant_block_q8_0_t *)(w + (size_t)r * rb) + k;
+            __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+            __m256 q0 = q8_load8(b->qs), q1 = q8_load8(b->qs + 8);
+            __m256 q2 = q8_load8(b->qs + 16), q3 = q8_load8(b->qs + 24);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nx; t++) {
+                const float *xb = x[t] + k * QUANT_Q8_0_BLOCK;
+                __m256 sv = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
+                sv = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xb + 8), sv);
+                sv = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), sv);
+                sv = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), sv);
+                acc[r * nx + t] = _mm256_fmadd_ps(sv, d, acc[r * nx + t]);
+            }
         }
     }
-    for (int t = 0; t < nx; t++)
-        out[t] = hsum256(acc[t]);
+    #pragma GCC unroll 8
+    for (int p = 0; p < nr * nx; p++)
+        out[p] = hsum256(acc[p]);
 }
 
-/* Specialise on nx so the per-vector loops unroll. */
-#define DOTN_CASES(call)                                                                           \
-    switch (nx) {                                                                                  \
-    case 1: call(1); break;                                                                        \
-    case 2: call(2); break;                                                                        \
-    case 3: call(3); break;                                                                        \
-    default: call(4); break;                                                                       \
+/* Specialise on (nr, nx) so the loops unroll into registers. */
+#define TILE_SHAPES(call)                                                                          \
+    switch (nr * 8 + nx) {                                                                         \
+    case 1 * 8 + 1: call(1, 1); break;                                                             \
+    case 1 * 8 + 2: call(1, 2); break;                                                             \
+    case 1 * 8 + 3: call(1, 3); break;                                                             \
+    case 1 * 8 + 4: call(1, 4); break;                                                             \
+    case 2 * 8 + 1: call(2, 1); break;                                                             \
+    case 2 * 8 + 2: call(2, 2); break;                                                             \
+    case 2 * 8 + 3: call(2, 3); break;                                                             \
+    case 2 * 8 + 4: call(2, 4); break;                                                             \
+    case 3 * 8 + 1: call(3, 1); break;                                                             \
+    case 3 * 8 + 2: call(3, 2); break;                                                             \
+    case 4 * 8 + 1: call(4, 1); break;                                                             \
+    case 4 * 8 + 2: call(4, 2); break;                                                             \
+    default:                                                                                       \
+        for (int r_ = 0; r_ < nr; r_++)                                                            \
+            for (int t_ = 0; t_ < nx; t_++) {                                                      \
+                const float *xs_[1] = {x[t_]};                                                     \
+                call##_ONE(r_, t_, xs_);                                                           \
+            }                                                                                      \
+        break;                                                                                     \
     }
 
-AVX2 static void dotn_avx2(uint32_t type, const void *w, const float *const *x, int nx, size_t n,
-                           float *out)
+AVX2 static void tile_avx2(uint32_t type, const void *wv, size_t rb, int nr, const float *const *x,
+                           int nx, size_t n, float *out)
 {
+    const uint8_t *w = wv;
     if (type == GGUF_T_Q8_0) {
-#define Q8CALL(k) dotn_q8_0_avx2_body(w, x, k, n, out)
-        DOTN_CASES(Q8CALL)
-#undef Q8CALL
+#define Q8T(R, X) tile_q8_0_avx2_body(w, rb, R, x, X, n, out)
+#define Q8T_ONE(r, t, xs) tile_q8_0_avx2_body(w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+        TILE_SHAPES(Q8T)
+#undef Q8T
+#undef Q8T_ONE
         return;
     }
     switch (type) {
     case GGUF_T_F16: {
-#define F16CALL(k) dotn_avx2_body(GGUF_T_F16, w, x, k, n, out)
-        DOTN_CASES(F16CALL)
-#undef F16CALL
+#define F16T(R, X) tile_avx2_body(GGUF_T_F16, w, rb, R, x, X, n, out)
+#define F16T_ONE(r, t, xs) tile_avx2_body(GGUF_T_F16, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+        TILE_SHAPES(F16T)
+#undef F16T
+#undef F16T_ONE
         break;
     }
     case GGUF_T_BF16: {
-#define BF16CALL(k) dotn_avx2_body(GGUF_T_BF16, w, x, k, n, out)
-        DOTN_CASES(BF16CALL)
-#undef BF16CALL
+#define BF16T(R, X) tile_avx2_body(GGUF_T_BF16, w, rb, R, x, X, n, out)
+#define BF16T_ONE(r, t, xs) tile_avx2_body(GGUF_T_BF16, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+        TILE_SHAPES(BF16T)
+#undef BF16T
+#undef BF16T_ONE
         break;
     }
     default: {
-#define F32CALL(k) dotn_avx2_body(GGUF_T_F32, w, x, k, n, out)
-        DOTN_CASES(F32CALL)
-#undef F32CALL
+#define F32T(R, X) tile_avx2_body(GGUF_T_F32, w, rb, R, x, X, n, out)
+#define F32T_ONE(r, t, xs) tile_avx2_body(GGUF_T_F32, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+        TILE_SHAPES(F32T)
+#undef F32T
+#undef F32T_ONE
         break;
     }
     }
@@ -376,10 +407,19 @@ AVX2 static void dotn_avx2(uint32_t type, const void *w, const float *const *x, 
 
 AVX2 static float dot_f32_avx2(const float *a, const float *b, size_t n)
 {
-    const float *xs[1] = {b};
-    float r;
-    dotn_avx2_body(GGUF_T_F32, a, xs, 1, n, &r);
-    return r;
+    /* attention's q.k: two chains for latency, its own order (not a matmul) */
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
 }
 
 AVX2 static void axpy_avx2(float *y, float a, const float *x, size_t n)
@@ -396,14 +436,14 @@ AVX2 static void axpy_avx2(float *y, float a, const float *x, size_t n)
 /* ------------------------------------------------------------------ dispatch */
 
 typedef struct kernels {
-    void (*dotn)(uint32_t, const void *, const float *const *, int, size_t, float *);
+    void (*tile)(uint32_t, const void *, size_t, int, const float *const *, int, size_t, float *);
     float (*dot_f32)(const float *, const float *, size_t);
     void (*axpy)(float *, float, const float *, size_t);
 } kernels_t;
 
-static const kernels_t k_portable = {dotn_portable, dot_f32_portable, axpy_portable};
+static const kernels_t k_portable = {tile_portable, dot_f32_portable, axpy_portable};
 #if QUANT_HAVE_X86
-static const kernels_t k_avx2 = {dotn_avx2, dot_f32_avx2, axpy_avx2};
+static const kernels_t k_avx2 = {tile_avx2, dot_f32_avx2, axpy_avx2};
 #endif
 
 static const kernels_t *k_cur;
@@ -456,15 +496,21 @@ const char *quant_isa_name(quant_isa_t isa)
     }
 }
 
+void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
+                    int nx, size_t n, float *out)
+{
+    kern()->tile(type, w, row_bytes, nr, x, nx, n, out);
+}
+
 void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, size_t n, float *out)
 {
-    kern()->dotn(type, w, x, nx, n, out);
+    kern()->tile(type, w, 0, 1, x, nx, n, out);
 }
 
 float quant_dot(uint32_t type, const void *w, const float *x, size_t n)
 {
     float r;
-    kern()->dotn(type, w, &x, 1, n, &r);
+    kern()->tile(type, w, 0, 1, &x, 1, n, &r);
     return r;
 }
 

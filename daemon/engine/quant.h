@@ -52,6 +52,14 @@ float quant_dot(uint32_t type, const void *w, const float *x, size_t n);
  * quant_dot(type, w, x[j], n), so batching never changes results. */
 void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, size_t n, float *out);
 
+/* The GEMM tile: nr consecutive weight rows (row_bytes apart) against nx
+ * vectors, out[r * nx + t]; nr * nx <= QUANT_TILE_MAX is the fast path
+ * (larger shapes work, pair by pair). Every out[r * nx + t] is bit-identical
+ * to quant_dot of that row and vector. */
+#define QUANT_TILE_MAX 8
+void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
+                    int nx, size_t n, float *out);
+
 /* Plain F32 kernels used by the forward pass. */
 float quant_dot_f32(const float *a, const float *b, size_t n);
 /* y[i] += a * x[i] */

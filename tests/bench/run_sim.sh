@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# run_sim.sh BUILD_DIR OUT_DIR: the trace simulator's default workload, a load sweep, a bursty and an Azure-format run; CSV, summary, PNG plot.
+set -euo pipefail
+BUILD=${1:-build}
+OUT=${2:-$BUILD/bench}
+SIM=$BUILD/tracesim
+mkdir -p "$OUT"
+[ -x "$SIM" ] || { echo "run_sim.sh: $SIM not built (make $SIM)" >&2; exit 1; }
+
+# The default workload: 12 models (8.6 GB, Llama-3-8B-shaped, Q8_0), a pool
+# holding 3 of them plus 4 GiB for KV caches, Zipf 1.0 popularity, Poisson
+# arrivals for 300 s at 0.6 of the ideal capacity (every model resident, full
+# batches), prompts ~256 and outputs ~96 tokens (lognormal).
+DEFAULT_LOAD=${SIM_LOAD:-0.6}
+SWEEP=${SIM_SWEEP:-0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.8}
+t0=$(date +%s)
+
+echo "== simulator: default workload (load $DEFAULT_LOAD)"
+"$SIM" --load "$DEFAULT_LOAD" --label default --csv "$OUT/sim_default.csv"
+
+echo
+echo "== simulator: load sweep ($SWEEP)"
+"$SIM" --sweep "$SWEEP" --label sweep --csv "$OUT/sim_sweep.csv"
+
+echo
+echo "== simulator: bursty arrivals (Gamma, CV 3), load $DEFAULT_LOAD"
+"$SIM" --load "$DEFAULT_LOAD" --arrival gamma --cv 3 --label bursty --csv "$OUT/sim_bursty.csv"
+
+echo
+echo "== simulator: Azure Functions 2019 format (synthetic sample: 24 functions, 10 minutes, time x4)"
+"$SIM" --write-azure-sample "$OUT/azure_sample.csv"
+"$SIM" --trace "$OUT/azure_sample.csv" --trace-minutes 10 --trace-scale 4 --label azure-sample \
+    --csv "$OUT/sim_azure.csv"
+
+# Acceptance (issue 6, point 2) on the default workload.
+echo
+awk -F, 'NR > 1 { pi[$4] = $8; ld[$4] = $9; own[$4] = $11; p99[$4] = $16 }
+END {
+    d = pi["default"]; if (d == 0) d = 1
+    printf "page-ins: fifo/default %.2fx, lru/default %.2fx (want >= 5)\n", pi["fifo"] / d, pi["lru"] / d
+    printf "p99 TTFT: default %.2f s, fifo %.2f s, lru %.2f s (want default <= both)\n", p99["default"], p99["fifo"], p99["lru"]
+    printf "model loads: default %d, Belady on the arrival order %d (%.2fx), Belady on default'\''s own order %d (%.2fx) (want <= 1.5x)\n",
+        ld["default"], ld["belady"], ld["default"] / (ld["belady"] ? ld["belady"] : 1), own["default"],
+        ld["default"] / (own["default"] ? own["default"] : 1)
+    ok = pi["fifo"] >= 5 * pi["default"] && pi["lru"] >= 5 * pi["default"] &&
+         p99["default"] <= p99["fifo"] && p99["default"] <= p99["lru"] &&
+         ld["default"] <= 1.5 * ld["belady"]
+    print "acceptance on the default workload: " (ok ? "holds" : "does NOT hold")
+}' "$OUT/sim_default.csv"
+
+# Plot: p99 TTFT and page-ins against load, one line per policy.
+png=$OUT/sim_sweep.png
+if command -v gnuplot >/dev/null 2>&1; then
+    dat=$(mktemp -d)
+    trap 'rm -rf "$dat"' EXIT
+    for p in default fifo lru belady; do
+        awk -F, -v p=$p 'NR > 1 && $4 == p { print $2, $8, $16 }' "$OUT/sim_sweep.csv" > "$dat/$p"
+    done
+    gnuplot <<EOF
+set terminal pngcairo size 1200,480 noenhanced font ",10"
+set output "$png"
+set key top left
+set grid
+set offsets graph 0.02, graph 0.02, 0, 0
+set multiplot layout 1,2 title "gpuswapd simulator: 12 models, pool holds 3, Zipf 1.0 (load = offered / ideal capacity)"
+set xlabel "load"
+set ylabel "p99 time to first token (s)"
+set logscale y
+plot for [p in "default fifo lru"] "$dat/".p using 1:3 with linespoints title p
+set ylabel "segment page-ins"
+unset logscale y
+plot for [p in "default fifo lru belady"] "$dat/".p using 1:2 with linespoints title p
+unset multiplot
+EOF
+    echo "plot: $png"
+else
+    echo "run_sim.sh: gnuplot not found (Debian package gnuplot-nox): no plot" >&2
+fi
+echo "results: $OUT/sim_default.csv $OUT/sim_sweep.csv $OUT/sim_bursty.csv $OUT/sim_azure.csv ($(( $(date +%s) - t0 )) s)"

@@ -1,0 +1,853 @@
+/* sim: runs the real scheduler and residency manager on the virtual device under a cost model, for one policy over one trace, and Belady's bound. */
+#include "sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "residency.h"
+#include "store.h"
+#include "vbackend.h"
+
+/* Policies:
+ * - default: the daemon's worker loop (worker.c) on the virtual device: each
+ *   round builds the per-model views, calls sched_next (swap-aware), runs one
+ *   step of the chosen model (res_acquire, admissions with KV caches, the
+ *   pass through the segment hooks, res_release) and then
+ *   res_prefetch(evict = 0) of the suggested model.
+ * - fifo: the same loop with SCHED_POLICY_FIFO.
+ * - lru (Ollama / llama.cpp router style): one global queue in arrival
+ *   order, head of line blocking. The head request joins its model's batch
+ *   at once if the model is wholly resident and has batch room; if the model
+ *   is not resident the dispatcher evicts whole idle models, least recently
+ *   used first, until the model fits, loads it whole and waits until the load
+ *   has landed before it dispatches anything else (no pipelining, no
+ *   batching of requests that wait behind it). Models with work run their
+ *   steps round robin (separate runners sharing the GPU) while another loads.
+ * - belady: no run; the fewest whole-model loads that can serve the arrival
+ *   order with room for k models (Belady's furthest-next-use eviction). */
+
+static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "belady"};
+
+const char *sim_policy_name(sim_policy_t p)
+{
+    return p < SIM_POL_COUNT ? pol_names[p] : "?";
+}
+
+int sim_policy_parse(const char *s, sim_policy_t *p)
+{
+    for (int i = 0; i < SIM_POL_COUNT; i++)
+        if (strcmp(s, pol_names[i]) == 0) {
+            *p = (sim_policy_t)i;
+            return SIM_OK;
+        }
+    return SIM_ERR_ARG;
+}
+
+/* ------------------------------------------------------------------ cost model */
+
+static size_t round_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+typedef struct shape_info {
+    double layer_params, layer_bytes;  /* one transformer layer */
+    double embed_bytes;                /* token embedding table */
+    double head_store_bytes;           /* what the head segment holds */
+    double head_params, head_read;     /* output matmul: params, bytes read */
+    double kv_pos_layer;               /* K+V bytes per position per layer (F32) */
+} shape_info_t;
+
+static shape_info_t shape_info(const sim_shape_t *sh)
+{
+    shape_info_t s;
+    double d = sh->n_embd, hd = (double)sh->n_embd / sh->n_head, kvd = sh->n_head_kv * hd;
+    s.layer_params = d * (sh->n_head * hd) + 2 * d * kvd + (sh->n_head * hd) * d +
+                     3.0 * d * sh->n_ff;
+    s.layer_bytes = s.layer_params * sh->wbytes + 2 * d * 4;
+    s.embed_bytes = (double)sh->n_vocab * d * sh->wbytes;
+    s.head_params = (double)sh->n_vocab * d;
+    s.head_read = s.head_params * sh->wbytes + d * 4;
+    s.head_store_bytes = d * 4 + (sh->tied ? 0 : s.head_params * sh->wbytes);
+    s.kv_pos_layer = 2 * kvd * 4;
+    return s;
+}
+
+size_t sim_model_bytes(const sim_shape_t *sh, size_t page)
+{
+    shape_info_t s = shape_info(sh);
+    return round_up((size_t)s.embed_bytes, page) +
+           sh->n_layer * round_up((size_t)s.layer_bytes, page) +
+           round_up((size_t)s.head_store_bytes, page);
+}
+
+size_t sim_pool_bytes(const sim_shape_t *sh, size_t page, double n_models, size_t kv_headroom)
+{
+    double b = (double)sim_model_bytes(sh, page) * n_models + (double)kv_headroom;
+    return (size_t)(b / page) * page;
+}
+
+static double layer_time(const sim_cfg_t *c, const shape_info_t *s, double t, double kv_pos)
+{
+    return s->layer_bytes / c->cost.hbm_bw + 2 * s->layer_params * t / c->cost.flops +
+           kv_pos * s->kv_pos_layer / c->cost.hbm_bw;
+}
+
+static double head_time(const sim_cfg_t *c, const shape_info_t *s, double n_seqs)
+{
+    return s->head_read / c->cost.hbm_bw + 2 * s->head_params * n_seqs / c->cost.flops;
+}
+
+double sim_step_time(const sim_cfg_t *c, double t, double s, double kv_pos)
+{
+    shape_info_t si = shape_info(&c->shape);
+    return c->cost.t_fixed_s + c->shape.n_layer * layer_time(c, &si, t, kv_pos) +
+           head_time(c, &si, s);
+}
+
+double sim_capacity(const sim_cfg_t *c, double p, double o)
+{
+    double b = c->max_batch;
+    double t = sim_step_time(c, b * p, b, b * p);
+    if (o > 1)
+        t += (o - 1) * sim_step_time(c, b, b, b * (p + o / 2));
+    return b / t;
+}
+
+/* ------------------------------------------------------------------ Belady */
+
+uint64_t sim_belady(const int *seq, size_t n, int n_models, uint32_t k)
+{
+    if (n == 0 || k == 0)
+        return n;
+    size_t *nxt = malloc(n * sizeof *nxt), *last = malloc((size_t)n_models * sizeof *last);
+    int *cache = malloc(k * sizeof *cache);
+    uint8_t *in = calloc((size_t)n_models, 1);
+    size_t *next_use = malloc((size_t)n_models * sizeof *next_use);
+    uint64_t loads = 0;
+    if (!nxt || !last || !cache || !in || !next_use) {
+        loads = UINT64_MAX;
+        goto done;
+    }
+    for (int m = 0; m < n_models; m++)
+        last[m] = SIZE_MAX;
+    for (size_t i = n; i-- > 0;) {
+        nxt[i] = last[seq[i]];
+        last[seq[i]] = i;
+    }
+    uint32_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        int m = seq[i];
+        next_use[m] = nxt[i];
+        if (in[m])
+            continue;
+        loads++;
+        if (used < k) {
+            cache[used++] = m;
+        } else {
+            uint32_t vi = 0;
+            for (uint32_t j = 1; j < k; j++)
+                if (next_use[cache[j]] > next_use[cache[vi]])
+                    vi = j;
+            in[cache[vi]] = 0;
+            cache[vi] = m;
+        }
+        in[m] = 1;
+    }
+done:
+    free(nxt);
+    free(last);
+    free(cache);
+    free(in);
+    free(next_use);
+    return loads;
+}
+
+/* ------------------------------------------------------------------ state */
+
+typedef enum seq_state { SEQ_WAITING = 0, SEQ_ACTIVE, SEQ_DONE, SEQ_FAILED } seq_state_t;
+
+typedef struct sim_seq {
+    sched_item_t item;          /* item.user points back here */
+    const wl_req_t *rq;
+    seq_state_t state;
+    kv_seq_t *kv;
+    uint32_t n_gen;
+    double t_first, t_done;     /* virtual s */
+    struct sim_seq *next;       /* active list or lru pending list */
+} sim_seq_t;
+
+typedef struct vmodel {
+    store_model_t sm;           /* built in memory: segment layout only */
+    model_t mod;                /* hyperparameters; no tensors */
+    size_t *woff;
+    char name[32];
+    res_model_t *rm;
+    sim_seq_t *active;
+    uint32_t n_active;
+    double swap_in_s;           /* as the worker measures it */
+    /* lru policy */
+    sim_seq_t *pend_head, *pend_tail;
+    uint32_t n_pend;
+    int loading;
+    double last_use;
+} vmodel_t;
+
+typedef struct sim {
+    const sim_cfg_t *c;
+    sim_policy_t pol;
+    shape_info_t si;
+    vb_t *vb;
+    backend_t *be;
+    res_t *res;
+    sched_t *sched;
+    vmodel_t *m;
+    sched_model_view_t *views;
+    sim_seq_t *seqs;
+    size_t n_seqs;
+    size_t in_flight;           /* queued + pending + active */
+    size_t gq_head, gq_n;       /* lru: global queue = seqs[gq_head..gq_n) in order */
+    int rr;                     /* lru round-robin cursor */
+    int *uses;                  /* models stepped, consecutive repeats folded */
+    size_t n_uses, cap_uses;
+    double busy_s;
+    uint64_t loads, steps;
+    size_t failed;
+} sim_t;
+
+static double now(const sim_t *S) { return vb_now(S->vb); }
+
+static int all_mapped(sim_t *S, vmodel_t *m)
+{
+    vb_quiet(S->vb, 1);
+    int ok = 1;
+    for (uint32_t s = 0; s < m->sm.n_segs && ok; s++)
+        ok = res_seg_state(S->res, m->rm, s) != RES_SEG_ABSENT;
+    vb_quiet(S->vb, 0);
+    return ok;
+}
+
+static int fully_resident(sim_t *S, vmodel_t *m)
+{
+    vb_quiet(S->vb, 1);
+    int ok = res_fully_resident(S->res, m->rm);
+    vb_quiet(S->vb, 0);
+    return ok;
+}
+
+static void model_stats(sim_t *S, vmodel_t *m, stats_res_t *st)
+{
+    vb_quiet(S->vb, 1);
+    res_model_stats(S->res, m->rm, st);
+    vb_quiet(S->vb, 0);
+}
+
+static size_t missing_pages(sim_t *S, vmodel_t *m)
+{
+    size_t n = 0;
+    vb_quiet(S->vb, 1);
+    for (uint32_t s = 0; s < m->sm.n_segs; s++)
+        if (res_seg_state(S->res, m->rm, s) == RES_SEG_ABSENT)
+            n += m->sm.segs[s].span / S->c->page_size;
+    vb_quiet(S->vb, 0);
+    return n;
+}
+
+static size_t free_pages(const sim_t *S)
+{
+    stats_pool_t ps;
+    res_pool_stats(S->res, &ps);
+    return ps.curr_pool_free;
+}
+
+static void note_use(sim_t *S, int mi)
+{
+    if (S->n_uses && S->uses[S->n_uses - 1] == mi)
+        return;
+    if (S->n_uses == S->cap_uses) {
+        size_t cap = S->cap_uses ? 2 * S->cap_uses : 1024;
+        int *u = realloc(S->uses, cap * sizeof *u);
+        if (!u)
+            return; /* the own-order bound is then computed on a prefix */
+        S->uses = u;
+        S->cap_uses = cap;
+    }
+    S->uses[S->n_uses++] = mi;
+}
+
+/* Builds model i: segment spans from the shape, a model_t with hyperparameters
+ * and empty weight views (so store_weights_at has nothing to rebase). */
+static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
+{
+    const sim_shape_t *sh = &S->c->shape;
+    size_t page = S->c->page_size;
+    vmodel_t *m = &S->m[i];
+    snprintf(m->name, sizeof m->name, "m%02d", i);
+    model_hparams_t *hp = &m->mod.hp;
+    hp->arch = MODEL_ARCH_LLAMA;
+    hp->n_ctx_train = S->c->max_context;
+    hp->n_embd = sh->n_embd;
+    hp->n_ff = sh->n_ff;
+    hp->n_layer = sh->n_layer;
+    hp->n_head = sh->n_head;
+    hp->n_head_kv = sh->n_head_kv;
+    hp->head_dim = sh->n_embd / sh->n_head;
+    hp->rope_dim = hp->head_dim;
+    hp->n_vocab = sh->n_vocab;
+    m->mod.w.tied = 1; /* no separate output view: list_weights then yields 2 + 12 n_layer */
+    m->mod.w.layers = calloc(sh->n_layer, sizeof *m->mod.w.layers);
+    m->sm.n_w = 2 + 12 * (size_t)sh->n_layer;
+    m->woff = calloc(m->sm.n_w, sizeof *m->woff);
+    m->sm.n_segs = sh->n_layer + 2;
+    m->sm.segs = calloc(m->sm.n_segs, sizeof *m->sm.segs);
+    if (!m->mod.w.layers || !m->woff || !m->sm.segs) {
+        snprintf(err, errlen, "out of memory");
+        return SIM_ERR_NOMEM;
+    }
+    m->sm.woff = m->woff;
+    m->sm.name = m->name;
+    m->sm.path = m->name;
+    m->sm.model = &m->mod;
+    size_t off = 0;
+    for (uint32_t s = 0; s < m->sm.n_segs; s++) {
+        double b = s == FWD_SEG_EMBED ? S->si.embed_bytes
+                   : s == FWD_SEG_HEAD(sh->n_layer) ? S->si.head_store_bytes
+                                                    : S->si.layer_bytes;
+        m->sm.segs[s].off = off;
+        m->sm.segs[s].bytes = (size_t)b;
+        m->sm.segs[s].span = round_up((size_t)b ? (size_t)b : 1, page);
+        off += m->sm.segs[s].span;
+    }
+    m->sm.image_bytes = off;
+    /* a host address the virtual device never reads; distinct per model */
+    m->sm.image = (uint8_t *)(uintptr_t)(((uint64_t)0x7f00 + (uint64_t)i) << 32);
+    m->swap_in_s = (double)m->sm.image_bytes / 10e9; /* the worker's first guess */
+    res_cfg_t rc = {.gpu_quota = 0, .pinned = 0, .priority = 1.0};
+    int rc2 = res_add(S->res, &m->sm, &rc, &m->rm, err, errlen);
+    return rc2 ? SIM_ERR_SETUP : SIM_OK;
+}
+
+static void sim_free(sim_t *S)
+{
+    for (size_t i = 0; S->seqs && i < S->n_seqs; i++)
+        if (S->seqs[i].kv)
+            res_kv_free(S->res, S->seqs[i].kv);
+    for (int i = 0; S->m && i < S->c->n_models; i++) {
+        if (S->m[i].rm)
+            res_remove(S->res, S->m[i].rm);
+        free(S->m[i].mod.w.layers);
+        free(S->m[i].woff);
+        free(S->m[i].sm.segs);
+    }
+    res_free(S->res);
+    sched_free(S->sched);
+    vb_free(S->vb);
+    free(S->m);
+    free(S->views);
+    free(S->seqs);
+    free(S->uses);
+}
+
+/* ------------------------------------------------------------------ sequences */
+
+static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
+{
+    if (s->state == SEQ_ACTIVE) {
+        sim_seq_t **pp = &m->active;
+        while (*pp && *pp != s)
+            pp = &(*pp)->next;
+        if (*pp) {
+            *pp = s->next;
+            m->n_active--;
+        }
+    }
+    if (s->kv)
+        res_kv_free(S->res, s->kv);
+    s->kv = NULL;
+    s->state = how;
+    s->t_done = now(S);
+    if (how == SEQ_FAILED)
+        S->failed++;
+    S->in_flight--;
+}
+
+/* The next waiting request of model mi (sched queue, or lru pending list). */
+static sim_seq_t *peek_waiting(sim_t *S, int mi)
+{
+    if (S->pol == SIM_POL_LRU)
+        return S->m[mi].pend_head;
+    sched_item_t *it = sched_peek(S->sched, mi);
+    return it ? it->user : NULL;
+}
+
+static void pop_waiting(sim_t *S, int mi)
+{
+    vmodel_t *m = &S->m[mi];
+    if (S->pol == SIM_POL_LRU) {
+        m->pend_head = m->pend_head->next;
+        if (!m->pend_head)
+            m->pend_tail = NULL;
+        m->n_pend--;
+    } else {
+        sched_pop(S->sched, mi);
+    }
+}
+
+/* ------------------------------------------------------------------ one step */
+
+static uint32_t active_total(const sim_t *S)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < S->c->n_models; i++)
+        n += S->m[i].n_active;
+    return n;
+}
+
+/* The worker's can_admit: the next queued request of mi would get its KV cache now. */
+static int can_admit(sim_t *S, int mi)
+{
+    sim_seq_t *s = peek_waiting(S, mi);
+    if (!s)
+        return 0;
+    if (active_total(S) == 0)
+        return 1;
+    uint32_t n_ctx = s->rq->prompt + s->rq->output;
+    if (n_ctx > S->c->max_context)
+        n_ctx = S->c->max_context;
+    return res_kv_bytes_for(S->res, &S->m[mi].mod.hp, n_ctx) <= res_kv_available(S->res);
+}
+
+/* Wait for segment seg through residency's hook, then spend dt of compute. */
+static int seg_run(sim_t *S, fwd_hooks_t *h, uint32_t seg, double dt)
+{
+    if (h->wait(h->ctx, seg))
+        return -1;
+    vb_advance(S->vb, dt);
+    S->busy_s += dt;
+    return 0;
+}
+
+/* Mirrors worker.c step(): acquire, admit with KV caches, grow caches, one
+ * pass (cost model) through the segment hooks, release, finish sequences. */
+static void step(sim_t *S, int mi, uint32_t admit)
+{
+    vmodel_t *m = &S->m[mi];
+    char err[256];
+    int mapped_before = all_mapped(S, m);
+    stats_res_t before, after;
+    model_stats(S, m, &before);
+    if (res_acquire(S->res, m->rm, err, sizeof err)) {
+        while (m->active)
+            seq_end(S, m, m->active, SEQ_FAILED);
+        return;
+    }
+    uint32_t ctx = S->c->max_context;
+    sim_seq_t *fresh = NULL, **fresh_tail = &fresh;
+    for (uint32_t k = 0; k < admit; k++) {
+        sim_seq_t *s = peek_waiting(S, mi);
+        if (!s)
+            break;
+        uint32_t n_ctx = s->rq->prompt + s->rq->output;
+        if (n_ctx > ctx)
+            n_ctx = ctx;
+        /* the whole cache is mapped at admission, as the worker does */
+        if (res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
+            res_kv_ensure(S->res, s->kv, n_ctx, err, sizeof err)) {
+            if (s->kv)
+                res_kv_free(S->res, s->kv);
+            s->kv = NULL;
+            if (active_total(S) == 0 && !fresh) {
+                pop_waiting(S, mi);
+                seq_end(S, m, s, SEQ_FAILED);
+                continue;
+            }
+            break;
+        }
+        pop_waiting(S, mi);
+        s->state = SEQ_ACTIVE;
+        *fresh_tail = s;
+        fresh_tail = &s->next;
+    }
+    for (sim_seq_t *s = m->active, *nx; s; s = nx) {
+        nx = s->next;
+        if (res_kv_ensure(S->res, s->kv, s->kv->n_past + 1, err, sizeof err))
+            seq_end(S, m, s, SEQ_FAILED);
+    }
+    uint32_t n_fresh = 0;
+    for (sim_seq_t *s = fresh; s; s = s->next)
+        n_fresh++;
+    if (fresh) {
+        *fresh_tail = m->active;
+        m->active = fresh;
+    }
+    m->n_active += n_fresh;
+    if (m->n_active == 0) {
+        res_release(S->res, m->rm);
+        return;
+    }
+    /* the pass: tokens, sequences and KV positions read */
+    double toks = 0, kv_pos = 0;
+    for (sim_seq_t *s = m->active; s; s = s->next) {
+        uint32_t nt = s->kv->n_past == 0 ? s->rq->prompt : 1;
+        toks += nt;
+        kv_pos += s->kv->n_past + nt;
+    }
+    double nseq = m->n_active;
+    fwd_hooks_t h = res_hooks(m->rm);
+    uint32_t L = S->c->shape.n_layer;
+    double lt = layer_time(S->c, &S->si, toks, kv_pos / L);
+    vb_advance(S->vb, S->c->cost.t_fixed_s);
+    S->busy_s += S->c->cost.t_fixed_s;
+    int rc = seg_run(S, &h, FWD_SEG_EMBED, 0);
+    for (uint32_t l = 0; l < L && !rc; l++)
+        rc = seg_run(S, &h, FWD_SEG_LAYER(l), lt);
+    if (!rc)
+        rc = seg_run(S, &h, FWD_SEG_HEAD(L), head_time(S->c, &S->si, nseq));
+    if (!rc)
+        for (sim_seq_t *s = m->active; s; s = s->next)
+            s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt : 1;
+    res_release(S->res, m->rm);
+    S->steps++;
+    model_stats(S, m, &after);
+    int paged = after.total_bytes_in != before.total_bytes_in;
+    if (paged && fully_resident(S, m) && after.total_copy_ns > before.total_copy_ns)
+        m->swap_in_s = (double)m->sm.image_bytes /
+                       (double)(after.total_bytes_in - before.total_bytes_in) *
+                       (double)(after.total_copy_ns - before.total_copy_ns) / 1e9;
+    double t = now(S);
+    for (sim_seq_t *s = m->active, *nx; s; s = nx) {
+        nx = s->next;
+        if (rc) {
+            seq_end(S, m, s, SEQ_FAILED);
+            continue;
+        }
+        if (++s->n_gen == 1)
+            s->t_first = t;
+        if (s->n_gen >= s->rq->output)
+            seq_end(S, m, s, SEQ_DONE);
+    }
+    if (!mapped_before && all_mapped(S, m))
+        S->loads++;
+    m->last_use = t;
+    note_use(S, mi);
+}
+
+/* ------------------------------------------------------------------ policies */
+
+/* The worker's round: views, sched_next, one step, prefetch. 1 if it stepped. */
+static int round_sched(sim_t *S)
+{
+    for (int i = 0; i < S->c->n_models; i++) {
+        vmodel_t *m = &S->m[i];
+        S->views[i] = (sched_model_view_t){
+            .resident = fully_resident(S, m),
+            .n_active = m->n_active,
+            .max_batch = S->c->max_batch,
+            .swap_in_s = m->swap_in_s,
+            .priority = 1.0,
+            .can_admit = can_admit(S, i),
+        };
+    }
+    sched_plan_t plan;
+    sched_next(S->sched, now(S), S->views, &plan);
+    if (plan.model >= 0)
+        step(S, plan.model, plan.admit);
+    if (plan.prefetch >= 0) {
+        char err[256];
+        vmodel_t *pm = &S->m[plan.prefetch];
+        int before = all_mapped(S, pm);
+        res_prefetch(S->res, pm->rm, 0, err, sizeof err);
+        if (!before && all_mapped(S, pm))
+            S->loads++;
+    }
+    return plan.model >= 0;
+}
+
+/* Least recently used idle model holding weights, other than except; -1 if none. */
+static int lru_victim(sim_t *S, int except)
+{
+    int best = -1;
+    for (int i = 0; i < S->c->n_models; i++) {
+        vmodel_t *v = &S->m[i];
+        if (i == except || v->n_active || v->n_pend || v->loading)
+            continue;
+        stats_res_t st;
+        model_stats(S, v, &st);
+        if (st.curr_resident_bytes == 0)
+            continue;
+        if (best < 0 || v->last_use < S->m[best].last_use)
+            best = i;
+    }
+    return best;
+}
+
+static void lru_dispatch(sim_t *S)
+{
+    while (S->gq_head < S->gq_n) {
+        sim_seq_t *s = &S->seqs[S->gq_head];
+        int mi = s->rq->model;
+        vmodel_t *m = &S->m[mi];
+        if (m->loading) {
+            if (fully_resident(S, m))
+                m->loading = 0;
+            else if (all_mapped(S, m))
+                return; /* still landing: the head waits */
+            else
+                m->loading = 0; /* lost pages meanwhile: load again */
+        }
+        if (fully_resident(S, m)) {
+            if (m->n_active + m->n_pend >= S->c->max_batch)
+                return;
+            s->next = NULL;
+            if (m->pend_tail)
+                m->pend_tail->next = s;
+            else
+                m->pend_head = s;
+            m->pend_tail = s;
+            m->n_pend++;
+            S->gq_head++;
+            continue;
+        }
+        size_t need = missing_pages(S, m);
+        while (free_pages(S) < need) {
+            int v = lru_victim(S, mi);
+            if (v < 0)
+                return; /* the rest is held by running models: wait */
+            res_evict(S->res, S->m[v].rm, RES_CAUSE_CAPACITY, 0);
+        }
+        char err[256];
+        int before = all_mapped(S, m);
+        res_prefetch(S->res, m->rm, 0, err, sizeof err);
+        if (all_mapped(S, m)) {
+            if (!before)
+                S->loads++;
+            m->loading = 1;
+        }
+        return;
+    }
+}
+
+static int round_lru(sim_t *S)
+{
+    lru_dispatch(S);
+    int n = S->c->n_models;
+    for (int k = 0; k < n; k++) {
+        int mi = (S->rr + 1 + k) % n;
+        vmodel_t *m = &S->m[mi];
+        if (m->n_active + m->n_pend > 0 && !m->loading) {
+            S->rr = mi;
+            step(S, mi, m->n_pend);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int any_loading(const sim_t *S)
+{
+    for (int i = 0; i < S->c->n_models; i++)
+        if (S->m[i].loading)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double quantile(const double *v, size_t n, double q)
+{
+    if (n == 0)
+        return NAN;
+    size_t i = (size_t)ceil(q * (double)n);
+    return v[i ? i - 1 : 0];
+}
+
+static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_result_t *out)
+{
+    size_t img = sim_model_bytes(&c->shape, c->page_size);
+    uint32_t k = (uint32_t)(c->pool_bytes / c->page_size / (img / c->page_size));
+    int *seq = malloc((n ? n : 1) * sizeof *seq);
+    memset(out, 0, sizeof *out);
+    out->requests = n;
+    out->belady_k = k;
+    if (!seq)
+        return;
+    for (size_t i = 0; i < n; i++)
+        seq[i] = reqs[i].model;
+    out->model_loads = sim_belady(seq, n, c->n_models, k);
+    out->belady_own = out->model_loads;
+    out->page_ins = out->model_loads * (c->shape.n_layer + 2);
+    out->bytes_in = out->model_loads * img;
+    out->ttft_p50 = out->ttft_p99 = out->ttft_max = NAN;
+    out->e2e_p50 = out->e2e_p99 = out->e2e_max = NAN;
+    out->gpu_busy = out->makespan_s = out->copy_busy = out->slo_frac = NAN;
+    free(seq);
+}
+
+int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
+            sim_result_t *out, char *err, size_t errlen)
+{
+    if (c->n_models < 1 || c->max_batch < 1 || pol >= SIM_POL_COUNT || c->shape.n_head == 0 ||
+        c->shape.n_layer == 0) {
+        snprintf(err, errlen, "bad simulator configuration");
+        return SIM_ERR_ARG;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].model < 0 || reqs[i].model >= c->n_models || reqs[i].prompt == 0 ||
+            reqs[i].output == 0 || (i && reqs[i].t < reqs[i - 1].t)) {
+            snprintf(err, errlen, "request %zu: bad model, length or order", i);
+            return SIM_ERR_ARG;
+        }
+    if (pol == SIM_POL_BELADY) {
+        belady_only(c, reqs, n, out);
+        return SIM_OK;
+    }
+    sim_t S_ = {.c = c, .pol = pol, .si = shape_info(&c->shape)}, *S = &S_;
+    int rc = SIM_ERR_NOMEM;
+    vb_cfg_t vc = {.pool_bytes = c->pool_bytes, .page_size = c->page_size,
+                   .h2d_bw = c->cost.h2d_bw, .copy_lat_s = c->cost.copy_lat_s};
+    S->vb = vb_new(&vc);
+    if (!S->vb) {
+        snprintf(err, errlen, "bad virtual device (pool %zu, page %zu)", c->pool_bytes,
+                 c->page_size);
+        return SIM_ERR_ARG;
+    }
+    S->be = vb_backend(S->vb);
+    S->res = res_new(S->be, err, errlen);
+    sched_cfg_t sc = c->sched;
+    sc.policy = pol == SIM_POL_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE;
+    S->sched = sched_new(&sc, c->n_models);
+    S->m = calloc((size_t)c->n_models, sizeof *S->m);
+    S->views = calloc((size_t)c->n_models, sizeof *S->views);
+    S->seqs = calloc(n ? n : 1, sizeof *S->seqs);
+    S->n_seqs = n;
+    if (!S->res || !S->sched || !S->m || !S->views || !S->seqs) {
+        if (S->res)
+            snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->n_models; i++)
+        if ((rc = vmodel_init(S, i, err, errlen)))
+            goto fail;
+    for (size_t i = 0; i < n; i++) {
+        S->seqs[i].rq = &reqs[i];
+        S->seqs[i].item.model = reqs[i].model;
+        S->seqs[i].item.t_arrival = reqs[i].t;
+        S->seqs[i].item.user = &S->seqs[i];
+    }
+    double t0 = n ? reqs[0].t : 0;
+    vb_advance_to(S->vb, t0);
+    size_t next = 0, rejected = 0;
+    for (;;) {
+        for (; next < n && reqs[next].t <= now(S); next++) {
+            sim_seq_t *s = &S->seqs[next];
+            S->in_flight++;
+            if (pol == SIM_POL_LRU) {
+                S->gq_n = next + 1;
+            } else if (sched_submit(S->sched, &s->item) != SCHED_OK) {
+                s->state = SEQ_FAILED;
+                S->in_flight--;
+                S->failed++;
+                rejected++;
+            }
+        }
+        if (S->in_flight == 0) {
+            if (next == n)
+                break;
+            vb_advance_to(S->vb, reqs[next].t);
+            continue;
+        }
+        vb_advance(S->vb, c->cost.t_round_s);
+        int stepped = pol == SIM_POL_LRU ? round_lru(S) : round_sched(S);
+        if (!stepped) {
+            double tn = next < n ? reqs[next].t : INFINITY;
+            if (pol == SIM_POL_LRU && any_loading(S) && vb_copy_tail(S->vb) > now(S) &&
+                vb_copy_tail(S->vb) < tn)
+                tn = vb_copy_tail(S->vb);
+            if (!isfinite(tn)) {
+                if (pol == SIM_POL_LRU && any_loading(S))
+                    continue; /* the load has landed: the next round dispatches */
+                snprintf(err, errlen, "%s: stuck with %zu requests in flight at t = %.3f s",
+                         sim_policy_name(pol), S->in_flight, now(S));
+                rc = SIM_ERR_STUCK;
+                goto fail;
+            }
+            vb_advance_to(S->vb, tn);
+        }
+    }
+    /* results */
+    memset(out, 0, sizeof *out);
+    out->requests = n;
+    out->failed = S->failed;
+    out->steps = S->steps;
+    out->model_loads = S->loads;
+    double *ttft = malloc((n ? n : 1) * sizeof *ttft), *e2e = malloc((n ? n : 1) * sizeof *e2e);
+    if (!ttft || !e2e) {
+        free(ttft);
+        free(e2e);
+        snprintf(err, errlen, "out of memory");
+        rc = SIM_ERR_NOMEM;
+        goto fail;
+    }
+    size_t k = 0, slo = 0;
+    double t_end = t0;
+    for (size_t i = 0; i < n; i++) {
+        const sim_seq_t *s = &S->seqs[i];
+        if (c->dump)
+            fprintf(c->dump, "%s,%zu,%d,%.6f,%u,%u,%s,%.6f,%.6f\n", sim_policy_name(pol), i,
+                    s->rq->model, s->rq->t, s->rq->prompt, s->rq->output,
+                    s->state == SEQ_DONE ? "done" : "failed", s->t_first - s->rq->t,
+                    s->t_done - s->rq->t);
+        if (s->state != SEQ_DONE)
+            continue;
+        ttft[k] = s->t_first - s->rq->t;
+        e2e[k] = s->t_done - s->rq->t;
+        slo += ttft[k] < c->slo_ttft_s;
+        if (s->t_done > t_end)
+            t_end = s->t_done;
+        k++;
+    }
+    out->completed = k;
+    qsort(ttft, k, sizeof *ttft, cmp_double);
+    qsort(e2e, k, sizeof *e2e, cmp_double);
+    out->ttft_p50 = quantile(ttft, k, 0.5);
+    out->ttft_p99 = quantile(ttft, k, 0.99);
+    out->ttft_max = k ? ttft[k - 1] : NAN;
+    out->e2e_p50 = quantile(e2e, k, 0.5);
+    out->e2e_p99 = quantile(e2e, k, 0.99);
+    out->e2e_max = k ? e2e[k - 1] : NAN;
+    out->slo_frac = n ? (double)slo / (double)n : NAN;
+    free(ttft);
+    free(e2e);
+    for (int i = 0; i < c->n_models; i++) {
+        stats_res_t st;
+        model_stats(S, &S->m[i], &st);
+        out->page_ins += st.total_page_ins;
+        out->bytes_in += st.total_bytes_in;
+        out->preempted += st.evictions_preemption;
+    }
+    vb_stats_t vs;
+    vb_get_stats(S->vb, &vs);
+    out->makespan_s = t_end - t0;
+    out->gpu_busy = out->makespan_s > 0 ? S->busy_s / out->makespan_s : 0;
+    out->copy_busy = out->makespan_s > 0 ? vs.copy_busy_s / out->makespan_s : 0;
+    out->max_mapped_pages = vs.max_mapped;
+    out->pool_pages = c->pool_bytes / c->page_size;
+    out->violations = vs.violations + (vs.max_mapped > out->pool_pages);
+    out->host_blocks = vs.host_blocks;
+    size_t img_pages = S->m[0].sm.image_bytes / c->page_size;
+    out->belady_k = (uint32_t)(out->pool_pages / img_pages);
+    out->belady_own = sim_belady(S->uses, S->n_uses, c->n_models, out->belady_k);
+    rc = SIM_OK;
+fail:
+    sim_free(S);
+    return rc;
+}

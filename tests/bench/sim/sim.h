@@ -1,0 +1,111 @@
+/* sim: runs the real scheduler and residency manager on the virtual device under a cost model, for one policy over one trace, and Belady's bound. */
+#ifndef SIM_H
+#define SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sched.h"
+#include "workload.h"
+
+enum {
+    SIM_OK = 0,
+    SIM_ERR_ARG = -1,
+    SIM_ERR_NOMEM = -2,
+    SIM_ERR_SETUP = -3,  /* residency refused the models */
+    SIM_ERR_STUCK = -4,  /* no policy progress and no future event */
+};
+
+/* The cost model. A forward step for T tokens of S sequences of a model
+ * takes
+ *   t_fixed + sum over layers (layer_bytes / hbm_bw + 2 * layer_params * T / flops
+ *                              + kv_bytes_read / n_layer / hbm_bw)
+ *           + head_bytes / hbm_bw + 2 * head_params * S / flops
+ * where kv_bytes_read is every sequence's K and V cache (positions so far
+ * plus this step's) and the head runs once per sequence (its last token).
+ * Layer l's share starts only after layer l's copy event (the segment hook
+ * waits), so a page-in overlaps compute as in the real forward pass. A copy
+ * of b bytes takes copy_lat + b / h2d_bw on one FIFO copy queue. Each
+ * scheduling round costs t_round of host time. */
+typedef struct sim_cost {
+    double h2d_bw;     /* bytes/s, host -> device */
+    double copy_lat_s; /* s per copy (one per segment) */
+    double hbm_bw;     /* bytes/s, device memory */
+    double flops;      /* FLOP/s, dense matmul throughput */
+    double t_fixed_s;  /* s per step (launches, sampling) */
+    double t_round_s;  /* s of host time per scheduling round */
+} sim_cost_t;
+
+/* Shape of every model (all models alike). */
+typedef struct sim_shape {
+    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
+    double wbytes;     /* bytes per weight (Q8_0: 34/32, F16: 2) */
+    int tied;          /* output head shares the embedding (head segment holds only its norm) */
+} sim_shape_t;
+
+typedef struct sim_cfg {
+    int n_models;
+    sim_shape_t shape;
+    size_t page_size;      /* bytes */
+    size_t pool_bytes;     /* device pool, bytes (see sim_pool_bytes) */
+    uint32_t max_batch;    /* per model */
+    uint32_t max_context;  /* per sequence */
+    sched_cfg_t sched;     /* policy is set per run */
+    sim_cost_t cost;
+    double slo_ttft_s;     /* a request meets the SLO when its TTFT is below this */
+    FILE *dump;            /* (optional) one CSV line per request and run: borrowed */
+} sim_cfg_t;
+
+typedef enum sim_policy {
+    SIM_POL_DEFAULT = 0, /* gpuswapd: sched swap-aware + prefetch into free pages */
+    SIM_POL_FIFO,        /* gpuswapd with policy: fifo */
+    SIM_POL_LRU,         /* Ollama-like load on demand, LRU eviction (see sim.c) */
+    SIM_POL_BELADY,      /* offline bound on model loads for the arrival order */
+    SIM_POL_COUNT
+} sim_policy_t;
+
+const char *sim_policy_name(sim_policy_t p);
+int sim_policy_parse(const char *s, sim_policy_t *p);
+
+typedef struct sim_result {
+    size_t requests;        /* in the trace */
+    size_t completed, failed;
+    uint64_t page_ins;      /* segments copied host -> device */
+    uint64_t model_loads;   /* times a model became wholly mapped from not wholly mapped */
+    uint64_t bytes_in;      /* bytes copied host -> device */
+    uint64_t belady_own;    /* Belady's loads for this run's own order of model uses */
+    uint32_t belady_k;      /* models that fit the pool at once (for Belady) */
+    uint64_t steps;         /* forward steps */
+    double gpu_busy;        /* compute time / (last completion - first arrival) */
+    double makespan_s;      /* last completion - first arrival */
+    double copy_busy;       /* copy queue busy time / makespan */
+    double ttft_p50, ttft_p99, ttft_max; /* s, completed requests */
+    double e2e_p50, e2e_p99, e2e_max;    /* s, arrival to last token */
+    double slo_frac;        /* requests with TTFT < slo over all requests */
+    uint64_t max_mapped_pages, pool_pages;
+    uint64_t violations;    /* virtual device misuse (over-commit, bad maps): must be 0 */
+    uint64_t host_blocks;   /* evictions that waited for a copy in flight */
+    uint64_t preempted;     /* segments evicted from models with paused sequences (live KV) */
+} sim_result_t;
+
+/* Image bytes of one model of this shape with this page size. */
+size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);
+/* A pool holding n_models whole models plus kv_headroom bytes, in pages. */
+size_t sim_pool_bytes(const sim_shape_t *sh, size_t page_size, double n_models,
+                      size_t kv_headroom);
+/* Requests/s one model can serve with every model resident and full batches
+ * of max_batch (a reference for "load"). */
+double sim_capacity(const sim_cfg_t *c, double mean_prompt, double mean_output);
+/* Step time of the cost model for t tokens of s sequences reading kv_pos positions. */
+double sim_step_time(const sim_cfg_t *c, double t, double s, double kv_pos);
+
+/* Run one policy over reqs (sorted by t). 0 or SIM_ERR_*, reason in err. */
+int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
+            sim_result_t *out, char *err, size_t errlen);
+
+/* Belady's optimal eviction: loads needed to serve seq (model ids, n of them)
+ * with room for k models, starting empty. */
+uint64_t sim_belady(const int *seq, size_t n, int n_models, uint32_t k);
+
+#endif

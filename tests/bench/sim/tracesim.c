@@ -1,0 +1,693 @@
+/* tracesim: compares scheduling policies side by side on the same trace, running the real scheduler and residency code on a virtual device (CSV out, summary table, --self-test). */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sim.h"
+#include "vbackend.h"
+#include "workload.h"
+
+#define MAX_LOADS 64
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* ------------------------------------------------------------------ options */
+
+typedef struct args {
+    /* workload */
+    int models;
+    double zipf, load, rate, duration, cv;
+    const char *arrival;          /* poisson | gamma */
+    double prompt_median, prompt_sigma, output_median, output_sigma;
+    unsigned prompt_max, output_max;
+    unsigned seed;
+    const char *trace;            /* Azure Functions 2019 file */
+    int trace_start, trace_minutes;
+    double trace_scale;
+    const char *label;
+    /* models and device */
+    unsigned layers, dim, ff, heads, kv_heads, vocab;
+    int tied;
+    double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib;
+    unsigned max_batch, max_context;
+    /* scheduler */
+    double max_wait, quantum, min_quantum;
+    unsigned queue_limit, max_queued;
+    /* cost model */
+    double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_round_us, slo_ttft;
+    /* what to run */
+    const char *policies, *sweep, *csv, *dump;
+    int no_header, quiet, self_test, help;
+    const char *self_test_dir, *write_sample;
+} args_t;
+
+typedef enum opt_type { OPT_INT, OPT_UINT, OPT_DBL, OPT_STR, OPT_FLAG } opt_type_t;
+
+typedef struct opt {
+    const char *name;
+    opt_type_t type;
+    size_t off;
+    const char *def;
+    const char *help;
+} opt_t;
+
+#define A(f) offsetof(args_t, f)
+static const opt_t opts[] = {
+    {"models", OPT_INT, A(models), "12", "number of models"},
+    {"zipf", OPT_DBL, A(zipf), "1.0", "Zipf exponent of model popularity"},
+    {"load", OPT_DBL, A(load), "0.5", "offered load as a fraction of the ideal capacity"},
+    {"rate", OPT_DBL, A(rate), "0", "requests/s (instead of --load; not with --sweep)"},
+    {"duration", OPT_DBL, A(duration), "300", "seconds of arrivals"},
+    {"arrival", OPT_STR, A(arrival), "poisson", "poisson | gamma"},
+    {"cv", OPT_DBL, A(cv), "3", "gamma: coefficient of variation of inter-arrival times"},
+    {"prompt-median", OPT_DBL, A(prompt_median), "256", "prompt tokens, lognormal median"},
+    {"prompt-sigma", OPT_DBL, A(prompt_sigma), "0.8", "prompt tokens, lognormal sigma"},
+    {"prompt-max", OPT_UINT, A(prompt_max), "2048", "prompt tokens, at most"},
+    {"output-median", OPT_DBL, A(output_median), "96", "output tokens, lognormal median"},
+    {"output-sigma", OPT_DBL, A(output_sigma), "0.8", "output tokens, lognormal sigma"},
+    {"output-max", OPT_UINT, A(output_max), "512", "output tokens, at most"},
+    {"seed", OPT_UINT, A(seed), "1", "random seed"},
+    {"trace", OPT_STR, A(trace), NULL, "Azure Functions 2019 invocation CSV instead of synthetic arrivals"},
+    {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
+    {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
+    {"trace-scale", OPT_DBL, A(trace_scale), "1", "trace: time compression (x load); the sweep multiplies it"},
+    {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
+    {"layers", OPT_UINT, A(layers), "32", "model: layers"},
+    {"dim", OPT_UINT, A(dim), "4096", "model: width"},
+    {"ff", OPT_UINT, A(ff), "14336", "model: feed-forward width"},
+    {"heads", OPT_UINT, A(heads), "32", "model: attention heads"},
+    {"kv-heads", OPT_UINT, A(kv_heads), "8", "model: KV heads"},
+    {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
+    {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
+    {"wbytes", OPT_DBL, A(wbytes), "1.0625", "model: bytes per weight (Q8_0 1.0625, F16 2)"},
+    {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
+    {"pool-models", OPT_DBL, A(pool_models), "3", "pool holds this many whole models ..."},
+    {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4", "... plus this much, GiB (KV caches)"},
+    {"pool-gib", OPT_DBL, A(pool_gib), "0", "pool size, GiB (overrides the two above when > 0)"},
+    {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
+    {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
+    {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
+    {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
+    {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
+    {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
+    {"max-queued", OPT_UINT, A(max_queued), "10000000", "scheduler.max_queued"},
+    {"h2d-gbs", OPT_DBL, A(h2d_gbs), "25", "cost: host->device copy bandwidth, GB/s"},
+    {"copy-lat-us", OPT_DBL, A(copy_lat_us), "10", "cost: fixed time per copy, us"},
+    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000", "cost: device memory bandwidth, GB/s"},
+    {"tflops", OPT_DBL, A(tflops), "400", "cost: matmul throughput, TFLOP/s"},
+    {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1", "cost: fixed time per step, ms"},
+    {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
+    {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
+    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
+    {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
+    {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
+    {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e per request here"},
+    {"no-header", OPT_FLAG, A(no_header), NULL, "omit the CSV header"},
+    {"quiet", OPT_FLAG, A(quiet), NULL, "no summary table on stderr"},
+    {"self-test", OPT_FLAG, A(self_test), NULL, "run the simulator's checks"},
+    {"self-test-dir", OPT_STR, A(self_test_dir), "/tmp", "where --self-test writes its sample trace"},
+    {"write-azure-sample", OPT_STR, A(write_sample), NULL, "write a synthetic Azure-format trace and exit"},
+    {"help", OPT_FLAG, A(help), NULL, "this text"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+static int opt_set(args_t *a, const opt_t *o, const char *v)
+{
+    void *p = (char *)a + o->off;
+    char *end = NULL;
+    switch (o->type) {
+    case OPT_INT: *(int *)p = (int)strtol(v, &end, 10); break;
+    case OPT_UINT: {
+        long x = strtol(v, &end, 10);
+        if (x < 0)
+            return -1;
+        *(unsigned *)p = (unsigned)x;
+        break;
+    }
+    case OPT_DBL: *(double *)p = strtod(v, &end); break;
+    case OPT_STR: *(const char **)p = v; return 0;
+    case OPT_FLAG: *(int *)p = 1; return 0;
+    }
+    return end && *end == 0 && end != v ? 0 : -1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tracesim [--option value ...]\n"
+               "Runs gpuswapd's scheduler and residency manager on a virtual device and compares\n"
+               "policies (default, fifo, lru, belady) on the same trace. Options:\n");
+    for (size_t i = 0; i < N_OPTS; i++)
+        fprintf(f, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help, opts[i].def ? " [" : "",
+                opts[i].def ? opts[i].def : "", opts[i].def ? "]" : "");
+}
+
+static int parse_args(args_t *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (opts[i].def && opt_set(a, &opts[i], opts[i].def))
+            return -1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strncmp(s, "--", 2)) {
+            fprintf(stderr, "tracesim: unexpected argument '%s'\n", s);
+            return -1;
+        }
+        s += 2;
+        const opt_t *o = NULL;
+        for (size_t j = 0; j < N_OPTS && !o; j++)
+            if (strcmp(opts[j].name, s) == 0)
+                o = &opts[j];
+        if (!o) {
+            fprintf(stderr, "tracesim: unknown option --%s (see --help)\n", s);
+            return -1;
+        }
+        const char *v = "1";
+        if (o->type != OPT_FLAG) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tracesim: --%s needs a value\n", s);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (opt_set(a, o, v)) {
+            fprintf(stderr, "tracesim: --%s: bad value '%s'\n", s, v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void build_cfg(const args_t *a, sim_cfg_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->n_models = a->models;
+    c->shape = (sim_shape_t){.n_layer = a->layers, .n_embd = a->dim, .n_ff = a->ff,
+                             .n_head = a->heads, .n_head_kv = a->kv_heads, .n_vocab = a->vocab,
+                             .wbytes = a->wbytes, .tied = a->tied};
+    c->page_size = (size_t)(a->page_mib * 1048576.0);
+    c->pool_bytes = a->pool_gib > 0
+                        ? (size_t)(a->pool_gib * GIB) / c->page_size * c->page_size
+                        : sim_pool_bytes(&c->shape, c->page_size, a->pool_models,
+                                         (size_t)(a->kv_headroom_gib * GIB));
+    c->max_batch = a->max_batch;
+    c->max_context = a->max_context;
+    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .quantum = a->quantum,
+                             .min_quantum_s = a->min_quantum, .queue_limit = a->queue_limit,
+                             .max_queued = a->max_queued};
+    c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9, .copy_lat_s = a->copy_lat_us * 1e-6,
+                           .hbm_bw = a->hbm_gbs * 1e9, .flops = a->tflops * 1e12,
+                           .t_fixed_s = a->t_fixed_ms * 1e-3, .t_round_s = a->t_round_us * 1e-6};
+    c->slo_ttft_s = a->slo_ttft;
+}
+
+static wl_len_t len_of(double median, double sigma, unsigned max)
+{
+    return (wl_len_t){.median = median, .sigma = sigma, .min = 1, .max = max};
+}
+
+/* ------------------------------------------------------------------ running */
+
+typedef struct row {
+    double load, rate;
+    sim_policy_t pol;
+    sim_result_t r;
+} row_t;
+
+static double capacity(const args_t *a, const sim_cfg_t *c)
+{
+    wl_len_t p = len_of(a->prompt_median, a->prompt_sigma, a->prompt_max);
+    wl_len_t o = len_of(a->output_median, a->output_sigma, a->output_max);
+    return sim_capacity(c, wl_len_mean(&p), wl_len_mean(&o));
+}
+
+/* The trace for one load level; *reqs malloc'ed. */
+static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *rate,
+                      wl_req_t **reqs, size_t *n, char *err, size_t errlen)
+{
+    wl_len_t p = len_of(a->prompt_median, a->prompt_sigma, a->prompt_max);
+    wl_len_t o = len_of(a->output_median, a->output_sigma, a->output_max);
+    if (a->trace) {
+        wl_azure_t az = {.n_models = a->models, .start_min = a->trace_start,
+                         .n_min = a->trace_minutes, .time_scale = a->trace_scale * load,
+                         .prompt = p, .output = o, .seed = (uint64_t)a->seed};
+        int rc = wl_azure_read(a->trace, &az, reqs, n, err, errlen);
+        if (rc == 0) {
+            double span = *n ? (*reqs)[*n - 1].t : 0;
+            *rate = span > 0 ? (double)*n / span : 0;
+        }
+        return rc;
+    }
+    *rate = load * capacity(a, c);
+    wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf, .rate = *rate,
+                      .duration_s = a->duration,
+                      .arrival = strcmp(a->arrival, "gamma") == 0 ? WL_ARRIVAL_GAMMA
+                                                                  : WL_ARRIVAL_POISSON,
+                      .cv = a->cv, .prompt = p, .output = o, .seed = (uint64_t)a->seed};
+    int rc = wl_generate(&wp, reqs, n);
+    if (rc)
+        snprintf(err, errlen, "cannot generate the workload (%d)", rc);
+    return rc;
+}
+
+static int parse_policies(const char *s, sim_policy_t *out, int *n)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n >= SIM_POL_COUNT || sim_policy_parse(t, &out[*n]))
+            return -1;
+        (*n)++;
+    }
+    return *n ? 0 : -1;
+}
+
+static int parse_loads(const args_t *a, double *loads, int *n)
+{
+    *n = 0;
+    if (!a->sweep) {
+        sim_cfg_t c;
+        build_cfg(a, &c);
+        loads[(*n)++] = a->trace ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
+        return 0;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", a->sweep);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        double x = strtod(t, &end);
+        if (*end || x <= 0 || *n >= MAX_LOADS)
+            return -1;
+        loads[(*n)++] = x;
+    }
+    return *n ? 0 : -1;
+}
+
+static const char *const csv_header =
+    "workload,load,rate_rps,policy,requests,completed,failed,page_ins,model_loads,bytes_in,"
+    "belady_own,belady_k,gpu_busy,copy_busy,ttft_p50_s,ttft_p99_s,ttft_max_s,e2e_p50_s,"
+    "e2e_p99_s,e2e_max_s,slo_frac,steps,makespan_s,violations,host_blocks,preempted,"
+    "throughput_rps\n";
+
+static void csv_row(FILE *f, const char *wl, const row_t *w)
+{
+    const sim_result_t *r = &w->r;
+    fprintf(f,
+            "%s,%.4g,%.6g,%s,%zu,%zu,%zu,%llu,%llu,%llu,%llu,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
+            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f\n",
+            wl, w->load, w->rate, sim_policy_name(w->pol), r->requests, r->completed, r->failed,
+            (unsigned long long)r->page_ins, (unsigned long long)r->model_loads,
+            (unsigned long long)r->bytes_in, (unsigned long long)r->belady_own, r->belady_k,
+            r->gpu_busy, r->copy_busy, r->ttft_p50, r->ttft_p99, r->ttft_max, r->e2e_p50,
+            r->e2e_p99, r->e2e_max, r->slo_frac, (unsigned long long)r->steps, r->makespan_s,
+            (unsigned long long)r->violations, (unsigned long long)r->host_blocks,
+            (unsigned long long)r->preempted,
+            r->makespan_s > 0 ? (double)r->completed / r->makespan_s : NAN);
+}
+
+static void table_head(FILE *f)
+{
+    fprintf(f, "%-6s %-8s %6s %8s %7s %9s %5s %8s %8s %8s %8s %8s %6s\n", "load", "policy",
+            "req/s", "page-ins", "loads", "GB in", "busy", "ttft50", "ttft99", "ttftmax",
+            "e2e50", "e2e99", "slo");
+}
+
+static void table_row(FILE *f, const row_t *w)
+{
+    const sim_result_t *r = &w->r;
+    fprintf(f, "%-6.3g %-8s %6.2f %8llu %7llu %9.1f %5.2f %8.3f %8.3f %8.3f %8.3f %8.3f %6.3f\n",
+            w->load, sim_policy_name(w->pol), w->rate, (unsigned long long)r->page_ins,
+            (unsigned long long)r->model_loads, r->bytes_in / 1e9, r->gpu_busy, r->ttft_p50,
+            r->ttft_p99, r->ttft_max, r->e2e_p50, r->e2e_p99, r->slo_frac);
+}
+
+/* Runs every policy at every load; rows malloc'ed into *out. */
+static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t errlen)
+{
+    sim_cfg_t c;
+    build_cfg(a, &c);
+    sim_policy_t pols[SIM_POL_COUNT];
+    int np;
+    double loads[MAX_LOADS];
+    int nl;
+    if (parse_policies(a->policies, pols, &np) || parse_loads(a, loads, &nl)) {
+        snprintf(err, errlen, "bad --policies or --sweep");
+        return -1;
+    }
+    row_t *rows = calloc((size_t)(np * nl), sizeof *rows);
+    if (!rows) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (a->dump) {
+        c.dump = fopen(a->dump, "w");
+        if (!c.dump) {
+            snprintf(err, errlen, "cannot write %s", a->dump);
+            free(rows);
+            return -1;
+        }
+        fputs("policy,index,model,arrival_s,prompt,output,state,ttft_s,e2e_s\n", c.dump);
+    }
+    int k = 0, rc = 0;
+    for (int li = 0; li < nl && !rc; li++) {
+        wl_req_t *reqs = NULL;
+        size_t n = 0;
+        double rate = 0;
+        if (make_trace(a, &c, loads[li], &rate, &reqs, &n, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        for (int pi = 0; pi < np && !rc; pi++, k++) {
+            rows[k].load = loads[li];
+            rows[k].rate = rate;
+            rows[k].pol = pols[pi];
+            rc = sim_run(&c, pols[pi], reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
+        }
+        free(reqs);
+    }
+    if (c.dump)
+        fclose(c.dump);
+    if (rc) {
+        free(rows);
+        return -1;
+    }
+    *out = rows;
+    *n_out = k;
+    return 0;
+}
+
+static const char *workload_name(const args_t *a, char *buf, size_t len)
+{
+    if (a->label)
+        snprintf(buf, len, "%s", a->label);
+    else if (a->trace)
+        snprintf(buf, len, "azure");
+    else
+        snprintf(buf, len, "%s-zipf%.2g-m%d", a->arrival, a->zipf, a->models);
+    return buf;
+}
+
+static void write_rows(FILE *f, const args_t *a, const row_t *rows, int n)
+{
+    char wl[128];
+    workload_name(a, wl, sizeof wl);
+    if (!a->no_header)
+        fputs(csv_header, f);
+    for (int i = 0; i < n; i++)
+        csv_row(f, wl, &rows[i]);
+}
+
+/* ------------------------------------------------------------------ self-test */
+
+static int n_pass, n_fail;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s ", ok ? "ok  " : "FAIL");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
+}
+
+/* CSV of a run as a string (malloc'ed). */
+static char *rows_csv(const args_t *a, const row_t *rows, int n)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    write_rows(f, a, rows, n);
+    fclose(f);
+    return buf;
+}
+
+static const row_t *find_row(const row_t *rows, int n, sim_policy_t p, double load)
+{
+    for (int i = 0; i < n; i++)
+        if (rows[i].pol == p && rows[i].load == load)
+            return &rows[i];
+    return NULL;
+}
+
+/* Checks that hold for any policy run on any trace. */
+static void check_rows(const char *what, const row_t *rows, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const row_t *w = &rows[i];
+        const sim_result_t *r = &w->r;
+        const row_t *bel = find_row(rows, n, SIM_POL_BELADY, w->load);
+        if (w->pol == SIM_POL_BELADY)
+            continue;
+        const char *pn = sim_policy_name(w->pol);
+        check(r->violations == 0 && r->max_mapped_pages <= r->pool_pages,
+              "%s load %.3g %s: pool never over-committed (%llu of %llu pages at most, %llu "
+              "violations)", what, w->load, pn, (unsigned long long)r->max_mapped_pages,
+              (unsigned long long)r->pool_pages, (unsigned long long)r->violations);
+        check(r->completed == r->requests, "%s load %.3g %s: every request completes (%zu/%zu)",
+              what, w->load, pn, r->completed, r->requests);
+        check(r->belady_own <= r->model_loads,
+              "%s load %.3g %s: Belady on its own order of model uses (%llu) <= its model "
+              "loads (%llu)", what, w->load, pn, (unsigned long long)r->belady_own,
+              (unsigned long long)r->model_loads);
+        /* fifo and lru serve in arrival order, so Belady on that order bounds them */
+        if (bel && w->pol != SIM_POL_DEFAULT)
+            check(bel->r.model_loads <= r->model_loads,
+                  "%s load %.3g %s: Belady on the arrival order (%llu) <= its model loads (%llu)",
+                  what, w->load, pn, (unsigned long long)bel->r.model_loads,
+                  (unsigned long long)r->model_loads);
+        check(r->model_loads <= r->page_ins && r->bytes_in >= r->page_ins,
+              "%s load %.3g %s: loads, page-ins and bytes consistent", what, w->load, pn);
+    }
+}
+
+static void test_units(void)
+{
+    /* Belady on a textbook sequence: 7 0 1 2 0 3 0 4 2 3 0 3 2 with 3 frames -> 7 faults
+     * (Silberschatz's example, models 0..7) */
+    static const int seq[] = {7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1};
+    check(sim_belady(seq, 20, 8, 3) == 9, "Belady: the textbook reference string takes 9 loads");
+    check(sim_belady(seq, 20, 8, 8) == 6, "Belady: with room for all, one load per model");
+    /* virtual copy queue: FIFO, bandwidth */
+    vb_cfg_t vc = {.pool_bytes = 8 << 20, .page_size = 1 << 20, .h2d_bw = 1e9, .copy_lat_s = 0};
+    vb_t *vb = vb_new(&vc);
+    backend_t *be = vb_backend(vb);
+    void *base;
+    be_event_t *e1, *e2;
+    be->reserve(be->ctx, 4 << 20, &base);
+    be->event_new(be->ctx, &e1);
+    be->event_new(be->ctx, &e2);
+    int mapped = be->map(be->ctx, base, 0, 4 << 20) == 0;
+    be->copy_h2d(be->ctx, base, (void *)(uintptr_t)4096, 1000000, e1);
+    be->copy_h2d(be->ctx, (char *)base + (1 << 20), (void *)(uintptr_t)4096, 1000000, e2);
+    int pending = be->event_done(be->ctx, e2) == 0;
+    be->wait(be->ctx, e2);
+    check(mapped && pending && fabs(vb_now(vb) - 2e-3) < 1e-12 && be->event_done(be->ctx, e1),
+          "virtual device: copies run one after another at the set bandwidth");
+    void *b2;
+    be->reserve(be->ctx, 8 << 20, &b2);
+    int over = be->map(be->ctx, b2, 0, 8 << 20) != 0;
+    vb_stats_t st;
+    vb_get_stats(vb, &st);
+    check(over && st.violations == 1 && st.mapped_pages == 4,
+          "virtual device: a map past the pool is refused and counted");
+    be->unmap(be->ctx, base, 0, 4 << 20);
+    be->release(be->ctx, base, 4 << 20);
+    be->release(be->ctx, b2, 8 << 20);
+    be->event_free(be->ctx, e1);
+    be->event_free(be->ctx, e2);
+    vb_free(vb);
+    /* workload distributions */
+    wl_params_t wp = {.n_models = 4, .zipf_s = 1.0, .rate = 100, .duration_s = 200,
+                      .arrival = WL_ARRIVAL_GAMMA, .cv = 3,
+                      .prompt = {100, 0.5, 1, 1000}, .output = {50, 0, 1, 100}, .seed = 3};
+    wl_req_t *r = NULL;
+    size_t n = 0;
+    int ok = wl_generate(&wp, &r, &n) == 0;
+    size_t cnt[4] = {0};
+    double s1 = 0, s2 = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        cnt[r[i].model]++;
+        double g = r[i].t - (i ? r[i - 1].t : 0);
+        s1 += g;
+        s2 += g * g;
+    }
+    double mean = s1 / n, cv = sqrt(s2 / n - mean * mean) / mean;
+    check(ok && n > 15000 && n < 25000 && cnt[0] > cnt[1] && cnt[1] > cnt[2] && cnt[2] > cnt[3] &&
+              fabs((double)cnt[0] / cnt[1] - 2.0) < 0.3,
+          "workload: Zipf(1) popularity (%zu %zu %zu %zu)", cnt[0], cnt[1], cnt[2], cnt[3]);
+    check(fabs(cv - 3.0) < 0.5, "workload: Gamma inter-arrival CV %.2f ~ 3", cv);
+    free(r);
+}
+
+static int self_test(const args_t *base)
+{
+    char err[512];
+    test_units();
+    /* a small default-shaped workload, all policies, twice */
+    args_t a = *base;
+    a.duration = 60;
+    a.sweep = "0.3,0.6";
+    a.csv = NULL;
+    a.label = "selftest";
+    row_t *r1 = NULL, *r2 = NULL;
+    int n1 = 0, n2 = 0;
+    int ok = run_all(&a, &r1, &n1, err, sizeof err) == 0 && run_all(&a, &r2, &n2, err, sizeof err) == 0;
+    check(ok, "synthetic runs succeed%s%s", ok ? "" : ": ", ok ? "" : err);
+    if (ok) {
+        char *c1 = rows_csv(&a, r1, n1), *c2 = rows_csv(&a, r2, n2);
+        check(c1 && c2 && strcmp(c1, c2) == 0, "determinism: the same seed gives the same CSV");
+        args_t b = a;
+        b.seed = a.seed + 1;
+        row_t *r3 = NULL;
+        int n3 = 0;
+        char *c3 = run_all(&b, &r3, &n3, err, sizeof err) == 0 ? rows_csv(&b, r3, n3) : NULL;
+        check(c3 && strcmp(c1, c3) != 0, "another seed gives another CSV");
+        free(c1);
+        free(c2);
+        free(c3);
+        free(r3);
+        check_rows("synthetic", r1, n1);
+    }
+    free(r1);
+    free(r2);
+    /* a cold first request: the pass overlaps the page-in (pipelining) */
+    {
+        sim_cfg_t c;
+        build_cfg(base, &c);
+        wl_req_t one = {.t = 1.0, .model = 0, .prompt = 16, .output = 1};
+        sim_result_t r;
+        ok = sim_run(&c, SIM_POL_DEFAULT, &one, 1, &r, err, sizeof err) == 0;
+        double copy = (double)sim_model_bytes(&c.shape, c.page_size) / c.cost.h2d_bw +
+                      (c.shape.n_layer + 2) * c.cost.copy_lat_s;
+        double pass = sim_step_time(&c, 16, 1, 16);
+        check(ok && r.ttft_p50 >= copy && r.ttft_p50 < copy + pass * 0.5,
+              "pipelining: cold TTFT %.4f s is the copy %.4f s plus less than half the pass "
+              "%.4f s", r.ttft_p50, copy, pass);
+        check(ok && r.page_ins == c.shape.n_layer + 2u && r.model_loads == 1,
+              "a cold request pages every segment in once");
+    }
+    /* the Azure format: write a sample, read it back, simulate it */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tracesim-azure-sample-%d.csv", base->self_test_dir,
+             (int)getpid());
+    ok = wl_azure_write_sample(path, 24, 60, 11) == 0;
+    check(ok, "Azure sample written to %s", path);
+    wl_azure_t az = {.n_models = 12, .start_min = 0, .n_min = 10, .time_scale = 1,
+                     .prompt = {256, 0.8, 1, 2048}, .output = {96, 0.8, 1, 512}, .seed = 1};
+    wl_req_t *reqs = NULL;
+    size_t n = 0;
+    ok = ok && wl_azure_read(path, &az, &reqs, &n, err, sizeof err) == 0;
+    int sorted = 1, in_range = 1;
+    for (size_t i = 0; ok && i < n; i++) {
+        sorted &= i == 0 || reqs[i].t >= reqs[i - 1].t;
+        in_range &= reqs[i].model >= 0 && reqs[i].model < 12 && reqs[i].t < 600;
+    }
+    check(ok && n > 100 && sorted && in_range, "Azure trace read back: %zu requests in 10 "
+          "minutes, sorted, mapped to 12 models", n);
+    /* the busiest function is model 0 */
+    size_t cnt[12] = {0};
+    for (size_t i = 0; ok && i < n; i++)
+        cnt[reqs[i].model]++;
+    int top = 1;
+    for (int m = 1; m < 12; m++)
+        top &= cnt[0] >= cnt[m];
+    check(ok && top, "Azure trace: the top function by volume is model 0");
+    free(reqs);
+    FILE *bad = fopen(path, "r+");
+    if (bad) {
+        fputs("HashOwnr", bad);
+        fclose(bad);
+    }
+    check(wl_azure_read(path, &az, &reqs, &n, err, sizeof err) == WL_ERR_FORMAT,
+          "Azure reader refuses a bad header (%s)", err);
+    wl_azure_write_sample(path, 24, 60, 11);
+    a = *base;
+    a.trace = path;
+    a.trace_minutes = 10;
+    a.trace_scale = 4;
+    a.sweep = NULL;
+    a.label = "azure-sample";
+    row_t *ra = NULL;
+    int na = 0;
+    ok = run_all(&a, &ra, &na, err, sizeof err) == 0;
+    check(ok, "simulation of the Azure sample%s%s", ok ? "" : ": ", ok ? "" : err);
+    if (ok)
+        check_rows("azure", ra, na);
+    free(ra);
+    remove(path);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    if (parse_args(&a, argc, argv)) {
+        usage(stderr);
+        return 2;
+    }
+    if (a.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (a.write_sample) {
+        if (wl_azure_write_sample(a.write_sample, 24, 60, (uint64_t)a.seed)) {
+            fprintf(stderr, "tracesim: cannot write %s\n", a.write_sample);
+            return 1;
+        }
+        return 0;
+    }
+    if (a.self_test)
+        return self_test(&a);
+    char err[512];
+    row_t *rows = NULL;
+    int n = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (run_all(&a, &rows, &n, err, sizeof err)) {
+        fprintf(stderr, "tracesim: %s\n", err);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    FILE *f = a.csv ? fopen(a.csv, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tracesim: cannot write %s\n", a.csv);
+        free(rows);
+        return 1;
+    }
+    write_rows(f, &a, rows, n);
+    if (f != stdout)
+        fclose(f);
+    if (!a.quiet) {
+        sim_cfg_t c;
+        build_cfg(&a, &c);
+        char wl[128];
+        fprintf(stderr, "%s: %d models of %.2f GB (%u segments), pool %.2f GB (%llu pages), "
+                "ideal capacity %.2f req/s; %.1f s wall\n",
+                workload_name(&a, wl, sizeof wl), c.n_models,
+                sim_model_bytes(&c.shape, c.page_size) / 1e9, c.shape.n_layer + 2,
+                c.pool_bytes / 1e9, (unsigned long long)(c.pool_bytes / c.page_size),
+                capacity(&a, &c),
+                (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        table_head(stderr);
+        for (int i = 0; i < n; i++)
+            table_row(stderr, &rows[i]);
+    }
+    free(rows);
+    return 0;
+}
