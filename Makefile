@@ -34,7 +34,10 @@ CUDA_LIBS :=
 endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
-DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config python3-numpy
+DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
+            python3-numpy curl prometheus gnuplot-nox
+# commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots)
+DEB_CMDS := curl promtool gnuplot
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -70,12 +73,14 @@ GPUSWAPD   := $(BUILD)/gpuswapd
 TOOLS      := $(patsubst tests/tools/%.c,$(BUILD)/%,$(TOOL_SRC))
 UNIT_BIN   := $(BUILD)/unit_tests
 BENCH_BIN  := $(patsubst tests/bench/%.c,$(BUILD)/%,$(BENCH_SRC))
+SIM_SRC    := $(wildcard tests/bench/sim/*.c)
+TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
 .PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
-all: $(GPUSWAPD) $(TOOLS)
+all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
 # ---------------------------------------------------------------- deps
 # Installs Debian packages only when something is missing.
@@ -83,6 +88,7 @@ deps:
 	@missing=0; \
 	for p in $(PKGS) criterion; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
 	$(PY) -c 'import numpy' 2>/dev/null || missing=1; \
+	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || missing=1; done; \
 	if [ $$missing = 1 ]; then \
 	  echo "deps: installing $(DEB_PKGS)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -110,10 +116,16 @@ $(TOOLS_LIB): $(call obj,$(TLIB_SRC))
 $(GPUSWAPD): $(call obj,$(DAEMON_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
+$(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/bench_%: $(BUILD)/obj/tests/bench/bench_%.o $(TOOLS_LIB) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(TRACESIM): $(call obj,$(SIM_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
@@ -121,13 +133,13 @@ $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
 
 # ---------------------------------------------------------------- tests
 test: deps
-	$(MAKE) all $(UNIT_BIN)
+	$(MAKE) all $(UNIT_BIN) $(TRACESIM)
 	$(MAKE) test-unit test-integration
 
 test-unit: $(UNIT_BIN) $(TOOLS)
 	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --jobs 2
 
-test-integration: $(GPUSWAPD) $(TOOLS)
+test-integration: all $(TRACESIM)
 	GPUSWAPD_BUILD=$(BUILD) bash tests/integration/run.sh
 
 test-asan: deps
@@ -142,8 +154,9 @@ fuzz: $(UNIT_BIN)
 run: all
 	bash tests/tools/demo.sh $(BUILD)
 
-bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN)
+bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run.sh $(BUILD)
+	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 
 # On a GPU machine: make gpu-check. From a machine without one: make gpu-bundle, then carry
 # build-gpu/ there and run `BUILD=build-gpu bash tests/tools/gpu-check.sh`.
@@ -160,9 +173,55 @@ gpu-bundle:
 	du -sh $(GPU_BUILD)
 
 # ---------------------------------------------------------------- install
+# `make install [PREFIX=/usr/local] [DESTDIR=...]`. Units go to $(PREFIX)/lib/systemd/system,
+# which systemd reads for PREFIX /usr/local and /usr (`systemd-analyze unit-paths`); other
+# prefixes set UNITDIR=/etc/systemd/system. sysusers.d and tmpfiles.d entries go to /usr/lib,
+# which systemd reads whatever the prefix. The config is installed only when none is there.
+# Without DESTDIR, as root, install also creates the user and directories and reloads systemd.
+BINDIR      ?= $(PREFIX)/bin
+SYSCONFDIR  ?= /etc
+DOCDIR      ?= $(PREFIX)/share/doc/gpuswapd
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+TMPFILESDIR ?= /usr/lib/tmpfiles.d
+UNIT_SUBST  := -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
+
+.PHONY: uninstall
+
 install: $(GPUSWAPD)
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(GPUSWAPD) $(DESTDIR)$(PREFIX)/bin/gpuswapd
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	  $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/gpuswapd
+	install -m 0755 $(GPUSWAPD) $(DESTDIR)$(BINDIR)/gpuswapd
+	if [ -x $(BUILD)/gpuswap ]; then install -m 0755 $(BUILD)/gpuswap $(DESTDIR)$(BINDIR)/gpuswap; fi
+	sed $(UNIT_SUBST) systemd/gpuswapd.service.in > $(DESTDIR)$(UNITDIR)/gpuswapd.service.tmp
+	chmod 0644 $(DESTDIR)$(UNITDIR)/gpuswapd.service.tmp
+	mv -f $(DESTDIR)$(UNITDIR)/gpuswapd.service.tmp $(DESTDIR)$(UNITDIR)/gpuswapd.service
+	install -m 0644 systemd/gpuswapd.socket systemd/gpuswapd-admin.socket $(DESTDIR)$(UNITDIR)/
+	install -m 0644 systemd/gpuswapd.sysusers $(DESTDIR)$(SYSUSERSDIR)/gpuswapd.conf
+	install -m 0644 systemd/gpuswapd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/gpuswapd.conf
+	install -m 0644 README.md proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 config/gpuswapd.yaml $(DESTDIR)$(DOCDIR)/gpuswapd.yaml.example
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/gpuswapd/gpuswapd.yaml ]; then \
+	  echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/gpuswapd/gpuswapd.yaml (example in $(DOCDIR))"; \
+	else install -m 0644 config/gpuswapd.yaml $(DESTDIR)$(SYSCONFDIR)/gpuswapd/gpuswapd.yaml; fi
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then \
+	  if command -v systemd-sysusers >/dev/null; then \
+	    echo "systemd-sysusers $(SYSUSERSDIR)/gpuswapd.conf"; systemd-sysusers $(SYSUSERSDIR)/gpuswapd.conf; fi; \
+	  if command -v systemd-tmpfiles >/dev/null; then \
+	    echo "systemd-tmpfiles --create $(TMPFILESDIR)/gpuswapd.conf"; systemd-tmpfiles --create $(TMPFILESDIR)/gpuswapd.conf; fi; \
+	  if [ -d /run/systemd/system ]; then echo "systemctl daemon-reload"; systemctl daemon-reload; fi; \
+	fi
+
+# Removes what install put, except the config in $(SYSCONFDIR)/gpuswapd and the user.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/gpuswapd $(DESTDIR)$(BINDIR)/gpuswap
+	rm -f $(DESTDIR)$(UNITDIR)/gpuswapd.service $(DESTDIR)$(UNITDIR)/gpuswapd.socket \
+	  $(DESTDIR)$(UNITDIR)/gpuswapd-admin.socket
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/gpuswapd.conf $(DESTDIR)$(TMPFILESDIR)/gpuswapd.conf
+	rm -f $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/gpuswapd.yaml.example
+	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then \
+	  echo "systemctl daemon-reload"; systemctl daemon-reload; fi
 
 clean:
 	rm -rf build build-asan build-gpu

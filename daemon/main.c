@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "generate.h"
+#include "http.h"
 #include "server.h"
 #include "worker.h"
 
@@ -25,6 +26,7 @@ typedef struct daemon_state {
     size_t n_old;
     wk_t *wk;
     srv_t *srv;
+    http_t *http;        /* NULL unless listen.http */
     struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
     int draining;
     int exit_code;
@@ -74,6 +76,7 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     if (cfg_load_file(d->config_path, &next, err, sizeof err) ||
         cfg_reload_check(d->cfg, next, err, sizeof err)) {
         fprintf(stderr, "gpuswapd: reload refused, keeping the running config: %s\n", err);
+        sd_notifyf(0, "READY=1\nSTATUS=reload refused, running the previous config: %s", err);
         cfg_free(next);
         if (conn)
             srv_send_error(d->srv, conn, id, PROTO_E_BAD_REQUEST, err);
@@ -110,7 +113,7 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
         json_decref(removed);
         json_decref(changed);
     }
-    sd_notify(0, "RELOADING=0\nREADY=1");
+    sd_notify(0, "READY=1");
 }
 
 static void hook_reload(void *ctx, uint64_t conn, const json_t *id)
@@ -227,6 +230,14 @@ static int serve(const char *path)
         fprintf(stderr, "gpuswapd: %s\n", err);
         goto out;
     }
+    if (d.cfg->listen.http) {
+        d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
+        if (!d.http) {
+            fprintf(stderr, "gpuswapd: %s\n", err);
+            goto out;
+        }
+        fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+    }
     if (wk_start(d.wk)) {
         fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
         goto out;
@@ -255,6 +266,7 @@ static int serve(const char *path)
 out:
     /* the worker first: it may still wake the server */
     wk_free(d.wk);
+    http_free(d.http);
     srv_free(d.srv);
     if (d.sig_term) event_free(d.sig_term);
     if (d.sig_int) event_free(d.sig_int);

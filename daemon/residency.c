@@ -50,8 +50,10 @@ struct res {
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
     size_t kv_bytes;         /* KV pages mapped, all models */
-    size_t headroom;         /* bytes kept free of KV: the most any model needs to run
-                                (embedding + largest other segment, streaming the rest) */
+    size_t headroom;         /* bytes kept free of KV: the largest model wholly resident
+                                (image, or its gpu_quota when smaller) */
+    size_t headroom_min;     /* the most any model needs to run at all (embedding +
+                                largest other segment, streaming the rest) */
 };
 
 static uint64_t now_ns(void)
@@ -89,13 +91,19 @@ static void update_headroom(res_t *r)
             b = min_run_bytes(m->sm);
         if (b > r->headroom)
             r->headroom = b;
+        if (min_run_bytes(m->sm) > r->headroom_min)
+            r->headroom_min = min_run_bytes(m->sm);
     }
 }
 
 size_t res_kv_available(const res_t *r)
 {
     size_t pool = r->n_pages * r->page;
-    size_t limit = pool > r->headroom ? pool - r->headroom : 0;
+    /* with no KV mapped at all, the first cache may take everything but
+     * the minimum any model needs to run (it streams): progress is always
+     * possible; beyond that KV leaves room for a whole model */
+    size_t keep = r->kv_bytes ? r->headroom : r->headroom_min;
+    size_t limit = pool > keep ? pool - keep : 0;
     return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
 }
 

@@ -83,7 +83,8 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
 void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
 /* KV bytes that may still be mapped: the pool minus what is mapped as KV
  * minus headroom for the largest model to be resident (its image, or its
- * gpu_quota when smaller), so KV never starves paging. */
+ * gpu_quota when smaller), so KV never starves paging. With no KV mapped
+ * at all only the minimum to run is kept, so one sequence always fits. */
 size_t res_kv_available(const res_t *r);
 /* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages). */
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos);

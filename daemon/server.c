@@ -48,6 +48,7 @@ struct srv {
     uint64_t next_id;
     uint32_t n_conns;
     int draining;
+    srv_foreign_t foreign; /* lines for ids not in the table (HTTP) */
 };
 
 /* ------------------------------------------------------------------ connection table */
@@ -86,6 +87,10 @@ static void conn_write(conn_t *c, const char *line, size_t len)
 void srv_send_line(srv_t *s, uint64_t conn, char *line)
 {
     conn_t *c = conn_find(s, conn);
+    if (!c && line && s->foreign.line) {
+        s->foreign.line(s->foreign.ctx, conn, line);
+        return;
+    }
     if (c && line)
         conn_write(c, line, strlen(line));
     free(line);
@@ -353,6 +358,8 @@ static int adopt_systemd(srv_t *s, const cfg_t *cfg, int *got_main, int *got_adm
     char err[256];
     for (int i = 0; i < n; i++) {
         int fd = SD_LISTEN_FDS_START + i;
+        /* passed sockets may be blocking: libevent accepts until EAGAIN */
+        evutil_make_socket_nonblocking(fd);
         if (cfg->admin.socket && sd_is_socket_unix(fd, SOCK_STREAM, 1, cfg->admin.socket, 0) > 0) {
             if (add_listener(s, fd, 1, NULL, err, sizeof err) == 0)
                 *got_admin = 1;
@@ -481,7 +488,22 @@ size_t srv_pending_output(const srv_t *s)
     for (int b = 0; b < SRV_BUCKETS; b++)
         for (conn_t *c = s->buckets[b]; c; c = c->hnext)
             n += evbuffer_get_length(bufferevent_get_output(c->bev));
+    if (s->foreign.pending)
+        n += s->foreign.pending(s->foreign.ctx);
     return n;
+}
+
+void srv_set_foreign(srv_t *s, const srv_foreign_t *f)
+{
+    if (f)
+        s->foreign = *f;
+    else
+        memset(&s->foreign, 0, sizeof s->foreign);
+}
+
+uint64_t srv_conn_id_new(srv_t *s)
+{
+    return ++s->next_id;
 }
 
 void srv_set_cfg(srv_t *s, const cfg_t *cfg)

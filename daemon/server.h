@@ -39,4 +39,16 @@ size_t srv_pending_output(const srv_t *s);
 /* The config the server was set up with changed (reload); listeners stay. */
 void srv_set_cfg(srv_t *s, const cfg_t *cfg);
 
+/* Connections the server does not own (the HTTP module's, daemon/http.c) take
+ * their ids from the server's space (srv_conn_id_new); every line for an id
+ * the server does not know, worker answers and srv_send_error alike, goes to
+ * foreign.line, and srv_pending_output adds foreign.pending. Loop thread. */
+typedef struct srv_foreign {
+    void (*line)(void *ctx, uint64_t conn, char *line /* taken */);
+    size_t (*pending)(void *ctx); /* bytes still waiting in its output buffers */
+    void *ctx;
+} srv_foreign_t;
+void srv_set_foreign(srv_t *s, const srv_foreign_t *f); /* NULL: drop such lines (the default) */
+uint64_t srv_conn_id_new(srv_t *s);
+
 #endif

@@ -107,6 +107,7 @@ struct wk {
     wk_notify_fn notify;
     void *notify_ctx;
     char status[256];
+    int draining_pub;       /* copy of draining for wk_draining (HTTP /health), under mu */
 
     int draining;
     uint64_t drain_conn;
@@ -999,7 +1000,13 @@ static void apply_reload(wk_t *w, const cfg_t *next)
             m->removing = 1;
             for (sched_item_t *it = sched_peek(w->sched, i), *nx; it; it = nx) {
                 nx = it->next;
-                seq_finish(w, it->user, "cancelled");
+                wk_seq_t *sq = it->user;
+                m->svc.total_cancelled++;
+                send_error(w, sq->conn, sq->id, PROTO_E_CANCELLED,
+                           "model '%s' was removed by a reload before this request started",
+                           m->name);
+                sched_remove(w->sched, it);
+                seq_free(w, sq);
             }
             continue;
         }
@@ -1267,6 +1274,7 @@ static void update_status(wk_t *w)
              (unsigned long long)ps.curr_pool_pages, in_flight(w), w->draining ? ", draining" : "");
     pthread_mutex_lock(&w->mu);
     memcpy(w->status, buf, sizeof buf);
+    w->draining_pub = w->draining;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -1397,6 +1405,14 @@ void wk_status(wk_t *w, char *buf, size_t len)
     pthread_mutex_lock(&w->mu);
     snprintf(buf, len, "%s", w->status[0] ? w->status : "starting");
     pthread_mutex_unlock(&w->mu);
+}
+
+int wk_draining(wk_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int d = w->draining_pub;
+    pthread_mutex_unlock(&w->mu);
+    return d;
 }
 
 int wk_start(wk_t *w)

@@ -51,5 +51,8 @@ void wk_drain(wk_t *w);                        /* finish in-flight work, then WK
 wk_out_t *wk_take(wk_t *w);                    /* outbox items in order, caller frees */
 /* One-line summary for sd_notify STATUS (thread-safe snapshot). */
 void wk_status(wk_t *w, char *buf, size_t len);
+/* Whether the worker is draining (SIGTERM or admin drain): a thread-safe
+ * snapshot, updated after each worker round (HTTP /health). */
+int wk_draining(wk_t *w);
 
 #endif

@@ -20,20 +20,25 @@ enum {
 /* The cost model. A forward step for T tokens of S sequences of a model
  * takes
  *   t_fixed + sum over layers (layer_bytes / hbm_bw + 2 * layer_params * T / flops
- *                              + kv_bytes_read / n_layer / hbm_bw)
+ *                              + kv_bytes_read / n_layer / hbm_bw
+ *                              + (t_step + t_token * T) / n_layer)
  *           + head_bytes / hbm_bw + 2 * head_params * S / flops
  * where kv_bytes_read is every sequence's K and V cache (positions so far
  * plus this step's) and the head runs once per sequence (its last token).
- * Layer l's share starts only after layer l's copy event (the segment hook
- * waits), so a page-in overlaps compute as in the real forward pass. A copy
- * of b bytes takes copy_lat + b / h2d_bw on one FIFO copy queue. Each
- * scheduling round costs t_round of host time. */
+ * hbm_bw or flops 0 drops its terms; t_step and t_token are compute measured
+ * on a machine (the sim backend's CPU kernels, say), spread evenly over the
+ * layers. Layer l's share starts only after layer l's copy event (the
+ * segment hook waits), so a page-in overlaps compute as in the real forward
+ * pass. A copy of b bytes takes copy_lat + b / h2d_bw on one FIFO copy
+ * queue. Each scheduling round costs t_round of host time. */
 typedef struct sim_cost {
     double h2d_bw;     /* bytes/s, host -> device */
     double copy_lat_s; /* s per copy (one per segment) */
-    double hbm_bw;     /* bytes/s, device memory */
-    double flops;      /* FLOP/s, dense matmul throughput */
-    double t_fixed_s;  /* s per step (launches, sampling) */
+    double hbm_bw;     /* bytes/s, device memory; 0 = no memory terms */
+    double flops;      /* FLOP/s, dense matmul throughput; 0 = no matmul terms */
+    double t_fixed_s;  /* s per step (launches, sampling), before the pass */
+    double t_step_s;   /* s per step, measured compute, spread over the layers */
+    double t_token_s;  /* s per token of a step, measured compute, spread over the layers */
     double t_round_s;  /* s of host time per scheduling round */
 } sim_cost_t;
 
@@ -44,9 +49,14 @@ typedef struct sim_shape {
     int tied;          /* output head shares the embedding (head segment holds only its norm) */
 } sim_shape_t;
 
+/* Models built from GGUF files by the daemon's own store (store_load), so
+ * their segment layout is the daemon's exactly. Opaque; see sim_models_load. */
+typedef struct sim_models sim_models_t;
+
 typedef struct sim_cfg {
     int n_models;
-    sim_shape_t shape;
+    sim_shape_t shape;     /* every model's, unless models is set */
+    const sim_models_t *models; /* (optional) model i is file i % count: borrowed */
     size_t page_size;      /* bytes */
     size_t pool_bytes;     /* device pool, bytes (see sim_pool_bytes) */
     uint32_t max_batch;    /* per model */
@@ -88,6 +98,21 @@ typedef struct sim_result {
     uint64_t host_blocks;   /* evictions that waited for a copy in flight */
     uint64_t preempted;     /* segments evicted from models with paused sequences (live KV) */
 } sim_result_t;
+
+/* Load n GGUF files with the real store for this page size (the device
+ * page: segment spans are rounded to it). NULL + reason in err on failure;
+ * free with sim_models_free. */
+sim_models_t *sim_models_load(const char *const *paths, int n, size_t page_size, char *err,
+                              size_t errlen);
+void sim_models_free(sim_models_t *ms); /* accepts NULL */
+int sim_models_count(const sim_models_t *ms);
+size_t sim_models_page_size(const sim_models_t *ms);
+/* The cost-model shape of file i (hyperparameters, bytes per weight, tying). */
+void sim_models_shape(const sim_models_t *ms, int i, sim_shape_t *out);
+/* Image bytes of file i: the daemon's weight_bytes for it. */
+size_t sim_models_image_bytes(const sim_models_t *ms, int i);
+/* Segments of file i (n_layer + 2). */
+uint32_t sim_models_segs(const sim_models_t *ms, int i);
 
 /* Image bytes of one model of this shape with this page size. */
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);

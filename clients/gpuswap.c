@@ -1,0 +1,1460 @@
+/* gpuswap: the command-line client of gpuswapd, speaking the JSON-line sockets of proto/PROTOCOL.md. */
+
+#include "proto.h"
+
+#include <errno.h>
+#include <float.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GS_DEFAULT_SOCKET "/run/gpuswapd/gpuswapd.sock"
+#define GS_DEFAULT_ADMIN "/run/gpuswapd/admin.sock"
+#define GS_LINE_INIT 1024             /* bytes: first size of a line buffer (grows by doubling) */
+#define GS_LINE_MAX ((size_t)1 << 30) /* bytes: longest line accepted from the daemon or stdin */
+#define GS_CANCEL_WAIT_MS 3000        /* ms to wait for the cancelled done after Ctrl-C */
+#define GS_MIB 1048576.0
+
+/* Exit codes (documented in the top-level --help). */
+enum { GS_EXIT_OK = 0, GS_EXIT_ERROR = 1, GS_EXIT_USAGE = 2, GS_EXIT_CONN = 3 };
+
+/* ------------------------------------------------------------------ messages */
+
+static void gs_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void gs_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gpuswap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int64_t gs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ signals
+ * SIGINT and SIGTERM stay blocked except inside ppoll(), so every wait sees a
+ * signal exactly once (no race between checking the flag and sleeping). */
+
+static volatile sig_atomic_t g_signal; /* signal received and not yet handled, 0 if none */
+static sigset_t g_waitmask;            /* the mask during waits: SIGINT, SIGTERM deliverable */
+
+static void gs_on_signal(int sig)
+{
+    g_signal = sig;
+}
+
+static void gs_signals_init(void)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = gs_on_signal;
+    sigemptyset(&sa.sa_mask);
+    /* keep SIGINT ignored when started ignored (a background job of a script) */
+    if (sigaction(SIGINT, NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+        sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &g_waitmask);
+    sigdelset(&g_waitmask, SIGINT);
+    sigdelset(&g_waitmask, SIGTERM);
+}
+
+/* Takes the pending signal: returns its number (0 if none) and clears it. */
+static int gs_signal_take(void)
+{
+    int s = g_signal;
+    g_signal = 0;
+    return s;
+}
+
+/* ------------------------------------------------------------------ line reader */
+
+enum {
+    GS_LINE_OK = 1,       /* a whole line */
+    GS_LINE_EOF = 0,      /* end of input at a line boundary */
+    GS_LINE_ERR = -1,     /* read or poll error (errno) */
+    GS_LINE_TIMEOUT = -2, /* the deadline passed */
+    GS_LINE_SIGNAL = -3,  /* a signal arrived (g_signal is set) */
+    GS_LINE_TOOLONG = -4, /* a line longer than GS_LINE_MAX */
+    GS_LINE_PARTIAL = -5, /* end of input in the middle of a line (the line is returned) */
+};
+
+typedef struct gs_lines {
+    int fd;
+    char *buf;    /* (cap) bytes; unread data is [start, end); one byte always spare for a NUL */
+    size_t start, end, cap;
+    size_t scan;  /* bytes after start already searched for '\n' */
+    int eof;
+} gs_lines_t;
+
+static void gs_lines_init(gs_lines_t *lb, int fd)
+{
+    memset(lb, 0, sizeof *lb);
+    lb->fd = fd;
+}
+
+static void gs_lines_free(gs_lines_t *lb)
+{
+    free(lb->buf);
+    lb->buf = NULL;
+    lb->start = lb->end = lb->cap = lb->scan = 0;
+}
+
+/* Waits until fd (or nothing, fd < 0) is readable or deadline (monotonic ms, < 0 = never).
+ * Returns 1 readable, GS_LINE_TIMEOUT, GS_LINE_SIGNAL or GS_LINE_ERR. */
+static int gs_wait(int fd, int64_t deadline)
+{
+    for (;;) {
+        if (g_signal)
+            return GS_LINE_SIGNAL;
+        struct timespec ts, *tp = NULL;
+        if (deadline >= 0) {
+            int64_t left = deadline - gs_now_ms();
+            if (left <= 0)
+                return GS_LINE_TIMEOUT;
+            ts.tv_sec = left / 1000;
+            ts.tv_nsec = (left % 1000) * 1000000;
+            tp = &ts;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = ppoll(fd >= 0 ? &p : NULL, fd >= 0 ? 1 : 0, tp, &g_waitmask);
+        if (n > 0)
+            return 1;
+        if (n == 0 && fd >= 0)
+            return GS_LINE_TIMEOUT;
+        if (n < 0 && errno != EINTR)
+            return GS_LINE_ERR;
+    }
+}
+
+/* Returns the next line in *line (NUL-terminated, without "\n" or "\r\n"; valid
+ * until the next call) and its length, or one of the GS_LINE_* conditions. */
+static int gs_lines_next(gs_lines_t *lb, int64_t deadline, char **line, size_t *len)
+{
+    for (;;) {
+        if (lb->buf) {
+            char *from = lb->buf + lb->start + lb->scan;
+            char *nl = memchr(from, '\n', lb->end - lb->start - lb->scan);
+            if (nl) {
+                *line = lb->buf + lb->start;
+                *len = (size_t)(nl - *line);
+                *nl = '\0';
+                if (*len && (*line)[*len - 1] == '\r')
+                    (*line)[--*len] = '\0';
+                lb->start = (size_t)(nl + 1 - lb->buf);
+                lb->scan = 0;
+                return GS_LINE_OK;
+            }
+            lb->scan = lb->end - lb->start;
+        }
+        if (lb->eof) {
+            if (lb->start == lb->end)
+                return GS_LINE_EOF;
+            *line = lb->buf + lb->start;
+            *len = lb->end - lb->start;
+            lb->buf[lb->end] = '\0';
+            lb->start = lb->end;
+            lb->scan = 0;
+            return GS_LINE_PARTIAL;
+        }
+        if (lb->start > 0) {
+            memmove(lb->buf, lb->buf + lb->start, lb->end - lb->start);
+            lb->end -= lb->start;
+            lb->start = 0;
+        }
+        if (lb->end + 1 >= lb->cap) {
+            if (lb->cap >= GS_LINE_MAX)
+                return GS_LINE_TOOLONG;
+            size_t cap = lb->cap ? lb->cap * 2 : GS_LINE_INIT;
+            char *nb = realloc(lb->buf, cap);
+            if (!nb) {
+                errno = ENOMEM;
+                return GS_LINE_ERR;
+            }
+            lb->buf = nb;
+            lb->cap = cap;
+        }
+        int w = gs_wait(lb->fd, deadline);
+        if (w < 0)
+            return w;
+        ssize_t n = read(lb->fd, lb->buf + lb->end, lb->cap - lb->end - 1);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return GS_LINE_ERR;
+        }
+        if (n == 0)
+            lb->eof = 1;
+        else
+            lb->end += (size_t)n;
+    }
+}
+
+/* ------------------------------------------------------------------ connection */
+
+typedef struct gs_conn {
+    const char *path;  /* the socket path (borrowed) */
+    int fd;
+    gs_lines_t in;     /* lines from the daemon */
+    json_int_t next_id;
+} gs_conn_t;
+
+/* Connects to the Unix socket at path. Returns 0, or GS_EXIT_CONN with a message printed. */
+static int gs_conn_open(gs_conn_t *c, const char *path, const char *which)
+{
+    memset(c, 0, sizeof *c);
+    c->path = path;
+    c->fd = -1;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        gs_err("cannot connect to %s: socket path too long", path);
+        return GS_EXIT_CONN;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        gs_err("socket: %s", strerror(errno));
+        return GS_EXIT_CONN;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        int admin = strcmp(which, "admin") == 0;
+        gs_err("cannot connect to %s socket %s: %s", which, path, strerror(e));
+        if (e == ENOENT || e == ECONNREFUSED)
+            fprintf(stderr, "gpuswap: is gpuswapd running? Point to it with %s or %s\n",
+                    admin ? "--admin-socket" : "--socket",
+                    admin ? "GPUSWAP_ADMIN_SOCKET" : "GPUSWAP_SOCKET");
+        else if (e == EACCES && admin)
+            fprintf(stderr, "gpuswap: the admin socket is for root and the daemon's user\n");
+        return GS_EXIT_CONN;
+    }
+    c->fd = fd;
+    gs_lines_init(&c->in, fd);
+    return 0;
+}
+
+static void gs_conn_close(gs_conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    gs_lines_free(&c->in);
+}
+
+/* Writes line whole. Returns 0, or GS_EXIT_CONN with a message printed. */
+static int gs_conn_send(gs_conn_t *c, const char *line)
+{
+    size_t n = strlen(line);
+    while (n) {
+        ssize_t w = send(c->fd, line, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            gs_err("connection to %s lost: %s", c->path, strerror(errno));
+            return GS_EXIT_CONN;
+        }
+        line += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The final line of a request. */
+typedef struct gs_answer {
+    proto_event_t ev; /* kind DONE, OK or ERROR; owns the parsed line */
+    char *line;       /* the line as received (malloc'ed, no newline) */
+    int interrupted;  /* the signal that made us send a cancel, else 0 */
+} gs_answer_t;
+
+static void gs_answer_free(gs_answer_t *a)
+{
+    proto_event_free(&a->ev);
+    free(a->line);
+    memset(a, 0, sizeof *a);
+}
+
+/* Called with each token or progress event of the request in flight. */
+typedef void (*gs_partial_fn)(const proto_event_t *ev, void *ctx);
+
+/* Sends a cancel for target; returns 0 or GS_EXIT_CONN. */
+static int gs_conn_cancel(gs_conn_t *c, const json_t *target)
+{
+    proto_req_t req;
+    memset(&req, 0, sizeof req);
+    req.op = PROTO_OP_CANCEL;
+    req.id = json_integer(++c->next_id);
+    req.target_id = (json_t *)target;
+    char *line = proto_encode_request(&req);
+    json_decref(req.id);
+    if (!line) {
+        gs_err("out of memory");
+        return GS_EXIT_CONN;
+    }
+    int rc = gs_conn_send(c, line);
+    free(line);
+    return rc;
+}
+
+/* Sends req (its id is assigned here; req->id must be NULL) and reads until the
+ * request's final line, passing token and progress events to fn. When
+ * cancellable, a SIGINT/SIGTERM sends a cancel and keeps waiting (at most
+ * GS_CANCEL_WAIT_MS) for the final line, marking ans->interrupted; otherwise,
+ * or at a second signal, it gives up. Returns 0 with *ans filled (caller frees
+ * with gs_answer_free), 128+signal when interrupted without an answer, or
+ * GS_EXIT_CONN (message printed) when the connection failed. */
+static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn, void *ctx,
+                        gs_answer_t *ans)
+{
+    memset(ans, 0, sizeof *ans);
+    json_t *id = json_integer(++c->next_id);
+    req->id = id;
+    char *out = proto_encode_request(req);
+    req->id = NULL;
+    if (!out) {
+        json_decref(id);
+        gs_err("cannot encode the request (out of memory or a value out of range)");
+        return GS_EXIT_USAGE;
+    }
+    int rc = gs_conn_send(c, out);
+    free(out);
+    int64_t deadline = -1;
+    int sig = 0;
+    while (rc == 0) {
+        char *line;
+        size_t len;
+        int r = gs_lines_next(&c->in, deadline, &line, &len);
+        if (r == GS_LINE_SIGNAL) {
+            int s = gs_signal_take();
+            if (!cancellable || sig) {
+                rc = 128 + s;
+                break;
+            }
+            sig = s;
+            deadline = gs_now_ms() + GS_CANCEL_WAIT_MS;
+            rc = gs_conn_cancel(c, id);
+            continue;
+        }
+        if (r == GS_LINE_TIMEOUT) {
+            gs_err("no answer to the cancel within %d ms; giving up", GS_CANCEL_WAIT_MS);
+            rc = 128 + sig;
+            break;
+        }
+        if (r != GS_LINE_OK) {
+            if (sig) {
+                rc = 128 + sig;
+            } else {
+                if (r == GS_LINE_EOF)
+                    gs_err("connection to %s lost: the daemon closed it", c->path);
+                else if (r == GS_LINE_PARTIAL)
+                    gs_err("connection to %s lost in the middle of an answer", c->path);
+                else if (r == GS_LINE_TOOLONG)
+                    gs_err("answer from %s longer than %zu bytes", c->path, GS_LINE_MAX);
+                else
+                    gs_err("connection to %s lost: %s", c->path, strerror(errno));
+                rc = GS_EXIT_CONN;
+            }
+            break;
+        }
+        proto_event_t ev;
+        char err[256];
+        if (proto_parse_event(line, len, &ev, err, sizeof err) != 0) {
+            gs_err("unreadable answer from %s: %s", c->path, err);
+            rc = GS_EXIT_CONN;
+            break;
+        }
+        /* another request's line (our cancel's answer); an error tagged null
+         * (bad_json, too_large, forbidden) is about the only request we sent */
+        int ours = ev.id ? json_equal(ev.id, id) : ev.kind == PROTO_EV_ERROR;
+        if (!ours) {
+            proto_event_free(&ev);
+            continue;
+        }
+        if (ev.kind == PROTO_EV_TOKEN || ev.kind == PROTO_EV_PROGRESS) {
+            if (fn)
+                fn(&ev, ctx);
+            proto_event_free(&ev);
+            continue;
+        }
+        ans->ev = ev;
+        ans->line = strdup(line);
+        ans->interrupted = sig;
+        if (!ans->line) {
+            gs_answer_free(ans);
+            gs_err("out of memory");
+            rc = GS_EXIT_CONN;
+        }
+        break;
+    }
+    json_decref(id);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ answers */
+
+static const char *gs_str(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+/* A number field (integer or real); dflt when absent or not a number. */
+static double gs_num(const json_t *o, const char *key, double dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+
+/* Prints an error answer as "gpuswap: CODE: MESSAGE" on stderr. */
+static void gs_print_error(const gs_answer_t *a)
+{
+    const json_t *e = json_object_get(a->ev.root, "error");
+    gs_err("%s: %s", gs_str(e, "code"), gs_str(e, "message"));
+}
+
+/* Shared ending of a command: prints the error, or the answer line with --json.
+ * Returns GS_EXIT_ERROR for an error answer, else -1 (caller goes on to print text). */
+static int gs_answer_common(const gs_answer_t *a, int json)
+{
+    if (json) {
+        puts(a->line);
+        fflush(stdout);
+    }
+    if (a->ev.kind == PROTO_EV_ERROR) {
+        gs_print_error(a);
+        return GS_EXIT_ERROR;
+    }
+    return -1;
+}
+
+/* "a, b, c" from an array of strings, or "none"; malloc'ed. */
+static char *gs_join_names(const json_t *arr)
+{
+    size_t n = 5, i;
+    const json_t *v;
+    json_array_foreach(arr, i, v) n += strlen(json_string_value(v) ? json_string_value(v) : "") + 2;
+    char *s = malloc(n);
+    if (!s)
+        return NULL;
+    s[0] = '\0';
+    json_array_foreach(arr, i, v)
+    {
+        if (i)
+            strcat(s, ", ");
+        strcat(s, json_string_value(v) ? json_string_value(v) : "");
+    }
+    if (!s[0])
+        strcpy(s, "none");
+    return s;
+}
+
+/* ------------------------------------------------------------------ options */
+
+enum gs_key {
+    K_HELP, K_SOCKET, K_ADMIN, K_JSON, K_MODEL, K_MAX_TOKENS, K_TEMP, K_TOP_K, K_TOP_P, K_MIN_P,
+    K_REPEAT, K_SEED, K_STOP, K_VERBOSE, K_SYSTEM, K_WATCH, K_INTERVAL, K_COUNT,
+};
+
+/* Which commands take an option. */
+#define S_GLOBAL 0x01u
+#define S_MODEL 0x02u
+#define S_SAMPLING 0x04u
+#define S_VERBOSE 0x08u
+#define S_SYSTEM 0x10u
+#define S_WATCH 0x20u
+
+typedef struct gs_optdef {
+    const char *lng;  /* --long */
+    char shrt;        /* -s, or 0 */
+    int has_arg;
+    unsigned set;     /* S_* */
+    enum gs_key key;
+} gs_optdef_t;
+
+static const gs_optdef_t gs_optdefs[] = {
+    {"help", 'h', 0, S_GLOBAL, K_HELP},
+    {"socket", 0, 1, S_GLOBAL, K_SOCKET},
+    {"admin-socket", 0, 1, S_GLOBAL, K_ADMIN},
+    {"json", 0, 0, S_GLOBAL, K_JSON},
+    {"model", 'm', 1, S_MODEL, K_MODEL},
+    {"max-tokens", 'n', 1, S_SAMPLING, K_MAX_TOKENS},
+    {"temperature", 0, 1, S_SAMPLING, K_TEMP},
+    {"temp", 0, 1, S_SAMPLING, K_TEMP},
+    {"top-k", 0, 1, S_SAMPLING, K_TOP_K},
+    {"top-p", 0, 1, S_SAMPLING, K_TOP_P},
+    {"min-p", 0, 1, S_SAMPLING, K_MIN_P},
+    {"repeat-penalty", 0, 1, S_SAMPLING, K_REPEAT},
+    {"seed", 0, 1, S_SAMPLING, K_SEED},
+    {"stop", 0, 1, S_SAMPLING, K_STOP},
+    {"verbose", 'v', 0, S_VERBOSE, K_VERBOSE},
+    {"system", 0, 1, S_SYSTEM, K_SYSTEM},
+    {"watch", 'w', 0, S_WATCH, K_WATCH},
+    {"interval", 'i', 1, S_WATCH, K_INTERVAL},
+    {"count", 'c', 1, S_WATCH, K_COUNT},
+};
+#define GS_N_OPTDEFS (sizeof gs_optdefs / sizeof gs_optdefs[0])
+
+/* Everything the command line says. Strings are borrowed from argv or the environment. */
+typedef struct gs_opts {
+    const char *socket, *admin_socket;
+    int json, verbose, help;
+    const char *model;
+    const char *system;
+    proto_req_t samp;            /* sampling fields and has_* flags; stop points into stop[] */
+    char *stop[PROTO_MAX_STOP];  /* borrowed */
+    int watch;
+    double interval;             /* s between stats refreshes */
+    long count;                  /* refreshes, 0 = until interrupted */
+    char **pos;                  /* (n_pos) positional arguments */
+    int n_pos;
+} gs_opts_t;
+
+typedef struct gs_cmd gs_cmd_t;
+struct gs_cmd {
+    const char *name;
+    int (*run)(const gs_cmd_t *cmd, gs_opts_t *o);
+    unsigned opts;       /* S_* beyond S_GLOBAL */
+    const char *summary; /* one line for the command list */
+    const char *help;    /* full text for CMD --help */
+};
+
+static int gs_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int gs_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gpuswap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr, "Try 'gpuswap %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+    return GS_EXIT_USAGE;
+}
+
+static int gs_parse_ll(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int gs_parse_f32(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || fabs(v) > FLT_MAX)
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* Applies one option with its value. Returns 0 or GS_EXIT_USAGE (message printed). */
+static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, const char *val)
+{
+    proto_req_t *s = &o->samp;
+    long long v;
+    switch (d->key) {
+    case K_HELP: o->help = 1; return 0;
+    case K_SOCKET: o->socket = val; return 0;
+    case K_ADMIN: o->admin_socket = val; return 0;
+    case K_JSON: o->json = 1; return 0;
+    case K_MODEL: o->model = val; return 0;
+    case K_VERBOSE: o->verbose = 1; return 0;
+    case K_SYSTEM: o->system = val; return 0;
+    case K_WATCH: o->watch = 1; return 0;
+    case K_MAX_TOKENS:
+        if (gs_parse_ll(val, 0, INT32_MAX, &v))
+            break;
+        s->max_tokens = (int32_t)v;
+        s->has_max_tokens = 1;
+        return 0;
+    case K_TOP_K:
+        if (gs_parse_ll(val, 0, INT32_MAX, &v))
+            break;
+        s->top_k = (int32_t)v;
+        s->has_top_k = 1;
+        return 0;
+    case K_SEED:
+        if (gs_parse_ll(val, 0, INT64_MAX, &v))
+            break;
+        s->seed = (uint64_t)v;
+        s->has_seed = 1;
+        return 0;
+    case K_TEMP:
+        if (gs_parse_f32(val, &s->temperature))
+            break;
+        s->has_temperature = 1;
+        return 0;
+    case K_TOP_P:
+        if (gs_parse_f32(val, &s->top_p))
+            break;
+        s->has_top_p = 1;
+        return 0;
+    case K_MIN_P:
+        if (gs_parse_f32(val, &s->min_p))
+            break;
+        s->has_min_p = 1;
+        return 0;
+    case K_REPEAT:
+        if (gs_parse_f32(val, &s->repeat_penalty))
+            break;
+        s->has_repeat_penalty = 1;
+        return 0;
+    case K_STOP:
+        if (s->n_stop >= PROTO_MAX_STOP)
+            return gs_usage_error(cmd, "at most %d --stop strings", PROTO_MAX_STOP);
+        if (!*val)
+            return gs_usage_error(cmd, "--stop needs a non-empty string");
+        o->stop[s->n_stop++] = (char *)val;
+        s->stop = o->stop;
+        return 0;
+    case K_INTERVAL: {
+        char *end;
+        errno = 0;
+        double iv = strtod(val, &end);
+        if (!*val || *end || errno || !(iv > 0) || iv > 86400)
+            return gs_usage_error(cmd, "--interval takes seconds > 0 (got '%s')", val);
+        o->interval = iv;
+        o->watch = 1;
+        return 0;
+    }
+    case K_COUNT:
+        if (gs_parse_ll(val, 1, LONG_MAX, &v))
+            return gs_usage_error(cmd, "--count takes a positive integer (got '%s')", val);
+        o->count = (long)v;
+        o->watch = 1;
+        return 0;
+    }
+    return gs_usage_error(cmd, "invalid value '%s' for --%s", val, d->lng);
+}
+
+/* Parses argv[from..argc) as options in the sets allowed (S_GLOBAL always)
+ * and positional arguments; stops at the first positional when stop_at_pos.
+ * Returns the index it stopped at, or -GS_EXIT_USAGE. */
+static int gs_opts_parse(const char *cmd, gs_opts_t *o, unsigned allowed, int argc, char **argv, int from,
+                         int stop_at_pos)
+{
+    allowed |= S_GLOBAL;
+    int only_pos = 0;
+    int i;
+    for (i = from; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == '\0') {
+            if (stop_at_pos)
+                return i;
+            o->pos[o->n_pos++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        const gs_optdef_t *d = NULL;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t nl = eq ? (size_t)(eq - name) : strlen(name);
+            for (size_t k = 0; k < GS_N_OPTDEFS; k++)
+                if (strlen(gs_optdefs[k].lng) == nl && strncmp(gs_optdefs[k].lng, name, nl) == 0)
+                    d = &gs_optdefs[k];
+            if (d && eq) {
+                if (!d->has_arg)
+                    return -gs_usage_error(cmd, "option '--%s' takes no value", d->lng);
+                val = eq + 1;
+            }
+        } else {
+            for (size_t k = 0; k < GS_N_OPTDEFS; k++)
+                if (gs_optdefs[k].shrt == a[1])
+                    d = &gs_optdefs[k];
+            if (d && a[2]) {
+                if (!d->has_arg)
+                    return -gs_usage_error(cmd, "option '-%c' takes no value", a[1]);
+                val = a + 2;
+            }
+        }
+        if (!d || !(d->set & allowed)) {
+            if (!cmd && d)
+                return -gs_usage_error(cmd, "option '%s' goes after the command", a);
+            return -gs_usage_error(cmd, "unknown option '%s'%s%s", a, cmd ? " for " : "", cmd ? cmd : "");
+        }
+        if (d->has_arg && !val) {
+            if (i + 1 >= argc)
+                return -gs_usage_error(cmd, "option '%s' needs a value", a);
+            val = argv[++i];
+        }
+        if (gs_opt_apply(cmd, o, d, val))
+            return -GS_EXIT_USAGE;
+    }
+    return i;
+}
+
+/* Copies the sampling options and stream flag into a request. */
+static void gs_req_sampling(proto_req_t *req, const gs_opts_t *o)
+{
+    const proto_req_t *s = &o->samp;
+    req->max_tokens = s->max_tokens;
+    req->has_max_tokens = s->has_max_tokens;
+    req->temperature = s->temperature;
+    req->has_temperature = s->has_temperature;
+    req->top_k = s->top_k;
+    req->has_top_k = s->has_top_k;
+    req->top_p = s->top_p;
+    req->has_top_p = s->has_top_p;
+    req->min_p = s->min_p;
+    req->has_min_p = s->has_min_p;
+    req->repeat_penalty = s->repeat_penalty;
+    req->has_repeat_penalty = s->has_repeat_penalty;
+    req->seed = s->seed;
+    req->has_seed = s->has_seed;
+    req->stop = s->stop;
+    req->n_stop = s->n_stop;
+}
+
+/* ------------------------------------------------------------------ generate, chat */
+
+typedef struct gs_stream {
+    int printed; /* bytes of token text written to stdout */
+} gs_stream_t;
+
+static void gs_on_token(const proto_event_t *ev, void *ctx)
+{
+    gs_stream_t *st = ctx;
+    const json_t *t = json_object_get(ev->root, "text");
+    size_t n = json_string_length(t);
+    if (n) {
+        fwrite(json_string_value(t), 1, n, stdout);
+        fflush(stdout);
+        st->printed += (int)n;
+    }
+}
+
+/* Timing of a done event, on stderr (-v). */
+static void gs_print_timing(const gs_answer_t *a)
+{
+    const json_t *r = a->ev.root;
+    const json_t *u = json_object_get(r, "usage"), *t = json_object_get(r, "timing");
+    double total = gs_num(t, "total_ms", 0), ttft = gs_num(t, "ttft_ms", 0);
+    double gen = gs_num(u, "completion_tokens", 0);
+    fprintf(stderr,
+            "gpuswap: %.0f prompt + %.0f generated tokens (%s); queue %.1f ms, swap %.1f ms%s, "
+            "ttft %.1f ms, total %.1f ms",
+            gs_num(u, "prompt_tokens", 0), gen, gs_str(r, "finish_reason"), gs_num(t, "queue_ms", 0),
+            gs_num(t, "swap_ms", 0), json_is_true(json_object_get(t, "swapped")) ? " (swapped)" : "",
+            ttft, total);
+    if (gen > 1 && total > ttft)
+        fprintf(stderr, ", %.1f tokens/s after the first", (gen - 1) * 1e3 / (total - ttft));
+    fputc('\n', stderr);
+}
+
+/* Reads all of stdin into a malloc'ed string, without one trailing newline. NULL on error. */
+static char *gs_read_stdin(void)
+{
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *ns = cap < GS_LINE_MAX ? realloc(s, cap * 2) : NULL;
+            if (!ns) {
+                free(s);
+                return NULL;
+            }
+            s = ns;
+            cap *= 2;
+        }
+        ssize_t r = read(0, s + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(s);
+            return NULL;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n && s[n - 1] == '\n')
+        n--;
+    if (n && s[n - 1] == '\r')
+        n--;
+    s[n] = '\0';
+    return s;
+}
+
+static int gs_cmd_generate(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (!o->model)
+        return gs_usage_error(cmd->name, "generate needs -m MODEL");
+    char *prompt = NULL;
+    if (o->n_pos == 0 || (o->n_pos == 1 && strcmp(o->pos[0], "-") == 0)) {
+        if (o->n_pos == 0 && isatty(0))
+            return gs_usage_error(cmd->name, "no prompt (give it as an argument, or on stdin)");
+        prompt = gs_read_stdin();
+        if (!prompt) {
+            gs_err("cannot read the prompt from stdin: %s", strerror(errno));
+            return GS_EXIT_USAGE;
+        }
+    } else {
+        size_t n = 1;
+        for (int i = 0; i < o->n_pos; i++)
+            n += strlen(o->pos[i]) + 1;
+        prompt = malloc(n);
+        if (!prompt) {
+            gs_err("out of memory");
+            return GS_EXIT_ERROR;
+        }
+        prompt[0] = '\0';
+        for (int i = 0; i < o->n_pos; i++) {
+            if (i)
+                strcat(prompt, " ");
+            strcat(prompt, o->pos[i]);
+        }
+    }
+    proto_req_t req;
+    memset(&req, 0, sizeof req);
+    req.op = PROTO_OP_GENERATE;
+    req.model = (char *)o->model;
+    req.prompt = prompt;
+    gs_req_sampling(&req, o);
+    req.stream = !o->json;
+
+    gs_conn_t c;
+    int rc = gs_conn_open(&c, o->socket, "inference");
+    if (rc) {
+        free(prompt);
+        return rc;
+    }
+    gs_stream_t st = {0};
+    gs_answer_t a;
+    rc = gs_conn_call(&c, &req, 1, gs_on_token, &st, &a);
+    free(prompt);
+    gs_conn_close(&c);
+    if (rc) {
+        if (st.printed)
+            putchar('\n');
+        return rc;
+    }
+    if (a.ev.kind == PROTO_EV_DONE && !o->json)
+        putchar('\n');
+    else if (st.printed)
+        putchar('\n');
+    fflush(stdout);
+    rc = gs_answer_common(&a, o->json);
+    if (rc < 0) {
+        rc = GS_EXIT_OK;
+        if (o->verbose)
+            gs_print_timing(&a);
+        if (a.interrupted) {
+            gs_err("cancelled");
+            rc = 128 + a.interrupted;
+        }
+    }
+    gs_answer_free(&a);
+    return rc;
+}
+
+typedef struct gs_history {
+    proto_msg_t *m; /* (n) messages; contents owned */
+    size_t n, cap;
+} gs_history_t;
+
+static int gs_history_add(gs_history_t *h, const char *role, const char *content, size_t len)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 8;
+        proto_msg_t *nm = realloc(h->m, cap * sizeof *nm);
+        if (!nm)
+            return -1;
+        h->m = nm;
+        h->cap = cap;
+    }
+    proto_msg_t *m = &h->m[h->n];
+    memset(m, 0, sizeof *m);
+    snprintf(m->role, sizeof m->role, "%s", role);
+    m->content = malloc(len + 1);
+    if (!m->content)
+        return -1;
+    memcpy(m->content, content, len);
+    m->content[len] = '\0';
+    h->n++;
+    return 0;
+}
+
+static void gs_history_truncate(gs_history_t *h, size_t n)
+{
+    while (h->n > n)
+        free(h->m[--h->n].content);
+}
+
+static int gs_cmd_chat(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (!o->model)
+        return gs_usage_error(cmd->name, "chat needs -m MODEL");
+    if (o->n_pos)
+        return gs_usage_error(cmd->name, "chat takes no arguments (it reads messages from stdin)");
+    gs_history_t h = {0};
+    if (o->system && gs_history_add(&h, "system", o->system, strlen(o->system))) {
+        gs_err("out of memory");
+        return GS_EXIT_ERROR;
+    }
+    size_t base = h.n;
+    gs_conn_t c;
+    int rc = gs_conn_open(&c, o->socket, "inference");
+    if (rc) {
+        gs_history_truncate(&h, 0);
+        free(h.m);
+        return rc;
+    }
+    int tty = isatty(0);
+    if (tty)
+        fprintf(stderr, "Chatting with %s. /exit or Ctrl-D ends, /reset forgets the history, "
+                        "Ctrl-C stops an answer.\n", o->model);
+    gs_lines_t in;
+    gs_lines_init(&in, 0);
+    rc = GS_EXIT_OK;
+    for (;;) {
+        if (tty) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        char *line;
+        size_t len;
+        int r = gs_lines_next(&in, -1, &line, &len);
+        if (r == GS_LINE_SIGNAL) {
+            if (tty)
+                putchar('\n');
+            rc = 128 + gs_signal_take();
+            break;
+        }
+        if (r == GS_LINE_EOF) {
+            if (tty)
+                putchar('\n');
+            break;
+        }
+        if (r != GS_LINE_OK && r != GS_LINE_PARTIAL) {
+            gs_err("cannot read stdin: %s", r == GS_LINE_TOOLONG ? "line too long" : strerror(errno));
+            rc = GS_EXIT_ERROR;
+            break;
+        }
+        size_t b = 0;
+        while (b < len && (line[b] == ' ' || line[b] == '\t'))
+            b++;
+        if (b == len)
+            continue;
+        if (strcmp(line + b, "/exit") == 0 || strcmp(line + b, "/quit") == 0)
+            break;
+        if (strcmp(line + b, "/reset") == 0) {
+            gs_history_truncate(&h, base);
+            continue;
+        }
+        if (gs_history_add(&h, "user", line, len)) {
+            gs_err("out of memory");
+            rc = GS_EXIT_ERROR;
+            break;
+        }
+        proto_req_t req;
+        memset(&req, 0, sizeof req);
+        req.op = PROTO_OP_CHAT;
+        req.model = (char *)o->model;
+        req.messages = h.m;
+        req.n_messages = h.n;
+        gs_req_sampling(&req, o);
+        req.stream = !o->json;
+        gs_stream_t st = {0};
+        gs_answer_t a;
+        rc = gs_conn_call(&c, &req, 1, gs_on_token, &st, &a);
+        if (rc) {
+            if (st.printed)
+                putchar('\n');
+            break;
+        }
+        if (st.printed || (a.ev.kind == PROTO_EV_DONE && !o->json))
+            putchar('\n');
+        fflush(stdout);
+        int e = gs_answer_common(&a, o->json);
+        if (e >= 0) {
+            gs_history_truncate(&h, h.n - 1); /* drop the unanswered turn */
+            gs_answer_free(&a);
+            if (!tty) {
+                rc = e;
+                break;
+            }
+            continue;
+        }
+        const json_t *t = json_object_get(a.ev.root, "text");
+        if (o->verbose)
+            gs_print_timing(&a);
+        if (a.interrupted)
+            fprintf(stderr, "[answer cancelled]\n");
+        int oom = gs_history_add(&h, "assistant", json_string_value(t), json_string_length(t));
+        gs_answer_free(&a);
+        if (oom) {
+            gs_err("out of memory");
+            rc = GS_EXIT_ERROR;
+            break;
+        }
+    }
+    fflush(stdout);
+    gs_lines_free(&in);
+    gs_conn_close(&c);
+    gs_history_truncate(&h, 0);
+    free(h.m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ models, stats */
+
+/* "693.4K", "8.03B": a parameter count for humans. */
+static void gs_fmt_count(char *buf, size_t n, double v)
+{
+    if (v >= 1e9)
+        snprintf(buf, n, "%.2fB", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, n, "%.1fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(buf, n, "%.1fK", v / 1e3);
+    else
+        snprintf(buf, n, "%.0f", v);
+}
+
+static int gs_cmd_models(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (o->n_pos)
+        return gs_usage_error(cmd->name, "models takes no arguments");
+    gs_conn_t c;
+    int rc = gs_conn_open(&c, o->socket, "inference");
+    if (rc)
+        return rc;
+    proto_req_t req;
+    memset(&req, 0, sizeof req);
+    req.op = PROTO_OP_MODELS;
+    gs_answer_t a;
+    rc = gs_conn_call(&c, &req, 0, NULL, NULL, &a);
+    gs_conn_close(&c);
+    if (rc)
+        return rc;
+    rc = gs_answer_common(&a, o->json);
+    if (rc < 0) {
+        rc = GS_EXIT_OK;
+        if (!o->json) {
+            const json_t *models = json_object_get(a.ev.root, "models"), *m;
+            size_t i;
+            int w = 5;
+            json_array_foreach(models, i, m) if ((int)strlen(gs_str(m, "name")) > w) w = (int)strlen(gs_str(m, "name"));
+            printf("%-*s  %-9s %-6s %-5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE", "PARAMS", "CONTEXT");
+            json_array_foreach(models, i, m)
+            {
+                char params[32];
+                gs_fmt_count(params, sizeof params, gs_num(m, "params", 0));
+                printf("%-*s  %-9s %-6s %-5s %8s %8.0f\n", w, gs_str(m, "name"), gs_str(m, "state"),
+                       gs_str(m, "arch"), gs_str(m, "type"), params, gs_num(m, "context", 0));
+            }
+        }
+    }
+    gs_answer_free(&a);
+    return rc;
+}
+
+static void gs_print_stats(const json_t *r)
+{
+    double up = gs_num(r, "uptime_s", 0);
+    printf("gpuswapd: up %.0fh%02.0fm%02.0fs, backend %s, policy %s\n", floor(up / 3600),
+           floor(fmod(up, 3600) / 60), floor(fmod(up, 60)), gs_str(r, "backend"), gs_str(r, "policy"));
+    const json_t *models = json_object_get(r, "models"), *m;
+    const char *name;
+    int w = 5;
+    json_object_foreach((json_t *)models, name, m) if ((int)strlen(name) > w) w = (int)strlen(name);
+    printf("%-*s  %-9s %18s %9s %9s %8s %6s %16s\n", w, "MODEL", "STATE", "RESIDENT/QUOTA MiB",
+           "PAGE-INS", "EVICTIONS", "HIT RATE", "QUEUE", "TTFT p50/p99 ms");
+    json_object_foreach((json_t *)models, name, m)
+    {
+        char res[48], hit[16], ttft[48];
+        double quota = gs_num(m, "gpu_quota", 0);
+        if (quota > 0)
+            snprintf(res, sizeof res, "%.1f/%.1f", gs_num(m, "curr_resident_bytes", 0) / GS_MIB, quota / GS_MIB);
+        else
+            snprintf(res, sizeof res, "%.1f/-", gs_num(m, "curr_resident_bytes", 0) / GS_MIB);
+        double hits = gs_num(m, "total_hits", 0), misses = gs_num(m, "total_misses", 0);
+        if (hits + misses > 0)
+            snprintf(hit, sizeof hit, "%.1f%%", 100.0 * hits / (hits + misses));
+        else
+            snprintf(hit, sizeof hit, "-");
+        const json_t *hist = json_object_get(m, "hist_ttft_ms");
+        int have_ttft = hist ? gs_num(hist, "count", 0) > 0 : json_object_get(m, "ttft_ms_p50") != NULL;
+        if (have_ttft)
+            snprintf(ttft, sizeof ttft, "%.1f/%.1f", gs_num(m, "ttft_ms_p50", 0), gs_num(m, "ttft_ms_p99", 0));
+        else
+            snprintf(ttft, sizeof ttft, "-");
+        double ev = gs_num(m, "evictions_capacity", 0) + gs_num(m, "evictions_quota", 0) +
+                    gs_num(m, "evictions_admin", 0) + gs_num(m, "evictions_preemption", 0);
+        printf("%-*s  %-9s %18s %9.0f %9.0f %8s %6.0f %16s\n", w, name, gs_str(m, "state"), res,
+               gs_num(m, "total_page_ins", 0), ev, hit, gs_num(m, "curr_queued", 0), ttft);
+    }
+    const json_t *p = json_object_get(r, "pool");
+    double page = gs_num(p, "page_size", 0), used = gs_num(p, "curr_pool_used", 0),
+           fr = gs_num(p, "curr_pool_free", 0);
+    printf("pool: %.0f/%.0f pages used, %.0f free; %.1f MiB used, %.1f MiB free (%.0f KiB pages)\n", used,
+           gs_num(p, "curr_pool_pages", 0), fr, used * page / GS_MIB, fr * page / GS_MIB, page / 1024);
+}
+
+static int gs_cmd_stats(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (o->n_pos)
+        return gs_usage_error(cmd->name, "stats takes no arguments");
+    gs_conn_t c;
+    int rc = gs_conn_open(&c, o->admin_socket, "admin");
+    if (rc)
+        return rc;
+    int clear = o->watch && isatty(1);
+    for (long k = 0;; k++) {
+        proto_req_t req;
+        memset(&req, 0, sizeof req);
+        req.op = PROTO_OP_STATS;
+        gs_answer_t a;
+        rc = gs_conn_call(&c, &req, 0, NULL, NULL, &a);
+        if (rc)
+            break;
+        if (clear && !o->json)
+            fputs("\033[H\033[2J", stdout);
+        else if (k > 0 && !o->json)
+            putchar('\n');
+        rc = gs_answer_common(&a, o->json);
+        if (rc < 0 && !o->json)
+            gs_print_stats(a.ev.root);
+        fflush(stdout);
+        gs_answer_free(&a);
+        if (rc >= 0)
+            break;
+        rc = GS_EXIT_OK;
+        if (!o->watch || (o->count && k + 1 >= o->count))
+            break;
+        int w = gs_wait(-1, gs_now_ms() + (int64_t)(o->interval * 1000));
+        if (w == GS_LINE_SIGNAL) {
+            rc = 128 + gs_signal_take();
+            break;
+        }
+    }
+    gs_conn_close(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ admin ops */
+
+typedef struct gs_progress {
+    int tty;   /* stderr is a terminal: draw the bar */
+    int drawn; /* a bar is on screen */
+    const char *model;
+} gs_progress_t;
+
+static void gs_on_progress(const proto_event_t *ev, void *ctx)
+{
+    gs_progress_t *p = ctx;
+    if (!p->tty)
+        return;
+    double b = gs_num(ev->root, "bytes", 0), t = gs_num(ev->root, "total", 0);
+    double f = t > 0 ? b / t : 0;
+    if (f > 1)
+        f = 1;
+    char bar[31];
+    int fill = (int)(f * 30 + 0.5);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\r%s [%s] %3.0f%% %.1f/%.1f MiB", p->model, bar, f * 100, b / GS_MIB, t / GS_MIB);
+    fflush(stderr);
+    p->drawn = 1;
+}
+
+/* The model of load/evict/pin/unpin: -m MODEL or the one positional argument. */
+static int gs_model_arg(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (o->model && o->n_pos == 0)
+        return 0;
+    if (!o->model && o->n_pos == 1) {
+        o->model = o->pos[0];
+        return 0;
+    }
+    return gs_usage_error(cmd->name, "%s takes exactly one model", cmd->name);
+}
+
+static int gs_cmd_admin(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    proto_req_t req;
+    memset(&req, 0, sizeof req);
+    if (strcmp(cmd->name, "reload") == 0 || strcmp(cmd->name, "drain") == 0) {
+        if (o->n_pos)
+            return gs_usage_error(cmd->name, "%s takes no arguments", cmd->name);
+        req.op = cmd->name[0] == 'r' ? PROTO_OP_RELOAD : PROTO_OP_DRAIN;
+    } else {
+        if (gs_model_arg(cmd, o))
+            return GS_EXIT_USAGE;
+        req.model = (char *)o->model;
+        req.op = strcmp(cmd->name, "load") == 0    ? PROTO_OP_LOAD
+                 : strcmp(cmd->name, "evict") == 0 ? PROTO_OP_EVICT
+                 : strcmp(cmd->name, "pin") == 0   ? PROTO_OP_PIN
+                                                   : PROTO_OP_UNPIN;
+        req.stream = req.op == PROTO_OP_LOAD;
+    }
+    gs_conn_t c;
+    int rc = gs_conn_open(&c, o->admin_socket, "admin");
+    if (rc)
+        return rc;
+    gs_progress_t pr = {.tty = isatty(2), .model = o->model};
+    gs_answer_t a;
+    rc = gs_conn_call(&c, &req, 0, gs_on_progress, &pr, &a);
+    gs_conn_close(&c);
+    if (pr.drawn) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+    if (rc)
+        return rc;
+    rc = gs_answer_common(&a, o->json);
+    if (rc < 0) {
+        rc = GS_EXIT_OK;
+        const json_t *r = a.ev.root;
+        const char *model = json_string_value(json_object_get(r, "model"));
+        if (!model)
+            model = o->model;
+        if (o->json) {
+            /* printed already */
+        } else if (req.op == PROTO_OP_LOAD) {
+            printf("%s %s (%.1f MiB in %.1f ms)\n", model, gs_str(r, "state"), gs_num(r, "bytes", 0) / GS_MIB,
+                   gs_num(r, "swap_ms", 0));
+        } else if (req.op == PROTO_OP_EVICT) {
+            printf("%s evicted (%.1f MiB freed)\n", model, gs_num(r, "bytes_evicted", 0) / GS_MIB);
+        } else if (req.op == PROTO_OP_PIN || req.op == PROTO_OP_UNPIN) {
+            printf("%s %s\n", model, json_is_true(json_object_get(r, "pinned")) ? "pinned" : "unpinned");
+        } else if (req.op == PROTO_OP_RELOAD) {
+            char *ad = gs_join_names(json_object_get(r, "added"));
+            char *rm = gs_join_names(json_object_get(r, "removed"));
+            char *ch = gs_join_names(json_object_get(r, "changed"));
+            printf("reloaded: added %s; removed %s; changed %s\n", ad ? ad : "?", rm ? rm : "?", ch ? ch : "?");
+            free(ad);
+            free(rm);
+            free(ch);
+        } else {
+            printf("drained: %.0f requests completed during the drain; the daemon exits\n",
+                   gs_num(r, "completed", 0));
+        }
+    }
+    gs_answer_free(&a);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ help */
+
+#define GS_SAMPLING_HELP                                                                           \
+    "  -n, --max-tokens N     tokens to generate at most (default: the model's)\n"                \
+    "  --temperature, --temp F  0 = greedy (default 0.8)\n"                                      \
+    "  --top-k N              0 = off (default 40)\n"                                            \
+    "  --top-p F              (0, 1], 1 = off (default 0.95)\n"                                  \
+    "  --min-p F              [0, 1], 0 = off (default 0.05)\n"                                  \
+    "  --repeat-penalty F     > 0, 1 = off (default 1.0)\n"                                      \
+    "  --seed N               same request + seed + model = same tokens\n"                       \
+    "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n"
+
+static const gs_cmd_t gs_cmds[] = {
+    {"generate", gs_cmd_generate, S_MODEL | S_SAMPLING | S_VERBOSE, "complete a prompt, streaming tokens",
+     "usage: gpuswap generate -m MODEL [options] PROMPT...\n"
+     "       gpuswap generate -m MODEL [options] < prompt.txt\n"
+     "Streams the completion to stdout as it is generated, then a newline. The\n"
+     "words of PROMPT are joined with spaces; without PROMPT (or with '-') the\n"
+     "prompt is read from stdin. Ctrl-C cancels the request, prints what came so\n"
+     "far and exits 130.\n"
+     "  -m, --model MODEL      a configured model (see gpuswap models)\n" GS_SAMPLING_HELP
+     "  -v, --verbose          print token counts and timing to stderr\n"
+     "  --json                 print only the done event, one JSON line\n"},
+    {"chat", gs_cmd_chat, S_MODEL | S_SAMPLING | S_VERBOSE | S_SYSTEM, "chat with a model (reads stdin)",
+     "usage: gpuswap chat -m MODEL [--system TEXT] [options]\n"
+     "Reads one user message per line from stdin (a terminal or a pipe), sends\n"
+     "the whole conversation so far with the model's chat template, streams the\n"
+     "answer and keeps it in the history. '/exit' or end of input ends the chat,\n"
+     "'/reset' forgets the history. At a terminal, Ctrl-C stops the answer being\n"
+     "generated; at the prompt it exits 130. An error answer ends a piped chat\n"
+     "with exit 1; at a terminal the turn is dropped and the chat goes on.\n"
+     "  -m, --model MODEL      a configured model\n"
+     "  --system TEXT          a system message to start the conversation\n" GS_SAMPLING_HELP
+     "  -v, --verbose          print token counts and timing of each answer to stderr\n"
+     "  --json                 print each answer's done event as one JSON line\n"},
+    {"models", gs_cmd_models, 0, "list the configured models",
+     "usage: gpuswap models [--json]\n"
+     "Lists the configured models with their state (loading, host, partial,\n"
+     "resident, failed), architecture, weight type, parameters and context.\n"
+     "Uses the inference socket.\n"},
+    {"stats", gs_cmd_stats, S_WATCH, "paging and latency statistics",
+     "usage: gpuswap stats [--watch [-i SECONDS] [--count N]] [--json]\n"
+     "One row per model: state, resident/quota MiB ('-': no quota), page-ins,\n"
+     "evictions (all causes), hit rate (segment hits / lookups), queued requests,\n"
+     "time to first token p50/p99; then the device page pool.\n"
+     "  -w, --watch            refresh until interrupted (clears the screen on a terminal)\n"
+     "  -i, --interval SECONDS between refreshes (default 2; implies --watch)\n"
+     "  -c, --count N          stop after N refreshes (implies --watch)\n"
+     "  --json                 print the daemon's stats answer, one JSON line per refresh\n"},
+    {"load", gs_cmd_admin, S_MODEL, "page a model onto the device now",
+     "usage: gpuswap load MODEL [--json]\n"
+     "Pages MODEL's weights onto the device and waits until they are all there,\n"
+     "drawing a progress bar on stderr when it is a terminal; then prints\n"
+     "\"MODEL resident (N MiB in X ms)\". Ctrl-C stops waiting (the load goes on).\n"},
+    {"evict", gs_cmd_admin, S_MODEL, "unmap a model from the device",
+     "usage: gpuswap evict MODEL [--json]\n"
+     "Unmaps MODEL's weights from the device (the host copy stays). A pinned\n"
+     "model must be unpinned first.\n"},
+    {"pin", gs_cmd_admin, S_MODEL, "never evict a model",
+     "usage: gpuswap pin MODEL [--json]\n"
+     "Marks MODEL as never evicted (it does not page it in: use load).\n"},
+    {"unpin", gs_cmd_admin, S_MODEL, "allow evicting a model again",
+     "usage: gpuswap unpin MODEL [--json]\n"},
+    {"reload", gs_cmd_admin, 0, "re-read the daemon's configuration",
+     "usage: gpuswap reload [--json]\n"
+     "Re-reads the configuration file (as SIGHUP does) and prints the models\n"
+     "added, removed and changed. A bad file is an error; the old one stays.\n"},
+    {"drain", gs_cmd_admin, 0, "finish running requests and stop the daemon",
+     "usage: gpuswap drain [--json]\n"
+     "The daemon refuses new requests, finishes those in flight, answers with\n"
+     "how many completed, and exits with status 0.\n"},
+};
+#define GS_N_CMDS (sizeof gs_cmds / sizeof gs_cmds[0])
+
+static void gs_help(FILE *f)
+{
+    fputs("usage: gpuswap [--socket PATH] [--admin-socket PATH] COMMAND [options] [args]\n"
+          "The command-line client of gpuswapd.\n\nCommands:\n",
+          f);
+    for (size_t i = 0; i < GS_N_CMDS; i++)
+        fprintf(f, "  %-9s %s\n", gs_cmds[i].name, gs_cmds[i].summary);
+    fputs("\n'gpuswap COMMAND --help' describes a command. Options of every command:\n"
+          "  --socket PATH          inference socket (env GPUSWAP_SOCKET, default " GS_DEFAULT_SOCKET ")\n"
+          "  --admin-socket PATH    admin socket, for stats load evict pin unpin reload drain\n"
+          "                         (env GPUSWAP_ADMIN_SOCKET, default " GS_DEFAULT_ADMIN ")\n"
+          "  --json                 print the daemon's answer as one JSON line (errors too)\n"
+          "  -h, --help             this help\n"
+          "\nExit status:\n"
+          "  0    success\n"
+          "  1    the daemon answered an error (its code and message are printed on stderr)\n"
+          "  2    usage error\n"
+          "  3    cannot connect to the daemon, or the connection was lost\n"
+          "  130  interrupted (Ctrl-C; 143 for SIGTERM)\n",
+          f);
+}
+
+static void gs_cmd_help(FILE *f, const gs_cmd_t *c)
+{
+    fputs(c->help, f);
+    fputs("Options of every command: --socket PATH, --admin-socket PATH, --json, --help\n"
+          "(see gpuswap --help, which also lists the exit codes).\n",
+          f);
+}
+
+static const gs_cmd_t *gs_cmd_find(const char *name)
+{
+    for (size_t i = 0; i < GS_N_CMDS; i++)
+        if (strcmp(gs_cmds[i].name, name) == 0)
+            return &gs_cmds[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static const char *gs_env(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+int main(int argc, char **argv)
+{
+    gs_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.socket = gs_env("GPUSWAP_SOCKET", GS_DEFAULT_SOCKET);
+    o.admin_socket = gs_env("GPUSWAP_ADMIN_SOCKET", GS_DEFAULT_ADMIN);
+    o.interval = 2;
+    o.pos = calloc((size_t)argc + 1, sizeof *o.pos);
+    if (!o.pos) {
+        gs_err("out of memory");
+        return GS_EXIT_ERROR;
+    }
+    int rc;
+    int i = gs_opts_parse(NULL, &o, 0, argc, argv, 1, 1);
+    if (i < 0) {
+        rc = -i;
+        goto out;
+    }
+    if (i >= argc) {
+        if (o.help) {
+            gs_help(stdout);
+            rc = GS_EXIT_OK;
+        } else {
+            gs_help(stderr);
+            rc = GS_EXIT_USAGE;
+        }
+        goto out;
+    }
+    const char *name = argv[i];
+    if (strcmp(name, "help") == 0) {
+        const gs_cmd_t *c = i + 1 < argc ? gs_cmd_find(argv[i + 1]) : NULL;
+        if (i + 1 < argc && !c) {
+            rc = gs_usage_error(NULL, "unknown command '%s'", argv[i + 1]);
+            goto out;
+        }
+        if (c)
+            gs_cmd_help(stdout, c);
+        else
+            gs_help(stdout);
+        rc = GS_EXIT_OK;
+        goto out;
+    }
+    const gs_cmd_t *cmd = gs_cmd_find(name);
+    if (!cmd) {
+        rc = gs_usage_error(NULL, "unknown command '%s'", name);
+        goto out;
+    }
+    int help_first = o.help; /* gpuswap --help CMD */
+    o.help = 0;
+    i = gs_opts_parse(cmd->name, &o, cmd->opts, argc, argv, i + 1, 0);
+    if (i < 0) {
+        rc = -i;
+        goto out;
+    }
+    if (o.help || help_first) {
+        gs_cmd_help(stdout, cmd);
+        rc = GS_EXIT_OK;
+        goto out;
+    }
+    gs_signals_init();
+    rc = cmd->run(cmd, &o);
+out:
+    fflush(stdout);
+    free(o.pos);
+    return rc;
+}

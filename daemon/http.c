@@ -1,0 +1,1225 @@
+/* http: the OpenAI-compatible HTTP front end and /metrics, on libevent's evhttp in the loop thread. */
+#include "http.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "stats.h"
+
+#define HTTP_BUCKETS 256
+#define HTTP_MAX_HEADERS (64 * 1024) /* bytes of request headers */
+
+typedef enum hkind {
+    HK_NONE = 0,   /* answered locally (health, routing errors) */
+    HK_COMPLETION, /* POST /v1/completions */
+    HK_CHAT,       /* POST /v1/chat/completions */
+    HK_MODELS,     /* GET /v1/models */
+    HK_MODEL,      /* GET /v1/models/{id} */
+    HK_METRICS,    /* GET /metrics */
+} hkind_t;
+
+/* One HTTP request from arrival until its answer is written or its connection
+ * goes away; evhttp serves one request per connection at a time. */
+typedef struct hreq {
+    uint64_t conn;                 /* id in the server's space: the worker's routing key */
+    http_t *h;
+    struct evhttp_request *req;    /* owned by evhttp */
+    struct evhttp_connection *evcon;
+    struct event *closed;          /* EV_CLOSED on the socket while the worker has it; NULL if none */
+    hkind_t kind;
+    int stream;                    /* SSE answer */
+    int include_usage;             /* stream_options.include_usage */
+    int started;                   /* SSE headers sent */
+    int answered;                  /* final reply handed to evhttp: ignore further lines */
+    int submitted;                 /* the worker has (had) it: cancel on disconnect */
+    int status;                    /* status for the next error instead of the code's; 0 = by code */
+    char rid[64];                  /* "cmpl-..." / "chatcmpl-...": the OpenAI id and our request id */
+    char *model;                   /* requested model name (owned), NULL for non-inference */
+    time_t created;                /* unix seconds at arrival */
+    struct hreq *hnext;
+} hreq_t;
+
+struct http {
+    struct event_base *base;
+    const cfg_t *cfg;
+    wk_t *wk;
+    srv_t *srv;
+    struct evhttp *eh;
+    struct evhttp_bound_socket *bound;
+    hreq_t *buckets[HTTP_BUCKETS];
+    uint32_t salt;                 /* makes ids differ between daemon runs */
+    time_t t_start;                /* "created" of /v1/models entries */
+    int early_close;               /* the event backend reports peer close (EV_CLOSED) */
+    int freeing;                   /* in http_free: the worker is gone */
+};
+
+/* ------------------------------------------------------------------ request table */
+
+static hreq_t *hreq_find(http_t *h, uint64_t conn)
+{
+    for (hreq_t *r = h->buckets[conn % HTTP_BUCKETS]; r; r = r->hnext)
+        if (r->conn == conn)
+            return r;
+    return NULL;
+}
+
+static void disarm_closed(hreq_t *r)
+{
+    if (r->closed) {
+        event_free(r->closed);
+        r->closed = NULL;
+    }
+}
+
+/* Forgets r (evhttp keeps or frees the request itself). */
+static void hreq_free(hreq_t *r)
+{
+    http_t *h = r->h;
+    hreq_t **pp = &h->buckets[r->conn % HTTP_BUCKETS];
+    while (*pp && *pp != r)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = r->hnext;
+    disarm_closed(r);
+    if (r->evcon)
+        evhttp_connection_set_closecb(r->evcon, NULL, NULL);
+    free(r->model);
+    free(r);
+}
+
+/* The connection is going away before the answer was written. */
+static void on_conn_close(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    hreq_t *r = arg;
+    if (r->submitted && !r->answered && !r->h->freeing)
+        wk_cancel_conn(r->h->wk, r->conn);
+    /* after a network failure evhttp has let go of the request and leaves
+     * freeing it to us; otherwise it frees it with the connection */
+    if (!evhttp_request_get_connection(r->req))
+        evhttp_request_free(r->req);
+    r->evcon = NULL;
+    hreq_free(r);
+}
+
+/* evhttp wrote the whole answer. */
+static void on_complete(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    hreq_free(arg);
+}
+
+/* The peer closed while the worker was on it: drop the connection now (the
+ * close callback cancels) rather than at the next write. */
+static void on_peer_closed(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    hreq_t *r = arg;
+    struct evhttp_connection *evcon = r->evcon;
+    disarm_closed(r);
+    if (evcon)
+        evhttp_connection_free(evcon); /* calls on_conn_close, which frees r */
+}
+
+static void arm_closed(hreq_t *r)
+{
+    if (!r->h->early_close || r->closed || !r->evcon)
+        return;
+    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(r->evcon));
+    if (fd < 0)
+        return;
+    r->closed = event_new(r->h->base, fd, EV_CLOSED, on_peer_closed, r);
+    if (r->closed && event_add(r->closed, NULL) != 0)
+        disarm_closed(r);
+}
+
+static hreq_t *hreq_new(http_t *h, struct evhttp_request *req)
+{
+    hreq_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->h = h;
+    r->req = req;
+    r->evcon = evhttp_request_get_connection(req);
+    r->conn = srv_conn_id_new(h->srv);
+    r->created = time(NULL);
+    snprintf(r->rid, sizeof r->rid, "%08x%016llx", h->salt, (unsigned long long)r->conn);
+    r->hnext = h->buckets[r->conn % HTTP_BUCKETS];
+    h->buckets[r->conn % HTTP_BUCKETS] = r;
+    if (r->evcon)
+        evhttp_connection_set_closecb(r->evcon, on_conn_close, r);
+    evhttp_request_set_on_complete_cb(req, on_complete, r);
+    return r;
+}
+
+static size_t http_pending(void *ctx)
+{
+    http_t *h = ctx;
+    size_t n = 0;
+    for (int b = 0; b < HTTP_BUCKETS; b++)
+        for (hreq_t *r = h->buckets[b]; r; r = r->hnext)
+            if (r->evcon)
+                n += evbuffer_get_length(
+                    bufferevent_get_output(evhttp_connection_get_bufferevent(r->evcon)));
+    return n;
+}
+
+/* ------------------------------------------------------------------ replies */
+
+/* Sends body (stolen) as the whole answer; r may be freed by the time it returns. */
+static void reply_json(hreq_t *r, int status, json_t *body)
+{
+    struct evbuffer *buf = evbuffer_new();
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
+    evhttp_add_header(hd, "Content-Type", "application/json");
+    if (status == 429 || status == 503)
+        evhttp_add_header(hd, "Retry-After", "1");
+    if (buf && text) {
+        evbuffer_add(buf, text, strlen(text));
+        evbuffer_add(buf, "\n", 1);
+    } else
+        status = 500;
+    free(text);
+    r->answered = 1;
+    disarm_closed(r);
+    evhttp_send_reply(r->req, status, NULL, buf);
+    if (buf)
+        evbuffer_free(buf);
+}
+
+static void reply_text(hreq_t *r, int status, const char *ctype, struct evbuffer *buf)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(r->req), "Content-Type", ctype);
+    r->answered = 1;
+    disarm_closed(r);
+    evhttp_send_reply(r->req, status, NULL, buf);
+}
+
+static int status_of(proto_err_t code)
+{
+    switch (code) {
+    case PROTO_E_BAD_JSON:
+    case PROTO_E_BAD_REQUEST:
+    case PROTO_E_CONTEXT_OVERFLOW: return 400;
+    case PROTO_E_FORBIDDEN: return 403;
+    case PROTO_E_UNKNOWN_MODEL: return 404;
+    case PROTO_E_TOO_LARGE: return 413;
+    case PROTO_E_OVERLOADED: return 429;
+    case PROTO_E_CANCELLED:
+    case PROTO_E_SHUTTING_DOWN: return 503;
+    default: return 500;
+    }
+}
+
+static const char *type_of(int status)
+{
+    if (status == 429)
+        return "rate_limit_error";
+    if (status >= 500)
+        return "server_error";
+    return "invalid_request_error";
+}
+
+/* {"error":{"message","type","param":null,"code"}} */
+static json_t *error_body(int status, const char *code, const char *message)
+{
+    return json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message ? message : code,
+                     "type", type_of(status), "param", "code", code);
+}
+
+static void send_sse(hreq_t *r, json_t *obj /* stolen */)
+{
+    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    struct evbuffer *buf = evbuffer_new();
+    if (buf && text) {
+        evbuffer_add_printf(buf, "data: %s\n\n", text);
+        evhttp_send_reply_chunk(r->req, buf);
+    }
+    if (buf)
+        evbuffer_free(buf);
+    free(text);
+}
+
+/* Ends the event stream; r may be freed by the time it returns. */
+static void sse_end(hreq_t *r, int done)
+{
+    if (done) {
+        struct evbuffer *buf = evbuffer_new();
+        if (buf) {
+            evbuffer_add(buf, "data: [DONE]\n\n", 14);
+            evhttp_send_reply_chunk(r->req, buf);
+            evbuffer_free(buf);
+        }
+    }
+    r->answered = 1;
+    disarm_closed(r);
+    evhttp_send_reply_end(r->req);
+}
+
+/* The one way an HTTP error leaves: through the server's emitter (counted),
+ * which hands the encoded line back to http_line. status 0 = the code's. */
+static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->status = status;
+    srv_send_error(r->h->srv, r->conn, NULL, code, msg);
+}
+
+/* ------------------------------------------------------------------ completions: answers */
+
+static const char *finish_of(const char *reason)
+{
+    if (reason && strcmp(reason, "length") == 0)
+        return "length";
+    return "stop"; /* stop, eos, cancelled */
+}
+
+static json_t *chunk_new(hreq_t *r, json_t *choices /* stolen */)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->rid, "object",
+                     r->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)r->created, "model", r->model, "choices", choices);
+}
+
+/* One streamed choice: text NULL with finish set for the last one. */
+static json_t *chunk_choice(hreq_t *r, const char *text, const char *finish, int role)
+{
+    json_t *c = json_pack("{s:i, s:n}", "index", 0, "logprobs");
+    if (r->kind == HK_CHAT) {
+        json_t *delta = json_object();
+        if (role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (text)
+            json_object_set_new(delta, "content", json_string(text));
+        json_object_set_new(c, "delta", delta);
+    } else {
+        json_object_set_new(c, "text", json_string(text ? text : ""));
+    }
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return json_pack("[o]", c);
+}
+
+static void stream_start(hreq_t *r)
+{
+    if (r->started)
+        return;
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
+    evhttp_add_header(hd, "Content-Type", "text/event-stream");
+    evhttp_add_header(hd, "Cache-Control", "no-cache");
+    evhttp_send_reply_start(r->req, 200, "OK");
+    r->started = 1;
+    if (r->kind == HK_CHAT)
+        send_sse(r, chunk_new(r, chunk_choice(r, "", NULL, 1)));
+}
+
+static json_t *usage_of(const json_t *root)
+{
+    const json_t *u = json_object_get(root, "usage");
+    json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
+    json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", p, "completion_tokens", c, "total_tokens",
+                     p + c);
+}
+
+static void gen_token(hreq_t *r, const json_t *root)
+{
+    if (!r->stream)
+        return;
+    const char *text = json_string_value(json_object_get(root, "text"));
+    stream_start(r);
+    if (text && text[0])
+        send_sse(r, chunk_new(r, chunk_choice(r, text, NULL, 0)));
+}
+
+static void gen_done(hreq_t *r, const json_t *root)
+{
+    const char *finish = finish_of(json_string_value(json_object_get(root, "finish_reason")));
+    if (r->stream) {
+        stream_start(r);
+        send_sse(r, chunk_new(r, chunk_choice(r, NULL, finish, 0)));
+        if (r->include_usage) {
+            json_t *c = chunk_new(r, json_array());
+            json_object_set_new(c, "usage", usage_of(root));
+            send_sse(r, c);
+        }
+        sse_end(r, 1);
+        return;
+    }
+    const char *text = json_string_value(json_object_get(root, "text"));
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    if (r->kind == HK_CHAT)
+        json_object_set_new(choice, "message",
+                            json_pack("{s:s, s:s}", "role", "assistant", "content", text ? text : ""));
+    else
+        json_object_set_new(choice, "text", json_string(text ? text : ""));
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", json_string(finish));
+    reply_json(r, 200,
+               json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->rid, "object",
+                         r->kind == HK_CHAT ? "chat.completion" : "text_completion", "created",
+                         (json_int_t)r->created, "model", r->model, "choices", choice, "usage",
+                         usage_of(root)));
+}
+
+static void any_error(hreq_t *r, const json_t *root)
+{
+    const json_t *e = json_object_get(root, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    if (!code)
+        code = "internal";
+    int status = r->status ? r->status : status_of(proto_err_from_code(code));
+    if (r->started) {
+        send_sse(r, error_body(status, code, msg));
+        sse_end(r, 0);
+        return;
+    }
+    reply_json(r, status, error_body(status, code, msg));
+}
+
+/* ------------------------------------------------------------------ /v1/models, /metrics */
+
+static void models_ok(hreq_t *r, const json_t *root)
+{
+    json_t *data = json_array();
+    size_t i;
+    const json_t *m;
+    json_array_foreach(json_object_get(root, "models"), i, m)
+    {
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (!name)
+            continue;
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", name, "object", "model", "created",
+                              (json_int_t)r->h->t_start, "owned_by", "gpuswapd");
+        const json_t *ctx = json_object_get(m, "context");
+        if (json_is_integer(ctx))
+            json_object_set_new(o, "context_length", json_integer(json_integer_value(ctx)));
+        if (r->kind == HK_MODEL && strcmp(name, r->model) == 0) {
+            json_decref(data);
+            reply_json(r, 200, o);
+            return;
+        }
+        json_array_append_new(data, o);
+    }
+    if (r->kind == HK_MODEL) {
+        json_decref(data);
+        http_fail(r, 0, PROTO_E_UNKNOWN_MODEL, "no model '%s'", r->model);
+        return;
+    }
+    reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+/* Prometheus label value: backslash, double quote and newline escaped. */
+static void prom_escape(struct evbuffer *b, const char *v)
+{
+    for (const char *p = v ? v : ""; *p; p++) {
+        if (*p == '\\')
+            evbuffer_add(b, "\\\\", 2);
+        else if (*p == '"')
+            evbuffer_add(b, "\\\"", 2);
+        else if (*p == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, p, 1);
+    }
+}
+
+/* # HELP / # TYPE; help text escapes backslash and newline. */
+static void prom_family(struct evbuffer *b, const char *name, const char *type, const char *help,
+                        const char *help_tail)
+{
+    evbuffer_add_printf(b, "# HELP gpuswapd_%s ", name);
+    for (const char *p = help; *p; p++) {
+        if (*p == '\\')
+            evbuffer_add(b, "\\\\", 2);
+        else if (*p == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, p, 1);
+    }
+    evbuffer_add_printf(b, "%s\n# TYPE gpuswapd_%s %s\n", help_tail ? help_tail : "", name, type);
+}
+
+/* gpuswapd_<name>{model="..",<k>="<v>"} value; model/k NULL = no such label. */
+static void prom_sample(struct evbuffer *b, const char *name, const char *model, const char *k,
+                        const char *v, double value)
+{
+    evbuffer_add_printf(b, "gpuswapd_%s", name);
+    if (model || k) {
+        evbuffer_add(b, "{", 1);
+        if (model) {
+            evbuffer_add(b, "model=\"", 7);
+            prom_escape(b, model);
+            evbuffer_add(b, "\"", 1);
+        }
+        if (k) {
+            evbuffer_add_printf(b, "%s%s=\"", model ? "," : "", k);
+            prom_escape(b, v);
+            evbuffer_add(b, "\"", 1);
+        }
+        evbuffer_add(b, "}", 1);
+    }
+    if (value < 9e15 && value > -9e15 && value == (double)(long long)value)
+        evbuffer_add_printf(b, " %lld\n", (long long)value);
+    else
+        evbuffer_add_printf(b, " %.9g\n", value);
+}
+
+typedef struct prom_def {
+    const char *key;  /* field of the stats report */
+    const char *help;
+} prom_def_t;
+
+#define PROM_DEF(name, help) {#name, help},
+static const prom_def_t prom_model_stats[] = {
+    STATS_SVC_COUNTERS(PROM_DEF) STATS_RES_COUNTERS(PROM_DEF) STATS_RES_GAUGES(PROM_DEF)};
+static const prom_def_t prom_server_stats[] = {STATS_SERVER_COUNTERS(PROM_DEF)};
+#undef PROM_DEF
+
+/* Report fields that are not in the X-macro lists. */
+static const prom_def_t prom_model_extra[] = {
+    {"curr_queued", "requests waiting in the model's queue"},
+    {"curr_active", "sequences in the model's running batch"},
+    {"gpu_quota", "configured gpu_quota (weights + KV cache), bytes; 0 = none"},
+    {"weight_bytes", "bytes of the model's weights"},
+};
+
+static const struct {
+    const char *key, *name, *help;
+} prom_hists[] = {
+    {"hist_ttft_ms", "ttft_seconds", "time from receiving a request to its first token"},
+    {"hist_queue_ms", "queue_seconds", "time a request waited for its first step, swap-in excluded"},
+    {"hist_swap_ms", "swap_in_seconds", "time a step waited for the model's weights to page in"},
+};
+
+/* Stats key -> metric name and kind: total_x -> x_total (counter; x_ns ->
+ * x_seconds_total, scaled), curr_x -> x (gauge), other keys gauges as
+ * named, bytes-valued ones with a _bytes unit. 1 for a counter. */
+static int prom_name(const char *key, char *out, size_t n, double *scale)
+{
+    *scale = 1;
+    if (strncmp(key, "total_", 6) == 0) {
+        const char *base = key + 6;
+        size_t l = strlen(base);
+        if (l > 3 && strcmp(base + l - 3, "_ns") == 0) {
+            snprintf(out, n, "%.*s_seconds_total", (int)(l - 3), base);
+            *scale = 1e-9;
+        } else {
+            snprintf(out, n, "%s_total", base);
+        }
+        return 1;
+    }
+    if (strncmp(key, "curr_", 5) == 0)
+        snprintf(out, n, "%s", key + 5);
+    else if (strcmp(key, "gpu_quota") == 0)
+        snprintf(out, n, "gpu_quota_bytes");
+    else
+        snprintf(out, n, "%s", key);
+    return 0;
+}
+
+static void prom_model_family(struct evbuffer *b, const json_t *models, const prom_def_t *d)
+{
+    char name[128];
+    double scale;
+    int counter = prom_name(d->key, name, sizeof name, &scale);
+    size_t hl = strlen(d->help);
+    int ns = scale != 1 && hl > 4 && strcmp(d->help + hl - 4, ", ns") == 0;
+    char help[256];
+    snprintf(help, sizeof help, "%.*s", ns ? (int)(hl - 4) : (int)hl, d->help);
+    prom_family(b, name, counter ? "counter" : "gauge", help, ns ? ", seconds" : NULL);
+    const char *model;
+    const json_t *m;
+    json_object_foreach((json_t *)models, model, m)
+    {
+        const json_t *v = json_object_get(m, d->key);
+        if (json_is_number(v))
+            prom_sample(b, name, model, NULL, NULL, json_number_value(v) * scale);
+    }
+}
+
+static void prom_hist(struct evbuffer *b, const json_t *models, int k)
+{
+    prom_family(b, prom_hists[k].name, "histogram", prom_hists[k].help, NULL);
+    char bucket[96], le[32];
+    snprintf(bucket, sizeof bucket, "%s_bucket", prom_hists[k].name);
+    const char *model;
+    const json_t *m;
+    json_object_foreach((json_t *)models, model, m)
+    {
+        const json_t *h = json_object_get(m, prom_hists[k].key);
+        const json_t *bs = json_object_get(h, "buckets");
+        if (!json_is_array(bs))
+            continue;
+        uint64_t acc = 0;
+        /* the last bucket also holds everything above its bound: only +Inf says it */
+        for (size_t i = 0; i + 1 < json_array_size(bs) && i + 1 < STATS_HIST_BUCKETS; i++) {
+            acc += (uint64_t)json_integer_value(json_array_get(bs, i));
+            snprintf(le, sizeof le, "%.6g", stats_hist_bound((int)i) / 1e3);
+            prom_sample(b, bucket, model, "le", le, (double)acc);
+        }
+        uint64_t count = (uint64_t)json_integer_value(json_object_get(h, "count"));
+        prom_sample(b, bucket, model, "le", "+Inf", (double)count);
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s_sum", prom_hists[k].name);
+        prom_sample(b, nm, model, NULL, NULL, json_number_value(json_object_get(h, "sum_ms")) / 1e3);
+        snprintf(nm, sizeof nm, "%s_count", prom_hists[k].name);
+        prom_sample(b, nm, model, NULL, NULL, (double)count);
+    }
+}
+
+/* The stats report as Prometheus text exposition 0.0.4. */
+static void prom_render(struct evbuffer *b, const json_t *rep)
+{
+    const json_t *models = json_object_get(rep, "models");
+    const json_t *pool = json_object_get(rep, "pool");
+    const json_t *server = json_object_get(rep, "server");
+    const char *model;
+    const json_t *m;
+
+    prom_family(b, "info", "gauge", "the daemon's backend and scheduling policy (always 1)", NULL);
+    evbuffer_add(b, "gpuswapd_info{backend=\"", 23);
+    prom_escape(b, json_string_value(json_object_get(rep, "backend")));
+    evbuffer_add(b, "\",policy=\"", 10);
+    prom_escape(b, json_string_value(json_object_get(rep, "policy")));
+    evbuffer_add(b, "\"} 1\n", 5);
+    prom_family(b, "uptime_seconds", "gauge", "seconds since the daemon started", NULL);
+    prom_sample(b, "uptime_seconds", NULL, NULL, NULL,
+                json_number_value(json_object_get(rep, "uptime_s")));
+
+    prom_family(b, "pool_pages", "gauge", "device pool pages, by state", NULL);
+    prom_sample(b, "pool_pages", NULL, "state", "used",
+                json_number_value(json_object_get(pool, "curr_pool_used")));
+    prom_sample(b, "pool_pages", NULL, "state", "free",
+                json_number_value(json_object_get(pool, "curr_pool_free")));
+    prom_family(b, "pool_page_size_bytes", "gauge", "bytes per device pool page", NULL);
+    prom_sample(b, "pool_page_size_bytes", NULL, NULL, NULL,
+                json_number_value(json_object_get(pool, "page_size")));
+
+    int evictions_done = 0;
+    for (size_t i = 0; i < sizeof prom_model_stats / sizeof *prom_model_stats; i++) {
+        const prom_def_t *d = &prom_model_stats[i];
+        if (strncmp(d->key, "evictions_", 10) != 0) {
+            prom_model_family(b, models, d);
+            continue;
+        }
+        /* evictions_<cause>: one family, the cause a label */
+        if (evictions_done++)
+            continue;
+        prom_family(b, "evictions_total", "counter", "segments evicted from the device, by cause",
+                    NULL);
+        for (size_t j = i; j < sizeof prom_model_stats / sizeof *prom_model_stats; j++) {
+            const char *key = prom_model_stats[j].key;
+            if (strncmp(key, "evictions_", 10) != 0)
+                continue;
+            json_object_foreach((json_t *)models, model, m)
+            {
+                const json_t *v = json_object_get(m, key);
+                if (json_is_number(v))
+                    prom_sample(b, "evictions_total", model, "cause", key + 10, json_number_value(v));
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof prom_model_extra / sizeof *prom_model_extra; i++)
+        prom_model_family(b, models, &prom_model_extra[i]);
+
+    static const char *states[] = {"loading", "host", "partial", "resident", "failed"};
+    prom_family(b, "model_state", "gauge", "1 for the model's current state, else 0", NULL);
+    json_object_foreach((json_t *)models, model, m)
+    {
+        const char *st = json_string_value(json_object_get(m, "state"));
+        for (size_t s = 0; s < sizeof states / sizeof *states; s++)
+            prom_sample(b, "model_state", model, "state", states[s],
+                        st && strcmp(st, states[s]) == 0);
+    }
+    for (int k = 0; k < (int)(sizeof prom_hists / sizeof *prom_hists); k++)
+        prom_hist(b, models, k);
+
+    for (size_t i = 0; i < sizeof prom_server_stats / sizeof *prom_server_stats; i++) {
+        const prom_def_t *d = &prom_server_stats[i];
+        if (strcmp(d->key, "total_errors") == 0) {
+            /* by code: total_errors_<code> */
+            prom_family(b, "errors_total", "counter", "error answers sent, by code", NULL);
+            for (int e = 1; e < PROTO_E_COUNT; e++) {
+                char key[64];
+                snprintf(key, sizeof key, "total_errors_%s", proto_err_code((proto_err_t)e));
+                const json_t *v = json_object_get(server, key);
+                if (json_is_number(v))
+                    prom_sample(b, "errors_total", NULL, "code", proto_err_code((proto_err_t)e),
+                                json_number_value(v));
+            }
+            continue;
+        }
+        char name[128];
+        double scale;
+        int counter = prom_name(d->key, name, sizeof name, &scale);
+        prom_family(b, name, counter ? "counter" : "gauge", d->help, NULL);
+        prom_sample(b, name, NULL, NULL, NULL,
+                    json_number_value(json_object_get(server, d->key)) * scale);
+    }
+}
+
+static void metrics_ok(hreq_t *r, const json_t *root)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    prom_render(b, root);
+    reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+/* ------------------------------------------------------------------ answers from the worker */
+
+/* Every line for one of our ids: worker answers and srv_send_error's. */
+static void http_line(void *ctx, uint64_t conn, char *line)
+{
+    http_t *h = ctx;
+    hreq_t *r = hreq_find(h, conn);
+    if (!r || r->answered) {
+        free(line);
+        return;
+    }
+    size_t len = strlen(line);
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+        len--;
+    proto_event_t ev;
+    char err[256];
+    if (proto_parse_event(line, len, &ev, err, sizeof err)) {
+        free(line);
+        http_fail(r, 0, PROTO_E_INTERNAL, "unreadable answer from the worker: %s", err);
+        return;
+    }
+    free(line);
+    switch (ev.kind) {
+    case PROTO_EV_ERROR: any_error(r, ev.root); break;
+    case PROTO_EV_TOKEN:
+        if (r->kind == HK_COMPLETION || r->kind == HK_CHAT)
+            gen_token(r, ev.root);
+        break;
+    case PROTO_EV_DONE:
+        if (r->kind == HK_COMPLETION || r->kind == HK_CHAT)
+            gen_done(r, ev.root);
+        break;
+    case PROTO_EV_OK:
+        if (r->kind == HK_MODELS || r->kind == HK_MODEL)
+            models_ok(r, ev.root);
+        else if (r->kind == HK_METRICS)
+            metrics_ok(r, ev.root);
+        break;
+    case PROTO_EV_PROGRESS: break;
+    }
+    proto_event_free(&ev);
+}
+
+/* ------------------------------------------------------------------ completions: requests */
+
+/* null, false, 0, "", [] and {}: the value of an OpenAI option that is off. */
+static int is_off(const json_t *v)
+{
+    return !v || json_is_null(v) || json_is_false(v) ||
+           (json_is_number(v) && json_number_value(v) == 0) ||
+           (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+enum { OP_CMPL = 1, OP_CHAT = 2, OP_BOTH = 3 };
+
+typedef enum fkind {
+    F_COPY = 1,   /* copied under `as` (null = absent), validated by the codec */
+    F_IGNORE,     /* accepted and ignored */
+    F_OFF,        /* accepted while off (is_off), else not supported */
+    F_ONE,        /* n, best_of: null or 1 */
+    F_PROMPT,
+    F_MESSAGES,
+    F_STREAM_OPTIONS,
+    F_RESPONSE_FORMAT,
+    F_TOOL_CHOICE,
+} fkind_t;
+
+static const struct {
+    const char *name, *as;
+    fkind_t kind;
+    int ops;
+} http_fields[] = {
+    {"model", "model", F_COPY, OP_BOTH},
+    {"prompt", NULL, F_PROMPT, OP_CMPL},
+    {"messages", NULL, F_MESSAGES, OP_CHAT},
+    {"max_tokens", "max_tokens", F_COPY, OP_BOTH},
+    {"max_completion_tokens", "max_tokens", F_COPY, OP_CHAT},
+    {"temperature", "temperature", F_COPY, OP_BOTH},
+    {"top_p", "top_p", F_COPY, OP_BOTH},
+    {"top_k", "top_k", F_COPY, OP_BOTH},
+    {"min_p", "min_p", F_COPY, OP_BOTH},
+    {"repeat_penalty", "repeat_penalty", F_COPY, OP_BOTH},
+    {"repetition_penalty", "repeat_penalty", F_COPY, OP_BOTH},
+    {"seed", "seed", F_COPY, OP_BOTH},
+    {"stop", "stop", F_COPY, OP_BOTH},
+    {"stream", "stream", F_COPY, OP_BOTH},
+    {"stream_options", NULL, F_STREAM_OPTIONS, OP_BOTH},
+    {"n", NULL, F_ONE, OP_BOTH},
+    {"best_of", NULL, F_ONE, OP_CMPL},
+    {"user", NULL, F_IGNORE, OP_BOTH},
+    {"store", NULL, F_IGNORE, OP_CHAT},
+    {"metadata", NULL, F_IGNORE, OP_CHAT},
+    {"service_tier", NULL, F_IGNORE, OP_BOTH},
+    {"parallel_tool_calls", NULL, F_IGNORE, OP_CHAT},
+    {"echo", NULL, F_OFF, OP_CMPL},
+    {"suffix", NULL, F_OFF, OP_CMPL},
+    {"logprobs", NULL, F_OFF, OP_BOTH},
+    {"top_logprobs", NULL, F_OFF, OP_CHAT},
+    {"frequency_penalty", NULL, F_OFF, OP_BOTH},
+    {"presence_penalty", NULL, F_OFF, OP_BOTH},
+    {"logit_bias", NULL, F_OFF, OP_BOTH},
+    {"tools", NULL, F_OFF, OP_CHAT},
+    {"functions", NULL, F_OFF, OP_CHAT},
+    {"tool_choice", NULL, F_TOOL_CHOICE, OP_CHAT},
+    {"function_call", NULL, F_TOOL_CHOICE, OP_CHAT},
+    {"response_format", NULL, F_RESPONSE_FORMAT, OP_CHAT},
+};
+
+/* OpenAI's prompt: a string, an array of one string, token ids, or an array
+ * of one array of token ids. 0, or -1 with the reason in err. */
+static int map_prompt(json_t *out, json_t *v, char *err, size_t errlen)
+{
+    if (!json_is_array(v)) {
+        json_object_set(out, "prompt", v); /* a string, or the codec names the type */
+        return 0;
+    }
+    size_t n = json_array_size(v);
+    if (n == 0) {
+        snprintf(err, errlen, "field 'prompt' is an empty array");
+        return -1;
+    }
+    int all_ints = 1;
+    for (size_t i = 0; i < n; i++)
+        all_ints &= json_is_integer(json_array_get(v, i));
+    if (all_ints) {
+        json_object_set(out, "tokens", v);
+        return 0;
+    }
+    if (n > 1) {
+        snprintf(err, errlen, "field 'prompt' holds %zu prompts: one per request is supported", n);
+        return -1;
+    }
+    json_t *one = json_array_get(v, 0);
+    if (json_is_array(one))
+        json_object_set(out, "tokens", one);
+    else
+        json_object_set(out, "prompt", one);
+    return 0;
+}
+
+/* A message's content: a string, null (""), or text parts joined by '\n'. */
+static json_t *map_content(size_t i, const json_t *c, char *err, size_t errlen)
+{
+    if (!c || json_is_null(c))
+        return json_string("");
+    if (!json_is_array(c))
+        return json_incref((json_t *)c); /* a string, or the codec names the type */
+    size_t len = 0, k;
+    const json_t *part;
+    json_array_foreach(c, k, part)
+    {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const json_t *text = json_object_get(part, "text");
+        if (!type || strcmp(type, "text") != 0 || !json_is_string(text)) {
+            snprintf(err, errlen, "messages[%zu].content[%zu]: only {\"type\":\"text\",\"text\":...} "
+                     "parts are supported", i, k);
+            return NULL;
+        }
+        len += json_string_length(text) + 1;
+    }
+    char *s = malloc(len + 1), *p = s;
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    json_array_foreach(c, k, part)
+    {
+        const json_t *text = json_object_get(part, "text");
+        if (k)
+            *p++ = '\n';
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    json_t *out = json_stringn(s, (size_t)(p - s));
+    free(s);
+    if (!out)
+        snprintf(err, errlen, "messages[%zu].content is not valid UTF-8", i);
+    return out;
+}
+
+static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
+{
+    if (!json_is_array(v)) {
+        json_object_set(out, "messages", v);
+        return 0;
+    }
+    json_t *arr = json_array();
+    json_object_set_new(out, "messages", arr);
+    size_t i;
+    json_t *m;
+    json_array_foreach(v, i, m)
+    {
+        if (!json_is_object(m)) {
+            json_array_append(arr, m); /* the codec names the type */
+            continue;
+        }
+        json_t *o = json_object();
+        json_array_append_new(arr, o);
+        const char *key;
+        json_t *x;
+        json_object_foreach(m, key, x)
+        {
+            if (strcmp(key, "role") == 0) {
+                const char *role = json_string_value(x);
+                json_object_set_new(o, "role", role && strcmp(role, "developer") == 0
+                                                   ? json_string("system")
+                                                   : json_incref(x));
+            } else if (strcmp(key, "content") == 0) {
+                json_t *c = map_content(i, x, err, errlen);
+                if (!c)
+                    return -1;
+                json_object_set_new(o, "content", c);
+            } else if (strcmp(key, "name") == 0) {
+                /* ignored */
+            } else if ((strcmp(key, "tool_calls") == 0 || strcmp(key, "refusal") == 0 ||
+                        strcmp(key, "function_call") == 0) && is_off(x)) {
+                /* off */
+            } else {
+                snprintf(err, errlen, "messages[%zu]: field '%s' is not supported", i, key);
+                return -1;
+            }
+        }
+        if (!json_object_get(o, "content") && json_object_get(o, "role"))
+            json_object_set_new(o, "content", json_string(""));
+    }
+    return 0;
+}
+
+/* Translates an OpenAI body into our request object (new reference), or NULL
+ * with the reason in err. */
+static json_t *map_request(hreq_t *r, json_t *body, char *err, size_t errlen)
+{
+    int op = r->kind == HK_CHAT ? OP_CHAT : OP_CMPL;
+    json_t *out = json_pack("{s:s, s:s}", "op", op == OP_CHAT ? "chat" : "generate", "id", r->rid);
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        size_t f = 0, nf = sizeof http_fields / sizeof *http_fields;
+        while (f < nf && !((http_fields[f].ops & op) && strcmp(http_fields[f].name, key) == 0))
+            f++;
+        if (f == nf) {
+            snprintf(err, errlen, "unknown field '%s'", key);
+            goto fail;
+        }
+        switch (http_fields[f].kind) {
+        case F_COPY:
+            if (!json_is_null(v))
+                json_object_set(out, http_fields[f].as, v);
+            break;
+        case F_IGNORE: break;
+        case F_OFF:
+            if (!is_off(v)) {
+                snprintf(err, errlen, "field '%s' is not supported (only its default, off)", key);
+                goto fail;
+            }
+            break;
+        case F_ONE:
+            if (json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1))
+                break;
+            if (json_is_integer(v) && json_integer_value(v) > 1)
+                snprintf(err, errlen, "%s > 1 is not supported: one choice per request", key);
+            else
+                snprintf(err, errlen, "field '%s' must be a positive integer", key);
+            goto fail;
+        case F_PROMPT:
+            if (!json_is_null(v) && map_prompt(out, v, err, errlen))
+                goto fail;
+            break;
+        case F_MESSAGES:
+            if (!json_is_null(v) && map_messages(out, v, err, errlen))
+                goto fail;
+            break;
+        case F_STREAM_OPTIONS:
+            if (json_is_object(v))
+                r->include_usage = json_is_true(json_object_get(v, "include_usage"));
+            else if (!json_is_null(v)) {
+                snprintf(err, errlen, "field 'stream_options' must be an object");
+                goto fail;
+            }
+            break;
+        case F_RESPONSE_FORMAT: {
+            const char *t = json_string_value(json_object_get(v, "type"));
+            if (!is_off(v) && !(t && strcmp(t, "text") == 0)) {
+                snprintf(err, errlen, "field 'response_format' is not supported (only text)");
+                goto fail;
+            }
+            break;
+        }
+        case F_TOOL_CHOICE: {
+            const char *t = json_string_value(v);
+            if (!is_off(v) && !(t && strcmp(t, "none") == 0)) {
+                snprintf(err, errlen, "field '%s' is not supported (no tools)", key);
+                goto fail;
+            }
+            break;
+        }
+        }
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+static void do_generate(hreq_t *r)
+{
+    http_t *h = r->h;
+    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+    size_t len = evbuffer_get_length(in);
+    if (len > h->cfg->listen.max_line) {
+        http_fail(r, 0, PROTO_E_TOO_LARGE, "request body of %zu bytes is longer than %llu", len,
+                  (unsigned long long)h->cfg->listen.max_line);
+        return;
+    }
+    const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    json_error_t je;
+    json_t *body = len ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (!body) {
+        if (len)
+            http_fail(r, 0, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position, je.text);
+        else
+            http_fail(r, 0, PROTO_E_BAD_JSON, "empty request body");
+        return;
+    }
+    if (!json_is_object(body)) {
+        json_decref(body);
+        http_fail(r, 0, PROTO_E_BAD_REQUEST, "the request body must be a JSON object");
+        return;
+    }
+    char err[512];
+    json_t *mapped = map_request(r, body, err, sizeof err);
+    json_decref(body);
+    if (!mapped) {
+        http_fail(r, 0, PROTO_E_BAD_REQUEST, "%s", err);
+        return;
+    }
+    /* the socket's codec validates the rest and words the errors */
+    char *line = json_dumps(mapped, JSON_COMPACT);
+    json_decref(mapped);
+    if (!line) {
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    proto_req_t req;
+    json_t *id = NULL;
+    int rc = proto_parse_request(line, strlen(line), 0, &req, &id, err, sizeof err);
+    free(line);
+    json_decref(id);
+    if (rc < 0) {
+        http_fail(r, 0, (proto_err_t)-rc, "%s", err);
+        return;
+    }
+    r->stream = req.stream;
+    r->model = strdup(req.model ? req.model : "");
+    if (!r->model) {
+        proto_req_free(&req);
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    if (wk_draining(h->wk)) {
+        proto_req_free(&req);
+        http_fail(r, 0, PROTO_E_SHUTTING_DOWN,
+                  "the daemon is shutting down and accepts no new requests");
+        return;
+    }
+    r->submitted = 1;
+    arm_closed(r);
+    wk_submit(h->wk, r->conn, 0, &req);
+}
+
+/* models (inference op) and stats (admin op) go to the worker as such. */
+static void do_worker_op(hreq_t *r, proto_op_t op, int admin)
+{
+    proto_req_t req = {.op = op, .id = json_string(r->rid)};
+    r->submitted = 1;
+    wk_submit(r->h->wk, r->conn, admin, &req);
+}
+
+/* ------------------------------------------------------------------ routing */
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    http_t *h = arg;
+    hreq_t *r = hreq_new(h, req);
+    if (!r) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    if (!path || !path[0])
+        path = "/";
+    int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD, post = cmd == EVHTTP_REQ_POST;
+    int want_post = 0;
+    hkind_t kind = HK_NONE;
+    if (strcmp(path, "/v1/completions") == 0) {
+        kind = HK_COMPLETION;
+        want_post = 1;
+    } else if (strcmp(path, "/v1/chat/completions") == 0) {
+        kind = HK_CHAT;
+        want_post = 1;
+    } else if (strcmp(path, "/v1/models") == 0) {
+        kind = HK_MODELS;
+    } else if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
+        kind = HK_MODEL;
+    } else if (strcmp(path, "/metrics") == 0) {
+        kind = HK_METRICS;
+    } else if (strcmp(path, "/health") != 0) {
+        http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
+        return;
+    }
+    if (want_post ? !post : !get) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          want_post ? "POST" : "GET, HEAD");
+        http_fail(r, 405, PROTO_E_BAD_REQUEST, "%s takes %s only", path,
+                  want_post ? "POST" : "GET");
+        return;
+    }
+    r->kind = kind;
+    switch (kind) {
+    case HK_NONE: { /* /health */
+        int draining = wk_draining(h->wk);
+        reply_json(r, draining ? 503 : 200,
+                   json_pack("{s:s}", "status", draining ? "draining" : "ok"));
+        return;
+    }
+    case HK_COMPLETION:
+    case HK_CHAT:
+        snprintf(r->rid, sizeof r->rid, "%s-%08x%016llx", kind == HK_CHAT ? "chatcmpl" : "cmpl",
+                 h->salt, (unsigned long long)r->conn);
+        do_generate(r);
+        return;
+    case HK_MODEL: {
+        char *name = evhttp_uridecode(path + 11, 0, NULL);
+        r->model = name ? strdup(name) : NULL;
+        free(name);
+        if (!r->model) {
+            http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+            return;
+        }
+        do_worker_op(r, PROTO_OP_MODELS, 0);
+        return;
+    }
+    case HK_MODELS: do_worker_op(r, PROTO_OP_MODELS, 0); return;
+    case HK_METRICS: do_worker_op(r, PROTO_OP_STATS, 1); return;
+    }
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv, char *err,
+                 size_t errlen)
+{
+    http_t *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->base = base;
+    h->cfg = cfg;
+    h->wk = wk;
+    h->srv = srv;
+    h->t_start = time(NULL);
+    h->salt = (uint32_t)(h->t_start * 2654435761u) ^ (uint32_t)getpid();
+    h->early_close = (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) != 0;
+    const char *hp = cfg->listen.http;
+    const char *colon = hp ? strrchr(hp, ':') : NULL;
+    char host[256];
+    char *end = NULL;
+    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || !end || *end ||
+        port > 65535) {
+        snprintf(err, errlen, "listen.http: bad host:port '%s'", hp ? hp : "");
+        goto fail;
+    }
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = 0;
+    if (host[0] == '[' && colon[-1] == ']') { /* [::1]:8400 */
+        memmove(host, host + 1, strlen(host) - 2);
+        host[strlen(host) - 2] = 0;
+    }
+    h->eh = evhttp_new(base);
+    if (!h->eh) {
+        snprintf(err, errlen, "listen.http: cannot create the HTTP server");
+        goto fail;
+    }
+    /* bodies up to 2 x max_line are read and answered with our 413; past that
+     * evhttp reads (and drops) the rest before answering 413 itself */
+    uint64_t cap = cfg->listen.max_line * 2;
+    evhttp_set_max_body_size(h->eh, cap > (uint64_t)INT64_MAX ? -1 : (ev_ssize_t)cap);
+    evhttp_set_max_headers_size(h->eh, HTTP_MAX_HEADERS);
+    evhttp_set_flags(h->eh, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(h->eh, on_request, h);
+    errno = 0;
+    h->bound = evhttp_bind_socket_with_handle(h->eh, host, (ev_uint16_t)port);
+    if (!h->bound) {
+        snprintf(err, errlen, "listen.http: cannot listen on %s: %s", hp,
+                 errno ? strerror(errno) : "bind failed");
+        goto fail;
+    }
+    srv_foreign_t f = {.line = http_line, .pending = http_pending, .ctx = h};
+    srv_set_foreign(srv, &f);
+    return h;
+fail:
+    http_free(h);
+    return NULL;
+}
+
+void http_free(http_t *h)
+{
+    if (!h)
+        return;
+    h->freeing = 1;
+    if (h->srv)
+        srv_set_foreign(h->srv, NULL);
+    /* frees every connection: their close callbacks forget our requests */
+    if (h->eh)
+        evhttp_free(h->eh);
+    for (int b = 0; b < HTTP_BUCKETS; b++)
+        while (h->buckets[b]) {
+            h->buckets[b]->evcon = NULL; /* gone with evhttp */
+            hreq_free(h->buckets[b]);
+        }
+    free(h);
+}

@@ -1,0 +1,78 @@
+/* http: the OpenAI-compatible HTTP front end and /metrics, on libevent's evhttp in the loop thread. */
+#ifndef HTTP_H
+#define HTTP_H
+
+#include <event2/event.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "server.h"
+#include "worker.h"
+
+/*
+ * Enabled only when the config sets listen.http ("host:port"; bind loopback,
+ * e.g. 127.0.0.1:8400 — there is no authentication). Routes:
+ *
+ *   POST /v1/completions        model, prompt (a string, an array of one
+ *                               string, or token ids), max_tokens,
+ *                               temperature, top_p, stop, seed, stream,
+ *                               stream_options.include_usage; extensions
+ *                               top_k, min_p, repeat_penalty (alias
+ *                               repetition_penalty)
+ *   POST /v1/chat/completions   the same with messages (content a string or
+ *                               text parts; role developer = system) and
+ *                               max_completion_tokens (alias of max_tokens)
+ *   GET  /v1/models, /v1/models/{id}
+ *   GET  /health                200 {"status":"ok"}; 503 {"status":"draining"}
+ *   GET  /metrics               Prometheus text 0.0.4, rendered from the
+ *                               worker's one stats report (admin `stats`)
+ *
+ * Each HTTP request is translated into a JSON-lines request and parsed by
+ * proto_parse_request (the socket's validation and messages), then handed to
+ * the worker under a connection id from the server's space
+ * (srv_conn_id_new); the server forwards the answers for ids it does not own
+ * here (srv_set_foreign). Errors go through the server's one emitter
+ * (srv_send_error: counted) and come back as OpenAI's shape
+ * {"error":{"message","type","param":null,"code"}}, code being the wire code:
+ *   400 bad_json, bad_request, context_overflow   404 unknown_model, unknown path
+ *   405 known path, wrong method                  413 too_large (body > listen.max_line)
+ *   429 overloaded                                503 shutting_down, cancelled
+ *   500 internal
+ * OpenAI fields gpuswapd does not implement are accepted while they hold
+ * their "off" value (n and best_of 1, echo false, logprobs off, penalties 0,
+ * logit_bias empty, no tools, response_format text; user, store, metadata,
+ * service_tier and parallel_tool_calls always) and are a 400 otherwise, as
+ * is any unknown field. max_tokens defaults to the model's configured
+ * default, not OpenAI's 16.
+ *
+ * finish_reason: length -> "length"; stop and eos -> "stop"; cancelled ->
+ * "stop" (stays within OpenAI's set; an HTTP client cannot cancel except by
+ * disconnecting, after which nothing is sent).
+ *
+ * Streaming (stream: true) answers with server-sent events once the first
+ * token or the end arrives, so errors found before generation starts keep
+ * their status: one `data: {chunk}` per token (object "text_completion" with
+ * choices[0].text, or "chat.completion.chunk" with choices[0].delta, the
+ * first chat chunk carrying the role), a final chunk with finish_reason, a
+ * usage chunk when stream_options.include_usage, then `data: [DONE]`. An error
+ * after the stream started is sent as `data: {"error":{...}}` and ends it.
+ *
+ * A client that disconnects while its request is queued or generating
+ * cancels it (wk_cancel_conn): seen at once where the event backend reports
+ * peer close (epoll), else at the next write. Bodies up to 2 x max_line are
+ * read and refused with the JSON 413; longer ones are cut off by evhttp,
+ * which answers 413 itself with its own (HTML) body. listen.max_connections
+ * does not apply to HTTP (libevent 2.1's evhttp has no such limit).
+ */
+
+typedef struct http http_t;
+
+/* Binds cfg->listen.http (which must be set) on base. cfg, wk and srv must
+ * outlive the http_t. NULL + reason on failure. */
+http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv, char *err,
+                 size_t errlen);
+/* Closes the listener and every HTTP connection without telling the worker
+ * (call after wk_free, before srv_free). Accepts NULL. */
+void http_free(http_t *h);
+
+#endif

@@ -1,0 +1,530 @@
+"""The OpenAI-compatible HTTP front end of the real daemon (sim backend): completions and chat, streaming, errors, /v1/models, /health, /metrics (promtool), disconnects and draining, over curl and http.client."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gsd  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="gsd-http-models-")
+SHAPE = "--type f16 --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
+MODELS = [("m%d" % i, gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % i), SHAPE + " --seed %d" % (i + 1)), "")
+          for i in range(3)]
+# about 8 ms a token with one thread: long enough to act while a request runs;
+# greedy on BIG_PROMPT runs past BIG_TOKENS without an end-of-sequence
+BIG = [("big", gsd.mkmodel(os.path.join(TMP, "big.gguf"),
+                           "--type f16 --dim 512 --layers 8 --heads 8 --kv-heads 4 --ff 1536 "
+                           "--vocab 400 --seed 7"), "")]
+BIG_PROMPT, BIG_TOKENS = "hello world", 300
+POOL = "4MiB"  # holds two of MODELS: three of them evict
+PROMPTS = ["Once upon a time", "The cat", "hello world"]
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class HttpDaemon(gsd.Daemon):
+    """gsd.Daemon with listen.http on a free loopback port (and more listen keys)."""
+
+    def __init__(self, models, listen="", **kw):
+        self.port = free_port()
+        self.listen_extra = listen
+        super().__init__(models, **kw)
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("no HTTP listener:\n" + self.logtext())
+                time.sleep(0.02)
+
+    def write_config(self, *a, **kw):
+        super().write_config(*a, **kw)
+        with open(self.config) as f:
+            text = f.read()
+        sock = "  socket: %s\n" % self.sock
+        add = "  http: 127.0.0.1:%d\n" % self.port
+        add += "".join("  %s\n" % l for l in self.listen_extra.strip().splitlines())
+        text = text.replace(sock, sock + add, 1)
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+
+# ------------------------------------------------------------------ clients
+
+def py_request(d, method, path, body=None, raw=None, timeout=60):
+    """http.client: (status, headers dict lower-cased, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=timeout)
+    try:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        hdrs = {"Content-Type": "application/json"} if data is not None else {}
+        c.request(method, path, body=data, headers=hdrs)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def curl(d, method, path, body=None, raw=None, extra=()):
+    """curl: (status, body bytes)."""
+    args = ["curl", "-sS", "-N", "-X", method, "-o", "-", "-w", "\n@@%{http_code}", d.url(path)]
+    if body is not None or raw is not None:
+        data = raw if raw is not None else json.dumps(body).encode()
+        args += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+    else:
+        data = None
+    out = subprocess.run(args + list(extra), input=data, capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text, _, code = out.stdout.rpartition(b"\n@@")
+    return int(code), text
+
+
+def sse_events(data):
+    """The data: payloads of an event stream, in order (the last should be [DONE])."""
+    events = []
+    for block in data.decode().split("\n\n"):
+        block = block.strip("\n")
+        if not block:
+            continue
+        assert block.startswith("data: "), repr(block)
+        payload = block[len("data: "):]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def stream_text(events, chat):
+    """Checks the shape of a completed stream; returns (text, finish_reason, chunks)."""
+    assert events and events[-1] == "[DONE]", events[-3:]
+    chunks = [e for e in events[:-1] if e.get("choices")]
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    text, finish = "", None
+    for i, e in enumerate(chunks):
+        assert e["object"] == obj and e["id"] == chunks[0]["id"], e
+        ch = e["choices"][0]
+        assert finish is None, "a chunk after the finish_reason: %r" % e
+        if chat:
+            if i == 0:
+                assert ch["delta"].get("role") == "assistant", e
+            text += ch["delta"].get("content", "")
+        else:
+            text += ch["text"]
+        finish = ch["finish_reason"]
+    assert finish is not None, "no final chunk with finish_reason"
+    return text, finish, chunks
+
+
+def check_error(status, body, want_status, want_code):
+    assert status == want_status, (status, body)
+    err = json.loads(body)["error"]
+    assert err["code"] == want_code, err
+    assert isinstance(err["message"], str) and err["message"], err
+    assert err["type"] in ("invalid_request_error", "rate_limit_error", "server_error"), err
+    assert "param" in err, err
+    return err
+
+
+def raw_send(d, method, path, body):
+    """A raw socket with one request written (the caller reads or closes)."""
+    s = socket.create_connection(("127.0.0.1", d.port), 10)
+    data = json.dumps(body).encode()
+    s.sendall(("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n" % (method, path, len(data))).encode() + data)
+    return s
+
+
+def raw_read_until(s, marker, timeout=30):
+    s.settimeout(timeout)
+    buf = b""
+    while marker not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise EOFError("closed before %r: %r" % (marker, buf[-200:]))
+        buf += chunk
+    return buf
+
+
+def raw_status(s, timeout=60):
+    """Reads one whole response with a Content-Length; (status, headers text, body)."""
+    buf = raw_read_until(s, b"\r\n\r\n", timeout)
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    n = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return status, head.decode(), rest
+
+
+def wait_until(fn, timeout=10):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v or time.time() > deadline:
+            return v
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------ tests
+
+def test_greedy_completions_equal_generate_over_http_client_and_curl():
+    d = HttpDaemon(MODELS[:1], memory=POOL)
+    try:
+        name, path, _ = MODELS[0]
+        for p in PROMPTS:
+            want = gsd.generate_cli(path, p, 12)
+            req = {"model": name, "prompt": p, "max_tokens": 12, "temperature": 0}
+            for client in ("http.client", "curl"):
+                if client == "curl":
+                    status, body = curl(d, "POST", "/v1/completions", req)
+                else:
+                    status, hdrs, body = py_request(d, "POST", "/v1/completions", req)
+                    assert hdrs["content-type"].startswith("application/json"), hdrs
+                assert status == 200, (client, status, body)
+                a = json.loads(body)
+                assert a["object"] == "text_completion" and a["id"].startswith("cmpl-"), a
+                assert a["model"] == name and isinstance(a["created"], int), a
+                ch = a["choices"]
+                assert len(ch) == 1 and ch[0]["index"] == 0, a
+                assert ch[0]["text"] == want["text"], (client, p, ch[0]["text"], want["text"])
+                assert ch[0]["finish_reason"] == "length", a
+                u = a["usage"]
+                assert u["prompt_tokens"] == len(want["prompt_ids"]) and u["completion_tokens"] == 12, u
+                assert u["total_tokens"] == u["prompt_tokens"] + 12, u
+            # streaming: the chunks add up to the same text
+            sreq = dict(req, stream=True, stream_options={"include_usage": True})
+            status, body = curl(d, "POST", "/v1/completions", sreq)
+            assert status == 200, body
+            events = sse_events(body)
+            text, finish, _ = stream_text(events, chat=False)
+            assert text == want["text"] and finish == "length", (text, want["text"], finish)
+            usage = [e for e in events[:-1] if not e.get("choices")]
+            assert len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == 12, usage
+            c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+            c.request("POST", "/v1/completions", body=json.dumps(dict(req, stream=True)),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream")
+            text, _, _ = stream_text(sse_events(r.read()), chat=False)
+            c.close()
+            assert text == want["text"], (text, want["text"])
+        # prompt as an array of one string and as token ids
+        want = gsd.generate_cli(path, PROMPTS[0], 6)
+        for prompt in ([PROMPTS[0]], want["prompt_ids"], [want["prompt_ids"]]):
+            status, _, body = py_request(d, "POST", "/v1/completions",
+                                         {"model": name, "prompt": prompt, "max_tokens": 6,
+                                          "temperature": 0, "n": 1, "user": "u", "logprobs": None,
+                                          "frequency_penalty": 0, "presence_penalty": 0})
+            assert status == 200, body
+            assert json.loads(body)["choices"][0]["text"] == want["text"], (prompt, body)
+        # HTTP/1.1 keep-alive: several requests on one connection
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+        for _ in range(3):
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"model": name, "prompt": "x", "max_tokens": 2, "temperature": 0}))
+            r = c.getresponse()
+            assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 2
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_chat_completions_with_and_without_streaming_equal_the_socket_chat():
+    d = HttpDaemon(MODELS[:1], memory=POOL)
+    try:
+        name = MODELS[0][0]
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+        c = d.client()
+        want = c.call({"op": "chat", "id": 1, "model": name, "messages": msgs, "max_tokens": 10,
+                       "temperature": 0})
+        c.close()
+        assert want["event"] == "done", want
+        req = {"model": name, "messages": msgs, "max_tokens": 10, "temperature": 0}
+        status, _, body = py_request(d, "POST", "/v1/chat/completions", req)
+        assert status == 200, body
+        a = json.loads(body)
+        assert a["object"] == "chat.completion" and a["id"].startswith("chatcmpl-"), a
+        msg = a["choices"][0]["message"]
+        assert msg == {"role": "assistant", "content": want["text"]}, (msg, want)
+        fr = {"length": "length", "stop": "stop", "eos": "stop"}[want["finish_reason"]]
+        assert a["choices"][0]["finish_reason"] == fr, a
+        assert a["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"], a
+        status, body = curl(d, "POST", "/v1/chat/completions", req)
+        assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == want["text"]
+        # streaming, over both clients; content parts and the developer role map as documented
+        sreq = dict(req, stream=True, messages=[
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "hello"}], "name": "me"}])
+        status, body = curl(d, "POST", "/v1/chat/completions", sreq)
+        assert status == 200, body
+        text, finish, _ = stream_text(sse_events(body), chat=True)
+        assert text == want["text"] and finish == fr, (text, want)
+        cn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+        cn.request("POST", "/v1/chat/completions", body=json.dumps(dict(req, stream=True)))
+        r = cn.getresponse()
+        assert r.status == 200
+        lines = []
+        while True:  # read as it comes, line by line
+            line = r.readline()
+            if not line:
+                break
+            lines.append(line)
+        cn.close()
+        text, _, _ = stream_text(sse_events(b"".join(lines)), chat=True)
+        assert text == want["text"], (text, want["text"])
+    finally:
+        assert d.stop() == 0
+
+
+def test_models_and_health():
+    d = HttpDaemon(MODELS[:2], memory=POOL)
+    try:
+        for client in ("http.client", "curl"):
+            if client == "curl":
+                status, body = curl(d, "GET", "/v1/models")
+            else:
+                status, _, body = py_request(d, "GET", "/v1/models")
+            assert status == 200, body
+            a = json.loads(body)
+            assert a["object"] == "list", a
+            assert [m["id"] for m in a["data"]] == ["m0", "m1"], a
+            for m in a["data"]:
+                assert m["object"] == "model" and m["owned_by"] == "gpuswapd", m
+                assert isinstance(m["created"], int), m
+        status, _, body = py_request(d, "GET", "/v1/models/m1")
+        assert status == 200 and json.loads(body)["id"] == "m1", body
+        check_error(*py_request(d, "GET", "/v1/models/nope")[::2], 404, "unknown_model")
+        status, hdrs, body = py_request(d, "GET", "/health")
+        assert status == 200 and json.loads(body) == {"status": "ok"}, body
+        assert hdrs["content-type"].startswith("application/json"), hdrs
+        status, body = curl(d, "GET", "/health")
+        assert status == 200 and json.loads(body) == {"status": "ok"}, body
+        assert py_request(d, "HEAD", "/health")[0] == 200
+    finally:
+        assert d.stop() == 0
+
+
+def test_error_statuses_in_openai_shape():
+    d = HttpDaemon(MODELS[:2], memory=POOL, listen="max_line: 4KiB",
+                   scheduler="max_batch: 1\nqueue_limit: 2\nmax_queued: 4")
+    try:
+        url = "/v1/completions"
+        ok = {"model": "m0", "prompt": "x", "max_tokens": 2, "temperature": 0}
+        for client in ("http.client", "curl"):
+            def call(method, path, body=None, raw=None):
+                if client == "curl":
+                    return curl(d, method, path, body=body, raw=raw)
+                s, _, b = py_request(d, method, path, body=body, raw=raw)
+                return s, b
+            check_error(*call("POST", url, raw=b"{not json"), 400, "bad_json")
+            check_error(*call("POST", url, raw=b""), 400, "bad_json")
+            check_error(*call("POST", url, raw=b"[1,2]"), 400, "bad_request")
+            e = check_error(*call("POST", url, dict(ok, max_token=3)), 400, "bad_request")
+            assert "max_token" in e["message"], e
+            e = check_error(*call("POST", url, dict(ok, top_p=1.5)), 400, "bad_request")
+            assert "top_p" in e["message"], e
+            e = check_error(*call("POST", url, dict(ok, n=2)), 400, "bad_request")
+            assert "n > 1" in e["message"], e
+            check_error(*call("POST", url, dict(ok, logprobs=3)), 400, "bad_request")
+            check_error(*call("POST", url, dict(ok, prompt=["a", "b"])), 400, "bad_request")
+            check_error(*call("POST", "/v1/chat/completions",
+                              {"model": "m0", "messages": [{"role": "tool", "content": "x"}]}),
+                        400, "bad_request")
+            check_error(*call("POST", url, dict(ok, max_tokens=100000)), 400, "context_overflow")
+            e = check_error(*call("POST", url, dict(ok, model="nope")), 404, "unknown_model")
+            assert "m0" in e["message"], e
+            check_error(*call("GET", "/v1/nothing"), 404, "bad_request")
+            check_error(*call("GET", url), 405, "bad_request")
+            # a body over listen.max_line (4 KiB): our 413; far over it: evhttp's 413
+            big = dict(ok, prompt="x" * 5000)
+            check_error(*call("POST", url, big), 413, "too_large")
+            status, _ = call("POST", url, dict(ok, prompt="x" * 50000))
+            assert status == 413, status
+            # still serving
+            status, body = call("POST", url, ok)
+            assert status == 200, body
+        # 429: one running (max_batch 1) and two queued per model; the rest are refused
+        socks = [raw_send(d, "POST", url, {"model": "m1", "prompt": "hello", "max_tokens": 200,
+                                           "temperature": 0}) for _ in range(8)]
+        results = [raw_status(s) for s in socks]
+        for s in socks:
+            s.close()
+        statuses = [r[0] for r in results]
+        assert 429 in statuses and 200 in statuses, statuses
+        for status, head, body in results:
+            if status == 429:
+                check_error(status, body, 429, "overloaded")
+                assert "retry-after: 1" in head.lower(), head
+        # every one went through the server's error emitter and was counted
+        st = d.stats()["server"]
+        for code in ("bad_json", "bad_request", "unknown_model", "context_overflow", "too_large",
+                     "overloaded"):
+            assert st["total_errors_" + code] >= 1, (code, st)
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_client_disconnecting_cancels_its_request():
+    d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
+    try:
+        # mid-stream
+        s = raw_send(d, "POST", "/v1/completions", {"model": "big", "prompt": BIG_PROMPT,
+                                                    "max_tokens": BIG_TOKENS, "temperature": 0,
+                                                    "stream": True})
+        raw_read_until(s, b"data: ")
+        s.close()
+        m = wait_until(lambda: (lambda m: m if m["total_cancelled"] == 1 and m["curr_kv_seqs"] == 0
+                                else None)(d.stats()["models"]["big"]))
+        assert m, d.stats()["models"]["big"]
+        assert m["total_completed"] == 0 and m["curr_kv_bytes"] == 0, m
+        # while waiting for a non-streamed answer
+        s = raw_send(d, "POST", "/v1/completions", {"model": "big", "prompt": BIG_PROMPT,
+                                                    "max_tokens": BIG_TOKENS, "temperature": 0})
+        wait_until(lambda: d.stats()["models"]["big"]["total_requests"] == 2)
+        s.close()
+        m = wait_until(lambda: (lambda m: m if m["total_cancelled"] == 2 and m["curr_kv_seqs"] == 0
+                                else None)(d.stats()["models"]["big"]))
+        assert m and m["total_completed"] == 0, d.stats()["models"]["big"]
+        # and everyone else is served
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "big", "prompt": "hi", "max_tokens": 2})
+        assert status == 200, body
+    finally:
+        assert d.stop() == 0
+
+
+def test_503_while_draining_and_the_running_stream_completes():
+    d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"model": "big", "prompt": BIG_PROMPT, "max_tokens": BIG_TOKENS, "temperature": 0,
+         "stream": True, "stream_options": {"include_usage": True}}))
+    r = c.getresponse()
+    assert r.status == 200
+    first = r.readline()
+    assert first.startswith(b"data: "), first
+    d.signal(signal.SIGTERM)
+    health = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
+        py_request(d, "GET", "/health")), timeout=5)
+    assert health and json.loads(health[2]) == {"status": "draining"}, health
+    check_error(*py_request(d, "POST", "/v1/completions",
+                            {"model": "big", "prompt": "x", "max_tokens": 2})[::2],
+                503, "shutting_down")
+    status, body = curl(d, "POST", "/v1/chat/completions",
+                        {"model": "big", "messages": [{"role": "user", "content": "x"}]})
+    check_error(status, body, 503, "shutting_down")
+    events = sse_events(first + r.read())
+    c.close()
+    _, finish, _ = stream_text(events, chat=False)
+    usage = [e for e in events[:-1] if not e.get("choices")]
+    assert finish == "length" and usage[0]["usage"]["completion_tokens"] == BIG_TOKENS, events[-3:]
+    assert d.proc.wait(30) == 0
+    d.log.close()
+
+
+def test_metrics_pass_promtool_and_match_the_stats_report():
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: apt-get install prometheus (make test's deps step)"
+    d = HttpDaemon(MODELS, memory=POOL)
+    try:
+        for name, _, _ in MODELS + MODELS[:1]:  # three models in a pool for two: evictions
+            status, _, body = py_request(d, "POST", "/v1/completions",
+                                         {"model": name, "prompt": "Once", "max_tokens": 4})
+            assert status == 200, body
+        status, hdrs, body = py_request(d, "GET", "/metrics")
+        assert status == 200, body
+        assert hdrs["content-type"].startswith("text/plain; version=0.0.4"), hdrs
+        status, body2 = curl(d, "GET", "/metrics")
+        assert status == 200
+        st = d.stats()
+        for text in (body, body2):
+            out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+            assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), out
+        text = body2.decode()
+        samples = {}
+        for line in text.splitlines():
+            if line.startswith("#"):
+                assert line.startswith("# HELP gpuswapd_") or line.startswith("# TYPE gpuswapd_"), line
+                continue
+            key, _, value = line.rpartition(" ")
+            samples[key] = float(value)
+        models = st["models"]
+        for name, _, _ in MODELS:
+            m = models[name]
+            lab = 'model="%s"' % name
+            assert samples["gpuswapd_page_ins_total{%s}" % lab] == m["total_page_ins"], name
+            assert samples["gpuswapd_requests_total{%s}" % lab] == m["total_requests"], name
+            assert samples["gpuswapd_resident_bytes{%s}" % lab] == m["curr_resident_bytes"], name
+            for cause in ("capacity", "quota", "admin", "preemption"):
+                assert samples['gpuswapd_evictions_total{%s,cause="%s"}' % (lab, cause)] == \
+                    m["evictions_" + cause], (name, cause)
+            for hist, key in (("ttft", "hist_ttft_ms"), ("queue", "hist_queue_ms"),
+                              ("swap_in", "hist_swap_ms")):
+                h = m[key]
+                base = "gpuswapd_%s_seconds" % hist
+                assert samples["%s_count{%s}" % (base, lab)] == h["count"], (name, hist)
+                assert abs(samples["%s_sum{%s}" % (base, lab)] - h["sum_ms"] / 1e3) < 1e-6
+                buckets = [(k, v) for k, v in samples.items()
+                           if k.startswith(base + "_bucket{" + lab + ",")]
+                assert len(buckets) == 96 and buckets[-1][0].endswith('le="+Inf"}'), buckets[-2:]
+                vals = [v for _, v in buckets]
+                assert vals == sorted(vals) and vals[-1] == h["count"], (name, hist)
+        assert sum(models[n]["evictions_capacity"] for n in models) > 0, models
+        pool = st["pool"]
+        assert samples['gpuswapd_pool_pages{state="used"}'] == pool["curr_pool_used"]
+        assert samples['gpuswapd_pool_pages{state="free"}'] == pool["curr_pool_free"]
+        assert samples['gpuswapd_errors_total{code="bad_request"}'] == \
+            st["server"]["total_errors_bad_request"]
+        for family in ("page_ins_total", "evictions_total", "resident_bytes", "pool_pages",
+                       "ttft_seconds", "queue_seconds", "swap_in_seconds"):
+            assert text.count("# TYPE gpuswapd_%s " % family) == 1, family
+    finally:
+        assert d.stop() == 0
+
+
+def test_off_unless_configured():
+    d = gsd.Daemon(MODELS[:1], memory=POOL)
+    try:
+        assert "http on" not in d.logtext(), d.logtext()
+        c = d.client()
+        assert c.call({"op": "models", "id": 1})["ok"]
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+if __name__ == "__main__":
+    r = gsd.Runner()
+    for fn in [test_greedy_completions_equal_generate_over_http_client_and_curl,
+               test_chat_completions_with_and_without_streaming_equal_the_socket_chat,
+               test_models_and_health,
+               test_error_statuses_in_openai_shape,
+               test_a_client_disconnecting_cancels_its_request,
+               test_503_while_draining_and_the_running_stream_completes,
+               test_metrics_pass_promtool_and_match_the_stats_report,
+               test_off_unless_configured]:
+        r.run(fn)
+    sys.exit(r.exit_code())
