@@ -26,4 +26,9 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s >/dev/null", tu_build_dir(), path, args);
     cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);
 }
+#include "model.h"
+/* A small random model (dim 64, 2 layers, GQA 4/2, vocab 300) of the given
+ * weight type, llama or (qwen = 1) qwen2 with biases; fails the test on error.
+ * Free with model_close. (tu_model.c) */
+model_t *tu_tiny_model(uint32_t type, int qwen);
 #endif
