@@ -265,7 +265,7 @@ static void gs_conn_close(gs_conn_t *c)
     gs_lines_free(&c->in);
 }
 
-/* Writes line whole. Returns 0, or GS_EXIT_CONN with a message printed. */
+/* Writes line whole. Returns 0, or -errno (nothing printed). */
 static int gs_conn_send(gs_conn_t *c, const char *line)
 {
     size_t n = strlen(line);
@@ -274,8 +274,7 @@ static int gs_conn_send(gs_conn_t *c, const char *line)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            gs_err("connection to %s lost: %s", c->path, strerror(errno));
-            return GS_EXIT_CONN;
+            return -errno;
         }
         line += w;
         n -= (size_t)w;
@@ -314,9 +313,13 @@ static int gs_conn_cancel(gs_conn_t *c, const json_t *target)
         gs_err("out of memory");
         return GS_EXIT_CONN;
     }
-    int rc = gs_conn_send(c, line);
+    int e = gs_conn_send(c, line);
     free(line);
-    return rc;
+    if (e) {
+        gs_err("connection to %s lost: %s", c->path, strerror(-e));
+        return GS_EXIT_CONN;
+    }
+    return 0;
 }
 
 /* Sends req (its id is assigned here; req->id must be NULL) and reads until the
@@ -339,17 +342,19 @@ static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_part
         gs_err("cannot encode the request (out of memory or a value out of range)");
         return GS_EXIT_USAGE;
     }
-    int rc = gs_conn_send(c, out);
+    /* a failed write may still have an answer waiting: the daemon refuses a line
+     * over its max_line with too_large and hangs up while we are still sending */
+    int send_err = -gs_conn_send(c, out);
     free(out);
-    int64_t deadline = -1;
-    int sig = 0;
+    int64_t deadline = send_err ? gs_now_ms() + 1000 : -1;
+    int sig = 0, rc = 0;
     while (rc == 0) {
         char *line;
         size_t len;
         int r = gs_lines_next(&c->in, deadline, &line, &len);
         if (r == GS_LINE_SIGNAL) {
             int s = gs_signal_take();
-            if (!cancellable || sig) {
+            if (!cancellable || sig || send_err) {
                 rc = 128 + s;
                 break;
             }
@@ -358,7 +363,7 @@ static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_part
             rc = gs_conn_cancel(c, id);
             continue;
         }
-        if (r == GS_LINE_TIMEOUT) {
+        if (r == GS_LINE_TIMEOUT && sig) {
             gs_err("no answer to the cancel within %d ms; giving up", GS_CANCEL_WAIT_MS);
             rc = 128 + sig;
             break;
@@ -366,6 +371,9 @@ static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_part
         if (r != GS_LINE_OK) {
             if (sig) {
                 rc = 128 + sig;
+            } else if (send_err) {
+                gs_err("connection to %s lost: %s", c->path, strerror(send_err));
+                rc = GS_EXIT_CONN;
             } else {
                 if (r == GS_LINE_EOF)
                     gs_err("connection to %s lost: the daemon closed it", c->path);
@@ -455,7 +463,10 @@ static char *gs_join_names(const json_t *arr)
 {
     size_t n = 5, i;
     const json_t *v;
-    json_array_foreach(arr, i, v) n += strlen(json_string_value(v) ? json_string_value(v) : "") + 2;
+    json_array_foreach(arr, i, v)
+    {
+        n += strlen(json_string_value(v) ? json_string_value(v) : "") + 2;
+    }
     char *s = malloc(n);
     if (!s)
         return NULL;
@@ -1070,7 +1081,11 @@ static int gs_cmd_models(const gs_cmd_t *cmd, gs_opts_t *o)
             const json_t *models = json_object_get(a.ev.root, "models"), *m;
             size_t i;
             int w = 5;
-            json_array_foreach(models, i, m) if ((int)strlen(gs_str(m, "name")) > w) w = (int)strlen(gs_str(m, "name"));
+            json_array_foreach(models, i, m)
+            {
+                if ((int)strlen(gs_str(m, "name")) > w)
+                    w = (int)strlen(gs_str(m, "name"));
+            }
             printf("%-*s  %-9s %-6s %-5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE", "PARAMS", "CONTEXT");
             json_array_foreach(models, i, m)
             {
@@ -1093,7 +1108,11 @@ static void gs_print_stats(const json_t *r)
     const json_t *models = json_object_get(r, "models"), *m;
     const char *name;
     int w = 5;
-    json_object_foreach((json_t *)models, name, m) if ((int)strlen(name) > w) w = (int)strlen(name);
+    json_object_foreach((json_t *)models, name, m)
+    {
+        if ((int)strlen(name) > w)
+            w = (int)strlen(name);
+    }
     printf("%-*s  %-9s %18s %9s %9s %8s %6s %16s\n", w, "MODEL", "STATE", "RESIDENT/QUOTA MiB",
            "PAGE-INS", "EVICTIONS", "HIT RATE", "QUEUE", "TTFT p50/p99 ms");
     json_object_foreach((json_t *)models, name, m)

@@ -232,7 +232,21 @@ class Client:
             rid = self._new_id()
             req = dict(req, id=rid)
             try:
-                conn.send(req)
+                try:
+                    conn.send(req)
+                except ConnectionError as e:
+                    # the daemon refuses a line over its max_line with too_large and
+                    # hangs up while we are still sending: report its answer if it came
+                    try:
+                        conn.sock.settimeout(1.0)
+                        ev = conn.recv()
+                    except (OSError, ValueError):
+                        raise e from None
+                    finally:
+                        self._drop(conn)
+                    if ev.get("event") != "error":
+                        raise
+                    return _raise_if_error(ev)
                 while True:
                     ev = conn.recv()
                     if ev.get("id") != rid and not (ev.get("id") is None and ev.get("event") == "error"):

@@ -201,6 +201,12 @@ class Inference(unittest.TestCase):
         ids = self.c.tokenize("m0", prompt)
         self.assertGreater(len(ids), 4096)
 
+    def test_a_line_over_max_line_raises_too_large_and_the_client_reconnects(self):
+        with self.assertRaises(gpuswap.GpuswapError) as cm:
+            self.c.generate("m0", "x" * (2 << 20), max_tokens=1)
+        self.assertEqual(cm.exception.code, "too_large")
+        self.assertEqual(self.c.generate("m0", "hi", max_tokens=2)["event"], "done")
+
 
 class Admin(unittest.TestCase):
     def setUp(self):

@@ -239,6 +239,9 @@ def test_a_request_the_daemon_refuses_exits_1_with_bad_request():
     assert "bad_request" in err and "temperature" in err, err
     _, err = expect(gs("generate", "-m", "m0", "-n", "100000", PROMPT), 1)
     assert "context_overflow" in err, err
+    # a prompt over the daemon's max_line (1 MiB): too_large, then the daemon hangs up
+    _, err = expect(gs("generate", "-m", "m0", stdin="x" * (2 << 20)), 1)
+    assert "too_large" in err, err
 
 
 def test_chat_through_a_pipe_keeps_the_history():
@@ -411,9 +414,12 @@ def test_stats_watch_count_2_refreshes_twice():
 
 
 def read_pty(master, p, timeout=30):
+    """Everything p writes to the terminal whose master side is master, until it closes it."""
     data = b""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if not select.select([master], [], [], 0.5)[0]:
+            continue
         try:
             chunk = os.read(master, 65536)
         except OSError:  # EIO: the other side is closed
@@ -423,6 +429,7 @@ def read_pty(master, p, timeout=30):
         data += chunk
     os.close(master)
     p.wait(timeout)
+    assert_no_sanitizer_report(data)
     return data
 
 

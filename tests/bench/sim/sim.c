@@ -12,9 +12,11 @@
 #include "vbackend.h"
 
 /* Policies:
- * - default: the daemon's worker loop (worker.c) on the virtual device: each
- *   round builds the per-model views, calls sched_next (swap-aware), runs one
- *   step of the chosen model (res_acquire, admissions with KV caches, the
+ * - default: the daemon's worker loop (worker.c) on the virtual device:
+ *   arrivals are submitted as submit_gen does (a prompt plus max_tokens past
+ *   the context fails, as the daemon's context_overflow), then each round
+ *   builds the per-model views, calls sched_next (swap-aware), runs one step
+ *   of the chosen model (res_acquire, admissions with whole KV caches, the
  *   pass through the segment hooks, res_release) and then
  *   res_prefetch(evict = 0) of the suggested model.
  * - fifo: the same loop with SCHED_POLICY_FIFO.
@@ -54,6 +56,7 @@ static size_t round_up(size_t x, size_t a)
 }
 
 typedef struct shape_info {
+    uint32_t n_layer;
     double layer_params, layer_bytes;  /* one transformer layer */
     double embed_bytes;                /* token embedding table */
     double head_store_bytes;           /* what the head segment holds */
@@ -64,6 +67,7 @@ typedef struct shape_info {
 static shape_info_t shape_info(const sim_shape_t *sh)
 {
     shape_info_t s;
+    s.n_layer = sh->n_layer;
     double d = sh->n_embd, hd = (double)sh->n_embd / sh->n_head, kvd = sh->n_head_kv * hd;
     s.layer_params = d * (sh->n_head * hd) + 2 * d * kvd + (sh->n_head * hd) * d +
                      3.0 * d * sh->n_ff;
@@ -90,15 +94,23 @@ size_t sim_pool_bytes(const sim_shape_t *sh, size_t page, double n_models, size_
     return (size_t)(b / page) * page;
 }
 
+/* One layer's share of a step of t tokens reading kv_pos positions (of this layer). */
 static double layer_time(const sim_cfg_t *c, const shape_info_t *s, double t, double kv_pos)
 {
-    return s->layer_bytes / c->cost.hbm_bw + 2 * s->layer_params * t / c->cost.flops +
-           kv_pos * s->kv_pos_layer / c->cost.hbm_bw;
+    const sim_cost_t *k = &c->cost;
+    double dt = (k->t_step_s + k->t_token_s * t) / s->n_layer;
+    if (k->hbm_bw > 0)
+        dt += (s->layer_bytes + kv_pos * s->kv_pos_layer) / k->hbm_bw;
+    if (k->flops > 0)
+        dt += 2 * s->layer_params * t / k->flops;
+    return dt;
 }
 
 static double head_time(const sim_cfg_t *c, const shape_info_t *s, double n_seqs)
 {
-    return s->head_read / c->cost.hbm_bw + 2 * s->head_params * n_seqs / c->cost.flops;
+    const sim_cost_t *k = &c->cost;
+    return (k->hbm_bw > 0 ? s->head_read / k->hbm_bw : 0) +
+           (k->flops > 0 ? 2 * s->head_params * n_seqs / k->flops : 0);
 }
 
 double sim_step_time(const sim_cfg_t *c, double t, double s, double kv_pos)
@@ -115,6 +127,91 @@ double sim_capacity(const sim_cfg_t *c, double p, double o)
     if (o > 1)
         t += (o - 1) * sim_step_time(c, b, b, b * (p + o / 2));
     return b / t;
+}
+
+/* ------------------------------------------------------------------ GGUF models */
+
+struct sim_models {
+    backend_t host;       /* the store's backend: page size and host memory only */
+    store_t *store;
+    int n;
+    store_model_t **sm;   /* n, loaded by the store (freed by sim_models_free) */
+};
+
+static void *host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    void *p = NULL;
+    return posix_memalign(&p, 4096, bytes ? bytes : 1) ? NULL : p;
+}
+
+static void host_free(void *ctx, void *p, size_t bytes)
+{
+    (void)ctx;
+    (void)bytes;
+    free(p);
+}
+
+void sim_models_free(sim_models_t *ms)
+{
+    if (!ms)
+        return;
+    for (int i = 0; i < ms->n; i++)
+        store_unload(ms->store, ms->sm[i]);
+    store_free(ms->store);
+    free(ms->sm);
+    free(ms);
+}
+
+sim_models_t *sim_models_load(const char *const *paths, int n, size_t page_size, char *err,
+                              size_t errlen)
+{
+    if (n < 1 || page_size == 0) {
+        snprintf(err, errlen, "no model files, or no page size");
+        return NULL;
+    }
+    sim_models_t *ms = calloc(1, sizeof *ms);
+    if (!ms)
+        goto oom;
+    ms->host = (backend_t){.name = "host", .page_size = page_size, .host_alloc = host_alloc,
+                           .host_free = host_free};
+    ms->store = store_new(&ms->host, 0);
+    ms->sm = calloc((size_t)n, sizeof *ms->sm);
+    if (!ms->store || !ms->sm)
+        goto oom;
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "file%d", i);
+        if (store_load(ms->store, name, paths[i], &ms->sm[i], err, errlen) != STORE_OK)
+            goto fail;
+        ms->n++;
+    }
+    return ms;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    sim_models_free(ms);
+    return NULL;
+}
+
+int sim_models_count(const sim_models_t *ms) { return ms->n; }
+size_t sim_models_page_size(const sim_models_t *ms) { return ms->host.page_size; }
+size_t sim_models_image_bytes(const sim_models_t *ms, int i) { return ms->sm[i]->image_bytes; }
+uint32_t sim_models_segs(const sim_models_t *ms, int i) { return ms->sm[i]->n_segs; }
+
+void sim_models_shape(const sim_models_t *ms, int i, sim_shape_t *out)
+{
+    const model_t *mod = ms->sm[i]->model;
+    const model_hparams_t *hp = &mod->hp;
+    double wb;
+    switch (mod->wtype) {
+    case GGUF_T_F32: wb = 4; break;
+    case GGUF_T_Q8_0: wb = 34.0 / 32; break;
+    default: wb = 2; break; /* F16, BF16 */
+    }
+    *out = (sim_shape_t){.n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
+                         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                         .n_vocab = hp->n_vocab, .wbytes = wb, .tied = mod->w.tied};
 }
 
 /* ------------------------------------------------------------------ Belady */
@@ -181,10 +278,13 @@ typedef struct sim_seq {
 } sim_seq_t;
 
 typedef struct vmodel {
-    store_model_t sm;           /* built in memory: segment layout only */
-    model_t mod;                /* hyperparameters; no tensors */
+    store_model_t *sm;          /* &own, or a GGUF-built one of cfg.models (borrowed) */
+    store_model_t own;          /* built in memory from the shape: segment layout only */
+    model_t mod;                /* own's hyperparameters; no tensors */
     size_t *woff;
     char name[32];
+    shape_info_t si;            /* cost-model shape */
+    uint32_t ctx;               /* positions a sequence may use (the worker's ctx) */
     res_model_t *rm;
     sim_seq_t *active;
     uint32_t n_active;
@@ -199,7 +299,6 @@ typedef struct vmodel {
 typedef struct sim {
     const sim_cfg_t *c;
     sim_policy_t pol;
-    shape_info_t si;
     vb_t *vb;
     backend_t *be;
     res_t *res;
@@ -224,7 +323,7 @@ static int all_mapped(sim_t *S, vmodel_t *m)
 {
     vb_quiet(S->vb, 1);
     int ok = 1;
-    for (uint32_t s = 0; s < m->sm.n_segs && ok; s++)
+    for (uint32_t s = 0; s < m->sm->n_segs && ok; s++)
         ok = res_seg_state(S->res, m->rm, s) != RES_SEG_ABSENT;
     vb_quiet(S->vb, 0);
     return ok;
@@ -249,9 +348,9 @@ static size_t missing_pages(sim_t *S, vmodel_t *m)
 {
     size_t n = 0;
     vb_quiet(S->vb, 1);
-    for (uint32_t s = 0; s < m->sm.n_segs; s++)
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
         if (res_seg_state(S->res, m->rm, s) == RES_SEG_ABSENT)
-            n += m->sm.segs[s].span / S->c->page_size;
+            n += m->sm->segs[s].span / S->c->page_size;
     vb_quiet(S->vb, 0);
     return n;
 }
@@ -278,14 +377,14 @@ static void note_use(sim_t *S, int mi)
     S->uses[S->n_uses++] = mi;
 }
 
-/* Builds model i: segment spans from the shape, a model_t with hyperparameters
- * and empty weight views (so store_weights_at has nothing to rebase). */
-static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
+/* Builds model i's own store model from the shape: segment spans, a model_t
+ * with hyperparameters and empty weight views (so store_weights_at has
+ * nothing to rebase). */
+static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
 {
     const sim_shape_t *sh = &S->c->shape;
     size_t page = S->c->page_size;
-    vmodel_t *m = &S->m[i];
-    snprintf(m->name, sizeof m->name, "m%02d", i);
+    store_model_t *sm = &m->own;
     model_hparams_t *hp = &m->mod.hp;
     hp->arch = MODEL_ARCH_LLAMA;
     hp->n_ctx_train = S->c->max_context;
@@ -299,34 +398,58 @@ static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
     hp->n_vocab = sh->n_vocab;
     m->mod.w.tied = 1; /* no separate output view: list_weights then yields 2 + 12 n_layer */
     m->mod.w.layers = calloc(sh->n_layer, sizeof *m->mod.w.layers);
-    m->sm.n_w = 2 + 12 * (size_t)sh->n_layer;
-    m->woff = calloc(m->sm.n_w, sizeof *m->woff);
-    m->sm.n_segs = sh->n_layer + 2;
-    m->sm.segs = calloc(m->sm.n_segs, sizeof *m->sm.segs);
-    if (!m->mod.w.layers || !m->woff || !m->sm.segs) {
+    sm->n_w = 2 + 12 * (size_t)sh->n_layer;
+    m->woff = calloc(sm->n_w, sizeof *m->woff);
+    sm->n_segs = sh->n_layer + 2;
+    sm->segs = calloc(sm->n_segs, sizeof *sm->segs);
+    if (!m->mod.w.layers || !m->woff || !sm->segs) {
         snprintf(err, errlen, "out of memory");
         return SIM_ERR_NOMEM;
     }
-    m->sm.woff = m->woff;
-    m->sm.name = m->name;
-    m->sm.path = m->name;
-    m->sm.model = &m->mod;
+    sm->woff = m->woff;
+    sm->name = m->name;
+    sm->path = m->name;
+    sm->model = &m->mod;
     size_t off = 0;
-    for (uint32_t s = 0; s < m->sm.n_segs; s++) {
-        double b = s == FWD_SEG_EMBED ? S->si.embed_bytes
-                   : s == FWD_SEG_HEAD(sh->n_layer) ? S->si.head_store_bytes
-                                                    : S->si.layer_bytes;
-        m->sm.segs[s].off = off;
-        m->sm.segs[s].bytes = (size_t)b;
-        m->sm.segs[s].span = round_up((size_t)b ? (size_t)b : 1, page);
-        off += m->sm.segs[s].span;
+    for (uint32_t s = 0; s < sm->n_segs; s++) {
+        double b = s == FWD_SEG_EMBED ? m->si.embed_bytes
+                   : s == FWD_SEG_HEAD(sh->n_layer) ? m->si.head_store_bytes
+                                                    : m->si.layer_bytes;
+        sm->segs[s].off = off;
+        sm->segs[s].bytes = (size_t)b;
+        sm->segs[s].span = round_up((size_t)b ? (size_t)b : 1, page);
+        off += sm->segs[s].span;
     }
-    m->sm.image_bytes = off;
+    sm->image_bytes = off;
     /* a host address the virtual device never reads; distinct per model */
-    m->sm.image = (uint8_t *)(uintptr_t)(((uint64_t)0x7f00 + (uint64_t)i) << 32);
-    m->swap_in_s = (double)m->sm.image_bytes / 10e9; /* the worker's first guess */
+    sm->image = (uint8_t *)(uintptr_t)(((uint64_t)0x7f00 + (uint64_t)i) << 32);
+    m->sm = sm;
+    return SIM_OK;
+}
+
+/* Sets model i up (from the shape, or from file i % count of cfg.models)
+ * and registers it with residency as the worker's load_model does. */
+static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
+{
+    vmodel_t *m = &S->m[i];
+    snprintf(m->name, sizeof m->name, "m%02d", i);
+    if (S->c->models) {
+        int f = i % sim_models_count(S->c->models);
+        sim_shape_t sh;
+        sim_models_shape(S->c->models, f, &sh);
+        m->si = shape_info(&sh);
+        m->sm = S->c->models->sm[f]; /* residency only reads it: shared by models of one file */
+    } else {
+        m->si = shape_info(&S->c->shape);
+        int rc = vmodel_build(S, m, i, err, errlen);
+        if (rc)
+            return rc;
+    }
+    uint32_t train = m->sm->model->hp.n_ctx_train;
+    m->ctx = S->c->max_context < train ? S->c->max_context : train;
+    m->swap_in_s = (double)m->sm->image_bytes / 10e9; /* the worker's first guess */
     res_cfg_t rc = {.gpu_quota = 0, .pinned = 0, .priority = 1.0};
-    int rc2 = res_add(S->res, &m->sm, &rc, &m->rm, err, errlen);
+    int rc2 = res_add(S->res, m->sm, &rc, &m->rm, err, errlen);
     return rc2 ? SIM_ERR_SETUP : SIM_OK;
 }
 
@@ -340,7 +463,7 @@ static void sim_free(sim_t *S)
             res_remove(S->res, S->m[i].rm);
         free(S->m[i].mod.w.layers);
         free(S->m[i].woff);
-        free(S->m[i].sm.segs);
+        free(S->m[i].own.segs);
     }
     res_free(S->res);
     sched_free(S->sched);
@@ -406,18 +529,17 @@ static uint32_t active_total(const sim_t *S)
     return n;
 }
 
-/* The worker's can_admit: the next queued request of mi would get its KV cache now. */
+/* The worker's can_admit: the next queued request of mi would get its KV
+ * cache now (submission made sure prompt + output fits the context). */
 static int can_admit(sim_t *S, int mi)
 {
     sim_seq_t *s = peek_waiting(S, mi);
     if (!s)
         return 0;
     if (active_total(S) == 0)
-        return 1;
+        return 1; /* nothing to wait for: admission decides */
     uint32_t n_ctx = s->rq->prompt + s->rq->output;
-    if (n_ctx > S->c->max_context)
-        n_ctx = S->c->max_context;
-    return res_kv_bytes_for(S->res, &S->m[mi].mod.hp, n_ctx) <= res_kv_available(S->res);
+    return res_kv_bytes_for(S->res, &S->m[mi].sm->model->hp, n_ctx) <= res_kv_available(S->res);
 }
 
 /* Wait for segment seg through residency's hook, then spend dt of compute. */
@@ -444,7 +566,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             seq_end(S, m, m->active, SEQ_FAILED);
         return;
     }
-    uint32_t ctx = S->c->max_context;
+    uint32_t ctx = m->ctx;
     sim_seq_t *fresh = NULL, **fresh_tail = &fresh;
     for (uint32_t k = 0; k < admit; k++) {
         sim_seq_t *s = peek_waiting(S, mi);
@@ -497,15 +619,15 @@ static void step(sim_t *S, int mi, uint32_t admit)
     }
     double nseq = m->n_active;
     fwd_hooks_t h = res_hooks(m->rm);
-    uint32_t L = S->c->shape.n_layer;
-    double lt = layer_time(S->c, &S->si, toks, kv_pos / L);
+    uint32_t L = m->si.n_layer;
+    double lt = layer_time(S->c, &m->si, toks, kv_pos / L);
     vb_advance(S->vb, S->c->cost.t_fixed_s);
     S->busy_s += S->c->cost.t_fixed_s;
     int rc = seg_run(S, &h, FWD_SEG_EMBED, 0);
     for (uint32_t l = 0; l < L && !rc; l++)
         rc = seg_run(S, &h, FWD_SEG_LAYER(l), lt);
     if (!rc)
-        rc = seg_run(S, &h, FWD_SEG_HEAD(L), head_time(S->c, &S->si, nseq));
+        rc = seg_run(S, &h, FWD_SEG_HEAD(L), head_time(S->c, &m->si, nseq));
     if (!rc)
         for (sim_seq_t *s = m->active; s; s = s->next)
             s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt : 1;
@@ -514,7 +636,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
     model_stats(S, m, &after);
     int paged = after.total_bytes_in != before.total_bytes_in;
     if (paged && fully_resident(S, m) && after.total_copy_ns > before.total_copy_ns)
-        m->swap_in_s = (double)m->sm.image_bytes /
+        m->swap_in_s = (double)m->sm->image_bytes /
                        (double)(after.total_bytes_in - before.total_bytes_in) *
                        (double)(after.total_copy_ns - before.total_copy_ns) / 1e9;
     double t = now(S);
@@ -588,6 +710,10 @@ static void lru_dispatch(sim_t *S)
 {
     while (S->gq_head < S->gq_n) {
         sim_seq_t *s = &S->seqs[S->gq_head];
+        if (s->state == SEQ_FAILED) {
+            S->gq_head++; /* refused at submission */
+            continue;
+        }
         int mi = s->rq->model;
         vmodel_t *m = &S->m[mi];
         if (m->loading) {
@@ -670,10 +796,35 @@ static double quantile(const double *v, size_t n, double q)
     return v[i ? i - 1 : 0];
 }
 
+/* Image bytes and segments of model i of the configuration. */
+static size_t cfg_image_bytes(const sim_cfg_t *c, int i)
+{
+    return c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
+                     : sim_model_bytes(&c->shape, c->page_size);
+}
+
+static uint32_t cfg_segs(const sim_cfg_t *c, int i)
+{
+    return c->models ? sim_models_segs(c->models, i % sim_models_count(c->models))
+                     : c->shape.n_layer + 2;
+}
+
+/* Models that fit the pool at once, for Belady: counted with the largest. */
+static uint32_t belady_k(const sim_cfg_t *c)
+{
+    size_t img = 0;
+    for (int i = 0; i < c->n_models; i++)
+        if (cfg_image_bytes(c, i) > img)
+            img = cfg_image_bytes(c, i);
+    return (uint32_t)(c->pool_bytes / c->page_size / (img / c->page_size));
+}
+
+/* Belady's loads for the arrival order; page-ins and bytes as if every load
+ * were of model 0's size (exact when the models are alike). */
 static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_result_t *out)
 {
-    size_t img = sim_model_bytes(&c->shape, c->page_size);
-    uint32_t k = (uint32_t)(c->pool_bytes / c->page_size / (img / c->page_size));
+    size_t img = cfg_image_bytes(c, 0);
+    uint32_t k = belady_k(c);
     int *seq = malloc((n ? n : 1) * sizeof *seq);
     memset(out, 0, sizeof *out);
     out->requests = n;
@@ -684,7 +835,7 @@ static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_
         seq[i] = reqs[i].model;
     out->model_loads = sim_belady(seq, n, c->n_models, k);
     out->belady_own = out->model_loads;
-    out->page_ins = out->model_loads * (c->shape.n_layer + 2);
+    out->page_ins = out->model_loads * cfg_segs(c, 0);
     out->bytes_in = out->model_loads * img;
     out->ttft_p50 = out->ttft_p99 = out->ttft_max = NAN;
     out->e2e_p50 = out->e2e_p99 = out->e2e_max = NAN;
@@ -695,9 +846,14 @@ static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_
 int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
             sim_result_t *out, char *err, size_t errlen)
 {
-    if (c->n_models < 1 || c->max_batch < 1 || pol >= SIM_POL_COUNT || c->shape.n_head == 0 ||
-        c->shape.n_layer == 0) {
+    if (c->n_models < 1 || c->max_batch < 1 || pol >= SIM_POL_COUNT ||
+        (!c->models && (c->shape.n_head == 0 || c->shape.n_layer == 0))) {
         snprintf(err, errlen, "bad simulator configuration");
+        return SIM_ERR_ARG;
+    }
+    if (c->models && sim_models_page_size(c->models) != c->page_size) {
+        snprintf(err, errlen, "the models were laid out for %zu-byte pages, the device has %zu",
+                 sim_models_page_size(c->models), c->page_size);
         return SIM_ERR_ARG;
     }
     for (size_t i = 0; i < n; i++)
@@ -710,7 +866,7 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
         belady_only(c, reqs, n, out);
         return SIM_OK;
     }
-    sim_t S_ = {.c = c, .pol = pol, .si = shape_info(&c->shape)}, *S = &S_;
+    sim_t S_ = {.c = c, .pol = pol}, *S = &S_;
     int rc = SIM_ERR_NOMEM;
     vb_cfg_t vc = {.pool_bytes = c->pool_bytes, .page_size = c->page_size,
                    .h2d_bw = c->cost.h2d_bw, .copy_lat_s = c->cost.copy_lat_s};
@@ -750,10 +906,15 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
         for (; next < n && reqs[next].t <= now(S); next++) {
             sim_seq_t *s = &S->seqs[next];
             S->in_flight++;
-            if (pol == SIM_POL_LRU) {
+            /* submit_gen: a prompt plus max_tokens past the context is refused */
+            int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[s->rq->model].ctx;
+            if (pol == SIM_POL_LRU)
                 S->gq_n = next + 1;
-            } else if (sched_submit(S->sched, &s->item) != SCHED_OK) {
+            if (!refuse && pol != SIM_POL_LRU && sched_submit(S->sched, &s->item) != SCHED_OK)
+                refuse = 1;
+            if (refuse) {
                 s->state = SEQ_FAILED;
+                s->t_done = now(S);
                 S->in_flight--;
                 S->failed++;
                 rejected++;
@@ -843,8 +1004,7 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
     out->pool_pages = c->pool_bytes / c->page_size;
     out->violations = vs.violations + (vs.max_mapped > out->pool_pages);
     out->host_blocks = vs.host_blocks;
-    size_t img_pages = S->m[0].sm.image_bytes / c->page_size;
-    out->belady_k = (uint32_t)(out->pool_pages / img_pages);
+    out->belady_k = belady_k(c);
     out->belady_own = sim_belady(S->uses, S->n_uses, c->n_models, out->belady_k);
     rc = SIM_OK;
 fail:

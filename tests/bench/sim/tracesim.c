@@ -13,6 +13,7 @@
 #include "workload.h"
 
 #define MAX_LOADS 64
+#define MAX_FILES 64
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 /* ------------------------------------------------------------------ options */
@@ -26,10 +27,16 @@ typedef struct args {
     unsigned prompt_max, output_max;
     unsigned seed;
     const char *trace;            /* Azure Functions 2019 file */
+    const char *requests;         /* recorded request list */
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
     /* models and device */
+    const char *gguf[MAX_FILES];  /* model files (point into gguf_arg) */
+    int n_gguf;
+    char *gguf_arg[MAX_FILES];    /* each --gguf value, strdup'ed and split on commas */
+    int n_gguf_arg;
+    sim_models_t *files;          /* the files loaded (main owns) */
     unsigned layers, dim, ff, heads, kv_heads, vocab;
     int tied;
     double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib;
@@ -38,14 +45,15 @@ typedef struct args {
     double max_wait, quantum, min_quantum;
     unsigned queue_limit, max_queued;
     /* cost model */
-    double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_round_us, slo_ttft;
+    double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
+        slo_ttft;
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
     const char *self_test_dir, *write_sample;
 } args_t;
 
-typedef enum opt_type { OPT_INT, OPT_UINT, OPT_DBL, OPT_STR, OPT_FLAG } opt_type_t;
+typedef enum opt_type { OPT_INT, OPT_UINT, OPT_DBL, OPT_STR, OPT_FLAG, OPT_FILES } opt_type_t;
 
 typedef struct opt {
     const char *name;
@@ -57,7 +65,7 @@ typedef struct opt {
 
 #define A(f) offsetof(args_t, f)
 static const opt_t opts[] = {
-    {"models", OPT_INT, A(models), "12", "number of models"},
+    {"models", OPT_INT, A(models), "0", "number of models (0: one per --gguf file, else 12)"},
     {"zipf", OPT_DBL, A(zipf), "1.0", "Zipf exponent of model popularity"},
     {"load", OPT_DBL, A(load), "0.5", "offered load as a fraction of the ideal capacity"},
     {"rate", OPT_DBL, A(rate), "0", "requests/s (instead of --load; not with --sweep)"},
@@ -75,7 +83,9 @@ static const opt_t opts[] = {
     {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
     {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
     {"trace-scale", OPT_DBL, A(trace_scale), "1", "trace: time compression (x load); the sweep multiplies it"},
+    {"requests", OPT_STR, A(requests), NULL, "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
+    {"gguf", OPT_FILES, A(gguf), NULL, "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
     {"layers", OPT_UINT, A(layers), "32", "model: layers"},
     {"dim", OPT_UINT, A(dim), "4096", "model: width"},
     {"ff", OPT_UINT, A(ff), "14336", "model: feed-forward width"},
@@ -97,9 +107,11 @@ static const opt_t opts[] = {
     {"max-queued", OPT_UINT, A(max_queued), "10000000", "scheduler.max_queued"},
     {"h2d-gbs", OPT_DBL, A(h2d_gbs), "25", "cost: host->device copy bandwidth, GB/s"},
     {"copy-lat-us", OPT_DBL, A(copy_lat_us), "10", "cost: fixed time per copy, us"},
-    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000", "cost: device memory bandwidth, GB/s"},
-    {"tflops", OPT_DBL, A(tflops), "400", "cost: matmul throughput, TFLOP/s"},
-    {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1", "cost: fixed time per step, ms"},
+    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000", "cost: device memory bandwidth, GB/s (0: no memory terms)"},
+    {"tflops", OPT_DBL, A(tflops), "400", "cost: matmul throughput, TFLOP/s (0: no matmul terms)"},
+    {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1", "cost: fixed time per step before the pass, ms"},
+    {"t-step-ms", OPT_DBL, A(t_step_ms), "0", "cost: measured compute per step, ms (spread over the layers)"},
+    {"t-token-ms", OPT_DBL, A(t_token_ms), "0", "cost: measured compute per token of a step, ms (spread over the layers)"},
     {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
     {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
     {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
@@ -131,6 +143,18 @@ static int opt_set(args_t *a, const opt_t *o, const char *v)
     case OPT_DBL: *(double *)p = strtod(v, &end); break;
     case OPT_STR: *(const char **)p = v; return 0;
     case OPT_FLAG: *(int *)p = 1; return 0;
+    case OPT_FILES: {
+        if (a->n_gguf_arg == MAX_FILES || !(a->gguf_arg[a->n_gguf_arg] = strdup(v)))
+            return -1;
+        char *save = NULL;
+        for (char *t = strtok_r(a->gguf_arg[a->n_gguf_arg++], ",", &save); t;
+             t = strtok_r(NULL, ",", &save)) {
+            if (a->n_gguf == MAX_FILES)
+                return -1;
+            a->gguf[a->n_gguf++] = t;
+        }
+        return 0;
+    }
     }
     return end && *end == 0 && end != v ? 0 : -1;
 }
@@ -182,6 +206,15 @@ static int parse_args(args_t *a, int argc, char **argv)
     return 0;
 }
 
+static void args_free(args_t *a)
+{
+    for (int i = 0; i < a->n_gguf_arg; i++)
+        free(a->gguf_arg[i]);
+    a->n_gguf_arg = a->n_gguf = 0;
+    sim_models_free(a->files);
+    a->files = NULL;
+}
+
 static void build_cfg(const args_t *a, sim_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
@@ -189,11 +222,19 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
     c->shape = (sim_shape_t){.n_layer = a->layers, .n_embd = a->dim, .n_ff = a->ff,
                              .n_head = a->heads, .n_head_kv = a->kv_heads, .n_vocab = a->vocab,
                              .wbytes = a->wbytes, .tied = a->tied};
+    if (a->files) {
+        c->models = a->files;
+        sim_models_shape(a->files, 0, &c->shape); /* pool sizing and the summary */
+    }
     c->page_size = (size_t)(a->page_mib * 1048576.0);
-    c->pool_bytes = a->pool_gib > 0
-                        ? (size_t)(a->pool_gib * GIB) / c->page_size * c->page_size
-                        : sim_pool_bytes(&c->shape, c->page_size, a->pool_models,
-                                         (size_t)(a->kv_headroom_gib * GIB));
+    size_t headroom = (size_t)(a->kv_headroom_gib * GIB);
+    if (a->pool_gib > 0)
+        c->pool_bytes = (size_t)(a->pool_gib * GIB) / c->page_size * c->page_size;
+    else if (a->files) /* whole images as the store lays them out */
+        c->pool_bytes = (size_t)(((double)sim_models_image_bytes(a->files, 0) * a->pool_models +
+                                  (double)headroom) / (double)c->page_size) * c->page_size;
+    else
+        c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .quantum = a->quantum,
@@ -201,7 +242,8 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
                              .max_queued = a->max_queued};
     c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9, .copy_lat_s = a->copy_lat_us * 1e-6,
                            .hbm_bw = a->hbm_gbs * 1e9, .flops = a->tflops * 1e12,
-                           .t_fixed_s = a->t_fixed_ms * 1e-3, .t_round_s = a->t_round_us * 1e-6};
+                           .t_fixed_s = a->t_fixed_ms * 1e-3, .t_step_s = a->t_step_ms * 1e-3,
+                           .t_token_s = a->t_token_ms * 1e-3, .t_round_s = a->t_round_us * 1e-6};
     c->slo_ttft_s = a->slo_ttft;
 }
 
@@ -231,6 +273,14 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
 {
     wl_len_t p = len_of(a->prompt_median, a->prompt_sigma, a->prompt_max);
     wl_len_t o = len_of(a->output_median, a->output_sigma, a->output_max);
+    if (a->requests) {
+        int rc = wl_requests_read(a->requests, a->models, reqs, n, err, errlen);
+        if (rc == 0) {
+            double span = *n ? (*reqs)[*n - 1].t - (*reqs)[0].t : 0;
+            *rate = span > 0 ? (double)*n / span : 0;
+        }
+        return rc;
+    }
     if (a->trace) {
         wl_azure_t az = {.n_models = a->models, .start_min = a->trace_start,
                          .n_min = a->trace_minutes, .time_scale = a->trace_scale * load,
@@ -273,7 +323,7 @@ static int parse_loads(const args_t *a, double *loads, int *n)
     if (!a->sweep) {
         sim_cfg_t c;
         build_cfg(a, &c);
-        loads[(*n)++] = a->trace ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
+        loads[(*n)++] = a->trace || a->requests ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
         return 0;
     }
     char buf[1024];
@@ -385,6 +435,8 @@ static const char *workload_name(const args_t *a, char *buf, size_t len)
 {
     if (a->label)
         snprintf(buf, len, "%s", a->label);
+    else if (a->requests)
+        snprintf(buf, len, "requests");
     else if (a->trace)
         snprintf(buf, len, "azure");
     else
@@ -639,36 +691,52 @@ int main(int argc, char **argv)
     args_t a;
     if (parse_args(&a, argc, argv)) {
         usage(stderr);
+        args_free(&a);
         return 2;
     }
+    int rc = 0;
+    char err[512];
+    row_t *rows = NULL;
     if (a.help) {
         usage(stdout);
-        return 0;
+        goto done;
     }
     if (a.write_sample) {
         if (wl_azure_write_sample(a.write_sample, 24, 60, (uint64_t)a.seed)) {
             fprintf(stderr, "tracesim: cannot write %s\n", a.write_sample);
-            return 1;
+            rc = 1;
         }
-        return 0;
+        goto done;
     }
-    if (a.self_test)
-        return self_test(&a);
-    char err[512];
-    row_t *rows = NULL;
+    if (a.models <= 0)
+        a.models = a.n_gguf ? a.n_gguf : 12;
+    if (a.n_gguf) {
+        a.files = sim_models_load(a.gguf, a.n_gguf, (size_t)(a.page_mib * 1048576.0), err,
+                                  sizeof err);
+        if (!a.files) {
+            fprintf(stderr, "tracesim: %s\n", err);
+            rc = 1;
+            goto done;
+        }
+    }
+    if (a.self_test) {
+        rc = self_test(&a);
+        goto done;
+    }
     int n = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (run_all(&a, &rows, &n, err, sizeof err)) {
         fprintf(stderr, "tracesim: %s\n", err);
-        return 1;
+        rc = 1;
+        goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     FILE *f = a.csv ? fopen(a.csv, "w") : stdout;
     if (!f) {
         fprintf(stderr, "tracesim: cannot write %s\n", a.csv);
-        free(rows);
-        return 1;
+        rc = 1;
+        goto done;
     }
     write_rows(f, &a, rows, n);
     if (f != stdout)
@@ -677,10 +745,11 @@ int main(int argc, char **argv)
         sim_cfg_t c;
         build_cfg(&a, &c);
         char wl[128];
-        fprintf(stderr, "%s: %d models of %.2f GB (%u segments), pool %.2f GB (%llu pages), "
+        size_t img = a.files ? sim_models_image_bytes(a.files, 0)
+                             : sim_model_bytes(&c.shape, c.page_size);
+        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), pool %.4g GB (%llu pages), "
                 "ideal capacity %.2f req/s; %.1f s wall\n",
-                workload_name(&a, wl, sizeof wl), c.n_models,
-                sim_model_bytes(&c.shape, c.page_size) / 1e9, c.shape.n_layer + 2,
+                workload_name(&a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
                 c.pool_bytes / 1e9, (unsigned long long)(c.pool_bytes / c.page_size),
                 capacity(&a, &c),
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
@@ -688,6 +757,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++)
             table_row(stderr, &rows[i]);
     }
+done:
     free(rows);
-    return 0;
+    args_free(&a);
+    return rc;
 }

@@ -191,6 +191,66 @@ int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n)
     return WL_OK;
 }
 
+/* ------------------------------------------------------------------ request lists */
+
+int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, char *err,
+                     size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return WL_ERR_IO;
+    }
+    int rc = WL_OK;
+    char *line = NULL;
+    size_t lcap = 0, nv = 0, cap = 0;
+    wl_req_t *v = NULL;
+    for (int lineno = 1; getline(&line, &lcap, f) >= 0; lineno++) {
+        line[strcspn(line, "#\r\n")] = 0;
+        if (line[strspn(line, " \t")] == 0)
+            continue;
+        double t;
+        int model, used = 0;
+        long long prompt, output;
+        if (sscanf(line, "%lf %d %lld %lld %n", &t, &model, &prompt, &output, &used) != 4 ||
+            line[used] != 0) {
+            snprintf(err, errlen, "%s:%d: want \"arrival_s model prompt_tokens output_tokens\"",
+                     path, lineno);
+            rc = WL_ERR_FORMAT;
+            break;
+        }
+        if (!(t >= 0) || model < 0 || model >= n_models || prompt < 1 || output < 1 ||
+            prompt > UINT32_MAX || output > UINT32_MAX || (nv && t < v[nv - 1].t)) {
+            snprintf(err, errlen, "%s:%d: bad request (arrival %g s, model %d of %d, %lld prompt "
+                     "and %lld output tokens; arrivals must not go back in time)", path, lineno, t,
+                     model, n_models, prompt, output);
+            rc = WL_ERR_FORMAT;
+            break;
+        }
+        if (nv == cap) {
+            cap = cap ? 2 * cap : 64;
+            wl_req_t *nw = realloc(v, cap * sizeof *nw);
+            if (!nw) {
+                snprintf(err, errlen, "out of memory");
+                rc = WL_ERR_NOMEM;
+                break;
+            }
+            v = nw;
+        }
+        v[nv++] = (wl_req_t){.t = t, .model = model, .prompt = (uint32_t)prompt,
+                             .output = (uint32_t)output};
+    }
+    free(line);
+    fclose(f);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n = nv;
+    return WL_OK;
+}
+
 /* ------------------------------------------------------------------ Azure Functions 2019 */
 
 typedef struct az_func {

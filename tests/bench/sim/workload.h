@@ -63,6 +63,13 @@ double wl_len_mean(const wl_len_t *l);
 /* Synthetic trace: *out is malloc'ed (caller frees), sorted by t. */
 int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n);
 
+/* A recorded request list: one request a line, "arrival_s model
+ * prompt_tokens output_tokens" (whitespace-separated; '#' starts a comment),
+ * arrivals non-decreasing, models 0..n_models-1. *out malloc'ed (caller
+ * frees); err names the file and line on failure. */
+int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, char *err,
+                     size_t errlen);
+
 /* Azure Functions 2019 invocation counts: CSV with the header
  * HashOwner,HashApp,HashFunction,Trigger,1,...,1440 and one row per
  * function with its invocations in each minute of a day. */
