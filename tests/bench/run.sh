@@ -37,3 +37,37 @@ printf "  page-in wall (map+copy overlap): %s s  (%s GB/s)\n" "$wall_s" "$wall_g
 printf "  time to first token (8-token prompt): resident %s ms, swapped out %s ms, cold from disk %s ms\n" \
     "$ttft_res" "$ttft_swap" "$ttft_cold"
 echo "results: $csv $pcsv"
+
+echo
+echo "== service overhead: C clients over the unix socket, tiny model (dim 64, 2 layers), cpu backend, 8 tokens per request"
+SD=$OUT/load
+mkdir -p "$SD"
+tm=$SD/tiny.gguf
+[ -f "$tm" ] || "$BUILD/mkmodel" --out "$tm" --type f32 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
+    --vocab 320 --seed 3 >/dev/null
+cat > "$SD/gpuswapd.yaml" <<CFG
+listen:
+  socket: $SD/s.sock
+admin:
+  socket: $SD/a.sock
+device:
+  backend: cpu
+  threads: 1
+scheduler:
+  max_batch: 64
+models:
+  - name: tiny
+    path: $tm
+CFG
+rm -f "$SD/s.sock"
+"$BUILD/gpuswapd" --config "$SD/gpuswapd.yaml" 2> "$SD/daemon.log" &
+dpid=$!
+for _ in $(seq 100); do [ -S "$SD/s.sock" ] && break; sleep 0.05; done
+lcsv=$OUT/load.csv
+"$BUILD/bench_load" "$SD/s.sock" tiny "$tm" 8 ${LOAD_REQS:-40} 1 2 4 8 16 32 64 > "$lcsv"
+kill -TERM $dpid; wait $dpid || true
+printf "%-8s %-10s %-10s %-10s %-10s %s\n" clients "req/s" "p50 ms" "p99 ms" errors "added p50 ms (vs a direct engine call)"
+tail -n +2 "$lcsv" | while IFS=, read -r nc n err rps p50 p99 direct added; do
+    printf "%-8s %-10s %-10s %-10s %-10s %s (direct %s ms)\n" "$nc" "$rps" "$p50" "$p99" "$err" "$added" "$direct"
+done
+echo "results: $lcsv"
