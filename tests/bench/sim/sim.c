@@ -273,6 +273,7 @@ typedef struct sim_seq {
     seq_state_t state;
     kv_seq_t *kv;
     uint32_t n_gen;
+    int swapped;                /* its first step paged weights in (the worker's "swapped") */
     double t_first, t_done;     /* virtual s */
     struct sim_seq *next;       /* active list or lru pending list */
 } sim_seq_t;
@@ -646,6 +647,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
             seq_end(S, m, s, SEQ_FAILED);
             continue;
         }
+        if (s->n_gen == 0 && paged)
+            s->swapped = 1;
         if (++s->n_gen == 1)
             s->t_first = t;
         if (s->n_gen >= s->rq->output)
@@ -963,10 +966,10 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
     for (size_t i = 0; i < n; i++) {
         const sim_seq_t *s = &S->seqs[i];
         if (c->dump)
-            fprintf(c->dump, "%s,%zu,%d,%.6f,%u,%u,%s,%.6f,%.6f\n", sim_policy_name(pol), i,
+            fprintf(c->dump, "%s,%zu,%d,%.6f,%u,%u,%s,%.6f,%.6f,%d\n", sim_policy_name(pol), i,
                     s->rq->model, s->rq->t, s->rq->prompt, s->rq->output,
                     s->state == SEQ_DONE ? "done" : "failed", s->t_first - s->rq->t,
-                    s->t_done - s->rq->t);
+                    s->t_done - s->rq->t, s->swapped);
         if (s->state != SEQ_DONE)
             continue;
         ttft[k] = s->t_first - s->rq->t;

@@ -117,7 +117,7 @@ static const opt_t opts[] = {
     {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
-    {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e per request here"},
+    {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
     {"no-header", OPT_FLAG, A(no_header), NULL, "omit the CSV header"},
     {"quiet", OPT_FLAG, A(quiet), NULL, "no summary table on stderr"},
     {"self-test", OPT_FLAG, A(self_test), NULL, "run the simulator's checks"},
@@ -401,7 +401,7 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
             free(rows);
             return -1;
         }
-        fputs("policy,index,model,arrival_s,prompt,output,state,ttft_s,e2e_s\n", c.dump);
+        fputs("policy,index,model,arrival_s,prompt,output,state,ttft_s,e2e_s,swapped\n", c.dump);
     }
     int k = 0, rc = 0;
     for (int li = 0; li < nl && !rc; li++) {
@@ -584,6 +584,53 @@ static void test_units(void)
     free(r);
 }
 
+/* The recorded-request format: read back, refused when malformed, simulated. */
+static void test_requests(const args_t *base)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/tracesim-requests-%d.txt", base->self_test_dir, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("# arrival_s model prompt_tokens output_tokens\n0.5 1 32 8\n\n1.0 0 16 4 # warm\n"
+              "1.0 1 8 2\n", f);
+        fclose(f);
+    }
+    wl_req_t *r = NULL;
+    size_t n = 0;
+    int ok = f && wl_requests_read(path, 2, &r, &n, err, sizeof err) == 0;
+    check(ok && n == 3 && r[0].t == 0.5 && r[0].model == 1 && r[0].prompt == 32 &&
+              r[0].output == 8 && r[1].model == 0 && r[2].output == 2,
+          "request list read back: %zu requests, comments and blank lines skipped", n);
+    sim_cfg_t c;
+    build_cfg(base, &c);
+    c.n_models = 2;
+    sim_result_t res;
+    ok = ok && sim_run(&c, SIM_POL_DEFAULT, r, n, &res, err, sizeof err) == 0;
+    check(ok && res.completed == 3 && res.model_loads == 2,
+          "request list simulated: %zu of 3 complete, %llu model loads", ok ? res.completed : 0,
+          ok ? (unsigned long long)res.model_loads : 0);
+    free(r);
+    /* a prompt plus output past the context is refused, as the daemon does */
+    wl_req_t big = {.t = 0, .model = 0, .prompt = c.max_context, .output = 1};
+    ok = sim_run(&c, SIM_POL_DEFAULT, &big, 1, &res, err, sizeof err) == 0;
+    check(ok && res.failed == 1 && res.page_ins == 0,
+          "a request past the context fails at submission without paging anything");
+    static const char *const bad[] = {"0.5 2 8 8\n", "0.5 0 0 8\n", "1 0 8 8\n0.5 0 8 8\n",
+                                      "0.5 0 8\n", "0.5 0 8 8 9\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        if (f) {
+            fputs(bad[i], f);
+            fclose(f);
+        }
+        r = NULL;
+        int rc = wl_requests_read(path, 2, &r, &n, err, sizeof err);
+        free(r);
+        check(rc == WL_ERR_FORMAT, "request list refused: %s", err);
+    }
+    remove(path);
+}
+
 static int self_test(const args_t *base)
 {
     char err[512];
@@ -680,6 +727,7 @@ static int self_test(const args_t *base)
         check_rows("azure", ra, na);
     free(ra);
     remove(path);
+    test_requests(base);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -220,10 +220,16 @@ int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, 
             break;
         }
         if (!(t >= 0) || model < 0 || model >= n_models || prompt < 1 || output < 1 ||
-            prompt > UINT32_MAX || output > UINT32_MAX || (nv && t < v[nv - 1].t)) {
-            snprintf(err, errlen, "%s:%d: bad request (arrival %g s, model %d of %d, %lld prompt "
-                     "and %lld output tokens; arrivals must not go back in time)", path, lineno, t,
-                     model, n_models, prompt, output);
+            prompt > UINT32_MAX || output > UINT32_MAX) {
+            snprintf(err, errlen, "%s:%d: bad request (arrival %g s, model %d of 0..%d, %lld "
+                     "prompt and %lld output tokens)", path, lineno, t, model, n_models - 1,
+                     prompt, output);
+            rc = WL_ERR_FORMAT;
+            break;
+        }
+        if (nv && t < v[nv - 1].t) {
+            snprintf(err, errlen, "%s:%d: arrival %g s is before the one above it (%g s)", path,
+                     lineno, t, v[nv - 1].t);
             rc = WL_ERR_FORMAT;
             break;
         }
