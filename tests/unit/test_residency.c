@@ -183,7 +183,7 @@ Test(residency, random_page_in_run_evict_sequences_keep_every_invariant, .timeou
     for (int i = 0; i < f.n; i++)
         cr_log_info("model %d: %zu pages", i, f.sm[i]->image_bytes / PAGE);
     int pinned = -1;
-    const int OPS = 1500;
+    const int OPS = 4000;
     for (int op = 0; op < OPS; op++) {
         uint32_t kind = rnd(100);
         int i = (int)rnd((uint32_t)f.n);

@@ -1,0 +1,253 @@
+/* Unit tests for the scheduler (queues, limits, swap-aware and fifo plans), chat templates and latency histograms. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "sched.h"
+#include "stats.h"
+
+static sched_cfg_t cfg(sched_policy_t p)
+{
+    return (sched_cfg_t){.policy = p, .max_wait_s = 2.0, .quantum = 4.0, .min_quantum_s = 0.05,
+                         .queue_limit = 4, .max_queued = 6};
+}
+
+static sched_item_t *item(int model, double t)
+{
+    sched_item_t *it = calloc(1, sizeof *it);
+    it->model = model;
+    it->t_arrival = t;
+    return it;
+}
+
+static void views_init(sched_model_view_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = (sched_model_view_t){.resident = 0, .n_active = 0, .max_batch = 8,
+                                    .swap_in_s = 0.1, .priority = 1.0, .can_admit = 1};
+}
+
+Test(sched, queue_limits_per_model_and_in_total_answer_overloaded)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sched_submit(s, item(0, i)), SCHED_OK);
+    cr_assert_eq(sched_submit(s, item(0, 5)), SCHED_ERR_OVERLOADED);
+    cr_assert_eq(sched_submit(s, item(1, 5)), SCHED_OK);
+    cr_assert_eq(sched_submit(s, item(1, 6)), SCHED_OK);
+    cr_assert_eq(sched_submit(s, item(2, 7)), SCHED_ERR_OVERLOADED, "max_queued is 6");
+    cr_assert_eq(sched_queued_total(s), 6);
+    for (int m = 0; m < 3; m++)
+        for (sched_item_t *it; (it = sched_pop(s, m));)
+            free(it);
+    sched_free(s);
+}
+
+Test(sched, removing_a_queued_item_unlinks_it_from_the_middle)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 1);
+    sched_item_t *a = item(0, 0), *b = item(0, 1), *d = item(0, 2);
+    sched_submit(s, a);
+    sched_submit(s, b);
+    sched_submit(s, d);
+    sched_remove(s, b);
+    sched_remove(s, b); /* no-op */
+    cr_assert_eq(sched_pop(s, 0), a);
+    cr_assert_eq(sched_pop(s, 0), d);
+    cr_assert_null(sched_pop(s, 0));
+    free(a);
+    free(b);
+    free(d);
+    sched_free(s);
+}
+
+Test(sched, swap_aware_prefers_a_resident_model_and_batches_its_queue)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 2);
+    sched_item_t *its[4] = {item(0, 0.0), item(1, 0.1), item(1, 0.2), item(1, 0.3)};
+    for (int i = 0; i < 4; i++)
+        sched_submit(s, its[i]);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    v[1].resident = 1;
+    sched_plan_t p;
+    sched_next(s, 0.5, v, &p);
+    cr_assert_eq(p.model, 1, "the resident model goes first although model 0's request is older");
+    cr_assert_eq(p.admit, 3);
+    cr_assert_eq(p.switched, 0);
+    cr_assert_eq(p.prefetch, 0, "the cold model with work is prefetched into free pages");
+    for (int i = 0; i < 4; i++)
+        sched_remove(s, its[i]), free(its[i]);
+    sched_free(s);
+}
+
+Test(sched, swap_aware_switches_when_a_request_waits_past_max_wait)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 2);
+    sched_item_t *a = item(0, 0.0), *b = item(1, 0.0);
+    sched_submit(s, a);
+    sched_submit(s, b);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    v[1].resident = 1;
+    v[1].n_active = 3; /* model 1 keeps having work */
+    sched_plan_t p;
+    sched_next(s, 1.0, v, &p);
+    cr_assert_eq(p.model, 1);
+    sched_next(s, 2.5, v, &p);
+    cr_assert_eq(p.model, 0, "a request past max_wait forces the switch");
+    cr_assert_eq(p.switched, 1);
+    /* the freshly swapped-in model keeps the device for its quantum */
+    v[0].resident = 0;
+    sched_next(s, 2.51, v, &p);
+    cr_assert_eq(p.model, 0);
+    sched_remove(s, a);
+    sched_remove(s, b);
+    free(a);
+    free(b);
+    sched_free(s);
+}
+
+Test(sched, a_queue_blocked_on_kv_memory_does_not_hold_the_device)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 2);
+    sched_item_t *a = item(0, 0.0);
+    sched_submit(s, a);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    v[0].resident = 1;
+    v[0].can_admit = 0;
+    v[1].n_active = 1;
+    sched_plan_t p;
+    sched_next(s, 0.1, v, &p);
+    cr_assert_eq(p.model, 1, "model 0 cannot admit: model 1's running sequences step");
+    sched_remove(s, a);
+    free(a);
+    sched_free(s);
+}
+
+Test(sched, fifo_serves_in_arrival_order_and_batches_only_consecutive_requests)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_FIFO);
+    sched_t *s = sched_new(&c, 2);
+    sched_item_t *its[4] = {item(1, 0.0), item(1, 0.1), item(0, 0.2), item(1, 0.3)};
+    for (int i = 0; i < 4; i++)
+        sched_submit(s, its[i]);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    v[0].resident = 1;
+    sched_plan_t p;
+    sched_next(s, 1.0, v, &p);
+    cr_assert_eq(p.model, 1, "the oldest request's model, resident or not");
+    cr_assert_eq(p.admit, 2, "the third request (model 0) arrived before the fourth");
+    cr_assert_eq(p.prefetch, -1);
+    for (int i = 0; i < 4; i++)
+        sched_remove(s, its[i]), free(its[i]);
+    sched_free(s);
+}
+
+Test(sched, nothing_to_do_gives_no_model)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    sched_model_view_t v[3];
+    views_init(v, 3);
+    sched_plan_t p;
+    sched_next(s, 0, v, &p);
+    cr_assert_eq(p.model, -1);
+    cr_assert_eq(sched_resize(s, 5), SCHED_OK);
+    sched_free(s);
+}
+
+/* ------------------------------------------------------------------ chat */
+
+static char *render(chat_family_t f, int with_system)
+{
+    proto_msg_t m[3];
+    memset(m, 0, sizeof m);
+    int n = 0;
+    if (with_system) {
+        strcpy(m[n].role, "system");
+        m[n++].content = "Be brief.";
+    }
+    strcpy(m[n].role, "user");
+    m[n++].content = "Hi";
+    char *out = NULL, err[256];
+    int bos;
+    cr_assert_eq(chat_render(f, m, (size_t)n, &out, &bos, err, sizeof err), 0, "%s", err);
+    return out;
+}
+
+Test(chat, templates_are_detected_by_their_markers)
+{
+    const char *chatml = "{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content}}<|im_end|>";
+    cr_assert_eq(chat_detect(chatml, strlen(chatml)), CHAT_CHATML);
+    const char *l3 = "<|start_header_id|>{{ role }}<|end_header_id|>";
+    cr_assert_eq(chat_detect(l3, strlen(l3)), CHAT_LLAMA3);
+    const char *l2 = "{{ bos_token + '[INST] ' + content + ' [/INST]' }}";
+    cr_assert_eq(chat_detect(l2, strlen(l2)), CHAT_LLAMA2);
+    const char *z = "<|user|>\n{{ content }}</s>";
+    cr_assert_eq(chat_detect(z, strlen(z)), CHAT_ZEPHYR);
+    cr_assert_eq(chat_detect("{{ something else }}", 20), CHAT_NONE);
+    cr_assert_eq(chat_detect(NULL, 0), CHAT_NONE);
+}
+
+Test(chat, each_family_renders_the_turns_and_the_assistant_prefix)
+{
+    char *s = render(CHAT_CHATML, 1);
+    cr_assert_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n");
+    free(s);
+    s = render(CHAT_LLAMA3, 0);
+    cr_assert_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    s = render(CHAT_LLAMA2, 1);
+    cr_assert_str_eq(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
+    free(s);
+    s = render(CHAT_ZEPHYR, 0);
+    cr_assert_str_eq(s, "<|user|>\nHi</s>\n<|assistant|>\n");
+    free(s);
+}
+
+Test(chat, an_unknown_template_is_a_clear_error)
+{
+    proto_msg_t m = {.role = "user", .content = "Hi"};
+    char *out = NULL, err[256];
+    int bos;
+    cr_assert_neq(chat_render(CHAT_NONE, &m, 1, &out, &bos, err, sizeof err), 0);
+    cr_assert(strstr(err, "chat template") != NULL, "%s", err);
+    cr_assert_null(out);
+}
+
+/* ------------------------------------------------------------------ stats */
+
+Test(stats, histogram_quantiles_land_in_the_right_bucket)
+{
+    stats_hist_t h = {0};
+    cr_assert_eq(stats_hist_quantile(&h, 0.5), 0.0);
+    for (int i = 1; i <= 100; i++)
+        stats_hist_add(&h, (double)i);
+    cr_assert_eq(h.n, 100);
+    double p50 = stats_hist_quantile(&h, 0.5), p99 = stats_hist_quantile(&h, 0.99);
+    cr_assert(p50 >= 50 && p50 <= 50 * 1.25, "p50 %g", p50);
+    cr_assert(p99 >= 99 && p99 <= 99 * 1.25, "p99 %g", p99);
+    stats_hist_add(&h, 1e12); /* clamps into the last bucket */
+    cr_assert_eq(h.b[STATS_HIST_BUCKETS - 1], 1);
+}
+
+Test(stats, reset_zeroes_counters_and_keeps_gauges)
+{
+    stats_res_t a = {.total_page_ins = 5, .curr_resident_bytes = 7}, b = a;
+    stats_res_add(&a, &b);
+    cr_assert_eq(a.total_page_ins, 10);
+    stats_res_reset(&a);
+    cr_assert_eq(a.total_page_ins, 0);
+    cr_assert_eq(a.curr_resident_bytes, 14);
+}
