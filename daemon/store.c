@@ -11,11 +11,22 @@
 /* Tensors inside a segment start on this boundary (kernels like aligned rows). */
 #define STORE_TENSOR_ALIGN 256
 
+/* Models smaller than this load without progress reports. */
+#define STORE_PROGRESS_MIN (256u << 20)
+
 struct store {
     const backend_t *be;
     size_t budget; /* bytes, 0 = unlimited */
     size_t used;
+    store_progress_fn progress;
+    void *progress_ctx;
 };
+
+void store_set_progress(store_t *s, store_progress_fn fn, void *ctx)
+{
+    s->progress = fn;
+    s->progress_ctx = ctx;
+}
 
 static double now_ms(void)
 {
@@ -166,9 +177,17 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     /* zero the padding so the image (and every device copy) is deterministic */
     for (uint32_t i = 0; i < m->n_segs; i++)
         memset(m->image + m->segs[i].off, 0, m->segs[i].span);
-    for (size_t i = 0; i < nw; i++)
-        if (v[i]->data)
-            memcpy(m->image + off[i], v[i]->data, v[i]->nbytes);
+    size_t copied = 0, next_report = m->image_bytes / 10;
+    for (size_t i = 0; i < nw; i++) {
+        if (!v[i]->data)
+            continue;
+        memcpy(m->image + off[i], v[i]->data, v[i]->nbytes);
+        copied += v[i]->nbytes;
+        if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN && copied >= next_report) {
+            s->progress(s->progress_ctx, name, copied, m->image_bytes);
+            next_report += m->image_bytes / 10;
+        }
+    }
     m->woff = off;
     m->n_w = nw;
     off = NULL;

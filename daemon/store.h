@@ -43,6 +43,11 @@ typedef struct store store_t;
 store_t *store_new(const backend_t *be, size_t host_budget);
 void store_free(store_t *s); /* unloads every model; accepts NULL */
 
+/* (optional) called while a large model is copied into its image, about
+ * every tenth of it: the daemon logs loading progress with it. */
+typedef void (*store_progress_fn)(void *ctx, const char *name, size_t done, size_t total);
+void store_set_progress(store_t *s, store_progress_fn fn, void *ctx);
+
 /* Load and repack one model. Refused (STORE_ERR_BUDGET) when it does not
  * fit what is left of the budget; the store is unchanged then. */
 int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,

@@ -298,6 +298,13 @@ static void free_model(wk_t *w, wk_model_t *m)
     free(m);
 }
 
+static void load_progress(void *ctx, const char *name, size_t done, size_t total)
+{
+    (void)ctx;
+    logf_("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
+          done / 1048576.0, total / 1048576.0);
+}
+
 static sched_cfg_t sched_cfg_of(const cfg_t *c)
 {
     return (sched_cfg_t){
@@ -350,6 +357,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     if (w->be->zero_copy && w->be->pool_bytes == 0)
         w->be->pool_bytes = w->be->page_size; /* cpu: no device pool, nothing pages */
     w->store = store_new(w->be, cfg->host.memory);
+    if (w->store)
+        store_set_progress(w->store, load_progress, w);
     w->res = res_new(w->be, berr, sizeof berr);
     sched_cfg_t sc = sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
