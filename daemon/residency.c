@@ -109,8 +109,7 @@ size_t res_kv_available(const res_t *r)
 
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos)
 {
-    size_t per_array = (size_t)n_pos * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float);
-    return 2 * pages_of(r, per_array) * r->page;
+    return 2 * pages_of(r, kv_seq_bytes(hp, n_pos) / 2) * r->page;
 }
 
 static size_t quota_of(const res_t *r, const res_model_t *m)
@@ -333,12 +332,7 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict)
 int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out, char *err,
             size_t errlen)
 {
-    size_t max_other = 0;
-    for (uint32_t s = 1; s < sm->n_segs; s++)
-        if (sm->segs[s].span > max_other)
-            max_other = sm->segs[s].span;
     size_t min_bytes = min_run_bytes(sm);
-    (void)max_other;
     res_model_t *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
@@ -592,7 +586,7 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
     k->kv.n_ctx = n_ctx;
     k->kv.kv_dim = hp->n_head_kv * hp->head_dim;
     k->kv.owner = k;
-    k->range_bytes = pages_of(r, kv_seq_bytes(hp, n_ctx) / 2) * r->page;
+    k->range_bytes = res_kv_bytes_for(r, hp, n_ctx) / 2;
     void *kb = NULL, *vb = NULL;
     if (r->be->zero_copy) {
         /* host memory is device memory: plain allocations, no quota */

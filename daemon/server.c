@@ -29,11 +29,14 @@ typedef struct conn {
     struct conn *hnext;
 } conn_t;
 
+#define SRV_MAX_LISTENERS 8
+
+/* A listener slot; it is also the accept callback's argument. */
 typedef struct lst {
     struct evconnlistener *l;
+    srv_t *s;
     int admin;
     char *unlink_path;   /* unix socket we created */
-    void *ctx;           /* the lst_ctx_t given to the callback (owned) */
 } lst_t;
 
 struct srv {
@@ -42,7 +45,7 @@ struct srv {
     wk_t *wk;
     srv_hooks_t hooks;
     struct event *wake;
-    lst_t lst[4];
+    lst_t lst[SRV_MAX_LISTENERS];
     int n_lst;
     conn_t *buckets[SRV_BUCKETS];
     uint64_t next_id;
@@ -216,19 +219,13 @@ static int peer_allowed(const cfg_t *cfg, int fd)
     return 0;
 }
 
-/* (listener callbacks get the srv; the slot says which kind) */
-typedef struct lst_ctx {
-    srv_t *s;
-    int admin;
-} lst_ctx_t;
-
 static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int slen,
                        void *arg)
 {
     (void)l;
     (void)sa;
     (void)slen;
-    lst_ctx_t *lc = arg;
+    const lst_t *lc = arg;
     srv_t *s = lc->s;
     conn_t *c = calloc(1, sizeof *c);
     struct bufferevent *bev =
@@ -320,34 +317,25 @@ static int tcp_listen(const char *hostport, char *err, size_t errlen)
     return fd;
 }
 
-static lst_ctx_t *lctx_new(srv_t *s, int admin)
-{
-    lst_ctx_t *lc = calloc(1, sizeof *lc);
-    if (lc) {
-        lc->s = s;
-        lc->admin = admin;
-    }
-    return lc;
-}
-
 static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, char *err,
                         size_t errlen)
 {
-    lst_ctx_t *lc = lctx_new(s, admin);
-    struct evconnlistener *l =
-        lc ? evconnlistener_new(s->base, accept2_cb, lc, LEV_OPT_CLOSE_ON_FREE |
-                                LEV_OPT_CLOSE_ON_EXEC, -1, fd) : NULL;
-    if (!l) {
-        free(lc);
+    if (s->n_lst == SRV_MAX_LISTENERS) {
+        close(fd);
+        snprintf(err, errlen, "more than %d listening sockets", SRV_MAX_LISTENERS);
+        return -1;
+    }
+    lst_t *ls = &s->lst[s->n_lst];
+    *ls = (lst_t){.s = s, .admin = admin};
+    ls->l = evconnlistener_new(s->base, accept2_cb, ls, LEV_OPT_CLOSE_ON_FREE |
+                               LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+    if (!ls->l) {
         close(fd);
         snprintf(err, errlen, "cannot listen");
         return -1;
     }
-    lst_t *ls = &s->lst[s->n_lst++];
-    ls->l = l;
-    ls->admin = admin;
     ls->unlink_path = unlink_path ? strdup(unlink_path) : NULL;
-    ls->ctx = lc;
+    s->n_lst++;
     return 0;
 }
 
@@ -456,30 +444,23 @@ fail:
     return NULL;
 }
 
-static void close_listeners(srv_t *s)
+static void close_listener(lst_t *ls)
 {
-    for (int i = 0; i < s->n_lst; i++) {
-        if (!s->lst[i].l)
-            continue;
-        evconnlistener_free(s->lst[i].l);
-        s->lst[i].l = NULL;
-        if (s->lst[i].unlink_path)
-            unlink(s->lst[i].unlink_path);
-    }
+    if (!ls->l)
+        return;
+    evconnlistener_free(ls->l);
+    ls->l = NULL;
+    if (ls->unlink_path)
+        unlink(ls->unlink_path);
 }
 
 void srv_drain(srv_t *s)
 {
     s->draining = 1;
     /* stop accepting inference connections; admin stays for drain answers */
-    for (int i = 0; i < s->n_lst; i++) {
-        if (s->lst[i].l && !s->lst[i].admin) {
-            evconnlistener_free(s->lst[i].l);
-            s->lst[i].l = NULL;
-            if (s->lst[i].unlink_path)
-                unlink(s->lst[i].unlink_path);
-        }
-    }
+    for (int i = 0; i < s->n_lst; i++)
+        if (!s->lst[i].admin)
+            close_listener(&s->lst[i]);
 }
 
 size_t srv_pending_output(const srv_t *s)
@@ -515,10 +496,9 @@ void srv_free(srv_t *s)
 {
     if (!s)
         return;
-    close_listeners(s);
     for (int i = 0; i < s->n_lst; i++) {
+        close_listener(&s->lst[i]);
         free(s->lst[i].unlink_path);
-        free(s->lst[i].ctx);
     }
     for (int b = 0; b < SRV_BUCKETS; b++) {
         while (s->buckets[b]) {

@@ -219,6 +219,14 @@ static int find_model(const wk_t *w, const char *name)
     return -1;
 }
 
+/* Positions a request of this model may use: max_context, at most what the
+ * model was trained for. */
+static uint32_t model_context(const wk_model_t *m)
+{
+    uint32_t train = m->sm->model->hp.n_ctx_train;
+    return m->cfg.max_context < train ? m->cfg.max_context : train;
+}
+
 static res_cfg_t res_cfg_of(const cfg_model_t *c)
 {
     return (res_cfg_t){.gpu_quota = c->gpu_quota, .pinned = c->pinned, .priority = c->priority};
@@ -409,6 +417,25 @@ static void unlink_active(wk_model_t *m, wk_seq_t *s)
     }
 }
 
+/* Appends n bytes to the generated text (kept NUL-terminated); -1 when out
+ * of memory (the text is then left as it was). */
+static int text_append(wk_seq_t *s, const char *p, size_t n)
+{
+    size_t need = s->text_len + n + 1;
+    if (need > s->text_cap) {
+        size_t nc = need * 2;
+        char *nt = realloc(s->text, nc);
+        if (!nt)
+            return -1;
+        s->text = nt;
+        s->text_cap = nc;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return 0;
+}
+
 /* Ends a sequence with a done event (and frees it). */
 static void seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
 {
@@ -416,21 +443,8 @@ static void seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
     double t = now_s();
     char piece[64];
     int np = tok_stream_flush(&s->ts, piece, sizeof piece);
-    if (np > 0 && !s->stopped_on_string) {
-        size_t need = s->text_len + (size_t)np + 1;
-        if (need > s->text_cap) {
-            char *nt = realloc(s->text, need);
-            if (nt) {
-                s->text = nt;
-                s->text_cap = need;
-            }
-        }
-        if (need <= s->text_cap) {
-            memcpy(s->text + s->text_len, piece, (size_t)np);
-            s->text_len += (size_t)np;
-            s->text[s->text_len] = 0;
-        }
-    }
+    if (np > 0 && !s->stopped_on_string)
+        text_append(s, piece, (size_t)np);
     if (s->req.stream && s->text_len > s->sent) {
         send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, -1));
         s->sent = s->text_len;
@@ -477,18 +491,8 @@ static void seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
 static int seq_append(wk_seq_t *s, const char *p, size_t n)
 {
     size_t old_len = s->text_len;
-    size_t need = s->text_len + n + 1;
-    if (need > s->text_cap) {
-        size_t nc = need * 2;
-        char *nt = realloc(s->text, nc);
-        if (!nt)
-            return 0;
-        s->text = nt;
-        s->text_cap = nc;
-    }
-    memcpy(s->text + s->text_len, p, n);
-    s->text_len += n;
-    s->text[s->text_len] = 0;
+    if (text_append(s, p, n))
+        return 0;
     for (size_t i = 0; i < s->req.n_stop; i++) {
         /* a stop string may end anywhere in the new bytes: it starts at
          * most strlen(stop) - 1 bytes before them */
@@ -612,9 +616,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
     }
     s->max_tokens = s->req.has_max_tokens ? (uint32_t)s->req.max_tokens
                                           : (uint32_t)m->cfg.defaults.max_tokens;
-    uint32_t ctx = m->cfg.max_context;
-    if (ctx > mod->hp.n_ctx_train)
-        ctx = mod->hp.n_ctx_train;
+    uint32_t ctx = model_context(m);
     if ((uint64_t)s->n_prompt + s->max_tokens > ctx) {
         if (s->n_prompt >= ctx || s->req.has_max_tokens) {
             send_error(w, conn, s->id, PROTO_E_CONTEXT_OVERFLOW,
@@ -784,9 +786,7 @@ static json_t *models_json(wk_t *w, int admin)
             json_object_set_new(o, "arch", json_string(model_arch_name(mod->hp.arch)));
             json_object_set_new(o, "type", json_string(type_name(mod->wtype)));
             json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
-            uint32_t ctx = m->cfg.max_context < mod->hp.n_ctx_train ? m->cfg.max_context
-                                                                     : mod->hp.n_ctx_train;
-            json_object_set_new(o, "context", json_integer(ctx));
+            json_object_set_new(o, "context", json_integer(model_context(m)));
         }
         if (admin) {
             json_object_set_new(o, "pinned", json_boolean(m->cfg.pinned));
@@ -1073,14 +1073,12 @@ typedef struct timed_hooks {
     double waited; /* seconds blocked in waits */
 } timed_hooks_t;
 
-static double t_now_hook(void) { return now_s(); }
-
 static int timed_wait(void *ctx, uint32_t seg)
 {
     timed_hooks_t *h = ctx;
-    double t0 = t_now_hook();
+    double t0 = now_s();
     int rc = h->inner.wait(h->inner.ctx, seg);
-    h->waited += t_now_hook() - t0;
+    h->waited += now_s() - t0;
     return rc;
 }
 
@@ -1094,13 +1092,13 @@ static uint32_t active_total(const wk_t *w)
 }
 
 /* Whether the next queued request of model mi would get its KV cache now. */
-static int can_admit(wk_t *w, int mi)
+static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
 {
     sched_item_t *it = sched_peek(w->sched, mi);
     if (!it)
         return 0;
     wk_model_t *m = w->models[mi];
-    if (w->be->zero_copy || active_total(w) == 0)
+    if (w->be->zero_copy || n_active_all == 0)
         return 1; /* nothing to wait for: admission decides */
     const wk_seq_t *s = it->user;
     uint32_t n_ctx = s->n_prompt + s->max_tokens;
@@ -1123,8 +1121,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
         }
         return;
     }
-    uint32_t ctx = m->cfg.max_context < mod->hp.n_ctx_train ? m->cfg.max_context
-                                                             : mod->hp.n_ctx_train;
+    uint32_t ctx = model_context(m);
     /* admit: a KV cache each; stop at the first that does not fit now */
     wk_seq_t *fresh = NULL, **fresh_tail = &fresh;
     for (uint32_t k = 0; k < admit; k++) {
@@ -1258,11 +1255,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
 
 static uint32_t in_flight(const wk_t *w)
 {
-    uint32_t n = sched_queued_total(w->sched);
-    for (int i = 0; i < w->n_models; i++)
-        if (w->models[i])
-            n += w->models[i]->n_active;
-    return n;
+    return sched_queued_total(w->sched) + active_total(w);
 }
 
 static void update_status(wk_t *w)
@@ -1314,6 +1307,7 @@ static void *worker_main(void *arg)
         process_inbox(w, in);
         if (w->loads)
             poll_loads(w);
+        uint32_t n_active_all = active_total(w);
         for (int i = 0; i < w->n_models; i++) {
             wk_model_t *m = w->models[i];
             views[i] = (sched_model_view_t){0};
@@ -1324,7 +1318,7 @@ static void *worker_main(void *arg)
             views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
             views[i].swap_in_s = m->swap_in_s;
             views[i].priority = m->cfg.priority;
-            views[i].can_admit = can_admit(w, i);
+            views[i].can_admit = can_admit(w, i, n_active_all);
         }
         sched_plan_t plan;
         sched_next(w->sched, now_s(), views, &plan);

@@ -145,10 +145,17 @@ static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n
 {
     (void)ctx;
     uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
+    /* the frequencies once per call (every real head fits the table; a
+     * wider one computes them as it goes) */
+    float inv_freq[512];
+    int cached = half <= 512;
+    for (uint32_t i = 0; cached && i < half; i++)
+        inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
     for (size_t t = 0; t < n_tok; t++) {
         for (uint32_t i = 0; i < half; i++) {
-            float inv_freq = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
-            float theta = (float)pos[t] * inv_freq;
+            float f = cached ? inv_freq[i]
+                             : powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+            float theta = (float)pos[t] * f;
             float c = cosf(theta), s = sinf(theta);
             uint32_t a = hp->rope_neox ? i : 2 * i;
             uint32_t b = hp->rope_neox ? i + half : 2 * i + 1;

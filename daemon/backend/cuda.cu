@@ -1322,7 +1322,12 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
     return rc;
 }
 
-static int c_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
+/* The three row-wise element kernels (y op= x over n_tok rows of n) share
+ * their checks and launch shape. */
+typedef void (*ew_kernel_t)(float *, const float *, size_t, uint32_t, size_t);
+
+static int ew_launch(void *ctx, ew_kernel_t k, float *y, const float *x, size_t n_tok, size_t n,
+                     size_t stride)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     if (n_tok == 0 || n == 0)
@@ -1332,39 +1337,24 @@ static int c_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t 
     int rc = use_dev(c);
     if (rc)
         return rc;
-    k_add_bias<<<dim3(grid_x(n, EW_THREADS), grid_y(n_tok)), EW_THREADS, 0, c->compute>>>(
-        y, b, n_tok, (uint32_t)n, stride);
+    k<<<dim3(grid_x(n, EW_THREADS), grid_y(n_tok)), EW_THREADS, 0, c->compute>>>(
+        y, x, n_tok, (uint32_t)n, stride);
     return launch_rc();
+}
+
+static int c_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
+{
+    return ew_launch(ctx, k_add_bias, y, b, n_tok, n, stride);
 }
 
 static int c_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
 {
-    cu_ctx_t *c = (cu_ctx_t *)ctx;
-    if (n_tok == 0 || n == 0)
-        return 0;
-    if (n > UINT32_MAX)
-        return BE_ERR_ARG;
-    int rc = use_dev(c);
-    if (rc)
-        return rc;
-    k_add<<<dim3(grid_x(n, EW_THREADS), grid_y(n_tok)), EW_THREADS, 0, c->compute>>>(
-        x, y, n_tok, (uint32_t)n, stride);
-    return launch_rc();
+    return ew_launch(ctx, k_add, x, y, n_tok, n, stride);
 }
 
 static int c_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
 {
-    cu_ctx_t *c = (cu_ctx_t *)ctx;
-    if (n_tok == 0 || n == 0)
-        return 0;
-    if (n > UINT32_MAX)
-        return BE_ERR_ARG;
-    int rc = use_dev(c);
-    if (rc)
-        return rc;
-    k_silu_mul<<<dim3(grid_x(n, EW_THREADS), grid_y(n_tok)), EW_THREADS, 0, c->compute>>>(
-        g, u, n_tok, (uint32_t)n, stride);
-    return launch_rc();
+    return ew_launch(ctx, k_silu_mul, g, u, n_tok, n, stride);
 }
 
 static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,

@@ -227,42 +227,37 @@ int ggufw_kv_arr_str(ggufw_t *w, const char *key, const char *const *v, size_t n
     return ggufw_kv_end(w, mark, rc);
 }
 
-int ggufw_kv_arr_f32(ggufw_t *w, const char *key, const float *v, size_t n)
+/* An array of 4-byte elements (f32 or i32) copied bit for bit, little-endian. */
+static int kv_arr4(ggufw_t *w, const char *key, uint32_t elem, const void *v, size_t n)
 {
     if (n && !v)
         return -1;
     size_t mark;
     if (ggufw_kv_begin(w, key, GGUF_VT_ARRAY, &mark) < 0)
         return -1;
-    int rc = ggufw_buf_u32(&w->kv, GGUF_VT_FLOAT32);
+    int rc = ggufw_buf_u32(&w->kv, elem);
     if (rc == 0)
         rc = ggufw_buf_u64(&w->kv, (uint64_t)n);
     if (rc == 0 && n > SIZE_MAX / 4)
         rc = -1;
     if (rc == 0)
         rc = ggufw_buf_reserve(&w->kv, n * 4);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = ggufw_buf_u32(&w->kv, ggufw_f32_bits(v[i]));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, (const uint8_t *)v + 4 * i, 4);
+        rc = ggufw_buf_u32(&w->kv, bits);
+    }
     return ggufw_kv_end(w, mark, rc);
+}
+
+int ggufw_kv_arr_f32(ggufw_t *w, const char *key, const float *v, size_t n)
+{
+    return kv_arr4(w, key, GGUF_VT_FLOAT32, v, n);
 }
 
 int ggufw_kv_arr_i32(ggufw_t *w, const char *key, const int32_t *v, size_t n)
 {
-    if (n && !v)
-        return -1;
-    size_t mark;
-    if (ggufw_kv_begin(w, key, GGUF_VT_ARRAY, &mark) < 0)
-        return -1;
-    int rc = ggufw_buf_u32(&w->kv, GGUF_VT_INT32);
-    if (rc == 0)
-        rc = ggufw_buf_u64(&w->kv, (uint64_t)n);
-    if (rc == 0 && n > SIZE_MAX / 4)
-        rc = -1;
-    if (rc == 0)
-        rc = ggufw_buf_reserve(&w->kv, n * 4);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = ggufw_buf_u32(&w->kv, (uint32_t)v[i]);
-    return ggufw_kv_end(w, mark, rc);
+    return kv_arr4(w, key, GGUF_VT_INT32, v, n);
 }
 
 int ggufw_kv_raw(ggufw_t *w, const char *key, uint32_t vtype, const void *raw, size_t rawlen)
