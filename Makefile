@@ -35,9 +35,10 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
-            python3-numpy curl prometheus gnuplot-nox
-# commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots)
-DEB_CMDS := curl promtool gnuplot
+            python3-numpy curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind
+# commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
+# clang: libFuzzer targets; valgrind: make test-valgrind)
+DEB_CMDS := curl promtool gnuplot clang valgrind
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
