@@ -93,6 +93,8 @@ static const opt_t opts[] = {
     {"device", "page_size", OPT_SIZE, C(device.page_size), "2MiB", 4 * KiB, 1 * GiB, 0, NULL, check_pow2, NULL},
     {"device", "sim_bandwidth", OPT_RATE, C(device.sim_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
+    {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
+    {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},
 
     SECTION("", "host"),
     {"host", "memory", OPT_SIZE, C(host.memory), "0", 0, UNBOUNDED, OPT_RELOAD, NULL, NULL, NULL},
@@ -1023,6 +1025,9 @@ static int validate(ld_t *ld)
         return ld_fail(ld, m, CFG_ERR_INVALID,
                        "device.memory is required for backend sim (the size of the simulated device)");
     }
+    if (c->device.fault_injection && c->device.backend != CFG_BACKEND_SIM)
+        return ld_fail(ld, at_top(ld, "device", "fault_injection"), CFG_ERR_INVALID,
+                       "device.fault_injection is for testing and needs backend sim");
     if (mem && mem % c->device.page_size)
         return ld_fail(ld, at_top(ld, "device", "memory"), CFG_ERR_INVALID,
                        "device.memory %s is not a multiple of device.page_size %s", cfg_format_size(mem, a, sizeof a),

@@ -102,6 +102,8 @@ typedef struct cfg {
         uint64_t page_size;     /* bytes per pool page: power of two, >= 4KiB, default 2MiB */
         uint64_t sim_bandwidth; /* bytes/s the sim copy thread is throttled to; 0 = unthrottled */
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
+        uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
+        int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
     } device;
     struct {
         uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */

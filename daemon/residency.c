@@ -2,6 +2,7 @@
 #include "residency.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,8 @@ struct res_model {
     double freq;             /* uses, for the GreedyDual score */
     double h;                /* GreedyDual value: lowest goes first */
     stats_res_t st;
+    int err_code;            /* RES_ERR_* of the last failure since acquire, 0 if none */
+    char err[192];           /* its message */
     struct res_model *next;
 };
 
@@ -54,6 +57,7 @@ struct res {
                                 (image, or its gpu_quota when smaller) */
     size_t headroom_min;     /* the most any model needs to run at all (embedding +
                                 largest other segment, streaming the rest) */
+    double copy_timeout_s;   /* a pass waits this long for one segment's copy */
 };
 
 static uint64_t now_ns(void)
@@ -135,6 +139,7 @@ res_t *res_new(backend_t *be, char *err, size_t errlen)
     r->page = be->page_size;
     r->n_pages = be->pool_bytes / be->page_size;
     r->free_pages = r->n_pages;
+    r->copy_timeout_s = 30.0;
     return r;
 }
 
@@ -163,11 +168,44 @@ static void update_gauges(res_model_t *m)
     m->st.curr_kv_seqs = (uint64_t)m->n_kv;
 }
 
-/* Move finished copies to RESIDENT and account their copy time. */
+static void set_err(res_model_t *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(res_model_t *m, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    m->err_code = code;
+}
+
+/* A copy that failed left garbage: unmap the segment so the next pass
+ * pages it in again. */
+static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
+{
+    res_seg_t *sg = &m->segs[s];
+    const store_seg_t *ss = &m->sm->segs[s];
+    r->be->unmap(r->be->ctx, m->base, ss->off, ss->span);
+    sg->state = RES_SEG_ABSENT;
+    sg->timed = 0;
+    m->weight_bytes -= ss->span;
+    r->free_pages += ss->span / r->page;
+    m->st.total_device_errors++;
+    set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend failed to copy segment %u to the device",
+            m->sm->name, r->be->name, s);
+    update_gauges(m);
+}
+
+/* Move finished copies to RESIDENT and account their copy time; drop
+ * failed ones. */
 static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
 {
     res_seg_t *sg = &m->segs[s];
-    if (sg->state != RES_SEG_INFLIGHT || r->be->event_done(r->be->ctx, sg->ev) != 1)
+    if (sg->state != RES_SEG_INFLIGHT)
+        return;
+    int done = r->be->event_done(r->be->ctx, sg->ev);
+    if (done < 0)
+        drop_failed(r, m, s);
+    if (done != 1)
         return;
     sg->state = RES_SEG_RESIDENT;
     if (!sg->timed && r->be->event_times(r->be->ctx, sg->ev, &sg->t) == 0) {
@@ -209,6 +247,8 @@ static int evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
     if (sg->state == RES_SEG_INFLIGHT)
         copy_sync(r, sg);
     settle_seg(r, m, s);
+    if (sg->state == RES_SEG_ABSENT)
+        return 0; /* its copy failed: already unmapped */
     const store_seg_t *ss = &m->sm->segs[s];
     if (r->be->unmap(r->be->ctx, m->base, ss->off, ss->span))
         return RES_ERR_DEVICE;
@@ -280,8 +320,18 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     const store_seg_t *ss = &m->sm->segs[s];
     res_seg_t *sg = &m->segs[s];
     uint64_t t0 = now_ns();
-    if (r->be->map(r->be->ctx, m->base, ss->off, ss->span))
+    int brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span);
+    if (brc) {
+        m->st.total_device_errors++;
+        if (brc == BE_ERR_NOMEM) {
+            set_err(m, RES_ERR_NOMEM, "model '%s': device memory exhausted (the %s backend could not map "
+                    "%.1f MiB)", m->sm->name, r->be->name, ss->span / 1048576.0);
+            return RES_ERR_NOMEM;
+        }
+        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend failed to map segment %u (%d)", m->sm->name,
+                r->be->name, s, brc);
         return RES_ERR_DEVICE;
+    }
     m->st.total_map_ns += now_ns() - t0;
     r->free_pages -= ss->span / r->page;
     m->weight_bytes += ss->span;
@@ -290,6 +340,9 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
         r->be->unmap(r->be->ctx, m->base, ss->off, ss->span);
         r->free_pages += ss->span / r->page;
         m->weight_bytes -= ss->span;
+        m->st.total_device_errors++;
+        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend refused to queue a copy", m->sm->name,
+                r->be->name);
         return RES_ERR_DEVICE;
     }
     sg->state = RES_SEG_INFLIGHT;
@@ -445,7 +498,9 @@ int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_
 
 int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
 {
-    settle(r, m);
+    settle(r, m); /* drops copies that failed: they are paged in again below */
+    m->err_code = 0;
+    m->err[0] = 0;
     m->running++;
     touch(r, m);
     if (r->be->zero_copy) {
@@ -463,8 +518,11 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     int rc = page_in_prefix(r, m, 1);
     update_gauges(m);
     if (rc) {
-        snprintf(err, errlen, "model '%s': page-in failed on the %s backend", m->sm->name,
-                 r->be->name);
+        if (m->err_code)
+            snprintf(err, errlen, "%s", m->err);
+        else
+            snprintf(err, errlen, "model '%s': page-in failed on the %s backend", m->sm->name,
+                     r->be->name);
         m->running--;
         update_gauges(m);
     }
@@ -485,8 +543,12 @@ int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen)
         return RES_OK;
     settle(r, m);
     touch(r, m);
+    m->err_code = 0;
+    m->err[0] = 0;
     int rc = page_in_prefix(r, m, evict);
-    if (rc)
+    if (rc && m->err_code)
+        snprintf(err, errlen, "%s", m->err);
+    else if (rc)
         snprintf(err, errlen, "model '%s': prefetch failed", m->sm->name);
     return rc;
 }
@@ -554,15 +616,50 @@ static int hook_wait(void *ctx, uint32_t seg)
         }
     }
     if (sg->state == RES_SEG_INFLIGHT) {
-        if (r->be->wait(r->be->ctx, sg->ev))
+        /* wait on the host up to the copy timeout (a stuck or very slow
+         * copy fails this pass rather than the whole daemon); the segment
+         * stays in flight and lands, or fails, on its own */
+        double t0 = now_ns() / 1e9, pause = 20e-6;
+        while (r->be->event_done(r->be->ctx, sg->ev) == 0) {
+            double waited = now_ns() / 1e9 - t0;
+            if (waited > r->copy_timeout_s) {
+                m->st.total_device_errors++;
+                set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
+                        "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+                return RES_ERR_TIMEOUT;
+            }
+            struct timespec ts = {0, (long)(pause * 1e9)};
+            nanosleep(&ts, NULL);
+            if (pause < 1e-3)
+                pause *= 2;
+        }
+        if (r->be->wait(r->be->ctx, sg->ev)) {
+            settle_seg(r, m, seg);
+            if (!m->err_code)
+                set_err(m, RES_ERR_DEVICE, "model '%s': the copy of segment %u failed", m->sm->name, seg);
             return RES_ERR_DEVICE;
+        }
         settle_seg(r, m, seg);
         /* cuda's wait is a stream dependency: the segment counts as resident
          * for scheduling as soon as compute is ordered after its copy */
-        if (sg->state == RES_SEG_INFLIGHT && r->be->event_done(r->be->ctx, sg->ev) < 0)
+        if (sg->state == RES_SEG_INFLIGHT && r->be->event_done(r->be->ctx, sg->ev) < 0) {
+            settle_seg(r, m, seg);
             return RES_ERR_DEVICE;
+        }
     }
     return 0;
+}
+
+int res_last_error(const res_model_t *m, const char **msg)
+{
+    if (msg)
+        *msg = m->err;
+    return m->err_code;
+}
+
+void res_set_copy_timeout(res_t *r, double seconds)
+{
+    r->copy_timeout_s = seconds > 0 ? seconds : 30.0;
 }
 
 fwd_hooks_t res_hooks(res_model_t *m)

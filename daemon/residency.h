@@ -18,6 +18,7 @@ enum {
     RES_ERR_DEVICE = -3,  /* backend failure */
     RES_ERR_NOMEM = -4,
     RES_ERR_BUSY = -5,    /* model has running work or live KV caches */
+    RES_ERR_TIMEOUT = -6, /* a copy did not complete within the copy timeout */
 };
 
 typedef enum res_cause {
@@ -67,6 +68,12 @@ void res_release(res_t *r, res_model_t *m);
  * for each segment's copy (and page in what acquire could not). */
 const model_weights_t *res_weights(const res_model_t *m);
 fwd_hooks_t res_hooks(res_model_t *m);
+
+/* The RES_ERR_* code and message of the last failure of m since its last
+ * res_acquire (page-in, copy, map or timeout), 0 and "" if none. */
+int res_last_error(const res_model_t *m, const char **msg);
+/* How long a pass waits for one segment's copy (default 30 s). */
+void res_set_copy_timeout(res_t *r, double seconds);
 
 /* Page in what fits without evicting anything (prefetch into free pages)
  * or, with evict = 1, evicting idle models as acquire does. Not running. */

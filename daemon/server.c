@@ -260,6 +260,45 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
 
 /* ------------------------------------------------------------------ listeners */
 
+/* 0 when path is free to bind: absent, or a stale socket no one listens on
+ * (left by a daemon that was killed), which is removed. A live socket or
+ * anything that is not a socket is never replaced. */
+static int claim_path(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "%s exists and is not a socket; not replacing it", path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+    int e = errno;
+    close(fd);
+    if (rc == 0) {
+        snprintf(err, errlen, "%s is in use by a running process (another gpuswapd?)", path);
+        return -1;
+    }
+    if (e != ECONNREFUSED) {
+        snprintf(err, errlen, "%s: cannot tell whether it is in use: %s", path, strerror(e));
+        return -1;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "%s: stale socket: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -273,7 +312,10 @@ static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    unlink(path);
+    if (claim_path(path, &sa, err, errlen)) {
+        close(fd);
+        return -1;
+    }
     mode_t old = umask(0177);
     int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
     umask(old);

@@ -18,7 +18,8 @@
     X(evictions_preemption, "segments evicted to preempt running work")                            \
     X(total_bytes_evicted, "bytes of segments unmapped")                                           \
     X(total_kv_allocs, "KV caches created")                                                        \
-    X(total_kv_frees, "KV caches freed")
+    X(total_kv_frees, "KV caches freed")                                                          \
+    X(total_device_errors, "failed or timed-out device maps and copies")
 
 /* Per-model gauges (state, never reset): X(name, help). */
 #define STATS_RES_GAUGES(X)                                                                        \

@@ -82,6 +82,7 @@ typedef struct wk_load {
     int stream;
     double t0;
     size_t last_bytes;
+    uint64_t device_errors; /* the model's count when the load began */
     struct wk_load *next;
 } wk_load_t;
 
@@ -368,6 +369,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     if (w->store)
         store_set_progress(w->store, load_progress, w);
     w->res = res_new(w->be, berr, sizeof berr);
+    if (w->res)
+        res_set_copy_timeout(w->res, (double)cfg->device.copy_timeout_ms / 1e3);
     sched_cfg_t sc = sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
     w->fwd = fwd_new(w->be);
@@ -812,6 +815,15 @@ static json_t *models_json(wk_t *w, int admin)
 
 /* ------------------------------------------------------------------ admin */
 
+/* The answer for requests a device failure (RES_ERR_*) ended: memory that
+ * ran out is worth retrying, anything else is the device's fault. */
+static proto_err_t device_error_code(int res_err)
+{
+    return res_err == RES_ERR_NOMEM || res_err == RES_ERR_NOSPACE ? PROTO_E_OVERLOADED
+                                                                   : PROTO_E_INTERNAL;
+}
+
+
 static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
 {
     int mi = req->model ? find_model(w, req->model) : -1;
@@ -831,6 +843,24 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
             w->drain_id = req->id ? json_incref(req->id) : NULL;
         }
         return;
+    case PROTO_OP_FAULT: {
+        if (!w->cfg->device.fault_injection) {
+            send_error(w, conn, req->id, PROTO_E_BAD_REQUEST,
+                       "fault injection is off (device.fault_injection, backend sim only)");
+            return;
+        }
+        be_fault_t f = {(be_fault_kind_t)req->fault, req->fault_count ? req->fault_count : 1,
+                        req->fault_delay_ms};
+        if (w->be->inject(w->be->ctx, &f)) {
+            send_error(w, conn, req->id, PROTO_E_BAD_REQUEST, "the %s backend cannot inject faults",
+                       w->be->name);
+            return;
+        }
+        static const char *const kinds[] = {"off", "copy_fail", "copy_slow", "map_fail"};
+        logf_("fault injection: %s, next %u operations, delay %u ms", kinds[f.kind], f.count, f.delay_ms);
+        send_ok(w, conn, req->id, json_pack("{s:b}", "armed", req->fault != BE_FAULT_OFF));
+        return;
+    }
     case PROTO_OP_RELOAD: {
         /* the loop owns config files: ask it, it answers */
         wk_out_t *o = calloc(1, sizeof *o);
@@ -864,8 +894,9 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
                        m->name, m->sm->image_bytes / 1048576.0, q / 1048576.0);
             return;
         }
-        if (res_prefetch(w->res, m->rm, 1, err, sizeof err)) {
-            send_error(w, conn, req->id, PROTO_E_INTERNAL, "%s", err);
+        int prc = res_prefetch(w->res, m->rm, 1, err, sizeof err);
+        if (prc) {
+            send_error(w, conn, req->id, device_error_code(prc), "%s", err);
             return;
         }
         wk_load_t *l = calloc(1, sizeof *l);
@@ -876,6 +907,9 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
         l->id = req->id ? json_incref(req->id) : NULL;
         l->stream = req->stream;
         l->t0 = now_s();
+        stats_res_t st;
+        res_model_stats(w->res, m->rm, &st);
+        l->device_errors = st.total_device_errors;
         l->next = w->loads;
         w->loads = l;
         return;
@@ -910,6 +944,9 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
     send_error(w, conn, req->id, PROTO_E_BAD_REQUEST, "op not accepted here");
 }
 
+/* Device failures an admin load retries through before it gives up. */
+#define WK_LOAD_RETRIES 3
+
 static void poll_loads(wk_t *w)
 {
     for (wk_load_t **pp = &w->loads; *pp;) {
@@ -930,11 +967,19 @@ static void poll_loads(wk_t *w)
                 send_line(w, l->conn, proto_encode_progress(l->id, m->name, l->last_bytes,
                                                             m->sm->image_bytes));
             }
-            /* not all queued (pool held by others): try again */
+            /* not all queued (pool held by others, or a copy failed and
+             * was dropped): try again, a few times for device failures */
             char err[256];
-            res_prefetch(w->res, m->rm, 1, err, sizeof err);
-            pp = &l->next;
-            continue;
+            const char *why = NULL;
+            if (st.total_device_errors - l->device_errors >= WK_LOAD_RETRIES)
+                res_last_error(m->rm, &why);
+            else if (res_prefetch(w->res, m->rm, 1, err, sizeof err))
+                res_last_error(m->rm, &why);
+            if (!why) {
+                pp = &l->next;
+                continue;
+            }
+            send_error(w, l->conn, l->id, PROTO_E_INTERNAL, "%s", *why ? why : err);
         }
         *pp = l->next;
         json_decref(l->id);
@@ -1017,6 +1062,12 @@ static void apply_reload(wk_t *w, const cfg_t *next)
                 sched_remove(w->sched, it);
                 seq_free(w, sq);
             }
+            continue;
+        }
+        if (!m->sm) {
+            /* it failed to load: try again (the file may have been fixed) */
+            free_model(w, m);
+            w->models[i] = load_model(w, c);
             continue;
         }
         m->cfg = *c;
@@ -1114,10 +1165,21 @@ static void step(wk_t *w, int mi, uint32_t admit)
     char err[512];
     stats_res_t before;
     res_model_stats(w->res, m->rm, &before);
-    if (res_acquire(w->res, m->rm, err, sizeof err)) {
+    int arc = res_acquire(w->res, m->rm, err, sizeof err);
+    if (arc) {
+        /* the model could not be paged in: what was to run now fails (the
+         * active sequences and those this pass would admit); the rest stay
+         * queued for a later pass, and other models go on */
+        proto_err_t code = device_error_code(arc);
         for (wk_seq_t *s = m->active, *nx; s; s = nx) {
             nx = s->next_active;
-            seq_fail(w, s, PROTO_E_INTERNAL, err);
+            seq_fail(w, s, code, err);
+        }
+        for (uint32_t k = 0; k < admit; k++) {
+            sched_item_t *it = sched_peek(w->sched, mi);
+            if (!it)
+                break;
+            seq_fail(w, it->user, code, err);
         }
         return;
     }
@@ -1208,8 +1270,12 @@ static void step(wk_t *w, int mi, uint32_t admit)
     for (i = 0; i < n; i++) {
         wk_seq_t *s = order[i];
         if (rc) {
-            seq_fail(w, s, rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW : PROTO_E_INTERNAL,
-                     err);
+            const char *why;
+            int rerr = res_last_error(m->rm, &why);
+            if (rerr && i == 0)
+                snprintf(err, sizeof err, "%s", why);
+            seq_fail(w, s, rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW
+                     : rerr ? device_error_code(rerr) : PROTO_E_INTERNAL, err);
             continue;
         }
         s->swap_s += th.waited;

@@ -59,6 +59,9 @@ typedef enum pfield {
     F_SEED,
     F_STOP,
     F_STREAM,
+    F_FAULT,
+    F_TIMES,
+    F_DELAY_MS,
     F_COUNT
 } pfield_t;
 
@@ -79,7 +82,13 @@ static const char *const field_names[F_COUNT] = {
     [F_SEED] = "seed",
     [F_STOP] = "stop",
     [F_STREAM] = "stream",
+    [F_FAULT] = "fault",
+    [F_TIMES] = "count",
+    [F_DELAY_MS] = "delay_ms",
 };
+
+/* The kinds the admin "fault" op takes. */
+static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail"};
 
 #define FB(f) (1u << (f))
 #define F_SAMPLING                                                                                 \
@@ -111,6 +120,7 @@ static const struct op_desc {
     [PROTO_OP_UNPIN] = {"unpin", SOCK_ADMIN, FB(F_MODEL), FB(F_MODEL)},
     [PROTO_OP_RELOAD] = {"reload", SOCK_ADMIN, 0, 0},
     [PROTO_OP_DRAIN] = {"drain", SOCK_ADMIN, 0, 0},
+    [PROTO_OP_FAULT] = {"fault", SOCK_ADMIN, FB(F_FAULT) | FB(F_TIMES) | FB(F_DELAY_MS), FB(F_FAULT)},
 };
 #define N_OPS ((int)(sizeof op_table / sizeof op_table[0]))
 
@@ -668,6 +678,27 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         return parse_stop(v, req, err, errlen);
     case F_STREAM:
         return get_bool(name, v, &req->stream, err, errlen);
+    case F_FAULT: {
+        if (!json_is_string(v))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'fault' must be a string (got %s)", type_word(v));
+        for (size_t k = 0; k < sizeof fault_names / sizeof fault_names[0]; k++)
+            if (strcmp(json_string_value(v), fault_names[k]) == 0) {
+                req->fault = (int)k;
+                return 0;
+            }
+        return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail");
+    }
+    case F_TIMES:
+        if ((rc = get_int(name, v, 1, 1000000, &x, err, errlen)))
+            return rc;
+        req->fault_count = (uint32_t)x;
+        return 0;
+    case F_DELAY_MS:
+        if ((rc = get_int(name, v, 0, 3600000, &x, err, errlen)))
+            return rc;
+        req->fault_delay_ms = (uint32_t)x;
+        return 0;
     case F_COUNT:
         break;
     }
@@ -990,6 +1021,14 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     }
     case F_STREAM:
         return req->stream ? set_new(root, name, json_true()) : 0;
+    case F_FAULT:
+        if (req->fault < 0 || (size_t)req->fault >= sizeof fault_names / sizeof fault_names[0])
+            return -1;
+        return set_new(root, name, json_string(fault_names[req->fault]));
+    case F_TIMES:
+        return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
+    case F_DELAY_MS:
+        return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
     case F_COUNT:
         break;
     }

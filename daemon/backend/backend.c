@@ -38,6 +38,13 @@ static int fb_event_times(void *ctx, be_event_t *ev, be_copy_times_t *t)
     return BE_ERR_UNAVAILABLE;
 }
 
+static int fb_inject(void *ctx, const be_fault_t *f)
+{
+    (void)ctx;
+    (void)f;
+    return BE_ERR_UNAVAILABLE;
+}
+
 /* ------------------------------------------------------------------ registry */
 
 #ifdef GPUSWAPD_CUDA
@@ -87,6 +94,8 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
         be->upload = fb_copy;
     if (!be->event_times)
         be->event_times = fb_event_times;
+    if (!be->inject)
+        be->inject = fb_inject;
     return be;
 }
 

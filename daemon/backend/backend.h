@@ -49,6 +49,22 @@ typedef struct be_mm {
     size_t y_stride;
 } be_mm_t;
 
+/* Failures a backend can be told to produce (sim only; for tests of the
+ * daemon's error paths). Each applies to the next count operations of its
+ * kind; BE_FAULT_OFF clears every pending one. */
+typedef enum be_fault_kind {
+    BE_FAULT_OFF = 0,
+    BE_FAULT_COPY_FAIL, /* the copy does not land: its event completes with an error */
+    BE_FAULT_COPY_SLOW, /* the copy lands delay_ms late */
+    BE_FAULT_MAP_FAIL,  /* map fails with BE_ERR_NOMEM (device memory exhausted) */
+} be_fault_kind_t;
+
+typedef struct be_fault {
+    be_fault_kind_t kind;
+    uint32_t count;    /* operations affected, >= 1 */
+    uint32_t delay_ms; /* BE_FAULT_COPY_SLOW */
+} be_fault_t;
+
 typedef struct backend {
     const char *name;   /* "cpu", "sim", "cuda" */
     void *ctx;
@@ -114,6 +130,9 @@ typedef struct backend {
     /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */
     int (*gather)(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
                   size_t n, size_t stride);
+
+    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */
+    int (*inject)(void *ctx, const be_fault_t *f);
 
     void (*close)(void *ctx);
 } backend_t;

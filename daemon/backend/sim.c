@@ -19,7 +19,7 @@
 #define SIM_COPY_CHUNK (1u << 20)
 
 struct be_event {
-    atomic_int done;   /* 1 once the copy has landed */
+    atomic_int done;   /* 1 once the copy has landed, -1 if it failed, 0 while queued */
     be_copy_times_t t;
 };
 
@@ -55,7 +55,20 @@ typedef struct sim_ctx {
     pthread_cond_t cv_work, cv_done;
     sim_copy_t *head, *tail;
     int stop;
+
+    /* armed faults (be_fault_t), taken by the next operations of each kind */
+    atomic_uint fail_copies, slow_copies, fail_maps;
+    atomic_uint slow_ms;
 } sim_ctx_t;
+
+/* Takes one unit of an armed fault counter; 1 if this operation is hit. */
+static int take(atomic_uint *n)
+{
+    unsigned v = atomic_load(n);
+    while (v > 0 && !atomic_compare_exchange_weak(n, &v, v - 1))
+        ;
+    return v > 0;
+}
 
 static double now_s(void)
 {
@@ -92,9 +105,12 @@ static void *copy_thread(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         double t0 = now_s();
+        int failed = take(&s->fail_copies);
+        if (take(&s->slow_copies))
+            sleep_until(t0 + atomic_load(&s->slow_ms) / 1e3);
         /* unthrottled: one memcpy, so large copies get the streaming-store path */
         size_t chunk = s->bandwidth > 0 ? SIM_COPY_CHUNK : c->bytes;
-        for (size_t off = 0; off < c->bytes; off += chunk) {
+        for (size_t off = 0; off < c->bytes && !failed; off += chunk) {
             size_t n = c->bytes - off < chunk ? c->bytes - off : chunk;
             memcpy((char *)c->dst + off, (const char *)c->src + off, n);
             if (s->bandwidth > 0)
@@ -106,7 +122,7 @@ static void *copy_thread(void *arg)
         if (c->ev) {
             c->ev->t.start = t0;
             c->ev->t.end = t1;
-            atomic_store(&c->ev->done, 1);
+            atomic_store(&c->ev->done, failed ? -1 : 1);
         }
         pthread_cond_broadcast(&s->cv_done);
         free(c);
@@ -163,13 +179,13 @@ static int s_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_ev
 static int s_wait(void *ctx, be_event_t *ev)
 {
     sim_ctx_t *s = ctx;
-    if (atomic_load(&ev->done))
-        return 0;
-    pthread_mutex_lock(&s->mu);
-    while (!atomic_load(&ev->done))
-        pthread_cond_wait(&s->cv_done, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    return 0;
+    if (!atomic_load(&ev->done)) {
+        pthread_mutex_lock(&s->mu);
+        while (!atomic_load(&ev->done))
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return atomic_load(&ev->done) < 0 ? BE_ERR_DEVICE : 0;
 }
 
 static int s_event_done(void *ctx, be_event_t *ev)
@@ -181,7 +197,7 @@ static int s_event_done(void *ctx, be_event_t *ev)
 static int s_event_times(void *ctx, be_event_t *ev, be_copy_times_t *t)
 {
     sim_ctx_t *s = ctx;
-    if (!atomic_load(&ev->done))
+    if (atomic_load(&ev->done) != 1)
         return BE_ERR_ARG;
     pthread_mutex_lock(&s->mu);
     *t = ev->t;
@@ -269,7 +285,7 @@ static int s_map(void *ctx, void *base, size_t off, size_t bytes)
             goto out;
         }
     }
-    if (n > s->n_free) {
+    if (n > s->n_free || take(&s->fail_maps)) {
         rc = BE_ERR_NOMEM;
         goto out;
     }
@@ -331,6 +347,27 @@ static void s_release(void *ctx, void *base, size_t bytes)
         free(r);
     }
     pthread_mutex_unlock(&s->map_mu);
+}
+
+/* ------------------------------------------------------------------ faults */
+
+static int s_inject(void *ctx, const be_fault_t *f)
+{
+    sim_ctx_t *s = ctx;
+    switch (f->kind) {
+    case BE_FAULT_OFF:
+        atomic_store(&s->fail_copies, 0);
+        atomic_store(&s->slow_copies, 0);
+        atomic_store(&s->fail_maps, 0);
+        return 0;
+    case BE_FAULT_COPY_FAIL: atomic_fetch_add(&s->fail_copies, f->count); return 0;
+    case BE_FAULT_COPY_SLOW:
+        atomic_store(&s->slow_ms, f->delay_ms);
+        atomic_fetch_add(&s->slow_copies, f->count);
+        return 0;
+    case BE_FAULT_MAP_FAIL: atomic_fetch_add(&s->fail_maps, f->count); return 0;
+    }
+    return BE_ERR_ARG;
 }
 
 /* ------------------------------------------------------------------ open/close */
@@ -427,6 +464,7 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     be->wait = s_wait;
     be->event_done = s_event_done;
     be->event_times = s_event_times;
+    be->inject = s_inject;
     be->close = s_close;
     cpuk_fill(be);
     return be;

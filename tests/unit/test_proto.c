@@ -880,11 +880,44 @@ Test(proto, error_code_strings_are_exactly_the_documented_ones)
 Test(proto, op_names_match_the_wire)
 {
     static const char *const names[] = {NULL, "generate", "chat", "tokenize", "models", "cancel", "stats",
-                                        "load", "evict", "pin", "unpin", "reload", "drain"};
-    for (int op = 1; op <= PROTO_OP_DRAIN; op++)
+                                        "load", "evict", "pin", "unpin", "reload", "drain", "fault"};
+    for (int op = 1; op <= PROTO_OP_FAULT; op++)
         cr_assert_str_eq(proto_op_name((proto_op_t)op), names[op]);
     cr_assert_null(proto_op_name(0));
-    cr_assert_null(proto_op_name(PROTO_OP_DRAIN + 1));
+    cr_assert_null(proto_op_name(PROTO_OP_FAULT + 1));
+}
+
+Test(proto, fault_op_is_admin_only_and_typed)
+{
+    proto_req_t r;
+    char err[256];
+    const char *ok = "{\"op\":\"fault\",\"id\":1,\"fault\":\"copy_slow\",\"count\":3,\"delay_ms\":250}";
+    cr_assert_eq(proto_parse_request(ok, strlen(ok), 1, &r, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.op, PROTO_OP_FAULT);
+    cr_assert_eq(r.fault, 2);
+    cr_assert_eq(r.fault_count, 3);
+    cr_assert_eq(r.fault_delay_ms, 250);
+    char *line = proto_encode_request(&r);
+    cr_assert_not_null(line);
+    proto_req_t r2;
+    cr_assert_eq(proto_parse_request(line, strlen(line) - 1, 1, &r2, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r2.fault, 2);
+    cr_assert_eq(r2.fault_count, 3);
+    free(line);
+    proto_req_free(&r2);
+    proto_req_free(&r);
+    cr_assert_eq(proto_parse_request(ok, strlen(ok), 0, &r, NULL, err, sizeof err), -PROTO_E_BAD_REQUEST);
+    cr_assert(strstr(err, "admin"), "%s", err);
+    static const char *const bad[] = {
+        "{\"op\":\"fault\"}",
+        "{\"op\":\"fault\",\"fault\":\"melt\"}",
+        "{\"op\":\"fault\",\"fault\":1}",
+        "{\"op\":\"fault\",\"fault\":\"copy_fail\",\"count\":0}",
+        "{\"op\":\"fault\",\"fault\":\"copy_fail\",\"delay_ms\":-1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(proto_parse_request(bad[i], strlen(bad[i]), 1, &r, NULL, err, sizeof err),
+                     -PROTO_E_BAD_REQUEST, "%s", bad[i]);
 }
 
 /* ------------------------------------------------------------------ client-side events */

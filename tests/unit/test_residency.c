@@ -489,3 +489,88 @@ Test(residency, host_budget_refuses_a_model_that_does_not_fit_and_keeps_the_othe
     unlink(p1);
     unlink(p2);
 }
+
+/* A pass over model 0 through the hooks; the fwd_run return code. */
+static int try_pass(fixture_t *f, char *err, size_t errlen)
+{
+    const model_t *m = f->sm[0]->model;
+    kv_seq_t *kv = NULL;
+    cr_assert_eq(res_kv_new(f->res, f->rm[0], 32, &kv, err, errlen), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f->res, kv, PROMPT_LEN, err, errlen), 0, "%s", err);
+    float *out = malloc(m->hp.n_vocab * sizeof(float));
+    fwd_hooks_t h = res_hooks(f->rm[0]);
+    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out};
+    int rc = fwd_run(f->fw, &m->hp, res_weights(f->rm[0]), &s, 1, &h, err, errlen);
+    free(out);
+    res_kv_free(f->res, kv);
+    return rc;
+}
+
+Test(residency, a_failed_copy_fails_the_pass_and_the_segment_is_paged_in_again)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    const char *why;
+    be_fault_t fault = {BE_FAULT_COPY_FAIL, 1, 0};
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    cr_assert_neq(try_pass(&f, err, sizeof err), 0, "a pass over a failed copy must fail");
+    cr_assert_eq(res_last_error(f.rm[0], &why), RES_ERR_DEVICE);
+    cr_assert(strstr(why, "failed to copy segment 0"), "%s", why);
+    res_release(f.res, f.rm[0]);
+    cr_assert_eq(res_seg_state(f.res, f.rm[0], FWD_SEG_EMBED), RES_SEG_ABSENT);
+    check_invariants(&f);
+    stats_res_t st;
+    res_model_stats(f.res, f.rm[0], &st);
+    cr_assert_eq(st.total_device_errors, 1);
+    /* the next pass pages the segment in again and computes the right logits */
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    cr_assert(res_fully_resident(f.res, f.rm[0]));
+    check_invariants(&f);
+    fx_fini(&f);
+}
+
+Test(residency, a_failed_map_is_device_memory_exhausted_and_leaves_the_pool_consistent)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    be_fault_t fault = {BE_FAULT_MAP_FAIL, 1, 0};
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), RES_ERR_NOMEM);
+    cr_assert(strstr(err, "device memory exhausted"), "%s", err);
+    check_invariants(&f);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    check_invariants(&f);
+    fx_fini(&f);
+}
+
+Test(residency, a_copy_slower_than_the_timeout_fails_the_pass_then_lands, .timeout = 60)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 1);
+    char err[256];
+    const char *why;
+    res_set_copy_timeout(f.res, 0.05);
+    be_fault_t fault = {BE_FAULT_COPY_SLOW, 1, 400};
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    cr_assert_neq(try_pass(&f, err, sizeof err), 0);
+    cr_assert_eq(res_last_error(f.rm[0], &why), RES_ERR_TIMEOUT);
+    cr_assert(strstr(why, "did not complete within"), "%s", why);
+    res_release(f.res, f.rm[0]);
+    /* still in flight: evicting it waits for the copy to land, never frees pages under it */
+    cr_assert_eq(res_seg_state(f.res, f.rm[0], FWD_SEG_EMBED), RES_SEG_INFLIGHT);
+    cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
+    check_invariants(&f);
+    res_set_copy_timeout(f.res, 30);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    fx_fini(&f);
+}
