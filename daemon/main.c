@@ -32,6 +32,8 @@ typedef struct daemon_state {
     int exit_code;
     struct event *flush_timer;
     int flush_ticks;
+    double watchdog_s;   /* WATCHDOG_USEC in seconds, 0 when off */
+    int stall_logged;    /* the current worker stall has been logged */
 } daemon_state_t;
 
 static void usage(FILE *f)
@@ -191,6 +193,21 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     daemon_state_t *d = arg;
+    /* the loop is alive; ping only if the worker is too: a worker stuck
+     * longer than a copy may take (plus one watchdog period) is hung, and
+     * the missing ping lets systemd restart the daemon */
+    double stalled = wk_stalled_s(d->wk);
+    double limit = (double)d->cfg->device.copy_timeout_ms / 1e3 + d->watchdog_s;
+    if (stalled > limit) {
+        if (!d->stall_logged)
+            fprintf(stderr, "gpuswapd: the worker has made no progress for %.1f s: withholding the "
+                    "watchdog ping\n", stalled);
+        d->stall_logged = 1;
+        return;
+    }
+    if (d->stall_logged)
+        fprintf(stderr, "gpuswapd: the worker is making progress again\n");
+    d->stall_logged = 0;
     sd_notify(0, "WATCHDOG=1");
     notify_status(d);
 }
@@ -251,6 +268,7 @@ static int serve(const char *path)
     evsignal_add(d.sig_hup, NULL);
     uint64_t wd_us = 0;
     if (sd_watchdog_enabled(0, &wd_us) > 0 && wd_us > 0) {
+        d.watchdog_s = (double)wd_us / 1e6;
         d.watchdog = event_new(d.base, -1, EV_PERSIST, on_watchdog, &d);
         struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
         evtimer_add(d.watchdog, &tv);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,7 @@ typedef struct wk_load {
 } wk_load_t;
 
 struct wk {
+    _Atomic uint64_t beat_ns; /* CLOCK_MONOTONIC of the worker's last sign of progress */
     const cfg_t *cfg;
     backend_t *be;
     store_t *store;
@@ -307,9 +309,14 @@ static void free_model(wk_t *w, wk_model_t *m)
     free(m);
 }
 
+static void beat(wk_t *w)
+{
+    atomic_store(&w->beat_ns, (uint64_t)(now_s() * 1e9));
+}
+
 static void load_progress(void *ctx, const char *name, size_t done, size_t total)
 {
-    (void)ctx;
+    beat(ctx); /* a large load is progress too */
     logf_("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
           done / 1048576.0, total / 1048576.0);
 }
@@ -1121,6 +1128,7 @@ static void process_inbox(wk_t *w, wk_in_t *in)
 
 typedef struct timed_hooks {
     fwd_hooks_t inner;
+    wk_t *w;
     double waited; /* seconds blocked in waits */
 } timed_hooks_t;
 
@@ -1128,8 +1136,10 @@ static int timed_wait(void *ctx, uint32_t seg)
 {
     timed_hooks_t *h = ctx;
     double t0 = now_s();
+    beat(h->w); /* a long pass still shows progress segment by segment */
     int rc = h->inner.wait(h->inner.ctx, seg);
     h->waited += now_s() - t0;
+    beat(h->w);
     return rc;
 }
 
@@ -1253,7 +1263,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
         if (prefill)
             m->svc.total_prompt_tokens += s->n_prompt;
     }
-    timed_hooks_t th = {.inner = res_hooks(m->rm)};
+    timed_hooks_t th = {.inner = res_hooks(m->rm), .w = w};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &th};
     int rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), fs, (int)n, &hooks, err, sizeof err);
     res_release(w->res, m->rm);
@@ -1351,6 +1361,7 @@ static void *worker_main(void *arg)
     wk_t *w = arg;
     sched_model_view_t views[WK_MAX_MODELS];
     for (;;) {
+        beat(w);
         pthread_mutex_lock(&w->mu);
         int idle = in_flight(w) == 0 && !w->loads;
         if (idle && !w->in_head && !w->stop) {
@@ -1467,6 +1478,12 @@ void wk_drain(wk_t *w)
         return;
     in->kind = IN_DRAIN;
     push_in(w, in);
+}
+
+double wk_stalled_s(wk_t *w)
+{
+    double t = (double)atomic_load(&w->beat_ns) / 1e9;
+    return t > 0 ? now_s() - t : 0;
 }
 
 void wk_status(wk_t *w, char *buf, size_t len)

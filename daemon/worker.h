@@ -51,6 +51,9 @@ void wk_drain(wk_t *w);                        /* finish in-flight work, then WK
 wk_out_t *wk_take(wk_t *w);                    /* outbox items in order, caller frees */
 /* One-line summary for sd_notify STATUS (thread-safe snapshot). */
 void wk_status(wk_t *w, char *buf, size_t len);
+/* Seconds since the worker last showed progress (a loop turn or a segment of
+ * a pass); it turns at least every WK_IDLE_WAIT_MS when idle. Any thread. */
+double wk_stalled_s(wk_t *w);
 /* Whether the worker is draining (SIGTERM or admin drain): a thread-safe
  * snapshot, updated after each worker round (HTTP /health). */
 int wk_draining(wk_t *w);

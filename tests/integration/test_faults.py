@@ -360,6 +360,67 @@ def test_sigkill_and_restart_serves_again():
     d.log.close()
 
 
+def test_a_stuck_worker_withholds_the_watchdog_and_pings_resume_after():
+    tmp = tempfile.mkdtemp(prefix="gsd-wd-")
+    d = FaultDaemon(MODELS, memory=POOL, copy_timeout="300ms", tmp=tmp)
+    assert d.stop() == 0                               # only to write the config
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(os.path.join(tmp, "notify.sock"))
+    env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify.sock"), WATCHDOG_USEC="200000")
+    for k in ("WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID"):
+        env.pop(k, None)
+    log = open(os.path.join(tmp, "log2"), "w")
+    p = subprocess.Popen([gsd.GPUSWAPD, "--config", d.config], env=env, stdout=log, stderr=subprocess.STDOUT)
+    pings = []
+    stop = threading.Event()
+
+    def listen():
+        ns.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                msg = ns.recv(4096).decode()
+            except socket.timeout:
+                continue
+            if "WATCHDOG=1" in msg.split("\n"):
+                pings.append(time.time())
+
+    t = threading.Thread(target=listen)
+    t.start()
+    try:
+        deadline = time.time() + 30
+        while not (os.path.exists(d.sock) and os.path.exists(d.admin)):
+            assert p.poll() is None and time.time() < deadline, "did not start"
+            time.sleep(0.02)
+        assert_served(d, "m0")
+        cold(d, "m1")
+        # a copy that takes 3 s: the pass gives up after 0.3 s, then evicting the model must wait for the copy
+        # to land (its pages cannot be reused under it): the worker is stuck there for ~2.7 s
+        d.fault("copy_slow", count=1, delay_ms=3000)
+        assert_error(gen(d, "m1", "late"), "internal", "did not complete")
+        t0 = time.time()
+        ans = d.admin_call({"op": "evict", "id": "e", "model": "m1"})
+        stuck = time.time() - t0
+        assert ans.get("ok"), ans
+        assert stuck > 1.5, stuck
+        time.sleep(0.6)
+        assert_served(d, "m0", "after")
+        during = [x for x in pings if t0 + 0.8 < x < t0 + stuck - 0.1]
+        after = [x for x in pings if x > t0 + stuck]
+        assert not during, "pinged while the worker was stuck: %r" % [x - t0 for x in during]
+        assert after, "no ping after the worker recovered"
+        assert len([x for x in pings if x < t0]) >= 2, "no pings before the stall"
+        assert "withholding the watchdog ping" in open(os.path.join(tmp, "log2")).read()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    finally:
+        stop.set()
+        t.join()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        log.close()
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_fault_injection_is_refused_unless_configured,
@@ -371,6 +432,7 @@ if __name__ == "__main__":
                test_model_files_corrupted_or_deleted_around_a_reload,
                test_socket_paths_already_taken_at_start,
                test_logs_on_a_full_disk_do_not_stop_the_daemon,
-               test_sigkill_and_restart_serves_again]:
+               test_sigkill_and_restart_serves_again,
+               test_a_stuck_worker_withholds_the_watchdog_and_pings_resume_after]:
         r.run(fn)
     sys.exit(r.exit_code())
