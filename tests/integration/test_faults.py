@@ -114,6 +114,11 @@ def test_a_failed_map_is_device_memory_exhausted_and_retried_later():
         assert_error(gen(d, "m2", "bad"), "overloaded", "device memory exhausted")
         assert_served(d, "m0", "other")
         assert_served(d, "m2", "again")
+        # the weights are resident: the failing map is the KV cache's
+        d.fault("map_fail")
+        ans = gen(d, "m2", "kv")
+        assert ans.get("event") == "error" and ans["error"]["code"] == "overloaded", ans
+        assert_served(d, "m2", "kv-again")
         # a map failing for an admin load is an error on that load, then it works
         cold(d, "m2")
         d.fault("map_fail")
