@@ -49,6 +49,11 @@ ifeq ($(SAN),1)
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
 endif
+# SAN=fuzz (with CC=clang): libFuzzer instrumentation, for `make fuzz` in build-fuzz/.
+ifeq ($(SAN),fuzz)
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
               -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config $(PKG_CFLAGS) $(SANFLAGS) \
@@ -64,6 +69,7 @@ TOOL_SRC   := $(wildcard tests/tools/*.c)
 TLIB_SRC   := $(wildcard tests/tools/lib/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 BENCH_SRC  := $(wildcard tests/bench/*.c)
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -126,10 +132,14 @@ $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
 $(BUILD)/bench_%: $(BUILD)/obj/tests/bench/bench_%.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
+# A libFuzzer binary (SAN=fuzz builds only): the target with its LLVMFuzzerTestOneInput.
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(TOOLS_LIB) $(ENGINE_LIB)
+	$(CC) $(CFLAGS_ALL) -DFUZZ_LIBFUZZER -fsanitize=fuzzer $(LDFLAGS_ALL) -o $@ $< $(TOOLS_LIB) $(ENGINE_LIB) $(LDLIBS_ALL)
+
 $(TRACESIM): $(call obj,$(SIM_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
+$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- tests
@@ -148,8 +158,16 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build-asan SAN=1 test-unit test-integration
 
-fuzz: $(UNIT_BIN)
-	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --filter 'gguf_fuzz/*'
+# libFuzzer targets tests/fuzz/fuzz_*.c, built with clang in build-fuzz/ and run FUZZ_TIME seconds
+# each (FUZZ_TARGETS=gguf ... picks some) on a copy of their corpus; crash inputs are left in
+# build-fuzz/crashes/<name>/. `make test` replays the corpora and regressions (fuzz_regress/*).
+FUZZ_TIME    ?= 60
+FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRC))
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
+FUZZ_CC      ?= clang
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) CUDA=0 SAN=fuzz $(patsubst %,build-fuzz/fuzz_%,$(FUZZ_TARGETS))
+	bash tests/fuzz/run.sh build-fuzz $(FUZZ_TIME) $(FUZZ_TARGETS)
 
 # ---------------------------------------------------------------- run / bench
 run: all

@@ -921,12 +921,12 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
     return 0;
 }
 
-/* Translates an OpenAI body into our request object (new reference), or NULL
- * with the reason in err. */
-static json_t *map_request(hreq_t *r, json_t *body, char *err, size_t errlen)
+/* Translates an OpenAI body (op OP_CMPL or OP_CHAT) into our request object
+ * tagged rid (new reference), or NULL with the reason in err. */
+static json_t *map_request(int op, const char *rid, json_t *body, int *include_usage, char *err,
+                           size_t errlen)
 {
-    int op = r->kind == HK_CHAT ? OP_CHAT : OP_CMPL;
-    json_t *out = json_pack("{s:s, s:s}", "op", op == OP_CHAT ? "chat" : "generate", "id", r->rid);
+    json_t *out = json_pack("{s:s, s:s}", "op", op == OP_CHAT ? "chat" : "generate", "id", rid);
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v)
@@ -968,7 +968,7 @@ static json_t *map_request(hreq_t *r, json_t *body, char *err, size_t errlen)
             break;
         case F_STREAM_OPTIONS:
             if (json_is_object(v))
-                r->include_usage = json_is_true(json_object_get(v, "include_usage"));
+                *include_usage = json_is_true(json_object_get(v, "include_usage"));
             else if (!json_is_null(v)) {
                 snprintf(err, errlen, "field 'stream_options' must be an object");
                 goto fail;
@@ -998,6 +998,46 @@ fail:
     return NULL;
 }
 
+int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
+                     int *include_usage, char *err, size_t errlen)
+{
+    *line = NULL;
+    int op;
+    if (path && strcmp(path, "/v1/completions") == 0)
+        op = OP_CMPL;
+    else if (path && strcmp(path, "/v1/chat/completions") == 0)
+        op = OP_CHAT;
+    else {
+        snprintf(err, errlen, "no such path: %s", path ? path : "");
+        return -PROTO_E_BAD_REQUEST;
+    }
+    json_error_t je;
+    json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (!root) {
+        if (len)
+            snprintf(err, errlen, "invalid JSON at byte %d: %s", je.position, je.text);
+        else
+            snprintf(err, errlen, "empty request body");
+        return -PROTO_E_BAD_JSON;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        snprintf(err, errlen, "the request body must be a JSON object");
+        return -PROTO_E_BAD_REQUEST;
+    }
+    json_t *mapped = map_request(op, rid, root, include_usage, err, errlen);
+    json_decref(root);
+    if (!mapped)
+        return -PROTO_E_BAD_REQUEST;
+    *line = json_dumps(mapped, JSON_COMPACT);
+    json_decref(mapped);
+    if (!*line) {
+        snprintf(err, errlen, "out of memory");
+        return -PROTO_E_INTERNAL;
+    }
+    return 0;
+}
+
 static void do_generate(hreq_t *r)
 {
     http_t *h = r->h;
@@ -1009,37 +1049,18 @@ static void do_generate(hreq_t *r)
         return;
     }
     const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
-    json_error_t je;
-    json_t *body = len ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &je) : NULL;
-    if (!body) {
-        if (len)
-            http_fail(r, 0, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position, je.text);
-        else
-            http_fail(r, 0, PROTO_E_BAD_JSON, "empty request body");
-        return;
-    }
-    if (!json_is_object(body)) {
-        json_decref(body);
-        http_fail(r, 0, PROTO_E_BAD_REQUEST, "the request body must be a JSON object");
-        return;
-    }
     char err[512];
-    json_t *mapped = map_request(r, body, err, sizeof err);
-    json_decref(body);
-    if (!mapped) {
-        http_fail(r, 0, PROTO_E_BAD_REQUEST, "%s", err);
+    char *line = NULL;
+    int rc = http_request_map(r->kind == HK_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                              data, len, r->rid, &line, &r->include_usage, err, sizeof err);
+    if (rc < 0) {
+        http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;
     }
     /* the socket's codec validates the rest and words the errors */
-    char *line = json_dumps(mapped, JSON_COMPACT);
-    json_decref(mapped);
-    if (!line) {
-        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
-        return;
-    }
     proto_req_t req;
     json_t *id = NULL;
-    int rc = proto_parse_request(line, strlen(line), 0, &req, &id, err, sizeof err);
+    rc = proto_parse_request(line, strlen(line), 0, &req, &id, err, sizeof err);
     free(line);
     json_decref(id);
     if (rc < 0) {

@@ -75,4 +75,17 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
  * (call after wk_free, before srv_free). Accepts NULL. */
 void http_free(http_t *h);
 
+/* The pure part of POST /v1/completions and /v1/chat/completions (path
+ * selects which): maps an OpenAI request body (len bytes of JSON, not
+ * NUL-terminated) onto one JSON-lines request tagged with id rid. Returns 0
+ * with *line a malloc'ed, NUL-terminated line without the newline (caller
+ * frees) and *include_usage set when the body asks for it; the line still
+ * goes through proto_parse_request, which validates the values. On failure
+ * *line is NULL, err holds the reason and the return value is
+ * -PROTO_E_BAD_JSON (empty or malformed body), -PROTO_E_BAD_REQUEST (not an
+ * object, an unknown or unsupported field, another path) or
+ * -PROTO_E_INTERNAL (out of memory). No state is touched: safe in any thread. */
+int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
+                     int *include_usage, char *err, size_t errlen);
+
 #endif

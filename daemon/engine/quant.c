@@ -7,6 +7,7 @@
 #include "gguf.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define QUANT_HAVE_X86 1
 #else
@@ -452,9 +453,11 @@ static quant_isa_t isa_cur = QUANT_ISA_PORTABLE;
 static int cpu_has_avx2(void)
 {
 #if QUANT_HAVE_X86
+    /* f16c through cpuid: clang's __builtin_cpu_supports does not know it */
+    unsigned a, b, c, d;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 #else
     return 0;
 #endif
