@@ -18,6 +18,8 @@
 
 #define HTTP_BUCKETS 256
 #define HTTP_MAX_HEADERS (64 * 1024) /* bytes of request headers */
+#define HTTP_MAX_REFUSED 64          /* connections over the limit kept open for their 503 */
+#define HTTP_REFUSED_TIMEOUT_S 5     /* how long such a connection may take to send its request */
 
 typedef enum hkind {
     HK_NONE = 0,   /* answered locally (health, routing errors) */
@@ -35,6 +37,7 @@ typedef struct hreq {
     http_t *h;
     struct evhttp_request *req;    /* owned by evhttp */
     struct evhttp_connection *evcon;
+    struct hconn *hc;              /* its connection; NULL if untracked */
     struct event *closed;          /* EV_CLOSED on the socket while the worker has it; NULL if none */
     hkind_t kind;
     int stream;                    /* SSE answer */
@@ -49,6 +52,21 @@ typedef struct hreq {
     struct hreq *hnext;
 } hreq_t;
 
+/* One HTTP connection from accept until evhttp frees it, counted against
+ * listen.max_connections. evhttp has no connection limit of its own (libevent
+ * 2.1): conn_bev_new (its bufferevent callback) sees every accepted
+ * connection first, conn_adopt learns the evhttp_connection right after and
+ * owns its close callback from then on. */
+typedef struct hconn {
+    http_t *h;
+    struct bufferevent *bev;         /* made by conn_bev_new, owned by evhttp; we hold a
+                                      * reference only until conn_adopt */
+    struct evhttp_connection *evcon; /* NULL until conn_adopt */
+    hreq_t *req;                     /* the request being served, NULL between requests */
+    int refused;                     /* over the limit: its request gets a 503, then it closes */
+    struct hconn *next;              /* pending list, then the bucket of evcon */
+} hconn_t;
+
 struct http {
     struct event_base *base;
     const cfg_t *cfg;
@@ -57,6 +75,11 @@ struct http {
     struct evhttp *eh;
     struct evhttp_bound_socket *bound;
     hreq_t *buckets[HTTP_BUCKETS];
+    hconn_t *conns[HTTP_BUCKETS];  /* adopted connections, by evcon */
+    hconn_t *pending;              /* accepted, not yet adopted */
+    struct event *adopt;           /* runs conn_adopt right after the accept */
+    uint32_t n_conns;              /* open connections within the limit */
+    uint32_t n_refused;            /* open connections over it, waiting for their 503 */
     uint32_t salt;                 /* makes ids differ between daemon runs */
     time_t t_start;                /* "created" of /v1/models entries */
     int early_close;               /* the event backend reports peer close (EV_CLOSED) */
@@ -91,7 +114,9 @@ static void hreq_free(hreq_t *r)
     if (*pp)
         *pp = r->hnext;
     disarm_closed(r);
-    if (r->evcon)
+    if (r->hc)
+        r->hc->req = NULL;
+    else if (r->evcon)
         evhttp_connection_set_closecb(r->evcon, NULL, NULL);
     free(r->model);
     free(r);
@@ -144,6 +169,110 @@ static void arm_closed(hreq_t *r)
         disarm_closed(r);
 }
 
+/* ------------------------------------------------------------------ connections */
+
+static size_t conn_bucket(const struct evhttp_connection *evcon)
+{
+    return ((uintptr_t)evcon / sizeof(void *)) % HTTP_BUCKETS;
+}
+
+static hconn_t *conn_find(http_t *h, const struct evhttp_connection *evcon)
+{
+    for (hconn_t *c = h->conns[conn_bucket(evcon)]; c; c = c->next)
+        if (c->evcon == evcon)
+            return c;
+    return NULL;
+}
+
+static void conn_uncount(hconn_t *c)
+{
+    if (c->refused)
+        c->h->n_refused--;
+    else
+        c->h->n_conns--;
+}
+
+/* evhttp closes the connection: ends its request (cancelling it in the
+ * worker) and frees its slot. */
+static void conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+    hconn_t *c = arg;
+    http_t *h = c->h;
+    evhttp_connection_set_closecb(evcon, NULL, NULL);
+    if (c->req)
+        on_conn_close(evcon, c->req); /* frees the request, which clears c->req */
+    hconn_t **pp = &h->conns[conn_bucket(evcon)];
+    while (*pp && *pp != c)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = c->next;
+    conn_uncount(c);
+    free(c);
+}
+
+/* Runs right after evhttp accepted connections (in the same loop iteration,
+ * before any of them is read): learns each one's evhttp_connection, which
+ * evhttp makes the argument of the bufferevent's callbacks, and takes its
+ * close callback. Refused connections get a short timeout, or, as the event
+ * (what != 0, not called from inside a request), are closed at once when too
+ * many of them are waiting already. */
+static void conn_adopt(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    http_t *h = arg;
+    while (h->pending) {
+        hconn_t *c = h->pending;
+        h->pending = c->next;
+        void *cbarg = NULL;
+        bufferevent_getcb(c->bev, NULL, NULL, NULL, &cbarg);
+        struct evhttp_connection *evcon = cbarg;
+        if (!evcon || evhttp_connection_get_bufferevent(evcon) != c->bev) {
+            /* evhttp failed to set the connection up and freed the
+             * bufferevent already (bufferevent_free clears its callbacks) */
+            bufferevent_decref(c->bev);
+            conn_uncount(c);
+            free(c);
+            continue;
+        }
+        bufferevent_decref(c->bev); /* evhttp's reference keeps it */
+        c->evcon = evcon;
+        c->next = h->conns[conn_bucket(evcon)];
+        h->conns[conn_bucket(evcon)] = c;
+        evhttp_connection_set_closecb(evcon, conn_closed, c);
+        if (c->refused) {
+            if (h->n_refused > HTTP_MAX_REFUSED && what)
+                evhttp_connection_free(evcon); /* calls conn_closed */
+            else
+                evhttp_connection_set_timeout(evcon, HTTP_REFUSED_TIMEOUT_S);
+        }
+    }
+}
+
+/* evhttp's bufferevent constructor, called for every accepted connection
+ * before evhttp wraps it: counts it against listen.max_connections, or marks
+ * it refused, and queues it for conn_adopt. The bufferevent (NULL: evhttp
+ * makes its own) belongs to evhttp. */
+static struct bufferevent *conn_bev_new(struct event_base *base, void *arg)
+{
+    http_t *h = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    hconn_t *c = bev ? calloc(1, sizeof *c) : NULL;
+    if (!c)
+        return bev; /* out of memory: served, not counted */
+    c->h = h;
+    c->bev = bev;
+    bufferevent_incref(bev); /* valid until conn_adopt even if evhttp drops it */
+    c->refused = h->n_conns >= h->cfg->listen.max_connections;
+    if (c->refused)
+        h->n_refused++;
+    else
+        h->n_conns++;
+    c->next = h->pending;
+    h->pending = c;
+    event_active(h->adopt, EV_READ, 0);
+    return bev;
+}
+
 static hreq_t *hreq_new(http_t *h, struct evhttp_request *req)
 {
     hreq_t *r = calloc(1, sizeof *r);
@@ -152,12 +281,17 @@ static hreq_t *hreq_new(http_t *h, struct evhttp_request *req)
     r->h = h;
     r->req = req;
     r->evcon = evhttp_request_get_connection(req);
+    if (r->evcon && h->pending)
+        conn_adopt(-1, 0, h);
+    r->hc = r->evcon ? conn_find(h, r->evcon) : NULL;
+    if (r->hc)
+        r->hc->req = r;
     r->conn = srv_conn_id_new(h->srv);
     r->created = time(NULL);
     snprintf(r->rid, sizeof r->rid, "%08x%016llx", h->salt, (unsigned long long)r->conn);
     r->hnext = h->buckets[r->conn % HTTP_BUCKETS];
     h->buckets[r->conn % HTTP_BUCKETS] = r;
-    if (r->evcon)
+    if (r->evcon && !r->hc) /* untracked connection: watch it for this request */
         evhttp_connection_set_closecb(r->evcon, on_conn_close, r);
     evhttp_request_set_on_complete_cb(req, on_complete, r);
     return r;
@@ -1103,6 +1237,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, NULL);
         return;
     }
+    if (r->hc && r->hc->refused) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        http_fail(r, 503, PROTO_E_OVERLOADED,
+                  "too many HTTP connections (listen.max_connections is %u): retry later",
+                  h->cfg->listen.max_connections);
+        return;
+    }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -1197,7 +1338,8 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
         memmove(host, host + 1, strlen(host) - 2);
         host[strlen(host) - 2] = 0;
     }
-    h->eh = evhttp_new(base);
+    h->adopt = event_new(base, -1, 0, conn_adopt, h);
+    h->eh = h->adopt ? evhttp_new(base) : NULL;
     if (!h->eh) {
         snprintf(err, errlen, "listen.http: cannot create the HTTP server");
         goto fail;
@@ -1212,6 +1354,7 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
                                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                           EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->eh, on_request, h);
+    evhttp_set_bevcb(h->eh, conn_bev_new, h);
     errno = 0;
     h->bound = evhttp_bind_socket_with_handle(h->eh, host, (ev_uint16_t)port);
     if (!h->bound) {
@@ -1242,5 +1385,20 @@ void http_free(http_t *h)
             h->buckets[b]->evcon = NULL; /* gone with evhttp */
             hreq_free(h->buckets[b]);
         }
+    /* connections evhttp did not report closed, and accepted ones not yet adopted */
+    for (int b = 0; b < HTTP_BUCKETS; b++)
+        while (h->conns[b]) {
+            hconn_t *c = h->conns[b];
+            h->conns[b] = c->next;
+            free(c);
+        }
+    while (h->pending) {
+        hconn_t *c = h->pending;
+        h->pending = c->next;
+        bufferevent_decref(c->bev);
+        free(c);
+    }
+    if (h->adopt)
+        event_free(h->adopt);
     free(h);
 }

@@ -61,8 +61,14 @@
  * cancels it (wk_cancel_conn): seen at once where the event backend reports
  * peer close (epoll), else at the next write. Bodies up to 2 x max_line are
  * read and refused with the JSON 413; longer ones are cut off by evhttp,
- * which answers 413 itself with its own (HTML) body. listen.max_connections
- * does not apply to HTTP (libevent 2.1's evhttp has no such limit).
+ * which answers 413 itself with its own (HTML) body.
+ *
+ * HTTP connections are counted against listen.max_connections on their own
+ * (the unix and TCP JSON-lines connections have the same limit, counted by the
+ * server). One over it is still accepted so that its request can be answered
+ * 503 overloaded (OpenAI's shape, Retry-After: 1, Connection: close) if it
+ * arrives within 5 s; at most 64 such connections wait at a time, and further
+ * ones are closed at once.
  */
 
 typedef struct http http_t;
