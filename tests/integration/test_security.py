@@ -1,8 +1,8 @@
 """Security limits of the real daemon (sim backend) over its real sockets: socket modes, admin peer credentials, model names never paths, and every request limit (line, depth, prompt tokens, max_tokens, connections, queues)."""
 import ctypes
-import errno
 import json
 import os
+import select
 import socket
 import stat
 import struct
@@ -22,6 +22,8 @@ BAIT = gsd.mkmodel(os.path.join(TMP, "bait.gguf"), SHAPE + " --seed 2")
 MODEL = [("m", M_PATH, "")]
 NOBODY = 65534
 OTHER_GID = 4242  # a group nobody is not in
+# timeouts stretch with gsd's factor (GPUSWAPD_VALGRIND) where gsd has one
+scaled = getattr(gsd, "scaled", lambda seconds: seconds)
 
 
 def free_port():
@@ -50,7 +52,7 @@ class SecDaemon(gsd.Daemon):
                 self.wait_port(port)
 
     def wait_port(self, port):
-        deadline = time.time() + gsd.scaled(10)
+        deadline = time.time() + scaled(10)
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), 1).close()
@@ -91,7 +93,7 @@ def error_code(ev):
 
 def closed(c, timeout=10):
     """True when the server closes c (EOF or reset) within timeout, False if a line comes."""
-    c.sock.settimeout(timeout)
+    c.sock.settimeout(scaled(timeout))
     try:
         c.recv()
         return False
@@ -102,7 +104,7 @@ def closed(c, timeout=10):
 # ------------------------------------------------------------------ HTTP over raw sockets
 
 def http_send(port, method, path, body=None, raw=None, keep_alive=True):
-    s = socket.create_connection(("127.0.0.1", port), 10)
+    s = socket.create_connection(("127.0.0.1", port), scaled(10))
     http_write(s, method, path, body, raw, keep_alive)
     return s
 
@@ -118,7 +120,7 @@ def http_write(s, method, path, body=None, raw=None, keep_alive=True):
 
 def http_read(s, timeout=30):
     """One response with a Content-Length: (status, lower-cased headers dict, body bytes)."""
-    s.settimeout(timeout)
+    s.settimeout(scaled(timeout))
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = s.recv(65536)
@@ -158,7 +160,7 @@ def openai_error(status, body, want_status, want_code):
 
 
 def socket_closed(s, timeout=10):
-    s.settimeout(timeout)
+    s.settimeout(scaled(timeout))
     try:
         return s.recv(1) == b""
     except ConnectionResetError:
@@ -573,7 +575,7 @@ def test_max_tokens_range_context_and_configured_default():
 
 
 def wait_until(fn, timeout=10):
-    deadline = time.time() + gsd.scaled(timeout)
+    deadline = time.time() + scaled(timeout)
     while True:
         v = fn()
         if v or time.time() > deadline:
@@ -585,7 +587,7 @@ def tcp_client(port):
     """gsd.Client's reading on a TCP socket."""
     c = gsd.Client.__new__(gsd.Client)
     c.sock = socket.create_connection(("127.0.0.1", port), 10)
-    c.sock.settimeout(30)
+    c.sock.settimeout(scaled(30))
     c.buf = b""
     return c
 
@@ -676,14 +678,17 @@ def test_http_connection_limit_503_in_openai_shape_then_serves_again():
         # one that sends nothing is not kept: closed after a short timeout
         t0 = time.time()
         s = socket.create_connection(("127.0.0.1", d.port), 10)
-        assert socket_closed(s, gsd.scaled(15)), "an idle refused connection stayed open"
+        assert socket_closed(s, scaled(15)), "an idle refused connection stayed open"
         waited = time.time() - t0
-        assert waited < gsd.scaled(10), waited
+        assert waited < scaled(10), waited
         s.close()
         # a flood over the limit is cut off at once beyond a bound (64 waiting)
         flood = [socket.create_connection(("127.0.0.1", d.port), 10) for _ in range(80)]
-        cut = sum(socket_closed(s, 0.5 if i >= 60 else 0.01) for i, s in enumerate(flood))
-        assert cut >= 80 - 64, cut
+        cut, deadline = set(), time.time() + scaled(4)  # well before their 5 s timeout
+        while len(cut) < 80 - 64 and time.time() < deadline:
+            ready, _, _ = select.select([s for s in flood if s not in cut], [], [], 0.1)
+            cut.update(s for s in ready if socket_closed(s, 1))
+        assert len(cut) >= 80 - 64, len(cut)
         for s in flood:
             s.close()
         # the held connections still work, and the other sockets too
