@@ -158,6 +158,13 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build-asan SAN=1 test-unit test-integration
 
+# The integration suite with the daemons of gsd.Daemon (and gsd.generate_cli) under valgrind
+# memcheck: an error or a definite leak fails the test; timeouts are stretched (gsd.TIMEOUT_FACTOR).
+.PHONY: test-valgrind
+test-valgrind: deps
+	$(MAKE) all $(TRACESIM)
+	GPUSWAPD_BUILD=$(BUILD) GPUSWAPD_VALGRIND=1 bash tests/integration/run.sh
+
 # libFuzzer targets tests/fuzz/fuzz_*.c, built with clang in build-fuzz/ and run FUZZ_TIME seconds
 # each (FUZZ_TARGETS=gguf ... picks some) on a copy of their corpus; crash inputs are left in
 # build-fuzz/crashes/<name>/. `make test` replays the corpora and regressions (fuzz_regress/*).

@@ -1,6 +1,8 @@
 """Helpers for integration tests: generated models, a real gpuswapd daemon on the sim backend, socket clients."""
+import atexit
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -10,6 +12,48 @@ import time
 BUILD = os.environ.get("GPUSWAPD_BUILD", "build")
 GPUSWAPD = os.path.join(BUILD, "gpuswapd")
 MKMODEL = os.path.join(BUILD, "mkmodel")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# GPUSWAPD_VALGRIND=1: every daemon a Daemon starts, and generate_cli, runs under
+# valgrind's memcheck; an error or a definite leak fails the test (see Daemon.stop).
+VALGRIND = os.environ.get("GPUSWAPD_VALGRIND") == "1"
+# One factor for every timeout in these helpers (and for tests that want one):
+# memcheck runs the daemon 20-50 times slower.
+TIMEOUT_FACTOR = float(os.environ.get("GPUSWAPD_TIMEOUT_FACTOR") or (20 if VALGRIND else 1))
+VALGRIND_SUPP = os.path.join(ROOT, "tests", "valgrind.supp")
+VG_BEGIN, VG_END = "==VGERROR-BEGIN==", "==VGERROR-END=="
+
+
+def valgrind_prefix(log_path):
+    """The valgrind command line that runs a program under memcheck, logging to log_path."""
+    cmd = ["valgrind", "--tool=memcheck", "--error-exitcode=99", "--leak-check=full",
+           "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite", "--num-callers=40",
+           "--error-markers=%s,%s" % (VG_BEGIN, VG_END), "--log-file=" + log_path]
+    if os.path.exists(VALGRIND_SUPP):
+        cmd.append("--suppressions=" + VALGRIND_SUPP)
+    return cmd
+
+
+def valgrind_report(log_path, rc):
+    """The errors valgrind logged (each between the markers), or "" when clean. rc 99 is
+    valgrind's own verdict; the markers also catch errors of a process that was killed
+    before it could print its summary."""
+    try:
+        text = open(log_path, errors="replace").read()
+    except OSError:
+        return ""
+    errors = re.findall(re.escape(VG_BEGIN) + r"(.*?)" + re.escape(VG_END), text, re.S)
+    if not errors and rc != 99:
+        return ""
+    summary = re.findall(r"ERROR SUMMARY: .*", text)
+    return "valgrind (%s, exit %s): %d error(s), %s\n%s" % (
+        log_path, rc, len(errors), summary[-1] if summary else "no summary (killed?)",
+        "".join(errors)[:8000])
+
+
+def scaled(seconds):
+    """A timeout in seconds, stretched by TIMEOUT_FACTOR."""
+    return seconds * TIMEOUT_FACTOR
 
 
 def mkmodel(path, args):
@@ -21,6 +65,7 @@ class Client:
     """A JSON-lines client on a unix socket."""
 
     def __init__(self, path, timeout=30):
+        timeout = scaled(timeout)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
@@ -62,7 +107,10 @@ class Client:
 
 
 class Daemon:
-    """Starts gpuswapd on a generated config; stop() sends SIGTERM and returns the exit code."""
+    """Starts gpuswapd on a generated config; stop() sends SIGTERM and returns the exit code.
+    Under GPUSWAPD_VALGRIND=1 it runs under memcheck and stop() raises on its errors."""
+
+    started = []  # every Daemon of this process, for the valgrind check at exit
 
     def __init__(self, models, memory="2MiB", page="64KiB", extra="", scheduler="", tmp=None):
         self.tmp = tmp or tempfile.mkdtemp(prefix="gsd-")
@@ -73,9 +121,13 @@ class Daemon:
         self.write_config(models, memory, page, extra, scheduler)
         self.log_path = os.path.join(self.tmp, "log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([GPUSWAPD, "--config", self.config], stdout=self.log,
+        self.vg_log = os.path.join(self.tmp, "valgrind.log") if VALGRIND else None
+        self.vg_checked = False
+        prefix = valgrind_prefix(self.vg_log) if VALGRIND else []
+        self.proc = subprocess.Popen(prefix + [GPUSWAPD, "--config", self.config], stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
+        Daemon.started.append(self)
+        deadline = time.time() + scaled(30)
         while not (os.path.exists(self.sock) and os.path.exists(self.admin)):
             if self.proc.poll() is not None:
                 raise RuntimeError("gpuswapd exited %d:\n%s" % (self.proc.returncode, self.logtext()))
@@ -120,19 +172,67 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(scaled(timeout))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        self.check_valgrind()
         return self.proc.returncode
+
+    def check_valgrind(self):
+        """Raises AssertionError with the report when memcheck found errors (once)."""
+        if not self.vg_log or self.vg_checked or self.proc.poll() is None:
+            return
+        self.vg_checked = True
+        report = valgrind_report(self.vg_log, self.proc.returncode)
+        if report:
+            raise AssertionError(report)
+
+
+def _valgrind_at_exit():
+    """Daemons a test stopped by itself (proc.wait, kill) or left running are checked
+    here: a valgrind error fails the test script whatever its own verdict was."""
+    bad = []
+    for d in Daemon.started:
+        if d.proc.poll() is None:
+            d.proc.send_signal(signal.SIGTERM)
+            try:
+                d.proc.wait(scaled(30))
+            except subprocess.TimeoutExpired:
+                d.proc.kill()
+                d.proc.wait()
+        try:
+            d.check_valgrind()
+        except AssertionError as e:
+            bad.append(str(e))
+    if bad:
+        print("FAIL valgrind:\n" + "\n".join(bad), flush=True)
+        os._exit(1)
+
+
+if VALGRIND:
+    atexit.register(_valgrind_at_exit)
 
 
 def generate_cli(model_path, prompt, n):
-    """The one-shot engine: `gpuswapd generate` greedy ids and text."""
-    out = subprocess.run([GPUSWAPD, "generate", "--model", model_path, "--prompt", prompt, "-n",
+    """The one-shot engine: `gpuswapd generate` greedy ids and text (under memcheck too
+    with GPUSWAPD_VALGRIND=1: an error fails the call)."""
+    prefix, log = [], None
+    if VALGRIND:
+        fd, log = tempfile.mkstemp(prefix="gsd-vg-generate-", suffix=".log")
+        os.close(fd)
+        prefix = valgrind_prefix(log)
+    out = subprocess.run(prefix + [GPUSWAPD, "generate", "--model", model_path, "--prompt", prompt, "-n",
                           str(n), "--temp", "0", "--json", "--quiet", "--threads", "1"],
-                         check=True, capture_output=True, text=True)
+                         capture_output=True, text=True)
+    if log:
+        report = valgrind_report(log, out.returncode)
+        if report:
+            raise AssertionError("gpuswapd generate: " + report)
+        os.unlink(log)
+    if out.returncode != 0:
+        raise subprocess.CalledProcessError(out.returncode, "gpuswapd generate", out.stdout, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
