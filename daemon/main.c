@@ -241,6 +241,15 @@ static int serve(const char *path)
         fprintf(stderr, "gpuswapd: %s\n", err);
         goto out;
     }
+    /* signals are caught from before the sockets exist: a SIGTERM that
+     * arrives as the first clients connect drains rather than kills */
+    d.sig_term = evsignal_new(d.base, SIGTERM, on_term, &d);
+    d.sig_int = evsignal_new(d.base, SIGINT, on_term, &d);
+    d.sig_hup = evsignal_new(d.base, SIGHUP, on_hup, &d);
+    d.drain_timer = evtimer_new(d.base, on_drain_timeout, &d);
+    evsignal_add(d.sig_term, NULL);
+    evsignal_add(d.sig_int, NULL);
+    evsignal_add(d.sig_hup, NULL);
     srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .ctx = &d};
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
@@ -259,13 +268,6 @@ static int serve(const char *path)
         fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
         goto out;
     }
-    d.sig_term = evsignal_new(d.base, SIGTERM, on_term, &d);
-    d.sig_int = evsignal_new(d.base, SIGINT, on_term, &d);
-    d.sig_hup = evsignal_new(d.base, SIGHUP, on_hup, &d);
-    d.drain_timer = evtimer_new(d.base, on_drain_timeout, &d);
-    evsignal_add(d.sig_term, NULL);
-    evsignal_add(d.sig_int, NULL);
-    evsignal_add(d.sig_hup, NULL);
     uint64_t wd_us = 0;
     if (sd_watchdog_enabled(0, &wd_us) > 0 && wd_us > 0) {
         d.watchdog_s = (double)wd_us / 1e6;

@@ -73,7 +73,8 @@ static void conn_free(conn_t *c)
     if (*pp)
         *pp = c->hnext;
     bufferevent_free(c->bev);
-    s->n_conns--;
+    if (!c->admin)
+        s->n_conns--;
     stats_server.curr_connections--;
     /* whatever it still had in flight is cancelled and its KV cache freed */
     wk_cancel_conn(s->wk, c->id);
@@ -216,6 +217,17 @@ static int peer_allowed(const cfg_t *cfg, int fd)
     for (size_t i = 0; i < cfg->admin.gids.n; i++)
         if (cfg->admin.gids.ids[i] == cr.gid)
             return 1;
+    if (cfg->admin.gids.n == 0)
+        return 0;
+    /* the peer's supplementary groups too (an operators' group usually is one) */
+    gid_t groups[256];
+    socklen_t glen = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) != 0)
+        return 0;
+    for (size_t g = 0; g < glen / sizeof groups[0]; g++)
+        for (size_t i = 0; i < cfg->admin.gids.n; i++)
+            if (cfg->admin.gids.ids[i] == groups[g])
+                return 1;
     return 0;
 }
 
@@ -241,7 +253,8 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
     c->s = s;
     c->hnext = s->buckets[c->id % SRV_BUCKETS];
     s->buckets[c->id % SRV_BUCKETS] = c;
-    s->n_conns++;
+    if (!c->admin)
+        s->n_conns++; /* admin connections do not take client slots */
     stats_server.total_connections++;
     stats_server.curr_connections++;
     bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);

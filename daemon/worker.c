@@ -25,7 +25,7 @@
 
 /* ------------------------------------------------------------------ types */
 
-typedef enum seq_state { SEQ_QUEUED = 1, SEQ_ACTIVE } seq_state_t;
+typedef enum seq_state { SEQ_NEW = 0, SEQ_QUEUED, SEQ_ACTIVE } seq_state_t;
 
 typedef struct wk_seq {
     sched_item_t item;      /* first: sched items are sequences */
@@ -478,7 +478,7 @@ static void seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
         stats_hist_add(&m->ttft, tm.ttft_ms);
     if (s->state == SEQ_ACTIVE)
         unlink_active(m, s);
-    else
+    else if (s->state == SEQ_QUEUED)
         sched_remove(w->sched, &s->item);
     if (w->draining)
         w->drain_completed++;
@@ -492,7 +492,7 @@ static void seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
     m->svc.total_failed++;
     if (s->state == SEQ_ACTIVE)
         unlink_active(m, s);
-    else
+    else if (s->state == SEQ_QUEUED)
         sched_remove(w->sched, &s->item);
     seq_free(w, s);
 }
@@ -532,9 +532,11 @@ static size_t holdback(const wk_seq_t *s)
 }
 
 /* Validates and queues a generate/chat request. */
-static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
+/* The model a request names, or NULL after answering unknown_model: the
+ * message lists the configured models, or says why the named one failed. */
+static wk_model_t *named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
-    int mi = find_model(w, req->model);
+    int mi = req->model ? find_model(w, req->model) : -1;
     if (mi < 0) {
         char names[1024] = "";
         for (int i = 0; i < w->n_models; i++) {
@@ -545,17 +547,26 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
             strncat(names, w->models[i]->name, sizeof names - strlen(names) - 1);
         }
         send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no model '%s' (configured: %s)",
-                   req->model, names);
-        proto_req_free(req);
-        return;
+                   req->model ? req->model : "", names);
+        return NULL;
     }
     wk_model_t *m = w->models[mi];
     if (!m->sm) {
         send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "model '%s' failed to load: %s",
                    m->name, m->load_error ? m->load_error : "?");
+        return NULL;
+    }
+    return m;
+}
+
+static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
+{
+    wk_model_t *m = named_model(w, conn, req);
+    if (!m) {
         proto_req_free(req);
         return;
     }
+    int mi = find_model(w, req->model);
     if (w->draining) {
         send_error(w, conn, req->id, PROTO_E_SHUTTING_DOWN, "the daemon is draining");
         proto_req_free(req);
@@ -655,6 +666,12 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
     for (uint32_t i = 0; i < s->n_prompt; i++)
         sampler_accept(s->smp, s->prompt[i]);
     tok_stream_init(&s->ts, mod->tok, 0);
+    if (s->max_tokens == 0) {
+        /* nothing to generate: answered at once, never queued */
+        m->svc.total_requests++;
+        seq_finish(w, s, "length");
+        return;
+    }
     s->item.model = mi;
     s->item.t_arrival = s->t_arrival;
     s->item.user = s;
@@ -882,11 +899,8 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
     default:
         break;
     }
-    if (!m || !m->sm) {
-        send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no loaded model '%s'",
-                   req->model ? req->model : "");
+    if (!named_model(w, conn, req))
         return;
-    }
     if (req->op == PROTO_OP_LOAD) {
         if (res_fully_resident(w->res, m->rm)) {
             send_ok(w, conn, req->id,
@@ -1017,13 +1031,10 @@ static void handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req)
         break;
     }
     case PROTO_OP_TOKENIZE: {
-        int mi = find_model(w, req->model);
-        if (mi < 0 || !w->models[mi]->sm) {
-            send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no loaded model '%s'",
-                       req->model);
+        wk_model_t *tm = named_model(w, conn, req);
+        if (!tm)
             break;
-        }
-        const tok_t *t = w->models[mi]->sm->model->tok;
+        const tok_t *t = tm->sm->model->tok;
         size_t len = strlen(req->text), cap = len + 8;
         int32_t *ids = malloc(cap * sizeof *ids);
         int n = ids ? tok_encode(t, req->text, len, req->add_bos && tok_add_bos(t), 1, ids, cap)

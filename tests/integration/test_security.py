@@ -171,15 +171,15 @@ def socket_closed(s, timeout=10):
 
 # ------------------------------------------------------------------ another uid
 
-def as_user(uid, gid, fn, *args):
-    """Runs fn(*args) in a forked child that has dropped to uid:gid (no supplementary
-    groups) and returns its (JSON) result; the child's exception becomes an AssertionError."""
+def as_user(uid, gid, fn, *args, groups=()):
+    """Runs fn(*args) in a forked child that has dropped to uid:gid (with the supplementary
+    groups given) and returns its (JSON) result; the child's exception becomes an AssertionError."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         os.close(r)
         try:
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             out = {"ok": fn(*args)}
@@ -312,6 +312,10 @@ def test_admin_refuses_a_uid_not_allowed_for_every_op_and_admits_listed_uids_and
         got = as_user(NOBODY, NOBODY, refused_exchange, d.admin, {"op": "stats", "id": 1})
         assert error_code(got["lines"][0]) == "forbidden", got
         ans = as_user(NOBODY, OTHER_GID, allowed_calls, d.admin, [{"op": "stats", "id": 1}])
+        assert ans[0].get("ok") is True, ans
+        # a supplementary group counts too (an operators' group usually is one)
+        ans = as_user(NOBODY, NOBODY, allowed_calls, d.admin, [{"op": "stats", "id": 1}],
+                      groups=(OTHER_GID,))
         assert ans[0].get("ok") is True, ans
     finally:
         assert d.stop() == 0
@@ -559,6 +563,9 @@ def test_max_tokens_range_context_and_configured_default():
         assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 20, ev
         ev = c.call(dict(gen, id="dflt"))
         assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 4, ev
+        ev = c.call(dict(gen, id="zero", max_tokens=0))  # nothing to generate: done at once
+        assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 0 and ev["text"] == "", ev
+        assert ev["finish_reason"] == "length", ev
         ev = c.call(dict(gen, id="exact", max_tokens=64 - len(n)))
         assert ev["event"] == "done" and ev["usage"]["completion_tokens"] == 64 - len(n), ev
         # a default larger than what the prompt leaves shrinks to fit
@@ -621,8 +628,9 @@ def test_connection_limit_counts_unix_and_tcp_refuses_the_next_and_frees_on_clos
             assert "connections" in ev["error"]["message"], ev
             assert closed(c), "the connection over the limit stayed open"
             c.close()
-        # the admin socket is not refused at the limit
-        st = d.stats()["server"]
+        # the admin socket is not refused at the limit, and its connections take no client slot
+        admins = [gsd.Client(d.admin) for _ in range(3)]
+        st = admins[0].call({"op": "stats", "id": "s"})["server"]
         assert st["total_errors_overloaded"] == before + 2, st
         # the ones inside the limit were not disturbed
         for i, c in enumerate(held):
@@ -634,7 +642,7 @@ def test_connection_limit_counts_unix_and_tcp_refuses_the_next_and_frees_on_clos
         held.append(c)
         assert c.call({"op": "generate", "id": "new", "model": "m", "prompt": "hi",
                        "max_tokens": 2})["event"] == "done"
-        for c in held:
+        for c in held + admins:
             c.close()
     finally:
         assert d.stop() == 0
