@@ -247,7 +247,7 @@ def test_reload_applies_a_good_file_and_refuses_a_bad_one():
         d.write_config(one_at_a_time, memory=POOL)
         assert d.admin_call({"op": "reload", "id": "r1"})["changed"] == ["m2"]
         c2 = d.client()
-        c2.send({"op": "generate", "id": "run", "model": "m2", "prompt": "x", "max_tokens": 300,
+        c2.send({"op": "generate", "id": "run", "model": "m2", "prompt": "x", "max_tokens": 1000,
                  "temperature": 0, "stream": True})
         assert c2.recv()["event"] == "token"
         for i in range(3):
