@@ -25,8 +25,11 @@ VG_BEGIN, VG_END = "==VGERROR-BEGIN==", "==VGERROR-END=="
 
 
 def valgrind_prefix(log_path):
-    """The valgrind command line that runs a program under memcheck, logging to log_path."""
-    cmd = ["valgrind", "--tool=memcheck", "--error-exitcode=99", "--leak-check=full",
+    """The valgrind command line that runs a program under memcheck, logging to log_path.
+    --fair-sched: valgrind runs one thread at a time, and by default the worker's compute
+    loop keeps the lock, so the event loop would not read a cancel or send a token until
+    a whole generation is over."""
+    cmd = ["valgrind", "--tool=memcheck", "--fair-sched=yes", "--error-exitcode=99", "--leak-check=full",
            "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite", "--num-callers=40",
            "--error-markers=%s,%s" % (VG_BEGIN, VG_END), "--log-file=" + log_path]
     if os.path.exists(VALGRIND_SUPP):
