@@ -27,7 +27,7 @@ for name in "$@"; do
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$bin" "${args[@]}" "$work" > "$log" 2>&1
     rc=$?
-    grep -E '^(#[0-9]+ +DONE|stat::)' "$log" | sed "s/^/  $name: /"
+    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::)' "$log" | sed "s/^/  $name: /"
     found=$(find "$crashes" -type f | wc -l)
     if [ "$rc" != 0 ] || [ "$found" != 0 ]; then
         echo "fuzz $name: FAILED (exit $rc, $found input(s) in $crashes/)"
