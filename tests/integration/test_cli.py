@@ -49,7 +49,7 @@ def gs(*args, stdin=None, env=None, sockets=True, timeout=60):
         cmd += ["--socket", D.sock, "--admin-socket", D.admin]
     p = subprocess.run(cmd + list(args), input=stdin.encode() if stdin is not None else None,
                        stdin=subprocess.DEVNULL if stdin is None else None, capture_output=True,
-                       env=env, timeout=timeout)
+                       env=env, timeout=gsd.scaled(timeout))
     err = p.stderr.decode("utf-8")
     assert_no_sanitizer_report(err)
     return p.returncode, p.stdout.decode("utf-8"), err
