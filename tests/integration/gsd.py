@@ -142,6 +142,9 @@ class Daemon:
         lines = ["listen:", "  socket: %s" % self.sock, "admin:", "  socket: %s" % self.admin,
                  "device:", "  backend: sim", "  memory: %s" % memory, "  page_size: %s" % page,
                  "  threads: 1"]
+        if VALGRIND and "drain_timeout" not in scheduler:
+            # the drain deadline is a timeout too: memcheck's daemon needs longer to finish
+            scheduler = scheduler.strip() + "\ndrain_timeout: %ds" % scaled(30)
         if scheduler:
             lines += ["scheduler:"] + ["  " + l for l in scheduler.strip().splitlines()]
         lines.append("models:")
