@@ -1132,19 +1132,11 @@ fail:
     return NULL;
 }
 
-int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
-                     int *include_usage, char *err, size_t errlen)
+/* http_request_map for a known op (OP_CMPL or OP_CHAT). */
+static int map_body(int op, const char *body, size_t len, const char *rid, char **line,
+                    int *include_usage, char *err, size_t errlen)
 {
     *line = NULL;
-    int op;
-    if (path && strcmp(path, "/v1/completions") == 0)
-        op = OP_CMPL;
-    else if (path && strcmp(path, "/v1/chat/completions") == 0)
-        op = OP_CHAT;
-    else {
-        snprintf(err, errlen, "no such path: %s", path ? path : "");
-        return -PROTO_E_BAD_REQUEST;
-    }
     json_error_t je;
     json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : NULL;
     if (!root) {
@@ -1172,6 +1164,18 @@ int http_request_map(const char *path, const char *body, size_t len, const char 
     return 0;
 }
 
+int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
+                     int *include_usage, char *err, size_t errlen)
+{
+    if (path && strcmp(path, "/v1/completions") == 0)
+        return map_body(OP_CMPL, body, len, rid, line, include_usage, err, errlen);
+    if (path && strcmp(path, "/v1/chat/completions") == 0)
+        return map_body(OP_CHAT, body, len, rid, line, include_usage, err, errlen);
+    *line = NULL;
+    snprintf(err, errlen, "no such path: %s", path ? path : "");
+    return -PROTO_E_BAD_REQUEST;
+}
+
 static void do_generate(hreq_t *r)
 {
     http_t *h = r->h;
@@ -1185,8 +1189,8 @@ static void do_generate(hreq_t *r)
     const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
     char err[512];
     char *line = NULL;
-    int rc = http_request_map(r->kind == HK_CHAT ? "/v1/chat/completions" : "/v1/completions",
-                              data, len, r->rid, &line, &r->include_usage, err, sizeof err);
+    int rc = map_body(r->kind == HK_CHAT ? OP_CHAT : OP_CMPL, data, len, r->rid, &line,
+                      &r->include_usage, err, sizeof err);
     if (rc < 0) {
         http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;

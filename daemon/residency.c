@@ -178,6 +178,15 @@ static void set_err(res_model_t *m, int code, const char *fmt, ...)
     m->err_code = code;
 }
 
+/* The message for a failed acquire or prefetch (what): the recorded cause if any. */
+static void err_report(const res_t *r, const res_model_t *m, const char *what, char *err, size_t errlen)
+{
+    if (m->err_code)
+        snprintf(err, errlen, "%s", m->err);
+    else
+        snprintf(err, errlen, "model '%s': %s failed on the %s backend", m->sm->name, what, r->be->name);
+}
+
 /* A copy that failed left garbage: unmap the segment so the next pass
  * pages it in again. */
 static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
@@ -220,13 +229,22 @@ static void settle(res_t *r, res_model_t *m)
         settle_seg(r, m, s);
 }
 
-/* Block the host until a queued copy has landed (before unmapping it). */
-static void copy_sync(res_t *r, res_seg_t *sg)
+/* Block the host until a queued copy has landed or failed, polling with a
+ * growing pause (20 us .. 1 ms); -1 if it is still in flight after timeout_s
+ * (INFINITY: wait for good, as before unmapping it). */
+static int copy_sync(res_t *r, res_seg_t *sg, double timeout_s)
 {
+    uint64_t t0 = now_ns();
+    long pause_ns = 20000;
     while (r->be->event_done(r->be->ctx, sg->ev) == 0) {
-        struct timespec ts = {0, 50000};
+        if ((double)(now_ns() - t0) / 1e9 > timeout_s)
+            return -1;
+        struct timespec ts = {0, pause_ns};
         nanosleep(&ts, NULL);
+        if (pause_ns < 1000000)
+            pause_ns *= 2;
     }
+    return 0;
 }
 
 static void count_eviction(res_model_t *m, res_cause_t cause)
@@ -245,7 +263,7 @@ static int evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
     if (sg->state == RES_SEG_ABSENT)
         return 0;
     if (sg->state == RES_SEG_INFLIGHT)
-        copy_sync(r, sg);
+        copy_sync(r, sg, INFINITY);
     settle_seg(r, m, s);
     if (sg->state == RES_SEG_ABSENT)
         return 0; /* its copy failed: already unmapped */
@@ -499,8 +517,7 @@ int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_
 int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
 {
     settle(r, m); /* drops copies that failed: they are paged in again below */
-    m->err_code = 0;
-    m->err[0] = 0;
+    set_err(m, 0, "%s", "");
     m->running++;
     touch(r, m);
     if (r->be->zero_copy) {
@@ -518,11 +535,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     int rc = page_in_prefix(r, m, 1);
     update_gauges(m);
     if (rc) {
-        if (m->err_code)
-            snprintf(err, errlen, "%s", m->err);
-        else
-            snprintf(err, errlen, "model '%s': page-in failed on the %s backend", m->sm->name,
-                     r->be->name);
+        err_report(r, m, "page-in", err, errlen);
         m->running--;
         update_gauges(m);
     }
@@ -543,13 +556,10 @@ int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen)
         return RES_OK;
     settle(r, m);
     touch(r, m);
-    m->err_code = 0;
-    m->err[0] = 0;
+    set_err(m, 0, "%s", "");
     int rc = page_in_prefix(r, m, evict);
-    if (rc && m->err_code)
-        snprintf(err, errlen, "%s", m->err);
-    else if (rc)
-        snprintf(err, errlen, "model '%s': prefetch failed", m->sm->name);
+    if (rc)
+        err_report(r, m, "prefetch", err, errlen);
     return rc;
 }
 
@@ -619,19 +629,11 @@ static int hook_wait(void *ctx, uint32_t seg)
         /* wait on the host up to the copy timeout (a stuck or very slow
          * copy fails this pass rather than the whole daemon); the segment
          * stays in flight and lands, or fails, on its own */
-        double t0 = now_ns() / 1e9, pause = 20e-6;
-        while (r->be->event_done(r->be->ctx, sg->ev) == 0) {
-            double waited = now_ns() / 1e9 - t0;
-            if (waited > r->copy_timeout_s) {
-                m->st.total_device_errors++;
-                set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
-                        "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
-                return RES_ERR_TIMEOUT;
-            }
-            struct timespec ts = {0, (long)(pause * 1e9)};
-            nanosleep(&ts, NULL);
-            if (pause < 1e-3)
-                pause *= 2;
+        if (copy_sync(r, sg, r->copy_timeout_s)) {
+            m->st.total_device_errors++;
+            set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
+                    "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+            return RES_ERR_TIMEOUT;
         }
         if (r->be->wait(r->be->ctx, sg->ev)) {
             settle_seg(r, m, seg);

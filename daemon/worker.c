@@ -532,9 +532,10 @@ static size_t holdback(const wk_seq_t *s)
 }
 
 /* Validates and queues a generate/chat request. */
-/* The model a request names, or NULL after answering unknown_model: the
- * message lists the configured models, or says why the named one failed. */
-static wk_model_t *named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
+/* The index of the loaded model a request names, or -1 after answering
+ * unknown_model: the message lists the configured models, or says why the
+ * named one failed. */
+static int named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
     int mi = req->model ? find_model(w, req->model) : -1;
     if (mi < 0) {
@@ -548,25 +549,25 @@ static wk_model_t *named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
         }
         send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no model '%s' (configured: %s)",
                    req->model ? req->model : "", names);
-        return NULL;
+        return -1;
     }
     wk_model_t *m = w->models[mi];
     if (!m->sm) {
         send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "model '%s' failed to load: %s",
                    m->name, m->load_error ? m->load_error : "?");
-        return NULL;
+        return -1;
     }
-    return m;
+    return mi;
 }
 
 static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
 {
-    wk_model_t *m = named_model(w, conn, req);
-    if (!m) {
+    int mi = named_model(w, conn, req);
+    if (mi < 0) {
         proto_req_free(req);
         return;
     }
-    int mi = find_model(w, req->model);
+    wk_model_t *m = w->models[mi];
     if (w->draining) {
         send_error(w, conn, req->id, PROTO_E_SHUTTING_DOWN, "the daemon is draining");
         proto_req_free(req);
@@ -847,11 +848,8 @@ static proto_err_t device_error_code(int res_err)
                                                                    : PROTO_E_INTERNAL;
 }
 
-
 static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
 {
-    int mi = req->model ? find_model(w, req->model) : -1;
-    wk_model_t *m = mi >= 0 ? w->models[mi] : NULL;
     char err[512];
     switch (req->op) {
     case PROTO_OP_STATS:
@@ -880,8 +878,8 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
                        w->be->name);
             return;
         }
-        static const char *const kinds[] = {"off", "copy_fail", "copy_slow", "map_fail"};
-        logf_("fault injection: %s, next %u operations, delay %u ms", kinds[f.kind], f.count, f.delay_ms);
+        logf_("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
+              f.count, f.delay_ms);
         send_ok(w, conn, req->id, json_pack("{s:b}", "armed", req->fault != BE_FAULT_OFF));
         return;
     }
@@ -899,8 +897,10 @@ static void admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
     default:
         break;
     }
-    if (!named_model(w, conn, req))
+    int mi = named_model(w, conn, req);
+    if (mi < 0)
         return;
+    wk_model_t *m = w->models[mi];
     if (req->op == PROTO_OP_LOAD) {
         if (res_fully_resident(w->res, m->rm)) {
             send_ok(w, conn, req->id,
@@ -1031,10 +1031,10 @@ static void handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req)
         break;
     }
     case PROTO_OP_TOKENIZE: {
-        wk_model_t *tm = named_model(w, conn, req);
-        if (!tm)
+        int mi = named_model(w, conn, req);
+        if (mi < 0)
             break;
-        const tok_t *t = tm->sm->model->tok;
+        const tok_t *t = w->models[mi]->sm->model->tok;
         size_t len = strlen(req->text), cap = len + 8;
         int32_t *ids = malloc(cap * sizeof *ids);
         int n = ids ? tok_encode(t, req->text, len, req->add_bos && tok_add_bos(t), 1, ids, cap)

@@ -89,6 +89,12 @@ static const char *const field_names[F_COUNT] = {
 
 /* The kinds the admin "fault" op takes. */
 static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail"};
+#define N_FAULTS ((int)(sizeof fault_names / sizeof fault_names[0]))
+
+const char *proto_fault_name(int fault)
+{
+    return fault >= 0 && fault < N_FAULTS ? fault_names[fault] : NULL;
+}
 
 #define FB(f) (1u << (f))
 #define F_SAMPLING                                                                                 \
@@ -681,9 +687,9 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_FAULT: {
         if (!json_is_string(v))
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'fault' must be a string (got %s)", type_word(v));
-        for (size_t k = 0; k < sizeof fault_names / sizeof fault_names[0]; k++)
+        for (int k = 0; k < N_FAULTS; k++)
             if (strcmp(json_string_value(v), fault_names[k]) == 0) {
-                req->fault = (int)k;
+                req->fault = k;
                 return 0;
             }
         return fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -1022,9 +1028,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_STREAM:
         return req->stream ? set_new(root, name, json_true()) : 0;
     case F_FAULT:
-        if (req->fault < 0 || (size_t)req->fault >= sizeof fault_names / sizeof fault_names[0])
-            return -1;
-        return set_new(root, name, json_string(fault_names[req->fault]));
+        return proto_fault_name(req->fault) ? set_new(root, name, json_string(proto_fault_name(req->fault)))
+                                            : -1;
     case F_TIMES:
         return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
     case F_DELAY_MS:

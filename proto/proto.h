@@ -52,6 +52,8 @@ const char *proto_err_code(proto_err_t e);
 proto_err_t proto_err_from_code(const char *code);
 /* The wire name of an op ("generate" ...); NULL for a value outside the enum. */
 const char *proto_op_name(proto_op_t op);
+/* The wire name of an admin fault kind ("copy_fail" ...); NULL outside the set. */
+const char *proto_fault_name(int fault);
 
 typedef struct proto_msg {
     char role[16];  /* "system" | "user" | "assistant" */

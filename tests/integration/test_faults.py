@@ -68,6 +68,16 @@ def assert_error(ans, code, words):
     assert words in ans["error"]["message"], ans
 
 
+def fails_once_then_serves(d, model, fault, code, words):
+    """With model paged out, one armed fault fails its request with code; the warm model m0 and then
+    model itself are served correctly."""
+    cold(d, model)
+    d.fault(fault)
+    assert_error(gen(d, model, "bad"), code, words)
+    assert_served(d, "m0", "other")          # everyone else is served
+    assert_served(d, model, "again")         # and the model pages in again, correctly
+
+
 def cold(d, model):
     """Makes model absent from the device (evicts it)."""
     ans = d.admin_call({"op": "evict", "id": "e", "model": model})
@@ -93,11 +103,7 @@ def test_a_failed_copy_fails_only_its_requests_and_the_model_pages_in_again():
     d = FaultDaemon(MODELS, memory=POOL)
     try:
         assert_served(d, "m0")
-        cold(d, "m1")
-        d.fault("copy_fail")
-        assert_error(gen(d, "m1", "bad"), "internal", "failed to copy segment")
-        assert_served(d, "m0", "other")          # everyone else is served
-        assert_served(d, "m1", "again")          # and the model pages in again, correctly
+        fails_once_then_serves(d, "m1", "copy_fail", "internal", "failed to copy segment")
         st = d.stats()["models"]["m1"]
         assert st["total_device_errors"] == 1 and st["total_failed"] == 1, st
         assert st["curr_kv_seqs"] == 0, st
@@ -109,11 +115,7 @@ def test_a_failed_map_is_device_memory_exhausted_and_retried_later():
     d = FaultDaemon(MODELS, memory=POOL)
     try:
         assert_served(d, "m0")
-        cold(d, "m2")
-        d.fault("map_fail")
-        assert_error(gen(d, "m2", "bad"), "overloaded", "device memory exhausted")
-        assert_served(d, "m0", "other")
-        assert_served(d, "m2", "again")
+        fails_once_then_serves(d, "m2", "map_fail", "overloaded", "device memory exhausted")
         # the weights are resident: the failing map is the KV cache's
         d.fault("map_fail")
         ans = gen(d, "m2", "kv")
@@ -268,6 +270,14 @@ def start(config, log):
     return subprocess.Popen([gsd.GPUSWAPD, "--config", config], stdout=log, stderr=subprocess.STDOUT)
 
 
+def wait_sockets(d, p):
+    """Waits until the daemon process p (on d's config) has made both sockets."""
+    deadline = time.time() + 30
+    while not (os.path.exists(d.sock) and os.path.exists(d.admin)):
+        assert p.poll() is None and time.time() < deadline, "did not start"
+        time.sleep(0.02)
+
+
 def test_socket_paths_already_taken_at_start():
     d = gsd.Daemon(MODELS[:1], memory=POOL)
     try:
@@ -302,10 +312,7 @@ def test_logs_on_a_full_disk_do_not_stop_the_daemon():
     with open("/dev/full", "w") as full:                # every write fails with ENOSPC
         p = start(d.config, full)
         try:
-            deadline = time.time() + 30
-            while not (os.path.exists(d.sock) and os.path.exists(d.admin)):
-                assert p.poll() is None and time.time() < deadline, "did not start"
-                time.sleep(0.02)
+            wait_sockets(d, p)
             for i in range(3):
                 assert_served(d, "m%d" % (i % 2), "full%d" % i)
             c = d.client()
@@ -392,10 +399,7 @@ def test_a_stuck_worker_withholds_the_watchdog_and_pings_resume_after():
     t = threading.Thread(target=listen)
     t.start()
     try:
-        deadline = time.time() + 30
-        while not (os.path.exists(d.sock) and os.path.exists(d.admin)):
-            assert p.poll() is None and time.time() < deadline, "did not start"
-            time.sleep(0.02)
+        wait_sockets(d, p)
         assert_served(d, "m0")
         cold(d, "m1")
         # a copy that takes 3 s: the pass gives up after 0.3 s, then evicting the model must wait for the copy
