@@ -290,6 +290,9 @@ static wk_model_t *load_model(wk_t *w, const cfg_model_t *c)
     if (gguf_get_str(m->sm->model->gguf, "tokenizer.chat_template", &tmpl) == 0)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
+    if (c->max_context > m->sm->model->hp.n_ctx_train)
+        logf_("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
+              c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
     logf_("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
           model_arch_name(m->sm->model->hp.arch), type_name(m->sm->model->wtype),
           m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
@@ -385,9 +388,10 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;
     }
+    char hostmem[32];
     logf_("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
           w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
-          cfg->host.memory ? "set" : "unlimited");
+          cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++)
         w->models[w->n_models++] = load_model(w, &cfg->models[i]);
     if (sched_resize(w->sched, w->n_models)) {
