@@ -148,7 +148,7 @@ test: deps
 	$(MAKE) test-unit test-integration
 
 test-unit: $(UNIT_BIN) $(TOOLS)
-	GPUSWAPD_BUILD=$(BUILD) $(UNIT_BIN) --jobs 2
+	GPUSWAPD_BUILD=$(BUILD) bash tests/unit/run.sh $(UNIT_BIN)
 
 test-integration: all $(TRACESIM)
 	GPUSWAPD_BUILD=$(BUILD) bash tests/integration/run.sh

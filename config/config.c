@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <yaml.h>
 
 /* ------------------------------------------------------------------ option table */
@@ -36,6 +37,7 @@ enum {
     OPT_NULLABLE = 1u << 1, /* ~, null or "" turns it off (NULL) */
     OPT_LO_OPEN = 1u << 2,  /* value must be > lo rather than >= lo */
     OPT_HI_OPEN = 1u << 3,  /* value must be < hi rather than <= hi */
+    OPT_PATH = 1u << 4,     /* OPT_STR naming a file: a relative value is taken from the config file's directory */
 };
 
 typedef struct opt {
@@ -71,8 +73,8 @@ static int check_path(const void *field, char *why, size_t n);
 /* Every option gpuswapd reads. The order here is the order cfg_print writes. */
 static const opt_t opts[] = {
     SECTION("", "listen"),
-    {"listen", "socket", OPT_STR, C(listen.socket), "/run/gpuswapd/gpuswapd.sock", 0, 0, OPT_NULLABLE,
-     NULL, check_sockpath, "socket path"},
+    {"listen", "socket", OPT_STR, C(listen.socket), "/run/gpuswapd/gpuswapd.sock", 0, 0,
+     OPT_NULLABLE | OPT_PATH, NULL, check_sockpath, "socket path"},
     {"listen", "mode", OPT_MODE, C(listen.mode), "0660", 0, 0, 0, NULL, NULL, NULL},
     {"listen", "tcp", OPT_STR, C(listen.tcp), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
     {"listen", "http", OPT_STR, C(listen.http), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
@@ -80,8 +82,8 @@ static const opt_t opts[] = {
     {"listen", "max_connections", OPT_U32, C(listen.max_connections), "1024", 1, 1000000, 0, NULL, NULL, NULL},
 
     SECTION("", "admin"),
-    {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0, OPT_NULLABLE, NULL,
-     check_sockpath, "socket path"},
+    {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0, OPT_NULLABLE | OPT_PATH,
+     NULL, check_sockpath, "socket path"},
     {"admin", "mode", OPT_MODE, C(admin.mode), "0600", 0, 0, 0, NULL, NULL, NULL},
     {"admin", "uids", OPT_IDLIST, C(admin.uids), NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"admin", "gids", OPT_IDLIST, C(admin.gids), NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
@@ -116,7 +118,7 @@ static const opt_t opts[] = {
 
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},
-    {"models", "path", OPT_STR, M(path), NULL, 0, 0, 0, NULL, check_path, "path"},
+    {"models", "path", OPT_STR, M(path), NULL, 0, 0, OPT_PATH, NULL, check_path, "path"},
     {"models", "gpu_quota", OPT_SIZE, M(gpu_quota), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"models", "kv_cache", OPT_SIZE, M(kv_cache), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"models", "priority", OPT_DOUBLE, M(priority), "1", 0, 1000, OPT_LO_OPEN, NULL, NULL, NULL},
@@ -506,11 +508,21 @@ static bool in_bounds(const opt_t *o, double v)
     return o->flags & OPT_HI_OPEN ? v < o->hi : v <= o->hi;
 }
 
+/* text, or dir/text for a relative OPT_PATH value when dir is set; NULL when out of memory. */
+static char *opt_path_join(const opt_t *o, const char *dir, const char *text)
+{
+    if (!(o->flags & OPT_PATH) || !dir || text[0] == '/')
+        return strdup(text);
+    char *p = NULL;
+    return asprintf(&p, "%s/%s", dir, text) < 0 ? NULL : p;
+}
+
 /* Parses text into the field of option o (name is its full dotted name, for
- * messages). null: the YAML value was empty/~/null. Returns 0, or an error
- * code with the reason (no location) in msg. */
-static int opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name, char *msg,
-                   size_t n)
+ * messages). null: the YAML value was empty/~/null. dir: the directory that
+ * relative OPT_PATH values are taken from (NULL: as written). Returns 0, or an
+ * error code with the reason (no location) in msg. */
+static int opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name, const char *dir,
+                   char *msg, size_t n)
 {
     char val[64], why[160];
     sanitize(text, val, sizeof val);
@@ -532,7 +544,7 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
             *(char **)field = NULL;
             return 0;
         }
-        char *copy = strdup(text);
+        char *copy = opt_path_join(o, dir, text);
         if (!copy) {
             snprintf(msg, n, "out of memory");
             return CFG_ERR_NOMEM;
@@ -680,7 +692,7 @@ static int apply_defaults(bool model, void *base, char *err, size_t errlen)
         if (opt_is_model(o) != model || !o->def)
             continue;
         char msg[256];
-        int rc = opt_set(o, o->def, false, (char *)base + o->off, o->key, msg, sizeof msg);
+        int rc = opt_set(o, o->def, false, (char *)base + o->off, o->key, NULL, msg, sizeof msg);
         if (rc) {
             set_err(err, errlen, "internal: default of %s.%s: %s", o->section, o->key, msg);
             return rc;
@@ -716,6 +728,7 @@ typedef struct mark {
 
 typedef struct ld {
     const char *file;
+    const char *dir;     /* the config file's directory, absolute: relative paths start there; NULL = cwd */
     yaml_document_t *doc;
     cfg_t *c;
     char *err;
@@ -960,7 +973,7 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
             if (strlen(text) != v->data.scalar.length)
                 return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "value for %s contains a NUL byte", name);
             char msg[384];
-            rc = opt_set(o, text, node_is_null(v), (char *)base + o->off, name, msg, sizeof msg);
+            rc = opt_set(o, text, node_is_null(v), (char *)base + o->off, name, ld->dir, msg, sizeof msg);
             if (rc)
                 return ld_fail(ld, mark_of(v), rc, "%s", msg);
         }
@@ -1143,7 +1156,9 @@ syntax:
                    parser->context ? " " : "", parser->context ? parser->context : "");
 }
 
-int cfg_load_string(const char *yaml, const char *name, cfg_t **out, char *err, size_t errlen)
+/* cfg_load_string with relative paths taken from dir (NULL: the working directory). */
+static int load_string_in(const char *yaml, const char *name, const char *dir, cfg_t **out, char *err,
+                          size_t errlen)
 {
     *out = NULL;
     if (err && errlen)
@@ -1152,7 +1167,7 @@ int cfg_load_string(const char *yaml, const char *name, cfg_t **out, char *err, 
         name = "<config>";
     yaml_parser_t parser;
     yaml_document_t doc;
-    ld_t ld = {.file = name, .doc = &doc, .err = err, .errlen = errlen, .root = {1, 1}};
+    ld_t ld = {.file = name, .dir = dir, .doc = &doc, .err = err, .errlen = errlen, .root = {1, 1}};
     if (!yaml_parser_initialize(&parser)) {
         set_err(err, errlen, "%s: out of memory", name);
         return CFG_ERR_NOMEM;
@@ -1170,6 +1185,28 @@ int cfg_load_string(const char *yaml, const char *name, cfg_t **out, char *err, 
     }
     *out = ld.c;
     return 0;
+}
+
+int cfg_load_string(const char *yaml, const char *name, cfg_t **out, char *err, size_t errlen)
+{
+    return load_string_in(yaml, name, NULL, out, err, errlen);
+}
+
+/* The absolute directory of path, as named (symlinks not followed); NULL when out of memory or the
+ * working directory is gone. The caller frees it. */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == path)
+        return strdup("/");
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : NULL, *cwd = NULL, *abs = NULL;
+    if (dir && dir[0] == '/')
+        return dir;
+    if ((cwd = getcwd(NULL, 0)) && asprintf(&abs, "%s%s%s", cwd, dir ? "/" : "", dir ? dir : "") < 0)
+        abs = NULL;
+    free(dir);
+    free(cwd);
+    return abs;
 }
 
 int cfg_load_file(const char *path, cfg_t **out, char *err, size_t errlen)
@@ -1217,7 +1254,14 @@ int cfg_load_file(const char *path, cfg_t **out, char *err, size_t errlen)
         rc = CFG_ERR_INVALID;
         goto out;
     }
-    rc = cfg_load_string(buf, path, out, err, errlen);
+    char *dir = dir_of(path);
+    if (!dir) {
+        set_err(err, errlen, "%s: cannot resolve its directory: %s", path, strerror(errno));
+        rc = CFG_ERR_IO;
+        goto out;
+    }
+    rc = load_string_in(buf, path, dir, out, err, errlen);
+    free(dir);
 out:
     free(buf);
     fclose(f);

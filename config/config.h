@@ -60,7 +60,7 @@ typedef struct cfg_idlist {
 
 typedef struct cfg_model {
     char *name;          /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
-    char *path;          /* GGUF file, as written (relative = to the daemon's cwd); owned */
+    char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
     uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
     uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
     double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */

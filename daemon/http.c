@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1364,6 +1365,12 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
     if (!h->bound) {
         snprintf(err, errlen, "listen.http: cannot listen on %s: %s", hp,
                  errno ? strerror(errno) : "bind failed");
+        goto fail;
+    }
+    /* evhttp listens with a backlog of 128: a second listen() sets ours */
+    evutil_socket_t lfd = evhttp_bound_socket_get_fd(h->bound);
+    if (listen(lfd, srv_backlog(cfg)) != 0) {
+        snprintf(err, errlen, "listen.http: listen on %s: %s", hp, strerror(errno));
         goto fail;
     }
     srv_foreign_t f = {.line = http_line, .pending = http_pending, .ctx = h};

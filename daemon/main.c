@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
 #include "config.h"
 #include "generate.h"
 #include "http.h"
+#include "model.h"
 #include "server.h"
 #include "worker.h"
 
@@ -214,6 +216,29 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------------ serve */
 
+/* Raises the soft RLIMIT_NOFILE to fit the configured connections (inference and HTTP, each up
+ * to listen.max_connections, plus admin clients, model files and the daemon's own), at most to
+ * the hard limit; says so when it changes it or when the hard limit is too low. */
+static void raise_nofile(const cfg_t *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = 2 * (rlim_t)c->listen.max_connections + c->n_models + 256;
+    rlim_t to = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < to) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = to;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            fprintf(stderr, "gpuswapd: open-file limit raised from %llu to %llu for listen.max_connections %u\n",
+                    (unsigned long long)was, (unsigned long long)to, (unsigned)c->listen.max_connections);
+    }
+    if (to < want)
+        fprintf(stderr, "gpuswapd: open-file hard limit %llu is below the %llu that listen.max_connections %u "
+                "needs: connections past it are refused (raise LimitNOFILE=)\n",
+                (unsigned long long)to, (unsigned long long)want, (unsigned)c->listen.max_connections);
+}
+
 static int serve(const char *path)
 {
     daemon_state_t d = {.config_path = path};
@@ -223,6 +248,7 @@ static int serve(const char *path)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile(d.cfg);
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "gpuswapd: libevent without thread support\n");
         cfg_free(d.cfg);
@@ -302,6 +328,9 @@ out:
     return rc;
 }
 
+/* --check-config: loads the config, opens every model's GGUF header (metadata, tensor table,
+ * tokenizer: what the engine must understand, not the weights) and prints the effective config.
+ * Every model that cannot be served is named with its file:line on stderr; 1 if any, else 0. */
 static int check_config(const char *path)
 {
     cfg_t *c = NULL;
@@ -310,9 +339,23 @@ static int check_config(const char *path)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    int bad = 0;
+    for (size_t i = 0; i < c->n_models; i++) {
+        const cfg_model_t *m = &c->models[i];
+        model_t *mo = model_open(m->path, err, sizeof err);
+        if (!mo) {
+            fprintf(stderr, "%s:%d: model '%s': %s\n", c->file, m->line, m->name, err);
+            bad++;
+            continue;
+        }
+        fprintf(stderr, "%s:%d: model '%s': %s %s, %u layers, context %u\n", c->file, m->line, m->name,
+                model_arch_name(mo->hp.arch), gguf_ttype_name(mo->wtype), (unsigned)mo->hp.n_layer,
+                (unsigned)mo->hp.n_ctx_train);
+        model_close(mo);
+    }
     cfg_print(c, stdout);
     cfg_free(c);
-    return 0;
+    return bad ? 1 : 0;
 }
 
 int main(int argc, char **argv)

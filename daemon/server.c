@@ -312,7 +312,13 @@ static int claim_path(const char *path, const struct sockaddr_un *sa, char *err,
     return 0;
 }
 
-static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen)
+int srv_backlog(const cfg_t *cfg)
+{
+    uint32_t n = cfg->listen.max_connections;
+    return n < 128 ? 128 : n < SOMAXCONN ? (int)n : SOMAXCONN;
+}
+
+static int unix_listen(const char *path, unsigned mode, int backlog, char *err, size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
@@ -332,7 +338,7 @@ static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen
     mode_t old = umask(0177);
     int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
     umask(old);
-    if (rc != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
+    if (rc != 0 || chmod(path, mode) != 0 || listen(fd, backlog) != 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -340,7 +346,7 @@ static int unix_listen(const char *path, unsigned mode, char *err, size_t errlen
     return fd;
 }
 
-static int tcp_listen(const char *hostport, char *err, size_t errlen)
+static int tcp_listen(const char *hostport, int backlog, char *err, size_t errlen)
 {
     char host[256];
     const char *colon = strrchr(hostport, ':');
@@ -361,7 +367,7 @@ static int tcp_listen(const char *hostport, char *err, size_t errlen)
     int one = 1;
     if (fd >= 0)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
         snprintf(err, errlen, "%s: %s", hostport, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -382,8 +388,9 @@ static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, ch
     }
     lst_t *ls = &s->lst[s->n_lst];
     *ls = (lst_t){.s = s, .admin = admin};
+    /* backlog 0: the socket listens already (ours with srv_backlog, systemd's with Backlog=) */
     ls->l = evconnlistener_new(s->base, accept2_cb, ls, LEV_OPT_CLOSE_ON_FREE |
-                               LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+                               LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (!ls->l) {
         close(fd);
         snprintf(err, errlen, "cannot listen");
@@ -473,21 +480,21 @@ srv_t *srv_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, const srv_ho
     adopt_systemd(s, cfg, &got_main, &got_admin, &got_tcp);
     char e[512];
     if (cfg->listen.socket && !got_main) {
-        int fd = unix_listen(cfg->listen.socket, cfg->listen.mode, e, sizeof e);
+        int fd = unix_listen(cfg->listen.socket, cfg->listen.mode, srv_backlog(cfg), e, sizeof e);
         if (fd < 0 || add_listener(s, fd, 0, cfg->listen.socket, e, sizeof e)) {
             snprintf(err, errlen, "listen.socket: %s", e);
             goto fail;
         }
     }
     if (cfg->admin.socket && !got_admin) {
-        int fd = unix_listen(cfg->admin.socket, cfg->admin.mode, e, sizeof e);
+        int fd = unix_listen(cfg->admin.socket, cfg->admin.mode, srv_backlog(cfg), e, sizeof e);
         if (fd < 0 || add_listener(s, fd, 1, cfg->admin.socket, e, sizeof e)) {
             snprintf(err, errlen, "admin.socket: %s", e);
             goto fail;
         }
     }
     if (cfg->listen.tcp && !got_tcp) {
-        int fd = tcp_listen(cfg->listen.tcp, e, sizeof e);
+        int fd = tcp_listen(cfg->listen.tcp, srv_backlog(cfg), e, sizeof e);
         if (fd < 0 || add_listener(s, fd, 0, NULL, e, sizeof e)) {
             snprintf(err, errlen, "listen.tcp: %s", e);
             goto fail;

@@ -49,6 +49,10 @@ typedef struct srv_foreign {
     void *ctx;
 } srv_foreign_t;
 void srv_set_foreign(srv_t *s, const srv_foreign_t *f); /* NULL: drop such lines (the default) */
+/* The listen backlog of every listener: listen.max_connections (at least 128, at most SOMAXCONN),
+ * so a burst of connects up to the limit waits in the kernel rather than failing with EAGAIN;
+ * those past the limit are accepted and refused with an answer. */
+int srv_backlog(const cfg_t *cfg);
 uint64_t srv_conn_id_new(srv_t *s);
 
 #endif

@@ -4,7 +4,6 @@ Run from anywhere: /usr/bin/python3 clients/python/test_gpuswap.py (GPUSWAPD_BUI
 build directory, default build/ of the repository). Ends with "N passed, N failed"."""
 import os
 import sys
-import tempfile
 import threading
 import unittest
 
@@ -23,7 +22,7 @@ MODELS = None
 
 def setUpModule():
     global D, MODELS
-    tmp = tempfile.mkdtemp(prefix="gpuswap-py-")
+    tmp = gsd.tmpdir(prefix="gpuswap-py-")
     MODELS = [("m0", gsd.mkmodel(os.path.join(tmp, "m0.gguf"), SHAPE + " --seed 1"), ""),
               ("q0", gsd.mkmodel(os.path.join(tmp, "q0.gguf"), "--arch qwen2 " + SHAPE + " --seed 2"), ""),
               ("big", gsd.mkmodel(os.path.join(tmp, "big.gguf"),

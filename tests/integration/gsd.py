@@ -3,6 +3,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,8 +11,8 @@ import tempfile
 import time
 
 BUILD = os.environ.get("GPUSWAPD_BUILD", "build")
-GPUSWAPD = os.path.join(BUILD, "gpuswapd")
-MKMODEL = os.path.join(BUILD, "mkmodel")
+GPUSWAPD = os.path.abspath(os.path.join(BUILD, "gpuswapd"))
+MKMODEL = os.path.abspath(os.path.join(BUILD, "mkmodel"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # GPUSWAPD_VALGRIND=1: every daemon a Daemon starts, and generate_cli, runs under
@@ -22,6 +23,29 @@ VALGRIND = os.environ.get("GPUSWAPD_VALGRIND") == "1"
 TIMEOUT_FACTOR = float(os.environ.get("GPUSWAPD_TIMEOUT_FACTOR") or (20 if VALGRIND else 1))
 VALGRIND_SUPP = os.path.join(ROOT, "tests", "valgrind.supp")
 VG_BEGIN, VG_END = "==VGERROR-BEGIN==", "==VGERROR-END=="
+
+_TMPDIRS = []  # every tmpdir() of this process, removed at exit
+
+
+def tmpdir(prefix="gsd-"):
+    """A fresh directory under $TMPDIR (the runner gives each suite its own and fails
+    it when anything is left there), removed with its contents when the test exits."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _TMPDIRS.append(d)
+    return d
+
+
+def _cleanup_at_exit():
+    """Runs last at exit: stops the daemons still running, then removes every tmpdir()."""
+    for d in Daemon.started:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+    for d in _TMPDIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup_at_exit)  # registered first, so it runs after the valgrind check
 
 
 def valgrind_prefix(log_path):
@@ -115,8 +139,12 @@ class Daemon:
 
     started = []  # every Daemon of this process, for the valgrind check at exit
 
-    def __init__(self, models, memory="2MiB", page="64KiB", extra="", scheduler="", tmp=None):
-        self.tmp = tmp or tempfile.mkdtemp(prefix="gsd-")
+    def __init__(self, models, memory="2MiB", page="64KiB", extra="", scheduler="", tmp=None, listen="",
+                 cwd=None):
+        """listen: more lines for the listen section; cwd: the daemon's working directory, and
+        then the config names its files relative to its own directory (as an operator may)."""
+        self.tmp = tmp or tmpdir("gsd-")
+        self.listen_more, self.relative = listen, cwd is not None
         self.sock = os.path.join(self.tmp, "s.sock")
         self.admin = os.path.join(self.tmp, "a.sock")
         self.config = os.path.join(self.tmp, "gpuswapd.yaml")
@@ -127,8 +155,9 @@ class Daemon:
         self.vg_log = os.path.join(self.tmp, "valgrind.log") if VALGRIND else None
         self.vg_checked = False
         prefix = valgrind_prefix(self.vg_log) if VALGRIND else []
-        self.proc = subprocess.Popen(prefix + [GPUSWAPD, "--config", self.config], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        config = os.path.relpath(self.config, cwd) if cwd else self.config
+        self.proc = subprocess.Popen(prefix + [GPUSWAPD, "--config", config], stdout=self.log,
+                                     stderr=subprocess.STDOUT, cwd=cwd)
         Daemon.started.append(self)
         deadline = time.time() + scaled(30)
         while not (os.path.exists(self.sock) and os.path.exists(self.admin)):
@@ -139,7 +168,11 @@ class Daemon:
             time.sleep(0.02)
 
     def write_config(self, models, memory="2MiB", page="64KiB", extra="", scheduler=""):
-        lines = ["listen:", "  socket: %s" % self.sock, "admin:", "  socket: %s" % self.admin,
+        def at(p):  # as the config names a file: relative to its directory when self.relative
+            return os.path.relpath(p, self.tmp) if self.relative else p
+        lines = ["listen:", "  socket: %s" % at(self.sock)]
+        lines += ["  " + l for l in self.listen_more.strip().splitlines() if l.strip()]
+        lines += ["admin:", "  socket: %s" % at(self.admin),
                  "device:", "  backend: sim", "  memory: %s" % memory, "  page_size: %s" % page,
                  "  threads: 1"]
         if VALGRIND and "drain_timeout" not in scheduler:
@@ -149,7 +182,7 @@ class Daemon:
             lines += ["scheduler:"] + ["  " + l for l in scheduler.strip().splitlines()]
         lines.append("models:")
         for name, path, more in models:
-            lines += ["  - name: %s" % name, "    path: %s" % path]
+            lines += ["  - name: %s" % name, "    path: %s" % at(path)]
             lines += ["    " + l for l in more.strip().splitlines() if l.strip()]
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n" + extra)

@@ -7,7 +7,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -15,7 +14,7 @@ import gsd  # noqa: E402
 
 GPUSWAP = os.path.join(gsd.BUILD, "gpuswap")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TMP = tempfile.mkdtemp(prefix="gsd-cli-")
+TMP = gsd.tmpdir(prefix="gsd-cli-")
 SHAPE = "--type f16 --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
 MODELS = [
     ("m0", gsd.mkmodel(os.path.join(TMP, "m0.gguf"), SHAPE + " --seed 1"), ""),

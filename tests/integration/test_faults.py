@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="gsd-faults-")
+TMP = gsd.tmpdir(prefix="gsd-faults-")
 SHAPE = "--type f16 --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
 MODELS = [("m%d" % i, gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % i), SHAPE + " --seed %d" % (i + 11)), "")
           for i in range(3)]
@@ -207,7 +206,7 @@ def test_a_copy_past_the_timeout_fails_its_request_then_the_model_serves():
 
 
 def test_model_files_corrupted_or_deleted_around_a_reload():
-    tmp = tempfile.mkdtemp(prefix="gsd-files-")
+    tmp = gsd.tmpdir(prefix="gsd-files-")
     paths = {}
     for name, path, _ in MODELS:
         paths[name] = os.path.join(tmp, name + ".gguf")
@@ -282,7 +281,7 @@ def test_socket_paths_already_taken_at_start():
     d = gsd.Daemon(MODELS[:1], memory=POOL)
     try:
         # a second daemon on the same admin socket path: refused with a clear error, the first untouched
-        other = tempfile.mkdtemp(prefix="gsd-second-")
+        other = gsd.tmpdir(prefix="gsd-second-")
         cfg = os.path.join(other, "c.yaml")
         text = open(d.config).read().replace(d.sock, os.path.join(other, "s.sock"))
         with open(cfg, "w") as f:
@@ -306,7 +305,7 @@ def test_socket_paths_already_taken_at_start():
 
 
 def test_logs_on_a_full_disk_do_not_stop_the_daemon():
-    tmp = tempfile.mkdtemp(prefix="gsd-full-")
+    tmp = gsd.tmpdir(prefix="gsd-full-")
     d = gsd.Daemon(MODELS[:2], memory=POOL, tmp=tmp)  # only to write the config; stopped at once
     assert d.stop() == 0
     with open("/dev/full", "w") as full:                # every write fails with ENOSPC
@@ -373,7 +372,7 @@ def test_sigkill_and_restart_serves_again():
 
 
 def test_a_stuck_worker_withholds_the_watchdog_and_pings_resume_after():
-    tmp = tempfile.mkdtemp(prefix="gsd-wd-")
+    tmp = gsd.tmpdir(prefix="gsd-wd-")
     d = FaultDaemon(MODELS, memory=POOL, copy_timeout="300ms", tmp=tmp)
     assert d.stop() == 0                               # only to write the config
     ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -7,14 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="gsd-http-models-")
+TMP = gsd.tmpdir(prefix="gsd-http-models-")
 SHAPE = "--type f16 --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
 MODELS = [("m%d" % i, gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % i), SHAPE + " --seed %d" % (i + 1)), "")
           for i in range(3)]

@@ -4,14 +4,13 @@ import os
 import random
 import socket
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="gsd-load-models-")
+TMP = gsd.tmpdir(prefix="gsd-load-models-")
 SHAPE = "--dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 400"
 N_MODELS = 8
 # llama f16 and qwen2 bf16 alternately: two tokenizers, two chat templates

@@ -7,13 +7,12 @@ import socket
 import stat
 import struct
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="gsd-sec-models-")
+TMP = gsd.tmpdir(prefix="gsd-sec-models-")
 os.chmod(TMP, 0o755)  # the unprivileged child below needs nothing here, the daemon does
 SHAPE = "--type f16 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 320"
 M_PATH = gsd.mkmodel(os.path.join(TMP, "m.gguf"), SHAPE + " --seed 1")
@@ -45,7 +44,7 @@ class SecDaemon(gsd.Daemon):
         self.tcp_port = free_port() if tcp else None
         self.kw = kw
         if tmp is None:
-            tmp = tempfile.mkdtemp(prefix="gsd-sec-")
+            tmp = gsd.tmpdir(prefix="gsd-sec-")
         super().__init__(models, tmp=tmp, **kw)
         for port in (self.port, self.tcp_port):
             if port:
@@ -269,7 +268,7 @@ def test_admin_refuses_a_uid_not_allowed_for_every_op_and_admits_listed_uids_and
     if os.geteuid() != 0:
         print("   skip: needs root to connect as another uid")
         return
-    tmp = tempfile.mkdtemp(prefix="gsd-sec-peer-")
+    tmp = gsd.tmpdir(prefix="gsd-sec-peer-")
     os.chmod(tmp, 0o755)  # reachable by nobody; the socket modes let it connect
     d = SecDaemon(MODEL, listen='mode: "0666"', admin='mode: "0666"', tmp=tmp)
     try:

@@ -4,7 +4,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -12,7 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
 TRACESIM = os.path.join(gsd.BUILD, "tracesim")
-TMP = tempfile.mkdtemp(prefix="gsd-simcal-")
+TMP = gsd.tmpdir(prefix="gsd-simcal-")
 N_LAYERS = 4
 SHAPE = "--type f16 --dim 128 --layers %d --heads 4 --kv-heads 2 --ff 256 --vocab 400" % N_LAYERS
 N_MODELS = 4

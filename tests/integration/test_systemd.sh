@@ -11,7 +11,7 @@ BUILD=${GPUSWAPD_BUILD:-build}
 PY=/usr/bin/python3
 GSD=$PWD/$BUILD/gpuswapd
 fails=0
-tmp=$(mktemp -d /tmp/gsd-systemd.XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gsd-systemd.XXXXXX")
 daemon_pid=
 
 ok() { echo "ok $*"; }

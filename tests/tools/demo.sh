@@ -13,14 +13,16 @@ mk tiny-llama-f32.gguf  --type f32  --dim 256 --layers 6 --heads 8 --kv-heads 4 
 cfg=config/dev.yaml
 if [ "$BUILD" != build ] || command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     cfg=$D/run/dev.yaml
-    sed -e "s#build/demo#$D#g" config/dev.yaml > "$cfg"
+    sed -e "s#\.\./build/demo#$PWD/$D#g" config/dev.yaml > "$cfg"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         sed -i -e 's/backend: sim/backend: cuda/' -e 's/memory: 24MiB/memory: 0/' \
             -e 's/page_size: 256KiB/page_size: 2MiB/' -e '/sim_bandwidth/d' "$cfg"
     fi
 fi
-sock=$(sed -n 's/^  socket: //p' "$cfg" | head -1)
-admin=$(sed -n 's/^  socket: //p' "$cfg" | sed -n 2p)
+# the sockets as seen from here (config paths are relative to the config's directory)
+rel() { (cd "$(dirname "$cfg")" && realpath -m --relative-to="$OLDPWD" "$1"); }
+sock=$(rel "$(sed -n 's/^  socket: //p' "$cfg" | head -1)")
+admin=$(rel "$(sed -n 's/^  socket: //p' "$cfg" | sed -n 2p)")
 cat <<MSG
 gpuswapd demo: $cfg, models in $D (random weights: the text is noise, the computation is real).
 Talk to it from another terminal:

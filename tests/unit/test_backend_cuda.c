@@ -702,11 +702,8 @@ Test(backend_cuda, stories260k_forward_pass_matches_cpu, .timeout = 60)
 {
     backend_t *probe = open_cuda(); /* skips without a GPU */
     be_close(probe);
-    const char *dir = getenv("GPUSWAPD_MODELS");
     char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir && *dir ? dir : "../shared/models");
-    if (access(path, R_OK) != 0)
-        cr_skip_test("%s not found: skipping", path);
+    tu_data_path(path, sizeof path, "stories260K.gguf");
     model_t *m = model_open(path, err, sizeof err);
     cr_assert_not_null(m, "%s", err);
     check_forward(m, 1e-3, "stories260K");

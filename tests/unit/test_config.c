@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "testutil.h"
 
 #define EXAMPLE "config/gpuswapd.yaml" /* unit tests run from the repository root */
 #define MODELS "models:\n  - name: a\n    path: /m/a.gguf\n"
@@ -547,9 +549,8 @@ Test(config, a_missing_file_is_an_io_error_naming_the_path)
 
 Test(config, a_file_error_carries_the_file_path)
 {
-    char path[] = "/tmp/gpuswapd-cfg-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
+    char path[256];
+    int fd = tu_tmpfile(path, sizeof path, "gpuswapd-cfg");
     const char *yaml = MODELS "    gpu_qouta: 1GiB\n";
     cr_assert_eq(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
     close(fd);
@@ -559,6 +560,56 @@ Test(config, a_file_error_carries_the_file_path)
     snprintf(want, sizeof want, "%s:4:5: unknown key 'gpu_qouta' in models[0] (did you mean 'gpu_quota'?)", path);
     cr_assert_str_eq(err, want);
     unlink(path);
+}
+
+Test(config, relative_paths_in_a_file_are_taken_from_its_directory)
+{
+    char path[256];
+    int fd = tu_tmpfile(path, sizeof path, "gpuswapd-cfg");
+    const char *yaml = "listen:\n  socket: run/s.sock\nadmin:\n  socket: /abs/a.sock\n"
+                       "models:\n  - name: a\n    path: models/a.gguf\n  - name: b\n    path: /m/b.gguf\n";
+    cr_assert_eq(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+    char err[512], want[600];
+    cfg_t *c = NULL;
+    cr_assert_eq(cfg_load_file(path, &c, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(want, sizeof want, "%s/models/a.gguf", dir);
+    cr_assert_str_eq(c->models[0].path, want);
+    snprintf(want, sizeof want, "%s/run/s.sock", dir);
+    cr_assert_str_eq(c->listen.socket, want);
+    cr_assert_str_eq(c->admin.socket, "/abs/a.sock");
+    cr_assert_str_eq(c->models[1].path, "/m/b.gguf");
+    cfg_free(c);
+    /* from a string there is no file: a relative path stays as written (the working directory) */
+    cr_assert_eq(cfg_load_string(yaml, "t.yaml", &c, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(c->models[0].path, "models/a.gguf");
+    cfg_free(c);
+}
+
+Test(config, a_config_named_without_a_directory_takes_paths_from_the_working_directory)
+{
+    char dir[256], cwd[1024], err[512], want[1400];
+    int fd = tu_tmpfile(dir, sizeof dir, "gpuswapd-cfgdir");
+    close(fd);
+    unlink(dir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    FILE *f = fopen("g.yaml", "w");
+    cr_assert_not_null(f);
+    fputs("models:\n  - name: a\n    path: a.gguf\n", f);
+    fclose(f);
+    cfg_t *c = NULL;
+    int rc = cfg_load_file("g.yaml", &c, err, sizeof err);
+    unlink("g.yaml");
+    cr_assert_eq(chdir(cwd), 0);
+    rmdir(dir);
+    cr_assert_eq(rc, 0, "%s", err);
+    snprintf(want, sizeof want, "%s/a.gguf", dir);
+    cr_assert_str_eq(c->models[0].path, want);
+    cfg_free(c);
 }
 
 Test(config, errors_fit_a_small_buffer_and_a_null_buffer)

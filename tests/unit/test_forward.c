@@ -25,21 +25,11 @@ static backend_t *cpu_be(int threads)
     return be;
 }
 
-static const char *models_dir(void)
-{
-    const char *e = getenv("GPUSWAPD_MODELS");
-    return e && *e ? e : "../shared/models";
-}
-
-/* Opens <models>/<file>; skips the test (saying so) when it is absent. */
-static model_t *open_shared(const char *file)
+/* Opens tests/data/<file> (see tu_data_path for a missing file). */
+static model_t *open_data(const char *file)
 {
     char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/%s", models_dir(), file);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        cr_skip_test("%s not found: skipping the reference-model test", path);
-    fclose(f);
+    tu_data_path(path, sizeof path, file);
     model_t *m = model_open(path, err, sizeof err);
     cr_assert_not_null(m, "model_open: %s", err);
     return m;
@@ -47,12 +37,12 @@ static model_t *open_shared(const char *file)
 
 static json_t *load_ref(const char *file)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/reference/%s", models_dir(), file);
+    char path[1024], rel[512];
+    snprintf(rel, sizeof rel, "reference/%s", file);
+    tu_data_path(path, sizeof path, rel);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j)
-        cr_skip_test("%s not readable (%s): skipping", path, je.text);
+    cr_assert_not_null(j, "%s not readable (%s)", path, je.text);
     return j;
 }
 
@@ -102,7 +92,7 @@ static void greedy(model_t *m, backend_t *pool, const int32_t *prompt, size_t np
  * is below 0.02 (where another correct implementation may pick otherwise). */
 static void check_greedy_file(const char *model_file, const char *ref_file)
 {
-    model_t *m = open_shared(model_file);
+    model_t *m = open_data(model_file);
     json_t *ref = load_ref(ref_file);
     int32_t prompt[64], want[512], got[512];
     size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
@@ -152,7 +142,7 @@ Test(forward, stories260k_f16_and_bf16_greedy_match_llama_cpp, .timeout = 60)
 Test(forward, stories260k_step0_logits_within_one_thousandth_of_llama_cpp, .timeout = 60)
 {
     static const char *const prompts[] = {"once-upon-a-time", "lily-went-to-the-park", "the-cat"};
-    model_t *m = open_shared("stories260K.gguf");
+    model_t *m = open_data("stories260K.gguf");
     backend_t *pool = cpu_be(2);
     for (int i = 0; i < 3; i++) {
         char f[160], path[1024];
@@ -162,8 +152,9 @@ Test(forward, stories260k_step0_logits_within_one_thousandth_of_llama_cpp, .time
         size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
         float *l0 = malloc(m->hp.n_vocab * sizeof(float));
         greedy(m, pool, prompt, np, 0, out, l0);
-        snprintf(path, sizeof path, "%s/reference/logits_step0_%s_kvf32.txt", models_dir(),
-                 prompts[i]);
+        char rel[512];
+        snprintf(rel, sizeof rel, "reference/logits_step0_%s_kvf32.txt", prompts[i]);
+        tu_data_path(path, sizeof path, rel);
         FILE *fp = fopen(path, "r");
         cr_assert_not_null(fp, "%s", path);
         int id;

@@ -1,5 +1,7 @@
 /* test_gguf: the GGUF reader on hand-built v2/v3 files, hostile headers and the real stories260K model. */
 #include <criterion/criterion.h>
+
+#include "testutil.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,10 +454,8 @@ Test(gguf, files_from_the_test_writer_open_in_memory_and_through_mmap)
         size_t len;
         cr_assert_eq(ggufw_write_mem(w, &buf, &len), 0);
 
-        char path[] = "/tmp/test_gguf_XXXXXX";
-        int fd = mkstemp(path);
-        cr_assert_geq(fd, 0);
-        close(fd);
+        char path[256];
+        close(tu_tmpfile(path, sizeof path, "test_gguf"));
         cr_assert_eq(ggufw_write_file(w, path), 0);
         ggufw_free(w);
 
@@ -998,10 +998,8 @@ Test(gguf, directories_and_empty_files_are_rejected)
     char err[512] = "";
     cr_assert_null(gguf_open("/tmp", err, sizeof err));
     cr_assert(strstr(err, "/tmp: not a regular file"), "%s", err);
-    char path[] = "/tmp/test_gguf_empty_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    char path[256];
+    close(tu_tmpfile(path, sizeof path, "test_gguf_empty"));
     err[0] = 0;
     gguf_t *g = gguf_open(path, err, sizeof err);
     unlink(path);
@@ -1014,9 +1012,8 @@ Test(gguf, a_hostile_file_on_disk_fails_with_the_path_in_the_message)
     tdesc_t t = {"w", GGUF_T_F32, 1, {64}, 0};
     bb_t b = {0};
     bb_simple(&b, 0, &t, 1, 100);
-    char path[] = "/tmp/test_gguf_bad_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
+    char path[256];
+    int fd = tu_tmpfile(path, sizeof path, "test_gguf_bad");
     cr_assert_eq(write(fd, b.p, b.len), (ssize_t)b.len);
     close(fd);
     char err[512] = "";
@@ -1029,19 +1026,11 @@ Test(gguf, a_hostile_file_on_disk_fails_with_the_path_in_the_message)
     free(b.p);
 }
 
-static const char *models_dir(void)
-{
-    const char *e = getenv("GPUSWAPD_MODELS");
-    return e && *e ? e : "../shared/models";
-}
-
-/* Opens <models>/<file> or skips the test when it is absent. */
-static gguf_t *open_shared(const char *file)
+/* Opens tests/data/<file> (see tu_data_path for a missing file). */
+static gguf_t *open_data(const char *file)
 {
     char path[1024], err[512] = "";
-    snprintf(path, sizeof path, "%s/%s", models_dir(), file);
-    if (access(path, R_OK) != 0)
-        cr_skip_test("%s not found", path);
+    tu_data_path(path, sizeof path, file);
     gguf_t *g = gguf_open(path, err, sizeof err);
     cr_assert_not_null(g, "%s", err);
     return g;
@@ -1049,7 +1038,7 @@ static gguf_t *open_shared(const char *file)
 
 Test(gguf, the_real_stories260K_model_opens_with_its_known_layout)
 {
-    gguf_t *g = open_shared("stories260K.gguf");
+    gguf_t *g = open_data("stories260K.gguf");
     cr_assert_eq(gguf_version(g), 3);
     cr_assert_eq(gguf_kv_count(g), 19);
     cr_assert_eq(gguf_tensor_count(g), 48);
@@ -1077,7 +1066,7 @@ Test(gguf, the_real_stories260K_model_opens_with_its_known_layout)
 
 Test(gguf, the_llama_vocab_only_file_opens_with_no_tensors)
 {
-    gguf_t *g = open_shared("ggml-vocab-llama-spm.gguf");
+    gguf_t *g = open_data("ggml-vocab-llama-spm.gguf");
     cr_assert_eq(gguf_tensor_count(g), 0);
     const gguf_value_t *toks;
     cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks), 0);

@@ -8,6 +8,7 @@
 
 #include "gguf.h"
 #include "ggufw.h"
+#include "testutil.h"
 #include "tokenizer.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -36,26 +37,15 @@ static char *read_all(const char *path, size_t *len)
     return buf;
 }
 
-static void model_path(char *out, size_t cap, const char *name)
-{
-    const char *dir = getenv("GPUSWAPD_MODELS");
-    int n = snprintf(out, cap, "%s/%s", dir && *dir ? dir : "../shared/models", name);
-    cr_assert(n > 0 && (size_t)n < cap, "model path too long");
-}
 
-/* Opens a reference vocabulary or skips the test when it is absent. */
+/* Opens a reference vocabulary of tests/data (see tu_data_path for a missing file). */
 static tok_t *open_model(const char *name)
 {
     char path[1024], err[256] = "";
     gguf_t *g;
     tok_t *t;
-    FILE *f;
 
-    model_path(path, sizeof path, name);
-    f = fopen(path, "rb");
-    if (!f)
-        cr_skip_test("%s not found: skipping", path);
-    fclose(f);
+    tu_data_path(path, sizeof path, name);
     g = gguf_open(path, err, sizeof err);
     cr_assert_not_null(g, "gguf_open(%s): %s", path, err);
     t = tok_open(g, err, sizeof err);
@@ -146,11 +136,11 @@ static void check_reference(const char *name)
     {
         char p2[1024];
         snprintf(p2, sizeof p2, "%s.inp", name);
-        model_path(path, sizeof path, p2);
+        tu_data_path(path, sizeof path, p2);
         inp = read_all(path, &inlen);
         cr_assert_not_null(inp, "%s: cannot read", path);
         snprintf(p2, sizeof p2, "%s.out", name);
-        model_path(path, sizeof path, p2);
+        tu_data_path(path, sizeof path, p2);
         out = read_all(path, &outlen);
         cr_assert_not_null(out, "%s: cannot read", path);
     }

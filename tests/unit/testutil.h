@@ -14,14 +14,46 @@ static inline const char *tu_build_dir(void)
     return e && *e ? e : "build";
 }
 
+/* The vendored reference data (tests/data, see its README), or $GPUSWAPD_DATA. */
+static inline const char *tu_data_dir(void)
+{
+    const char *e = getenv("GPUSWAPD_DATA");
+    return e && *e ? e : "tests/data";
+}
+
+/* Writes <data dir>/<rel> into path (cap bytes) and checks that it is readable:
+ * when it is not, the test fails under CI=true (a clone carries every file) and
+ * is skipped, naming the file, elsewhere. */
+static inline void tu_data_path(char *path, size_t cap, const char *rel)
+{
+    int n = snprintf(path, cap, "%s/%s", tu_data_dir(), rel);
+    cr_assert(n > 0 && (size_t)n < cap, "data path too long");
+    if (access(path, R_OK) == 0)
+        return;
+    const char *ci = getenv("CI");
+    if (ci && *ci && strcmp(ci, "false") != 0)
+        cr_assert_fail("reference data missing: %s (tests/data/README.md lists every file)", path);
+    cr_skip_test("reference data missing: %s", path);
+}
+
+/* Creates an empty temp file under $TMPDIR (else /tmp) named <prefix>-XXXXXX;
+ * its path goes into path (cap bytes). Returns the open fd; the caller closes
+ * and unlinks it. Fails the test when it cannot. */
+static inline int tu_tmpfile(char *path, size_t cap, const char *prefix)
+{
+    const char *dir = getenv("TMPDIR");
+    int n = snprintf(path, cap, "%s/%s-XXXXXX", dir && *dir ? dir : "/tmp", prefix);
+    cr_assert(n > 0 && (size_t)n < cap, "temp path too long");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "mkstemp(%s)", path);
+    return fd;
+}
+
 /* Writes a generated model to a fresh temp path (into path, cap bytes) by
  * running mkmodel with args. Fails the test when mkmodel fails. */
 static inline void tu_mkmodel(char *path, size_t cap, const char *args)
 {
-    snprintf(path, cap, "/tmp/gpuswapd-test-XXXXXX");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0, "mkstemp");
-    close(fd);
+    close(tu_tmpfile(path, cap, "gpuswapd-test"));
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s >/dev/null", tu_build_dir(), path, args);
     cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);

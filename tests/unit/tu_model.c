@@ -90,10 +90,8 @@ model_t *tu_tiny_model(uint32_t type, int qwen)
         uint64_t ne[2] = {n_in, n_out ? n_out : 1};
         ggufw_tensor(w, name, tt, n_out ? 2 : 1, ne, q, quant_row_bytes(tt, n_in) * ne[1]);
     }
-    char path[] = "/tmp/gpuswapd-tiny-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    char path[256];
+    close(tu_tmpfile(path, sizeof path, "gpuswapd-tiny"));
     cr_assert_eq(ggufw_write_file(w, path), 0);
     ggufw_free(w);
     free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
