@@ -388,7 +388,14 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;
     }
-    char hostmem[32];
+    char hostmem[32], a[32], b[32];
+    if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
+        logf_("device.page_size %s changed to %s (the %s backend's granularity)",
+              cfg_format_size(cfg->device.page_size, a, sizeof a), cfg_format_size(w->be->page_size, b, sizeof b),
+              w->be->name);
+    if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
+        logf_("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
+              cfg_format_size(w->be->pool_bytes, b, sizeof b));
     logf_("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
           w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
           cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
