@@ -53,7 +53,7 @@ def valgrind_prefix(log_path):
     --fair-sched: valgrind runs one thread at a time, and by default the worker's compute
     loop keeps the lock, so the event loop would not read a cancel or send a token until
     a whole generation is over."""
-    cmd = ["valgrind", "--tool=memcheck", "--fair-sched=yes", "--error-exitcode=99", "--leak-check=full",
+    cmd = ["valgrind", "--tool=memcheck", "--vgdb=no", "--fair-sched=yes", "--error-exitcode=99", "--leak-check=full",
            "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite", "--num-callers=40",
            "--error-markers=%s,%s" % (VG_BEGIN, VG_END), "--log-file=" + log_path]
     if os.path.exists(VALGRIND_SUPP):
