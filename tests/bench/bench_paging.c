@@ -126,22 +126,37 @@ static double decode_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logits
     return n / t;
 }
 
+/* Bytes a decode step reads: every weight but the embedding table (one row
+ * of it), plus the KV cache at DECODE_CTX positions. */
+static double decode_bytes(const store_model_t *sm)
+{
+    const model_hparams_t *hp = &sm->model->hp;
+    double kv = 2.0 * DECODE_CTX * hp->n_layer * (double)hp->n_head_kv * hp->head_dim * sizeof(float);
+    return (double)(sm->image_bytes - sm->segs[0].span) + (double)sm->segs[0].bytes / hp->n_vocab +
+           kv;
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s MODEL POOL_MIB [PAGE_KIB] [THREADS] [BACKEND] [--no-cold] [--decode N]\n"
-            "  --no-cold    skip the cold (from disk) time to first token: the page cache is kept\n"
-            "  --decode N   also time N batch-1 decode steps after a %d-token prefill\n",
+            "          [--decode-only]\n"
+            "  --no-cold      skip the cold (from disk) time to first token: the page cache is kept\n"
+            "  --decode N     also time N batch-1 decode steps after a %d-token prefill\n"
+            "  --decode-only  only that (no paging or TTFT runs); prints\n"
+            "                 model,bytes,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n",
             argv0, DECODE_CTX);
 }
 
 int main(int argc, char **argv)
 {
     const char *pos[5] = {NULL};
-    int n_pos = 0, cold_on = 1, n_decode = 0;
+    int n_pos = 0, cold_on = 1, n_decode = 0, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-cold")) {
             cold_on = 0;
+        } else if (!strcmp(argv[i], "--decode-only")) {
+            decode_only = 1;
         } else if (!strcmp(argv[i], "--decode") && i + 1 < argc) {
             n_decode = atoi(argv[++i]);
             if (n_decode < 1 || n_decode > 4096) {
@@ -155,10 +170,12 @@ int main(int argc, char **argv)
             pos[n_pos++] = argv[i];
         }
     }
-    if (n_pos < 2) {
+    if (n_pos < 2 || (decode_only && !n_decode)) {
         usage(argv[0]);
         return 2;
     }
+    if (decode_only)
+        cold_on = 0;
     const char *path = pos[0];
     size_t pool = (size_t)atol(pos[1]) << 20;
     size_t page = n_pos > 2 ? (size_t)atol(pos[2]) << 10 : 2u << 20;
@@ -190,6 +207,22 @@ int main(int argc, char **argv)
     float *logits = malloc(sm->model->hp.n_vocab * sizeof(float));
     if (!logits)
         die("setup", "out of memory");
+
+    if (decode_only) {
+        decode_speed(res, rm, fw, logits, 4); /* pages the model in, warms up */
+        double dec = decode_speed(res, rm, fw, logits, n_decode);
+        double tb = decode_bytes(sm);
+        printf("model,bytes,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n");
+        printf("%s,%zu,%.1f,%.0f,%.1f\n", path, sm->image_bytes, dec, tb, dec * tb / 1e9);
+        free(logits);
+        res_remove(res, rm);
+        store_unload(st, sm);
+        fwd_free(fw);
+        res_free(res);
+        store_free(st);
+        be_close(be);
+        return 0;
+    }
 
     /* cold: from disk through the store, page-in, first token */
     double cold = load_s + first_token(res, rm, fw, logits);
@@ -269,12 +302,7 @@ int main(int argc, char **argv)
         if (t < swapped)
             swapped = t;
     }
-    /* bytes a decode step reads: every weight but the embedding table (one
-     * row of it), plus the KV cache at DECODE_CTX positions */
-    const model_hparams_t *hp = &sm->model->hp;
-    double kv_bytes = 2.0 * DECODE_CTX * hp->n_layer * (double)hp->n_head_kv * hp->head_dim * sizeof(float);
-    double tok_bytes = (double)(sm->image_bytes - sm->segs[0].span) +
-                       (double)sm->segs[0].bytes / hp->n_vocab + kv_bytes;
+    double tok_bytes = decode_bytes(sm);
     printf("model,bytes,page_kib,map_s,map_gb_s,copy_s,copy_gb_s,memcpy_gb_s,copy_vs_memcpy,"
            "queue_gb_s,queue_vs_memcpy,pagein_wall_s,pagein_gb_s,ttft_resident_ms,ttft_swapped_ms,ttft_cold_ms,"
            "raw_plain_gb_s,pagein_vs_raw_mapped,pagein_vs_raw_plain,decode_tok_s,decode_bytes_per_tok\n");
