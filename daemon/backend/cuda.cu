@@ -1737,8 +1737,9 @@ static int blas_locate(cu_blas_t *b, char *err, size_t errlen)
         note[0] = 0;                                                                               \
         if ((call) == 0)                                                                           \
             return 0;                                                                              \
-        if (!first[0] && note[0] && !strstr(note, "No such file") &&                                \
-            !strstr(note, "cannot open shared object"))                                            \
+        if (!first[0] && note[0] &&                                                                \
+            ((!strstr(note, "No such file") && !strstr(note, "cannot open shared object")) ||        \
+             strstr(note, "libcublasLt")))                                                         \
             snprintf(first, sizeof first, "%s", note);                                             \
     } while (0)
     BLAS_TRY(blas_try(b, name, note, sizeof note));

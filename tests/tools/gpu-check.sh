@@ -365,7 +365,7 @@ peak_gbs() {
         *L40S*) echo 864 ;;
         *)
             desc=$(sed -n 's/.*peak memory bandwidth \([0-9.]*\) GB\/s.*/\1/p' "$LOGS/env.log" 2>/dev/null | head -1)
-            echo "${desc:-}"
+            awk -v p="${desc:-0}" 'BEGIN { if (p + 0 > 0) print p }'  # 0: the device did not say
             ;;
     esac
 }
