@@ -70,7 +70,7 @@ START=$SECONDS
 DEADLINE=$((START + TOTAL_S))
 STARTED_AT=$(date -u +%FT%TZ)
 
-# Per stage: status (PASS, FAIL, SKIP, "not reached"), seconds taken, one-line summary; the body
+# Per stage: status (PASS, FAIL, SKIP, RUNNING, "not reached"), seconds taken, one-line summary; the body
 # (figures, failures) accumulates in $BODY.
 declare -A ST_STATUS ST_TIME ST_LINE
 BODY=$RDIR/.gpu-check.body
@@ -120,7 +120,7 @@ note() { echo "$*" >> "$BODY"; }
 run_stage() {
     local name=$1 fn=$2 box=0 p
     for p in "${PLAN[@]}"; do [ "${p%%|*}" = "$name" ] && box=$(cut -d'|' -f2 <<< "$p"); done
-    local left=$((DEADLINE - SECONDS - 2))
+    local left=$((DEADLINE - SECONDS - 4)) # room for timeout's kill-after and the report
     STAGE_LIMIT=$((box < left ? box : left))
     STAGE_T0=$SECONDS
     note "== $name (box $box s, limit $STAGE_LIMIT s)"
@@ -134,6 +134,8 @@ run_stage() {
         S_STATUS=SKIP
         S_LINE=$SKIP_WHY
     else
+        ST_STATUS[$name]="RUNNING"  # what a run cut short during this stage shows
+        write_report
         "$fn"
     fi
     ST_STATUS[$name]=$S_STATUS
@@ -153,7 +155,7 @@ tmo() {
     shift
     left=$(stage_left)
     [ "$left" -ge 1 ] || return 124
-    timeout -k 5 "$left" "$@" >> "$log" 2>&1
+    timeout -k 2 "$left" "$@" >> "$log" 2>&1
 }
 
 need_bins() {
