@@ -78,7 +78,8 @@ BODY=$RDIR/.gpu-check.body
 SKIP_WHY=""  # set when later GPU stages cannot run
 
 write_report() {
-    local tmp=$RES.tmp n_pass=0 n_fail=0 n_skip=0 n_left=0 verdict
+    # (locals: bash scoping is dynamic, and run_stage, the caller, has a name and a box)
+    local tmp=$RES.tmp n_pass=0 n_fail=0 n_skip=0 n_left=0 verdict p name box st
     {
         echo "gpuswapd gpu-check, started $STARTED_AT, BUILD=$BUILD"
         if [ "$BE" != cuda ] || [ -n "${GPU_CHECK_8B:-}" ]; then
@@ -90,7 +91,7 @@ write_report() {
         for p in "${PLAN[@]}"; do
             i=$((i + 1))
             IFS='|' read -r name box _ <<< "$p"
-            local st=${ST_STATUS[$name]:-not reached}
+            st=${ST_STATUS[$name]:-not reached}
             case "$st" in
                 PASS) n_pass=$((n_pass + 1)) ;;
                 FAIL) n_fail=$((n_fail + 1)) ;;
