@@ -58,6 +58,11 @@ int be_cuda_status(char *why, size_t whylen)
 {
     return be_cuda_probe_status(why, whylen);
 }
+
+int be_cuda_cublas(char *what, size_t whatlen)
+{
+    return be_cuda_cublas_find(what, whatlen);
+}
 #else
 int be_cuda_available(void)
 {
@@ -67,6 +72,12 @@ int be_cuda_available(void)
 int be_cuda_status(char *why, size_t whylen)
 {
     snprintf(why, whylen, "this gpuswapd was built without CUDA (nvcc not found at build time, or CUDA=0)");
+    return 0;
+}
+
+int be_cuda_cublas(char *what, size_t whatlen)
+{
+    snprintf(what, whatlen, "none: this gpuswapd was built without CUDA");
     return 0;
 }
 

@@ -171,6 +171,12 @@ int be_cuda_available(void);
  * nodes). Never fails; for tests and gpu-check. */
 int be_cuda_status(char *why, size_t whylen);
 int be_cuda_probe_status(char *why, size_t whylen); /* cuda.cu */
+/* Where the cuda backend would find cuBLAS, as it does at open (no device
+ * needed): 1 and "cuBLAS <version> (<path>)" in what; 0 and "none: <why>"
+ * (the backend then runs its own GEMM kernel; also without CUDA built in);
+ * BE_ERR_ARG when GPUSWAPD_CUBLAS names a file that cannot be used. */
+int be_cuda_cublas(char *what, size_t whatlen);
+int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda.cu */
 
 /* Block the host until ev completes, polling event_done with a growing
  * pause (20 us .. 1 ms). 0 once complete; the backend's negative code if the

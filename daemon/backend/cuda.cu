@@ -1633,6 +1633,9 @@ static int load_driver(cu_drv_t *d, char *err, size_t errlen)
 /* ------------------------------------------------------------------ cuBLAS location */
 
 #define CUBLAS_MAJOR (CUDART_VERSION / 1000)
+/* RTLD_NODELETE: the cuBLAS libraries carry their own C++ runtime state and
+ * are not unloaded by dlclose (LeakSanitizer can then still name them). */
+#define BLAS_DLOPEN (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)
 
 static void blas_unload(cu_blas_t *b)
 {
@@ -1655,9 +1658,9 @@ static int blas_try(cu_blas_t *b, const char *file, char *note, size_t notelen)
         char lt[600];
         snprintf(lt, sizeof lt, "%.*s/libcublasLt.so.%d", (int)(slash - file), file, CUBLAS_MAJOR);
         if (access(lt, R_OK) == 0)
-            b->lt = dlopen(lt, RTLD_NOW | RTLD_LOCAL);
+            b->lt = dlopen(lt, BLAS_DLOPEN);
     }
-    b->lib = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    b->lib = dlopen(file, BLAS_DLOPEN);
     if (!b->lib) {
         const char *e = dlerror();
         snprintf(note, notelen, "%s", e ? e : "dlopen failed");
@@ -1798,6 +1801,24 @@ static void blas_start(cu_blas_t *b, cudaStream_t stream)
     }
     if (!b->h)
         blas_unload(b);
+}
+
+extern "C" int be_cuda_cublas_find(char *what, size_t whatlen)
+{
+    cu_blas_t b;
+    memset(&b, 0, sizeof b);
+    char err[1200] = "";
+    if (blas_locate(&b, err, sizeof err)) {
+        snprintf(what, whatlen, "%s", err);
+        return BE_ERR_ARG;
+    }
+    int found = b.lib != NULL;
+    if (found)
+        snprintf(what, whatlen, "cuBLAS %d.%d.%d (%s)", b.ver[0], b.ver[1], b.ver[2], b.path);
+    else
+        snprintf(what, whatlen, "none: %s", b.note);
+    blas_unload(&b);
+    return found;
 }
 
 /* ------------------------------------------------------------------ probe */

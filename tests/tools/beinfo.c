@@ -1,4 +1,4 @@
-/* beinfo: opens a backend and prints what it is (name, description, page and pool size) and, for cuda, why CUDA is unusable when it is: gpu-check's environment stage. */
+/* beinfo: opens a backend and prints what it is (name, description, page and pool size), where cuBLAS would come from, and why CUDA is unusable when it is: gpu-check's environment stage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,9 @@ int main(int argc, char **argv)
     int n = be_cuda_status(why, sizeof why);
     printf("cuda_devices: %d\n", n);
     printf("cuda_status: %s\n", why);
+    char blas[1536] = "";
+    be_cuda_cublas(blas, sizeof blas);
+    printf("cublas: %s\n", blas);
     be_params_t p = {.kind = kind, .memory = mib << 20};
     backend_t *be = be_open(&p, err, sizeof err);
     if (!be) {

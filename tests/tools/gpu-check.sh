@@ -189,7 +189,7 @@ st_env() {
     note "libcuda: $( (ldconfig -p 2>/dev/null | grep -m1 'libcuda.so.1') || echo 'not in the ldconfig cache')"
     tmo "$log" "$BUILD/beinfo" "$BE" 256
     local rc=$?
-    sed -n "s/^cuda_status: /cuda: /p; s/^desc: /$BE backend: /p" "$log" >> "$BODY"
+    sed -n "s/^cuda_status: /cuda: /p; s/^cublas: /cuBLAS file: /p; s/^desc: /$BE backend: /p" "$log" >> "$BODY"
     if [ "$rc" = 0 ]; then
         S_STATUS=PASS
         local gpu vers blas

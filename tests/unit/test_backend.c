@@ -1,6 +1,7 @@
 /* Unit tests for the backend registry's helpers on the sim backend: be_event_sync, the host-side wait for a copy that bench_paging's raw baselines and residency use. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -110,4 +111,32 @@ Test(backend, event_sync_refuses_a_missing_event)
     cr_assert_eq(be_event_sync(f.be, NULL, 1.0), BE_ERR_ARG);
     cr_assert_eq(be_event_sync(NULL, f.ev, 1.0), BE_ERR_ARG);
     fx_fini(&f);
+}
+
+/* cuBLAS location needs no GPU: it runs here as it does at cuda open. */
+Test(backend, cublas_is_located_or_the_reason_named_and_none_selects_the_own_kernel)
+{
+    char what[1536] = "";
+    setenv("GPUSWAPD_CUBLAS", "none", 1);
+    cr_assert_eq(be_cuda_cublas(what, sizeof what), 0, "%s", what);
+    cr_assert(strncmp(what, "none: ", 6) == 0, "%s", what);
+
+    setenv("GPUSWAPD_CUBLAS", "/nonexistent/libcublas.so.13", 1);
+    int rc = be_cuda_cublas(what, sizeof what);
+#ifdef GPUSWAPD_CUDA
+    cr_assert_eq(rc, BE_ERR_ARG, "an unusable GPUSWAPD_CUBLAS file was accepted: %s", what);
+    cr_assert(strstr(what, "/nonexistent/libcublas.so.13") != NULL, "%s", what);
+#else
+    cr_assert_eq(rc, 0);
+#endif
+
+    unsetenv("GPUSWAPD_CUBLAS");
+    rc = be_cuda_cublas(what, sizeof what);
+    cr_assert(rc == 0 || rc == 1, "rc %d: %s", rc, what);
+    if (rc == 1)
+        cr_assert(strstr(what, "libcublas.so.") != NULL && strncmp(what, "cuBLAS ", 7) == 0, "%s",
+                  what);
+    else
+        cr_assert(strncmp(what, "none: ", 6) == 0 && strlen(what) > 6, "%s", what);
+    cr_log_info("cuBLAS here: %s", what);
 }
