@@ -483,9 +483,11 @@ static void check_matmul_many(int own_gemm)
     backend_t *cu = open_cuda_with(POOL_BYTES, own_gemm), *cp = open_cpu();
     const int blas = uses_cublas(cu);
     if (!own_gemm && !blas) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", cu->desc);
         be_close(cu);
         be_close(cp);
-        cr_skip_test("cuBLAS not in use, its GEMM path is not tested: %s", cu->desc);
+        cr_skip_test("cuBLAS not in use, its GEMM path is not tested: %s", why);
     }
     const size_t toks[3] = {9, 70, 300};
     for (int ti = 0; ti < 4; ti++) {
