@@ -184,19 +184,30 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 
-# On a GPU machine: make gpu-check. From a machine without one: make gpu-bundle, then carry
-# build-gpu/ there and run `BUILD=build-gpu bash tests/tools/gpu-check.sh`.
+# On a GPU machine: make gpu-check (builds, then runs tests/tools/gpu-check.sh: 6 minutes at most,
+# report in $(BUILD)/gpu-check.txt or $$OUT/). From a machine without one: make gpu-bundle, then carry
+# build-gpu/ (binaries and the shared libraries they need, < 64 MiB, no nvcc needed there) and run
+# `BUILD=build-gpu bash tests/tools/gpu-check.sh`. `bash tests/tools/gpu-check.sh --dry-run` prints the plan.
 GPU_BUILD ?= build-gpu
+GPU_OBJ   ?= $(BUILD)/gpu-obj
+GPU_BINS  := gpuswapd unit_tests bench_paging mkmodel beinfo
+GPU_BUNDLE_MAX_MIB := 64
 gpu-check:
-	BUILD=$(if $(wildcard $(GPU_BUILD)/unit_tests),$(GPU_BUILD),$(BUILD)) bash tests/tools/gpu-check.sh
+	@if [ -x $(GPU_BUILD)/unit_tests ] && [ -x $(GPU_BUILD)/beinfo ]; then b=$(GPU_BUILD); else \
+	  $(MAKE) all $(UNIT_BIN) $(BUILD)/bench_paging $(BUILD)/beinfo || exit 1; b=$(BUILD); fi; \
+	BUILD=$$b bash tests/tools/gpu-check.sh
 
 gpu-bundle:
-	$(MAKE) BUILD=$(GPU_BUILD) CUDA=1 all $(GPU_BUILD)/unit_tests $(GPU_BUILD)/bench_paging
-	mkdir -p $(GPU_BUILD)/lib
-	for b in $(GPU_BUILD)/gpuswapd $(GPU_BUILD)/unit_tests $(GPU_BUILD)/bench_paging $(GPU_BUILD)/mkmodel; do \
-	  ldd $$b | awk '/=> \//{print $$3}'; done | sort -u | \
-	  grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | xargs -r cp -L -t $(GPU_BUILD)/lib
-	du -sh $(GPU_BUILD)
+	$(MAKE) BUILD=$(GPU_OBJ) CUDA=1 $(patsubst %,$(GPU_OBJ)/%,$(GPU_BINS))
+	rm -rf $(GPU_BUILD) && mkdir -p $(GPU_BUILD)/lib
+	for b in $(GPU_BINS); do cp $(GPU_OBJ)/$$b $(GPU_BUILD)/ && strip --strip-debug $(GPU_BUILD)/$$b; done
+	for b in $(GPU_BINS); do ldd $(GPU_BUILD)/$$b | awk '/=> \//{print $$3}'; done | sort -u | \
+	  grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' | xargs -r cp -L -t $(GPU_BUILD)/lib
+	{ echo "gpuswapd gpu bundle"; echo "built: $$(date -u +%FT%TZ) on $$(uname -srm)"; \
+	  echo "commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"; \
+	  echo "nvcc: $$($(NVCC) --version 2>/dev/null | tail -1)"; } > $(GPU_BUILD)/BUILD-INFO
+	@mib=$$(du -sm $(GPU_BUILD) | cut -f1); du -sh $(GPU_BUILD); \
+	if [ $$mib -ge $(GPU_BUNDLE_MAX_MIB) ]; then echo "gpu-bundle: $(GPU_BUILD) is $$mib MiB, over $(GPU_BUNDLE_MAX_MIB) MiB"; exit 1; fi
 
 # ---------------------------------------------------------------- install
 # `make install [PREFIX=/usr/local] [DESTDIR=...]`. Units go to $(PREFIX)/lib/systemd/system,

@@ -229,22 +229,12 @@ static void settle(res_t *r, res_model_t *m)
         settle_seg(r, m, s);
 }
 
-/* Block the host until a queued copy has landed or failed, polling with a
- * growing pause (20 us .. 1 ms); -1 if it is still in flight after timeout_s
- * (INFINITY: wait for good, as before unmapping it). */
+/* Block the host until a queued copy has landed or failed (be_event_sync);
+ * -1 if it is still in flight after timeout_s (INFINITY: wait for good, as
+ * before unmapping it). A failed copy returns 0: settle_seg drops it. */
 static int copy_sync(res_t *r, res_seg_t *sg, double timeout_s)
 {
-    uint64_t t0 = now_ns();
-    long pause_ns = 20000;
-    while (r->be->event_done(r->be->ctx, sg->ev) == 0) {
-        if ((double)(now_ns() - t0) / 1e9 > timeout_s)
-            return -1;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
-    }
-    return 0;
+    return be_event_sync(r->be, sg->ev, timeout_s) == BE_ERR_TIMEOUT ? -1 : 0;
 }
 
 static void count_eviction(res_model_t *m, res_cause_t cause)

@@ -399,6 +399,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     logf_("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
           w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
           cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
+    if (w->be->desc)
+        logf_("%s backend: %s", w->be->name, w->be->desc);
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++)
         w->models[w->n_models++] = load_model(w, &cfg->models[i]);
     if (sched_resize(w->sched, w->n_models)) {

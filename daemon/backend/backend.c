@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------ fallbacks */
 
@@ -52,9 +53,31 @@ int be_cuda_available(void)
 {
     return be_cuda_probe() > 0;
 }
+
+int be_cuda_status(char *why, size_t whylen)
+{
+    return be_cuda_probe_status(why, whylen);
+}
+
+int be_cuda_cublas(char *what, size_t whatlen)
+{
+    return be_cuda_cublas_find(what, whatlen);
+}
 #else
 int be_cuda_available(void)
 {
+    return 0;
+}
+
+int be_cuda_status(char *why, size_t whylen)
+{
+    snprintf(why, whylen, "this gpuswapd was built without CUDA (nvcc not found at build time, or CUDA=0)");
+    return 0;
+}
+
+int be_cuda_cublas(char *what, size_t whatlen)
+{
+    snprintf(what, whatlen, "none: this gpuswapd was built without CUDA");
     return 0;
 }
 
@@ -97,6 +120,38 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
     if (!be->inject)
         be->inject = fb_inject;
     return be;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s)
+{
+    if (!be || !ev)
+        return BE_ERR_ARG;
+    double t0 = mono_s();
+    long pause_ns = 20000;
+    for (;;) {
+        int d = be->event_done(be->ctx, ev);
+        if (d == 1)
+            return 0;
+        if (d < 0)
+            return d;
+        if (d != 0)
+            return BE_ERR_DEVICE; /* not a value event_done may return */
+        if (mono_s() - t0 > timeout_s)
+            return BE_ERR_TIMEOUT;
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 1000000)
+            pause_ns *= 2;
+    }
 }
 
 void be_close(backend_t *be)

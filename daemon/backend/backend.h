@@ -13,6 +13,7 @@ enum {
     BE_ERR_DEVICE = -2,    /* driver/kernel failure */
     BE_ERR_ARG = -3,
     BE_ERR_UNAVAILABLE = -4, /* backend not built in or no device visible */
+    BE_ERR_TIMEOUT = -5,   /* an event did not complete in time (be_event_sync) */
 };
 
 typedef struct be_event be_event_t; /* completion of one async copy */
@@ -67,6 +68,10 @@ typedef struct be_fault {
 
 typedef struct backend {
     const char *name;   /* "cpu", "sim", "cuda" */
+    /* (optional) one line on the device and the libraries in use, for the
+     * startup log (cuda: GPU, driver/runtime, cuBLAS path and version or the
+     * fallback kernels); owned by the backend, valid until close. */
+    const char *desc;
     void *ctx;
     size_t page_size;   /* device page size in bytes (pool granularity) */
     size_t pool_bytes;  /* device memory available to the pool */
@@ -161,5 +166,24 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen);
 void be_close(backend_t *be); /* accepts NULL */
 /* 1 if a CUDA device is visible (0 when CUDA is not built in). */
 int be_cuda_available(void);
+/* Number of visible CUDA devices; when 0, why not in why (built without
+ * CUDA, driver and runtime versions, the CUDA error, missing /dev/nvidia*
+ * nodes). Never fails; for tests and gpu-check. */
+int be_cuda_status(char *why, size_t whylen);
+int be_cuda_probe_status(char *why, size_t whylen); /* cuda.cu */
+/* Where the cuda backend would find cuBLAS, as it does at open (no device
+ * needed): 1 and "cuBLAS <version> (<path>)" in what; 0 and "none: <why>"
+ * (the backend then runs its own GEMM kernel; also without CUDA built in);
+ * BE_ERR_ARG when GPUSWAPD_CUBLAS names a file that cannot be used. */
+int be_cuda_cublas(char *what, size_t whatlen);
+int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda.cu */
+
+/* Block the host until ev completes, polling event_done with a growing
+ * pause (20 us .. 1 ms). 0 once complete; the backend's negative code if the
+ * event failed (or event_done did); BE_ERR_TIMEOUT if it is still pending
+ * after timeout_s (INFINITY: no limit). Unlike be->wait, which on cuda only
+ * orders the compute stream after the copy, this returns when the copy has
+ * landed and its times (event_times) are valid. */
+int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s);
 
 #endif

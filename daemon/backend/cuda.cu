@@ -2,7 +2,11 @@
 /*
  * Linking: the binary carries cudart statically and has no load-time
  * dependency on libcuda or libcublas. Driver-API entry points (VMM) are
- * fetched with cudaGetDriverEntryPointByVersion at open; cuBLAS is dlopen'ed.
+ * fetched with cudaGetDriverEntryPointByVersion at open; cuBLAS is optional:
+ * located at open (GPUSWAPD_CUBLAS, the loader's path and ldconfig cache, the
+ * CUDA install, pip's nvidia/<pkg>/lib folders) and dlopen'ed. Without it
+ * the F32/F16/BF16 prefill GEMMs run on a plain tiled kernel of ours (slower,
+ * F32 activations); be->desc says which, with the library's path and version.
  * Without a driver or a device, be_cuda_probe() returns 0 and be_cuda_open()
  * fails with a reason; nothing here prints or exits.
  *
@@ -19,12 +23,15 @@
 #include <cublas_api.h>
 
 #include <dlfcn.h>
+#include <glob.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <new>
@@ -45,8 +52,12 @@ extern "C" {
 /* Up to this many tokens the GEMV kernel (F32 activations, weight read once
  * per MM_TOK tokens) runs for every weight type; above it F32/F16/BF16
  * weights go through cublasGemmEx (F16/BF16: activations rounded to the
- * weight type, F32 accumulation). Q8_0 always uses the GEMV kernel. */
+ * weight type, F32 accumulation) or, without cuBLAS, k_gemm_tiled (F32
+ * activations). Q8_0 always uses the GEMV kernel. */
 #define MM_GEMM_MIN_TOK 9
+/* Tiled GEMM (the fallback without cuBLAS): a TILE x TILE block computes
+ * TILE weight rows for TILE tokens, stepping TILE columns at a time. */
+#define GEMM_TILE 16
 /* Attention: warps per (token, head) block, largest head_dim supported. */
 #define ATT_WARPS 4
 #define ATT_MAX_HD 256
@@ -65,15 +76,24 @@ typedef cublasStatus_t (*pfn_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, 
                                              const void *, void *, cudaDataType, int,
                                              cublasComputeType_t, cublasGemmAlgo_t);
 
+typedef cublasStatus_t (*pfn_cublas_get_property)(libraryPropertyType, int *);
+
 typedef struct cu_blas {
-    void *lib;                 /* dlopen handle */
+    void *lib;                 /* dlopen handle; NULL: own GEMM kernel */
+    void *lt;                  /* libcublasLt loaded first from the same folder (may be NULL) */
     pfn_cublas_create create;
     pfn_cublas_destroy destroy;
     pfn_cublas_set_stream set_stream;
     pfn_cublas_set_math_mode set_math_mode; /* may be NULL */
     pfn_cublas_gemm_ex gemm_ex;
-    cublasHandle_t h;
+    pfn_cublas_get_property get_property;
+    cublasHandle_t h;          /* NULL: own GEMM kernel */
+    char path[512];            /* file loaded */
+    int ver[3];                /* major, minor, patch */
+    char note[1024];           /* why it is not used, when it is not */
 } cu_blas_t;
+
+static void blas_unload(cu_blas_t *b);
 
 /* ------------------------------------------------------------------ driver VMM (entry points) */
 
@@ -141,6 +161,7 @@ typedef struct cu_ctx {
     cu_stage_t stage[STAGE_N];
     void *xh;                /* activations rounded to F16/BF16 for cuBLAS */
     size_t xh_cap;           /* bytes */
+    char desc[2048];         /* be->desc */
 } cu_ctx_t;
 
 struct be_event {
@@ -939,6 +960,38 @@ __global__ void k_to_half(uint16_t *dst, const float *x, size_t xs, uint32_t n, 
     }
 }
 
+/* y[t][r] = dot(W row r, x[t]) for a GEMM_TILE x GEMM_TILE tile of rows r
+ * and tokens t (the fallback without cuBLAS): each step stages GEMM_TILE
+ * columns of the W rows (as F32) and of the x rows in shared memory, then
+ * thread (tx, ty) adds their products for row r0 + tx, token t0 + ty. F32
+ * activations and accumulation. Block (GEMM_TILE, GEMM_TILE). */
+template <int WT>
+__global__ void __launch_bounds__(GEMM_TILE *GEMM_TILE)
+    k_gemm_tiled(const uint8_t *w, size_t row_bytes, uint32_t n_in, uint32_t n_out,
+                 const float *x, size_t xs, float *y, size_t ys, uint32_t n_tok)
+{
+    __shared__ float ws[GEMM_TILE][GEMM_TILE + 1]; /* [row][col], padded against bank conflicts */
+    __shared__ float xt[GEMM_TILE][GEMM_TILE + 1]; /* [token][col] */
+    const uint32_t tx = threadIdx.x, ty = threadIdx.y;
+    const size_t r0 = (size_t)blockIdx.x * GEMM_TILE;
+    const size_t t0 = (size_t)blockIdx.y * GEMM_TILE;
+    float acc = 0.0f;
+    for (uint32_t k0 = 0; k0 < n_in; k0 += GEMM_TILE) {
+        const uint32_t k = k0 + tx;
+        const size_t lr = r0 + ty, lt = t0 + ty; /* the row and token this thread loads */
+        ws[ty][tx] = lr < n_out && k < n_in ? row_elem<WT>(w + lr * row_bytes, k) : 0.0f;
+        xt[ty][tx] = lt < n_tok && k < n_in ? x[lt * xs + k] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_TILE; kk++)
+            acc += ws[tx][kk] * xt[ty][kk];
+        __syncthreads();
+    }
+    const size_t r = r0 + tx, t = t0 + ty;
+    if (r < n_out && t < n_tok)
+        y[t * ys + r] = acc;
+}
+
 __global__ void k_add_bias(float *y, const float *b, size_t n_tok, uint32_t n, size_t stride)
 {
     for (size_t t = blockIdx.y; t < n_tok; t += gridDim.y)
@@ -1291,6 +1344,43 @@ static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
     return st == CUBLAS_STATUS_SUCCESS ? 0 : BE_ERR_DEVICE;
 }
 
+/* The GEMM without cuBLAS: k_gemm_tiled over tiles of rows and tokens. */
+static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
+{
+    const model_weight_t *w = jb->w;
+    const size_t rb = quant_row_bytes(w->type, w->n_in);
+    const uint8_t *wd = (const uint8_t *)w->data;
+    const size_t max_tok = (size_t)GRID_Y_MAX * GEMM_TILE;
+    const dim3 block(GEMM_TILE, GEMM_TILE);
+    for (size_t t0 = 0; t0 < n_tok; t0 += max_tok) {
+        const uint32_t nt = (uint32_t)(n_tok - t0 < max_tok ? n_tok - t0 : max_tok);
+        const dim3 grid((unsigned)((w->n_out + GEMM_TILE - 1) / GEMM_TILE),
+                        (nt + GEMM_TILE - 1) / GEMM_TILE);
+        const float *xt = x + t0 * xs;
+        float *yt = jb->y + t0 * jb->y_stride;
+        switch (w->type) {
+        case GGUF_T_F32:
+            k_gemm_tiled<GGUF_T_F32><<<grid, block, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt,
+                                                                     xs, yt, jb->y_stride, nt);
+            break;
+        case GGUF_T_F16:
+            k_gemm_tiled<GGUF_T_F16><<<grid, block, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt,
+                                                                     xs, yt, jb->y_stride, nt);
+            break;
+        case GGUF_T_BF16:
+            k_gemm_tiled<GGUF_T_BF16><<<grid, block, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt,
+                                                                      xs, yt, jb->y_stride, nt);
+            break;
+        default:
+            return BE_ERR_ARG; /* Q8_0 always takes the GEMV kernel */
+        }
+        int rc = launch_rc();
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
@@ -1316,8 +1406,12 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
                           x_stride >= w->n_in && jb->y_stride >= w->n_out &&
                           x_stride <= INT32_MAX && jb->y_stride <= INT32_MAX &&
                           n_tok <= INT32_MAX && w->n_in <= INT32_MAX && w->n_out <= INT32_MAX;
-        rc = gemm ? gemm_launch(c, jb, x, x_stride, n_tok, &xh_type, &xh_n_in)
-                  : gemv_launch(c, jb, x, x_stride, n_tok);
+        if (!gemm)
+            rc = gemv_launch(c, jb, x, x_stride, n_tok);
+        else if (c->blas.h)
+            rc = gemm_launch(c, jb, x, x_stride, n_tok, &xh_type, &xh_n_in);
+        else
+            rc = tiled_launch(c, jb, x, x_stride, n_tok);
     }
     return rc;
 }
@@ -1488,8 +1582,7 @@ static void c_close(void *ctxp)
         cudaFree(c->xh);
     if (c->blas.h)
         c->blas.destroy(c->blas.h);
-    if (c->blas.lib)
-        dlclose(c->blas.lib);
+    blas_unload(&c->blas);
     if (c->copy)
         cudaStreamDestroy(c->copy);
     if (c->compute)
@@ -1537,27 +1630,41 @@ static int load_driver(cu_drv_t *d, char *err, size_t errlen)
     return 0;
 }
 
-/* GPUSWAPD_CUBLAS, when set, names the library to load instead. */
-static int load_cublas(cu_blas_t *b, char *err, size_t errlen)
+/* ------------------------------------------------------------------ cuBLAS location */
+
+#define CUBLAS_MAJOR (CUDART_VERSION / 1000)
+/* RTLD_NODELETE: the cuBLAS libraries carry their own C++ runtime state and
+ * are not unloaded by dlclose (LeakSanitizer can then still name them). */
+#define BLAS_DLOPEN (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)
+
+static void blas_unload(cu_blas_t *b)
 {
-    const char *env = getenv("GPUSWAPD_CUBLAS");
-    const char *names[] = {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13"};
-    size_t n_names = sizeof names / sizeof names[0];
-    if (env && *env) {
-        names[0] = env;
-        n_names = 1;
+    if (b->lib)
+        dlclose(b->lib);
+    if (b->lt)
+        dlclose(b->lt);
+    b->lib = b->lt = NULL;
+}
+
+/* Loads one candidate file (a path, or a bare name for the loader's own
+ * search) and checks it: every symbol used, the major version this build's
+ * runtime goes with. 0 when usable; otherwise why not in note. */
+static int blas_try(cu_blas_t *b, const char *file, char *note, size_t notelen)
+{
+    const char *slash = strrchr(file, '/');
+    if (slash) {
+        /* libcublas needs libcublasLt; the toolkit's copy may carry no
+         * RUNPATH to find it beside itself, so it is loaded first */
+        char lt[600];
+        snprintf(lt, sizeof lt, "%.*s/libcublasLt.so.%d", (int)(slash - file), file, CUBLAS_MAJOR);
+        if (access(lt, R_OK) == 0)
+            b->lt = dlopen(lt, BLAS_DLOPEN);
     }
-    char why[256] = "";
-    for (size_t i = 0; i < n_names && !b->lib; i++) {
-        b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!b->lib) {
-            const char *e = dlerror();
-            if (i == 0 && e)
-                snprintf(why, sizeof why, "%s", e);
-        }
-    }
+    b->lib = dlopen(file, BLAS_DLOPEN);
     if (!b->lib) {
-        snprintf(err, errlen, "cuda backend: cannot load cuBLAS (%s): %s", names[0], why);
+        const char *e = dlerror();
+        snprintf(note, notelen, "%s", e ? e : "dlopen failed");
+        blas_unload(b);
         return -1;
     }
     b->create = (pfn_cublas_create)dlsym(b->lib, "cublasCreate_v2");
@@ -1565,11 +1672,241 @@ static int load_cublas(cu_blas_t *b, char *err, size_t errlen)
     b->set_stream = (pfn_cublas_set_stream)dlsym(b->lib, "cublasSetStream_v2");
     b->set_math_mode = (pfn_cublas_set_math_mode)dlsym(b->lib, "cublasSetMathMode");
     b->gemm_ex = (pfn_cublas_gemm_ex)dlsym(b->lib, "cublasGemmEx");
-    if (!b->create || !b->destroy || !b->set_stream || !b->gemm_ex) {
-        snprintf(err, errlen, "cuda backend: cuBLAS lacks cublasCreate_v2/cublasGemmEx");
+    b->get_property = (pfn_cublas_get_property)dlsym(b->lib, "cublasGetProperty");
+    if (!b->create || !b->destroy || !b->set_stream || !b->gemm_ex || !b->get_property) {
+        snprintf(note, notelen, "%s lacks cublasCreate_v2/cublasGemmEx/cublasGetProperty", file);
+        blas_unload(b);
         return -1;
     }
+    if (b->get_property(MAJOR_VERSION, &b->ver[0]) != CUBLAS_STATUS_SUCCESS ||
+        b->get_property(MINOR_VERSION, &b->ver[1]) != CUBLAS_STATUS_SUCCESS ||
+        b->get_property(PATCH_LEVEL, &b->ver[2]) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(note, notelen, "%s: cublasGetProperty failed", file);
+        blas_unload(b);
+        return -1;
+    }
+    if (b->ver[0] != CUBLAS_MAJOR) {
+        snprintf(note, notelen, "%s is cuBLAS %d.%d, this build needs %d.x", file, b->ver[0],
+                 b->ver[1], CUBLAS_MAJOR);
+        blas_unload(b);
+        return -1;
+    }
+    struct link_map *lm = NULL;
+    if (dlinfo(b->lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
+        snprintf(b->path, sizeof b->path, "%s", lm->l_name);
+    else
+        snprintf(b->path, sizeof b->path, "%s", file);
     return 0;
+}
+
+/* Tries the files matching a glob pattern in order; 0 once one loads. */
+static int blas_try_glob(cu_blas_t *b, const char *pattern, char *note, size_t notelen)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int rc = -1;
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc && rc; i++)
+            rc = blas_try(b, g.gl_pathv[i], note, notelen);
+    globfree(&g);
+    return rc;
+}
+
+/* Finds cuBLAS: GPUSWAPD_CUBLAS (a file, or "none" for the own kernels), the
+ * loader's search (LD_LIBRARY_PATH, the ldconfig cache, system folders), the
+ * CUDA install ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda*), then pip's
+ * nvidia/<pkg>/lib folders under the usual site-packages. 0 with b->lib set,
+ * 0 with b->lib NULL and the reason in b->note (own kernels), or -1 with err
+ * when GPUSWAPD_CUBLAS names a file that cannot be used. */
+static int blas_locate(cu_blas_t *b, char *err, size_t errlen)
+{
+    char name[64], note[512] = "", pat[1024];
+    snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_MAJOR);
+    const char *env = getenv("GPUSWAPD_CUBLAS");
+    if (env && *env) {
+        if (!strcmp(env, "none") || !strcmp(env, "off") || !strcmp(env, "0")) {
+            snprintf(b->note, sizeof b->note, "disabled by GPUSWAPD_CUBLAS=%s", env);
+            return 0;
+        }
+        if (blas_try(b, env, note, sizeof note)) {
+            snprintf(err, errlen, "cuda backend: GPUSWAPD_CUBLAS=%s cannot be used: %s", env, note);
+            return -1;
+        }
+        return 0;
+    }
+    char first[512] = ""; /* the first reason a file that exists was refused */
+#define BLAS_TRY(call)                                                                             \
+    do {                                                                                           \
+        note[0] = 0;                                                                               \
+        if ((call) == 0)                                                                           \
+            return 0;                                                                              \
+        if (!first[0] && note[0] &&                                                                \
+            ((!strstr(note, "No such file") && !strstr(note, "cannot open shared object")) ||        \
+             strstr(note, "libcublasLt")))                                                         \
+            snprintf(first, sizeof first, "%s", note);                                             \
+    } while (0)
+    BLAS_TRY(blas_try(b, name, note, sizeof note));
+    const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+    for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
+        if (!homes[i] || !*homes[i])
+            continue;
+        snprintf(pat, sizeof pat, "%s/lib64/%s", homes[i], name);
+        BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+        snprintf(pat, sizeof pat, "%s/targets/*/lib/%s", homes[i], name);
+        BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+    }
+    snprintf(pat, sizeof pat, "/usr/local/cuda-%d*/lib64/%s", CUBLAS_MAJOR, name);
+    BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+    /* pip wheels: nvidia/cublas/lib (CUDA 12 layout) or nvidia/cu13/lib */
+    const char *prefixes[] = {getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), getenv("HOME"),
+                              "/usr/local", "/usr", "/opt/conda"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        if (!prefixes[i] || !*prefixes[i])
+            continue;
+        const char *mid = i == 2 ? "/.local/lib" : "/lib";
+        snprintf(pat, sizeof pat, "%s%s/python3*/site-packages/nvidia/*/lib/%s", prefixes[i], mid,
+                 name);
+        BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+        snprintf(pat, sizeof pat, "%s%s/python3*/dist-packages/nvidia/*/lib/%s", prefixes[i], mid,
+                 name);
+        BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+    }
+    snprintf(pat, sizeof pat, "/usr/lib/python3/dist-packages/nvidia/*/lib/%s", name);
+    BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
+#undef BLAS_TRY
+    if (first[0])
+        snprintf(b->note, sizeof b->note, "no usable %s (%s)", name, first);
+    else
+        snprintf(b->note, sizeof b->note,
+                 "%s not found in the loader path, the CUDA install or pip nvidia/*/lib folders",
+                 name);
+    return 0;
+}
+
+/* The handle on the compute stream; on failure cuBLAS is dropped (own
+ * kernels) with the reason in b->note. */
+static void blas_start(cu_blas_t *b, cudaStream_t stream)
+{
+    if (!b->lib)
+        return;
+    if (b->create(&b->h) != CUBLAS_STATUS_SUCCESS) {
+        b->h = NULL;
+        snprintf(b->note, sizeof b->note, "cublasCreate failed with %s", b->path);
+    } else if (b->set_stream(b->h, stream) != CUBLAS_STATUS_SUCCESS ||
+               (b->set_math_mode && b->set_math_mode(b->h, CUBLAS_DEFAULT_MATH) !=
+                                        CUBLAS_STATUS_SUCCESS)) {
+        b->destroy(b->h);
+        b->h = NULL;
+        snprintf(b->note, sizeof b->note, "cannot configure the cuBLAS handle of %s", b->path);
+    }
+    if (!b->h)
+        blas_unload(b);
+}
+
+extern "C" int be_cuda_cublas_find(char *what, size_t whatlen)
+{
+    cu_blas_t b;
+    memset(&b, 0, sizeof b);
+    char err[1200] = "";
+    if (blas_locate(&b, err, sizeof err)) {
+        snprintf(what, whatlen, "%s", err);
+        return BE_ERR_ARG;
+    }
+    int found = b.lib != NULL;
+    if (found)
+        snprintf(what, whatlen, "cuBLAS %d.%d.%d (%s)", b.ver[0], b.ver[1], b.ver[2], b.path);
+    else
+        snprintf(what, whatlen, "none: %s", b.note);
+    blas_unload(&b);
+    return found;
+}
+
+/* ------------------------------------------------------------------ probe */
+
+/* Appends ", item" (or "item" first) to the string in out. */
+static void list_add(char *out, size_t outlen, const char *item)
+{
+    size_t l = strlen(out);
+    if (l + 1 < outlen)
+        snprintf(out + l, outlen - l, "%s%s", l ? ", " : "", item);
+}
+
+/* The /dev/nvidia* nodes the runtime needs that are missing, into out. */
+static void missing_nodes(char *out, size_t outlen)
+{
+    out[0] = 0;
+    if (access("/dev/nvidiactl", F_OK) != 0)
+        list_add(out, outlen, "/dev/nvidiactl");
+    if (access("/dev/nvidia-uvm", F_OK) != 0)
+        list_add(out, outlen, "/dev/nvidia-uvm");
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int found = glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    if (!found)
+        list_add(out, outlen, "/dev/nvidia<N>");
+}
+
+extern "C" int be_cuda_probe_status(char *why, size_t whylen)
+{
+    int n = 0, drv = 0, rt = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) {
+        snprintf(why, whylen, "%d CUDA device%s visible", n, n == 1 ? "" : "s");
+        return n;
+    }
+    cudaGetLastError();
+    if (cudaDriverGetVersion(&drv) != cudaSuccess)
+        drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
+        rt = CUDART_VERSION;
+    cudaGetLastError();
+    char drvs[160], nodes[160];
+    if (drv == 0)
+        snprintf(drvs, sizeof drvs, "no CUDA driver (libcuda.so.1 not found or not loadable)");
+    else if (drv < rt)
+        snprintf(drvs, sizeof drvs, "driver supports CUDA %d.%d, older than the runtime's %d.%d",
+                 drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    else
+        snprintf(drvs, sizeof drvs, "driver supports CUDA %d.%d", drv / 1000, drv % 1000 / 10);
+    missing_nodes(nodes, sizeof nodes);
+    snprintf(why, whylen,
+             "no usable CUDA device: cudaGetDeviceCount: %s (%s, %d devices); %s; runtime %d.%d "
+             "(linked statically); device nodes: %s%s",
+             e == cudaSuccess ? "no error" : cudaGetErrorString(e),
+             e == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(e), n, drvs, rt / 1000,
+             rt % 1000 / 10, nodes[0] ? nodes : "all present", nodes[0] ? " missing" : "");
+    return 0;
+}
+
+/* c->desc: the GPU, driver and runtime, VMM granularity, peak memory
+ * bandwidth (memory clock x bus width) and which GEMM runs prefill. */
+static void describe(cu_ctx_t *c, size_t gran)
+{
+    cudaDeviceProp prop;
+    int drv = 0, rt = 0, mclk = 0, bus = 0;
+    if (cudaGetDeviceProperties(&prop, c->dev) != cudaSuccess) {
+        memset(&prop, 0, sizeof prop);
+        snprintf(prop.name, sizeof prop.name, "GPU %d", c->dev);
+    }
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, c->dev); /* kHz */
+    cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, c->dev); /* bits */
+    cudaGetLastError();
+    const double peak_gbs = 2.0 * (double)mclk * 1e3 * (double)bus / 8.0 / 1e9;
+    char gemm[1200];
+    if (c->blas.h)
+        snprintf(gemm, sizeof gemm, "cuBLAS %d.%d.%d (%s)", c->blas.ver[0], c->blas.ver[1],
+                 c->blas.ver[2], c->blas.path);
+    else
+        snprintf(gemm, sizeof gemm, "own tiled kernel, slower prefill (cuBLAS: %s)", c->blas.note);
+    snprintf(c->desc, sizeof c->desc,
+             "%s (compute %d.%d, %d SMs, %.1f GiB, peak memory bandwidth %.0f GB/s), driver CUDA "
+             "%d.%d, runtime %d.%d, VMM granularity %zu KiB; prefill GEMM: %s",
+             prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+             (double)prop.totalGlobalMem / 1073741824.0, peak_gbs, drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10, gran >> 10, gemm);
 }
 
 extern "C" int be_cuda_probe(void)
@@ -1674,7 +2011,7 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
                  c->page);
         goto fail;
     }
-    if (load_cublas(&c->blas, err, errlen))
+    if (blas_locate(&c->blas, err, errlen))
         goto fail;
     if ((e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -1688,20 +2025,12 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
             goto fail;
         }
     }
-    if (c->blas.create(&c->blas.h) != CUBLAS_STATUS_SUCCESS) {
-        c->blas.h = NULL;
-        snprintf(err, errlen, "cuda backend: cublasCreate failed");
-        goto fail;
-    }
-    if (c->blas.set_stream(c->blas.h, c->compute) != CUBLAS_STATUS_SUCCESS ||
-        (c->blas.set_math_mode &&
-         c->blas.set_math_mode(c->blas.h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)) {
-        snprintf(err, errlen, "cuda backend: cannot configure the cuBLAS handle");
-        goto fail;
-    }
+    blas_start(&c->blas, c->compute);
     c->t0 = now_s();
+    describe(c, gran);
 
     be->name = "cuda";
+    be->desc = c->desc;
     be->ctx = c;
     be->page_size = c->page;
     be->pool_bytes = c->budget;

@@ -191,7 +191,8 @@ static int s_wait(void *ctx, be_event_t *ev)
 static int s_event_done(void *ctx, be_event_t *ev)
 {
     (void)ctx;
-    return atomic_load(&ev->done);
+    int d = atomic_load(&ev->done);
+    return d < 0 ? BE_ERR_DEVICE : d;
 }
 
 static int s_event_times(void *ctx, be_event_t *ev, be_copy_times_t *t)

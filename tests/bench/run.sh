@@ -28,11 +28,12 @@ m=$OUT/llama1g-f16.gguf
 pcsv=$OUT/paging.csv
 "$BUILD/bench_paging" "$m" 1280 > "$pcsv"
 IFS=, read -r model bytes page map_s map_gbs copy_s copy_gbs memcpy_gbs ratio \
-    queue_gbs queue_ratio wall_s wall_gbs ttft_res ttft_swap ttft_cold < <(tail -n 1 "$pcsv")
+    queue_gbs queue_ratio wall_s wall_gbs ttft_res ttft_swap ttft_cold plain_gbs _ _ _ _ < <(tail -n 1 "$pcsv")
 printf "  bytes paged in:                  %s\n" "$bytes"
 printf "  mapping (mmap+populate):         %s s  (%s GB/s)\n" "$map_s" "$map_gbs"
 printf "  copy, during pipelined page-in:  %s s  (%s GB/s) = %sx memcpy\n" "$copy_s" "$copy_gbs" "$ratio"
 printf "  copy queue alone, mapped range:  %s GB/s = %sx memcpy (%s GB/s)\n" "$queue_gbs" "$queue_ratio" "$memcpy_gbs"
+printf "  copy queue alone, plain buffer:  %s GB/s\n" "$plain_gbs"
 printf "  page-in wall (map+copy overlap): %s s  (%s GB/s)\n" "$wall_s" "$wall_gbs"
 printf "  time to first token (8-token prompt): resident %s ms, swapped out %s ms, cold from disk %s ms\n" \
     "$ttft_res" "$ttft_swap" "$ttft_cold"

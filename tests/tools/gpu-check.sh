@@ -1,43 +1,421 @@
 #!/usr/bin/env bash
-# make gpu-check: on a machine with an NVIDIA GPU, in under 8 minutes: cuda-vs-cpu consistency on
-# generated models of every weight type, page-in throughput against a plain pinned cudaMemcpyAsync,
-# and swap-in time to first token of a generated 8B-shaped BF16 model. Results go to one file.
+# gpu-check: gpuswapd's first run on a GPU, one script, a deadline per stage and 6 minutes in all.
+# The report is rewritten after every stage, so a run cut short still says what it got:
+# $OUT/gpu-check.txt when OUT is set, else $BUILD/gpu-check.txt; every stage's full log beside it in
+# gpu-check-logs/. Exit status 0 only when every stage passed.
 #
-# Run it from the repository root. It uses an existing build/ (built here with CUDA, carried over with
-# build/lib holding the shared libraries that machine lacks) or builds one when nvcc and the -dev
-# packages are present.
+#   bash tests/tools/gpu-check.sh             run (BUILD=build-gpu for a bundle from make gpu-bundle)
+#   bash tests/tools/gpu-check.sh --dry-run   print the plan and its time boxes; needs no GPU
+#
+# Run from the repository root, with a build made beforehand (make gpu-check builds one; make
+# gpu-bundle makes one to carry). Nothing here builds: building is not part of the 6 minutes.
+#
+# For testing this script without a GPU (the report then says it is no GPU check):
+# GPU_CHECK_BACKEND=sim runs stages 4-6 on the sim backend, GPU_CHECK_8B="mkmodel shape options"
+# and GPU_CHECK_8B_POOL_MIB replace the 8B model and its pool.
 set -uo pipefail
+
+TOTAL_S=360
+# name|box seconds|what it does
+PLAN=(
+    "env|10|environment: driver, runtime, cuBLAS file, GPU, PCIe generation and width, VMM granularity"
+    "unit|80|CUDA unit tests (backend_cuda/*) under GPUSWAPD_REQUIRE_CUDA=1: a missing GPU fails them"
+    "pagein|25|page-in correctness, store -> VMM -> copy -> forward: swapped-in and quota-streamed passes equal a resident pass bit for bit (cuda, and sim for reference)"
+    "paging|45|paging bench, 1.1 GB F16 model: page-in GB/s against raw copies into a VMM-mapped range and a plain cudaMalloc buffer; map vs copy GB/s"
+    "ttft8b|150|8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, ff 14336, vocab 128256; 16 GB): generate it, then swapped-out vs resident time to first token"
+    "decode8b|40|decode tok/s of the 8B model at batch 1, context 128, and the fraction of the GPU's HBM roofline"
+)
+
 BUILD=${BUILD:-build}
-RES=${OUT:-$BUILD}/gpu-check.txt
-mkdir -p "$(dirname "$RES")"
-export LD_LIBRARY_PATH="$PWD/$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-log() { echo "$*" | tee -a "$RES"; }
-: > "$RES"
-log "gpu-check $(date -u +%FT%TZ)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$RES"
-if [ ! -x "$BUILD/unit_tests" ] || [ ! -x "$BUILD/bench_paging" ]; then
-    log "building in $BUILD (CUDA=1)"
-    make -j"$(nproc)" BUILD="$BUILD" CUDA=1 all "$BUILD/unit_tests" "$BUILD/bench_paging" >> "$RES" 2>&1 || { log "FAIL: build"; exit 1; }
+BE=${GPU_CHECK_BACKEND:-cuda}
+M8_ARGS=${GPU_CHECK_8B:---type bf16 --dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256 --ctx 8192}
+M8_POOL=${GPU_CHECK_8B_POOL_MIB:-20480}
+M8_NAME=llama8b-bf16
+[ -n "${GPU_CHECK_8B:-}" ] && M8_NAME=stand-in-$(cksum <<< "$M8_ARGS" | cut -d' ' -f1)
+DRY=0
+case "${1:-}" in
+    --dry-run) DRY=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--dry-run]" >&2; exit 2 ;;
+esac
+
+box_sum=0
+for p in "${PLAN[@]}"; do box_sum=$((box_sum + $(cut -d'|' -f2 <<< "$p"))); done
+
+if [ "$DRY" = 1 ]; then
+    echo "gpu-check plan (BUILD=$BUILD; report to ${OUT:+\$OUT=}${OUT:-$BUILD}/gpu-check.txt, rewritten after every stage)"
+    i=0
+    for p in "${PLAN[@]}"; do
+        i=$((i + 1))
+        IFS='|' read -r name box what <<< "$p"
+        printf "  %d. %-9s %4d s  %s\n" "$i" "$name" "$box" "$what"
+    done
+    printf "  total of the boxes: %d s (limit %d s)\n" "$box_sum" "$TOTAL_S"
+    for b in unit_tests bench_paging mkmodel beinfo; do
+        [ -x "$BUILD/$b" ] || echo "  note: $BUILD/$b is missing: make gpu-bundle (or make all $BUILD/unit_tests $BUILD/bench_paging) first"
+    done
+    [ "$box_sum" -le "$TOTAL_S" ] || { echo "gpu-check: the boxes exceed $TOTAL_S s" >&2; exit 1; }
+    exit 0
 fi
 
-log "== backend consistency: cuda vs cpu"
-GPUSWAPD_BUILD=$BUILD timeout 180 "$BUILD/unit_tests" --filter 'backend_cuda/*' --verbose 2>&1 | tail -40 | tee -a "$RES"
-rc_cons=${PIPESTATUS[0]}
+RDIR=${OUT:-$BUILD}
+RES=$RDIR/gpu-check.txt
+LOGS=$RDIR/gpu-check-logs
+MODELS=${GPU_CHECK_MODELS:-$BUILD/bench}
+mkdir -p "$RDIR" "$LOGS" "$MODELS" || exit 1
+case "$BUILD" in /*) BUILD_ABS=$BUILD ;; *) BUILD_ABS=$PWD/$BUILD ;; esac
+export LD_LIBRARY_PATH="$BUILD_ABS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GPUSWAPD_BUILD=$BUILD
+START=$SECONDS
+DEADLINE=$((START + TOTAL_S))
+STARTED_AT=$(date -u +%FT%TZ)
 
-log "== page-in throughput (1.1 GB F16 model) on cuda"
-m1=$BUILD/bench/llama1g-f16.gguf
-mkdir -p "$BUILD/bench"
-[ -f "$m1" ] || "$BUILD/mkmodel" --out "$m1" --type f16 --dim 2048 --layers 8 --heads 16 --kv-heads 16 \
-    --ff 5632 --vocab 32000 --seed 5 >/dev/null
-timeout 120 "$BUILD/bench_paging" "$m1" 4096 2048 0 cuda 2>&1 | tee -a "$RES"
-rc_page=${PIPESTATUS[0]}
+# Per stage: status (PASS, FAIL, SKIP, RUNNING, "not reached"), seconds taken, one-line summary; the body
+# (figures, failures) accumulates in $BODY.
+declare -A ST_STATUS ST_TIME ST_LINE
+BODY=$RDIR/.gpu-check.body
+: > "$BODY"
+SKIP_WHY=""  # set when later GPU stages cannot run
 
-log "== swap-in time to first token, 8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256)"
-m8=$BUILD/bench/llama8b-bf16.gguf
-[ -f "$m8" ] || timeout 240 "$BUILD/mkmodel" --out "$m8" --type bf16 --dim 4096 --layers 32 --heads 32 \
-    --kv-heads 8 --ff 14336 --vocab 128256 --ctx 8192 --seed 8 2>&1 | tee -a "$RES"
-timeout 200 "$BUILD/bench_paging" "$m8" 20480 2048 0 cuda 2>&1 | tee -a "$RES"
-rc_8b=${PIPESTATUS[0]}
+write_report() {
+    # (locals: bash scoping is dynamic, and run_stage, the caller, has a name and a box)
+    local tmp=$RES.tmp n_pass=0 n_fail=0 n_skip=0 n_left=0 verdict p name box st
+    {
+        echo "gpuswapd gpu-check, started $STARTED_AT, BUILD=$BUILD"
+        if [ "$BE" != cuda ] || [ -n "${GPU_CHECK_8B:-}" ]; then
+            echo "  NOT A GPU CHECK: a test of this script (backend $BE; 8B model: $M8_ARGS)"
+        fi
+        [ -f "$BUILD/BUILD-INFO" ] && sed 's/^/  /' "$BUILD/BUILD-INFO"
+        echo "stages (box = deadline in s; the boxes sum to $box_sum of $TOTAL_S s):"
+        local i=0
+        for p in "${PLAN[@]}"; do
+            i=$((i + 1))
+            IFS='|' read -r name box _ <<< "$p"
+            st=${ST_STATUS[$name]:-not reached}
+            case "$st" in
+                PASS) n_pass=$((n_pass + 1)) ;;
+                FAIL) n_fail=$((n_fail + 1)) ;;
+                SKIP) n_skip=$((n_skip + 1)) ;;
+                *) n_left=$((n_left + 1)) ;;
+            esac
+            printf "  %d. %-9s %-11s %4s of %3d s  %s\n" "$i" "$name" "$st" "${ST_TIME[$name]:--}" "$box" \
+                "${ST_LINE[$name]:-}"
+        done
+        if [ "$n_left" -gt 0 ]; then
+            verdict="INCOMPLETE ($n_pass passed, $n_fail failed, $n_skip skipped, $n_left not reached yet)"
+        elif [ "$n_fail" -gt 0 ] || [ "$n_skip" -gt 0 ]; then
+            verdict="FAIL ($n_pass passed, $n_fail failed, $n_skip skipped)"
+        else
+            verdict="PASS (all ${#PLAN[@]} stages)"
+        fi
+        echo "verdict: $verdict, $((SECONDS - START)) s elapsed"
+        echo
+        cat "$BODY"
+    } > "$tmp" && mv -f "$tmp" "$RES"
+}
 
-log "exit codes: consistency $rc_cons, paging $rc_page, 8b $rc_8b"
-[ "$rc_cons" = 0 ] && [ "$rc_page" = 0 ] && [ "$rc_8b" = 0 ]
+note() { echo "$*" >> "$BODY"; }
+
+# run_stage NAME FUNCTION: runs FUNCTION with STAGE_LIMIT seconds (its box, less if the 6 minutes
+# run short); FUNCTION sets S_STATUS and S_LINE.
+run_stage() {
+    local name=$1 fn=$2 box=0 p
+    for p in "${PLAN[@]}"; do [ "${p%%|*}" = "$name" ] && box=$(cut -d'|' -f2 <<< "$p"); done
+    local left=$((DEADLINE - SECONDS - 4)) # room for timeout's kill-after and the report
+    STAGE_LIMIT=$((box < left ? box : left))
+    STAGE_T0=$SECONDS
+    note "== $name (box $box s, limit $STAGE_LIMIT s)"
+    echo "gpu-check: $name (limit $STAGE_LIMIT s)" >&2
+    S_STATUS=FAIL
+    S_LINE=""
+    if [ "$STAGE_LIMIT" -lt 5 ]; then
+        S_STATUS=SKIP
+        S_LINE="no time left of the $TOTAL_S s"
+    elif [ -n "$SKIP_WHY" ] && [ "$name" != unit ] && [ "$name" != pagein ]; then
+        S_STATUS=SKIP
+        S_LINE=$SKIP_WHY
+    else
+        ST_STATUS[$name]="RUNNING"  # what a run cut short during this stage shows
+        write_report
+        "$fn"
+    fi
+    ST_STATUS[$name]=$S_STATUS
+    ST_TIME[$name]=$((SECONDS - STAGE_T0))
+    ST_LINE[$name]=$S_LINE
+    note "-> $S_STATUS: $S_LINE"
+    note ""
+    write_report
+}
+
+stage_left() { echo $((STAGE_T0 + STAGE_LIMIT - SECONDS)); }
+
+# tmo LOG CMD...: CMD under what is left of the stage's limit, all output to LOG; its exit status
+# (124: timed out).
+tmo() {
+    local log=$1 left
+    shift
+    left=$(stage_left)
+    [ "$left" -ge 1 ] || return 124
+    timeout -k 2 "$left" "$@" >> "$log" 2>&1
+}
+
+need_bins() {
+    local b miss=""
+    for b in "$@"; do [ -x "$BUILD/$b" ] || miss="$miss $b"; done
+    [ -z "$miss" ] && return 0
+    S_LINE="missing in $BUILD:$miss (make gpu-bundle, or make all $BUILD/unit_tests $BUILD/bench_paging $BUILD/beinfo)"
+    return 1
+}
+
+# ------------------------------------------------------------------ 1. environment
+st_env() {
+    local log=$LOGS/env.log
+    : > "$log"
+    need_bins beinfo || { SKIP_WHY="no build"; return; }
+    if command -v nvidia-smi >/dev/null; then
+        if tmo "$log" nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,clocks.max.memory --format=csv; then
+            tail -n +2 "$log" | head -4 | while IFS=, read -r name drv mem gc gm wc wm mclk; do
+                note "gpu: $name, driver$drv, memory$mem, max memory clock$mclk"
+                note "pcie: generation$gc now (max$gm), width x${wc# } now (max x${wm# }) (an idle link may read below its max)"
+            done
+            sed -n 2p "$log" | cut -d, -f1 > "$LOGS/gpu-name.txt"
+        else
+            note "nvidia-smi failed: $(tail -1 "$log")"
+        fi
+    else
+        note "nvidia-smi: not found"
+    fi
+    note "device nodes: $(find /dev -maxdepth 1 -name 'nvidia*' 2>/dev/null | sort | tr '\n' ' ')"
+    note "libcuda: $( (ldconfig -p 2>/dev/null | grep -m1 'libcuda.so.1') || echo 'not in the ldconfig cache')"
+    tmo "$log" "$BUILD/beinfo" "$BE" 256
+    local rc=$?
+    sed -n "s/^cuda_status: /cuda: /p; s/^cublas: /cuBLAS file: /p; s/^desc: /$BE backend: /p" "$log" >> "$BODY"
+    if [ "$rc" = 0 ]; then
+        S_STATUS=PASS
+        local gpu vers blas
+        gpu=$(sed -n 's/^desc: \([^(]*\) (.*/\1/p' "$log" | head -1)
+        vers=$(sed -n 's/^desc: .*), \(driver CUDA [0-9.]*, runtime [0-9.]*\),.*/\1/p' "$log" | head -1)
+        blas=$(sed -n 's/.*prefill GEMM: //p' "$log" | head -1)
+        S_LINE="$BE backend opened${gpu:+: $gpu}${vers:+, $vers}${blas:+; prefill GEMM: $blas}"
+    else
+        S_LINE="the $BE backend does not open: $(sed -n "s/^backend: $BE: not opened: //p" "$log" | head -1)"
+        [ "$rc" = 124 ] && S_LINE="beinfo timed out"
+        SKIP_WHY="no usable $BE device (stage env)"
+    fi
+}
+
+# Criterion's log -> S_STATUS/S_LINE and failures into the body. A run with no test run, a failed or
+# crashed test, or a non-zero exit fails; skipped tests are listed.
+criterion_verdict() {
+    local log=$1 rc=$2 suite=$3 syn tested passing failing crashing skips
+    syn=$(grep -a 'Synthesis:' "$log" | tail -1)
+    tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<< "$syn")
+    passing=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<< "$syn")
+    failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<< "$syn")
+    crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<< "$syn")
+    skips=$(grep -a "^\[SKIP\] $suite" "$log" | grep -vc 'Test is disabled')
+    note "criterion: ${syn:-no synthesis line (cut short?)}; $skips skipped; exit $rc; full log $log"
+    grep -a "^\[SKIP\] $suite" "$log" | grep -v 'Test is disabled' | cut -c1-600 | sed 's/^/  skipped: /' >> "$BODY"
+    grep -a '^\[FAIL\]' "$log" | cut -c1-300 | head -40 | sed 's/^\[FAIL\] /  failed: /' >> "$BODY"
+    # the distinct assertion messages, most frequent first
+    grep -a -A1 'Assertion Failed' "$log" | grep -av 'Assertion Failed' | grep -av '^--$' |
+        sed 's/^\[----\] *//' | cut -c1-800 | sort | uniq -c | sort -rn | head -8 |
+        sed 's/^ *\([0-9]*\) /  \1 x: /' >> "$BODY"
+    if [ "$rc" = 124 ]; then
+        S_LINE="timed out after $STAGE_LIMIT s (${tested:-?} tested before)"
+    elif [ -z "$tested" ] || [ "$tested" = 0 ]; then
+        S_LINE="no test ran (Tested: ${tested:-no synthesis line})"
+    elif [ "${failing:-1}" != 0 ] || [ "${crashing:-1}" != 0 ]; then
+        S_LINE="$failing failed, $crashing crashed of $tested"
+    elif [ "$rc" != 0 ] || [ "${passing:-0}" = 0 ]; then
+        S_LINE="exit $rc with $passing of $tested passed"
+    else
+        S_STATUS=PASS
+        S_LINE="$passing of $tested passed, $skips skipped"
+    fi
+}
+
+# ------------------------------------------------------------------ 2. unit tests
+st_unit() {
+    local log=$LOGS/unit.log
+    : > "$log"
+    need_bins unit_tests mkmodel || return
+    GPUSWAPD_REQUIRE_CUDA=1 tmo "$log" "$BUILD/unit_tests" --filter 'backend_cuda/*' --verbose --jobs 4
+    criterion_verdict "$log" $? backend_cuda
+}
+
+# ------------------------------------------------------------------ 3. page-in correctness
+st_pagein() {
+    local log=$LOGS/pagein.log
+    : > "$log"
+    need_bins unit_tests mkmodel || return
+    GPUSWAPD_REQUIRE_CUDA=1 tmo "$log" "$BUILD/unit_tests" --filter '*/swapped_in*' --verbose --jobs 2
+    local rc=$?
+    criterion_verdict "$log" "$rc" ''
+    local cu
+    cu=$(grep -ac '^\[PASS\] backend_cuda::swapped_in' "$log")
+    if [ "$S_STATUS" = PASS ] && [ "$cu" -lt 2 ]; then
+        S_STATUS=FAIL
+        S_LINE="the cuda page-in tests did not both pass ($cu of 2)"
+    fi
+}
+
+# CSV helpers: field NAME of the last line of a bench CSV (header first).
+csv_get() {
+    awk -F, -v k="$2" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        { last = $0 } END { split(last, f, ","); if (k in col) print f[col[k]] }' "$1"
+}
+
+# 1 if every named field is a finite positive number.
+csv_finite() {
+    local csv=$1 k v
+    shift
+    for k in "$@"; do
+        v=$(csv_get "$csv" "$k")
+        awk -v v="$v" 'BEGIN { exit !(v ~ /^[0-9.eE+-]+$/ && v + 0 > 0) }' || { echo "$k=$v"; return 1; }
+    done
+    return 0
+}
+
+mk8b() {
+    local m=$MODELS/$M8_NAME.gguf log=$1
+    if [ -f "$m" ]; then
+        note "model: $m exists (written whole: mkmodel writes to .part first), reused"
+        return 0
+    fi
+    local t0=$SECONDS
+    # shellcheck disable=SC2086
+    tmo "$log" "$BUILD/mkmodel" --out "$m.part" $M8_ARGS --seed 8
+    local rc=$?
+    if [ "$rc" != 0 ]; then
+        rm -f "$m.part"
+        S_LINE="mkmodel of the 8B file failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out'))"
+        return 1
+    fi
+    mv -f "$m.part" "$m"
+    note "model: generated $m in $((SECONDS - t0)) s ($(df -h "$MODELS" | awk 'NR == 2 { print $4 }') left on its disk)"
+}
+
+# ------------------------------------------------------------------ 4. paging bench
+st_paging() {
+    local log=$LOGS/paging.log csv=$LOGS/paging.csv m=$MODELS/llama1g-f16.gguf
+    : > "$log"
+    need_bins bench_paging mkmodel || return
+    if [ ! -f "$m" ]; then
+        tmo "$log" "$BUILD/mkmodel" --out "$m" --type f16 --dim 2048 --layers 8 --heads 16 --kv-heads 16 \
+            --ff 5632 --vocab 32000 --seed 5 || { rm -f "$m"; S_LINE="mkmodel failed"; return; }
+    fi
+    tmo "$log" "$BUILD/bench_paging" "$m" 4096 2048 0 "$BE"
+    local rc=$?
+    grep -a -A1 '^model,' "$log" > "$csv"
+    if [ "$rc" != 0 ]; then
+        S_LINE="bench_paging exit $rc$([ "$rc" = 124 ] && echo ', timed out'): $(grep -a 'bench_paging:' "$log" | grep -v 'backend:' | tail -1)"
+        return
+    fi
+    local bad
+    if ! bad=$(csv_finite "$csv" pagein_gb_s queue_gb_s raw_plain_gb_s map_gb_s copy_gb_s); then
+        S_LINE="a figure is not a finite positive number: $bad"
+        return
+    fi
+    local pg raw rawp map cp
+    pg=$(csv_get "$csv" pagein_gb_s); raw=$(csv_get "$csv" queue_gb_s); rawp=$(csv_get "$csv" raw_plain_gb_s)
+    map=$(csv_get "$csv" map_gb_s); cp=$(csv_get "$csv" copy_gb_s)
+    note "model: $(csv_get "$csv" bytes) bytes, 2 MiB pages"
+    note "page-in wall (map + copy overlapped): $pg GB/s = $(csv_get "$csv" pagein_vs_raw_mapped)x a raw copy into the VMM-mapped range ($raw GB/s), $(csv_get "$csv" pagein_vs_raw_plain)x a raw copy into a cudaMalloc buffer ($rawp GB/s)"
+    note "mapping alone: $map GB/s; copies during the page-in: $cp GB/s"
+    note "time to first token (8 tokens, 1.1 GB): resident $(csv_get "$csv" ttft_resident_ms) ms, swapped out $(csv_get "$csv" ttft_swapped_ms) ms, cold $(csv_get "$csv" ttft_cold_ms) ms"
+    S_STATUS=PASS
+    S_LINE="page-in $pg GB/s; raw copy $raw GB/s mapped, $rawp GB/s plain; map $map GB/s, copy $cp GB/s"
+}
+
+# ------------------------------------------------------------------ 5. 8B time to first token
+st_ttft8b() {
+    local log=$LOGS/ttft8b.log csv=$LOGS/ttft8b.csv m=$MODELS/$M8_NAME.gguf
+    : > "$log"
+    need_bins bench_paging mkmodel || return
+    mk8b "$log" || return
+    tmo "$log" "$BUILD/bench_paging" "$m" "$M8_POOL" 2048 0 "$BE" --no-cold
+    local rc=$?
+    grep -a -A1 '^model,' "$log" > "$csv"
+    if [ "$rc" != 0 ]; then
+        S_LINE="bench_paging exit $rc$([ "$rc" = 124 ] && echo ', timed out'): $(grep -a 'bench_paging:' "$log" | grep -v 'backend:' | tail -1)"
+        return
+    fi
+    local bad
+    if ! bad=$(csv_finite "$csv" ttft_resident_ms ttft_swapped_ms pagein_gb_s queue_gb_s raw_plain_gb_s); then
+        S_LINE="a figure is not a finite positive number: $bad"
+        return
+    fi
+    local res sw pg
+    res=$(csv_get "$csv" ttft_resident_ms); sw=$(csv_get "$csv" ttft_swapped_ms); pg=$(csv_get "$csv" pagein_gb_s)
+    note "8B BF16, $(csv_get "$csv" bytes) bytes: time to first token (8-token prompt) resident $res ms, swapped out $sw ms"
+    note "page-in $pg GB/s (raw copy $(csv_get "$csv" queue_gb_s) GB/s mapped, $(csv_get "$csv" raw_plain_gb_s) GB/s plain), map $(csv_get "$csv" map_gb_s) GB/s"
+    S_STATUS=PASS
+    S_LINE="TTFT resident $res ms, swapped out $sw ms (page-in $pg GB/s)"
+}
+
+# Peak HBM bandwidth in GB/s: a table by name, else what the cuda backend derived (clock x width).
+peak_gbs() {
+    local name=$1 desc
+    case "$name" in
+        *H200*) echo 4800 ;;
+        *H100*PCIe*) echo 2000 ;;
+        *H100*NVL*) echo 3900 ;;
+        *H100*) echo 3350 ;;
+        *A100*80GB*PCIe*|*A100-PCIE-80GB*) echo 1935 ;;
+        *A100*80GB*) echo 2039 ;;
+        *A100*) echo 1555 ;;
+        *L40S*) echo 864 ;;
+        *)
+            desc=$(sed -n 's/.*peak memory bandwidth \([0-9.]*\) GB\/s.*/\1/p' "$LOGS/env.log" 2>/dev/null | head -1)
+            awk -v p="${desc:-0}" 'BEGIN { if (p + 0 > 0) print p }'  # 0: the device did not say
+            ;;
+    esac
+}
+
+# ------------------------------------------------------------------ 6. 8B decode
+st_decode8b() {
+    local log=$LOGS/decode8b.log csv=$LOGS/decode8b.csv m=$MODELS/$M8_NAME.gguf
+    : > "$log"
+    need_bins bench_paging || return
+    [ -f "$m" ] || { S_STATUS=SKIP; S_LINE="no 8B model file (stage ttft8b)"; return; }
+    tmo "$log" "$BUILD/bench_paging" "$m" "$M8_POOL" 2048 0 "$BE" --decode 64 --decode-only
+    local rc=$?
+    grep -a -A1 '^model,' "$log" > "$csv"
+    if [ "$rc" != 0 ]; then
+        S_LINE="bench_paging exit $rc$([ "$rc" = 124 ] && echo ', timed out'): $(grep -a 'bench_paging:' "$log" | grep -v 'backend:' | tail -1)"
+        return
+    fi
+    local bad
+    if ! bad=$(csv_finite "$csv" decode_tok_s decode_bytes_per_tok decode_gb_s); then
+        S_LINE="a figure is not a finite positive number: $bad"
+        return
+    fi
+    local tok bpt gbs name peak
+    tok=$(csv_get "$csv" decode_tok_s); bpt=$(csv_get "$csv" decode_bytes_per_tok); gbs=$(csv_get "$csv" decode_gb_s)
+    name=$(cat "$LOGS/gpu-name.txt" 2>/dev/null)
+    peak=$(peak_gbs "$name")
+    note "decode, batch 1, context 128: $tok tok/s, $bpt bytes read per token = $gbs GB/s"
+    S_STATUS=PASS
+    if [ -n "$peak" ]; then
+        local frac roof
+        frac=$(awk -v g="$gbs" -v p="$peak" 'BEGIN { printf "%.2f", g / p }')
+        roof=$(awk -v p="$peak" -v b="$bpt" 'BEGIN { printf "%.0f", p * 1e9 / b }')
+        note "HBM roofline of ${name:-this GPU}: $peak GB/s -> $roof tok/s; measured $frac of it"
+        S_LINE="$tok tok/s = $gbs GB/s = $frac of the $peak GB/s roofline"
+    else
+        S_LINE="$tok tok/s = $gbs GB/s (no peak bandwidth known for '${name:-?}': no roofline fraction)"
+    fi
+}
+
+write_report
+run_stage env st_env
+run_stage unit st_unit
+run_stage pagein st_pagein
+run_stage paging st_paging
+run_stage ttft8b st_ttft8b
+run_stage decode8b st_decode8b
+echo "gpu-check: report in $RES" >&2
+cat "$RES"
+rm -f "$BODY"
+grep -q '^verdict: PASS' "$RES"

@@ -1,12 +1,14 @@
-/* Unit tests for the cuda backend: its page pool, every kernel and whole forward passes against the cpu backend (skipped without a GPU). */
+/* Unit tests for the cuda backend: its page pool, every kernel and whole forward passes against the cpu backend (skipped without a GPU, failed with the reason under GPUSWAPD_REQUIRE_CUDA=1). */
 /*
  * Tolerances (max |cuda - cpu| over a result, relative to max |cpu|):
  *   exact conversions (embed, kv_store, gather, add, add_bias)    0
  *   F32 elementwise kernels, rmsnorm, rope, attention              1e-5 .. 1e-4
  *   matmul through the GEMV kernel (<= 8 tokens, every type) and
  *   F32 GEMM (cuBLAS, F32 compute)                                 1e-4
- *   F16/BF16 GEMM (> 8 tokens: activations rounded to the weight
- *   type, F32 accumulation)                                        2e-2
+ *   F16/BF16 GEMM through cuBLAS (> 8 tokens: activations rounded
+ *   to the weight type, F32 accumulation)                          2e-2
+ *   any GEMM on the own tiled kernel (GPUSWAPD_CUBLAS=none or no
+ *   cuBLAS found: F32 activations and accumulation)                1e-4
  *   forward-pass logits: F32/Q8_0 1e-3, F16 2e-2, BF16 5e-2 (the
  *   prefill goes through the half GEMM and its error carries on)
  */
@@ -30,27 +32,69 @@
 
 #define POOL_BYTES (256u << 20)
 
-static backend_t *open_cuda_sized(size_t memory)
+/* GPUSWAPD_REQUIRE_CUDA=1 (gpu-check): a missing GPU fails the test with the
+ * reason instead of skipping it, so a run cannot pass with nothing tested. */
+static int cuda_required(void)
+{
+    const char *e = getenv("GPUSWAPD_REQUIRE_CUDA");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* own_gemm: GPUSWAPD_CUBLAS=none, so prefill GEMMs run on the backend's own
+ * tiled kernel whether cuBLAS is installed or not. */
+static backend_t *open_cuda_with(size_t memory, int own_gemm)
 {
     char err[512] = "";
     if (!be_cuda_available()) {
+        char why[1024] = "";
+        be_cuda_status(why, sizeof why);
         /* without a device the backend must still fail politely */
         be_params_t p = {.kind = "cuda", .memory = memory};
         backend_t *be = be_open(&p, err, sizeof err);
         cr_assert_null(be, "cuda backend opened without a visible device");
         cr_assert(err[0] != '\0', "no reason given");
-        cr_skip_test("no CUDA device visible: skipping (%s)", err);
+        if (cuda_required())
+            cr_assert_fail("GPUSWAPD_REQUIRE_CUDA is set but CUDA is unusable: %s (be_open: %s)", why,
+                           err);
+        cr_skip_test("no CUDA device visible: skipping (%s; %s)", why, err);
     }
+    const char *old = getenv("GPUSWAPD_CUBLAS");
+    char *saved = old ? strdup(old) : NULL;
+    if (own_gemm)
+        setenv("GPUSWAPD_CUBLAS", "none", 1);
     be_params_t p = {.kind = "cuda", .memory = memory};
     backend_t *be = be_open(&p, err, sizeof err);
+    if (own_gemm) {
+        if (saved)
+            setenv("GPUSWAPD_CUBLAS", saved, 1);
+        else
+            unsetenv("GPUSWAPD_CUBLAS");
+    }
+    free(saved);
     cr_assert_not_null(be, "be_open(cuda): %s", err);
     cr_assert_str_eq(be->name, "cuda");
+    cr_assert_not_null(be->desc, "cuda backend without a description");
+    cr_log_info("cuda backend: %s", be->desc);
+    if (own_gemm)
+        cr_assert(strstr(be->desc, "prefill GEMM: own tiled kernel") != NULL,
+                  "GPUSWAPD_CUBLAS=none but: %s", be->desc);
     return be;
+}
+
+static backend_t *open_cuda_sized(size_t memory)
+{
+    return open_cuda_with(memory, 0);
 }
 
 static backend_t *open_cuda(void)
 {
-    return open_cuda_sized(POOL_BYTES);
+    return open_cuda_with(POOL_BYTES, 0);
+}
+
+/* 1 if be runs its prefill GEMMs through cuBLAS. */
+static int uses_cublas(const backend_t *be)
+{
+    return strstr(be->desc, "prefill GEMM: cuBLAS") != NULL;
 }
 
 static backend_t *open_cpu(void)
@@ -431,21 +475,44 @@ Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .tim
     be_close(cp);
 }
 
-Test(backend_cuda, matmul_for_many_tokens_matches_cpu_for_every_weight_type, .timeout = 120)
+/* Over MM_GEMM_MIN_TOK tokens F32/F16/BF16 go through the GEMM: cuBLAS
+ * (half types: activations rounded to the weight type) or, without it, the
+ * own tiled kernel (F32 activations, so as close to the cpu as the GEMV). */
+static void check_matmul_many(int own_gemm)
 {
-    backend_t *cu = open_cuda(), *cp = open_cpu();
-    const size_t toks[2] = {9, 70};
+    backend_t *cu = open_cuda_with(POOL_BYTES, own_gemm), *cp = open_cpu();
+    const int blas = uses_cublas(cu);
+    if (!own_gemm && !blas) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", cu->desc);
+        be_close(cu);
+        be_close(cp);
+        cr_skip_test("cuBLAS not in use, its GEMM path is not tested: %s", why);
+    }
+    const size_t toks[3] = {9, 70, 300};
     for (int ti = 0; ti < 4; ti++) {
         uint32_t t = all_types[ti];
-        double tol = t == GGUF_T_F16 || t == GGUF_T_BF16 ? 2e-2 : 1e-4;
-        for (int k = 0; k < 2; k++) {
+        double tol = blas && (t == GGUF_T_F16 || t == GGUF_T_BF16) ? 2e-2 : 1e-4;
+        for (int k = 0; k < 3; k++) {
             check_matmul(cu, cp, t, 256, toks[k], tol);
             if (t != GGUF_T_Q8_0)
-                check_matmul(cu, cp, t, 98, toks[k], tol);
+                check_matmul(cu, cp, t, 98, toks[k], tol); /* partial column tiles */
         }
     }
     be_close(cu);
     be_close(cp);
+}
+
+Test(backend_cuda, matmul_for_many_tokens_through_cublas_matches_cpu_for_every_weight_type,
+     .timeout = 120)
+{
+    check_matmul_many(0);
+}
+
+Test(backend_cuda, matmul_for_many_tokens_on_the_own_gemm_kernel_matches_cpu_for_every_weight_type,
+     .timeout = 120)
+{
+    check_matmul_many(1);
 }
 
 /* Fills a sequence's cache at positions 0..n_pos-1 of layer `layer` with
@@ -633,9 +700,9 @@ static kv_seq_t *dev_kv_new(backend_t *be, const model_hparams_t *hp, uint32_t n
 
 /* Prefill of 9 tokens (over the GEMM threshold) then 4 decode steps; the
  * logits of every step are compared with the cpu backend's. */
-static void check_forward(const model_t *m, double tol, const char *what)
+static void check_forward_with(const model_t *m, double tol, const char *what, int own_gemm)
 {
-    backend_t *cu = open_cuda(), *cp = open_cpu();
+    backend_t *cu = open_cuda_with(POOL_BYTES, own_gemm), *cp = open_cpu();
     dev_model_t *dm = dev_model_load(cu, m);
     void *kv_base;
     size_t kv_bytes;
@@ -653,7 +720,8 @@ static void check_forward(const model_t *m, double tol, const char *what)
         cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s", err);
         cr_assert_eq(fwd_run(fp, &m->hp, &m->w, &sp, 1, NULL, err, sizeof err), 0, "cpu: %s", err);
         char s[128];
-        snprintf(s, sizeof s, "%s step %d logits", what, step);
+        snprintf(s, sizeof s, "%s step %d logits (%s)", what, step,
+                 uses_cublas(cu) ? "cuBLAS" : "own GEMM kernel");
         check_rows(s, lc, lp, 1, nv, nv, tol);
     }
     cr_assert_eq(kc->n_past, kp->n_past);
@@ -668,6 +736,13 @@ static void check_forward(const model_t *m, double tol, const char *what)
     dev_model_free(cu, dm);
     be_close(cu);
     be_close(cp);
+}
+
+/* Both prefill GEMM paths: cuBLAS when present, then the own kernel. */
+static void check_forward(const model_t *m, double tol, const char *what)
+{
+    check_forward_with(m, tol, what, 0);
+    check_forward_with(m, tol, what, 1);
 }
 
 Test(backend_cuda, forward_pass_matches_cpu_for_f32_llama, .timeout = 60)
@@ -708,4 +783,25 @@ Test(backend_cuda, stories260k_forward_pass_matches_cpu, .timeout = 60)
     cr_assert_not_null(m, "%s", err);
     check_forward(m, 1e-3, "stories260K");
     model_close(m);
+}
+
+/* ------------------------------------------------------------------ page-in on the real path */
+
+/* store -> VMM map -> copy -> forward: the logits of a swapped-in pass and of
+ * passes streamed under a small quota equal a resident pass's bit for bit
+ * (tu_pagein.c; test_residency.c runs the same check on sim). */
+Test(backend_cuda, swapped_in_and_quota_streamed_passes_equal_a_resident_pass_bit_for_bit,
+     .timeout = 120)
+{
+    backend_t *cu = open_cuda_sized(128u << 20);
+    tu_pagein_equal(cu);
+    be_close(cu);
+}
+
+Test(backend_cuda, swapped_in_and_streamed_passes_are_bit_identical_on_the_own_gemm_kernel,
+     .timeout = 120)
+{
+    backend_t *cu = open_cuda_with(128u << 20, 1);
+    tu_pagein_equal(cu);
+    be_close(cu);
 }

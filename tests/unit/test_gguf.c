@@ -1076,3 +1076,66 @@ Test(gguf, the_llama_vocab_only_file_opens_with_no_tensors)
     cr_assert_eq(bos, 1);
     gguf_close(g);
 }
+
+/* fill callback of the lazy-tensor test: byte i = seed + i */
+static int lazy_fill(const void *arg, uint8_t *dst, size_t nbytes)
+{
+    uint8_t seed = *(const uint8_t *)arg;
+    for (size_t i = 0; i < nbytes; i++)
+        dst[i] = (uint8_t)(seed + i);
+    return 0;
+}
+
+static int lazy_fail(const void *arg, uint8_t *dst, size_t nbytes)
+{
+    (void)arg;
+    (void)dst;
+    (void)nbytes;
+    return -1;
+}
+
+Test(gguf, lazy_tensors_write_the_same_bytes_as_eager_ones_in_memory_and_to_a_file)
+{
+    uint8_t d0[40], d1[100];
+    uint8_t s0 = 3, s1 = 200;
+    lazy_fill(&s0, d0, sizeof d0);
+    lazy_fill(&s1, d1, sizeof d1);
+    uint64_t ne0[1] = {10}, ne1[2] = {25, 1};
+    ggufw_t *eager = ggufw_new(3, 0), *lazy = ggufw_new(3, 0);
+    cr_assert_eq(ggufw_tensor(eager, "a", GGUF_T_F32, 1, ne0, d0, sizeof d0), 0);
+    cr_assert_eq(ggufw_tensor(eager, "b", GGUF_T_F32, 2, ne1, d1, sizeof d1), 0);
+    cr_assert_eq(ggufw_tensor_lazy(lazy, "a", GGUF_T_F32, 1, ne0, sizeof d0, lazy_fill, &s0, 1), 0);
+    s0 = 99; /* the argument was copied */
+    cr_assert_eq(ggufw_tensor_lazy(lazy, "b", GGUF_T_F32, 2, ne1, sizeof d1, lazy_fill, &s1, 1), 0);
+    uint8_t *be, *bl;
+    size_t le, ll;
+    cr_assert_eq(ggufw_write_mem(eager, &be, &le), 0);
+    cr_assert_eq(ggufw_write_mem(lazy, &bl, &ll), 0);
+    cr_assert_eq(le, ll);
+    cr_assert_eq(memcmp(be, bl, le), 0, "lazy tensors serialize differently in memory");
+    char path[] = "/tmp/gpuswapd-test-lazy-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(ggufw_write_file(lazy, path), 0);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    uint8_t *bf = malloc(le + 1);
+    size_t lf = fread(bf, 1, le + 1, f);
+    fclose(f);
+    unlink(path);
+    cr_assert_eq(lf, le);
+    cr_assert_eq(memcmp(be, bf, le), 0, "lazy tensors written to a file differ");
+    /* a fill that fails fails the write */
+    ggufw_t *bad = ggufw_new(3, 0);
+    cr_assert_eq(ggufw_tensor_lazy(bad, "a", GGUF_T_F32, 1, ne0, sizeof d0, lazy_fail, NULL, 0), 0);
+    uint8_t *bb;
+    size_t lb;
+    cr_assert_eq(ggufw_write_mem(bad, &bb, &lb), -1);
+    free(be);
+    free(bl);
+    free(bf);
+    ggufw_free(eager);
+    ggufw_free(lazy);
+    ggufw_free(bad);
+}

@@ -574,3 +574,14 @@ Test(residency, a_copy_slower_than_the_timeout_fails_the_pass_then_lands, .timeo
     res_release(f.res, f.rm[0]);
     fx_fini(&f);
 }
+
+/* The page-in correctness check gpu-check runs on cuda (tu_pagein.c), here
+ * on sim: swapped-in and quota-streamed passes equal a resident pass bit for
+ * bit. */
+Test(residency, swapped_in_and_quota_streamed_passes_equal_a_resident_pass_bit_for_bit,
+     .timeout = 60)
+{
+    backend_t *be = open_be("sim", 64 * PAGE, 0);
+    tu_pagein_equal(be);
+    be_close(be);
+}

@@ -63,4 +63,12 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
  * weight type, llama or (qwen = 1) qwen2 with biases; fails the test on error.
  * Free with model_close. (tu_model.c) */
 model_t *tu_tiny_model(uint32_t type, int qwen);
+
+#include "backend.h"
+/* Pages a generated F16 model (6 layers) through the store and the residency
+ * manager on be and asserts that a pass right after evicting everything and
+ * passes streamed under a gpu_quota of the minimum to run equal a resident
+ * pass's logits bit for bit (12-token prefill, over the GEMM threshold, then
+ * 3 decode steps). be needs a pool of >= 16 of its pages. (tu_pagein.c) */
+void tu_pagein_equal(backend_t *be);
 #endif

@@ -21,8 +21,10 @@ typedef struct ggufw_tensor {
     uint32_t type;               /* gguf_ttype_t */
     uint32_t n_dims;
     uint64_t ne[GGUF_MAX_DIMS];  /* elements per dim, innermost first */
-    uint8_t *data;               /* owned copy, nbytes */
+    uint8_t *data;               /* owned copy, nbytes (NULL for a lazy tensor) */
     size_t nbytes;
+    ggufw_fill_fn fill;          /* lazy tensor: produces the data at write time */
+    void *arg;                   /* owned copy of fill's argument */
 } ggufw_tensor_t;
 
 struct ggufw {
@@ -130,6 +132,7 @@ void ggufw_free(ggufw_t *w)
     for (size_t i = 0; i < w->n_tensors; i++) {
         free(w->tensors[i].name);
         free(w->tensors[i].data);
+        free(w->tensors[i].arg);
     }
     free(w->tensors);
     free(w->kv.p);
@@ -272,11 +275,11 @@ int ggufw_kv_raw(ggufw_t *w, const char *key, uint32_t vtype, const void *raw, s
 
 /* ---------------------------------------------------------------- tensors */
 
-int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
-                 const uint64_t *ne, const void *data, size_t nbytes)
+/* Appends a tensor entry with name and shape; *out points at it. */
+static int ggufw_tensor_add(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
+                            const uint64_t *ne, size_t nbytes, ggufw_tensor_t **out)
 {
-    if (!w || !name || n_dims > GGUF_MAX_DIMS || (n_dims && !ne) ||
-        (nbytes && !data))
+    if (!w || !name || n_dims > GGUF_MAX_DIMS || (n_dims && !ne))
         return -1;
     if (w->n_tensors == w->cap_tensors) {
         size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 16;
@@ -289,19 +292,49 @@ int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
     ggufw_tensor_t *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);
-    t->data = malloc(nbytes ? nbytes : 1);
-    if (!t->name || !t->data) {
-        free(t->name);
-        free(t->data);
+    if (!t->name)
         return -1;
-    }
-    if (nbytes)
-        memcpy(t->data, data, nbytes);
     t->nbytes = nbytes;
     t->type = type;
     t->n_dims = n_dims;
     for (uint32_t i = 0; i < GGUF_MAX_DIMS; i++)
         t->ne[i] = i < n_dims ? ne[i] : 1;
+    *out = t;
+    return 0;
+}
+
+int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
+                 const uint64_t *ne, const void *data, size_t nbytes)
+{
+    ggufw_tensor_t *t;
+    if ((nbytes && !data) || ggufw_tensor_add(w, name, type, n_dims, ne, nbytes, &t) < 0)
+        return -1;
+    t->data = malloc(nbytes ? nbytes : 1);
+    if (!t->data) {
+        free(t->name);
+        return -1;
+    }
+    if (nbytes)
+        memcpy(t->data, data, nbytes);
+    w->n_tensors++;
+    return 0;
+}
+
+int ggufw_tensor_lazy(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
+                      const uint64_t *ne, size_t nbytes, ggufw_fill_fn fill, const void *arg,
+                      size_t arg_len)
+{
+    ggufw_tensor_t *t;
+    if (!fill || (arg_len && !arg) || ggufw_tensor_add(w, name, type, n_dims, ne, nbytes, &t) < 0)
+        return -1;
+    t->fill = fill;
+    t->arg = malloc(arg_len ? arg_len : 1);
+    if (!t->arg) {
+        free(t->name);
+        return -1;
+    }
+    if (arg_len)
+        memcpy(t->arg, arg, arg_len);
     w->n_tensors++;
     return 0;
 }
@@ -370,7 +403,15 @@ int ggufw_write_mem(const ggufw_t *w, uint8_t **buf, size_t *len)
         rc = ggufw_buf_reserve(&b, data_len);
     for (size_t i = 0; rc == 0 && i < w->n_tensors; i++) {
         const ggufw_tensor_t *t = &w->tensors[i];
-        rc = ggufw_buf_put(&b, t->data, t->nbytes);
+        if (t->fill) {
+            rc = ggufw_buf_reserve(&b, t->nbytes);
+            if (rc == 0)
+                rc = t->fill(t->arg, b.p + b.len, t->nbytes);
+            if (rc == 0)
+                b.len += t->nbytes;
+        } else {
+            rc = ggufw_buf_put(&b, t->data, t->nbytes);
+        }
         if (rc == 0)
             rc = ggufw_buf_zero(&b, ggufw_pad(t->nbytes, w->alignment));
     }
@@ -402,9 +443,29 @@ int ggufw_write_file(const ggufw_t *w, const char *path)
     }
     int rc = fwrite(b.p, 1, b.len, f) == b.len ? 0 : -1;
     free(b.p);
+    uint8_t *lazy = NULL; /* one buffer for the lazy tensors, as big as the largest */
+    size_t lazy_cap = 0;
     for (size_t i = 0; rc == 0 && i < w->n_tensors; i++) {
         const ggufw_tensor_t *t = &w->tensors[i];
-        if (fwrite(t->data, 1, t->nbytes, f) != t->nbytes)
+        const uint8_t *data = t->data;
+        if (t->fill) {
+            if (t->nbytes > lazy_cap) {
+                free(lazy);
+                lazy_cap = t->nbytes;
+                lazy = malloc(lazy_cap);
+                if (!lazy) {
+                    lazy_cap = 0;
+                    rc = -1;
+                    break;
+                }
+            }
+            if (t->nbytes && t->fill(t->arg, lazy, t->nbytes) < 0) {
+                rc = -1;
+                break;
+            }
+            data = lazy;
+        }
+        if (t->nbytes && fwrite(data, 1, t->nbytes, f) != t->nbytes)
             rc = -1;
         size_t pad = ggufw_pad(t->nbytes, w->alignment);
         while (rc == 0 && pad > 0) {
@@ -414,6 +475,7 @@ int ggufw_write_file(const ggufw_t *w, const char *path)
             pad -= n;
         }
     }
+    free(lazy);
     if (fclose(f) != 0)
         rc = -1;
     return rc;

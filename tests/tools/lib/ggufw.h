@@ -31,6 +31,17 @@ int ggufw_kv_raw(ggufw_t *w, const char *key, uint32_t vtype, const void *raw, s
 int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
                  const uint64_t *ne, const void *data, size_t nbytes);
 
+/* Produces a lazy tensor's nbytes of data into dst; 0 on success, -1 fails
+ * the write. */
+typedef int (*ggufw_fill_fn)(const void *arg, uint8_t *dst, size_t nbytes);
+
+/* A tensor whose data fill(arg, ...) produces only when the file is written,
+ * one tensor at a time, so a model far larger than memory can be streamed
+ * out. arg (arg_len bytes) is copied. */
+int ggufw_tensor_lazy(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
+                      const uint64_t *ne, size_t nbytes, ggufw_fill_fn fill, const void *arg,
+                      size_t arg_len);
+
 /* Serialize: *buf is malloc'ed (caller frees), *len its size. */
 int ggufw_write_mem(const ggufw_t *w, uint8_t **buf, size_t *len);
 int ggufw_write_file(const ggufw_t *w, const char *path);
