@@ -338,7 +338,7 @@ def test_ctrl_c_during_generate_sends_a_cancel_and_exits_130():
     # --json: the cancelled done is printed
     p = subprocess.Popen([GPUSWAP, "--socket", D.sock, "generate", "-m", "big", "-n", "3000", "--temp", "0",
                           "--json", "Once"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.3)
+    time.sleep(gsd.scaled(0.3))  # the request is running by then (memcheck's daemon is slower to start it)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 130, (p.returncode, err)

@@ -122,9 +122,10 @@ def test_swap_aware_pages_in_at_least_3x_less_than_fifo_and_bounds_waiting():
     assert not bad, bad[:3]
     assert ff >= 3 * sa, (sa, ff)
     # max_wait 2 s plus one quantum (4 x swap-in time, at least 50 ms) and the step under way
-    # when the wait ran out (slower under memcheck: the margin scales with gsd.TIMEOUT_FACTOR)
+    # when the wait ran out. Under memcheck every step and swap-in is 20-50x longer, and so is
+    # the bound (the test is there for memory errors, not for timing)
     worst = max(e["timing"]["queue_ms"] for e in sa_final.values())
-    assert worst <= 2000 + gsd.scaled(250), worst
+    assert worst <= (2000 + 250 if gsd.TIMEOUT_FACTOR == 1 else gsd.scaled(2250)), worst
 
 
 def test_every_error_code_and_the_connection_survives():
