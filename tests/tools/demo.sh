@@ -11,7 +11,7 @@ mk tiny-llama-q8_0.gguf --type q8_0 --dim 256 --layers 6 --heads 8 --kv-heads 4 
 mk tiny-qwen-bf16.gguf  --arch qwen2 --type bf16 --dim 256 --layers 6 --heads 8 --kv-heads 2 --ff 768 --vocab 2000 --seed 3
 mk tiny-llama-f32.gguf  --type f32  --dim 256 --layers 6 --heads 8 --kv-heads 4 --ff 768 --vocab 2000 --seed 4
 cfg=config/dev.yaml
-if [ "$BUILD" != build ] || command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+if [ "$BUILD" != build ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
     cfg=$D/run/dev.yaml
     sed -e "s#\.\./build/demo#$PWD/$D#g" config/dev.yaml > "$cfg"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
