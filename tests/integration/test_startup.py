@@ -134,6 +134,14 @@ def test_a_thousand_simultaneous_tcp_connects_are_all_answered():
     port = free_port()
     d = gsd.Daemon([("m", MODEL, "")], memory="4MiB", listen="tcp: 127.0.0.1:%d" % port)
     try:
+        deadline = time.time() + gsd.scaled(10)  # the TCP listener comes up after the unix sockets
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert time.time() < deadline and d.proc.poll() is None, "no TCP listener:\n" + d.logtext()
+                time.sleep(0.05)
         def tcp():
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setblocking(False)
