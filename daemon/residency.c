@@ -492,11 +492,45 @@ int res_remove(res_t *r, res_model_t *m)
     return RES_OK;
 }
 
+/* Bytes a pinned model may hold for good: its image, or its quota when smaller. */
+static size_t pinned_bytes(const res_t *r, const res_model_t *m)
+{
+    size_t b = m->sm->image_bytes;
+    (void)r;
+    return m->cfg.gpu_quota && m->cfg.gpu_quota < b ? m->cfg.gpu_quota : b;
+}
+
+/* RES_ERR_QUOTA when pinning m as well leaves no room beside the pinned
+ * weights for the KV minimum (one page of K and one of V) and for every
+ * unpinned model to run (its embedding + largest other segment). */
+static int pin_check(const res_t *r, const res_model_t *m, char *err, size_t errlen)
+{
+    size_t pinned = 0, run = 0;
+    for (const res_model_t *v = r->models; v; v = v->next) {
+        if (v == m || v->cfg.pinned)
+            pinned += pinned_bytes(r, v);
+        else if (min_run_bytes(v->sm) > run)
+            run = min_run_bytes(v->sm);
+    }
+    size_t need = pinned + run + 2 * r->page, pool = r->n_pages * r->page;
+    if (need <= pool)
+        return RES_OK;
+    snprintf(err, errlen, "model '%s': pinning it would hold %.1f MiB of pinned weights, which with "
+             "%.1f MiB for other models to run and the KV minimum exceeds the %.1f MiB pool",
+             m->sm->name, pinned / 1048576.0, run / 1048576.0, pool / 1048576.0);
+    return RES_ERR_QUOTA;
+}
+
 int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen)
 {
     res_cfg_t c = *cfg;
     if (c.priority <= 0)
         c.priority = 1.0;
+    if (c.pinned && !m->cfg.pinned && !r->be->zero_copy) {
+        int rc = pin_check(r, m, err, errlen);
+        if (rc)
+            return rc;
+    }
     m->cfg = c;
     update_headroom(r);
     /* shrink to a lowered quota now, tail-first, unless running */
@@ -604,8 +638,11 @@ static int hook_wait(void *ctx, uint32_t seg)
             int64_t own = tail_seg(m, 1, seg);
             if (own < 0)
                 own = tail_seg(m, seg + 1, m->sm->n_segs);
-            if (own < 0)
+            if (own < 0) {
+                set_err(m, RES_ERR_NOSPACE, "model '%s': no device memory for segment %u now (the "
+                        "pool is held by running or pinned models)", m->sm->name, seg);
                 return RES_ERR_NOSPACE;
+            }
             int rc = evict_seg(r, m, (uint32_t)own,
                                over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
             if (rc)

@@ -54,6 +54,9 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
             size_t errlen);
 /* RES_ERR_BUSY while running or holding KV caches. */
 int res_remove(res_t *r, res_model_t *m);
+/* Pinning a model that, with the other pinned ones, leaves no room for the
+ * KV minimum and for every unpinned model to run fails with RES_ERR_QUOTA
+ * (and changes nothing). */
 int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen);
 const res_cfg_t *res_cfg(const res_model_t *m);
 store_model_t *res_store_model(const res_model_t *m);

@@ -194,9 +194,16 @@ static void admin_evict(wk_t *w, uint64_t conn, const proto_req_t *req, wk_model
 static void admin_pin(wk_t *w, uint64_t conn, const proto_req_t *req, wk_model_t *m)
 {
     char err[512];
-    m->cfg.pinned = req->op == PROTO_OP_PIN;
-    res_cfg_t rc = wk_res_cfg_of(&m->cfg);
-    res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
+    cfg_model_t c = m->cfg;
+    c.pinned = req->op == PROTO_OP_PIN;
+    res_cfg_t rc = wk_res_cfg_of(&c);
+    int src = res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
+    if (src) {
+        wk_send_error(w, conn, req->id, src == RES_ERR_QUOTA ? PROTO_E_BAD_REQUEST
+                      : wk_device_error_code(src), "%s", err);
+        return;
+    }
+    m->cfg.pinned = c.pinned;
     wk_send_ok(w, conn, req->id, json_pack("{s:s, s:b}", "model", m->name, "pinned", m->cfg.pinned));
 }
 
@@ -297,7 +304,11 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
         if (m->rm) {
             res_cfg_t rc = wk_res_cfg_of(c);
             char err[256];
-            res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
+            if (res_set_cfg(w->res, m->rm, &rc, err, sizeof err) == RES_ERR_QUOTA) {
+                wk_log("reload: %s; model '%s' stays unpinned", err, m->name);
+                m->cfg.pinned = rc.pinned = 0;
+                res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
+            }
         }
     }
     for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++)
