@@ -11,12 +11,15 @@
 /* Reload cost model for the GreedyDual score: seconds = fixed + bytes / bw. */
 #define RES_COST_FIXED_S 1e-3
 #define RES_COST_BW 25e9
+/* What res_ready_in answers while no copy has been timed yet: poll again. */
+#define RES_POLL_S 1e-3
 
 typedef struct res_seg {
     res_seg_state_t state;
     be_event_t *ev;      /* copy completion */
     int timed;           /* copy time already added to the counters */
     be_copy_times_t t;
+    uint64_t q_end;      /* bytes ever queued on the copy engine when its copy was queued, itself included */
 } res_seg_t;
 
 typedef struct res_kv {
@@ -38,6 +41,8 @@ struct res_model {
     size_t kv_bytes;         /* KV pages mapped */
     int running;
     int n_kv;
+    int n_inflight;          /* segments whose copy is queued and not settled */
+    size_t stolen;           /* bytes evicted while it had live KV caches, since its last pass */
     double freq;             /* uses, for the GreedyDual score */
     double h;                /* GreedyDual value: lowest goes first */
     stats_res_t st;
@@ -58,6 +63,11 @@ struct res {
     size_t headroom_min;     /* the most any model needs to run at all (embedding +
                                 largest other segment, streaming the rest) */
     double copy_timeout_s;   /* a pass waits this long for one segment's copy */
+    double max_stall_s;      /* a model with live KV caches loses at most what the copy
+                                engine brings back in this long (0 = no bound) */
+    uint64_t q_bytes;        /* bytes ever queued on the copy engine (FIFO) */
+    uint64_t landed_q;       /* q_end of the latest copy seen landed (copies land in order) */
+    double bw;               /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
 };
 
 static uint64_t now_ns(void)
@@ -204,6 +214,19 @@ static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
     update_gauges(m);
 }
 
+/* A copy landed (or failed): the FIFO position reached, and its bandwidth. */
+static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
+{
+    m->n_inflight--;
+    if (sg->q_end > r->landed_q)
+        r->landed_q = sg->q_end;
+    double d = sg->timed ? sg->t.end - sg->t.start : 0;
+    if (d > 0) {
+        double bw = (double)span / d;
+        r->bw = r->bw > 0 ? 0.7 * r->bw + 0.3 * bw : bw;
+    }
+}
+
 /* Move finished copies to RESIDENT and account their copy time; drop
  * failed ones. */
 static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
@@ -212,15 +235,19 @@ static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
     if (sg->state != RES_SEG_INFLIGHT)
         return;
     int done = r->be->event_done(r->be->ctx, sg->ev);
-    if (done < 0)
-        drop_failed(r, m, s);
-    if (done != 1)
+    if (done == 0)
         return;
+    if (done < 0) {
+        note_landed(r, m, sg, 0);
+        drop_failed(r, m, s);
+        return;
+    }
     sg->state = RES_SEG_RESIDENT;
     if (!sg->timed && r->be->event_times(r->be->ctx, sg->ev, &sg->t) == 0) {
         m->st.total_copy_ns += (uint64_t)((sg->t.end - sg->t.start) * 1e9);
         sg->timed = 1;
     }
+    note_landed(r, m, sg, m->sm->segs[s].span);
 }
 
 static void settle(res_t *r, res_model_t *m)
@@ -294,6 +321,17 @@ static int evictable(const res_model_t *v)
     return v->running == 0 && !v->cfg.pinned && v->weight_bytes > 0;
 }
 
+/* Bytes a model with live KV caches may still lose before its next pass:
+ * what the copy engine brings back within max_stall (no bound when unset
+ * or before any copy was timed). */
+static size_t stall_budget(const res_t *r, const res_model_t *v)
+{
+    if (r->max_stall_s <= 0 || r->bw <= 0)
+        return SIZE_MAX;
+    size_t b = (size_t)(r->max_stall_s * r->bw);
+    return b > v->stolen ? b - v->stolen : 0;
+}
+
 /* GreedyDual-Size-Frequency: value of keeping m per byte of pool. */
 static void touch(res_t *r, res_model_t *m)
 {
@@ -304,12 +342,27 @@ static void touch(res_t *r, res_model_t *m)
     m->h = r->L + m->freq * prio * cost / bytes * 1e9;
 }
 
+/* Which victims a tier takes: 0 idle models (no live KV caches) with no
+ * copy in flight; 1 idle models whose page-in is under way (unmapping waits
+ * for the copy); 2, the last resort, models whose running sequences are
+ * paused between passes, while their next tail segment fits the stall
+ * budget. */
+static int in_tier(const res_t *r, const res_model_t *v, int tier)
+{
+    if (tier < 2)
+        return v->n_kv == 0 && (v->n_inflight > 0) == tier;
+    int64_t s = tail_seg(v, 0, v->sm->n_segs);
+    return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v);
+}
+
+/* The cheapest victim (GreedyDual) of the first tier that has one. */
 static res_model_t *pick_victim(res_t *r, const res_model_t *except)
 {
     res_model_t *best = NULL;
-    for (res_model_t *v = r->models; v; v = v->next)
-        if (v != except && evictable(v) && (!best || v->h < best->h))
-            best = v;
+    for (int tier = 0; tier < 3 && !best; tier++)
+        for (res_model_t *v = r->models; v; v = v->next)
+            if (v != except && evictable(v) && in_tier(r, v, tier) && (!best || v->h < best->h))
+                best = v;
     return best;
 }
 
@@ -324,6 +377,8 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need)
         int64_t s = tail_seg(v, 0, v->sm->n_segs);
         /* a victim with live KV caches has sequences paused mid-generation:
          * that is preemption (their caches stay; the weights come back) */
+        if (v->n_kv > 0)
+            v->stolen += v->sm->segs[s].span;
         int rc = evict_seg(r, v, (uint32_t)s,
                            v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
         if (rc)
@@ -365,6 +420,9 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     }
     sg->state = RES_SEG_INFLIGHT;
     sg->timed = 0;
+    r->q_bytes += ss->span;
+    sg->q_end = r->q_bytes;
+    m->n_inflight++;
     m->st.total_page_ins++;
     m->st.total_bytes_in += ss->span;
     update_gauges(m);
@@ -553,6 +611,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     settle(r, m); /* drops copies that failed: they are paged in again below */
     set_err(m, 0, "%s", "");
     m->running++;
+    m->stolen = 0;
     touch(r, m);
     if (r->be->zero_copy) {
         m->st.total_hits++;
@@ -561,7 +620,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     }
     int miss = 0;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
-        miss |= m->segs[s].state == RES_SEG_ABSENT;
+        miss |= m->segs[s].state != RES_SEG_RESIDENT;
     if (miss)
         m->st.total_misses++;
     else
@@ -687,6 +746,53 @@ static int hook_wait(void *ctx, uint32_t seg)
         }
     }
     return 0;
+}
+
+double res_ready_in(res_t *r, res_model_t *m, double compute_s)
+{
+    if (r->be->zero_copy)
+        return 0;
+    for (res_model_t *v = r->models; v; v = v->next)
+        settle(r, v); /* how far the copy engine's FIFO has come */
+    double worst = 0, image = (double)m->sm->image_bytes;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
+        const res_seg_t *sg = &m->segs[s];
+        if (sg->state == RES_SEG_ABSENT)
+            return INFINITY;
+        if (sg->state != RES_SEG_INFLIGHT)
+            continue;
+        if (r->bw <= 0)
+            return RES_POLL_S; /* no copy timed yet: wait for them all */
+        /* lands after the bytes queued before it (the one being copied
+         * counted whole: an estimate on the late side) */
+        double lands = (double)(sg->q_end - r->landed_q) / r->bw;
+        double needed = compute_s * (double)m->sm->segs[s].off / image;
+        if (lands - needed > worst)
+            worst = lands - needed;
+    }
+    return worst;
+}
+
+int res_inflight(const res_model_t *m)
+{
+    return m->n_inflight;
+}
+
+int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
+{
+    uint32_t seg = 0;
+    while (seg + 1 < m->sm->n_segs && m->segs[seg].state != RES_SEG_INFLIGHT)
+        seg++;
+    m->st.total_device_errors++;
+    set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
+            "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+    snprintf(err, errlen, "%s", m->err);
+    return RES_ERR_TIMEOUT;
+}
+
+void res_set_max_stall(res_t *r, double seconds)
+{
+    r->max_stall_s = seconds > 0 ? seconds : 0;
 }
 
 int res_last_error(const res_model_t *m, const char **msg)

@@ -72,6 +72,25 @@ void res_release(res_t *r, res_model_t *m);
 const model_weights_t *res_weights(const res_model_t *m);
 fwd_hooks_t res_hooks(res_model_t *m);
 
+/* Seconds until a pass of m can start without waiting on a copy longer
+ * than the compute ahead of it covers (PipeSwitch: layer i is needed
+ * compute_s * offset_i / image after the pass starts, and lands when the
+ * copy engine's FIFO reaches it at the measured bandwidth): 0 = runnable
+ * now; INFINITY while a segment is not even queued (the model streams, or
+ * its page-in could not be queued whole). Never blocks. */
+double res_ready_in(res_t *r, res_model_t *m, double compute_s);
+/* Segments of m whose copy is queued and has not landed. */
+int res_inflight(const res_model_t *m);
+/* The caller saw none of m's copies land for the copy timeout: counted as a
+ * device error; RES_ERR_TIMEOUT and the message (the copies stay queued and
+ * land, or fail, on their own). */
+int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen);
+/* Bound on what a model with live KV caches (running sequences paused
+ * between passes) may lose to others: what the copy engine brings back in
+ * seconds (0 = no bound). Such models are victims only when no idle one is
+ * left. */
+void res_set_max_stall(res_t *r, double seconds);
+
 /* The RES_ERR_* code and message of the last failure of m since its last
  * res_acquire (page-in, copy, map or timeout), 0 and "" if none. */
 int res_last_error(const res_model_t *m, const char **msg);

@@ -128,6 +128,7 @@ sched_cfg_t wk_sched_cfg_of(const cfg_t *c)
     return (sched_cfg_t){
         .policy = c->scheduler.policy == CFG_POLICY_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE,
         .max_wait_s = c->scheduler.max_wait_ms / 1e3,
+        .max_stall_s = c->scheduler.max_stall_ms / 1e3,
         .quantum = c->scheduler.quantum,
         .min_quantum_s = 0.05,
         .queue_limit = c->scheduler.queue_limit,
@@ -178,8 +179,10 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     if (w->store)
         store_set_progress(w->store, wk_load_progress, w);
     w->res = res_new(w->be, berr, sizeof berr);
-    if (w->res)
+    if (w->res) {
         res_set_copy_timeout(w->res, (double)cfg->device.copy_timeout_ms / 1e3);
+        res_set_max_stall(w->res, cfg->scheduler.max_stall_ms / 1e3);
+    }
     sched_cfg_t sc = wk_sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
     w->fwd = fwd_new(w->be);
@@ -210,7 +213,7 @@ static void process_inbox(wk_t *w, wk_in_t *in)
     while (in) {
         wk_in_t *nx = in->next;
         switch (in->kind) {
-        case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req); break;
+        case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req, in->t_recv); break;
         case IN_CANCEL_CONN: wk_cancel_where(w, in->conn, NULL, 1); break;
         case IN_RELOAD: wk_apply_reload(w, in->cfg); break;
         case IN_DRAIN: w->draining = 1; break;
@@ -270,10 +273,12 @@ static void *worker_main(void *arg)
         wk_beat(w);
         pthread_mutex_lock(&w->mu);
         int idle = wk_in_flight(w) == 0 && !w->loads;
-        if (idle && !w->in_head && !w->stop) {
+        /* idle, or nothing could step (page-ins landing): sleep, woken by the inbox */
+        double nap = idle ? WK_IDLE_WAIT_MS / 1e3 : w->nap_s;
+        if (nap > 0 && !w->in_head && !w->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += WK_IDLE_WAIT_MS * 1000000L;
+            ts.tv_nsec += (long)(nap * 1e9);
             ts.tv_sec += ts.tv_nsec / 1000000000L;
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
@@ -290,7 +295,7 @@ static void *worker_main(void *arg)
         process_inbox(w, in);
         if (w->loads)
             wk_admin_poll_loads(w);
-        wk_round(w);
+        w->nap_s = wk_round(w);
         wk_reap_removed(w);
         update_status(w);
         drain_check(w);
@@ -320,6 +325,7 @@ void wk_submit(wk_t *w, uint64_t conn, int admin, proto_req_t *req)
         return;
     }
     in->kind = IN_REQ;
+    in->t_recv = wk_now();
     in->conn = conn;
     in->admin = admin;
     in->req = *req;

@@ -134,7 +134,7 @@ static int admin_global(wk_t *w, uint64_t conn, const proto_req_t *req)
     }
 }
 
-static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi)
+static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, double t_recv)
 {
     wk_model_t *m = w->models[mi];
     char err[512];
@@ -151,8 +151,10 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi)
                       m->name, m->sm->image_bytes / 1048576.0, q / 1048576.0);
         return;
     }
+    wk_pagein_begin(w, mi, t_recv, 1);
     int prc = res_prefetch(w->res, m->rm, 1, err, sizeof err);
     if (prc) {
+        m->paging_since = 0;
         wk_send_error(w, conn, req->id, wk_device_error_code(prc), "%s", err);
         return;
     }
@@ -163,7 +165,7 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi)
     l->conn = conn;
     l->id = req->id ? json_incref(req->id) : NULL;
     l->stream = req->stream;
-    l->t0 = wk_now();
+    l->t0 = t_recv;
     stats_res_t st;
     res_model_stats(w->res, m->rm, &st);
     l->device_errors = st.total_device_errors;
@@ -207,7 +209,7 @@ static void admin_pin(wk_t *w, uint64_t conn, const proto_req_t *req, wk_model_t
     wk_send_ok(w, conn, req->id, json_pack("{s:s, s:b}", "model", m->name, "pinned", m->cfg.pinned));
 }
 
-void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
+void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
     if (admin_global(w, conn, req))
         return;
@@ -216,7 +218,7 @@ void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req)
         return;
     wk_model_t *m = w->models[mi];
     switch (req->op) {
-    case PROTO_OP_LOAD: admin_load(w, conn, req, mi); break;
+    case PROTO_OP_LOAD: admin_load(w, conn, req, mi, t_recv); break;
     case PROTO_OP_EVICT: admin_evict(w, conn, req, m); break;
     case PROTO_OP_PIN:
     case PROTO_OP_UNPIN: admin_pin(w, conn, req, m); break;
@@ -255,6 +257,8 @@ void wk_admin_poll_loads(wk_t *w)
                 res_last_error(m->rm, &why);
             else if (res_prefetch(w->res, m->rm, 1, err, sizeof err))
                 res_last_error(m->rm, &why);
+            else if (!m->paging_since && res_inflight(m->rm) > 0)
+                wk_pagein_begin(w, l->model, wk_now(), 1); /* requests arriving now wait for it */
             if (!why) {
                 pp = &l->next;
                 continue;

@@ -40,9 +40,13 @@ typedef struct wk_seq {
     size_t sent;            /* bytes of text already streamed */
     int32_t last;           /* token to feed next step */
     int stopped_on_string;
-    double t_arrival, t_admit, t_first;
-    double swap_s;          /* time this request's steps waited on page-in */
-    int swapped;
+    double t_arrival;       /* wk_now() when the loop received the request */
+    double t_admit;         /* when its first pass started (it got its KV cache) */
+    double t_first;         /* when its first token was sampled */
+    double swap_s;          /* s its first token was held up by its model's page-in: waiting
+                               for it before the first pass, and on copies within that pass */
+    double swap_wait_s;     /* the part of swap_s before its first pass */
+    int swapped;            /* it waited for a page-in (swap_s counts) */
     struct wk_seq *next_active;
 } wk_seq_t;
 
@@ -56,6 +60,14 @@ typedef struct wk_model {
     wk_seq_t *active;       /* admitted sequences */
     uint32_t n_active;
     double swap_in_s;       /* last measured full page-in time */
+    double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on
+                               the copy engine and the model cannot run yet */
+    int paging_evict;       /* that page-in may evict idle models (not a prefetch) */
+    uint64_t paging_errors; /* its total_device_errors when the page-in started */
+    int paging_inflight;    /* segments in flight when last looked, -1 = not yet */
+    double paging_moved;    /* when that count last changed (copy timeout) */
+    double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
+    double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
     stats_svc_t svc;
     stats_hist_t ttft, latency, queue, swap;
@@ -65,6 +77,7 @@ typedef enum in_kind { IN_REQ = 1, IN_CANCEL_CONN, IN_RELOAD, IN_DRAIN } in_kind
 
 typedef struct wk_in {
     in_kind_t kind;
+    double t_recv;          /* wk_now() when the loop handed it over */
     uint64_t conn;
     int admin;
     proto_req_t req;
@@ -77,7 +90,7 @@ typedef struct wk_load {
     uint64_t conn;
     json_t *id;
     int stream;
-    double t0;
+    double t0;              /* when the load request was received */
     size_t last_bytes;
     uint64_t device_errors; /* the model's count when the load began */
     struct wk_load *next;
@@ -95,6 +108,7 @@ struct wk {
     int n_models;           /* slots used (some may be NULL after reloads) */
     wk_load_t *loads;
     double t_start;
+    double nap_s;           /* how long the loop may sleep before the next round (0 = none) */
 
     pthread_t thread;
     int started;
@@ -145,7 +159,7 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t);
 int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req);
 int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent);
 /* One request from the inbox (admin ones go to wk_admin_op); frees req. */
-void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req);
+void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t_recv);
 
 /* ------------------------------------------------------------------ worker_report.c */
 
@@ -159,7 +173,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c);
 void wk_model_free(wk_t *w, wk_model_t *m); /* accepts NULL */
 void wk_load_progress(void *ctx, const char *name, size_t done, size_t total);
 proto_err_t wk_device_error_code(int res_err);
-void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req);
+void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv);
 void wk_admin_poll_loads(wk_t *w);
 void wk_apply_reload(wk_t *w, const cfg_t *next);
 void wk_reap_removed(wk_t *w);
@@ -167,7 +181,12 @@ void wk_reap_removed(wk_t *w);
 /* ------------------------------------------------------------------ worker_step.c */
 
 uint32_t wk_active_total(const wk_t *w);
-/* One scheduling round: ask the scheduler, step the chosen model, prefetch. */
-void wk_round(wk_t *w);
+/* A page-in of model mi is on the copy engine from now (started by the
+ * scheduler's choice, a prefetch or an admin load; evict: it may evict). */
+void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
+/* One scheduling round: follow the page-ins under way, ask the scheduler,
+ * step the chosen model or start its page-in, prefetch. Returns how long the
+ * loop may sleep before the next one (0 when it stepped). */
+double wk_round(wk_t *w);
 
 #endif

@@ -64,8 +64,9 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
         wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, -1));
         s->sent = s->text_len;
     }
+    double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
     proto_timing_t tm = {
-        .queue_ms = ((s->t_admit ? s->t_admit : t) - s->t_arrival) * 1e3,
+        .queue_ms = (queued > 0 ? queued : 0) * 1e3,
         .swap_ms = s->swap_s * 1e3,
         .ttft_ms = s->t_first ? (s->t_first - s->t_arrival) * 1e3 : 0,
         .total_ms = (t - s->t_arrival) * 1e3,
@@ -311,7 +312,7 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 }
 
 /* Validates and queues a generate/chat request. */
-static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
+static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
     int mi = wk_named_model(w, conn, req);
     if (mi < 0) {
@@ -335,7 +336,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
     s->conn = conn;
     s->id = s->req.id ? json_incref(s->req.id) : NULL;
     s->model = mi;
-    s->t_arrival = wk_now();
+    s->t_arrival = t_recv;
     if (seq_prompt(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m)) {
         wk_seq_free(w, s);
         return;
@@ -402,17 +403,17 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
 
 /* ------------------------------------------------------------------ inbox */
 
-void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req)
+void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t_recv)
 {
     if (admin) {
-        wk_admin_op(w, conn, req);
+        wk_admin_op(w, conn, req, t_recv);
         proto_req_free(req);
         return;
     }
     switch (req->op) {
     case PROTO_OP_GENERATE:
     case PROTO_OP_CHAT:
-        submit_gen(w, conn, req);
+        submit_gen(w, conn, req, t_recv);
         return;
     case PROTO_OP_MODELS:
         wk_send_ok(w, conn, req->id, wk_report_models(w, 0));

@@ -44,6 +44,8 @@ static void build_views(wk_t *w, sched_model_view_t *views)
         views[i].swap_in_s = m->swap_in_s;
         views[i].priority = m->cfg.priority;
         views[i].can_admit = can_admit(w, i, n_active_all);
+        views[i].loading = m->paging_since > 0;
+        views[i].last_step = m->last_step;
     }
 }
 
@@ -69,10 +71,9 @@ static int timed_wait(void *ctx, uint32_t seg)
 /* The model could not be paged in: what was to run now fails (the active
  * sequences and those this pass would admit); the rest stay queued for a
  * later pass, and other models go on. */
-static void step_acquire_failed(wk_t *w, int mi, uint32_t admit, int arc, const char *err)
+static void step_failed(wk_t *w, int mi, uint32_t admit, proto_err_t code, const char *err)
 {
     wk_model_t *m = w->models[mi];
-    proto_err_t code = wk_device_error_code(arc);
     for (wk_seq_t *s = m->active, *nx; s; s = nx) {
         nx = s->next_active;
         wk_seq_fail(w, s, code, err);
@@ -157,6 +158,8 @@ typedef struct step_pass {
     float *logits;
     timed_hooks_t th;
     stats_res_t before;
+    int cold;       /* the model was not wholly resident when the pass began */
+    double t_end;   /* when the pass ended */
     int rc;
     char err[512];
 } step_pass_t;
@@ -188,13 +191,19 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
     }
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
+    double t0 = wk_now();
     p->rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
                     sizeof p->err);
+    p->t_end = wk_now();
+    double compute = p->t_end - t0 - p->th.waited;
+    if (!p->rc && compute > 0)
+        m->pass_s = m->pass_s > 0 ? 0.8 * m->pass_s + 0.2 * compute : compute;
+    m->last_step = p->t_end;
     return 0;
 }
 
-/* After the pass: the measured swap-in time and the swap histogram; 1 if
- * the pass paged something in. */
+/* After the pass: the measured swap-in time (a model streaming its layers);
+ * 1 if the pass paged something in. */
 static int step_account(wk_t *w, wk_model_t *m, const step_pass_t *p)
 {
     stats_res_t after;
@@ -204,8 +213,6 @@ static int step_account(wk_t *w, wk_model_t *m, const step_pass_t *p)
     if (paged && res_fully_resident(w->res, m->rm) && after.total_copy_ns > b->total_copy_ns)
         m->swap_in_s = (double)m->sm->image_bytes / (double)(after.total_bytes_in -
                        b->total_bytes_in) * (after.total_copy_ns - b->total_copy_ns) / 1e9;
-    if (paged)
-        stats_hist_add(&m->swap, p->th.waited * 1e3);
     m->svc.total_steps++;
     return paged;
 }
@@ -213,7 +220,7 @@ static int step_account(wk_t *w, wk_model_t *m, const step_pass_t *p)
 /* Each sequence of the pass: its error, or its token sampled and streamed. */
 static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
 {
-    double t = wk_now();
+    double t = p->t_end;
     for (uint32_t i = 0; i < p->n; i++) {
         wk_seq_t *s = p->order[i];
         if (p->rc) {
@@ -225,10 +232,16 @@ static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
                         : rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, p->err);
             continue;
         }
-        s->swap_s += p->th.waited;
-        if (s->n_gen == 0 && paged) {
-            s->swapped = 1;
-            m->svc.total_swapped_requests++;
+        if (s->n_gen == 0) {
+            /* its first token: held up by the copies this pass waited on */
+            if (p->cold || paged) {
+                s->swap_s += p->th.waited;
+                s->swapped = 1;
+            }
+            if (s->swapped) {
+                m->svc.total_swapped_requests++;
+                stats_hist_add(&m->swap, s->swap_s * 1e3);
+            }
         }
         wk_seq_token(w, s, p->fs[i].logits, t);
     }
@@ -242,9 +255,10 @@ static void step(wk_t *w, int mi, uint32_t admit)
     char err[512];
     step_pass_t p = {0};
     res_model_stats(w->res, m->rm, &p.before);
+    p.cold = !res_fully_resident(w->res, m->rm);
     int arc = res_acquire(w->res, m->rm, err, sizeof err);
     if (arc) {
-        step_acquire_failed(w, mi, admit, arc, err);
+        step_failed(w, mi, admit, wk_device_error_code(arc), err);
         return;
     }
     wk_seq_t *fresh = step_admit(w, mi, admit);
@@ -260,18 +274,161 @@ static void step(wk_t *w, int mi, uint32_t admit)
     pass_free(&p);
 }
 
+/* ------------------------------------------------------------------ page-ins */
+
+/* The most the loop sleeps while a page-in lands (new requests wake it). */
+#define WK_NAP_MAX_S 0.002
+
+void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
+{
+    wk_model_t *m = w->models[mi];
+    if (m->paging_since > 0) {
+        m->paging_evict |= evict;
+        return;
+    }
+    stats_res_t st;
+    res_model_stats(w->res, m->rm, &st);
+    m->paging_since = now > 0 ? now : 1e-9;
+    m->paging_evict = evict;
+    m->paging_errors = st.total_device_errors;
+    m->paging_inflight = -1;
+    m->paging_moved = now;
+}
+
+/* The page-in is over (the model can run, or streams the rest): every
+ * request of it still waiting for its first token was held up by it from
+ * its arrival or the page-in's start, whichever came later. */
+static void pagein_end(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    double since = m->paging_since;
+    m->paging_since = 0;
+    if (now > since)
+        m->swap_in_s = now - since;
+    for (sched_item_t *it = sched_peek(w->sched, mi); it; it = it->next) {
+        wk_seq_t *s = it->user;
+        double held = now - (s->t_arrival > since ? s->t_arrival : since);
+        if (held > 0) {
+            s->swap_s += held;
+            s->swap_wait_s += held;
+            s->swapped = 1;
+        }
+    }
+}
+
+/* The page-in failed (a copy failed or took past device.copy_timeout):
+ * what was waiting for it fails as a pass waiting on it would. */
+static void pagein_fail(wk_t *w, int mi, proto_err_t code, const char *msg)
+{
+    wk_model_t *m = w->models[mi];
+    m->paging_since = 0;
+    uint32_t room = m->cfg.max_batch > m->n_active ? m->cfg.max_batch - m->n_active : 1;
+    step_failed(w, mi, room, code, msg);
+}
+
+/* Where the page-in of mi stands: 0 when the model can run now (page-in
+ * over), -1 when it failed (its waiting requests answered), else seconds
+ * until it may. Never blocks. */
+static double pagein_poll(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    char err[512];
+    stats_res_t st;
+    res_model_stats(w->res, m->rm, &st);
+    if (st.total_device_errors != m->paging_errors) {
+        const char *why;
+        int rerr = res_last_error(m->rm, &why);
+        snprintf(err, sizeof err, "%s", *why ? why : "a copy to the device failed");
+        pagein_fail(w, mi, rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, err);
+        return -1;
+    }
+    double in = res_ready_in(w->res, m->rm, m->pass_s);
+    int n = res_inflight(m->rm);
+    if (n != m->paging_inflight) {
+        m->paging_inflight = n;
+        m->paging_moved = now;
+    }
+    double timeout = (double)w->cfg->device.copy_timeout_ms / 1e3;
+    if (in > 0 && n > 0 && now - m->paging_moved > timeout) {
+        pagein_fail(w, mi, wk_device_error_code(res_copy_overdue(w->res, m->rm, err, sizeof err)), err);
+        return -1;
+    }
+    if (in > 0 && n == 0) {
+        /* segments not queued: room may have come free; else it streams */
+        int rc = res_prefetch(w->res, m->rm, m->paging_evict, err, sizeof err);
+        if (rc) {
+            pagein_fail(w, mi, wk_device_error_code(rc), err);
+            return -1;
+        }
+        if (res_inflight(m->rm) == 0)
+            in = 0;
+    }
+    if (in == 0)
+        pagein_end(w, mi, now);
+    return in;
+}
+
+/* The scheduler chose mi and it is not resident: 1 when its pass can start
+ * now (covered, or it streams what does not fit), 0 when its page-in now
+ * runs on the copy engine (or failed, answered). */
+static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
+{
+    wk_model_t *m = w->models[mi];
+    if (res_ready_in(w->res, m->rm, m->pass_s) == 0)
+        return 1;
+    char err[512];
+    wk_pagein_begin(w, mi, now, 1);
+    int rc = res_prefetch(w->res, m->rm, 1, err, sizeof err);
+    if (rc) {
+        m->paging_since = 0;
+        step_failed(w, mi, admit, wk_device_error_code(rc), err);
+        return 0;
+    }
+    return pagein_poll(w, mi, now) == 0;
+}
+
 /* ------------------------------------------------------------------ round */
 
-void wk_round(wk_t *w)
+/* The page-ins under way; returns the soonest one may end (a nap bound). */
+static double poll_pageins(wk_t *w, double now)
 {
+    double nap = WK_NAP_MAX_S;
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (m && m->rm && m->paging_since > 0) {
+            double in = pagein_poll(w, i, now);
+            if (in < nap)
+                nap = in > 0 ? in : 0;
+        }
+    }
+    return nap;
+}
+
+static void prefetch(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    if (!m || !m->rm || m->paging_since > 0)
+        return;
+    char err[256];
+    res_prefetch(w->res, m->rm, 0, err, sizeof err);
+    if (res_inflight(m->rm) > 0)
+        wk_pagein_begin(w, mi, now, 0); /* its requests wait for this page-in now */
+}
+
+double wk_round(wk_t *w)
+{
+    double now = wk_now();
+    double nap = poll_pageins(w, now);
     sched_model_view_t views[WK_MAX_MODELS];
     build_views(w, views);
     sched_plan_t plan;
-    sched_next(w->sched, wk_now(), views, &plan);
-    if (plan.model >= 0)
+    sched_next(w->sched, now, views, &plan);
+    int stepped = 0;
+    if (plan.model >= 0 && (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
         step(w, plan.model, plan.admit);
-    if (plan.prefetch >= 0 && w->models[plan.prefetch] && w->models[plan.prefetch]->rm) {
-        char err[256];
-        res_prefetch(w->res, w->models[plan.prefetch]->rm, 0, err, sizeof err);
+        stepped = 1;
     }
+    if (plan.prefetch >= 0)
+        prefetch(w, plan.prefetch, wk_now());
+    return stepped ? 0 : nap;
 }
