@@ -20,6 +20,7 @@ typedef struct res_seg {
     int timed;           /* copy time already added to the counters */
     be_copy_times_t t;
     uint64_t q_end;      /* bytes ever queued on the copy engine when its copy was queued, itself included */
+    size_t q_span;       /* bytes of that copy */
 } res_seg_t;
 
 typedef struct res_kv {
@@ -42,6 +43,8 @@ struct res_model {
     int running;
     int n_kv;
     int n_inflight;          /* segments whose copy is queued and not settled */
+    size_t inflight_bytes;   /* their spans */
+    int wanted;              /* the caller has work queued for it (res_set_wanted) */
     size_t stolen;           /* bytes evicted while it had live KV caches, since its last pass */
     double freq;             /* uses, for the GreedyDual score */
     double h;                /* GreedyDual value: lowest goes first */
@@ -218,6 +221,7 @@ static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
 static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
 {
     m->n_inflight--;
+    m->inflight_bytes -= sg->q_span;
     if (sg->q_end > r->landed_q)
         r->landed_q = sg->q_end;
     double d = sg->timed ? sg->t.end - sg->t.start : 0;
@@ -342,35 +346,39 @@ static void touch(res_t *r, res_model_t *m)
     m->h = r->L + m->freq * prio * cost / bytes * 1e9;
 }
 
-/* Which victims a tier takes: 0 idle models (no live KV caches) with no
- * copy in flight; 1 idle models whose page-in is under way (unmapping waits
- * for the copy); 2, the last resort, models whose running sequences are
- * paused between passes, while their next tail segment fits the stall
- * budget. */
+/* Which victims a tier takes: 0 idle models (no live KV caches, no copy
+ * in flight) nobody waits for; 1 idle models with work queued; 2 idle
+ * models whose page-in is under way (unmapping waits for the copy); 3, the
+ * last resort, models whose running sequences are paused between passes,
+ * while their next tail segment fits the stall budget. */
+#define RES_TIERS 4
 static int in_tier(const res_t *r, const res_model_t *v, int tier)
 {
     if (tier < 2)
-        return v->n_kv == 0 && (v->n_inflight > 0) == tier;
+        return v->n_kv == 0 && v->n_inflight == 0 && v->wanted == tier;
+    if (tier == 2)
+        return v->n_kv == 0 && v->n_inflight > 0;
     int64_t s = tail_seg(v, 0, v->sm->n_segs);
     return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v);
 }
 
-/* The cheapest victim (GreedyDual) of the first tier that has one. */
-static res_model_t *pick_victim(res_t *r, const res_model_t *except)
+/* The cheapest victim (GreedyDual) of the first tier below tiers that has one. */
+static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers)
 {
     res_model_t *best = NULL;
-    for (int tier = 0; tier < 3 && !best; tier++)
+    for (int tier = 0; tier < tiers && !best; tier++)
         for (res_model_t *v = r->models; v; v = v->next)
             if (v != except && evictable(v) && in_tier(r, v, tier) && (!best || v->h < best->h))
                 best = v;
     return best;
 }
 
-/* Free pages by evicting idle models tail-first until need pages are free. */
-static int make_room_others(res_t *r, const res_model_t *m, size_t need)
+/* Free pages by evicting other models tail-first (victims from the first
+ * tiers only) until need pages are free. */
+static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers)
 {
     while (r->free_pages < need) {
-        res_model_t *v = pick_victim(r, m);
+        res_model_t *v = pick_victim(r, m, tiers);
         if (!v)
             return RES_ERR_NOSPACE;
         r->L = v->h > r->L ? v->h : r->L;
@@ -422,7 +430,9 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     sg->timed = 0;
     r->q_bytes += ss->span;
     sg->q_end = r->q_bytes;
+    sg->q_span = ss->span;
     m->n_inflight++;
+    m->inflight_bytes += ss->span;
     m->st.total_page_ins++;
     m->st.total_bytes_in += ss->span;
     update_gauges(m);
@@ -431,11 +441,13 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
 
 /* Page in missing segments in order while they fit the quota and the pool
  * (evicting idle models when evict is set). Stops at the first that does not. */
-static int page_in_prefix(res_t *r, res_model_t *m, int evict)
+static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
 {
     for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         if (m->segs[s].state != RES_SEG_ABSENT)
             continue;
+        if (ahead && m->inflight_bytes >= ahead)
+            return 0; /* enough queued for now: the rest in a later call */
         size_t span = m->sm->segs[s].span;
         if (res_model_bytes(m) + span > quota_of(r, m))
             return 0;
@@ -443,7 +455,7 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict)
         if (r->free_pages < need) {
             if (!evict)
                 return 0;
-            int rc = make_room_others(r, m, need);
+            int rc = make_room_others(r, m, need, evict == RES_EVICT_UNWANTED ? 1 : RES_TIERS);
             if (rc == RES_ERR_NOSPACE)
                 return 0;
             if (rc)
@@ -625,7 +637,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
         m->st.total_misses++;
     else
         m->st.total_hits++;
-    int rc = page_in_prefix(r, m, 1);
+    int rc = page_in_prefix(r, m, 1, 0);
     update_gauges(m);
     if (rc) {
         err_report(r, m, "page-in", err, errlen);
@@ -645,12 +657,17 @@ void res_release(res_t *r, res_model_t *m)
 
 int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen)
 {
+    return res_prefetch_ahead(r, m, evict, 0, err, errlen);
+}
+
+int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen)
+{
     if (r->be->zero_copy)
         return RES_OK;
     settle(r, m);
     touch(r, m);
     set_err(m, 0, "%s", "");
-    int rc = page_in_prefix(r, m, evict);
+    int rc = page_in_prefix(r, m, evict, ahead);
     if (rc)
         err_report(r, m, "prefetch", err, errlen);
     return rc;
@@ -692,7 +709,7 @@ static int hook_wait(void *ctx, uint32_t seg)
             int over_quota = res_model_bytes(m) + span > quota_of(r, m);
             if (!over_quota && r->free_pages >= need)
                 break;
-            if (!over_quota && make_room_others(r, m, need) == 0)
+            if (!over_quota && make_room_others(r, m, need, RES_TIERS) == 0)
                 break;
             int64_t own = tail_seg(m, 1, seg);
             if (own < 0)
@@ -773,6 +790,15 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     return worst;
 }
 
+size_t res_pagein_window(const res_model_t *m)
+{
+    size_t mx = 0;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        if (m->sm->segs[s].span > mx)
+            mx = m->sm->segs[s].span;
+    return 2 * mx;
+}
+
 int res_inflight(const res_model_t *m)
 {
     return m->n_inflight;
@@ -788,6 +814,11 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
             "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
     snprintf(err, errlen, "%s", m->err);
     return RES_ERR_TIMEOUT;
+}
+
+void res_set_wanted(res_model_t *m, int wanted)
+{
+    m->wanted = wanted != 0;
 }
 
 void res_set_max_stall(res_t *r, double seconds)
@@ -895,7 +926,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             return RES_ERR_DEVICE;
     }
     /* capacity: idle models first, then this model's own tail (it streams) */
-    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page)) {
+    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
             snprintf(err, errlen, "model '%s': no device memory for the KV cache (the pool is "

@@ -97,9 +97,26 @@ int res_last_error(const res_model_t *m, const char **msg);
 /* How long a pass waits for one segment's copy (default 30 s). */
 void res_set_copy_timeout(res_t *r, double seconds);
 
-/* Page in what fits without evicting anything (prefetch into free pages)
- * or, with evict = 1, evicting idle models as acquire does. Not running. */
+/* What res_prefetch may evict to make room. */
+enum {
+    RES_EVICT_NONE = 0,     /* free pages only */
+    RES_EVICT_ANY = 1,      /* as acquire does: idle models first, running ones last */
+    RES_EVICT_UNWANTED = 2, /* only idle models nobody has work for (res_set_wanted) */
+};
+/* Page in what fits, evicting as evict (RES_EVICT_*) allows; the copies
+ * are queued, nothing waits for them. Not running. */
 int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen);
+/* res_prefetch a little at a time: queues segments only while m's copies in
+ * flight stay under ahead bytes (0 = all), so each call maps and evicts only
+ * what the copy engine reaches soon (a background page-in's host work is
+ * spread over the caller's rounds). */
+int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen);
+/* The most a model's copies in flight hold when queued by res_prefetch_ahead
+ * with ahead = res_pagein_window(m): its two largest segments' worth. */
+size_t res_pagein_window(const res_model_t *m);
+/* Whether the caller has work queued for m: an idle model nobody waits for
+ * is the first victim. */
+void res_set_wanted(res_model_t *m, int wanted);
 /* Evict up to max_segs segments tail-first (0 = all). RES_ERR_BUSY if running. */
 int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs);
 

@@ -151,8 +151,8 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
                       m->name, m->sm->image_bytes / 1048576.0, q / 1048576.0);
         return;
     }
-    wk_pagein_begin(w, mi, t_recv, 1);
-    int prc = res_prefetch(w->res, m->rm, 1, err, sizeof err);
+    wk_pagein_begin(w, mi, t_recv, RES_EVICT_ANY);
+    int prc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, res_pagein_window(m->rm), err, sizeof err);
     if (prc) {
         m->paging_since = 0;
         wk_send_error(w, conn, req->id, wk_device_error_code(prc), "%s", err);
@@ -255,10 +255,11 @@ void wk_admin_poll_loads(wk_t *w)
             const char *why = NULL;
             if (st.total_device_errors - l->device_errors >= WK_LOAD_RETRIES)
                 res_last_error(m->rm, &why);
-            else if (res_prefetch(w->res, m->rm, 1, err, sizeof err))
+            else if (res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, res_pagein_window(m->rm), err,
+                                        sizeof err))
                 res_last_error(m->rm, &why);
             else if (!m->paging_since && res_inflight(m->rm) > 0)
-                wk_pagein_begin(w, l->model, wk_now(), 1); /* requests arriving now wait for it */
+                wk_pagein_begin(w, l->model, wk_now(), RES_EVICT_ANY); /* requests now wait for it */
             if (!why) {
                 pp = &l->next;
                 continue;

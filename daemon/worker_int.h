@@ -62,7 +62,7 @@ typedef struct wk_model {
     double swap_in_s;       /* last measured full page-in time */
     double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on
                                the copy engine and the model cannot run yet */
-    int paging_evict;       /* that page-in may evict idle models (not a prefetch) */
+    int paging_evict;       /* what that page-in may evict (RES_EVICT_*) */
     uint64_t paging_errors; /* its total_device_errors when the page-in started */
     int paging_inflight;    /* segments in flight when last looked, -1 = not yet */
     double paging_moved;    /* when that count last changed (copy timeout) */
@@ -182,7 +182,7 @@ void wk_reap_removed(wk_t *w);
 
 uint32_t wk_active_total(const wk_t *w);
 /* A page-in of model mi is on the copy engine from now (started by the
- * scheduler's choice, a prefetch or an admin load; evict: it may evict). */
+ * scheduler's choice, a prefetch or an admin load; evict: RES_EVICT_*). */
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
 /* One scheduling round: follow the page-ins under way, ask the scheduler,
  * step the chosen model or start its page-in, prefetch. Returns how long the

@@ -61,7 +61,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
     if (np > 0 && !s->stopped_on_string)
         text_append(s, piece, (size_t)np);
     if (s->req.stream && s->text_len > s->sent) {
-        wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, -1));
+        wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, -1, t));
         s->sent = s->text_len;
     }
     double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
@@ -167,7 +167,7 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
 
 /* Streams what of the text can no longer become a stop string, never
  * splitting a UTF-8 character between two events. */
-static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id)
+static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t)
 {
     size_t hold = holdback(s);
     if (s->text_len <= s->sent + hold)
@@ -177,7 +177,7 @@ static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id)
         upto--;
     char saved = s->text[upto];
     s->text[upto] = 0;
-    wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, id));
+    wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, id, t));
     s->text[upto] = saved;
     s->sent = upto;
 }
@@ -197,7 +197,7 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     int np = eog ? 0 : tok_stream_feed(&s->ts, id, piece, sizeof piece);
     int stop = np > 0 && seq_append(s, piece, (size_t)np);
     if (s->req.stream && !stop)
-        seq_stream(w, s, id);
+        seq_stream(w, s, id, t);
     if (stop)
         wk_seq_finish(w, s, "stop");
     else if (eog)

@@ -1,6 +1,7 @@
 /* worker_step: one scheduling round on the worker: the scheduler's view of every model, then one model's step in named phases (acquire, admit, grow, run, account, emit). */
 #include "worker_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ static void build_views(wk_t *w, sched_model_view_t *views)
         views[i].priority = m->cfg.priority;
         views[i].can_admit = can_admit(w, i, n_active_all);
         views[i].loading = m->paging_since > 0;
+        res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
     }
 }
@@ -283,7 +285,8 @@ void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
 {
     wk_model_t *m = w->models[mi];
     if (m->paging_since > 0) {
-        m->paging_evict |= evict;
+        if (evict == RES_EVICT_ANY)
+            m->paging_evict = evict;
         return;
     }
     stats_res_t st;
@@ -343,6 +346,18 @@ static double pagein_poll(wk_t *w, int mi, double now)
         return -1;
     }
     double in = res_ready_in(w->res, m->rm, m->pass_s);
+    if (isinf(in)) {
+        /* not all queued: the next segments, as the copy engine nears them */
+        int rc = res_prefetch_ahead(w->res, m->rm, m->paging_evict, res_pagein_window(m->rm), err,
+                                    sizeof err);
+        if (rc) {
+            pagein_fail(w, mi, wk_device_error_code(rc), err);
+            return -1;
+        }
+        in = res_ready_in(w->res, m->rm, m->pass_s);
+        if (isinf(in) && res_inflight(m->rm) == 0)
+            in = 0; /* no room for more now: it streams the rest */
+    }
     int n = res_inflight(m->rm);
     if (n != m->paging_inflight) {
         m->paging_inflight = n;
@@ -352,16 +367,6 @@ static double pagein_poll(wk_t *w, int mi, double now)
     if (in > 0 && n > 0 && now - m->paging_moved > timeout) {
         pagein_fail(w, mi, wk_device_error_code(res_copy_overdue(w->res, m->rm, err, sizeof err)), err);
         return -1;
-    }
-    if (in > 0 && n == 0) {
-        /* segments not queued: room may have come free; else it streams */
-        int rc = res_prefetch(w->res, m->rm, m->paging_evict, err, sizeof err);
-        if (rc) {
-            pagein_fail(w, mi, wk_device_error_code(rc), err);
-            return -1;
-        }
-        if (res_inflight(m->rm) == 0)
-            in = 0;
     }
     if (in == 0)
         pagein_end(w, mi, now);
@@ -377,8 +382,9 @@ static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
     if (res_ready_in(w->res, m->rm, m->pass_s) == 0)
         return 1;
     char err[512];
-    wk_pagein_begin(w, mi, now, 1);
-    int rc = res_prefetch(w->res, m->rm, 1, err, sizeof err);
+    wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
+    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, res_pagein_window(m->rm), err,
+                                sizeof err);
     if (rc) {
         m->paging_since = 0;
         step_failed(w, mi, admit, wk_device_error_code(rc), err);
@@ -409,10 +415,12 @@ static void prefetch(wk_t *w, int mi, double now)
     wk_model_t *m = w->models[mi];
     if (!m || !m->rm || m->paging_since > 0)
         return;
+    /* a page-in in the background: into free pages, or those of idle
+     * models nobody waits for */
     char err[256];
-    res_prefetch(w->res, m->rm, 0, err, sizeof err);
+    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, res_pagein_window(m->rm), err, sizeof err);
     if (res_inflight(m->rm) > 0)
-        wk_pagein_begin(w, mi, now, 0); /* its requests wait for this page-in now */
+        wk_pagein_begin(w, mi, now, RES_EVICT_UNWANTED); /* its requests wait for it now */
 }
 
 double wk_round(wk_t *w)
