@@ -45,6 +45,7 @@ struct res_model {
     int n_inflight;          /* segments whose copy is queued and not settled */
     size_t inflight_bytes;   /* their spans */
     int wanted;              /* the caller has work queued for it (res_set_wanted) */
+    int prefetch_touched;    /* a prefetch counted as a use since its last pass */
     size_t stolen;           /* bytes evicted while it had live KV caches, since its last pass */
     double freq;             /* uses, for the GreedyDual score */
     double h;                /* GreedyDual value: lowest goes first */
@@ -624,6 +625,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     set_err(m, 0, "%s", "");
     m->running++;
     m->stolen = 0;
+    m->prefetch_touched = 0;
     touch(r, m);
     if (r->be->zero_copy) {
         m->st.total_hits++;
@@ -665,7 +667,10 @@ int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *
     if (r->be->zero_copy)
         return RES_OK;
     settle(r, m);
-    touch(r, m);
+    /* one use per page-in, however many calls queue its segments */
+    if (!m->prefetch_touched)
+        touch(r, m);
+    m->prefetch_touched = 1;
     set_err(m, 0, "%s", "");
     int rc = page_in_prefix(r, m, evict, ahead);
     if (rc)
