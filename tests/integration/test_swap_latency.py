@@ -137,6 +137,13 @@ def solo_gap(d):
     return solo_gaps(d)[0]
 
 
+def first_pass(done):
+    """How long a request's first pass ran (seconds): from its start (queue and swap behind it) to
+    its first token."""
+    t = done["timing"]
+    return (t["ttft_ms"] - t["queue_ms"] - t["swap_ms"]) / 1e3
+
+
 def check_swap(done, copy, what):
     t = done["timing"]
     assert t["swapped"] is True, (what, t)
@@ -187,12 +194,14 @@ def test_a_stream_does_not_stall_while_another_model_pages_in():
             print("   a solo: step %.2f ms, largest gap %.2f ms; while b paged in (%.0f ms of copy): %d gaps, "
                   "largest %.2f ms (bound %.2f ms)" % (step * 1e3, solo * 1e3, copy * 1e3, len(during),
                                                        worst * 1e3, bound * 1e3), flush=True)
-            # b's first token: its copy time plus about one step, in every attempt
+            # b's first token: its copy time plus about one step, in every attempt. The step: once b
+            # can run, the worker ends a's step in progress, then runs b's first pass
             ttft = bd["timing"]["ttft_ms"] / 1e3
-            print("   b ttft %.1f ms, copy %.1f ms, bound %.1f ms" % (ttft * 1e3, copy * 1e3,
-                                                                   (1.2 * copy + step) * 1e3), flush=True)
+            one_step = step + first_pass(bd)
+            print("   b ttft %.1f ms, copy %.1f ms, one step %.1f ms (a %.1f + b's first pass), bound %.1f ms" % (
+                ttft * 1e3, copy * 1e3, one_step * 1e3, step * 1e3, (1.2 * copy + one_step) * 1e3), flush=True)
             assert 0.5 * COPY_S < copy < 2 * COPY_S, copy
-            assert ttft <= 1.2 * copy + step + SLACK_MS / 1e3, (ttft, copy, step)
+            assert ttft <= 1.2 * copy + one_step + SLACK_MS / 1e3, (ttft, copy, one_step)
             check_swap(bd, copy, "b, paged in by prefetch beside a running stream")
             check_stats(d)
             if worst <= bound:
@@ -243,20 +252,23 @@ def test_running_streams_never_stall_past_max_stall():
         until(lambda: len(a.ts) >= 10, 30)
         c = d.client()
         t0 = a.ts[-1]
+        other = 0  # the longest pass of another model (a first pass: prefill)
         for i, m in enumerate(["b", "c", "b"]):   # each evicts the other (idle) while a runs on
             done = c.call({"op": "generate", "id": "r%d" % i, "model": m, "tokens": PROMPT, "max_tokens": 16,
                            "temperature": 0})
             assert done.get("event") == "done", done
+            other = max(other, first_pass(done))
         c.close()
         a.cancel()
         a.wait()
+        # a's stall: a gap between two of its tokens less its own step
         gaps = [(g, end) for g, end in a.gaps() if end > t0]
         worst, at = max(gaps)
-        print("   largest gap ended %.3f s into the run; a: %r" % (at - t0, {
-            k: v for k, v in d.stats()["models"]["a"].items() if k.startswith("evictions")}), flush=True)
-        print("   a over three page-ins: %d gaps, largest %.2f ms (max_stall %d ms + one step %.2f ms)" % (
-            len(gaps), worst * 1e3, MAX_STALL_MS, solo * 1e3), flush=True)
-        assert worst <= MAX_STALL_MS / 1e3 + solo + SLACK_MS / 1e3, worst
+        stall = worst - solo
+        print("   a over three page-ins: %d gaps, largest %.2f ms (%.3f s in): a stall of %.2f ms beyond its "
+              "own step %.2f ms; bound max_stall %d ms + one step of another model %.2f ms" % (
+                  len(gaps), worst * 1e3, at - t0, stall * 1e3, solo * 1e3, MAX_STALL_MS, other * 1e3), flush=True)
+        assert stall <= MAX_STALL_MS / 1e3 + other + SLACK_MS / 1e3, (stall, other)
         st = d.stats()["models"]["a"]
         assert st["evictions_preemption"] == 0, st   # idle models gave up their pages, not a
         check_stats(d)
