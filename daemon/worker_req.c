@@ -165,14 +165,17 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
     return mi;
 }
 
-/* Streams what of the text can no longer become a stop string, never
- * splitting a UTF-8 character between two events. */
+/* One token event per generated token: the text that can no longer become
+ * a stop string, never splitting a UTF-8 character between two events
+ * ("" when all of it is held back). */
 static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t)
 {
-    size_t hold = holdback(s);
-    if (s->text_len <= s->sent + hold)
+    if (!s->text) { /* nothing generated as text yet */
+        wk_send_line(w, s->conn, proto_encode_token(s->id, "", id, t));
         return;
-    size_t upto = s->text_len - hold;
+    }
+    size_t hold = holdback(s);
+    size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
     while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
         upto--;
     char saved = s->text[upto];
