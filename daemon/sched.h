@@ -39,7 +39,8 @@ typedef struct sched_item {
 
 /* What the caller tells the scheduler about a model at decision time. */
 typedef struct sched_model_view {
-    int resident;        /* every segment on the device */
+    int resident;        /* it can run without a page-in: every segment on the device, or the
+                            copies still in flight covered by its compute (res_ready_in) */
     uint32_t n_active;   /* sequences admitted and not finished */
     uint32_t max_batch;  /* sequences it may run at once */
     double swap_in_s;    /* measured (or estimated) time to page it in */

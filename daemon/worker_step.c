@@ -39,7 +39,8 @@ static void build_views(wk_t *w, sched_model_view_t *views)
         views[i] = (sched_model_view_t){0};
         if (!m || !m->sm)
             continue;
-        views[i].resident = res_fully_resident(w->res, m->rm);
+        /* runnable without a page-in: on the device, or its last copies covered */
+        views[i].resident = !m->paging_since && res_ready_in(w->res, m->rm, m->pass_s) == 0;
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;

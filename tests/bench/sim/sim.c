@@ -741,7 +741,7 @@ static int round_sched(sim_t *S, double *nap)
     for (int i = 0; i < S->c->n_models; i++) {
         vmodel_t *m = &S->m[i];
         S->views[i] = (sched_model_view_t){
-            .resident = fully_resident(S, m),
+            .resident = !m->paging_since && ready_in(S, m) == 0,
             .n_active = m->n_active,
             .max_batch = S->c->max_batch,
             .swap_in_s = m->swap_in_s,
