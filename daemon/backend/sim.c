@@ -291,7 +291,10 @@ static int s_map(void *ctx, void *base, size_t off, size_t bytes)
         goto out;
     }
     /* any free pages will do: map each run of consecutive pool pages with
-     * one mmap call */
+     * one mmap call. Not populated here: the first touch (the copy thread's
+     * memcpy for weights, as a DMA would; the kernels for KV pages) faults
+     * the pages in, so a page-in's cost lands on the copy engine, not on
+     * the thread that maps */
     for (size_t i = 0; i < n;) {
         uint32_t p0 = s->free_pages[s->n_free - 1 - i];
         size_t run = 1;
@@ -299,7 +302,7 @@ static int s_map(void *ctx, void *base, size_t off, size_t bytes)
             run++;
         void *want = r->base + (first + i) * s->page;
         void *got = mmap(want, run * s->page, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_FIXED | MAP_POPULATE, s->memfd, (off_t)p0 * (off_t)s->page);
+                         MAP_SHARED | MAP_FIXED, s->memfd, (off_t)p0 * (off_t)s->page);
         if (got == MAP_FAILED) {
             for (size_t j = 0; j < i; j++) /* undo what this call mapped */
                 r->page[first + j] = SIM_NO_PAGE;

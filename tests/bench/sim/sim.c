@@ -12,13 +12,16 @@
 #include "vbackend.h"
 
 /* Policies:
- * - default: the daemon's worker loop (worker.c) on the virtual device:
- *   arrivals are submitted as submit_gen does (a prompt plus max_tokens past
- *   the context fails, as the daemon's context_overflow), then each round
- *   builds the per-model views, calls sched_next (swap-aware), runs one step
- *   of the chosen model (res_acquire, admissions with whole KV caches, the
- *   pass through the segment hooks, res_release) and then
- *   res_prefetch(evict = 0) of the suggested model.
+ * - default: the daemon's worker loop (worker.c, worker_step.c) on the
+ *   virtual device: arrivals are submitted as submit_gen does (a prompt plus
+ *   max_tokens past the context fails, as the daemon's context_overflow),
+ *   then each round follows the page-ins under way (res_ready_in, more
+ *   segments with res_prefetch_ahead), builds the per-model views (loading,
+ *   last step, wanted), calls sched_next (swap-aware), runs one step of the
+ *   chosen model (res_acquire, admissions with whole KV caches, the pass
+ *   through the segment hooks, res_release) or, when it is not resident,
+ *   starts its page-in in the background, and then prefetches the suggested
+ *   model (evicting only idle models nobody waits for).
  * - fifo: the same loop with SCHED_POLICY_FIFO.
  * - lru (Ollama / llama.cpp router style): one global queue in arrival
  *   order, head of line blocking. The head request joins its model's batch
@@ -290,6 +293,10 @@ typedef struct vmodel {
     sim_seq_t *active;
     uint32_t n_active;
     double swap_in_s;           /* as the worker measures it */
+    double paging_since;        /* virtual s its background page-in started (0 = none) */
+    int paging_evict;           /* RES_EVICT_* of that page-in */
+    double pass_s;              /* compute of its last pass (the worker's estimate) */
+    double last_step;           /* when its last pass ended */
     /* lru policy */
     sim_seq_t *pend_head, *pend_tail;
     uint32_t n_pend;
@@ -560,6 +567,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
     vmodel_t *m = &S->m[mi];
     char err[256];
     int mapped_before = all_mapped(S, m);
+    int cold = !fully_resident(S, m);
     stats_res_t before, after;
     model_stats(S, m, &before);
     if (res_acquire(S->res, m->rm, err, sizeof err)) {
@@ -624,6 +632,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
     double lt = layer_time(S->c, &m->si, toks, kv_pos / L);
     vb_advance(S->vb, S->c->cost.t_fixed_s);
     S->busy_s += S->c->cost.t_fixed_s;
+    double busy0 = S->busy_s;
     int rc = seg_run(S, &h, FWD_SEG_EMBED, 0);
     for (uint32_t l = 0; l < L && !rc; l++)
         rc = seg_run(S, &h, FWD_SEG_LAYER(l), lt);
@@ -634,6 +643,9 @@ static void step(sim_t *S, int mi, uint32_t admit)
             s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt : 1;
     res_release(S->res, m->rm);
     S->steps++;
+    if (!rc)
+        m->pass_s = S->c->cost.t_fixed_s + S->busy_s - busy0;
+    m->last_step = now(S);
     model_stats(S, m, &after);
     int paged = after.total_bytes_in != before.total_bytes_in;
     if (paged && fully_resident(S, m) && after.total_copy_ns > before.total_copy_ns)
@@ -647,7 +659,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             seq_end(S, m, s, SEQ_FAILED);
             continue;
         }
-        if (s->n_gen == 0 && paged)
+        if (s->n_gen == 0 && (paged || cold))
             s->swapped = 1;
         if (++s->n_gen == 1)
             s->t_first = t;
@@ -662,33 +674,110 @@ static void step(sim_t *S, int mi, uint32_t admit)
 
 /* ------------------------------------------------------------------ policies */
 
-/* The worker's round: views, sched_next, one step, prefetch. 1 if it stepped. */
-static int round_sched(sim_t *S)
+/* ------------------------------------------------------------------ page-ins (worker_step.c) */
+
+static double ready_in(sim_t *S, vmodel_t *m)
 {
+    vb_quiet(S->vb, 1);
+    double in = res_ready_in(S->res, m->rm, m->pass_s);
+    vb_quiet(S->vb, 0);
+    return in;
+}
+
+/* Queue the next segments of m's page-in (as the copy engine nears them). */
+static void pagein_more(sim_t *S, vmodel_t *m, int evict)
+{
+    char err[256];
+    int before = all_mapped(S, m);
+    /* not quiet: evicting a victim whose copy is in flight blocks the host */
+    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(m->rm), err, sizeof err);
+    if (!before && all_mapped(S, m))
+        S->loads++;
+}
+
+/* The page-in ended: the requests waiting for their first token waited for it. */
+static void pagein_end(sim_t *S, int mi)
+{
+    vmodel_t *m = &S->m[mi];
+    m->paging_since = 0;
+    for (sched_item_t *it = sched_peek(S->sched, mi); it; it = it->next)
+        ((sim_seq_t *)it->user)->swapped = 1;
+}
+
+/* As the worker's pagein_poll (no device failures here): 0 when m can run. */
+static double pagein_poll(sim_t *S, int mi)
+{
+    vmodel_t *m = &S->m[mi];
+    double in = ready_in(S, m);
+    if (isinf(in)) {
+        pagein_more(S, m, m->paging_evict);
+        in = ready_in(S, m);
+        if (isinf(in) && res_inflight(m->rm) == 0)
+            in = 0;
+    }
+    if (in == 0)
+        pagein_end(S, mi);
+    return in;
+}
+
+static int pagein_start(sim_t *S, int mi)
+{
+    vmodel_t *m = &S->m[mi];
+    if (ready_in(S, m) == 0)
+        return 1;
+    m->paging_since = now(S) > 0 ? now(S) : 1e-9;
+    m->paging_evict = RES_EVICT_ANY;
+    pagein_more(S, m, RES_EVICT_ANY);
+    return pagein_poll(S, mi) == 0;
+}
+
+/* The worker's round: page-ins, views, sched_next, one step or a page-in
+ * start, prefetch. 1 if it stepped; *nap: when a page-in may end. */
+static int round_sched(sim_t *S, double *nap)
+{
+    for (int i = 0; i < S->c->n_models; i++)
+        if (S->m[i].paging_since > 0)
+            pagein_poll(S, i);
     for (int i = 0; i < S->c->n_models; i++) {
         vmodel_t *m = &S->m[i];
         S->views[i] = (sched_model_view_t){
-            .resident = fully_resident(S, m),
+            .resident = !m->paging_since && ready_in(S, m) == 0,
             .n_active = m->n_active,
             .max_batch = S->c->max_batch,
             .swap_in_s = m->swap_in_s,
             .priority = 1.0,
             .can_admit = can_admit(S, i),
+            .loading = m->paging_since > 0,
+            .last_step = m->last_step,
         };
+        res_set_wanted(m->rm, m->n_active > 0 || sched_queued(S->sched, i) > 0);
     }
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
-    if (plan.model >= 0)
+    int stepped = 0;
+    if (plan.model >= 0 && (S->views[plan.model].resident || pagein_start(S, plan.model))) {
         step(S, plan.model, plan.admit);
-    if (plan.prefetch >= 0) {
-        char err[256];
-        vmodel_t *pm = &S->m[plan.prefetch];
-        int before = all_mapped(S, pm);
-        res_prefetch(S->res, pm->rm, 0, err, sizeof err);
-        if (!before && all_mapped(S, pm))
-            S->loads++;
+        stepped = 1;
     }
-    return plan.model >= 0;
+    if (plan.prefetch >= 0 && S->m[plan.prefetch].paging_since == 0) {
+        vmodel_t *pm = &S->m[plan.prefetch];
+        pagein_more(S, pm, RES_EVICT_UNWANTED);
+        if (res_inflight(pm->rm) > 0) {
+            pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
+            pm->paging_evict = RES_EVICT_UNWANTED;
+        }
+    }
+    /* nothing stepped: the loop waits until a page-in may end */
+    *nap = INFINITY;
+    for (int i = 0; i < S->c->n_models; i++)
+        if (S->m[i].paging_since > 0) {
+            double in = ready_in(S, &S->m[i]);
+            if (isinf(in)) /* more to queue once what is queued lands */
+                in = vb_copy_tail(S->vb) - now(S);
+            if (in < *nap)
+                *nap = in;
+        }
+    return stepped;
 }
 
 /* Least recently used idle model holding weights, other than except; -1 if none. */
@@ -930,9 +1019,12 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
             continue;
         }
         vb_advance(S->vb, c->cost.t_round_s);
-        int stepped = pol == SIM_POL_LRU ? round_lru(S) : round_sched(S);
+        double nap = INFINITY;
+        int stepped = pol == SIM_POL_LRU ? round_lru(S) : round_sched(S, &nap);
         if (!stepped) {
             double tn = next < n ? reqs[next].t : INFINITY;
+            if (isfinite(nap) && now(S) + nap < tn)
+                tn = now(S) + (nap > 0 ? nap : c->cost.t_round_s); /* a page-in lands */
             if (pol == SIM_POL_LRU && any_loading(S) && vb_copy_tail(S->vb) > now(S) &&
                 vb_copy_tail(S->vb) < tn)
                 tn = vb_copy_tail(S->vb);
