@@ -139,7 +139,7 @@ static tok_t *fz_open(int which)
     ggufw_kv_str(w, "general.architecture", "llama");
     ggufw_kv_str(w, "tokenizer.ggml.model", spm ? "llama" : "gpt2");
     if (!spm)
-        ggufw_kv_str(w, "tokenizer.ggml.pre", which == 2 ? "gpt2" : which == 3 ? "llama-bpe" : "qwen2");
+        ggufw_kv_str(w, "tokenizer.ggml.pre", which == 2 ? "gpt-2" : which == 3 ? "llama-bpe" : "qwen2");
     ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text, v->n);
     ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", v->score, v->n);
     ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", v->type, v->n);
