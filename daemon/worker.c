@@ -605,8 +605,8 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req)
         char *text = s->req.prompt;
         int add_bos = tok_add_bos(mod->tok), owned = 0;
         if (s->req.op == PROTO_OP_CHAT) {
-            if (chat_render(m->chat, s->req.messages, s->req.n_messages, &text, &add_bos, err,
-                            sizeof err)) {
+            if (chat_render(m->cfg.chat_template ? chat_family_from_name(m->cfg.chat_template) : m->chat,
+                            s->req.messages, s->req.n_messages, &text, err, sizeof err)) {
                 send_error(w, conn, s->id, PROTO_E_BAD_REQUEST, "model '%s': %s", m->name, err);
                 seq_free(w, s);
                 return;
