@@ -319,6 +319,12 @@ static const tok_pre_def_t *tok_pre_find(const char *name, size_t n)
 
 /* ------------------------------------------------------------------ the tokenizer */
 
+enum {
+    TOK_F_EOG = 1u << 0,    /* ends generation */
+    TOK_F_LSTRIP = 1u << 1, /* special: whitespace before its text is dropped when it is parsed */
+    TOK_F_RSTRIP = 1u << 2, /* special: whitespace after its text is dropped when it is parsed */
+};
+
 struct tok {
     tok_kind_t kind;
     int32_t n_vocab;
@@ -327,7 +333,7 @@ struct tok {
     uint32_t *len;       /* (n_vocab) text bytes */
     float *score;        /* (n_vocab) SPM merge scores; NULL for BPE */
     uint8_t *type;       /* (n_vocab) TOK_TYPE_* (0 = undefined) */
-    uint8_t *eog;        /* (n_vocab) 1 = ends generation */
+    uint8_t *flag;       /* (n_vocab) TOK_F_* */
     uint8_t *byte_val;   /* (n_vocab) SPM: the byte a <0xNN> token stands for */
     tok_map_t vocab;     /* text -> id (a duplicate text maps to its last id) */
     char *mpool;         /* BPE: every merge line, NUL-terminated */
@@ -501,11 +507,11 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     t->off = malloc(n * sizeof *t->off);
     t->len = malloc(n * sizeof *t->len);
     t->type = malloc(n);
-    t->eog = calloc(n, 1);
+    t->flag = calloc(n, 1);
     t->byte_val = calloc(n, 1);
     if (scores)
         t->score = malloc(n * sizeof *t->score);
-    if (!t->pool || !t->off || !t->len || !t->type || !t->eog || !t->byte_val || (scores && !t->score) ||
+    if (!t->pool || !t->off || !t->len || !t->type || !t->flag || !t->byte_val || (scores && !t->score) ||
         tok_map_init(&t->vocab, n) < 0) {
         tok_err(err, errlen, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
         return TOK_ERR_NOMEM;
@@ -647,21 +653,98 @@ static int tok_build_specials(tok_t *t, char *err, size_t errlen)
     return 0;
 }
 
-static void tok_build_eog(tok_t *t)
-{
-    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|eom_id|>"};
+/* Token texts that end generation in llama.cpp (c392e50), which also makes
+ * each such token CONTROL whatever the file says (so its text is parsed only
+ * as a special token and not printed). */
+static const char *const tok_eog_text[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+};
 
-    for (size_t i = 0; i < sizeof eog_text / sizeof eog_text[0]; i++) {
-        int32_t id = tok_map_get(&t->vocab, eog_text[i], strlen(eog_text[i]));
-        if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL)
-            t->eog[id] = 1;
+/* Fill-in-the-middle pad, repository and file-separator tokens: llama.cpp
+ * ends generation at them too, by id from the key or else by these texts. */
+static const struct {
+    const char *key;
+    const char *text[4];
+} tok_fim_eog[] = {
+    {"tokenizer.ggml.fim_pad_token_id", {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
+    {"tokenizer.ggml.fim_rep_token_id", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
+    {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}},
+};
+
+/* Marks the end-of-generation tokens: EOS, EOT and EOM ids, the texts above
+ * and the FIM ones. Runs before tok_build_specials (it changes types). */
+static int tok_build_eog(tok_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof tok_eog_text / sizeof tok_eog_text[0]; i++) {
+        int32_t id = tok_map_get(&t->vocab, tok_eog_text[i], strlen(tok_eog_text[i]));
+        if (id >= 0) {
+            t->flag[id] |= TOK_F_EOG;
+            t->type[id] = TOK_TYPE_CONTROL;
+        }
+    }
+    for (size_t i = 0; i < sizeof tok_fim_eog / sizeof tok_fim_eog[0]; i++) {
+        int32_t id;
+        if (tok_load_id(g, tok_fim_eog[i].key, t->n_vocab, &id, err, errlen) < 0)
+            return TOK_ERR_FORMAT;
+        if (id >= 0) {
+            t->flag[id] |= TOK_F_EOG;
+            continue;
+        }
+        for (size_t k = 0; k < 4 && tok_fim_eog[i].text[k]; k++) {
+            id = tok_map_get(&t->vocab, tok_fim_eog[i].text[k], strlen(tok_fim_eog[i].text[k]));
+            if (id >= 0) {
+                t->flag[id] |= TOK_F_EOG;
+                t->type[id] = TOK_TYPE_CONTROL;
+            }
+        }
     }
     if (t->eos >= 0)
-        t->eog[t->eos] = 1;
+        t->flag[t->eos] |= TOK_F_EOG;
     if (t->eot >= 0)
-        t->eog[t->eot] = 1;
+        t->flag[t->eot] |= TOK_F_EOG;
     if (t->eom >= 0)
-        t->eog[t->eom] = 1;
+        t->flag[t->eom] |= TOK_F_EOG;
+    return 0;
+}
+
+/* Whitespace that special tokens swallow, as llama.cpp sets it by model:
+ * Phi-3 (general.name holding "phi-3" or "phi3", any case) strips it after
+ * every special token but <unk>, <s> and <|endoftext|>, and after </s>; the
+ * jina-v2 de/es/code pre-tokenizers strip it before <mask>. */
+static void tok_build_strip(tok_t *t, const gguf_t *g)
+{
+    gguf_str_t name = {0}, pre = {0};
+    char lower[256], pre_s[64];
+    size_t n = 0, np = 0;
+
+    if (gguf_get_str(g, "general.name", &name) == 0) {
+        n = name.len < sizeof lower - 1 ? name.len : sizeof lower - 1;
+        for (size_t i = 0; i < n; i++) {
+            char c = name.ptr[i];
+            lower[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+        }
+    }
+    lower[n] = '\0';
+    if (t->kind == TOK_KIND_BPE && gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
+        np = pre.len < sizeof pre_s - 1 ? pre.len : sizeof pre_s - 1;
+        memcpy(pre_s, pre.ptr, np);
+    }
+    pre_s[np] = '\0';
+    if (strstr(pre_s, "jina-v2-de") || strstr(pre_s, "jina-v2-es") || strstr(pre_s, "jina-v2-code")) {
+        int32_t id = tok_map_get(&t->vocab, "<mask>", 6);
+        if (id >= 0)
+            t->flag[id] |= TOK_F_LSTRIP;
+    } else if (strstr(lower, "phi-3") || strstr(lower, "phi3")) {
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        int32_t id;
+        for (size_t i = 0; i < t->n_specials; i++)
+            t->flag[t->specials[i]] |= TOK_F_RSTRIP;
+        if ((id = tok_map_get(&t->vocab, "</s>", 4)) >= 0)
+            t->flag[id] |= TOK_F_RSTRIP;
+        for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+            if ((id = tok_map_get(&t->vocab, keep[i], strlen(keep[i]))) >= 0)
+                t->flag[id] &= (uint8_t)~TOK_F_RSTRIP;
+    }
 }
 
 static void tok_build_bytes(tok_t *t)
@@ -773,9 +856,9 @@ tok_t *tok_open(const gguf_t *g, char *err, size_t errlen)
                       err, errlen) < 0 ||
         tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) < 0)
         goto fail;
-    if (tok_build_specials(t, err, errlen) < 0)
+    if (tok_build_eog(t, g, err, errlen) < 0 || tok_build_specials(t, err, errlen) < 0)
         goto fail;
-    tok_build_eog(t);
+    tok_build_strip(t, g);
     tok_build_bytes(t);
     return t;
 
@@ -795,7 +878,7 @@ void tok_close(tok_t *t)
     free(t->mpool);
     free(t->specials);
     free(t->byte_val);
-    free(t->eog);
+    free(t->flag);
     free(t->type);
     free(t->score);
     free(t->len);
@@ -814,7 +897,7 @@ int tok_add_bos(const tok_t *t) { return t && t->add_bos && t->bos >= 0; }
 
 int tok_is_eog(const tok_t *t, int32_t id)
 {
-    return t && id >= 0 && id < t->n_vocab && t->eog[id];
+    return t && id >= 0 && id < t->n_vocab && (t->flag[id] & TOK_F_EOG);
 }
 
 int tok_type(const tok_t *t, int32_t id)
@@ -1050,11 +1133,18 @@ static int tok_merge(const tok_t *t, tok_work_t *w, size_t len)
     return n;
 }
 
+/* ASCII whitespace, as C's isspace in the "C" locale. */
+static int tok_is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 /* Split the input into raw text and special-token fragments: for each
  * special token, longest text first, every occurrence in the remaining raw
- * text is cut out (llama.cpp tokenizer_st_partition). USER_DEFINED tokens are
- * always cut out (as llama.cpp and Hugging Face do); CONTROL and UNKNOWN ones
- * only with parse_special. */
+ * text is cut out (llama.cpp tokenizer_st_partition), with the whitespace
+ * before (TOK_F_LSTRIP) or after (TOK_F_RSTRIP) it where the token says so.
+ * USER_DEFINED tokens are always cut out (as llama.cpp and Hugging Face do);
+ * CONTROL and UNKNOWN ones only with parse_special. */
 static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t len, int parse_special)
 {
     w->nfrag = 0;
@@ -1096,11 +1186,17 @@ static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t
                 continue;
             }
             while (pos < end && (p = memmem(text + pos, end - pos, st, sl)) != NULL) {
-                size_t at = (size_t)(p - text);
-                if (at > pos)
-                    w->frag2[nf++] = (tok_frag_t){.off = pos, .len = at - pos, .id = TOK_NONE};
+                size_t at = (size_t)(p - text), left = at;
+                if (t->flag[id] & TOK_F_LSTRIP)
+                    while (left > pos && tok_is_space(text[left - 1]))
+                        left--;
+                if (left > pos)
+                    w->frag2[nf++] = (tok_frag_t){.off = pos, .len = left - pos, .id = TOK_NONE};
                 w->frag2[nf++] = (tok_frag_t){.off = at, .len = sl, .id = id};
                 pos = at + sl;
+                if (t->flag[id] & TOK_F_RSTRIP)
+                    while (pos < end && tok_is_space(text[pos]))
+                        pos++;
             }
             if (pos < end)
                 w->frag2[nf++] = (tok_frag_t){.off = pos, .len = end - pos, .id = TOK_NONE};

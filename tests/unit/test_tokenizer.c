@@ -994,6 +994,105 @@ Test(tokenizer, bpe_end_of_generation_covers_eos_eot_and_chat_end_tokens)
     tok_close(t);
 }
 
+/* Id of text in v (the toy vocabularies' own list). */
+static int32_t tv_id(const tv_t *v, const char *text)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (strcmp(v->text[i], text) == 0)
+            return (int32_t)i;
+    cr_assert_fail("\"%s\" not in the toy vocabulary", text);
+    return -1;
+}
+
+static int32_t g_fim_sep_id; /* for bpe_ids_fim_sep */
+
+static void bpe_ids_fim_sep(ggufw_t *w)
+{
+    bpe_ids(w);
+    ggufw_kv_u32(w, "tokenizer.ggml.fim_sep_token_id", (uint32_t)g_fim_sep_id);
+}
+
+Test(tokenizer, llama_cpp_end_of_generation_texts_end_generation_and_become_control)
+{
+    char err[256] = "";
+    tv_t *v = bpe_vocab();
+    tok_t *t;
+    int32_t eot, eot2, fsep, fpre;
+
+    eot = tv_add(v, "<end_of_turn>", 0, TOK_TYPE_NORMAL);
+    eot2 = tv_add(v, "<EOT>", 0, TOK_TYPE_USER_DEFINED);
+    fsep = tv_add(v, "<|file_sep|>", 0, TOK_TYPE_NORMAL);
+    fpre = tv_add(v, "<|fim_prefix|>", 0, TOK_TYPE_NORMAL);
+    g_eot_id = tv_id(v, "<|end|>");
+    t = tv_open(v, "gpt2", "qwen2", 0, bpe_ids, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    for (int32_t id = 0; id < tok_vocab_size(t); id++) {
+        const char *x = tok_text(t, id);
+        int want = id == eot || id == eot2 || id == fsep || strcmp(x, "<|endoftext|>") == 0 ||
+                   strcmp(x, "<|im_end|>") == 0 || strcmp(x, "<|end|>") == 0;
+        cr_assert_eq(tok_is_eog(t, id), want, "\"%s\": eog %d, want %d", x, tok_is_eog(t, id), want);
+    }
+    cr_assert_eq(tok_type(t, eot), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, eot2), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, fsep), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, fpre), TOK_TYPE_NORMAL); /* FIM prefix: neither end nor control */
+    EXPECT(t, "a<end_of_turn>", 1, 'a', eot);
+    {
+        int n;
+        int32_t *ids = encode(t, "a<end_of_turn>", 14, 0, 0, &n);
+        for (int i = 0; i < n; i++)
+            cr_assert_neq(ids[i], eot, "CONTROL text is parsed only with parse_special");
+        free(ids);
+    }
+    tok_close(t);
+
+    /* a fim_sep_token_id key names the separator: the text is no longer looked for */
+    g_fim_sep_id = tv_id(v, "xyz");
+    t = tv_open(v, "gpt2", "qwen2", 0, bpe_ids_fim_sep, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    cr_assert(tok_is_eog(t, g_fim_sep_id));
+    cr_assert(!tok_is_eog(t, fsep));
+    cr_assert_eq(tok_type(t, fsep), TOK_TYPE_NORMAL);
+    tok_close(t);
+    tv_free(v);
+}
+
+static void spm_phi3(ggufw_t *w)
+{
+    spm_ids(w);
+    ggufw_kv_str(w, "general.name", "Phi-3 Mini 4K Instruct");
+}
+
+Test(tokenizer, phi3_special_tokens_swallow_the_whitespace_after_them_but_not_unk_s_or_endoftext)
+{
+    char err[256] = "";
+    tv_t *v = spm_vocab();
+    int32_t user = tv_add(v, "<|user|>", 0, TOK_TYPE_CONTROL);
+    int32_t end = tv_add(v, "<|end|>", 0, TOK_TYPE_USER_DEFINED);
+    tok_t *phi = tv_open(v, "llama", NULL, 0, spm_phi3, err, sizeof err);
+    tok_t *other = tv_open(v, "llama", NULL, 0, spm_ids, err, sizeof err);
+    int32_t hello, *ids;
+    int n, nl = 0;
+
+    cr_assert_not_null(phi, "%s", err);
+    cr_assert_not_null(other, "%s", err);
+    hello = id_of(phi, U2581 "hello");
+    EXPECT(phi, "<|user|>\n hello", 1, user, hello);
+    EXPECT(phi, "<|end|>\nhello", 1, end, hello); /* <|end|> became CONTROL (it ends generation) */
+    cr_assert(tok_is_eog(phi, end) && tok_type(phi, end) == TOK_TYPE_CONTROL);
+    /* <s> keeps what follows: its space becomes a "▁" of its own */
+    EXPECT(phi, "<s> hello", 1, SPM_BOS, id_of(phi, U2581), hello);
+    /* without the Phi-3 name the newline stays, as a byte token */
+    ids = encode(other, "<|user|>\nhello", 14, 0, 1, &n);
+    for (int i = 0; i < n; i++)
+        nl += ids[i] == SPM_BYTE0 + '\n';
+    cr_assert(n > 2 && ids[0] == user && nl == 1, "%d ids", n);
+    free(ids);
+    tok_close(phi);
+    tok_close(other);
+    tv_free(v);
+}
+
 Test(tokenizer, bpe_encoding_a_long_word_is_fast, .timeout = 20)
 {
     tok_t *t = bpe_open("llama-bpe", NULL);
