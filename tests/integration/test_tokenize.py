@@ -133,6 +133,27 @@ def an_unknown_pre_tokenizer_is_an_error_naming_it():
     assert 'unknown pre-tokenizer tokenizer.ggml.pre = "zzz-9"' in err, err
 
 
+def check_config_refuses_a_model_with_an_unknown_pre_tokenizer_naming_it():
+    tmp = gsd.tmpdir(prefix="gsd-tokenize-")
+    good = gsd.mkmodel(os.path.join(tmp, "m.gguf"), "--tok gpt2 --dim 64 --layers 1 --heads 4 --kv-heads 2 "
+                       "--ff 128 --vocab 300")
+    blob = open(good, "rb").read()
+    at = blob.find(b"llama-bpe")
+    assert at > 0
+    with open(os.path.join(tmp, "bad.gguf"), "wb") as f:
+        f.write(blob[:at] + b"llama-bpz" + blob[at + 9:])
+    with open(os.path.join(tmp, "c.yaml"), "w") as f:
+        f.write("listen:\n  socket: s.sock\nadmin:\n  socket: a.sock\ndevice:\n  backend: cpu\n"
+                "models:\n  - name: good\n    path: m.gguf\n  - name: bad\n    path: bad.gguf\n")
+    out = subprocess.run([gsd.GPUSWAPD, "--check-config", os.path.join(tmp, "c.yaml")], capture_output=True,
+                         text=True, timeout=gsd.scaled(60))
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert "model 'bad'" in out.stderr and 'unknown pre-tokenizer tokenizer.ggml.pre = "llama-bpz"' in out.stderr, \
+        out.stderr
+    good_lines = [l for l in out.stderr.splitlines() if "model 'good'" in l]
+    assert good_lines and all("tokenizer" not in l for l in good_lines), out.stderr  # the intact file is fine
+
+
 def usage_errors_exit_2():
     rc, _, err = tokenize("", b"")  # -m with an empty name still parses; a missing file is exit 1
     assert rc == 1, (rc, err)
@@ -152,6 +173,7 @@ def main():
                special_text_becomes_special_tokens_only_with_special,
                empty_input_prints_an_empty_line_or_just_bos,
                an_unknown_pre_tokenizer_is_an_error_naming_it,
+               check_config_refuses_a_model_with_an_unknown_pre_tokenizer_naming_it,
                usage_errors_exit_2):
         r.run(fn)
     return r.exit_code()
