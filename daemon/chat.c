@@ -1,7 +1,6 @@
 /* chat: renders chat messages into a prompt as llama.cpp's built-in chat templates do, the family detected from the model's template text. */
 #include "chat.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +20,8 @@ enum {
     CHAT_M_INST = 1u << 0,     /* match only text that starts with "mistral" or holds "[INST]" */
     CHAT_TRIM = 1u << 1,       /* every content trimmed of ASCII whitespace */
     CHAT_TRIM_REPLY = 1u << 2, /* the content of roles other than system and user trimmed */
-    CHAT_SYS_MERGE = 1u << 3,  /* a system content is held and written after the next user pre + "\n\n" */
+    CHAT_SYS_MERGE = 1u << 3,  /* a system content is held, then written with "\n\n" after the next user
+                                * message's pre (nothing when it is empty) */
     CHAT_SYS_FIRST = 1u << 4,  /* a system message is written only as the first message */
     CHAT_HEAD_OPENS = 1u << 5, /* the head opens the first turn */
 };
