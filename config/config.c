@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "chat.h"
+
 /* ------------------------------------------------------------------ option table */
 
 typedef enum opt_type {
@@ -61,6 +63,7 @@ static int check_hostport(const void *field, char *why, size_t n);
 static int check_pow2(const void *field, char *why, size_t n);
 static int check_name(const void *field, char *why, size_t n);
 static int check_path(const void *field, char *why, size_t n);
+static int check_chat_template(const void *field, char *why, size_t n);
 
 #define C(f) offsetof(cfg_t, f)
 #define M(f) offsetof(cfg_model_t, f)
@@ -128,6 +131,8 @@ static const opt_t opts[] = {
     {"models", "max_batch", OPT_U32, M(max_batch), NULL /* scheduler.max_batch */, 1, 4096, 0, NULL, NULL,
      NULL},
     {"models", "max_context", OPT_U32, M(max_context), "4096", 1, 1048576, 0, NULL, NULL, NULL},
+    {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL, check_chat_template,
+     "chat template"},
     SECTION("models", "defaults"),
     {"models.defaults", "temperature", OPT_FLOAT, M(defaults.temperature), "0.8", 0, 100, 0, NULL, NULL, NULL},
     {"models.defaults", "top_k", OPT_I32, M(defaults.top_k), "40", 0, 1000000, 0, NULL, NULL, NULL},
@@ -467,6 +472,17 @@ static int check_path(const void *field, char *why, size_t n)
         return -1;
     }
     return 0;
+}
+
+static int check_chat_template(const void *field, char *why, size_t n)
+{
+    const char *s = *(char *const *)field;
+
+    if (chat_family_from_name(s) != CHAT_UNKNOWN)
+        return 0;
+    snprintf(why, n, "not a template name such as chatml, llama3, mistral-v7, gemma, phi3; "
+                     "config/gpuswapd.yaml lists them all");
+    return -1;
 }
 
 /* ------------------------------------------------------------------ setting one value */

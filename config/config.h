@@ -67,6 +67,8 @@ typedef struct cfg_model {
     int pinned;          /* 1: never evicted once paged in */
     uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */
     uint32_t max_context;/* positions per sequence (prompt + generated), default 4096 */
+    char *chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
+                          * from the file's tokenizer.chat_template; NULL = detect; owned */
     struct {             /* sampling defaults for requests that do not set them */
         float temperature;    /* >= 0, 0 = greedy; default 0.8 */
         float top_p;          /* (0, 1], 1 = off; default 0.95 */

@@ -1,4 +1,4 @@
-/* chat: renders chat messages into a prompt with the model's chat template family (ChatML, Llama 2, Llama 3, Zephyr). */
+/* chat: renders chat messages into a prompt as llama.cpp's built-in chat templates do, the family detected from the model's template text. */
 #ifndef CHAT_H
 #define CHAT_H
 
@@ -6,23 +6,73 @@
 
 #include "proto.h"
 
+/* The families of llama.cpp's built-in templates (c392e50, llama-chat.cpp);
+ * chat.c's table holds what each one detects by and renders. */
 typedef enum chat_family {
-    CHAT_NONE = 0,
-    CHAT_CHATML,  /* <|im_start|>role ... <|im_end|> (Qwen, many fine-tunes) */
-    CHAT_LLAMA2,  /* [INST] <<SYS>> ... [/INST] */
-    CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|> */
-    CHAT_ZEPHYR,  /* <|user|> ... </s> (TinyLlama chat, Zephyr) */
+    CHAT_NONE = 0, /* the model has no tokenizer.chat_template */
+    CHAT_UNKNOWN,  /* it has one that matches no family */
+    CHAT_CHATML,
+    CHAT_LLAMA2,
+    CHAT_LLAMA2_SYS,
+    CHAT_LLAMA2_SYS_BOS,
+    CHAT_LLAMA2_SYS_STRIP,
+    CHAT_MISTRAL_V1,
+    CHAT_MISTRAL_V3,
+    CHAT_MISTRAL_V3_TEKKEN,
+    CHAT_MISTRAL_V7,
+    CHAT_PHI3,
+    CHAT_PHI4,
+    CHAT_FALCON3,
+    CHAT_ZEPHYR,
+    CHAT_MONARCH,
+    CHAT_GEMMA,
+    CHAT_ORION,
+    CHAT_OPENCHAT,
+    CHAT_VICUNA,
+    CHAT_VICUNA_ORCA,
+    CHAT_DEEPSEEK,
+    CHAT_DEEPSEEK2,
+    CHAT_DEEPSEEK3,
+    CHAT_COMMAND_R,
+    CHAT_LLAMA3,
+    CHAT_CHATGLM3,
+    CHAT_CHATGLM4,
+    CHAT_GLMEDGE,
+    CHAT_MINICPM,
+    CHAT_EXAONE3,
+    CHAT_RWKV_WORLD,
+    CHAT_GRANITE,
+    CHAT_GIGACHAT,
+    CHAT_MEGREZ,
 } chat_family_t;
 
-/* Which family a tokenizer.chat_template (Jinja text) belongs to; CHAT_NONE
- * when it is absent or not one we know (a clear error, never a guess). */
+enum {
+    CHAT_OK = 0,
+    CHAT_ERR_TEMPLATE = -1, /* no template, or one gpuswapd does not know */
+    CHAT_ERR_NOMEM = -2,
+};
+
+/* Which family a tokenizer.chat_template (Jinja text, or a family name as
+ * llama.cpp also accepts) belongs to, by llama.cpp's rules: CHAT_NONE for
+ * no text (NULL or empty), CHAT_UNKNOWN when nothing matches. */
 chat_family_t chat_detect(const char *tmpl, size_t len);
+
+/* The family of a name ("chatml", "llama3", ..., as llama.cpp spells them);
+ * CHAT_UNKNOWN if it is none (the config's chat_template: key uses this). */
+chat_family_t chat_family_from_name(const char *name);
+
+/* The family's name; "none" and "unknown" for those two. */
 const char *chat_family_name(chat_family_t f);
 
-/* Renders messages and the assistant prefix. *out is malloc'ed (caller
- * frees); *add_bos says whether the tokenizer should add BOS. Special-token
- * text in the result must be parsed (tok_encode parse_special = 1). */
-int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, int *add_bos,
-                char *err, size_t errlen);
+/* Writes the family names, comma-separated, into buf (for messages). */
+void chat_family_list(char *buf, size_t cap);
+
+/* Renders the messages and the assistant prefix as llama.cpp's
+ * llama_chat_apply_template does with add_ass: the text holds no BOS (the
+ * tokenizer adds it when the vocabulary asks), and its special-token text
+ * must be parsed (tok_encode parse_special = 1). *out is malloc'ed (caller
+ * frees). CHAT_ERR_TEMPLATE with the reason in err for CHAT_NONE and
+ * CHAT_UNKNOWN. */
+int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, char *err, size_t errlen);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "generate.h"
+#include "tokenize_cli.h"
 #include "http.h"
 #include "model.h"
 #include "server.h"
@@ -43,6 +44,7 @@ static void usage(FILE *f)
     fputs("usage: gpuswapd [serve] [--config FILE]   run the daemon (default " DEFAULT_CONFIG ")\n"
           "       gpuswapd --check-config FILE       validate a config and print it in full\n"
           "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
+          "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
           "       gpuswapd version\n",
           f);
 }
@@ -362,6 +364,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return gen_main(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
+        return tokenize_cli_main(argc - 1, argv + 1);
     if (argc >= 2 && (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0)) {
         printf("gpuswapd %s\n", GPUSWAPD_VERSION);
         return 0;

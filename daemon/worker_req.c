@@ -219,8 +219,8 @@ static int seq_prompt_text(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     char *text = s->req.prompt;
     int add_bos = tok_add_bos(mod->tok), owned = 0;
     if (s->req.op == PROTO_OP_CHAT) {
-        if (chat_render(m->chat, s->req.messages, s->req.n_messages, &text, &add_bos, err,
-                        sizeof err)) {
+        if (chat_render(m->cfg.chat_template ? chat_family_from_name(m->cfg.chat_template) : m->chat,
+                        s->req.messages, s->req.n_messages, &text, err, sizeof err)) {
             wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST, "model '%s': %s", m->name, err);
             return -1;
         }

@@ -208,25 +208,121 @@ static int tok_cp_to_byte(int32_t cp)
     return -1;
 }
 
+/* ------------------------------------------------------------------ BPE pre-tokenizers */
+
+/* What a tokenizer.ggml.pre name means, one row per behaviour, as llama.cpp
+ * (c392e50, src/llama-vocab.cpp) defines the families; gpt-4o and llama4
+ * come from later llama.cpp. Each row's patterns run in order: every pattern
+ * splits each piece the previous ones left into its matches and the text
+ * between them (both kept, as Hugging Face's Split(..., "isolated") and
+ * llama.cpp do), seeing only that piece. Non-ASCII characters are written
+ * as \x{...}. Where llama.cpp rewrote a pattern for std::regex and PCRE2 can
+ * run the model's own (Hugging Face tokenizer.json) pattern, the table has
+ * the original; case-insensitive contractions are spelled out ('[sS]...) as
+ * llama.cpp does, so U+017F is not taken for 's'. A missing
+ * tokenizer.ggml.pre means "default", as in llama.cpp. */
+
+#define TOK_PRE_MAX_RE 6 /* patterns per row */
+
+enum {
+    TOK_PRE_IGNORE_MERGES = 1u << 0, /* a pre-token that is a whole token is not merged */
+    TOK_PRE_ADD_BOS = 1u << 1,       /* BOS by default (add_bos_token still overrides) */
+};
+
+#define TOK_RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define TOK_RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define TOK_RE_LLAMA3                                                                               \
+    TOK_RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"    \
+                        "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define TOK_RE_QWEN2                                                                                \
+    TOK_RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"         \
+                        "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define TOK_RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define TOK_RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define TOK_RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
+#define TOK_RE_CJK_HANGUL "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
+
+typedef struct tok_pre_def {
+    const char *names;               /* tokenizer.ggml.pre values, separated by spaces */
+    const char *re[TOK_PRE_MAX_RE];  /* patterns in order; unused slots NULL */
+    unsigned flags;                  /* TOK_PRE_* */
+} tok_pre_def_t;
+
+static const tok_pre_def_t tok_pre_defs[] = {
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", TOK_RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0},
+    {"gpt-2 phi-2 roberta-bpe gigachat jina-es jina-de jina-v1-en jina-v2-es jina-v2-de jina-v2-code "
+     "mpt olmo jais",
+     {TOK_RE_GPT2}, 0},
+    {"llama3 llama-v3 llama-bpe falcon3", {TOK_RE_LLAMA3}, TOK_PRE_IGNORE_MERGES | TOK_PRE_ADD_BOS},
+    {"dbrx smaug-bpe chatglm-bpe", {TOK_RE_LLAMA3}, 0},
+    {"qwen2 deepseek-r1-qwen megrez stablelm2", {TOK_RE_QWEN2}, 0},
+    {"deepseek-llm",
+     {"[\\r\\n]",
+      "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}"
+      "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}"
+      "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}"
+      "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}"
+      "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}"
+      "\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}"
+      "\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}"
+      "\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}"
+      "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}"
+      "\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}"
+      "\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}"
+      "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}"
+      "\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}"
+      "\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
+      "\\x{1E900}-\\x{1E943}]+",
+      "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+      "\\s+$", TOK_RE_CJK_HANGUL, "\\p{N}+"},
+     0},
+    {"deepseek-coder", {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", TOK_RE_CJK_HANGUL, "\\p{N}"}, 0},
+    {"deepseek-v3",
+     {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+      "| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     0},
+    {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", TOK_RE_GPT2, "[0-9][0-9][0-9]"}, 0},
+    {"starcoder refact command-r smollm codeshell exaone minerva-7b", {"\\p{N}", TOK_RE_GPT2}, 0},
+    {"poro-chat bloom gpt3-finnish", {TOK_RE_PORO}, 0},
+    {"viking", {TOK_RE_PORO, "\\p{N}"}, 0},
+    {"tekken",
+     {"[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "*" TOK_RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "+"
+      TOK_RE_LOWER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     TOK_PRE_IGNORE_MERGES | TOK_PRE_ADD_BOS},
+    {"chameleon",
+     {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
+      "[\\p{P}!-/:-@\\[-`{-~]", TOK_RE_GPT2},
+     TOK_PRE_ADD_BOS},
+    {"gpt-4o llama4",
+     {"[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "*" TOK_RE_LOWER "+" TOK_RE_CONTRACTIONS "?"
+      "|[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "+" TOK_RE_LOWER "*" TOK_RE_CONTRACTIONS "?"
+      "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     0},
+};
+
+/* The row whose names include name[0..n); NULL if none. */
+static const tok_pre_def_t *tok_pre_find(const char *name, size_t n)
+{
+    for (size_t i = 0; i < sizeof tok_pre_defs / sizeof tok_pre_defs[0]; i++) {
+        const char *p = tok_pre_defs[i].names;
+        while (*p) {
+            size_t k = strcspn(p, " ");
+            if (k == n && memcmp(p, name, n) == 0)
+                return &tok_pre_defs[i];
+            p += k;
+            p += *p == ' ';
+        }
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ the tokenizer */
 
-typedef enum tok_pre {
-    TOK_PRE_GPT2 = 0,
-    TOK_PRE_LLAMA3 = 1,
-    TOK_PRE_QWEN2 = 2,
-} tok_pre_t;
-
-/* Pre-tokenizer patterns, as llama.cpp writes them (the contractions of the
- * Llama 3 / Qwen2 patterns spelled out instead of (?i:...), which in
- * Unicode mode would also match U+017F for 's'). */
-static const char *const tok_pre_regex[] = {
-    [TOK_PRE_GPT2] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-    [TOK_PRE_LLAMA3] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-                       "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-                       "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-    [TOK_PRE_QWEN2] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-                      "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-                      "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+enum {
+    TOK_F_EOG = 1u << 0,    /* ends generation */
+    TOK_F_LSTRIP = 1u << 1, /* special: whitespace before its text is dropped when it is parsed */
+    TOK_F_RSTRIP = 1u << 2, /* special: whitespace after its text is dropped when it is parsed */
 };
 
 struct tok {
@@ -237,7 +333,7 @@ struct tok {
     uint32_t *len;       /* (n_vocab) text bytes */
     float *score;        /* (n_vocab) SPM merge scores; NULL for BPE */
     uint8_t *type;       /* (n_vocab) TOK_TYPE_* (0 = undefined) */
-    uint8_t *eog;        /* (n_vocab) 1 = ends generation */
+    uint8_t *flag;       /* (n_vocab) TOK_F_* */
     uint8_t *byte_val;   /* (n_vocab) SPM: the byte a <0xNN> token stands for */
     tok_map_t vocab;     /* text -> id (a duplicate text maps to its last id) */
     char *mpool;         /* BPE: every merge line, NUL-terminated */
@@ -250,8 +346,9 @@ struct tok {
     int add_bos;
     int add_space_prefix;
     int ignore_merges;   /* BPE: a pre-token that is a whole token is not merged */
-    tok_pre_t pre;
-    pcre2_code *re;      /* BPE pre-tokenizer */
+    const tok_pre_def_t *pre;          /* BPE pre-tokenizer */
+    pcre2_code *re[TOK_PRE_MAX_RE];    /* its compiled patterns (n_re) */
+    size_t n_re;
 };
 
 static int tok_str_eq(gguf_str_t s, const char *lit)
@@ -410,11 +507,11 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     t->off = malloc(n * sizeof *t->off);
     t->len = malloc(n * sizeof *t->len);
     t->type = malloc(n);
-    t->eog = calloc(n, 1);
+    t->flag = calloc(n, 1);
     t->byte_val = calloc(n, 1);
     if (scores)
         t->score = malloc(n * sizeof *t->score);
-    if (!t->pool || !t->off || !t->len || !t->type || !t->eog || !t->byte_val || (scores && !t->score) ||
+    if (!t->pool || !t->off || !t->len || !t->type || !t->flag || !t->byte_val || (scores && !t->score) ||
         tok_map_init(&t->vocab, n) < 0) {
         tok_err(err, errlen, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
         return TOK_ERR_NOMEM;
@@ -556,21 +653,98 @@ static int tok_build_specials(tok_t *t, char *err, size_t errlen)
     return 0;
 }
 
-static void tok_build_eog(tok_t *t)
-{
-    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|eom_id|>"};
+/* Token texts that end generation in llama.cpp (c392e50), which also makes
+ * each such token CONTROL whatever the file says (so its text is parsed only
+ * as a special token and not printed). */
+static const char *const tok_eog_text[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+};
 
-    for (size_t i = 0; i < sizeof eog_text / sizeof eog_text[0]; i++) {
-        int32_t id = tok_map_get(&t->vocab, eog_text[i], strlen(eog_text[i]));
-        if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL)
-            t->eog[id] = 1;
+/* Fill-in-the-middle pad, repository and file-separator tokens: llama.cpp
+ * ends generation at them too, by id from the key or else by these texts. */
+static const struct {
+    const char *key;
+    const char *text[4];
+} tok_fim_eog[] = {
+    {"tokenizer.ggml.fim_pad_token_id", {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
+    {"tokenizer.ggml.fim_rep_token_id", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
+    {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}},
+};
+
+/* Marks the end-of-generation tokens: EOS, EOT and EOM ids, the texts above
+ * and the FIM ones. Runs before tok_build_specials (it changes types). */
+static int tok_build_eog(tok_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof tok_eog_text / sizeof tok_eog_text[0]; i++) {
+        int32_t id = tok_map_get(&t->vocab, tok_eog_text[i], strlen(tok_eog_text[i]));
+        if (id >= 0) {
+            t->flag[id] |= TOK_F_EOG;
+            t->type[id] = TOK_TYPE_CONTROL;
+        }
+    }
+    for (size_t i = 0; i < sizeof tok_fim_eog / sizeof tok_fim_eog[0]; i++) {
+        int32_t id;
+        if (tok_load_id(g, tok_fim_eog[i].key, t->n_vocab, &id, err, errlen) < 0)
+            return TOK_ERR_FORMAT;
+        if (id >= 0) {
+            t->flag[id] |= TOK_F_EOG;
+            continue;
+        }
+        for (size_t k = 0; k < 4 && tok_fim_eog[i].text[k]; k++) {
+            id = tok_map_get(&t->vocab, tok_fim_eog[i].text[k], strlen(tok_fim_eog[i].text[k]));
+            if (id >= 0) {
+                t->flag[id] |= TOK_F_EOG;
+                t->type[id] = TOK_TYPE_CONTROL;
+            }
+        }
     }
     if (t->eos >= 0)
-        t->eog[t->eos] = 1;
+        t->flag[t->eos] |= TOK_F_EOG;
     if (t->eot >= 0)
-        t->eog[t->eot] = 1;
+        t->flag[t->eot] |= TOK_F_EOG;
     if (t->eom >= 0)
-        t->eog[t->eom] = 1;
+        t->flag[t->eom] |= TOK_F_EOG;
+    return 0;
+}
+
+/* Whitespace that special tokens swallow, as llama.cpp sets it by model:
+ * Phi-3 (general.name holding "phi-3" or "phi3", any case) strips it after
+ * every special token but <unk>, <s> and <|endoftext|>, and after </s>; the
+ * jina-v2 de/es/code pre-tokenizers strip it before <mask>. */
+static void tok_build_strip(tok_t *t, const gguf_t *g)
+{
+    gguf_str_t name = {0}, pre = {0};
+    char lower[256], pre_s[64];
+    size_t n = 0, np = 0;
+
+    if (gguf_get_str(g, "general.name", &name) == 0) {
+        n = name.len < sizeof lower - 1 ? name.len : sizeof lower - 1;
+        for (size_t i = 0; i < n; i++) {
+            char c = name.ptr[i];
+            lower[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+        }
+    }
+    lower[n] = '\0';
+    if (t->kind == TOK_KIND_BPE && gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
+        np = pre.len < sizeof pre_s - 1 ? pre.len : sizeof pre_s - 1;
+        memcpy(pre_s, pre.ptr, np);
+    }
+    pre_s[np] = '\0';
+    if (strstr(pre_s, "jina-v2-de") || strstr(pre_s, "jina-v2-es") || strstr(pre_s, "jina-v2-code")) {
+        int32_t id = tok_map_get(&t->vocab, "<mask>", 6);
+        if (id >= 0)
+            t->flag[id] |= TOK_F_LSTRIP;
+    } else if (strstr(lower, "phi-3") || strstr(lower, "phi3")) {
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        int32_t id;
+        for (size_t i = 0; i < t->n_specials; i++)
+            t->flag[t->specials[i]] |= TOK_F_RSTRIP;
+        if ((id = tok_map_get(&t->vocab, "</s>", 4)) >= 0)
+            t->flag[id] |= TOK_F_RSTRIP;
+        for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+            if ((id = tok_map_get(&t->vocab, keep[i], strlen(keep[i]))) >= 0)
+                t->flag[id] &= (uint8_t)~TOK_F_RSTRIP;
+    }
 }
 
 static void tok_build_bytes(tok_t *t)
@@ -594,40 +768,42 @@ static void tok_build_bytes(tok_t *t)
     }
 }
 
+/* Looks tokenizer.ggml.pre up in tok_pre_defs and compiles its patterns. */
 static int tok_compile_pre(tok_t *t, const gguf_t *g, char *err, size_t errlen)
 {
     gguf_str_t pre;
     int rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    int ecode;
-    PCRE2_SIZE eoff;
 
-    t->pre = TOK_PRE_GPT2;
-    if (rc == 0) {
-        if (tok_str_eq(pre, "llama-bpe") || tok_str_eq(pre, "llama3")) {
-            t->pre = TOK_PRE_LLAMA3;
-            t->ignore_merges = 1; /* as llama.cpp for LLAMA_VOCAB_PRE_TYPE_LLAMA3 */
-        } else if (tok_str_eq(pre, "qwen2")) {
-            t->pre = TOK_PRE_QWEN2;
-        } else if (!tok_str_eq(pre, "gpt2") && !tok_str_eq(pre, "default")) {
-            tok_err(err, errlen, "tokenizer: unsupported pre-tokenizer tokenizer.ggml.pre = \"%.*s\"",
-                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-            return TOK_ERR_UNSUPPORTED;
-        }
-    } else if (rc != GGUF_ERR_NOTFOUND) {
+    if (rc != 0 && rc != GGUF_ERR_NOTFOUND) {
         tok_err(err, errlen, "tokenizer: tokenizer.ggml.pre is not a string");
         return TOK_ERR_FORMAT;
     }
-
-    t->re = pcre2_compile((PCRE2_SPTR)tok_pre_regex[t->pre], PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
-    if (!t->re) {
-        PCRE2_UCHAR msg[128];
-        pcre2_get_error_message(ecode, msg, sizeof msg);
-        tok_err(err, errlen, "tokenizer: pre-tokenizer regex failed to compile at %zu: %s", (size_t)eoff,
-                (const char *)msg);
+    if (rc == GGUF_ERR_NOTFOUND) {
+        pre.ptr = "default";
+        pre.len = 7;
+    }
+    t->pre = tok_pre_find(pre.ptr, pre.len);
+    if (!t->pre) {
+        tok_err(err, errlen, "tokenizer: unknown pre-tokenizer tokenizer.ggml.pre = \"%.*s\"",
+                (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         return TOK_ERR_UNSUPPORTED;
     }
-    (void)pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
+    t->ignore_merges = (t->pre->flags & TOK_PRE_IGNORE_MERGES) != 0;
+    for (t->n_re = 0; t->n_re < TOK_PRE_MAX_RE && t->pre->re[t->n_re]; t->n_re++) {
+        int ecode;
+        PCRE2_SIZE eoff;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pre->re[t->n_re], PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
+        if (!re) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(ecode, msg, sizeof msg);
+            tok_err(err, errlen, "tokenizer: pre-tokenizer \"%.*s\" pattern %zu failed to compile at %zu: %s",
+                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, t->n_re, (size_t)eoff, (const char *)msg);
+            return TOK_ERR_UNSUPPORTED;
+        }
+        (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
+        t->re[t->n_re] = re;
+    }
     return 0;
 }
 
@@ -673,15 +849,16 @@ tok_t *tok_open(const gguf_t *g, char *err, size_t errlen)
         tok_load_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab, &t->eot, err, errlen) < 0 ||
         tok_load_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &t->eom, err, errlen) < 0)
         goto fail;
-    if (tok_load_bool(g, "tokenizer.ggml.add_bos_token", t->kind == TOK_KIND_SPM, &t->add_bos, err,
-                      errlen) < 0 ||
-        tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) < 0)
-        goto fail;
     if (t->kind == TOK_KIND_BPE && tok_compile_pre(t, g, err, errlen) < 0)
         goto fail;
-    if (tok_build_specials(t, err, errlen) < 0)
+    if (tok_load_bool(g, "tokenizer.ggml.add_bos_token",
+                      t->kind == TOK_KIND_SPM || (t->pre && (t->pre->flags & TOK_PRE_ADD_BOS)), &t->add_bos,
+                      err, errlen) < 0 ||
+        tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) < 0)
         goto fail;
-    tok_build_eog(t);
+    if (tok_build_eog(t, g, err, errlen) < 0 || tok_build_specials(t, err, errlen) < 0)
+        goto fail;
+    tok_build_strip(t, g);
     tok_build_bytes(t);
     return t;
 
@@ -694,13 +871,14 @@ void tok_close(tok_t *t)
 {
     if (!t)
         return;
-    pcre2_code_free(t->re);
+    for (size_t i = 0; i < t->n_re; i++)
+        pcre2_code_free(t->re[i]);
     tok_map_free(&t->vocab);
     tok_map_free(&t->merges);
     free(t->mpool);
     free(t->specials);
     free(t->byte_val);
-    free(t->eog);
+    free(t->flag);
     free(t->type);
     free(t->score);
     free(t->len);
@@ -719,7 +897,7 @@ int tok_add_bos(const tok_t *t) { return t && t->add_bos && t->bos >= 0; }
 
 int tok_is_eog(const tok_t *t, int32_t id)
 {
-    return t && id >= 0 && id < t->n_vocab && t->eog[id];
+    return t && id >= 0 && id < t->n_vocab && (t->flag[id] & TOK_F_EOG);
 }
 
 int tok_type(const tok_t *t, int32_t id)
@@ -790,6 +968,10 @@ typedef struct tok_work {
     size_t nfrag, fragcap;
     tok_frag_t *frag2;    /* the next partition pass */
     size_t frag2cap;
+    tok_frag_t *piece;    /* BPE pre-tokens of one fragment (npiece) */
+    size_t npiece, piececap;
+    tok_frag_t *piece2;   /* the next pattern's pass */
+    size_t piece2cap;
     pcre2_match_data *md;
 } tok_work_t;
 
@@ -822,6 +1004,8 @@ static void tok_work_free(tok_work_t *w)
     free(w->pair);
     free(w->frag);
     free(w->frag2);
+    free(w->piece);
+    free(w->piece2);
     pcre2_match_data_free(w->md);
 }
 
@@ -949,11 +1133,18 @@ static int tok_merge(const tok_t *t, tok_work_t *w, size_t len)
     return n;
 }
 
+/* ASCII whitespace, as C's isspace in the "C" locale. */
+static int tok_is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 /* Split the input into raw text and special-token fragments: for each
  * special token, longest text first, every occurrence in the remaining raw
- * text is cut out (llama.cpp tokenizer_st_partition). USER_DEFINED tokens are
- * always cut out (as llama.cpp and Hugging Face do); CONTROL and UNKNOWN ones
- * only with parse_special. */
+ * text is cut out (llama.cpp tokenizer_st_partition), with the whitespace
+ * before (TOK_F_LSTRIP) or after (TOK_F_RSTRIP) it where the token says so.
+ * USER_DEFINED tokens are always cut out (as llama.cpp and Hugging Face do);
+ * CONTROL and UNKNOWN ones only with parse_special. */
 static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t len, int parse_special)
 {
     w->nfrag = 0;
@@ -995,11 +1186,17 @@ static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t
                 continue;
             }
             while (pos < end && (p = memmem(text + pos, end - pos, st, sl)) != NULL) {
-                size_t at = (size_t)(p - text);
-                if (at > pos)
-                    w->frag2[nf++] = (tok_frag_t){.off = pos, .len = at - pos, .id = TOK_NONE};
+                size_t at = (size_t)(p - text), left = at;
+                if (t->flag[id] & TOK_F_LSTRIP)
+                    while (left > pos && tok_is_space(text[left - 1]))
+                        left--;
+                if (left > pos)
+                    w->frag2[nf++] = (tok_frag_t){.off = pos, .len = left - pos, .id = TOK_NONE};
                 w->frag2[nf++] = (tok_frag_t){.off = at, .len = sl, .id = id};
                 pos = at + sl;
+                if (t->flag[id] & TOK_F_RSTRIP)
+                    while (pos < end && tok_is_space(text[pos]))
+                        pos++;
             }
             if (pos < end)
                 w->frag2[nf++] = (tok_frag_t){.off = pos, .len = end - pos, .id = TOK_NONE};
@@ -1112,48 +1309,88 @@ static int tok_bpe_word(const tok_t *t, tok_work_t *w, const char *s, size_t n, 
     return 0;
 }
 
-/* Pre-tokenize s[0..n) with the regex; text the regex does not match (only
- * invalid UTF-8 with these patterns) becomes a pre-token of its own. */
-static int tok_encode_bpe(const tok_t *t, tok_work_t *w, const char *s, size_t n, tok_out_t *o)
+/* Appends piece [off, off+len) to w->piece2 (len 0 is dropped). */
+static int tok_piece_push(tok_work_t *w, size_t *np, size_t off, size_t len)
 {
-    size_t pos = 0;
+    if (len == 0)
+        return 0;
+    if (tok_reserve((void **)&w->piece2, &w->piece2cap, *np + 1, sizeof *w->piece2) < 0)
+        return TOK_ERR_NOMEM;
+    w->piece2[(*np)++] = (tok_frag_t){.off = off, .len = len, .id = TOK_NONE};
+    return 0;
+}
+
+/* Splits piece p of s with pattern re into its matches and the text between
+ * them, appended to w->piece2. The pattern sees only the piece. */
+static int tok_split(tok_work_t *w, const pcre2_code *re, const char *s, tok_frag_t p, size_t *np)
+{
+    const char *sub = s + p.off;
+    size_t pos = 0, gap = 0; /* gap: start of the text not yet emitted */
     int rc;
 
-    if (!w->md) {
-        w->md = pcre2_match_data_create_from_pattern(t->re, NULL);
-        if (!w->md)
-            return TOK_ERR_NOMEM;
-    }
-    while (pos < n) {
+    while (pos < p.len) {
         PCRE2_SIZE *ov;
         size_t mstart, mend;
 
-        rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, pos, 0, w->md, NULL);
+        rc = pcre2_match(re, (PCRE2_SPTR)sub, p.len, pos, 0, w->md, NULL);
         if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) /* e.g. JIT stack limit: retry interpreted */
-            rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_JIT, w->md, NULL);
-        if (rc < 0) {
-            mstart = mend = n; /* no (more) matches: the rest is one pre-token */
-        } else {
-            ov = pcre2_get_ovector_pointer(w->md);
-            mstart = ov[0];
-            mend = ov[1];
-            if (mstart < pos || mend < mstart || mend > n) { /* cannot happen; stay safe */
-                mstart = mend = n;
-            }
-        }
-        if (mstart > pos && (rc = tok_bpe_word(t, w, s + pos, mstart - pos, o)) < 0)
-            return rc;
-        if (mend > mstart && (rc = tok_bpe_word(t, w, s + mstart, mend - mstart, o)) < 0)
-            return rc;
-        if (mend == mstart && mstart < n) { /* empty match: step one character */
+            rc = pcre2_match(re, (PCRE2_SPTR)sub, p.len, pos, PCRE2_NO_JIT, w->md, NULL);
+        if (rc < 0) /* no (more) matches; a failing match is treated the same way */
+            break;
+        ov = pcre2_get_ovector_pointer(w->md);
+        mstart = ov[0];
+        mend = ov[1];
+        if (mstart < pos || mend < mstart || mend > p.len) /* cannot happen; stay safe */
+            break;
+        if (mend == mstart) { /* empty match: no piece; step one character */
             int32_t cp;
-            size_t cl = tok_utf8_get(s + mstart, n - mstart, &cp);
-            if ((rc = tok_bpe_word(t, w, s + mstart, cl, o)) < 0)
-                return rc;
-            mend = mstart + cl;
+            pos = mstart + tok_utf8_get(sub + mstart, p.len - mstart, &cp);
+            continue;
         }
-        pos = mend;
+        if ((rc = tok_piece_push(w, np, p.off + gap, mstart - gap)) < 0 ||
+            (rc = tok_piece_push(w, np, p.off + mstart, mend - mstart)) < 0)
+            return rc;
+        gap = pos = mend;
     }
+    return tok_piece_push(w, np, p.off + gap, p.len - gap);
+}
+
+/* Pre-tokenizes s[0..n) with the pre-tokenizer's patterns in turn, then
+ * merges each pre-token. */
+static int tok_encode_bpe(const tok_t *t, tok_work_t *w, const char *s, size_t n, tok_out_t *o)
+{
+    int rc;
+
+    if (n == 0)
+        return 0;
+    if (!w->md) {
+        w->md = pcre2_match_data_create(16, NULL);
+        if (!w->md)
+            return TOK_ERR_NOMEM;
+    }
+    if (tok_reserve((void **)&w->piece, &w->piececap, 1, sizeof *w->piece) < 0)
+        return TOK_ERR_NOMEM;
+    w->piece[0] = (tok_frag_t){.off = 0, .len = n, .id = TOK_NONE};
+    w->npiece = 1;
+    for (size_t r = 0; r < t->n_re; r++) {
+        size_t np = 0;
+        tok_frag_t *tmp;
+        size_t tmpcap;
+
+        for (size_t i = 0; i < w->npiece; i++)
+            if ((rc = tok_split(w, t->re[r], s, w->piece[i], &np)) < 0)
+                return rc;
+        tmp = w->piece;
+        tmpcap = w->piececap;
+        w->piece = w->piece2;
+        w->piececap = w->piece2cap;
+        w->piece2 = tmp;
+        w->piece2cap = tmpcap;
+        w->npiece = np;
+    }
+    for (size_t i = 0; i < w->npiece; i++)
+        if ((rc = tok_bpe_word(t, w, s + w->piece[i].off, w->piece[i].len, o)) < 0)
+            return rc;
     return 0;
 }
 

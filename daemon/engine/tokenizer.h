@@ -1,4 +1,4 @@
-/* tokenizer: text <-> token ids from GGUF metadata (SentencePiece "llama" and GPT-2 byte-level BPE "gpt2"). */
+/* tokenizer: text <-> token ids from GGUF metadata (SentencePiece "llama" and GPT-2 byte-level BPE "gpt2" with llama.cpp's pre-tokenizers). */
 #ifndef TOKENIZER_H
 #define TOKENIZER_H
 
@@ -44,8 +44,11 @@ int32_t tok_vocab_size(const tok_t *t);
 int32_t tok_bos(const tok_t *t);     /* -1 if none */
 int32_t tok_eos(const tok_t *t);     /* -1 if none */
 int tok_add_bos(const tok_t *t);     /* whether a prompt gets BOS by default */
-/* End of generation: EOS, tokenizer.ggml.eot_token_id / eom_token_id, and
- * CONTROL tokens "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|eom_id|>". */
+/* End of generation, as llama.cpp (c392e50) decides it: EOS,
+ * tokenizer.ggml.eot_token_id / eom_token_id, the tokens "<|eot_id|>",
+ * "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+ * "<EOT>" (which become CONTROL, whatever the file says, as in llama.cpp) and
+ * the FIM pad/repo/file-separator tokens. */
 int tok_is_eog(const tok_t *t, int32_t id);
 int tok_type(const tok_t *t, int32_t id);
 /* Token text as stored in the vocabulary (NUL-terminated, owned by t). */
@@ -58,7 +61,8 @@ int32_t tok_find(const tok_t *t, const char *text);
  * (control/unknown tokens like "<s>", "<|im_start|>") into those tokens.
  * As in llama.cpp and Hugging Face, USER_DEFINED tokens' text is always
  * matched, parse_special or not; longer special texts are matched first.
- * SPM adds the "▁" space prefix (when add_space_prefix) to the text at the
+ * Phi-3 vocabularies (by general.name) drop the whitespace after most
+ * special tokens, as llama.cpp does. SPM adds the "▁" space prefix (when add_space_prefix) to the text at the
  * start and to text right after a special token, as llama.cpp does.
  * Thread-safe: t is only read. Returns the number of ids (which may exceed
  * cap: then only cap were written and the caller retries with a bigger

@@ -8,8 +8,9 @@
 
 /*
  * Input: one flags byte, then UTF-8 (or any) text.
- *   bits 0-2  tokenizer: (value mod 5) SPM, SPM without space prefix, BPE
- *             with pre-tokenizer gpt2, llama-bpe, qwen2
+ *   bits 0-2  tokenizer: SPM, SPM without space prefix, BPE with
+ *             pre-tokenizer gpt-2, llama-bpe, qwen2, deepseek-llm,
+ *             deepseek-v3, tekken (the last three run several patterns)
  *   bit 3     add_bos          bit 4  parse_special
  *   bit 5     special (control tokens rendered by tok_piece and the stream)
  *   bits 6-7  output buffer size of the stream decoder: 1, 4, 16 or 256 bytes
@@ -19,10 +20,12 @@
  * tok_piece and the stream decoder, whose output must be valid UTF-8.
  */
 
-#define FZ_N_TOK 5
+#define FZ_N_TOK 8
 #define U2581 "\xE2\x96\x81"
 
 static tok_t *fz_tok[FZ_N_TOK];
+static const char *const fz_pre[FZ_N_TOK - 2] = {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3",
+                                                 "tekken"};
 
 /* ------------------------------------------------------------------ vocabularies */
 
@@ -139,7 +142,7 @@ static tok_t *fz_open(int which)
     ggufw_kv_str(w, "general.architecture", "llama");
     ggufw_kv_str(w, "tokenizer.ggml.model", spm ? "llama" : "gpt2");
     if (!spm)
-        ggufw_kv_str(w, "tokenizer.ggml.pre", which == 2 ? "gpt2" : which == 3 ? "llama-bpe" : "qwen2");
+        ggufw_kv_str(w, "tokenizer.ggml.pre", fz_pre[which - 2]);
     ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text, v->n);
     ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", v->score, v->n);
     ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", v->type, v->n);

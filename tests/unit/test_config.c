@@ -459,6 +459,17 @@ Test(config, max_tokens_beyond_max_context_is_an_error)
                "t.yaml:5:19: models[0].defaults.max_tokens 5000 exceeds its max_context 4096");
 }
 
+Test(config, a_model_chat_template_takes_a_family_name_and_defaults_to_detection)
+{
+    cfg_t *c = load_ok(MODELS "    chat_template: mistral-v7\n  - name: b\n    path: /m/b.gguf\n");
+    cr_assert_str_eq(c->models[0].chat_template, "mistral-v7");
+    cr_assert_null(c->models[1].chat_template);
+    cfg_free(c);
+    load_fails(MODELS "    chat_template: llama-3\n", CFG_ERR_INVALID,
+               "t.yaml:4:20: invalid chat template \"llama-3\" for models[0].chat_template (not a template name "
+               "such as chatml, llama3, mistral-v7, gemma, phi3; config/gpuswapd.yaml lists them all)");
+}
+
 Test(config, pinned_quotas_that_cannot_fit_together_are_an_error)
 {
     load_fails("device:\n  memory: 16GiB\n"
@@ -807,7 +818,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
         "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    priority: 1\n"
-        "    pinned: false\n    max_batch: 16\n    max_context: 4096\n    defaults:\n      temperature: 0.8\n"
+        "    pinned: false\n    max_batch: 16\n    max_context: 4096\n    chat_template: ~\n"
+        "    defaults:\n      temperature: 0.8\n"
         "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n      max_tokens: 256\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)

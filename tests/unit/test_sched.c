@@ -1,9 +1,8 @@
-/* Unit tests for the scheduler (queues, limits, swap-aware and fifo plans), chat templates and latency histograms. */
+/* Unit tests for the scheduler (queues, limits, swap-aware and fifo plans) and latency histograms. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
 #include "sched.h"
 #include "stats.h"
 
@@ -163,67 +162,6 @@ Test(sched, nothing_to_do_gives_no_model)
     cr_assert_eq(p.model, -1);
     cr_assert_eq(sched_resize(s, 5), SCHED_OK);
     sched_free(s);
-}
-
-/* ------------------------------------------------------------------ chat */
-
-static char *render(chat_family_t f, int with_system)
-{
-    proto_msg_t m[3];
-    memset(m, 0, sizeof m);
-    int n = 0;
-    if (with_system) {
-        strcpy(m[n].role, "system");
-        m[n++].content = "Be brief.";
-    }
-    strcpy(m[n].role, "user");
-    m[n++].content = "Hi";
-    char *out = NULL, err[256];
-    int bos;
-    cr_assert_eq(chat_render(f, m, (size_t)n, &out, &bos, err, sizeof err), 0, "%s", err);
-    return out;
-}
-
-Test(chat, templates_are_detected_by_their_markers)
-{
-    const char *chatml = "{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content}}<|im_end|>";
-    cr_assert_eq(chat_detect(chatml, strlen(chatml)), CHAT_CHATML);
-    const char *l3 = "<|start_header_id|>{{ role }}<|end_header_id|>";
-    cr_assert_eq(chat_detect(l3, strlen(l3)), CHAT_LLAMA3);
-    const char *l2 = "{{ bos_token + '[INST] ' + content + ' [/INST]' }}";
-    cr_assert_eq(chat_detect(l2, strlen(l2)), CHAT_LLAMA2);
-    const char *z = "<|user|>\n{{ content }}</s>";
-    cr_assert_eq(chat_detect(z, strlen(z)), CHAT_ZEPHYR);
-    cr_assert_eq(chat_detect("{{ something else }}", 20), CHAT_NONE);
-    cr_assert_eq(chat_detect(NULL, 0), CHAT_NONE);
-}
-
-Test(chat, each_family_renders_the_turns_and_the_assistant_prefix)
-{
-    char *s = render(CHAT_CHATML, 1);
-    cr_assert_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                        "<|im_start|>assistant\n");
-    free(s);
-    s = render(CHAT_LLAMA3, 0);
-    cr_assert_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    free(s);
-    s = render(CHAT_LLAMA2, 1);
-    cr_assert_str_eq(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
-    free(s);
-    s = render(CHAT_ZEPHYR, 0);
-    cr_assert_str_eq(s, "<|user|>\nHi</s>\n<|assistant|>\n");
-    free(s);
-}
-
-Test(chat, an_unknown_template_is_a_clear_error)
-{
-    proto_msg_t m = {.role = "user", .content = "Hi"};
-    char *out = NULL, err[256];
-    int bos;
-    cr_assert_neq(chat_render(CHAT_NONE, &m, 1, &out, &bos, err, sizeof err), 0);
-    cr_assert(strstr(err, "chat template") != NULL, "%s", err);
-    cr_assert_null(out);
 }
 
 /* ------------------------------------------------------------------ stats */

@@ -131,6 +131,7 @@ static void check_reference(const char *name)
     size_t inlen = 0, outlen = 0, pos = 0, opos = 0;
     char *inp, *out;
     tok_t *t = open_model(name);
+    int spm = tok_kind(t) == TOK_KIND_SPM;
     int k = 0;
 
     {
@@ -182,9 +183,9 @@ static void check_reference(const char *name)
         cr_assert(n == nwant && memcmp(ids, want, (size_t)n * sizeof *ids) == 0,
                   "%s string %d \"%.*s\":\n got [%s ]\nwant [%s ]", name, k, (int)slen, s, a, b);
 
-        /* round trip: the space prefix is the only difference */
+        /* round trip: SentencePiece's space prefix is the only difference */
         dec = decode(t, ids, n, &dlen);
-        if (dlen > 0 && dec[0] == ' ') {
+        if (spm && dlen > 0 && dec[0] == ' ') {
             memmove(dec, dec + 1, dlen);
             dlen--;
         }
@@ -206,7 +207,7 @@ static void check_reference(const char *name)
             }
             cr_assert_eq(tok_stream_flush(&st, buf, sizeof buf), 0);
             cr_assert(alen > 0 || n == 0);
-            if (alen > 0 && acc[0] == ' ')
+            if (spm && alen > 0 && acc[0] == ' ')
                 memmove(acc, acc + 1, --alen);
             cr_assert(alen == slen && memcmp(acc, s, slen) == 0, "%s string %d: streamed text differs", name, k);
         }
@@ -229,6 +230,21 @@ Test(tokenizer, llama_spm_vocab_matches_every_reference_line_and_round_trips, .t
 Test(tokenizer, stories260k_vocab_matches_every_reference_line_and_round_trips, .timeout = 60)
 {
     check_reference("stories260K.gguf");
+}
+
+Test(tokenizer, gpt2_bpe_vocab_matches_every_reference_line_and_round_trips, .timeout = 60)
+{
+    check_reference("vocab/ggml-vocab-gpt-2.gguf");
+}
+
+Test(tokenizer, deepseek_llm_bpe_vocab_matches_every_reference_line_and_round_trips, .timeout = 60)
+{
+    check_reference("vocab/ggml-vocab-deepseek-llm.gguf");
+}
+
+Test(tokenizer, starcoder_bpe_vocab_matches_every_reference_line_and_round_trips, .timeout = 60)
+{
+    check_reference("vocab/ggml-vocab-starcoder.gguf");
 }
 
 Test(tokenizer, llama_spm_vocab_reports_its_special_tokens)
@@ -717,7 +733,7 @@ static tok_t *bpe_open(const char *pre, tv_extra_fn extra)
 
 Test(tokenizer, bpe_merges_by_lowest_rank_then_leftmost)
 {
-    tok_t *t = bpe_open("gpt2", NULL);
+    tok_t *t = bpe_open("gpt-2", NULL);
 
     cr_assert_eq(tok_kind(t), TOK_KIND_BPE);
     EXPECT(t, "hello world", 0, id_of(t, "hello"), id_of(t, G_SP "world"));
@@ -728,13 +744,136 @@ Test(tokenizer, bpe_merges_by_lowest_rank_then_leftmost)
 
 Test(tokenizer, gpt2_pre_tokenizer_keeps_digit_runs_and_lowercase_contractions)
 {
-    tok_t *t = bpe_open(NULL, NULL); /* no tokenizer.ggml.pre: GPT-2 */
+    tok_t *t = bpe_open("gpt-2", NULL);
 
     EXPECT(t, "12345", 0, id_of(t, "12"), id_of(t, "34"), '5');
     EXPECT(t, "don't DON'T", 0, 'd', 'o', 'n', id_of(t, "'t"), ' ', 'D', 'O', 'N', '\'', 'T');
     EXPECT(t, "a  b", 0, 'a', ' ', id_of(t, G_SP "b"));
     EXPECT(t, "a  ", 0, 'a', id_of(t, G_SP G_SP));
     EXPECT(t, "a\n\nb", 0, 'a', '\n', '\n', 'b');
+    tok_close(t);
+}
+
+Test(tokenizer, missing_pre_tokenizer_is_llama_cpp_default_isolating_punctuation_and_digit_triples)
+{
+    tok_t *t = bpe_open(NULL, NULL); /* no tokenizer.ggml.pre: "default" */
+
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5'); /* "123" "45" */
+    EXPECT(t, "don't", 0, 'd', 'o', 'n', '\'', 't');      /* ' is punctuation: no contraction */
+    EXPECT(t, "hello world", 0, id_of(t, "hello"), id_of(t, G_SP "world"));
+    tok_close(t);
+    t = bpe_open("default", NULL);
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    tok_close(t);
+}
+
+Test(tokenizer, starcoder_family_splits_every_digit)
+{
+    static const char *const names[] = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
+                                        "minerva-7b"};
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tok_t *t = bpe_open(names[i], NULL);
+        EXPECT(t, "12345", 0, '1', '2', '3', '4', '5');
+        EXPECT(t, "don't", 0, 'd', 'o', 'n', id_of(t, "'t"));
+        tok_close(t);
+    }
+}
+
+Test(tokenizer, falcon_isolates_punctuation_and_digit_triples)
+{
+    tok_t *t = bpe_open("falcon", NULL);
+
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    EXPECT(t, "don't", 0, 'd', 'o', 'n', '\'', 't');
+    EXPECT(t, "a`b", 0, 'a', '`', 'b');
+    tok_close(t);
+}
+
+Test(tokenizer, bloom_family_splits_only_at_spaces_and_sentence_punctuation)
+{
+    static const char *const names[] = {"bloom", "poro-chat", "gpt3-finnish"};
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tok_t *t = bpe_open(names[i], NULL);
+        /* "12345" stays one pre-token, so the merges see all of it */
+        EXPECT(t, "12345", 0, id_of(t, "12"), id_of(t, "34"), '5');
+        EXPECT(t, "hello world.", 0, id_of(t, "hello"), id_of(t, G_SP "world"), '.');
+        EXPECT(t, "ab(c", 0, id_of(t, "ab"), '(', 'c'); /* '(' is in the class as written */
+        tok_close(t);
+    }
+    tok_t *t = bpe_open("viking", NULL); /* the same, then every digit alone */
+    EXPECT(t, "12345", 0, '1', '2', '3', '4', '5');
+    tok_close(t);
+}
+
+Test(tokenizer, deepseek_coder_splits_digits_and_newlines_and_letters_from_punctuation)
+{
+    tok_t *t = bpe_open("deepseek-coder", NULL);
+
+    EXPECT(t, "12", 0, '1', '2');
+    EXPECT(t, "a\n\nb", 0, 'a', '\n', '\n', 'b');
+    EXPECT(t, "hello world", 0, id_of(t, "hello"), id_of(t, G_SP "world"));
+    tok_close(t);
+}
+
+Test(tokenizer, deepseek_v3_splits_digit_triples)
+{
+    tok_t *t = bpe_open("deepseek-v3", NULL);
+
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    EXPECT(t, "hello world", 0, id_of(t, "hello"), id_of(t, G_SP "world"));
+    tok_close(t);
+}
+
+Test(tokenizer, tekken_and_gpt4o_split_words_at_case_changes)
+{
+    tok_t *t = bpe_open("tekken", NULL);
+
+    cr_assert(tok_add_bos(t), "tekken adds BOS by default");
+    EXPECT(t, "aaBc", 0, id_of(t, "aa"), 'B', 'c');
+    EXPECT(t, "12", 0, '1', '2');
+    tok_close(t);
+    t = bpe_open("gpt-4o", NULL);
+    cr_assert(!tok_add_bos(t));
+    EXPECT(t, "aaBc", 0, id_of(t, "aa"), 'B', 'c');
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    EXPECT(t, "DON'T", 0, 'D', 'O', 'N', id_of(t, "'T")); /* contractions of any case */
+    tok_close(t);
+}
+
+Test(tokenizer, every_llama_cpp_pre_tokenizer_name_opens)
+{
+    static const char *const names[] = {
+        "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "deepseek-llm", "deepseek-coder",
+        "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
+        "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "refact", "command-r",
+        "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe",
+        "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "chameleon",
+        "minerva-7b", "megrez", "gpt-4o", "llama4",
+    };
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tok_t *t = bpe_open(names[i], NULL);
+        int n;
+        const char *s = "Hello, world! 123 \xE4\xB8\x96\n";
+        int32_t *ids = encode(t, s, strlen(s), 0, 0, &n);
+        size_t dlen;
+        char *dec = decode(t, ids, n, &dlen);
+        cr_assert_str_eq(dec, s, "%s does not round-trip", names[i]);
+        free(dec);
+        free(ids);
+        tok_close(t);
+    }
+}
+
+Test(tokenizer, llama3_family_adds_bos_by_default_unless_the_file_says_otherwise)
+{
+    tok_t *t = bpe_open("llama-bpe", NULL);
+    cr_assert(tok_add_bos(t));
+    tok_close(t);
+    t = bpe_open("qwen2", NULL);
+    cr_assert(!tok_add_bos(t));
     tok_close(t);
 }
 
@@ -763,7 +902,7 @@ Test(tokenizer, qwen2_pre_tokenizer_splits_single_digits)
 
 Test(tokenizer, bpe_parses_special_text_only_when_asked)
 {
-    tok_t *t = bpe_open("gpt2", NULL);
+    tok_t *t = bpe_open("gpt-2", NULL);
     int32_t eot = id_of(t, "<|endoftext|>");
     int32_t hello = id_of(t, "hello");
     int n;
@@ -784,7 +923,7 @@ Test(tokenizer, bpe_parses_special_text_only_when_asked)
 
 Test(tokenizer, bpe_round_trips_non_ascii_utf8)
 {
-    tok_t *t = bpe_open("gpt2", NULL);
+    tok_t *t = bpe_open("gpt-2", NULL);
     const char *s = "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C";
     int n;
     size_t dlen;
@@ -819,7 +958,7 @@ Test(tokenizer, bpe_encodes_invalid_utf8_byte_by_byte)
 
 Test(tokenizer, bpe_pieces_undo_the_byte_level_mapping)
 {
-    tok_t *t = bpe_open("gpt2", NULL);
+    tok_t *t = bpe_open("gpt-2", NULL);
     char buf[32];
 
     cr_assert_eq(tok_piece(t, id_of(t, G_SP "world"), 0, buf, sizeof buf), 6);
@@ -834,10 +973,10 @@ Test(tokenizer, bpe_pieces_undo_the_byte_level_mapping)
 
 Test(tokenizer, bpe_defaults_to_no_bos_unless_the_vocabulary_asks)
 {
-    tok_t *t = bpe_open("gpt2", NULL);
+    tok_t *t = bpe_open("gpt-2", NULL);
     cr_assert(!tok_add_bos(t));
     tok_close(t);
-    t = bpe_open("gpt2", bpe_ids_add_bos);
+    t = bpe_open("gpt-2", bpe_ids_add_bos);
     cr_assert(tok_add_bos(t));
     tok_close(t);
 }
@@ -853,6 +992,105 @@ Test(tokenizer, bpe_end_of_generation_covers_eos_eot_and_chat_end_tokens)
     cr_assert(!tok_is_eog(t, 'a'));
     cr_assert_eq(tok_eos(t), -1);
     tok_close(t);
+}
+
+/* Id of text in v (the toy vocabularies' own list). */
+static int32_t tv_id(const tv_t *v, const char *text)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (strcmp(v->text[i], text) == 0)
+            return (int32_t)i;
+    cr_assert_fail("\"%s\" not in the toy vocabulary", text);
+    return -1;
+}
+
+static int32_t g_fim_sep_id; /* for bpe_ids_fim_sep */
+
+static void bpe_ids_fim_sep(ggufw_t *w)
+{
+    bpe_ids(w);
+    ggufw_kv_u32(w, "tokenizer.ggml.fim_sep_token_id", (uint32_t)g_fim_sep_id);
+}
+
+Test(tokenizer, llama_cpp_end_of_generation_texts_end_generation_and_become_control)
+{
+    char err[256] = "";
+    tv_t *v = bpe_vocab();
+    tok_t *t;
+    int32_t eot, eot2, fsep, fpre;
+
+    eot = tv_add(v, "<end_of_turn>", 0, TOK_TYPE_NORMAL);
+    eot2 = tv_add(v, "<EOT>", 0, TOK_TYPE_USER_DEFINED);
+    fsep = tv_add(v, "<|file_sep|>", 0, TOK_TYPE_NORMAL);
+    fpre = tv_add(v, "<|fim_prefix|>", 0, TOK_TYPE_NORMAL);
+    g_eot_id = tv_id(v, "<|end|>");
+    t = tv_open(v, "gpt2", "qwen2", 0, bpe_ids, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    for (int32_t id = 0; id < tok_vocab_size(t); id++) {
+        const char *x = tok_text(t, id);
+        int want = id == eot || id == eot2 || id == fsep || strcmp(x, "<|endoftext|>") == 0 ||
+                   strcmp(x, "<|im_end|>") == 0 || strcmp(x, "<|end|>") == 0;
+        cr_assert_eq(tok_is_eog(t, id), want, "\"%s\": eog %d, want %d", x, tok_is_eog(t, id), want);
+    }
+    cr_assert_eq(tok_type(t, eot), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, eot2), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, fsep), TOK_TYPE_CONTROL);
+    cr_assert_eq(tok_type(t, fpre), TOK_TYPE_NORMAL); /* FIM prefix: neither end nor control */
+    EXPECT(t, "a<end_of_turn>", 1, 'a', eot);
+    {
+        int n;
+        int32_t *ids = encode(t, "a<end_of_turn>", 14, 0, 0, &n);
+        for (int i = 0; i < n; i++)
+            cr_assert_neq(ids[i], eot, "CONTROL text is parsed only with parse_special");
+        free(ids);
+    }
+    tok_close(t);
+
+    /* a fim_sep_token_id key names the separator: the text is no longer looked for */
+    g_fim_sep_id = tv_id(v, "xyz");
+    t = tv_open(v, "gpt2", "qwen2", 0, bpe_ids_fim_sep, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    cr_assert(tok_is_eog(t, g_fim_sep_id));
+    cr_assert(!tok_is_eog(t, fsep));
+    cr_assert_eq(tok_type(t, fsep), TOK_TYPE_NORMAL);
+    tok_close(t);
+    tv_free(v);
+}
+
+static void spm_phi3(ggufw_t *w)
+{
+    spm_ids(w);
+    ggufw_kv_str(w, "general.name", "Phi-3 Mini 4K Instruct");
+}
+
+Test(tokenizer, phi3_special_tokens_swallow_the_whitespace_after_them_but_not_unk_s_or_endoftext)
+{
+    char err[256] = "";
+    tv_t *v = spm_vocab();
+    int32_t user = tv_add(v, "<|user|>", 0, TOK_TYPE_CONTROL);
+    int32_t end = tv_add(v, "<|end|>", 0, TOK_TYPE_USER_DEFINED);
+    tok_t *phi = tv_open(v, "llama", NULL, 0, spm_phi3, err, sizeof err);
+    tok_t *other = tv_open(v, "llama", NULL, 0, spm_ids, err, sizeof err);
+    int32_t hello, *ids;
+    int n, nl = 0;
+
+    cr_assert_not_null(phi, "%s", err);
+    cr_assert_not_null(other, "%s", err);
+    hello = id_of(phi, U2581 "hello");
+    EXPECT(phi, "<|user|>\n hello", 1, user, hello);
+    EXPECT(phi, "<|end|>\nhello", 1, end, hello); /* <|end|> became CONTROL (it ends generation) */
+    cr_assert(tok_is_eog(phi, end) && tok_type(phi, end) == TOK_TYPE_CONTROL);
+    /* <s> keeps what follows: its space becomes a "▁" of its own */
+    EXPECT(phi, "<s> hello", 1, SPM_BOS, id_of(phi, U2581), hello);
+    /* without the Phi-3 name the newline stays, as a byte token */
+    ids = encode(other, "<|user|>\nhello", 14, 0, 1, &n);
+    for (int i = 0; i < n; i++)
+        nl += ids[i] == SPM_BYTE0 + '\n';
+    cr_assert(n > 2 && ids[0] == user && nl == 1, "%d ids", n);
+    free(ids);
+    tok_close(phi);
+    tok_close(other);
+    tv_free(v);
 }
 
 Test(tokenizer, bpe_encoding_a_long_word_is_fast, .timeout = 20)
@@ -960,5 +1198,7 @@ Test(tokenizer, open_refuses_empty_tokens_and_bad_token_types)
 
 Test(tokenizer, open_refuses_an_unknown_pre_tokenizer)
 {
-    expect_refused("gpt2", "mystery-pre", 0, NULL, NULL, "mystery-pre");
+    expect_refused("gpt2", "mystery-pre", 0, NULL, NULL, "unknown pre-tokenizer tokenizer.ggml.pre = \"mystery-pre\"");
+    /* llama.cpp's name is "gpt-2"; "gpt2" is the tokenizer model, not a pre-tokenizer */
+    expect_refused("gpt2", "gpt2", 0, NULL, NULL, "\"gpt2\"");
 }
