@@ -63,4 +63,9 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
  * weight type, llama or (qwen = 1) qwen2 with biases; fails the test on error.
  * Free with model_close. (tu_model.c) */
 model_t *tu_tiny_model(uint32_t type, int qwen);
+/* The same model with embedding width d and FFN width ff written to a fresh
+ * temp file (path, cap bytes; the caller unlinks it); the tensor odd_name
+ * (unless NULL) gets type odd_type and arbitrary bytes of its size. */
+void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_t d, uint32_t ff,
+                        const char *odd_name, uint32_t odd_type);
 #endif
