@@ -1,6 +1,7 @@
 /* worker: the device worker thread: owns backend, store, residency, scheduler and sequences; talks to the loop only through its inbox and outbox. */
 #include "worker.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -246,15 +247,15 @@ static const char *model_state(wk_t *w, wk_model_t *m)
     return st.curr_resident_bytes ? "partial" : "host";
 }
 
-static const char *type_name(uint32_t t)
+/* "q4_k" for GGUF_T_Q4_K: gguf's name in lower case (buf: 16 bytes) */
+static const char *type_name(uint32_t t, char *buf)
 {
-    switch (t) {
-    case GGUF_T_F32: return "f32";
-    case GGUF_T_F16: return "f16";
-    case GGUF_T_BF16: return "bf16";
-    case GGUF_T_Q8_0: return "q8_0";
-    default: return "?";
-    }
+    const char *n = gguf_ttype_name(t);
+    size_t i = 0;
+    for (; n[i] && i < 15; i++)
+        buf[i] = (char)tolower((unsigned char)n[i]);
+    buf[i] = 0;
+    return buf;
 }
 
 /* Loads one configured model into the store and registers it; failures are
@@ -293,8 +294,9 @@ static wk_model_t *load_model(wk_t *w, const cfg_model_t *c)
     if (c->max_context > m->sm->model->hp.n_ctx_train)
         logf_("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
               c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
+    char tn[16];
     logf_("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
-          model_arch_name(m->sm->model->hp.arch), type_name(m->sm->model->wtype),
+          model_arch_name(m->sm->model->hp.arch), type_name(m->sm->model->wtype, tn),
           m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
     return m;
 }
@@ -823,7 +825,15 @@ static json_t *models_json(wk_t *w, int admin)
         if (m->sm) {
             const model_t *mod = m->sm->model;
             json_object_set_new(o, "arch", json_string(model_arch_name(mod->hp.arch)));
-            json_object_set_new(o, "type", json_string(type_name(mod->wtype)));
+            char tn[16];
+            json_object_set_new(o, "type", json_string(type_name(mod->wtype, tn)));
+            json_t *tt = json_object();
+            for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
+                if (mod->n_tensors_of[t])
+                    json_object_set_new(tt, type_name(t, tn), json_integer(mod->n_tensors_of[t]));
+            json_object_set_new(o, "tensor_types", tt);
+            json_object_set_new(o, "bytes_per_param",
+                                json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
             json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
             json_object_set_new(o, "context", json_integer(model_context(m)));
         }

@@ -259,6 +259,8 @@ model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen)
         const gguf_tensor_t *t = gguf_tensor_at(g, i);
         m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         m->weight_bytes += t->nbytes;
+        if (t->type < MODEL_N_TTYPES)
+            m->n_tensors_of[t->type]++;
     }
     quant_isa_get(); /* pick kernels before any worker thread runs */
     return m;
