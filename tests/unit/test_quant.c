@@ -254,6 +254,7 @@ Test(quant, exact_dots_of_block_types_match_float64_whatever_the_tile)
 
 Test(quant, quantized_activation_dots_equal_the_dequantized_values_dot)
 {
+    quant_isa_set(QUANT_ISA_PORTABLE); /* the SIMD ones are compared with these below */
     const size_t n = 1024;
     float *x[4], *wd = malloc(2 * n * sizeof(float)), *xd = malloc(n * sizeof(float));
     uint8_t *wq = malloc(2 * n * 4);
@@ -393,4 +394,95 @@ Test(quant, every_kquant_file_dequantizes_to_the_gguf_package_values, .timeout =
         cr_assert_geq(worst[t], 0.0, "no tensor of type %s in the set", gguf_ttype_name(t));
         cr_log_info("%s: max |diff| / max |row| = %.3g", gguf_ttype_name(t), worst[t]);
     }
+}
+
+/* ------------------------------------------------------------------ SIMD integer dots */
+
+/* A row of nblk blocks of random bytes (every bit pattern is a valid block
+ * but for the F16 factors, set to finite values) of a type whose F16
+ * factors sit at d_off (and d_off + 2 when two). */
+static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int two)
+{
+    for (size_t i = 0; i < nblk * bytes; i++)
+        w[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    for (size_t k = 0; k < nblk; k++)
+        for (int j = 0; j <= two; j++) {
+            uint16_t h = quant_f32_to_f16(frand() * 0.05f);
+            memcpy(w + k * bytes + d_off + 2 * j, &h, 2);
+        }
+}
+
+/* Every SIMD integer dot equals the portable one on the same quantized
+ * activations: Q4_K and Q6_K bit for bit; Q8_0, whose SIMD kernel sums in
+ * float lanes, within 1e-5 of the sum of |block terms| (float rounding of
+ * another order). Random blocks (Q8_0 values include -128) and activations,
+ * some at the extremes +-127; whatever the tile shape, each result is the
+ * one a single dot gives. */
+static void check_simd_vdots(quant_isa_t isa)
+{
+    static const struct {
+        uint32_t type;
+        size_t d_off;
+        int two;
+    } ts[] = {{GGUF_T_Q8_0, 0, 0}, {GGUF_T_Q4_K, 0, 1}, {GGUF_T_Q6_K, 208, 0}};
+    const size_t n = 2048;
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        uint32_t t = ts[ti].type, blck, bytes;
+        gguf_ttype_traits(t, &blck, &bytes);
+        quant_act_t act = quant_act_of(t);
+        size_t rb = quant_row_bytes(t, n), ab = quant_act_bytes(act, n);
+        uint8_t *w = malloc(2 * rb), *xq = malloc(4 * ab);
+        float *x = malloc(n * sizeof(float));
+        for (int trial = 0; trial < 8; trial++) {
+            rand_blocks(w, 2 * n / blck, bytes, ts[ti].d_off, ts[ti].two);
+            const void *xs[4];
+            for (int j = 0; j < 4; j++) {
+                for (size_t i = 0; i < n; i++) /* trial 0: saturating +-extremes */
+                    x[i] = trial == 0 ? (i % 3 ? 1.0f : -1.0f) : frand() * (float)(1 + j);
+                quant_act_from_f32(act, x, xq + j * ab, n);
+                xs[j] = xq + j * ab;
+            }
+            float tile[8];
+            quant_isa_set(isa);
+            quant_vdot_tile(t, w, rb, 2, xs, 4, n, tile);
+            for (int r = 0; r < 2; r++)
+                for (int j = 0; j < 4; j++) {
+                    float one;
+                    quant_vdot_tile(t, w + r * rb, rb, 1, &xs[j], 1, n, &one);
+                    cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s %s: tile != single",
+                                 quant_isa_name(isa), gguf_ttype_name(t));
+                    float p = quant_vdot_portable(t, w + r * rb, xs[j], n);
+                    if (t != GGUF_T_Q8_0) {
+                        cr_assert_eq(memcmp(&p, &one, 4), 0, "%s %s trial %d: %.9g vs %.9g",
+                                     quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,
+                                     (double)p);
+                        continue;
+                    }
+                    double mag = 0; /* sum of |block terms| */
+                    for (size_t k = 0; k < n / 32; k++) {
+                        const uint8_t *b = w + r * rb + k * 34;
+                        const quant_act_q8_t *a = (const quant_act_q8_t *)xs[j] + k;
+                        uint16_t h;
+                        memcpy(&h, b, 2);
+                        int32_t si = 0;
+                        for (int i = 0; i < 32; i++)
+                            si += (int8_t)b[2 + i] * a->qs[i];
+                        mag += fabs((double)quant_f16_to_f32(h) * a->d * si);
+                    }
+                    cr_assert_leq(fabs((double)p - one), 1e-5 * mag, "%s Q8_0 trial %d: %.9g vs %.9g",
+                                  quant_isa_name(isa), trial, (double)one, (double)p);
+                }
+        }
+        free(w);
+        free(xq);
+        free(x);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
+Test(quant, avx2_integer_dots_equal_the_portable_ones)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    check_simd_vdots(QUANT_ISA_AVX2);
 }
