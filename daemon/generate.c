@@ -52,7 +52,7 @@ static void usage(FILE *f)
           "      --no-bos            do not add BOS to the prompt\n"
           "      --ignore-eos        keep generating after an end-of-generation token\n"
           "      --special           print special tokens' text\n"
-          "      --isa auto|avx2|portable  CPU kernels (default auto)\n"
+          "      --isa auto|vnni|avx2|portable  CPU kernels (default auto)\n"
           "      --exact             F32 activations for quantized weights (the reference\n"
           "                          path; default: activations quantized to 8 bits)\n"
           "      --json              print one JSON object {prompt_ids, ids, text, timing}\n"
@@ -160,6 +160,7 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         case O_ISA:
             if (strcmp(optarg, "auto") == 0) o->isa = QUANT_ISA_AUTO;
             else if (strcmp(optarg, "avx2") == 0) o->isa = QUANT_ISA_AVX2;
+            else if (strcmp(optarg, "vnni") == 0) o->isa = QUANT_ISA_AVX2_VNNI;
             else if (strcmp(optarg, "portable") == 0) o->isa = QUANT_ISA_PORTABLE;
             else goto bad;
             break;

@@ -14,15 +14,18 @@ typedef struct quant_block_q8_0 {
 } quant_block_q8_0_t;
 
 /* Instruction-set choice for the kernels. AUTO picks the best the CPU has
- * (AVX2+FMA+F16C) at first use; PORTABLE forces the plain C kernels. */
+ * (AVX2+FMA+F16C, then AVX-VNNI on top) at first use; PORTABLE forces the
+ * plain C kernels. */
 typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_PORTABLE = 1,
     QUANT_ISA_AVX2 = 2,
+    QUANT_ISA_AVX2_VNNI = 3, /* AVX2 plus AVX-VNNI's vpdpbusd for the int8 dots */
 } quant_isa_t;
 
-/* Select kernels; returns the ISA actually in use (AVX2 falls back to
- * PORTABLE when the CPU lacks it). Not thread-safe: call before work starts. */
+/* Select kernels; returns the ISA actually in use (one the CPU lacks falls
+ * back to the next: AVX2_VNNI to AVX2 to PORTABLE). Not thread-safe: call
+ * before work starts. */
 quant_isa_t quant_isa_set(quant_isa_t want);
 quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);

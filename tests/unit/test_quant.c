@@ -486,3 +486,30 @@ Test(quant, avx2_integer_dots_equal_the_portable_ones)
         cr_skip_test("CPU lacks AVX2/FMA/F16C");
     check_simd_vdots(QUANT_ISA_AVX2);
 }
+
+Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2_VNNI) != QUANT_ISA_AVX2_VNNI)
+        cr_skip_test("CPU lacks AVX-VNNI");
+    check_simd_vdots(QUANT_ISA_AVX2_VNNI);
+    /* its Q8_0 kernel sums the very lanes of the AVX2 one: bit for bit */
+    const size_t n = 1024;
+    uint8_t *w = malloc(quant_row_bytes(GGUF_T_Q8_0, n));
+    uint8_t *xq = malloc(quant_act_bytes(QUANT_ACT_Q8, n));
+    float *x = malloc(n * sizeof(float));
+    rand_blocks(w, n / 32, 34, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand();
+    quant_act_from_f32(QUANT_ACT_Q8, x, xq, n);
+    const void *xs[1] = {xq};
+    float a, b;
+    quant_isa_set(QUANT_ISA_AVX2_VNNI);
+    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &a);
+    quant_isa_set(QUANT_ISA_AVX2);
+    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &b);
+    quant_isa_set(QUANT_ISA_AUTO);
+    cr_assert_eq(memcmp(&a, &b, 4), 0, "%.9g vs %.9g", (double)a, (double)b);
+    free(w);
+    free(xq);
+    free(x);
+}
