@@ -1289,21 +1289,45 @@ AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, in
         out[t] = hsum256(acc[t]);
 }
 
+/* Q4_K's 12-byte scale field (see k4_scales_get) as 8 scale and 8 min
+ * bytes, four at a time */
+static inline void k4_scales_bytes(const uint8_t *s, uint8_t sc[8], uint8_t mn[8])
+{
+    uint32_t a = rd_u32(s), b = rd_u32(s + 4), c = rd_u32(s + 8);
+    uint32_t v[4] = {a & 0x3f3f3f3fu, b & 0x3f3f3f3fu,
+                     (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4,
+                     ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4};
+    memcpy(sc, &v[0], 4);
+    memcpy(mn, &v[1], 4);
+    memcpy(sc + 4, &v[2], 4);
+    memcpy(mn + 4, &v[3], 4);
+}
+
 AVX2_INLINE void vdot_q4_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
                                 float *out)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* byte pairs (2j, 2j+1) of a 128-bit lane: broadcast int16 j */
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     float acc[QUANT_DOTN_MAX] = {0};
-    qblk_t u;
     for (size_t k = 0; k < nblk; k++, w += 144) {
-        k4_scales_get(w + 4, &u);
+        uint8_t sc[8], mn[8];
+        k4_scales_bytes(w + 4, sc, mn);
+        uint64_t sc64, mn64;
+        memcpy(&sc64, sc, 8);
+        memcpy(&mn64, mn, 8);
+        /* scales as int16 in both halves; mins as int16 pairs (one per 16 bsums) */
+        __m256i scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+        __m256i mnv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
         __m256i sum[QUANT_DOTN_MAX];
         for (int t = 0; t < nx; t++)
             sum[t] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            __m256i s0 = _mm256_set1_epi16(u.sc[2 * c]), s1 = _mm256_set1_epi16(u.sc[2 * c + 1]);
+            __m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+            __m256i s1 =
+                _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
             #pragma GCC unroll 4
             for (int t = 0; t < nx; t++) {
                 const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * c;
@@ -1314,11 +1338,11 @@ AVX2_INLINE void vdot_q4_k_avx2_body(const uint8_t *w, const void *const *xq, in
             }
         }
         float d = rd_f16c(w), dm = rd_f16c(w + 2);
+        #pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
-            int32_t sm = 0;
-            for (int j = 0; j < 8; j++)
-                sm += (a->bsums[2 * j] + a->bsums[2 * j + 1]) * u.mn[j];
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            int32_t sm = hsum_i32(_mm256_madd_epi16(bs, mnv));
             acc[t] += k_term(d, dm, hsum_i32(sum[t]), sm, a);
         }
     }
@@ -1346,7 +1370,10 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
 {
     float acc[QUANT_DOTN_MAX] = {0};
     for (size_t k = 0; k < nblk; k++, w += 210) {
-        const int8_t *sc = (const int8_t *)(w + 192);
+        /* the 16 scales as int16; per half, its 8 in both 128-bit lanes */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
+        __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                          _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         __m256i sum[QUANT_DOTN_MAX];
         for (int t = 0; t < nx; t++)
             sum[t] = _mm256_setzero_si256();
@@ -1357,8 +1384,10 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i q = q6_values(g % 2 ? ql1 : ql0, qh, g);
-                int i0 = 8 * n + 2 * g; /* the two 16-value sub-blocks of these 32 */
-                __m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[i0]), _mm_set1_epi16(sc[i0 + 1]));
+                /* the two 16-value sub-blocks of these 32: scales 2g, 2g + 1 of the half */
+                __m256i scv = _mm256_shuffle_epi8(
+                    sch[n], _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g))),
+                                              _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1)))));
                 #pragma GCC unroll 4
                 for (int t = 0; t < nx; t++) {
                     const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n + 32 * g;
@@ -1368,11 +1397,12 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
             }
         }
         float d = rd_f16c(w + 208);
+        #pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
-            int32_t off = 0; /* the values' offset: 32 x activation sums x scales */
-            for (int i = 0; i < 16; i++)
-                off += a->bsums[i] * sc[i];
+            /* the values' offset: 32 x activation sums x scales */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            int32_t off = hsum_i32(_mm256_madd_epi16(bs, sc16));
             acc[t] += k_term(d, 0.0f, hsum_i32(sum[t]) - 32 * off, 0, a);
         }
     }
