@@ -1303,16 +1303,21 @@ static inline void k4_scales_bytes(const uint8_t *s, uint8_t sc[8], uint8_t mn[8
     memcpy(mn + 4, &v[3], 4);
 }
 
-AVX2_INLINE void vdot_q4_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                float *out)
+/* Q4_K, and Q5_K (five = 1: qh[32] before qs, bit 2c / 2c + 1 of qh[l] is
+ * bit 4 of element 64c + l / 64c + 32 + l) */
+AVX2_INLINE void vdot_q45_k_avx2(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                 float *out, int five)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const size_t bb = five ? 176 : 144;
+    const uint8_t *qs0 = w + (five ? 48 : 16);
     /* byte pairs (2j, 2j+1) of a 128-bit lane: broadcast int16 j */
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     float acc[QUANT_DOTN_MAX] = {0};
-    for (size_t k = 0; k < nblk; k++, w += 144) {
+    for (size_t k = 0; k < nblk; k++, w += bb, qs0 += bb) {
         uint8_t sc[8], mn[8];
         k4_scales_bytes(w + 4, sc, mn);
+        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
         uint64_t sc64, mn64;
         memcpy(&sc64, sc, 8);
         memcpy(&mn64, mn, 8);
@@ -1323,8 +1328,14 @@ AVX2_INLINE void vdot_q4_k_avx2_body(const uint8_t *w, const void *const *xq, in
         for (int t = 0; t < nx; t++)
             sum[t] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c));
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs0 + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) { /* qh was shifted right by 2c: its bits 0 and 1 are this chunk's */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                                              _mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
             __m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
             __m256i s1 =
                 _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
@@ -1422,8 +1433,21 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
         default: body##_body(w, xq, 4, nblk, out); break;                                          \
         }                                                                                          \
     }
+AVX2_INLINE void vdot_q4_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q45_k_avx2(w, xq, nx, nblk, out, 0);
+}
+
+AVX2_INLINE void vdot_q5_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q45_k_avx2(w, xq, nx, nblk, out, 1);
+}
+
 VDOT_SHAPES(vdot_q8_0_avx2)
 VDOT_SHAPES(vdot_q4_k_avx2)
+VDOT_SHAPES(vdot_q5_k_avx2)
 VDOT_SHAPES(vdot_q6_k_avx2)
 
 /* ------------------------------------------------------------------ AVX-VNNI integer dots
@@ -1484,6 +1508,7 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
     switch (type) {
     case GGUF_T_Q8_0: return vdot_q8_0_avx2_nx;
     case GGUF_T_Q4_K: return vdot_q4_k_avx2_nx;
+    case GGUF_T_Q5_K: return vdot_q5_k_avx2_nx;
     case GGUF_T_Q6_K: return vdot_q6_k_avx2_nx;
     default: return NULL;
     }

@@ -413,7 +413,7 @@ static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int
 }
 
 /* Every SIMD integer dot equals the portable one on the same quantized
- * activations: Q4_K and Q6_K bit for bit; Q8_0, whose SIMD kernel sums in
+ * activations: Q4_K, Q5_K and Q6_K bit for bit; Q8_0, whose SIMD kernel sums in
  * float lanes, within 1e-5 of the sum of |block terms| (float rounding of
  * another order). Random blocks (Q8_0 values include -128) and activations,
  * some at the extremes +-127; whatever the tile shape, each result is the
@@ -424,7 +424,7 @@ static void check_simd_vdots(quant_isa_t isa)
         uint32_t type;
         size_t d_off;
         int two;
-    } ts[] = {{GGUF_T_Q8_0, 0, 0}, {GGUF_T_Q4_K, 0, 1}, {GGUF_T_Q6_K, 208, 0}};
+    } ts[] = {{GGUF_T_Q8_0, 0, 0}, {GGUF_T_Q4_K, 0, 1}, {GGUF_T_Q5_K, 0, 1}, {GGUF_T_Q6_K, 208, 0}};
     const size_t n = 2048;
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         uint32_t t = ts[ti].type, blck, bytes;
