@@ -1260,20 +1260,35 @@ AVX2_INLINE int32_t hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(x);
 }
 
-/* Q8_0: float lanes, not the portable order (one hsum per block costs more
- * than the dot): lane j of each block's int32 vector (values 4j..4j+3) is
- * scaled by d_w * d_a and accumulated with FMA, the lanes summed at the end.
- * It differs from the portable dot by float rounding only (tested within
- * 1e-5 of the sum of |block terms|). */
-AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                float *out)
+/* The 32-value types (Q8_0, Q4_0, IQ4_NL): float lanes, not the portable
+ * order (one hsum per block costs more than the dot): lane j of each
+ * block's int32 vector (values 4j..4j+3) is scaled by d_w * d_a and
+ * accumulated with FMA, the lanes summed at the end. They differ from the
+ * portable dot by float rounding only (tested within 1e-5 of the sum of
+ * |products|). */
+AVX2_INLINE __m256i q32_values(const uint8_t *w, uint32_t type)
+{
+    if (type == GGUF_T_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(w + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m128i b = _mm_loadu_si128((const __m128i *)(w + 2));
+    __m256i v = _mm256_setr_m128i(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
+    if (type == GGUF_T_Q4_0)
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_grid)), v);
+}
+
+AVX2_INLINE void vdot_q32_avx2(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                               float *out, uint32_t type)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bb = type == GGUF_T_Q8_0 ? 34 : 18;
     __m256 acc[QUANT_DOTN_MAX];
     for (int t = 0; t < nx; t++)
         acc[t] = _mm256_setzero_ps();
-    for (size_t k = 0; k < nblk; k++, w += 34) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+    for (size_t k = 0; k < nblk; k++, w += bb) {
+        __m256i q = q32_values(w, type);
         __m256i aq = _mm256_abs_epi8(q);
         float d = rd_f16c(w);
         #pragma GCC unroll 4
@@ -1287,6 +1302,68 @@ AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, in
     }
     for (int t = 0; t < nx; t++)
         out[t] = hsum256(acc[t]);
+}
+
+AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q8_0);
+}
+
+AVX2_INLINE void vdot_q4_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q4_0);
+}
+
+AVX2_INLINE void vdot_iq4_nl_avx2_body(const uint8_t *w, const void *const *xq, int nx,
+                                       size_t nblk, float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_IQ4_NL);
+}
+
+/* IQ4_XS: grid values (|q| <= 127) by sign trick, each 32-value sub-block's
+ * pair sums scaled by its int16 scale; bit-identical to the portable dot. */
+AVX2_INLINE void vdot_iq4_xs_avx2_body(const uint8_t *w, const void *const *xq, int nx,
+                                       size_t nblk, float *out)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_grid));
+    float acc[QUANT_DOTN_MAX] = {0};
+    for (size_t k = 0; k < nblk; k++, w += 136) {
+        unsigned sh = (unsigned)(w[2] | w[3] << 8);
+        __m256i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            /* sub-blocks 2p and 2p + 1: A holds values 0..15 of each, B 16..31 */
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + 8 + 32 * p));
+            __m256i qa = _mm256_shuffle_epi8(grid, _mm256_and_si256(v, m4));
+            __m256i qb = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            __m256i aa = _mm256_abs_epi8(qa), ab = _mm256_abs_epi8(qb);
+            int l0 = ((w[4 + p] & 15) | ((sh >> 4 * p) & 3) << 4) - 32;
+            int l1 = ((w[4 + p] >> 4) | ((sh >> (4 * p + 2)) & 3) << 4) - 32;
+            __m256i scv = _mm256_setr_m128i(_mm_set1_epi16((short)l0), _mm_set1_epi16((short)l1));
+            #pragma GCC unroll 4
+            for (int t = 0; t < nx; t++) {
+                const int8_t *x = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * p;
+                __m256i xa = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)x),
+                                               _mm_loadu_si128((const __m128i *)(x + 32)));
+                __m256i xb = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)(x + 16)),
+                                               _mm_loadu_si128((const __m128i *)(x + 48)));
+                __m256i pa = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(xa, qa));
+                __m256i pb = _mm256_maddubs_epi16(ab, _mm256_sign_epi8(xb, qb));
+                /* (pa + pb would overflow int16: each pair reaches 2 * 127 * 127) */
+                sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(pa, scv));
+                sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(pb, scv));
+            }
+        }
+        float d = rd_f16c(w);
+        for (int t = 0; t < nx; t++)
+            acc[t] += k_term(d, 0.0f, hsum_i32(sum[t]), 0, (const quant_act_q8k_t *)xq[t] + k);
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = acc[t];
 }
 
 /* Q4_K's 12-byte scale field (see k4_scales_get) as 8 scale and 8 min
@@ -1446,6 +1523,9 @@ AVX2_INLINE void vdot_q5_k_avx2_body(const uint8_t *w, const void *const *xq, in
 }
 
 VDOT_SHAPES(vdot_q8_0_avx2)
+VDOT_SHAPES(vdot_q4_0_avx2)
+VDOT_SHAPES(vdot_iq4_nl_avx2)
+VDOT_SHAPES(vdot_iq4_xs_avx2)
 VDOT_SHAPES(vdot_q4_k_avx2)
 VDOT_SHAPES(vdot_q5_k_avx2)
 VDOT_SHAPES(vdot_q6_k_avx2)
@@ -1507,6 +1587,9 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
 {
     switch (type) {
     case GGUF_T_Q8_0: return vdot_q8_0_avx2_nx;
+    case GGUF_T_Q4_0: return vdot_q4_0_avx2_nx;
+    case GGUF_T_IQ4_NL: return vdot_iq4_nl_avx2_nx;
+    case GGUF_T_IQ4_XS: return vdot_iq4_xs_avx2_nx;
     case GGUF_T_Q4_K: return vdot_q4_k_avx2_nx;
     case GGUF_T_Q5_K: return vdot_q5_k_avx2_nx;
     case GGUF_T_Q6_K: return vdot_q6_k_avx2_nx;
