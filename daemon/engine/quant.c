@@ -1498,6 +1498,89 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
         out[t] = acc[t];
 }
 
+/* Q2_K and Q3_K: 2-bit fields (Q3_K: plus its hmask bit, as value + 4 in
+ * 0..7, the offset taken back with the activation sums); 16-value
+ * sub-blocks, two per 32 values as in Q6_K. Bit-identical to the portable
+ * dot. */
+AVX2_INLINE void vdot_q23_k_avx2(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                 float *out, int three)
+{
+    const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const size_t bb = three ? 110 : 84;
+    float acc[QUANT_DOTN_MAX] = {0};
+    for (size_t k = 0; k < nblk; k++, w += bb) {
+        const uint8_t *qs = three ? w + 32 : w + 16;
+        __m256i sc16, mn16 = _mm256_setzero_si256();
+        if (three) { /* q3_scale four at a time */
+            uint32_t a = rd_u32(w + 96), b = rd_u32(w + 100), c = rd_u32(w + 104);
+            uint32_t v[4] = {(a & 0x0f0f0f0fu) | (c & 0x03030303u) << 4,
+                             (b & 0x0f0f0f0fu) | ((c >> 2) & 0x03030303u) << 4,
+                             ((a >> 4) & 0x0f0f0f0fu) | ((c >> 4) & 0x03030303u) << 4,
+                             ((b >> 4) & 0x0f0f0f0fu) | ((c >> 6) & 0x03030303u) << 4};
+            __m128i u = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v), _mm_set1_epi8(32));
+            sc16 = _mm256_cvtepi8_epi16(u);
+        } else {
+            __m128i s8 = _mm_loadu_si128((const __m128i *)w);
+            sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(15)));
+            mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+        }
+        __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                          _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+        __m256i hm = three ? _mm256_loadu_si256((const __m256i *)w) : _mm256_setzero_si256();
+        __m256i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm256_setzero_si256();
+        for (int n = 0; n < 2; n++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i q = _mm256_and_si256(qv, m2); /* qv shifted right by 2j */
+                qv = _mm256_srli_epi16(qv, 2);
+                if (three) { /* hm shifted right by 4n + j: bit 0 is this group's */
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                    hm = _mm256_srli_epi16(hm, 1);
+                }
+                __m256i scv = _mm256_shuffle_epi8(
+                    sch[n], _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))),
+                                              _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1)))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < nx; t++) {
+                    const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n + 32 * j;
+                    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)aq));
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, scv));
+                }
+            }
+        }
+        float d = rd_f16c(w + (three ? 108 : 80));
+        float dm = three ? 0.0f : rd_f16c(w + 82);
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            int32_t sq = hsum_i32(sum[t]), sm = 0;
+            if (three)
+                sq -= 4 * hsum_i32(_mm256_madd_epi16(bs, sc16));
+            else
+                sm = hsum_i32(_mm256_madd_epi16(bs, mn16));
+            acc[t] += k_term(d, dm, sq, sm, a);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = acc[t];
+}
+
+AVX2_INLINE void vdot_q2_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q23_k_avx2(w, xq, nx, nblk, out, 0);
+}
+
+AVX2_INLINE void vdot_q3_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q23_k_avx2(w, xq, nx, nblk, out, 1);
+}
+
 /* Specialise on nx so the token loops unroll into registers. */
 #define VDOT_SHAPES(body)                                                                          \
     AVX2 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,      \
@@ -1526,6 +1609,8 @@ VDOT_SHAPES(vdot_q8_0_avx2)
 VDOT_SHAPES(vdot_q4_0_avx2)
 VDOT_SHAPES(vdot_iq4_nl_avx2)
 VDOT_SHAPES(vdot_iq4_xs_avx2)
+VDOT_SHAPES(vdot_q2_k_avx2)
+VDOT_SHAPES(vdot_q3_k_avx2)
 VDOT_SHAPES(vdot_q4_k_avx2)
 VDOT_SHAPES(vdot_q5_k_avx2)
 VDOT_SHAPES(vdot_q6_k_avx2)
@@ -1590,6 +1675,8 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
     case GGUF_T_Q4_0: return vdot_q4_0_avx2_nx;
     case GGUF_T_IQ4_NL: return vdot_iq4_nl_avx2_nx;
     case GGUF_T_IQ4_XS: return vdot_iq4_xs_avx2_nx;
+    case GGUF_T_Q2_K: return vdot_q2_k_avx2_nx;
+    case GGUF_T_Q3_K: return vdot_q3_k_avx2_nx;
     case GGUF_T_Q4_K: return vdot_q4_k_avx2_nx;
     case GGUF_T_Q5_K: return vdot_q5_k_avx2_nx;
     case GGUF_T_Q6_K: return vdot_q6_k_avx2_nx;

@@ -413,7 +413,7 @@ static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int
 }
 
 /* Every SIMD integer dot equals the portable one on the same quantized
- * activations: Q4_K, Q5_K, Q6_K and IQ4_XS bit for bit; Q8_0, Q4_0 and
+ * activations: Q2_K..Q6_K and IQ4_XS bit for bit; Q8_0, Q4_0 and
  * IQ4_NL, whose SIMD kernels sum in float lanes, within 1e-5 of the sum of
  * |products| (float rounding of another order). Random blocks (Q8_0 values include -128) and activations,
  * some at the extremes +-127; whatever the tile shape, each result is the
@@ -427,7 +427,7 @@ static void check_simd_vdots(quant_isa_t isa)
         int lanes; /* float-lane kernel: within a tolerance, not bit for bit */
     } ts[] = {{GGUF_T_Q8_0, 0, 0, 1},   {GGUF_T_Q4_0, 0, 0, 1},   {GGUF_T_IQ4_NL, 0, 0, 1},
               {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},   {GGUF_T_Q6_K, 208, 0, 0},
-              {GGUF_T_IQ4_XS, 0, 0, 0}};
+              {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0},   {GGUF_T_Q3_K, 108, 0, 0}};
     const size_t n = 2048;
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         uint32_t t = ts[ti].type, blck, bytes;
