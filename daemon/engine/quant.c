@@ -1260,48 +1260,78 @@ AVX2_INLINE int32_t hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(x);
 }
 
-/* The 32-value types (Q8_0, Q4_0, IQ4_NL): float lanes, not the portable
+/* The 32-value types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): float lanes, not the portable
  * order (one hsum per block costs more than the dot): lane j of each
  * block's int32 vector (values 4j..4j+3) is scaled by d_w * d_a and
  * accumulated with FMA, the lanes summed at the end. They differ from the
  * portable dot by float rounding only (tested within 1e-5 of the sum of
  * |products|). */
+/* 32 bits -> 32 bytes, 16 where the bit is set */
+AVX2_INLINE __m256i q5_high_bits(uint32_t qh)
+{
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                          2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(16));
+}
+
+/* the 32 values of a block, signed (Q4_1 and Q5_1: unsigned, the min apart) */
 AVX2_INLINE __m256i q32_values(const uint8_t *w, uint32_t type)
 {
     if (type == GGUF_T_Q8_0)
         return _mm256_loadu_si256((const __m256i *)(w + 2));
+    const size_t qs = type == GGUF_T_Q4_1 ? 4 : type == GGUF_T_Q5_0 ? 6 : type == GGUF_T_Q5_1 ? 8 : 2;
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m128i b = _mm_loadu_si128((const __m128i *)(w + 2));
+    __m128i b = _mm_loadu_si128((const __m128i *)(w + qs));
     __m256i v = _mm256_setr_m128i(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
-    if (type == GGUF_T_Q4_0)
-        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-    return _mm256_shuffle_epi8(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_grid)), v);
+    switch (type) {
+    case GGUF_T_Q4_0: return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    case GGUF_T_Q4_1: return v;
+    case GGUF_T_Q5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(v, q5_high_bits(rd_u32(w + 2))), _mm256_set1_epi8(16));
+    case GGUF_T_Q5_1: return _mm256_or_si256(v, q5_high_bits(rd_u32(w + 4)));
+    default:
+        return _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_grid)), v);
+    }
 }
 
 AVX2_INLINE void vdot_q32_avx2(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
                                float *out, uint32_t type)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    const size_t bb = type == GGUF_T_Q8_0 ? 34 : 18;
+    const int mins = type == GGUF_T_Q4_1 || type == GGUF_T_Q5_1;
+    size_t bb; /* block bytes, as in gguf's table */
+    switch (type) {
+    case GGUF_T_Q8_0: bb = 34; break;
+    case GGUF_T_Q4_1: bb = 20; break;
+    case GGUF_T_Q5_0: bb = 22; break;
+    case GGUF_T_Q5_1: bb = 24; break;
+    default: bb = 18; break;
+    }
     __m256 acc[QUANT_DOTN_MAX];
+    float macc[QUANT_DOTN_MAX] = {0}; /* the mins' part: m x d_a x activation sum */
     for (int t = 0; t < nx; t++)
         acc[t] = _mm256_setzero_ps();
     for (size_t k = 0; k < nblk; k++, w += bb) {
         __m256i q = q32_values(w, type);
-        __m256i aq = _mm256_abs_epi8(q);
-        float d = rd_f16c(w);
+        __m256i aq = mins ? q : _mm256_abs_epi8(q);
+        float d = rd_f16c(w), m = mins ? rd_f16c(w + 2) : 0.0f;
         #pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
             /* |q| x (x with q's sign): |q| <= 128 and |x| <= 127 keep pairs exact */
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
+            __m256i p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(aq, mins ? x : _mm256_sign_epi8(x, q)), ones);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a->d), acc[t]);
+            if (mins)
+                macc[t] += m * a->s;
         }
     }
     for (int t = 0; t < nx; t++)
-        out[t] = hsum256(acc[t]);
+        out[t] = hsum256(acc[t]) + macc[t];
 }
 
 AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
@@ -1314,6 +1344,24 @@ AVX2_INLINE void vdot_q4_0_avx2_body(const uint8_t *w, const void *const *xq, in
                                      float *out)
 {
     vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q4_0);
+}
+
+AVX2_INLINE void vdot_q4_1_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q4_1);
+}
+
+AVX2_INLINE void vdot_q5_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q5_0);
+}
+
+AVX2_INLINE void vdot_q5_1_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q5_1);
 }
 
 AVX2_INLINE void vdot_iq4_nl_avx2_body(const uint8_t *w, const void *const *xq, int nx,
@@ -1607,6 +1655,9 @@ AVX2_INLINE void vdot_q5_k_avx2_body(const uint8_t *w, const void *const *xq, in
 
 VDOT_SHAPES(vdot_q8_0_avx2)
 VDOT_SHAPES(vdot_q4_0_avx2)
+VDOT_SHAPES(vdot_q4_1_avx2)
+VDOT_SHAPES(vdot_q5_0_avx2)
+VDOT_SHAPES(vdot_q5_1_avx2)
 VDOT_SHAPES(vdot_iq4_nl_avx2)
 VDOT_SHAPES(vdot_iq4_xs_avx2)
 VDOT_SHAPES(vdot_q2_k_avx2)
@@ -1673,6 +1724,9 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
     switch (type) {
     case GGUF_T_Q8_0: return vdot_q8_0_avx2_nx;
     case GGUF_T_Q4_0: return vdot_q4_0_avx2_nx;
+    case GGUF_T_Q4_1: return vdot_q4_1_avx2_nx;
+    case GGUF_T_Q5_0: return vdot_q5_0_avx2_nx;
+    case GGUF_T_Q5_1: return vdot_q5_1_avx2_nx;
     case GGUF_T_IQ4_NL: return vdot_iq4_nl_avx2_nx;
     case GGUF_T_IQ4_XS: return vdot_iq4_xs_avx2_nx;
     case GGUF_T_Q2_K: return vdot_q2_k_avx2_nx;

@@ -413,9 +413,10 @@ static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int
 }
 
 /* Every SIMD integer dot equals the portable one on the same quantized
- * activations: Q2_K..Q6_K and IQ4_XS bit for bit; Q8_0, Q4_0 and
- * IQ4_NL, whose SIMD kernels sum in float lanes, within 1e-5 of the sum of
- * |products| (float rounding of another order). Random blocks (Q8_0 values include -128) and activations,
+ * activations: Q2_K..Q6_K and IQ4_XS bit for bit; the 32-value types
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), whose SIMD kernels sum in float
+ * lanes, within 1e-5 of the sum of |products| (float rounding of another
+ * order). Random blocks (Q8_0 values include -128) and activations,
  * some at the extremes +-127; whatever the tile shape, each result is the
  * one a single dot gives. */
 static void check_simd_vdots(quant_isa_t isa)
@@ -426,6 +427,7 @@ static void check_simd_vdots(quant_isa_t isa)
         int two;
         int lanes; /* float-lane kernel: within a tolerance, not bit for bit */
     } ts[] = {{GGUF_T_Q8_0, 0, 0, 1},   {GGUF_T_Q4_0, 0, 0, 1},   {GGUF_T_IQ4_NL, 0, 0, 1},
+              {GGUF_T_Q4_1, 0, 1, 1},   {GGUF_T_Q5_0, 0, 0, 1},   {GGUF_T_Q5_1, 0, 1, 1},
               {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},   {GGUF_T_Q6_K, 208, 0, 0},
               {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0},   {GGUF_T_Q3_K, 108, 0, 0}};
     const size_t n = 2048;
@@ -461,13 +463,19 @@ static void check_simd_vdots(quant_isa_t isa)
                                      (double)p);
                         continue;
                     }
-                    /* sum of |products| of the dequantized values (32-value blocks) */
+                    /* sum of |products| of the dequantized values (32-value blocks),
+                     * and for Q4_1/Q5_1 of |min x s| (F16 m after d) */
                     float *wd = malloc(n * sizeof(float));
                     quant_row_to_f32(t, w + r * rb, wd, n);
                     double mag = 0;
                     for (size_t i = 0; i < n; i++) {
                         const quant_act_q8_t *a = (const quant_act_q8_t *)xs[j] + i / 32;
                         mag += fabs((double)wd[i] * a->d * a->qs[i % 32]);
+                        if (ts[ti].two && i % 32 == 0) {
+                            uint16_t h;
+                            memcpy(&h, w + r * rb + i / 32 * bytes + 2, 2);
+                            mag += fabs((double)quant_f16_to_f32(h) * a->s);
+                        }
                     }
                     free(wd);
                     cr_assert_leq(fabs((double)p - one), 1e-5 * mag, "%s %s trial %d: %.9g vs %.9g",
