@@ -90,7 +90,9 @@ typedef struct quant_act_q8 {
     int8_t qs[QUANT_Q8_0_BLOCK];
 } quant_act_q8_t;
 
-/* 256 activations: x[i] ~= d * qs[i]; bsums[j] = sum of qs[16j..16j+15]. */
+/* 256 activations: x[i] ~= d * qs[i] (the value of largest magnitude maps
+ * to -127, so d may be negative, as llama.cpp's Q8_K); bsums[j] = sum of
+ * qs[16j..16j+15]. */
 typedef struct quant_act_q8k {
     float d;
     int8_t qs[QUANT_K_BLOCK];
@@ -119,8 +121,10 @@ void quant_act_from_f32(quant_act_t act, const float *x, void *dst, size_t n);
 
 /* nr weight rows (row_bytes apart) against nx quantized activation rows
  * (format quant_act_of(type)), out[r * nx + t]. Each result is identical
- * whatever the tile shape; the portable and SIMD kernels agree bit for bit
- * (see the SIMD kernels for any stated tolerance). */
+ * whatever the tile shape. The SIMD kernels equal the portable dot bit for
+ * bit for the 256-value types; for the 32-value types (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL) they sum in float lanes, within 1e-5 of the sum of
+ * |products| of it. */
 void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr,
                      const void *const *xq, int nx, size_t n, float *out);
 /* The portable integer dot of one row, for testing the SIMD ones. */
