@@ -1086,13 +1086,15 @@ static int gs_cmd_models(const gs_cmd_t *cmd, gs_opts_t *o)
                 if ((int)strlen(gs_str(m, "name")) > w)
                     w = (int)strlen(gs_str(m, "name"));
             }
-            printf("%-*s  %-9s %-6s %-5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE", "PARAMS", "CONTEXT");
+            printf("%-*s  %-9s %-6s %-6s %5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE", "BITS",
+                   "PARAMS", "CONTEXT");
             json_array_foreach(models, i, m)
             {
                 char params[32];
                 gs_fmt_count(params, sizeof params, gs_num(m, "params", 0));
-                printf("%-*s  %-9s %-6s %-5s %8s %8.0f\n", w, gs_str(m, "name"), gs_str(m, "state"),
-                       gs_str(m, "arch"), gs_str(m, "type"), params, gs_num(m, "context", 0));
+                printf("%-*s  %-9s %-6s %-6s %5.2f %8s %8.0f\n", w, gs_str(m, "name"), gs_str(m, "state"),
+                       gs_str(m, "arch"), gs_str(m, "type"), 8 * gs_num(m, "bytes_per_param", 0), params,
+                       gs_num(m, "context", 0));
             }
         }
     }
@@ -1329,7 +1331,7 @@ static const gs_cmd_t gs_cmds[] = {
     {"models", gs_cmd_models, 0, "list the configured models",
      "usage: gpuswap models [--json]\n"
      "Lists the configured models with their state (loading, host, partial,\n"
-     "resident, failed), architecture, weight type, parameters and context.\n"
+     "resident, failed), architecture, weight type, bits per weight, parameters and context.\n"
      "Uses the inference socket.\n"},
     {"stats", gs_cmd_stats, S_WATCH, "paging and latency statistics",
      "usage: gpuswap stats [--watch [-i SECONDS] [--count N]] [--json]\n"

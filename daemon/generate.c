@@ -28,6 +28,7 @@ typedef struct gen_opts {
     long n_ctx;
     int no_bos, json, ignore_eos, special, quiet;
     quant_isa_t isa;
+    quant_path_t path;
     sampler_params_t sp;
     int seed_given;
 } gen_opts_t;
@@ -51,7 +52,9 @@ static void usage(FILE *f)
           "      --no-bos            do not add BOS to the prompt\n"
           "      --ignore-eos        keep generating after an end-of-generation token\n"
           "      --special           print special tokens' text\n"
-          "      --isa auto|avx2|portable  CPU kernels (default auto)\n"
+          "      --isa auto|vnni|avx2|portable  CPU kernels (default auto)\n"
+          "      --exact             F32 activations for quantized weights (the reference\n"
+          "                          path; default: activations quantized to 8 bits)\n"
           "      --json              print one JSON object {prompt_ids, ids, text, timing}\n"
           "      --dump-logits FILE  write the logits of every step, one line per step\n"
           "  -q, --quiet             no timing line on stderr\n",
@@ -83,7 +86,7 @@ static int parse_float(const char *s, float *out)
 static int parse_args(int argc, char **argv, gen_opts_t *o)
 {
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_NOBOS, O_JSON, O_DUMP, O_IDS,
-           O_IGNEOS, O_SPECIAL, O_ISA };
+           O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
@@ -97,6 +100,7 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         {"prompt-ids", required_argument, 0, O_IDS},
         {"ignore-eos", no_argument, 0, O_IGNEOS}, {"special", no_argument, 0, O_SPECIAL},
         {"isa", required_argument, 0, O_ISA},     {"quiet", no_argument, 0, 'q'},
+        {"exact", no_argument, 0, O_EXACT},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -152,9 +156,11 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_IGNEOS: o->ignore_eos = 1; break;
         case O_SPECIAL: o->special = 1; break;
+        case O_EXACT: o->path = QUANT_PATH_EXACT; break;
         case O_ISA:
             if (strcmp(optarg, "auto") == 0) o->isa = QUANT_ISA_AUTO;
             else if (strcmp(optarg, "avx2") == 0) o->isa = QUANT_ISA_AVX2;
+            else if (strcmp(optarg, "vnni") == 0) o->isa = QUANT_ISA_AVX2_VNNI;
             else if (strcmp(optarg, "portable") == 0) o->isa = QUANT_ISA_PORTABLE;
             else goto bad;
             break;
@@ -239,6 +245,7 @@ int gen_main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     quant_isa_set(o.isa);
+    quant_path_set(o.path);
 
     char err[512];
     int status = 1;

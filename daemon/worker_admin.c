@@ -43,8 +43,9 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     if (c->max_context > m->sm->model->hp.n_ctx_train)
         wk_log("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
               c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
+    char tn[16];
     wk_log("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
-          model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype),
+          model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
           m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
     return m;
 }

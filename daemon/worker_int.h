@@ -163,7 +163,8 @@ void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t
 
 /* ------------------------------------------------------------------ worker_report.c */
 
-const char *wk_type_name(uint32_t t);
+/* "q4_k" for GGUF_T_Q4_K: gguf's name in lower case, written into buf (16 bytes) */
+const char *wk_type_name(uint32_t t, char *buf);
 json_t *wk_report_stats(wk_t *w);
 json_t *wk_report_models(wk_t *w, int admin);
 

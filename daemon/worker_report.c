@@ -1,6 +1,7 @@
 /* worker_report: the stats report and the models list, built on the worker thread from its own state. */
 #include "worker_int.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,15 +16,14 @@ static const char *model_state(wk_t *w, wk_model_t *m)
     return st.curr_resident_bytes ? "partial" : "host";
 }
 
-const char *wk_type_name(uint32_t t)
+const char *wk_type_name(uint32_t t, char *buf)
 {
-    switch (t) {
-    case GGUF_T_F32: return "f32";
-    case GGUF_T_F16: return "f16";
-    case GGUF_T_BF16: return "bf16";
-    case GGUF_T_Q8_0: return "q8_0";
-    default: return "?";
-    }
+    const char *n = gguf_ttype_name(t);
+    size_t i = 0;
+    for (; n[i] && i < 15; i++)
+        buf[i] = (char)tolower((unsigned char)n[i]);
+    buf[i] = 0;
+    return buf;
 }
 
 static json_t *svc_json(const wk_model_t *m)
@@ -109,7 +109,15 @@ json_t *wk_report_models(wk_t *w, int admin)
         if (m->sm) {
             const model_t *mod = m->sm->model;
             json_object_set_new(o, "arch", json_string(model_arch_name(mod->hp.arch)));
-            json_object_set_new(o, "type", json_string(wk_type_name(mod->wtype)));
+            char tn[16];
+            json_object_set_new(o, "type", json_string(wk_type_name(mod->wtype, tn)));
+            json_t *tt = json_object();
+            for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
+                if (mod->n_tensors_of[t])
+                    json_object_set_new(tt, wk_type_name(t, tn), json_integer(mod->n_tensors_of[t]));
+            json_object_set_new(o, "tensor_types", tt);
+            json_object_set_new(o, "bytes_per_param",
+                                json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
             json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
             json_object_set_new(o, "context", json_integer(wk_model_context(m)));
         }

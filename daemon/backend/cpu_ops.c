@@ -15,6 +15,8 @@ struct cpuk {
     pool_t *pool;
     float *scores;   /* (threads, cap_ctx) attention scratch */
     size_t cap_ctx;
+    void *xq[QUANT_ACT_COUNT];     /* a matmul's activations quantized per format (n_tok rows) */
+    size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
 
 /* Backend contexts start with the kernel state. */
@@ -40,6 +42,8 @@ void cpuk_free(cpuk_t *k)
     if (!k)
         return;
     free(k->scores);
+    for (int a = 0; a < QUANT_ACT_COUNT; a++)
+        free(k->xq[a]);
     free(k);
 }
 
@@ -50,6 +54,8 @@ typedef struct mm_task {
     int n_jobs;
     const float *x;
     size_t x_stride, n_tok;
+    const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
+    size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
 } mm_task_t;
 
 static void mm_worker(void *ctxp, int tid, int nth)
@@ -69,6 +75,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
             long r0 = lo > base ? lo - base : 0;
             long r1 = hi - base < n_out ? hi - base : n_out;
             size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
+            quant_act_t act = quant_act_for(jb->w->type);
             /* tiles of rows x tokens: 2 x 4 in prefill, 1 x 1 in decode (measured
              * faster than multi-row decode tiles on this machine); rows
              * outer, so a row tile stays in L1 across the token block */
@@ -78,11 +85,18 @@ static void mm_worker(void *ctxp, int tid, int nth)
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
                 for (size_t ti = tb; ti < te; ti += QUANT_DOTN_MAX) {
                     int nx = (int)(te - ti < QUANT_DOTN_MAX ? te - ti : QUANT_DOTN_MAX);
-                    const float *xs[QUANT_DOTN_MAX];
-                    for (int i = 0; i < nx; i++)
-                        xs[i] = t->x + (ti + i) * t->x_stride;
                     float out[QUANT_TILE_MAX];
-                    quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
+                    if (act != QUANT_ACT_F32) {
+                        const void *xq[QUANT_DOTN_MAX];
+                        for (int i = 0; i < nx; i++)
+                            xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
+                        quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
+                    } else {
+                        const float *xs[QUANT_DOTN_MAX];
+                        for (int i = 0; i < nx; i++)
+                            xs[i] = t->x + (ti + i) * t->x_stride;
+                        quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
+                    }
                     for (int k = 0; k < nr; k++)
                         for (int i = 0; i < nx; i++)
                             jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
@@ -96,8 +110,38 @@ static void mm_worker(void *ctxp, int tid, int nth)
 static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
+    cpuk_t *k = K(ctx);
     mm_task_t t = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .x_stride = x_stride, .n_tok = n_tok};
-    pool_run(K(ctx)->pool, mm_worker, &t);
+    /* quantize the activations once per product, for each format a job
+     * needs, as wide as its widest job (blocks are quantized independently,
+     * so a narrower job reads a prefix) */
+    size_t width[QUANT_ACT_COUNT] = {0};
+    for (int j = 0; j < n_jobs; j++) {
+        quant_act_t a = quant_act_for(jobs[j].w->type);
+        if (a != QUANT_ACT_F32 && jobs[j].w->n_in > width[a])
+            width[a] = jobs[j].w->n_in;
+    }
+    for (int a = 1; a < QUANT_ACT_COUNT; a++) {
+        if (!width[a])
+            continue;
+        size_t rb = quant_act_bytes((quant_act_t)a, width[a]);
+        if (!rb)
+            return BE_ERR_ARG;
+        if (rb * n_tok > k->xq_cap[a]) {
+            void *p = malloc(rb * n_tok);
+            if (!p)
+                return BE_ERR_NOMEM;
+            free(k->xq[a]);
+            k->xq[a] = p;
+            k->xq_cap[a] = rb * n_tok;
+        }
+        for (size_t i = 0; i < n_tok; i++)
+            quant_act_from_f32((quant_act_t)a, x + i * x_stride, (uint8_t *)k->xq[a] + i * rb,
+                               width[a]);
+        t.xq[a] = k->xq[a];
+        t.xq_stride[a] = rb;
+    }
+    pool_run(k->pool, mm_worker, &t);
     return 0;
 }
 

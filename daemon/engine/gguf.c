@@ -46,6 +46,12 @@ static const struct {
     {GGUF_T_I8, 1, 1, "I8"},         {GGUF_T_I16, 1, 2, "I16"},
     {GGUF_T_I32, 1, 4, "I32"},       {GGUF_T_I64, 1, 8, "I64"},
     {GGUF_T_F64, 1, 8, "F64"},       {GGUF_T_BF16, 1, 2, "BF16"},
+    {GGUF_T_IQ2_XXS, 256, 66, "IQ2_XXS"}, {GGUF_T_IQ2_XS, 256, 74, "IQ2_XS"},
+    {GGUF_T_IQ3_XXS, 256, 98, "IQ3_XXS"}, {GGUF_T_IQ1_S, 256, 50, "IQ1_S"},
+    {GGUF_T_IQ4_NL, 32, 18, "IQ4_NL"},    {GGUF_T_IQ3_S, 256, 110, "IQ3_S"},
+    {GGUF_T_IQ2_S, 256, 82, "IQ2_S"},     {GGUF_T_IQ4_XS, 256, 136, "IQ4_XS"},
+    {GGUF_T_IQ1_M, 256, 56, "IQ1_M"},     {GGUF_T_TQ1_0, 256, 54, "TQ1_0"},
+    {GGUF_T_TQ2_0, 256, 66, "TQ2_0"},     {GGUF_T_MXFP4, 32, 17, "MXFP4"},
 };
 
 int gguf_ttype_traits(uint32_t type, uint32_t *blck, uint32_t *bytes)

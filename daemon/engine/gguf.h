@@ -23,7 +23,8 @@ typedef enum gguf_vtype {
     GGUF_VT_COUNT
 } gguf_vtype_t;
 
-/* Tensor element types (ggml numbering). Only those listed are accepted. */
+/* Tensor element types (ggml numbering). Only those listed are accepted by the
+ * reader; which ones the engine computes with is quant's business. */
 typedef enum gguf_ttype {
     GGUF_T_F32 = 0,
     GGUF_T_F16 = 1,
@@ -39,12 +40,24 @@ typedef enum gguf_ttype {
     GGUF_T_Q5_K = 13,
     GGUF_T_Q6_K = 14,
     GGUF_T_Q8_K = 15,
+    GGUF_T_IQ2_XXS = 16,
+    GGUF_T_IQ2_XS = 17,
+    GGUF_T_IQ3_XXS = 18,
+    GGUF_T_IQ1_S = 19,
+    GGUF_T_IQ4_NL = 20,
+    GGUF_T_IQ3_S = 21,
+    GGUF_T_IQ2_S = 22,
+    GGUF_T_IQ4_XS = 23,
     GGUF_T_I8 = 24,
     GGUF_T_I16 = 25,
     GGUF_T_I32 = 26,
     GGUF_T_I64 = 27,
     GGUF_T_F64 = 28,
+    GGUF_T_IQ1_M = 29,
     GGUF_T_BF16 = 30,
+    GGUF_T_TQ1_0 = 34,
+    GGUF_T_TQ2_0 = 35,
+    GGUF_T_MXFP4 = 39,
 } gguf_ttype_t;
 
 #define GGUF_MAX_DIMS 4

@@ -83,9 +83,13 @@ static int get_weight(const gguf_t *g, const char *name, uint32_t n_in, uint32_t
         return -1;
     }
     if (f32_only ? t->type != GGUF_T_F32 : !quant_type_supported(t->type)) {
-        snprintf(err, errlen, "%s: tensor '%s' has type %s, which is not supported here%s",
-                 gguf_path(g), name, gguf_ttype_name(t->type),
-                 f32_only ? " (norms and biases must be F32)" : " (F32, F16, BF16, Q8_0)");
+        char types[256];
+        if (f32_only)
+            snprintf(types, sizeof types, "norms and biases must be F32");
+        else
+            quant_type_list(types, sizeof types);
+        snprintf(err, errlen, "%s: tensor '%s' has type %s, which is not supported here (%s)",
+                 gguf_path(g), name, gguf_ttype_name(t->type), types);
         return -1;
     }
     w->type = t->type;
@@ -255,6 +259,8 @@ model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen)
         const gguf_tensor_t *t = gguf_tensor_at(g, i);
         m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         m->weight_bytes += t->nbytes;
+        if (t->type < MODEL_N_TTYPES)
+            m->n_tensors_of[t->type]++;
     }
     quant_isa_get(); /* pick kernels before any worker thread runs */
     return m;

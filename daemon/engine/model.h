@@ -66,6 +66,9 @@ typedef struct model_weights {
     model_layer_t *layers;      /* n_layer of them */
 } model_weights_t;
 
+/* gguf_ttype_t values are below this */
+#define MODEL_N_TTYPES 40
+
 typedef struct model {
     model_hparams_t hp;
     model_weights_t w;
@@ -74,6 +77,7 @@ typedef struct model {
     uint32_t wtype; /* dominant 2-D weight type, for display */
     uint64_t n_params;
     uint64_t weight_bytes;
+    uint32_t n_tensors_of[MODEL_N_TTYPES]; /* tensors per gguf_ttype_t */
 } model_t;
 
 /* Open a GGUF, validate every tensor against the hyperparameters, build the

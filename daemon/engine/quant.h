@@ -1,4 +1,4 @@
-/* quant: weight-type conversions (F16, BF16, Q8_0) and the SIMD dot/row kernels. */
+/* quant: weight formats (F32, F16, BF16, the legacy, K and IQ4 block quants), their conversions and the dot kernels. */
 #ifndef QUANT_H
 #define QUANT_H
 
@@ -14,15 +14,18 @@ typedef struct quant_block_q8_0 {
 } quant_block_q8_0_t;
 
 /* Instruction-set choice for the kernels. AUTO picks the best the CPU has
- * (AVX2+FMA+F16C) at first use; PORTABLE forces the plain C kernels. */
+ * (AVX2+FMA+F16C, then AVX-VNNI on top) at first use; PORTABLE forces the
+ * plain C kernels. */
 typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_PORTABLE = 1,
     QUANT_ISA_AVX2 = 2,
+    QUANT_ISA_AVX2_VNNI = 3, /* AVX2 plus AVX-VNNI's vpdpbusd for the int8 dots */
 } quant_isa_t;
 
-/* Select kernels; returns the ISA actually in use (AVX2 falls back to
- * PORTABLE when the CPU lacks it). Not thread-safe: call before work starts. */
+/* Select kernels; returns the ISA actually in use (one the CPU lacks falls
+ * back to the next: AVX2_VNNI to AVX2 to PORTABLE). Not thread-safe: call
+ * before work starts. */
 quant_isa_t quant_isa_set(quant_isa_t want);
 quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);
@@ -34,6 +37,8 @@ uint16_t quant_f32_to_bf16(float f);  /* round to nearest even, NaN kept */
 
 /* Weight types the engine computes with (gguf_ttype_t values). */
 int quant_type_supported(uint32_t type);
+/* Writes the supported type names ("F32, F16, ...") into buf (cap bytes). */
+void quant_type_list(char *buf, size_t cap);
 /* Bytes of a row of n elements; 0 if n is not a whole number of blocks. */
 size_t quant_row_bytes(uint32_t type, size_t n);
 
@@ -59,6 +64,71 @@ void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, siz
 #define QUANT_TILE_MAX 8
 void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
                     int nx, size_t n, float *out);
+
+/* ------------------------------------------------------------------ quantized activations
+ * The fast path: the activations of a matrix product are quantized once to
+ * 8-bit blocks and every weight row is dotted with them in integers (as the
+ * fastest CPU engines do). Q8 blocks (32 values) serve the 32-element types,
+ * Q8K blocks (256 values, with sums per 16) the K-quants and IQ4_XS. The
+ * exact path (quant_dot*, F32 activations) stays as the reference. */
+
+typedef enum quant_act {
+    QUANT_ACT_F32 = 0, /* no quantization: the exact path */
+    QUANT_ACT_Q8 = 1,
+    QUANT_ACT_Q8K = 2,
+} quant_act_t;
+#define QUANT_ACT_COUNT 3
+
+#define QUANT_K_BLOCK 256
+
+/* 32 activations: x[i] ~= d * qs[i], d an F16 value; s ~= d * sum of qs
+ * (F16, for the mins of Q4_1/Q5_1). The values are rounded as llama.cpp's
+ * Q8_0/Q8_1 activations are, so results track its logits closely. */
+typedef struct quant_act_q8 {
+    float d;
+    float s;
+    int8_t qs[QUANT_Q8_0_BLOCK];
+} quant_act_q8_t;
+
+/* 256 activations: x[i] ~= d * qs[i] (the value of largest magnitude maps
+ * to -127, so d may be negative, as llama.cpp's Q8_K); bsums[j] = sum of
+ * qs[16j..16j+15]. */
+typedef struct quant_act_q8k {
+    float d;
+    int8_t qs[QUANT_K_BLOCK];
+    int16_t bsums[QUANT_K_BLOCK / 16];
+} quant_act_q8k_t;
+
+/* Which dot path the engine takes for quantized weights: FAST quantizes the
+ * activations (types whose table entry says so), EXACT keeps F32 activations
+ * for every type. Not thread-safe: call before work starts. */
+typedef enum quant_path {
+    QUANT_PATH_FAST = 0,
+    QUANT_PATH_EXACT = 1,
+} quant_path_t;
+void quant_path_set(quant_path_t p);
+quant_path_t quant_path_get(void);
+
+/* The activation format the engine uses for weights of this type under the
+ * current path (QUANT_ACT_F32: plain F32 vectors, quant_dot_tile). */
+quant_act_t quant_act_for(uint32_t type);
+/* The activation format a type's integer dot takes (QUANT_ACT_F32 if none). */
+quant_act_t quant_act_of(uint32_t type);
+/* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
+size_t quant_act_bytes(quant_act_t act, size_t n);
+/* Quantize n floats into format act (n a multiple of its block). */
+void quant_act_from_f32(quant_act_t act, const float *x, void *dst, size_t n);
+
+/* nr weight rows (row_bytes apart) against nx quantized activation rows
+ * (format quant_act_of(type)), out[r * nx + t]. Each result is identical
+ * whatever the tile shape. The SIMD kernels equal the portable dot bit for
+ * bit for the 256-value types; for the 32-value types (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL) they sum in float lanes, within 1e-5 of the sum of
+ * |products| of it. */
+void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr,
+                     const void *const *xq, int nx, size_t n, float *out);
+/* The portable integer dot of one row, for testing the SIMD ones. */
+float quant_vdot_portable(uint32_t type, const void *w, const void *xq, size_t n);
 
 /* Plain F32 kernels used by the forward pass. */
 float quant_dot_f32(const float *a, const float *b, size_t n);

@@ -19,7 +19,8 @@ static double now_s(void)
 }
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
- * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS). */
+ * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS). BENCH_EXACT=1 runs the
+ * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels. */
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -27,6 +28,14 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
+    const char *isa = getenv("BENCH_ISA"); /* portable, avx2 or vnni (default: the best) */
+    if (isa && *isa)
+        quant_isa_set(!strcmp(isa, "portable") ? QUANT_ISA_PORTABLE
+                      : !strcmp(isa, "avx2")   ? QUANT_ISA_AVX2
+                                               : QUANT_ISA_AVX2_VNNI);
+    const char *exact = getenv("BENCH_EXACT");
+    if (exact && *exact && strcmp(exact, "0") != 0)
+        quant_path_set(QUANT_PATH_EXACT);
     model_t *m = model_open(argv[1], err, sizeof err);
     if (!m) {
         fprintf(stderr, "%s\n", err);

@@ -9,7 +9,7 @@ REPS=${BENCH_REPS:-2}
 echo "== engine: 134M-parameter Llama (dim 768, 12 layers, 12 heads, FFN 2048, vocab 32000)"
 csv=$OUT/engine.csv
 echo "model,type,threads,isa,prefill_tok_s,decode_tok_s" > "$csv"
-for t in f32 f16 q8_0; do
+for t in f32 f16 q8_0 q4_k_m q6_k; do
     m=$OUT/llama134m-$t.gguf
     [ -f "$m" ] || "$BUILD/mkmodel" --out "$m" --type $t --dim 768 --layers 12 --heads 12 \
         --kv-heads 12 --ff 2048 --vocab 32000 --ctx 2048 --seed 7 >/dev/null

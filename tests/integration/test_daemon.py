@@ -341,6 +341,37 @@ def test_admin_load_evict_pin_and_peer_check():
         assert d.stop() == 0
 
 
+def test_block_type_models_page_in_answer_like_generate_and_report_their_types():
+    # a pool that holds one of the three: every switch pages a model in
+    shape = "--dim 256 --layers 8 --heads 4 --kv-heads 2 --ff 512 --vocab 400 --seed 3"
+    models = [(t, gsd.mkmodel(os.path.join(TMP, "k-%s.gguf" % t), "--type %s %s" % (t, shape)), "")
+              for t in ("q4_k_m", "q6_k", "iq4_nl")]
+    d = gsd.Daemon(models, memory="4MiB")
+    try:
+        c = d.client()
+        for rnd in range(2):
+            for name, path, _ in models:
+                w = gsd.generate_cli(path, "Once upon a time", 8)
+                ev = c.call({"op": "generate", "id": "%s-%d" % (name, rnd), "model": name,
+                             "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+                assert ev["event"] == "done" and ev["text"] == w["text"], (name, ev, w["text"])
+        ans = {m["name"]: m for m in c.call({"op": "models", "id": "m"})["models"]}
+        c.close()
+        # 8 layers x 7 matrices, token_embd and output (F32 norms): q4_k_m gives
+        # output and attn_v/ffn_down of layers 0, 3, 6, 7 Q6_K
+        k = ans["q4_k_m"]
+        assert k["type"] == "q4_k", k
+        assert k["tensor_types"] == {"f32": 17, "q4_k": 49, "q6_k": 9}, k  # layers 0, 3, 6, 7 wider
+        assert 0.5 < k["bytes_per_param"] < 0.75, k  # ~4.8 bits a weight, F32 norms
+        assert ans["q6_k"]["tensor_types"] == {"f32": 17, "q6_k": 58}, ans["q6_k"]
+        assert abs(ans["q6_k"]["bytes_per_param"] - 210 / 256) < 0.02, ans["q6_k"]
+        assert ans["iq4_nl"]["tensor_types"] == {"f32": 17, "iq4_nl": 58}, ans["iq4_nl"]
+        st = d.stats()["models"]
+        assert all(st[n]["total_page_ins"] >= 2 * 10 for n in ans), st
+    finally:
+        assert d.stop() == 0
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_concurrent_clients_get_one_answer_each_equal_to_generate,
@@ -350,6 +381,7 @@ if __name__ == "__main__":
                test_reload_applies_a_good_file_and_refuses_a_bad_one,
                test_sigterm_drains_in_flight_work_and_exits_zero,
                test_stop_strings_end_the_text_before_them_also_when_streaming,
-               test_admin_load_evict_pin_and_peer_check]:
+               test_admin_load_evict_pin_and_peer_check,
+               test_block_type_models_page_in_answer_like_generate_and_report_their_types]:
         r.run(fn)
     sys.exit(r.exit_code())

@@ -2,7 +2,9 @@
 """ref: a deliberately plain float64 reference forward pass for Llama-family GGUF models.
 
 Independent of the C engine: its own GGUF parser (v2/v3, every metadata type,
-nested arrays), dequantizers for F32, F16, BF16 and Q8_0, and a full-sequence
+nested arrays), dequantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (vectorized over blocks, in
+float64 from the stored values: exact), and a full-sequence
 forward pass (no KV cache) for the `llama` and `qwen2` architectures.
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
@@ -27,9 +29,15 @@ _SCALAR = {
 }
 
 T_F32, T_F16, T_Q8_0, T_BF16 = 0, 1, 8, 30
+T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1 = 2, 3, 6, 7
+T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K = 10, 11, 12, 13, 14
+T_IQ4_NL, T_IQ4_XS = 20, 23
 
 # type -> (elements per block, bytes per block)
-_TTYPES = {T_F32: (1, 4), T_F16: (1, 2), T_Q8_0: (32, 34), T_BF16: (1, 2)}
+_TTYPES = {T_F32: (1, 4), T_F16: (1, 2), T_Q8_0: (32, 34), T_BF16: (1, 2),
+           T_Q4_0: (32, 18), T_Q4_1: (32, 20), T_Q5_0: (32, 22), T_Q5_1: (32, 24),
+           T_Q2_K: (256, 84), T_Q3_K: (256, 110), T_Q4_K: (256, 144), T_Q5_K: (256, 176),
+           T_Q6_K: (256, 210), T_IQ4_NL: (32, 18), T_IQ4_XS: (256, 136)}
 
 
 class GGUFError(Exception):
@@ -121,8 +129,161 @@ class GGUF:
         return x.reshape(tuple(reversed(ne)) if ne else ())
 
 
+# ---------------------------------------------------------------- block dequantizers
+# Each takes the blocks as a structured array and returns (n_blocks, block)
+# float64 values. Nibbles: low halves first, then high halves.
+
+IQ4_GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                     1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+
+
+def _f(a):
+    return a.astype(np.float64)
+
+
+def _nibbles(qs):
+    """(nb, k) bytes -> (nb, 2k) values: all low nibbles, then all high ones."""
+    return np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int64)
+
+
+def _bits32(qh):
+    """(nb, 4) bytes -> (nb, 32) bits, bit j of the little-endian word at j."""
+    return np.unpackbits(qh, axis=1, bitorder="little").astype(np.int64)
+
+
+def _dq_q4_0(b):
+    return _f(b["d"])[:, None] * (_nibbles(b["qs"]) - 8)
+
+
+def _dq_q4_1(b):
+    return _f(b["d"])[:, None] * _nibbles(b["qs"]) + _f(b["m"])[:, None]
+
+
+def _dq_q5_0(b):
+    return _f(b["d"])[:, None] * ((_nibbles(b["qs"]) | _bits32(b["qh"]) << 4) - 16)
+
+
+def _dq_q5_1(b):
+    return _f(b["d"])[:, None] * (_nibbles(b["qs"]) | _bits32(b["qh"]) << 4) + _f(b["m"])[:, None]
+
+
+def _dq_iq4_nl(b):
+    return _f(b["d"])[:, None] * IQ4_GRID[_nibbles(b["qs"])]
+
+
+def _crumbs(qs):
+    """(nb, 64) bytes of 2-bit fields -> (nb, 256): in each 32-byte half,
+    bits 0-1 of all 32 bytes, then bits 2-3, 4-5, 6-7."""
+    q = qs.reshape(-1, 2, 1, 32).astype(np.int64)
+    return ((q >> (2 * np.arange(4))[None, None, :, None]) & 3).reshape(-1, 256)
+
+
+def _dq_q2_k(b):
+    sc = _f(b["scales"] & 15)
+    mn = _f(b["scales"] >> 4)
+    q = _crumbs(b["qs"]).reshape(-1, 16, 16)
+    y = _f(b["d"])[:, None, None] * sc[:, :, None] * q - _f(b["dmin"])[:, None, None] * mn[:, :, None]
+    return y.reshape(-1, 256)
+
+
+def _dq_q3_k(b):
+    s = b["scales"].astype(np.int64)
+    i = np.arange(16)
+    low = np.where(i < 8, s[:, i % 8] & 15, s[:, i % 8] >> 4)
+    high = (s[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+    sc = _f((low | high << 4) - 32)
+    # high bit of element 128n + 32k + l: bit 4n + k of hmask[l]
+    hm = b["hmask"].astype(np.int64)[:, None, None, :]
+    shift = (4 * np.arange(2)[:, None] + np.arange(4)[None, :])[None, :, :, None]
+    hbit = ((hm >> shift) & 1).reshape(-1, 256)
+    q = (_crumbs(b["qs"]) - 4 * (1 - hbit)).reshape(-1, 16, 16)
+    return (_f(b["d"])[:, None, None] * sc[:, :, None] * q).reshape(-1, 256)
+
+
+def _k4_scales(s):
+    """(nb, 12) bytes -> (scales, mins), (nb, 8) each, six bits a value."""
+    s = s.astype(np.int64)
+    sc = np.empty((s.shape[0], 8), dtype=np.int64)
+    mn = np.empty_like(sc)
+    sc[:, :4] = s[:, 0:4] & 63
+    mn[:, :4] = s[:, 4:8] & 63
+    sc[:, 4:] = (s[:, 8:12] & 15) | (s[:, 0:4] >> 6) << 4
+    mn[:, 4:] = (s[:, 8:12] >> 4) | (s[:, 4:8] >> 6) << 4
+    return _f(sc), _f(mn)
+
+
+def _k4_values(qs):
+    """(nb, 128) bytes -> (nb, 256): per 32 bytes, low nibbles then high."""
+    q = qs.reshape(-1, 4, 1, 32).astype(np.int64)
+    return ((q >> np.array([0, 4])[None, None, :, None]) & 15).reshape(-1, 256)
+
+
+def _dq_q4_k(b, q=None):
+    sc, mn = _k4_scales(b["scales"])
+    if q is None:
+        q = _k4_values(b["qs"])
+    q = q.reshape(-1, 8, 32)
+    y = _f(b["d"])[:, None, None] * sc[:, :, None] * q - _f(b["dmin"])[:, None, None] * mn[:, :, None]
+    return y.reshape(-1, 256)
+
+
+def _dq_q5_k(b):
+    # bit 4 of element 64c + 32h + l: bit 2c + h of qh[l]
+    qh = b["qh"].astype(np.int64)[:, None, None, :]
+    hbit = ((qh >> (2 * np.arange(4)[:, None] + np.arange(2)[None, :])[None, :, :, None]) & 1)
+    return _dq_q4_k(b, _k4_values(b["qs"]) | hbit.reshape(-1, 256) << 4)
+
+
+def _dq_q6_k(b):
+    ql = b["ql"].astype(np.int64).reshape(-1, 2, 2, 32)   # (nb, half, which 32, l)
+    qh = b["qh"].astype(np.int64).reshape(-1, 2, 1, 32)   # (nb, half, 1, l)
+    # element 32g + l of a half: nibble g // 2 of ql[32 (g % 2) + l], bits 2g of qh[l]
+    g = np.arange(4)
+    lo = (ql[:, :, g % 2, :] >> (4 * (g // 2))[None, None, :, None]) & 15
+    hi = (qh >> (2 * g)[None, None, :, None]) & 3
+    q = ((lo | hi << 4) - 32).reshape(-1, 16, 16)
+    sc = _f(b["scales"])
+    return (_f(b["d"])[:, None, None] * sc[:, :, None] * q).reshape(-1, 256)
+
+
+def _dq_iq4_xs(b):
+    sl = b["scales_l"].astype(np.int64)
+    sh = b["scales_h"].astype(np.int64)[:, None]
+    s = np.arange(8)
+    ls = ((sl[:, s // 2] >> (4 * (s % 2))) & 15) | ((sh >> (2 * s)) & 3) << 4
+    q = IQ4_GRID[_nibbles(b["qs"].reshape(-1, 16)).reshape(-1, 8, 32)]
+    return (_f(b["d"])[:, None, None] * _f(ls - 32)[:, :, None] * q).reshape(-1, 256)
+
+
+_F2 = "<f2"
+_BLOCKS = {
+    T_Q4_0: ([("d", _F2), ("qs", "u1", (16,))], _dq_q4_0),
+    T_Q4_1: ([("d", _F2), ("m", _F2), ("qs", "u1", (16,))], _dq_q4_1),
+    T_Q5_0: ([("d", _F2), ("qh", "u1", (4,)), ("qs", "u1", (16,))], _dq_q5_0),
+    T_Q5_1: ([("d", _F2), ("m", _F2), ("qh", "u1", (4,)), ("qs", "u1", (16,))], _dq_q5_1),
+    T_IQ4_NL: ([("d", _F2), ("qs", "u1", (16,))], _dq_iq4_nl),
+    T_Q2_K: ([("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", _F2), ("dmin", _F2)], _dq_q2_k),
+    T_Q3_K: ([("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", _F2)],
+             _dq_q3_k),
+    T_Q4_K: ([("d", _F2), ("dmin", _F2), ("scales", "u1", (12,)), ("qs", "u1", (128,))], _dq_q4_k),
+    T_Q5_K: ([("d", _F2), ("dmin", _F2), ("scales", "u1", (12,)), ("qh", "u1", (32,)),
+              ("qs", "u1", (128,))], _dq_q5_k),
+    T_Q6_K: ([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", _F2)],
+             _dq_q6_k),
+    T_IQ4_XS: ([("d", _F2), ("scales_h", "<u2"), ("scales_l", "u1", (4,)), ("qs", "u1", (128,))],
+               _dq_iq4_xs),
+}
+
+
 def dequantize(ttype, raw, n):
     """Bytes of n elements of the given ggml type -> float64 vector."""
+    if ttype in _BLOCKS:
+        fields, fn = _BLOCKS[ttype]
+        blck, bsize = _TTYPES[ttype]
+        dt = np.dtype(fields)
+        assert dt.itemsize == bsize, (ttype, dt.itemsize)
+        blocks = np.frombuffer(raw, dtype=dt, count=n // blck)
+        return fn(blocks).reshape(n)
     if ttype == T_F32:
         return np.frombuffer(raw, dtype="<f4", count=n).astype(np.float64)
     if ttype == T_F16:

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -24,6 +25,8 @@ typedef struct mk_opts {
     const char *out;
     const char *arch;     /* "llama" or "qwen2" */
     uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
+    uint32_t wtype_more;  /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
+    uint32_t ftype;       /* general.file_type (llama.cpp's llama_ftype) */
     const char *wtype_name;
     uint32_t dim, layers, heads, kv_heads, ff, vocab, ctx;
     float rope_base;
@@ -40,7 +43,10 @@ static void mk_usage(FILE *f)
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
             "  --arch llama|qwen2        architecture (default llama)\n"
-            "  --type f32|f16|bf16|q8_0  2-D weight type (default f32)\n"
+            "  --type T                  2-D weight type (default f32): f32, f16, bf16, q8_0,\n"
+            "                            q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
+            "                            iq4_nl, iq4_xs, or a recipe q3_k_m, q4_k_m, q5_k_m\n"
+            "                            (output and some attn_v/ffn_down in a wider type)\n"
             "  --dim N --layers N --heads N --kv-heads N --ff N --vocab N\n"
             "                            shape (default 64, 2, 4, heads, 128, 512)\n"
             "  --ctx N                   context length (default 2048)\n"
@@ -52,6 +58,63 @@ static void mk_usage(FILE *f)
             "  --version 2|3             GGUF version (default 3)\n"
             "  --threads N               threads generating weights (default: all CPUs;\n"
             "                            the file is the same for any N)\n");
+}
+
+/* --type names: every type the engine computes with, by its GGUF name in
+ * lower case, and the _K_M recipes (as llama.cpp's llama-quantize mixes
+ * them: output and the attn_v/ffn_down of some layers one step wider). */
+static const struct {
+    const char *name;
+    uint32_t base, more, ftype;
+} mk_recipes[] = {
+    {"q3_k_m", GGUF_T_Q3_K, GGUF_T_Q5_K, 12},
+    {"q4_k_m", GGUF_T_Q4_K, GGUF_T_Q6_K, 15},
+    {"q5_k_m", GGUF_T_Q5_K, GGUF_T_Q6_K, 17},
+};
+
+static int mk_parse_type(const char *s, mk_opts_t *o)
+{
+    static const struct {
+        uint32_t type, ftype;
+    } ftypes[] = {{GGUF_T_F32, 0},    {GGUF_T_F16, 1},     {GGUF_T_Q4_0, 2},    {GGUF_T_Q4_1, 3},
+                  {GGUF_T_Q8_0, 7},   {GGUF_T_Q5_0, 8},    {GGUF_T_Q5_1, 9},    {GGUF_T_Q2_K, 10},
+                  {GGUF_T_Q3_K, 11},  {GGUF_T_Q4_K, 14},   {GGUF_T_Q5_K, 16},   {GGUF_T_Q6_K, 18},
+                  {GGUF_T_IQ4_NL, 25}, {GGUF_T_IQ4_XS, 30}, {GGUF_T_BF16, 32}};
+    o->wtype_more = 0;
+    for (size_t i = 0; i < sizeof mk_recipes / sizeof mk_recipes[0]; i++)
+        if (!strcmp(s, mk_recipes[i].name)) {
+            o->wtype = mk_recipes[i].base;
+            o->wtype_more = mk_recipes[i].more;
+            o->ftype = mk_recipes[i].ftype;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+        if (!strcasecmp(s, gguf_ttype_name(ftypes[i].type)) && quant_type_supported(ftypes[i].type)) {
+            o->wtype = ftypes[i].type;
+            o->ftype = ftypes[i].ftype;
+            return 0;
+        }
+    return -1;
+}
+
+/* The type of one 2-D tensor: a recipe gives output.weight, and attn_v /
+ * ffn_down in the first and last eighth of the layers and every third
+ * between, its wider type. */
+static uint32_t mk_tensor_type(const mk_opts_t *o, const char *name)
+{
+    if (!o->wtype_more)
+        return o->wtype;
+    if (!strcmp(name, "output.weight"))
+        return o->wtype_more;
+    unsigned l;
+    char what[32];
+    if (sscanf(name, "blk.%u.%31[^.]", &l, what) == 2 &&
+        (!strcmp(what, "attn_v") || !strcmp(what, "ffn_down"))) {
+        unsigned n = o->layers, e = n / 8;
+        if (l < e || l >= n - e || (l - e) % 3 == 2)
+            return o->wtype_more;
+    }
+    return o->wtype;
 }
 
 static int mk_parse_u32(const char *s, uint32_t *out)
@@ -119,16 +182,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
             break;
         case O_TYPE:
             o->wtype_name = optarg;
-            if (!strcmp(optarg, "f32"))
-                o->wtype = GGUF_T_F32;
-            else if (!strcmp(optarg, "f16"))
-                o->wtype = GGUF_T_F16;
-            else if (!strcmp(optarg, "bf16"))
-                o->wtype = GGUF_T_BF16;
-            else if (!strcmp(optarg, "q8_0"))
-                o->wtype = GGUF_T_Q8_0;
-            else
-                bad = 1;
+            bad = mk_parse_type(optarg, o) != 0;
             break;
         case O_DIM: u = &o->dim; break;
         case O_LAYERS: u = &o->layers; break;
@@ -199,8 +253,10 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         why = "--vocab must be in 300..1048576";
     else if (o->version != 2 && o->version != 3)
         why = "--version must be 2 or 3";
-    else if (o->wtype == GGUF_T_Q8_0 && (o->dim % QUANT_Q8_0_BLOCK || o->ff % QUANT_Q8_0_BLOCK))
-        why = "q8_0 needs --dim and --ff to be multiples of 32";
+    else if (!quant_row_bytes(o->wtype, o->dim) || !quant_row_bytes(o->wtype, o->ff) ||
+             (o->wtype_more && (!quant_row_bytes(o->wtype_more, o->dim) ||
+                                !quant_row_bytes(o->wtype_more, o->ff))))
+        why = "--dim and --ff must be whole blocks of the weight type (32 values; 256 for K and IQ4_XS)";
     if (why) {
         fprintf(stderr, "mkmodel: %s\n", why);
         return -1;
@@ -347,6 +403,8 @@ static int mk_mat_fill(const void *arg, uint8_t *dst, size_t nbytes)
 static int mk_mat(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t type, uint32_t n_in,
                   uint32_t n_out, float gain, uint64_t *n_params)
 {
+    if (type == o->wtype)
+        type = mk_tensor_type(o, name);
     size_t row_bytes = type == GGUF_T_F32 ? (size_t)n_in * sizeof(float) : quant_row_bytes(type, n_in);
     if (row_bytes == 0 || n_out == 0)
         return -1;
@@ -669,16 +727,6 @@ static const char mk_tmpl_llama2[] =
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
     "{% endif %}{% endfor %}";
 
-/* llama.cpp's llama_ftype for an all-<type> model. */
-static uint32_t mk_file_type(uint32_t wtype)
-{
-    switch (wtype) {
-    case GGUF_T_F16: return 1;
-    case GGUF_T_Q8_0: return 7;
-    case GGUF_T_BF16: return 32;
-    default: return 0;
-    }
-}
 
 static int mk_kv_arch(ggufw_t *w, const mk_opts_t *o, const char *key, uint32_t v)
 {
@@ -711,7 +759,7 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     rc |= mk_kv_arch_f32(w, o, "rope.freq_base", o->rope_base);
     rc |= mk_kv_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
     rc |= mk_kv_arch(w, o, "vocab_size", o->vocab);
-    rc |= ggufw_kv_u32(w, "general.file_type", mk_file_type(o->wtype));
+    rc |= ggufw_kv_u32(w, "general.file_type", o->ftype);
 
     int qwen = !strcmp(o->arch, "qwen2");
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");

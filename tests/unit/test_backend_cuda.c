@@ -99,6 +99,8 @@ static int uses_cublas(const backend_t *be)
 
 static backend_t *open_cpu(void)
 {
+    /* the cuda kernels take F32 activations: compare with the cpu's exact path */
+    quant_path_set(QUANT_PATH_EXACT);
     char err[256];
     be_params_t p = {.kind = "cpu", .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
@@ -591,6 +593,12 @@ Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout
                   .head_dim = 8, .stride = 16};
     cr_assert_eq(cu->attention(cu->ctx, &a, buf, buf + 1024, 1), BE_ERR_ARG);
     cr_assert_eq(cu->kv_store(cu->ctx, &a, buf, buf, 1), BE_ERR_ARG);
+    /* block types without cuda kernels yet are refused, not computed */
+    model_weight_t q4k = {GGUF_T_Q4_K, 256, 4, buf, 4 * 144};
+    be_mm_t job = {&q4k, buf + 2048, 16};
+    cr_assert_eq(cu->matmul(cu->ctx, &job, 1, buf + 1024, 256, 1), BE_ERR_ARG);
+    int32_t id0 = 0;
+    cr_assert_eq(cu->embed(cu->ctx, &q4k, &id0, 1, buf + 2048, 256), BE_ERR_ARG);
     cr_assert_eq(cu->sync(cu->ctx), 0, "device state damaged");
     cu->buf_free(cu->ctx, buf);
     be_close(cu);

@@ -1,11 +1,13 @@
-/* Unit tests for quant: F16/BF16/Q8_0 conversions and the dot kernels (portable and AVX2). */
+/* Unit tests for quant: F16/BF16 and block-type conversions (against llama.cpp's files), and the dot kernels (exact, quantized-activation, portable and SIMD). */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf.h"
 #include "quant.h"
+#include "testutil.h"
 
 static uint64_t st = 0x9e3779b97f4a7c15ull;
 static float frand(void)
@@ -145,4 +147,379 @@ Test(quant, axpy_and_dot_f32_handle_odd_lengths)
         cr_assert_float_eq(y[36], 73.0f, 1e-6);
     }
     quant_isa_set(QUANT_ISA_AUTO);
+}
+
+/* ------------------------------------------------------------------ block types */
+
+/* every block type the engine computes with, and how far this
+ * round-to-nearest quantizer may land from the value: rms error / rms of the
+ * row, for rows of uniform values (3 bits ~ 1/(2^3 * sqrt 12) ...) */
+static const struct {
+    uint32_t type;
+    double rms_rel;
+} btypes[] = {
+    {GGUF_T_Q8_0, 0.006}, {GGUF_T_Q4_0, 0.09}, {GGUF_T_Q4_1, 0.07},  {GGUF_T_Q5_0, 0.045},
+    {GGUF_T_Q5_1, 0.035}, {GGUF_T_Q2_K, 0.40}, {GGUF_T_Q3_K, 0.20},  {GGUF_T_Q4_K, 0.09},
+    {GGUF_T_Q5_K, 0.045}, {GGUF_T_Q6_K, 0.025}, {GGUF_T_IQ4_NL, 0.10}, {GGUF_T_IQ4_XS, 0.10},
+};
+#define N_BTYPES (sizeof btypes / sizeof btypes[0])
+
+Test(quant, every_block_type_round_trips_within_its_quantization_error)
+{
+    const size_t n = 1024;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    void *q = malloc(n * 4);
+    for (size_t ti = 0; ti < N_BTYPES; ti++) {
+        uint32_t t = btypes[ti].type, blck, bytes;
+        cr_assert(quant_type_supported(t), "%s", gguf_ttype_name(t));
+        cr_assert_eq(gguf_ttype_traits(t, &blck, &bytes), 0);
+        cr_assert_eq(quant_row_bytes(t, n), n / blck * bytes);
+        cr_assert_eq(quant_row_bytes(t, n + 16), 0, "%s: partial block", gguf_ttype_name(t));
+        double e2 = 0, x2 = 0;
+        for (size_t i = 0; i < n; i++)
+            x[i] = frand() * (1.0f + (float)(i / 256)); /* a different range per 256 */
+        quant_row_from_f32(t, x, q, n);
+        quant_row_to_f32(t, q, y, n);
+        for (size_t i = 0; i < n; i++) {
+            e2 += (double)(x[i] - y[i]) * (x[i] - y[i]);
+            x2 += (double)x[i] * x[i];
+        }
+        double rel = sqrt(e2 / x2);
+        cr_log_info("%s round trip: rms error %.4f of rms", gguf_ttype_name(t), rel);
+        cr_assert_leq(rel, btypes[ti].rms_rel, "%s: rms error %.4f of rms", gguf_ttype_name(t),
+                      rel);
+        /* zeros stay zeros */
+        memset(x, 0, n * sizeof(float));
+        quant_row_from_f32(t, x, q, n);
+        quant_row_to_f32(t, q, y, n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(y[i], 0.0f, "%s: zero row gives %g", gguf_ttype_name(t), (double)y[i]);
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+/* Fills nx random activation rows and a quantized weight row of type t. */
+static void rand_row(uint32_t t, size_t n, void *wq, float *wd, float **x, int nx)
+{
+    float *w = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        w[i] = frand();
+    quant_row_from_f32(t, w, wq, n);
+    quant_row_to_f32(t, wq, wd, n);
+    for (int j = 0; j < nx; j++)
+        for (size_t i = 0; i < n; i++)
+            x[j][i] = frand() * 2.0f;
+    free(w);
+}
+
+Test(quant, exact_dots_of_block_types_match_float64_whatever_the_tile)
+{
+    const size_t n = 768;
+    float *x[4], *wd = malloc(2 * n * sizeof(float));
+    uint8_t *wq = malloc(2 * n * 4);
+    for (int j = 0; j < 4; j++)
+        x[j] = malloc(n * sizeof(float));
+    for (int isa = 1; isa <= 2; isa++) {
+        quant_isa_set((quant_isa_t)isa);
+        for (size_t ti = 0; ti < N_BTYPES; ti++) {
+            uint32_t t = btypes[ti].type;
+            size_t rb = quant_row_bytes(t, n);
+            rand_row(t, n, wq, wd, x, 4);
+            rand_row(t, n, wq + rb, wd + n, x, 4);
+            float tile[8];
+            quant_dot_tile(t, wq, rb, 2, (const float *const *)x, 4, n, tile);
+            for (int r = 0; r < 2; r++)
+                for (int j = 0; j < 4; j++) {
+                    float one = quant_dot(t, wq + r * rb, x[j], n);
+                    cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s r=%d j=%d",
+                                 gguf_ttype_name(t), r, j);
+                    double ref = 0, mag = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        ref += (double)wd[r * n + i] * x[j][i];
+                        mag += fabs((double)wd[r * n + i] * x[j][i]);
+                    }
+                    cr_assert_leq(fabs(ref - one), 1e-5 * mag, "%s: %g vs %g",
+                                  gguf_ttype_name(t), (double)one, ref);
+                }
+        }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+    for (int j = 0; j < 4; j++)
+        free(x[j]);
+    free(wd);
+    free(wq);
+}
+
+Test(quant, quantized_activation_dots_equal_the_dequantized_values_dot)
+{
+    quant_isa_set(QUANT_ISA_PORTABLE); /* the SIMD ones are compared with these below */
+    const size_t n = 1024;
+    float *x[4], *wd = malloc(2 * n * sizeof(float)), *xd = malloc(n * sizeof(float));
+    uint8_t *wq = malloc(2 * n * 4);
+    for (int j = 0; j < 4; j++)
+        x[j] = malloc(n * sizeof(float));
+    for (size_t ti = 0; ti < N_BTYPES; ti++) {
+        uint32_t t = btypes[ti].type;
+        quant_act_t act = quant_act_of(t);
+        cr_assert_neq(act, QUANT_ACT_F32, "%s has no integer dot", gguf_ttype_name(t));
+        size_t rb = quant_row_bytes(t, n), ab = quant_act_bytes(act, n);
+        rand_row(t, n, wq, wd, x, 4);
+        rand_row(t, n, wq + rb, wd + n, x, 4);
+        uint8_t *xq = malloc(4 * ab);
+        const void *xqs[4];
+        for (int j = 0; j < 4; j++) {
+            quant_act_from_f32(act, x[j], xq + j * ab, n);
+            xqs[j] = xq + j * ab;
+        }
+        float tile[8];
+        quant_vdot_tile(t, wq, rb, 2, xqs, 4, n, tile);
+        for (int r = 0; r < 2; r++)
+            for (int j = 0; j < 4; j++) {
+                float one = quant_vdot_portable(t, wq + r * rb, xqs[j], n);
+                cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s r=%d j=%d",
+                             gguf_ttype_name(t), r, j);
+                /* the quantized activations' values, dequantized by hand;
+                 * Q4_1/Q5_1 take their mins' product from s = d * sum in
+                 * F16, which may differ from the values' sum by the slack */
+                size_t bl = act == QUANT_ACT_Q8 ? 32 : 256;
+                double slack = 0;
+                for (size_t k = 0; k < n / bl; k++) {
+                    float d;
+                    const int8_t *qs;
+                    if (act == QUANT_ACT_Q8) {
+                        const quant_act_q8_t *a = (const quant_act_q8_t *)xqs[j] + k;
+                        d = a->d;
+                        qs = a->qs;
+                        int sum = 0;
+                        for (int i = 0; i < 32; i++)
+                            sum += qs[i];
+                        cr_assert_leq(fabsf(a->s - d * (float)sum), 1e-3f * fabsf(d * (float)sum) + 1e-30f);
+                        float wmax = 0;
+                        for (int i = 0; i < 32; i++)
+                            wmax = fmaxf(wmax, fabsf(wd[r * n + k * 32 + i]));
+                        slack += wmax * fabs((double)a->s - (double)d * sum);
+                    } else {
+                        const quant_act_q8k_t *a = (const quant_act_q8k_t *)xqs[j] + k;
+                        d = a->d;
+                        qs = a->qs;
+                    }
+                    for (size_t i = 0; i < bl; i++) {
+                        xd[k * bl + i] = d * (float)qs[i];
+                        /* half a step, plus the F16 rounding of Q8's d */
+                        cr_assert_leq(fabsf(xd[k * bl + i] - x[j][k * bl + i]), 0.57f * fabsf(d));
+                    }
+                }
+                double ref = 0, mag = 0;
+                for (size_t i = 0; i < n; i++) {
+                    ref += (double)wd[r * n + i] * xd[i];
+                    mag += fabs((double)wd[r * n + i] * xd[i]);
+                }
+                cr_assert_leq(fabs(ref - one), 1e-5 * mag + slack, "%s: %g vs %g",
+                              gguf_ttype_name(t), (double)one, ref);
+            }
+        free(xq);
+    }
+    for (int j = 0; j < 4; j++)
+        free(x[j]);
+    free(wd);
+    free(xd);
+    free(wq);
+}
+
+/* The first rows of every matrix in kquant/ktest-llama-<name>.gguf against
+ * the gguf Python package's exact dequantization: |diff| <= 1e-6 max|row|.
+ * worst[] collects the largest ratio per type. */
+static void check_dequant_file(const char *name, double *worst)
+{
+    char rel[256], path[1024], err[512];
+    snprintf(rel, sizeof rel, "kquant/ktest-llama-%s.gguf", name);
+    tu_data_path(path, sizeof path, rel);
+    gguf_t *g = gguf_open(path, err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    snprintf(rel, sizeof rel, "kquant/ktest-llama-%s.dequant.json", name);
+    tu_data_path(path, sizeof path, rel);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    cr_assert_not_null(j, "%s: %s", path, je.text);
+    const char *tname;
+    json_t *v;
+    int n_checked = 0;
+    json_object_foreach(j, tname, v) {
+        const gguf_tensor_t *t = gguf_find_tensor(g, tname);
+        cr_assert_not_null(t, "%s: no tensor %s", name, tname);
+        const char *want_type = json_string_value(json_object_get(v, "type"));
+        cr_assert_str_eq(gguf_ttype_name(t->type), want_type, "%s", tname);
+        cr_assert(quant_type_supported(t->type), "%s: %s", tname, want_type);
+        json_t *rows = json_object_get(v, "rows");
+        size_t n = t->ne[0], rb = quant_row_bytes(t->type, n);
+        cr_assert_gt(json_array_size(rows), 0);
+        float *y = malloc(n * sizeof(float));
+        for (size_t r = 0; r < json_array_size(rows); r++) {
+            json_t *row = json_array_get(rows, r);
+            cr_assert_eq(json_array_size(row), n);
+            quant_row_to_f32(t->type, (const uint8_t *)t->data + r * rb, y, n);
+            double mx = 0, md = 0;
+            for (size_t i = 0; i < n; i++) {
+                double want = json_number_value(json_array_get(row, i));
+                mx = fmax(mx, fabs(want));
+                md = fmax(md, fabs(want - (double)y[i]));
+            }
+            cr_assert_gt(mx, 0.0, "%s row %zu is all zeros", tname, r);
+            cr_assert_leq(md, 1e-6 * mx, "%s %s row %zu: max |diff| %g, max |row| %g", name,
+                          tname, r, md, mx);
+            if (md / mx > worst[t->type])
+                worst[t->type] = md / mx;
+            n_checked++;
+        }
+        free(y);
+    }
+    cr_assert_gt(n_checked, 0);
+    json_decref(j);
+    gguf_close(g);
+}
+
+Test(quant, every_kquant_file_dequantizes_to_the_gguf_package_values, .timeout = 60)
+{
+    static const char *const files[] = {"Q8_0", "Q4_0", "Q4_1",   "Q5_0",   "Q5_1",  "Q2_K",
+                                        "Q3_K_M", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
+    double worst[64];
+    for (int i = 0; i < 64; i++)
+        worst[i] = -1.0;
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
+        check_dequant_file(files[f], worst);
+    for (size_t ti = 0; ti < N_BTYPES; ti++) {
+        uint32_t t = btypes[ti].type;
+        cr_assert_geq(worst[t], 0.0, "no tensor of type %s in the set", gguf_ttype_name(t));
+        cr_log_info("%s: max |diff| / max |row| = %.3g", gguf_ttype_name(t), worst[t]);
+    }
+}
+
+/* ------------------------------------------------------------------ SIMD integer dots */
+
+/* A row of nblk blocks of random bytes (every bit pattern is a valid block
+ * but for the F16 factors, set to finite values) of a type whose F16
+ * factors sit at d_off (and d_off + 2 when two). */
+static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int two)
+{
+    for (size_t i = 0; i < nblk * bytes; i++)
+        w[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    for (size_t k = 0; k < nblk; k++)
+        for (int j = 0; j <= two; j++) {
+            uint16_t h = quant_f32_to_f16(frand() * 0.05f);
+            memcpy(w + k * bytes + d_off + 2 * j, &h, 2);
+        }
+}
+
+/* Every SIMD integer dot equals the portable one on the same quantized
+ * activations: Q2_K..Q6_K and IQ4_XS bit for bit; the 32-value types
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), whose SIMD kernels sum in float
+ * lanes, within 1e-5 of the sum of |products| (float rounding of another
+ * order). Random blocks (Q8_0 values include -128) and activations,
+ * some at the extremes +-127; whatever the tile shape, each result is the
+ * one a single dot gives. */
+static void check_simd_vdots(quant_isa_t isa)
+{
+    static const struct {
+        uint32_t type;
+        size_t d_off;
+        int two;
+        int lanes; /* float-lane kernel: within a tolerance, not bit for bit */
+    } ts[] = {{GGUF_T_Q8_0, 0, 0, 1},   {GGUF_T_Q4_0, 0, 0, 1},   {GGUF_T_IQ4_NL, 0, 0, 1},
+              {GGUF_T_Q4_1, 0, 1, 1},   {GGUF_T_Q5_0, 0, 0, 1},   {GGUF_T_Q5_1, 0, 1, 1},
+              {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},   {GGUF_T_Q6_K, 208, 0, 0},
+              {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0},   {GGUF_T_Q3_K, 108, 0, 0}};
+    const size_t n = 2048;
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        uint32_t t = ts[ti].type, blck, bytes;
+        gguf_ttype_traits(t, &blck, &bytes);
+        quant_act_t act = quant_act_of(t);
+        size_t rb = quant_row_bytes(t, n), ab = quant_act_bytes(act, n);
+        uint8_t *w = malloc(2 * rb), *xq = malloc(4 * ab);
+        float *x = malloc(n * sizeof(float));
+        for (int trial = 0; trial < 8; trial++) {
+            rand_blocks(w, 2 * n / blck, bytes, ts[ti].d_off, ts[ti].two);
+            const void *xs[4];
+            for (int j = 0; j < 4; j++) {
+                for (size_t i = 0; i < n; i++) /* trial 0: saturating +-extremes */
+                    x[i] = trial == 0 ? (i % 3 ? 1.0f : -1.0f) : frand() * (float)(1 + j);
+                quant_act_from_f32(act, x, xq + j * ab, n);
+                xs[j] = xq + j * ab;
+            }
+            float tile[8];
+            quant_isa_set(isa);
+            quant_vdot_tile(t, w, rb, 2, xs, 4, n, tile);
+            for (int r = 0; r < 2; r++)
+                for (int j = 0; j < 4; j++) {
+                    float one;
+                    quant_vdot_tile(t, w + r * rb, rb, 1, &xs[j], 1, n, &one);
+                    cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s %s: tile != single",
+                                 quant_isa_name(isa), gguf_ttype_name(t));
+                    float p = quant_vdot_portable(t, w + r * rb, xs[j], n);
+                    if (!ts[ti].lanes) {
+                        cr_assert_eq(memcmp(&p, &one, 4), 0, "%s %s trial %d: %.9g vs %.9g",
+                                     quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,
+                                     (double)p);
+                        continue;
+                    }
+                    /* sum of |products| of the dequantized values (32-value blocks),
+                     * and for Q4_1/Q5_1 of |min x s| (F16 m after d) */
+                    float *wd = malloc(n * sizeof(float));
+                    quant_row_to_f32(t, w + r * rb, wd, n);
+                    double mag = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        const quant_act_q8_t *a = (const quant_act_q8_t *)xs[j] + i / 32;
+                        mag += fabs((double)wd[i] * a->d * a->qs[i % 32]);
+                        if (ts[ti].two && i % 32 == 0) {
+                            uint16_t h;
+                            memcpy(&h, w + r * rb + i / 32 * bytes + 2, 2);
+                            mag += fabs((double)quant_f16_to_f32(h) * a->s);
+                        }
+                    }
+                    free(wd);
+                    cr_assert_leq(fabs((double)p - one), 1e-5 * mag, "%s %s trial %d: %.9g vs %.9g",
+                                  quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,
+                                  (double)p);
+                }
+        }
+        free(w);
+        free(xq);
+        free(x);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
+Test(quant, avx2_integer_dots_equal_the_portable_ones)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    check_simd_vdots(QUANT_ISA_AVX2);
+}
+
+Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2_VNNI) != QUANT_ISA_AVX2_VNNI)
+        cr_skip_test("CPU lacks AVX-VNNI");
+    check_simd_vdots(QUANT_ISA_AVX2_VNNI);
+    /* its Q8_0 kernel sums the very lanes of the AVX2 one: bit for bit */
+    const size_t n = 1024;
+    uint8_t *w = malloc(quant_row_bytes(GGUF_T_Q8_0, n));
+    uint8_t *xq = malloc(quant_act_bytes(QUANT_ACT_Q8, n));
+    float *x = malloc(n * sizeof(float));
+    rand_blocks(w, n / 32, 34, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand();
+    quant_act_from_f32(QUANT_ACT_Q8, x, xq, n);
+    const void *xs[1] = {xq};
+    float a, b;
+    quant_isa_set(QUANT_ISA_AVX2_VNNI);
+    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &a);
+    quant_isa_set(QUANT_ISA_AVX2);
+    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &b);
+    quant_isa_set(QUANT_ISA_AUTO);
+    cr_assert_eq(memcmp(&a, &b, 4), 0, "%.9g vs %.9g", (double)a, (double)b);
+    free(w);
+    free(xq);
+    free(x);
 }

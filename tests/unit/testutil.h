@@ -71,4 +71,9 @@ model_t *tu_tiny_model(uint32_t type, int qwen);
  * pass's logits bit for bit (12-token prefill, over the GEMM threshold, then
  * 3 decode steps). be needs a pool of >= 16 of its pages. (tu_pagein.c) */
 void tu_pagein_equal(backend_t *be);
+/* The same model with embedding width d and FFN width ff written to a fresh
+ * temp file (path, cap bytes; the caller unlinks it); the tensor odd_name
+ * (unless NULL) gets type odd_type and arbitrary bytes of its size. */
+void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_t d, uint32_t ff,
+                        const char *odd_name, uint32_t odd_type);
 #endif

@@ -3,8 +3,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "ggufw.h"
 #include "model.h"
 #include "quant.h"
@@ -23,7 +25,19 @@ static float tu_frand(void)
  * model_from_gguf wants one, so a minimal SPM vocab is written). */
 model_t *tu_tiny_model(uint32_t type, int qwen)
 {
-    const uint32_t d = 64, nl = 2, nh = 4, nkv = 2, ff = 96, nv = 300, hd = d / nh;
+    char path[256];
+    tu_tiny_model_file(path, sizeof path, type, qwen, 64, 96, NULL, 0);
+    char err[256];
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path); /* the mapping stays valid */
+    cr_assert_not_null(m, "%s", err);
+    return m;
+}
+
+void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_t d, uint32_t ff,
+                        const char *odd_name, uint32_t odd_type)
+{
+    const uint32_t nl = 2, nh = 4, nkv = 2, nv = 300, hd = d / nh;
     ggufw_t *w = ggufw_new(3, 32);
     const char *arch = qwen ? "qwen2" : "llama";
     char k[128];
@@ -86,19 +100,22 @@ model_t *tu_tiny_model(uint32_t type, int qwen)
         for (size_t i = 0; i < n; i++)
             tmp[i] = norm ? 1.0f + 0.1f * tu_frand() : tu_frand() * sqrtf(3.0f / n_in);
         uint32_t tt = norm ? GGUF_T_F32 : type;
-        quant_row_from_f32(tt, tmp, q, n);
         uint64_t ne[2] = {n_in, n_out ? n_out : 1};
+        if (odd_name && strcmp(name, odd_name) == 0) {
+            /* a type the engine may not compute with: arbitrary bytes of its size */
+            uint32_t blck, bytes;
+            cr_assert_eq(gguf_ttype_traits(odd_type, &blck, &bytes), 0);
+            size_t nb = (size_t)n_in / blck * bytes * ne[1];
+            memset(q, 0x5a, nb);
+            ggufw_tensor(w, name, odd_type, n_out ? 2 : 1, ne, q, nb);
+            continue;
+        }
+        quant_row_from_f32(tt, tmp, q, n);
         ggufw_tensor(w, name, tt, n_out ? 2 : 1, ne, q, quant_row_bytes(tt, n_in) * ne[1]);
     }
-    char path[256];
-    close(tu_tmpfile(path, sizeof path, "gpuswapd-tiny"));
+    close(tu_tmpfile(path, cap, "gpuswapd-tiny"));
     cr_assert_eq(ggufw_write_file(w, path), 0);
     ggufw_free(w);
     free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
-    char err[256];
-    model_t *m = model_open(path, err, sizeof err);
-    unlink(path); /* the mapping stays valid */
-    cr_assert_not_null(m, "%s", err);
-    return m;
 }
 
