@@ -160,12 +160,24 @@ class Daemon:
                                      stderr=subprocess.STDOUT, cwd=cwd)
         Daemon.started.append(self)
         deadline = time.time() + scaled(30)
-        while not (os.path.exists(self.sock) and os.path.exists(self.admin)):
+        # a socket file exists from bind() on, and answers once listen() ran: wait for both
+        while not (self.accepts(self.sock) and self.accepts(self.admin)):
             if self.proc.poll() is not None:
                 raise RuntimeError("gpuswapd exited %d:\n%s" % (self.proc.returncode, self.logtext()))
             if time.time() > deadline:
                 raise RuntimeError("gpuswapd did not start:\n" + self.logtext())
             time.sleep(0.02)
+
+    @staticmethod
+    def accepts(path):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def write_config(self, models, memory="2MiB", page="64KiB", extra="", scheduler=""):
         def at(p):  # as the config names a file: relative to its directory when self.relative
