@@ -107,6 +107,8 @@ static const opt_t opts[] = {
     {"scheduler", "max_batch", OPT_U32, C(scheduler.max_batch), "16", 1, 4096, OPT_RELOAD, NULL, NULL, NULL},
     {"scheduler", "max_wait", OPT_DURATION, C(scheduler.max_wait_ms), "2s", 1, 3600000, OPT_RELOAD, NULL, NULL,
      NULL},
+    {"scheduler", "max_stall", OPT_DURATION, C(scheduler.max_stall_ms), "500ms", 1, 3600000, OPT_RELOAD, NULL,
+     NULL, NULL},
     {"scheduler", "quantum", OPT_DOUBLE, C(scheduler.quantum), "4", 0, 1000, OPT_RELOAD | OPT_LO_OPEN, NULL,
      NULL, NULL},
     {"scheduler", "queue_limit", OPT_U32, C(scheduler.queue_limit), "256", 1, 1000000, OPT_RELOAD, NULL, NULL,

@@ -112,6 +112,7 @@ typedef struct cfg {
         cfg_policy_t policy;       /* default swap-aware */
         uint32_t max_batch;        /* default per-model batch size, default 16 */
         uint64_t max_wait_ms;      /* a request waiting this long forces a switch, default 2000 */
+        uint64_t max_stall_ms;     /* running sequences go at most this long without a step, default 500 */
         double quantum;            /* stay on a busy model this many swap-in times, default 4 */
         uint32_t queue_limit;      /* queued requests per model, default 256 */
         uint32_t max_queued;       /* queued requests in all, default 4096 */

@@ -11,12 +11,16 @@
 /* Reload cost model for the GreedyDual score: seconds = fixed + bytes / bw. */
 #define RES_COST_FIXED_S 1e-3
 #define RES_COST_BW 25e9
+/* What res_ready_in answers while no copy has been timed yet: poll again. */
+#define RES_POLL_S 1e-3
 
 typedef struct res_seg {
     res_seg_state_t state;
     be_event_t *ev;      /* copy completion */
     int timed;           /* copy time already added to the counters */
     be_copy_times_t t;
+    uint64_t q_end;      /* bytes ever queued on the copy engine when its copy was queued, itself included */
+    size_t q_span;       /* bytes of that copy */
 } res_seg_t;
 
 typedef struct res_kv {
@@ -38,6 +42,10 @@ struct res_model {
     size_t kv_bytes;         /* KV pages mapped */
     int running;
     int n_kv;
+    int n_inflight;          /* segments whose copy is queued and not settled */
+    size_t inflight_bytes;   /* their spans */
+    int wanted;              /* the caller has work queued for it (res_set_wanted) */
+    size_t stolen;           /* bytes evicted while it had live KV caches, since its last pass */
     double freq;             /* uses, for the GreedyDual score */
     double h;                /* GreedyDual value: lowest goes first */
     stats_res_t st;
@@ -58,6 +66,11 @@ struct res {
     size_t headroom_min;     /* the most any model needs to run at all (embedding +
                                 largest other segment, streaming the rest) */
     double copy_timeout_s;   /* a pass waits this long for one segment's copy */
+    double max_stall_s;      /* a model with live KV caches loses at most what the copy
+                                engine brings back in this long (0 = no bound) */
+    uint64_t q_bytes;        /* bytes ever queued on the copy engine (FIFO) */
+    uint64_t landed_q;       /* q_end of the latest copy seen landed (copies land in order) */
+    double bw;               /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
 };
 
 static uint64_t now_ns(void)
@@ -204,6 +217,20 @@ static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
     update_gauges(m);
 }
 
+/* A copy landed (or failed): the FIFO position reached, and its bandwidth. */
+static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
+{
+    m->n_inflight--;
+    m->inflight_bytes -= sg->q_span;
+    if (sg->q_end > r->landed_q)
+        r->landed_q = sg->q_end;
+    double d = sg->timed ? sg->t.end - sg->t.start : 0;
+    if (d > 0) {
+        double bw = (double)span / d;
+        r->bw = r->bw > 0 ? 0.7 * r->bw + 0.3 * bw : bw;
+    }
+}
+
 /* Move finished copies to RESIDENT and account their copy time; drop
  * failed ones. */
 static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
@@ -212,15 +239,19 @@ static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
     if (sg->state != RES_SEG_INFLIGHT)
         return;
     int done = r->be->event_done(r->be->ctx, sg->ev);
-    if (done < 0)
-        drop_failed(r, m, s);
-    if (done != 1)
+    if (done == 0)
         return;
+    if (done < 0) {
+        note_landed(r, m, sg, 0);
+        drop_failed(r, m, s);
+        return;
+    }
     sg->state = RES_SEG_RESIDENT;
     if (!sg->timed && r->be->event_times(r->be->ctx, sg->ev, &sg->t) == 0) {
         m->st.total_copy_ns += (uint64_t)((sg->t.end - sg->t.start) * 1e9);
         sg->timed = 1;
     }
+    note_landed(r, m, sg, m->sm->segs[s].span);
 }
 
 static void settle(res_t *r, res_model_t *m)
@@ -284,6 +315,17 @@ static int evictable(const res_model_t *v)
     return v->running == 0 && !v->cfg.pinned && v->weight_bytes > 0;
 }
 
+/* Bytes a model with live KV caches may still lose before its next pass:
+ * what the copy engine brings back within max_stall (no bound when unset
+ * or before any copy was timed). */
+static size_t stall_budget(const res_t *r, const res_model_t *v)
+{
+    if (r->max_stall_s <= 0 || r->bw <= 0)
+        return SIZE_MAX;
+    size_t b = (size_t)(r->max_stall_s * r->bw);
+    return b > v->stolen ? b - v->stolen : 0;
+}
+
 /* GreedyDual-Size-Frequency: value of keeping m per byte of pool. */
 static void touch(res_t *r, res_model_t *m)
 {
@@ -294,26 +336,47 @@ static void touch(res_t *r, res_model_t *m)
     m->h = r->L + m->freq * prio * cost / bytes * 1e9;
 }
 
-static res_model_t *pick_victim(res_t *r, const res_model_t *except)
+/* Which victims a tier takes: 0 idle models (no live KV caches, no copy
+ * in flight) nobody waits for; 1 idle models with work queued; 2 idle
+ * models whose page-in is under way (unmapping waits for the copy); 3, the
+ * last resort, models whose running sequences are paused between passes,
+ * while their next tail segment fits the stall budget. */
+#define RES_TIERS 4
+static int in_tier(const res_t *r, const res_model_t *v, int tier)
+{
+    if (tier < 2)
+        return v->n_kv == 0 && v->n_inflight == 0 && v->wanted == tier;
+    if (tier == 2)
+        return v->n_kv == 0 && v->n_inflight > 0;
+    int64_t s = tail_seg(v, 0, v->sm->n_segs);
+    return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v);
+}
+
+/* The cheapest victim (GreedyDual) of the first tier below tiers that has one. */
+static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers)
 {
     res_model_t *best = NULL;
-    for (res_model_t *v = r->models; v; v = v->next)
-        if (v != except && evictable(v) && (!best || v->h < best->h))
-            best = v;
+    for (int tier = 0; tier < tiers && !best; tier++)
+        for (res_model_t *v = r->models; v; v = v->next)
+            if (v != except && evictable(v) && in_tier(r, v, tier) && (!best || v->h < best->h))
+                best = v;
     return best;
 }
 
-/* Free pages by evicting idle models tail-first until need pages are free. */
-static int make_room_others(res_t *r, const res_model_t *m, size_t need)
+/* Free pages by evicting other models tail-first (victims from the first
+ * tiers only) until need pages are free. */
+static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers)
 {
     while (r->free_pages < need) {
-        res_model_t *v = pick_victim(r, m);
+        res_model_t *v = pick_victim(r, m, tiers);
         if (!v)
             return RES_ERR_NOSPACE;
         r->L = v->h > r->L ? v->h : r->L;
         int64_t s = tail_seg(v, 0, v->sm->n_segs);
         /* a victim with live KV caches has sequences paused mid-generation:
          * that is preemption (their caches stay; the weights come back) */
+        if (v->n_kv > 0)
+            v->stolen += v->sm->segs[s].span;
         int rc = evict_seg(r, v, (uint32_t)s,
                            v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
         if (rc)
@@ -355,6 +418,11 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     }
     sg->state = RES_SEG_INFLIGHT;
     sg->timed = 0;
+    r->q_bytes += ss->span;
+    sg->q_end = r->q_bytes;
+    sg->q_span = ss->span;
+    m->n_inflight++;
+    m->inflight_bytes += ss->span;
     m->st.total_page_ins++;
     m->st.total_bytes_in += ss->span;
     update_gauges(m);
@@ -363,11 +431,13 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
 
 /* Page in missing segments in order while they fit the quota and the pool
  * (evicting idle models when evict is set). Stops at the first that does not. */
-static int page_in_prefix(res_t *r, res_model_t *m, int evict)
+static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
 {
     for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         if (m->segs[s].state != RES_SEG_ABSENT)
             continue;
+        if (ahead && m->inflight_bytes >= ahead)
+            return 0; /* enough queued for now: the rest in a later call */
         size_t span = m->sm->segs[s].span;
         if (res_model_bytes(m) + span > quota_of(r, m))
             return 0;
@@ -375,7 +445,7 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict)
         if (r->free_pages < need) {
             if (!evict)
                 return 0;
-            int rc = make_room_others(r, m, need);
+            int rc = make_room_others(r, m, need, evict == RES_EVICT_UNWANTED ? 1 : RES_TIERS);
             if (rc == RES_ERR_NOSPACE)
                 return 0;
             if (rc)
@@ -482,11 +552,45 @@ int res_remove(res_t *r, res_model_t *m)
     return RES_OK;
 }
 
+/* Bytes a pinned model may hold for good: its image, or its quota when smaller. */
+static size_t pinned_bytes(const res_t *r, const res_model_t *m)
+{
+    size_t b = m->sm->image_bytes;
+    (void)r;
+    return m->cfg.gpu_quota && m->cfg.gpu_quota < b ? m->cfg.gpu_quota : b;
+}
+
+/* RES_ERR_QUOTA when pinning m as well leaves no room beside the pinned
+ * weights for the KV minimum (one page of K and one of V) and for every
+ * unpinned model to run (its embedding + largest other segment). */
+static int pin_check(const res_t *r, const res_model_t *m, char *err, size_t errlen)
+{
+    size_t pinned = 0, run = 0;
+    for (const res_model_t *v = r->models; v; v = v->next) {
+        if (v == m || v->cfg.pinned)
+            pinned += pinned_bytes(r, v);
+        else if (min_run_bytes(v->sm) > run)
+            run = min_run_bytes(v->sm);
+    }
+    size_t need = pinned + run + 2 * r->page, pool = r->n_pages * r->page;
+    if (need <= pool)
+        return RES_OK;
+    snprintf(err, errlen, "model '%s': pinning it would hold %.1f MiB of pinned weights, which with "
+             "%.1f MiB for other models to run and the KV minimum exceeds the %.1f MiB pool",
+             m->sm->name, pinned / 1048576.0, run / 1048576.0, pool / 1048576.0);
+    return RES_ERR_QUOTA;
+}
+
 int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen)
 {
     res_cfg_t c = *cfg;
     if (c.priority <= 0)
         c.priority = 1.0;
+    if (c.pinned && !m->cfg.pinned && !r->be->zero_copy) {
+        int rc = pin_check(r, m, err, errlen);
+        if (rc)
+            return rc;
+    }
     m->cfg = c;
     update_headroom(r);
     /* shrink to a lowered quota now, tail-first, unless running */
@@ -509,6 +613,7 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     settle(r, m); /* drops copies that failed: they are paged in again below */
     set_err(m, 0, "%s", "");
     m->running++;
+    m->stolen = 0;
     touch(r, m);
     if (r->be->zero_copy) {
         m->st.total_hits++;
@@ -517,12 +622,12 @@ int res_acquire(res_t *r, res_model_t *m, char *err, size_t errlen)
     }
     int miss = 0;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
-        miss |= m->segs[s].state == RES_SEG_ABSENT;
+        miss |= m->segs[s].state != RES_SEG_RESIDENT;
     if (miss)
         m->st.total_misses++;
     else
         m->st.total_hits++;
-    int rc = page_in_prefix(r, m, 1);
+    int rc = page_in_prefix(r, m, 1, 0);
     update_gauges(m);
     if (rc) {
         err_report(r, m, "page-in", err, errlen);
@@ -542,12 +647,17 @@ void res_release(res_t *r, res_model_t *m)
 
 int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen)
 {
+    return res_prefetch_ahead(r, m, evict, 0, err, errlen);
+}
+
+int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen)
+{
     if (r->be->zero_copy)
         return RES_OK;
     settle(r, m);
     touch(r, m);
     set_err(m, 0, "%s", "");
-    int rc = page_in_prefix(r, m, evict);
+    int rc = page_in_prefix(r, m, evict, ahead);
     if (rc)
         err_report(r, m, "prefetch", err, errlen);
     return rc;
@@ -589,13 +699,16 @@ static int hook_wait(void *ctx, uint32_t seg)
             int over_quota = res_model_bytes(m) + span > quota_of(r, m);
             if (!over_quota && r->free_pages >= need)
                 break;
-            if (!over_quota && make_room_others(r, m, need) == 0)
+            if (!over_quota && make_room_others(r, m, need, RES_TIERS) == 0)
                 break;
             int64_t own = tail_seg(m, 1, seg);
             if (own < 0)
                 own = tail_seg(m, seg + 1, m->sm->n_segs);
-            if (own < 0)
+            if (own < 0) {
+                set_err(m, RES_ERR_NOSPACE, "model '%s': no device memory for segment %u now (the "
+                        "pool is held by running or pinned models)", m->sm->name, seg);
                 return RES_ERR_NOSPACE;
+            }
             int rc = evict_seg(r, m, (uint32_t)own,
                                over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
             if (rc)
@@ -640,6 +753,67 @@ static int hook_wait(void *ctx, uint32_t seg)
         }
     }
     return 0;
+}
+
+double res_ready_in(res_t *r, res_model_t *m, double compute_s)
+{
+    if (r->be->zero_copy)
+        return 0;
+    for (res_model_t *v = r->models; v; v = v->next)
+        settle(r, v); /* how far the copy engine's FIFO has come */
+    double worst = 0, image = (double)m->sm->image_bytes;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
+        const res_seg_t *sg = &m->segs[s];
+        if (sg->state == RES_SEG_ABSENT)
+            return INFINITY;
+        if (sg->state != RES_SEG_INFLIGHT)
+            continue;
+        if (r->bw <= 0)
+            return RES_POLL_S; /* no copy timed yet: wait for them all */
+        /* lands after the bytes queued before it (the one being copied
+         * counted whole: an estimate on the late side) */
+        double lands = (double)(sg->q_end - r->landed_q) / r->bw;
+        double needed = compute_s * (double)m->sm->segs[s].off / image;
+        if (lands - needed > worst)
+            worst = lands - needed;
+    }
+    return worst;
+}
+
+size_t res_pagein_window(const res_model_t *m)
+{
+    size_t mx = 0;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        if (m->sm->segs[s].span > mx)
+            mx = m->sm->segs[s].span;
+    return 2 * mx;
+}
+
+int res_inflight(const res_model_t *m)
+{
+    return m->n_inflight;
+}
+
+int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
+{
+    uint32_t seg = 0;
+    while (seg + 1 < m->sm->n_segs && m->segs[seg].state != RES_SEG_INFLIGHT)
+        seg++;
+    m->st.total_device_errors++;
+    set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
+            "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+    snprintf(err, errlen, "%s", m->err);
+    return RES_ERR_TIMEOUT;
+}
+
+void res_set_wanted(res_model_t *m, int wanted)
+{
+    m->wanted = wanted != 0;
+}
+
+void res_set_max_stall(res_t *r, double seconds)
+{
+    r->max_stall_s = seconds > 0 ? seconds : 0;
 }
 
 int res_last_error(const res_model_t *m, const char **msg)
@@ -742,7 +916,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             return RES_ERR_DEVICE;
     }
     /* capacity: idle models first, then this model's own tail (it streams) */
-    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page)) {
+    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
             snprintf(err, errlen, "model '%s': no device memory for the KV cache (the pool is "

@@ -54,6 +54,9 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
             size_t errlen);
 /* RES_ERR_BUSY while running or holding KV caches. */
 int res_remove(res_t *r, res_model_t *m);
+/* Pinning a model that, with the other pinned ones, leaves no room for the
+ * KV minimum and for every unpinned model to run fails with RES_ERR_QUOTA
+ * (and changes nothing). */
 int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_t errlen);
 const res_cfg_t *res_cfg(const res_model_t *m);
 store_model_t *res_store_model(const res_model_t *m);
@@ -69,15 +72,51 @@ void res_release(res_t *r, res_model_t *m);
 const model_weights_t *res_weights(const res_model_t *m);
 fwd_hooks_t res_hooks(res_model_t *m);
 
+/* Seconds until a pass of m can start without waiting on a copy longer
+ * than the compute ahead of it covers (PipeSwitch: layer i is needed
+ * compute_s * offset_i / image after the pass starts, and lands when the
+ * copy engine's FIFO reaches it at the measured bandwidth): 0 = runnable
+ * now; INFINITY while a segment is not even queued (the model streams, or
+ * its page-in could not be queued whole). Never blocks. */
+double res_ready_in(res_t *r, res_model_t *m, double compute_s);
+/* Segments of m whose copy is queued and has not landed. */
+int res_inflight(const res_model_t *m);
+/* The caller saw none of m's copies land for the copy timeout: counted as a
+ * device error; RES_ERR_TIMEOUT and the message (the copies stay queued and
+ * land, or fail, on their own). */
+int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen);
+/* Bound on what a model with live KV caches (running sequences paused
+ * between passes) may lose to others: what the copy engine brings back in
+ * seconds (0 = no bound). Such models are victims only when no idle one is
+ * left. */
+void res_set_max_stall(res_t *r, double seconds);
+
 /* The RES_ERR_* code and message of the last failure of m since its last
  * res_acquire (page-in, copy, map or timeout), 0 and "" if none. */
 int res_last_error(const res_model_t *m, const char **msg);
 /* How long a pass waits for one segment's copy (default 30 s). */
 void res_set_copy_timeout(res_t *r, double seconds);
 
-/* Page in what fits without evicting anything (prefetch into free pages)
- * or, with evict = 1, evicting idle models as acquire does. Not running. */
+/* What res_prefetch may evict to make room. */
+enum {
+    RES_EVICT_NONE = 0,     /* free pages only */
+    RES_EVICT_ANY = 1,      /* as acquire does: idle models first, running ones last */
+    RES_EVICT_UNWANTED = 2, /* only idle models nobody has work for (res_set_wanted) */
+};
+/* Page in what fits, evicting as evict (RES_EVICT_*) allows; the copies
+ * are queued, nothing waits for them. Not running. */
 int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen);
+/* res_prefetch a little at a time: queues segments only while m's copies in
+ * flight stay under ahead bytes (0 = all), so each call maps and evicts only
+ * what the copy engine reaches soon (a background page-in's host work is
+ * spread over the caller's rounds). */
+int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen);
+/* The most a model's copies in flight hold when queued by res_prefetch_ahead
+ * with ahead = res_pagein_window(m): its two largest segments' worth. */
+size_t res_pagein_window(const res_model_t *m);
+/* Whether the caller has work queued for m: an idle model nobody waits for
+ * is the first victim. */
+void res_set_wanted(res_model_t *m, int wanted);
 /* Evict up to max_segs segments tail-first (0 = all). RES_ERR_BUSY if running. */
 int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs);
 

@@ -137,7 +137,50 @@ uint32_t sched_queued_total(const sched_t *s)
  * can admit (a queue blocked on KV memory waits for others to finish). */
 static int has_work(const sched_t *s, const sched_model_view_t *v, int m)
 {
-    return (s->q[m].n > 0 && v[m].can_admit) || v[m].n_active > 0;
+    return !v[m].loading && ((s->q[m].n > 0 && v[m].can_admit) || v[m].n_active > 0);
+}
+
+static int any_loading(const sched_t *s, const sched_model_view_t *v)
+{
+    for (int m = 0; m < s->n; m++)
+        if (v[m].loading)
+            return 1;
+    return 0;
+}
+
+/* A model that could take the device now: one page-in at a time, so while
+ * one loads only resident models are candidates. */
+static int eligible(const sched_t *s, const sched_model_view_t *v, int m, int loading)
+{
+    return has_work(s, v, m) && (v[m].resident || !loading);
+}
+
+/* The running model (sequences admitted) that has gone longest without a
+ * pass, if that is max_stall or more; -1 if none. */
+static int stalled_running(const sched_t *s, double now, const sched_model_view_t *v, int loading)
+{
+    int model = -1;
+    if (s->cfg.max_stall_s <= 0)
+        return -1;
+    for (int m = 0; m < s->n; m++)
+        if (v[m].n_active > 0 && eligible(s, v, m, loading) &&
+            now - v[m].last_step >= s->cfg.max_stall_s &&
+            (model < 0 || v[m].last_step < v[model].last_step))
+            model = m;
+    return model;
+}
+
+/* During cur's quantum: cur, or a resident model with running sequences
+ * that has waited longer since its last pass (interleaving them swaps
+ * nothing; ties keep cur). */
+static int quantum_pick(const sched_t *s, const sched_model_view_t *v)
+{
+    int model = has_work(s, v, s->cur) ? s->cur : -1;
+    for (int m = 0; m < s->n; m++)
+        if (m != s->cur && v[m].n_active > 0 && v[m].resident && has_work(s, v, m) &&
+            (model < 0 || v[m].last_step < v[model].last_step))
+            model = m;
+    return model;
 }
 
 static uint32_t room(const sched_model_view_t *v, int m)
@@ -160,7 +203,7 @@ static void plan_fifo(sched_t *s, const sched_model_view_t *v, sched_plan_t *p)
                 model = m;
             }
     }
-    if (model < 0)
+    if (model < 0 || v[model].loading)
         return;
     p->model = model;
     p->switched = !v[model].resident;
@@ -203,11 +246,16 @@ static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now
  * by max_wait plus one quantum. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
-    int model = -1;
+    int loading = any_loading(s, v);
+    /* the quantum of a model being paged in starts when it can run */
+    if (s->cur >= 0 && v[s->cur].loading)
+        s->cur_since = now;
+    /* 0. running streams: none goes max_stall without a pass */
+    int model = stalled_running(s, now, v, loading);
     /* 1. a model being swapped in keeps the device for its quantum */
     int in_quantum = s->cur >= 0 && now - s->cur_since < s->cur_quantum;
-    if (in_quantum && has_work(s, v, s->cur))
-        model = s->cur;
+    if (model < 0 && in_quantum && has_work(s, v, s->cur))
+        model = quantum_pick(s, v);
     /* 2. starvation bound: the oldest request past max_wait wins */
     if (model < 0) {
         double oldest = INFINITY;
@@ -216,6 +264,7 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
             /* a model that cannot admit but has sequences running still
              * gets the device, or its queue would starve behind others */
             if (h && now - h->t_arrival > s->cfg.max_wait_s && h->t_arrival < oldest &&
+                eligible(s, v, m, loading) &&
                 ((room(v, m) > 0 && v[m].can_admit) || v[m].n_active > 0)) {
                 oldest = h->t_arrival;
                 model = m;
@@ -233,11 +282,11 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
             }
         }
     }
-    /* 4. otherwise page in the most urgent model */
+    /* 4. otherwise page in the most urgent model (one page-in at a time) */
     if (model < 0) {
         double best = -1;
         for (int m = 0; m < s->n; m++) {
-            if (!has_work(s, v, m))
+            if (!eligible(s, v, m, loading))
                 continue;
             double u = urgency(s, v, m, now);
             if (u > best) {
@@ -257,7 +306,7 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     /* prefetch the next most urgent cold model into free pages */
     double best = -1;
     for (int m = 0; m < s->n; m++) {
-        if (m == model || v[m].resident || s->q[m].n == 0 || !v[m].can_admit)
+        if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit)
             continue;
         double u = urgency(s, v, m, now);
         if (u > best) {

@@ -13,6 +13,7 @@ typedef enum sched_policy {
 typedef struct sched_cfg {
     sched_policy_t policy;
     double max_wait_s;     /* a request waiting longer forces a switch to its model */
+    double max_stall_s;    /* a model with running sequences steps at least this often (0 = no bound) */
     double quantum;        /* stay on a swapped-in model this many times its swap-in time */
     double min_quantum_s;  /* floor for the quantum (tiny models swap in microseconds) */
     uint32_t queue_limit;  /* queued requests per model */
@@ -44,10 +45,12 @@ typedef struct sched_model_view {
     double swap_in_s;    /* measured (or estimated) time to page it in */
     double priority;     /* > 0 */
     int can_admit;       /* its next queued request would get a KV cache now */
+    int loading;         /* its page-in is on the copy engine and it cannot run yet */
+    double last_step;    /* when its last pass ended (caller's clock; 0 = never or unknown) */
 } sched_model_view_t;
 
 typedef struct sched_plan {
-    int model;           /* model to step, -1 = nothing to do */
+    int model;           /* model to step (or, not resident, to start paging in), -1 = nothing to do */
     uint32_t admit;      /* queued requests of it to admit before the step */
     int prefetch;        /* a model to page into free pages meanwhile, -1 = none */
     int switched;        /* this plan pages in a model that was not resident */

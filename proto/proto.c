@@ -845,11 +845,12 @@ static json_t *answer_new(const json_t *id)
     return root;
 }
 
-char *proto_encode_token(const json_t *id, const char *text, int32_t token)
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts)
 {
     json_t *root = answer_new(id);
     if (!root || set_new(root, "event", json_string("token")) || set_new(root, "text", str_new(text)) ||
-        set_new(root, "token", json_integer(token))) {
+        set_new(root, "token", json_integer(token)) ||
+        (ts >= 0 && set_new(root, "ts", json_real(round(ts * 1e6) / 1e6)))) {
         json_decref(root);
         return NULL;
     }

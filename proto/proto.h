@@ -108,8 +108,9 @@ void proto_req_free(proto_req_t *req);
  * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
  * Text that is not valid UTF-8 is encoded with U+FFFD for the bad bytes. */
 
-/* {"id":..,"event":"token","text":..,"token":N} */
-char *proto_encode_token(const json_t *id, const char *text, int32_t token);
+/* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
+ * daemon's monotonic clock when the token was produced (omitted when < 0). */
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts);
 
 typedef struct proto_timing {
     double queue_ms, swap_ms, ttft_ms, total_ms; /* ms, encoded with 3 decimals at most */

@@ -178,6 +178,7 @@ Test(config, a_minimal_config_gets_the_documented_defaults)
     cr_assert_eq(c->scheduler.policy, CFG_POLICY_SWAP_AWARE);
     cr_assert_eq(c->scheduler.max_batch, 16);
     cr_assert_eq(c->scheduler.max_wait_ms, 2000);
+    cr_assert_eq(c->scheduler.max_stall_ms, 500);
     cr_assert_float_eq(c->scheduler.quantum, 4.0, 1e-12);
     cr_assert_eq(c->scheduler.queue_limit, 256);
     cr_assert_eq(c->scheduler.max_queued, 4096);
@@ -219,7 +220,7 @@ Test(config, values_of_every_type_are_read)
                        "device:\n  backend: sim\n  gpu: 2\n  memory: 1.5GiB\n  page_size: 64KiB\n"
                        "  sim_bandwidth: 25GiB/s\n  threads: 4\n"
                        "host:\n  memory: 1TiB\n"
-                       "scheduler:\n  policy: fifo\n  max_wait: 250ms\n  quantum: 2.5\n  drain_timeout: 1m\n"
+                       "scheduler:\n  policy: fifo\n  max_wait: 250ms\n  max_stall: 80ms\n  quantum: 2.5\n  drain_timeout: 1m\n"
                        "models:\n  - name: llama3:8b-q8_0\n    path: rel/m.gguf\n    pinned: yes\n    priority: 0.25\n"
                        "    kv_cache: 100MiB\n    gpu_quota: 1GiB\n    defaults: {temperature: 0, top_k: 0, top_p: 1,"
                        " min_p: 0, repeat_penalty: 1.1, max_tokens: 4096}\n");
@@ -239,6 +240,7 @@ Test(config, values_of_every_type_are_read)
     cr_assert_eq(c->host.memory, 1ull << 40);
     cr_assert_eq(c->scheduler.policy, CFG_POLICY_FIFO);
     cr_assert_eq(c->scheduler.max_wait_ms, 250);
+    cr_assert_eq(c->scheduler.max_stall_ms, 80);
     cr_assert_eq(c->scheduler.drain_timeout_ms, 60000);
     const cfg_model_t *m = cfg_find_model(c, "llama3:8b-q8_0");
     cr_assert_not_null(m);
@@ -801,7 +803,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "admin:\n  socket: \"/run/gpuswapd/admin.sock\"\n  mode: \"0600\"\n  uids: []\n  gids: []\n",
         "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  threads: 0\n",
         "host:\n  memory: 0\n",
-        "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  quantum: 4\n  queue_limit: 256\n"
+        "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  max_stall: 500ms\n  quantum: 4\n"
+        "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
         "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    priority: 1\n"
         "    pinned: false\n    max_batch: 16\n    max_context: 4096\n    defaults:\n      temperature: 0.8\n"

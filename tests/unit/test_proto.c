@@ -658,7 +658,7 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
         cr_assert(json_equal(r.id, json_object_get(root, "id")), "parsed id differs (%s)", lines[i]);
         json_decref(root);
         char *toks[] = {
-            proto_encode_token(r.id, "x", 1),
+            proto_encode_token(r.id, "x", 1, -1),
             proto_encode_done(r.id, "x", "stop", 1, 1, NULL),
             proto_encode_error(r.id, PROTO_E_INTERNAL, "boom"),
             proto_encode_ok(r.id, NULL),
@@ -741,12 +741,17 @@ Test(proto, encode_request_builds_a_request_from_scratch)
 Test(proto, token_events_are_one_line_with_the_right_fields)
 {
     json_t *id = json_string("r1");
-    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727));
+    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727, -1));
     cr_assert_str_eq(sget(j, "id"), "r1");
     cr_assert_str_eq(sget(j, "event"), "token");
     cr_assert_str_eq(sget(j, "text"), " there\nwas");
     cr_assert_eq(iget(j, "token"), 727);
     cr_assert_eq(json_object_size(j), 4);
+    json_decref(j);
+    /* with the daemon's timestamp, to the microsecond */
+    j = reparse_line(proto_encode_token(id, "a", 1, 12.3456789));
+    cr_assert_float_eq(json_real_value(json_object_get(j, "ts")), 12.345679, 1e-9);
+    cr_assert_eq(json_object_size(j), 5);
     json_decref(j);
     json_decref(id);
 }
@@ -841,13 +846,13 @@ Test(proto, progress_events_carry_bytes_and_total)
 
 Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
 {
-    json_t *j = reparse_line(proto_encode_token(NULL, "a\xe2\x82" "b\xff", 5));
+    json_t *j = reparse_line(proto_encode_token(NULL, "a\xe2\x82" "b\xff", 5, -1));
     cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd");
     json_decref(j);
     j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, NULL));
     cr_assert_str_eq(sget(j, "text"), "\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac");
     json_decref(j);
-    j = reparse_line(proto_encode_token(NULL, NULL, 0));
+    j = reparse_line(proto_encode_token(NULL, NULL, 0, -1));
     cr_assert_str_eq(sget(j, "text"), "", "NULL text encodes as empty");
     json_decref(j);
 }
@@ -938,7 +943,7 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     proto_event_t ev;
     proto_timing_t t = {1, 2, 3, 4, 1};
 
-    event_ok(proto_encode_token(id, " a", 9), PROTO_EV_TOKEN, &ev);
+    event_ok(proto_encode_token(id, " a", 9, -1), PROTO_EV_TOKEN, &ev);
     cr_assert(json_equal(ev.id, id));
     cr_assert_eq(json_integer_value(json_object_get(ev.root, "token")), 9);
     proto_event_free(&ev);

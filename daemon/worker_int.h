@@ -1,0 +1,192 @@
+/* worker_int: the worker's private types and the functions its files (worker*.c) share; not for other modules. */
+#ifndef WORKER_INT_H
+#define WORKER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "forward.h"
+#include "residency.h"
+#include "sampler.h"
+#include "sched.h"
+#include "stats.h"
+#include "store.h"
+#include "tokenizer.h"
+#include "worker.h"
+
+#define WK_MAX_MODELS 256
+#define WK_IDLE_WAIT_MS 200
+
+
+typedef enum seq_state { SEQ_NEW = 0, SEQ_QUEUED, SEQ_ACTIVE } seq_state_t;
+
+typedef struct wk_seq {
+    sched_item_t item;      /* first: sched items are sequences */
+    uint64_t conn;
+    json_t *id;
+    proto_req_t req;
+    int model;
+    seq_state_t state;
+    int32_t *prompt;
+    uint32_t n_prompt, max_tokens, n_gen;
+    kv_seq_t *kv;
+    sampler_t *smp;
+    tok_stream_t ts;
+    char *text;             /* generated text so far (NUL-terminated) */
+    size_t text_len, text_cap;
+    size_t sent;            /* bytes of text already streamed */
+    int32_t last;           /* token to feed next step */
+    int stopped_on_string;
+    double t_arrival;       /* wk_now() when the loop received the request */
+    double t_admit;         /* when its first pass started (it got its KV cache) */
+    double t_first;         /* when its first token was sampled */
+    double swap_s;          /* s its first token was held up by its model's page-in: waiting
+                               for it before the first pass, and on copies within that pass */
+    double swap_wait_s;     /* the part of swap_s before its first pass */
+    int swapped;            /* it waited for a page-in (swap_s counts) */
+    struct wk_seq *next_active;
+} wk_seq_t;
+
+typedef struct wk_model {
+    char *name;
+    cfg_model_t cfg;        /* copy; strings point into the worker's current cfg */
+    store_model_t *sm;
+    res_model_t *rm;
+    chat_family_t chat;
+    char *load_error;       /* why it is 'failed' */
+    wk_seq_t *active;       /* admitted sequences */
+    uint32_t n_active;
+    double swap_in_s;       /* last measured full page-in time */
+    double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on
+                               the copy engine and the model cannot run yet */
+    int paging_evict;       /* what that page-in may evict (RES_EVICT_*) */
+    uint64_t paging_errors; /* its total_device_errors when the page-in started */
+    int paging_inflight;    /* segments in flight when last looked, -1 = not yet */
+    double paging_moved;    /* when that count last changed (copy timeout) */
+    double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
+    double last_step;       /* wk_now() when its last pass ended (0 = never) */
+    int removing;           /* gone from the config: drop once idle */
+    stats_svc_t svc;
+    stats_hist_t ttft, latency, queue, swap;
+} wk_model_t;
+
+typedef enum in_kind { IN_REQ = 1, IN_CANCEL_CONN, IN_RELOAD, IN_DRAIN } in_kind_t;
+
+typedef struct wk_in {
+    in_kind_t kind;
+    double t_recv;          /* wk_now() when the loop handed it over */
+    uint64_t conn;
+    int admin;
+    proto_req_t req;
+    const cfg_t *cfg;
+    struct wk_in *next;
+} wk_in_t;
+
+typedef struct wk_load {
+    int model;
+    uint64_t conn;
+    json_t *id;
+    int stream;
+    double t0;              /* when the load request was received */
+    size_t last_bytes;
+    uint64_t device_errors; /* the model's count when the load began */
+    struct wk_load *next;
+} wk_load_t;
+
+struct wk {
+    _Atomic uint64_t beat_ns; /* CLOCK_MONOTONIC of the worker's last sign of progress */
+    const cfg_t *cfg;
+    backend_t *be;
+    store_t *store;
+    res_t *res;
+    sched_t *sched;
+    fwd_t *fwd;
+    wk_model_t *models[WK_MAX_MODELS];
+    int n_models;           /* slots used (some may be NULL after reloads) */
+    wk_load_t *loads;
+    double t_start;
+    double nap_s;           /* how long the loop may sleep before the next round (0 = none) */
+
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;     /* inbox, outbox, stop, status */
+    pthread_cond_t cv;
+    wk_in_t *in_head, *in_tail;
+    wk_out_t *out_head, *out_tail;
+    int stop;
+    wk_notify_fn notify;
+    void *notify_ctx;
+    char status[256];
+    int draining_pub;       /* copy of draining for wk_draining (HTTP /health), under mu */
+
+    int draining;
+    uint64_t drain_conn;
+    json_t *drain_id;
+    uint64_t drain_completed;
+    int drain_told;
+};
+/* ------------------------------------------------------------------ worker.c */
+
+double wk_now(void); /* CLOCK_MONOTONIC seconds */
+void wk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
+/* Outbox: each call queues one item for the loop and wakes it. */
+void wk_push_out(wk_t *w, wk_out_t *o);
+void wk_send_line(wk_t *w, uint64_t conn, char *line); /* takes line */
+void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body); /* takes body */
+int wk_find_model(const wk_t *w, const char *name);
+uint32_t wk_model_context(const wk_model_t *m);
+res_cfg_t wk_res_cfg_of(const cfg_model_t *c);
+sched_cfg_t wk_sched_cfg_of(const cfg_t *c);
+uint32_t wk_in_flight(const wk_t *w);
+
+/* ------------------------------------------------------------------ worker_req.c */
+
+void wk_seq_free(wk_t *w, wk_seq_t *s); /* accepts NULL */
+void wk_seq_unlink(wk_model_t *m, wk_seq_t *s);
+/* Ends a sequence with a done event (reason: finish_reason) and frees it. */
+void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason);
+/* Ends a sequence with an error and frees it. */
+void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg);
+/* Samples the next token from logits (a pass that ended at time t), streams
+ * its text and finishes the sequence when it is done (s may be freed). */
+void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t);
+int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req);
+int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent);
+/* One request from the inbox (admin ones go to wk_admin_op); frees req. */
+void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t_recv);
+
+/* ------------------------------------------------------------------ worker_report.c */
+
+const char *wk_type_name(uint32_t t);
+json_t *wk_report_stats(wk_t *w);
+json_t *wk_report_models(wk_t *w, int admin);
+
+/* ------------------------------------------------------------------ worker_admin.c */
+
+wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c);
+void wk_model_free(wk_t *w, wk_model_t *m); /* accepts NULL */
+void wk_load_progress(void *ctx, const char *name, size_t done, size_t total);
+proto_err_t wk_device_error_code(int res_err);
+void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv);
+void wk_admin_poll_loads(wk_t *w);
+void wk_apply_reload(wk_t *w, const cfg_t *next);
+void wk_reap_removed(wk_t *w);
+
+/* ------------------------------------------------------------------ worker_step.c */
+
+uint32_t wk_active_total(const wk_t *w);
+/* A page-in of model mi is on the copy engine from now (started by the
+ * scheduler's choice, a prefetch or an admin load; evict: RES_EVICT_*). */
+void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
+/* One scheduling round: follow the page-ins under way, ask the scheduler,
+ * step the chosen model or start its page-in, prefetch. Returns how long the
+ * loop may sleep before the next one (0 when it stepped). */
+double wk_round(wk_t *w);
+
+#endif

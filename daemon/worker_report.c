@@ -1,0 +1,136 @@
+/* worker_report: the stats report and the models list, built on the worker thread from its own state. */
+#include "worker_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *model_state(wk_t *w, wk_model_t *m)
+{
+    if (!m->sm)
+        return "failed";
+    stats_res_t st;
+    res_model_stats(w->res, m->rm, &st);
+    if (res_fully_resident(w->res, m->rm))
+        return "resident";
+    return st.curr_resident_bytes ? "partial" : "host";
+}
+
+const char *wk_type_name(uint32_t t)
+{
+    switch (t) {
+    case GGUF_T_F32: return "f32";
+    case GGUF_T_F16: return "f16";
+    case GGUF_T_BF16: return "bf16";
+    case GGUF_T_Q8_0: return "q8_0";
+    default: return "?";
+    }
+}
+
+static json_t *svc_json(const wk_model_t *m)
+{
+    json_t *o = json_object();
+#define SVC_JSON(name, help) json_object_set_new(o, #name, json_integer((json_int_t)m->svc.name));
+    STATS_SVC_COUNTERS(SVC_JSON)
+#undef SVC_JSON
+    json_object_set_new(o, "ttft_ms_p50", json_real(stats_hist_quantile(&m->ttft, 0.5)));
+    json_object_set_new(o, "ttft_ms_p99", json_real(stats_hist_quantile(&m->ttft, 0.99)));
+    json_object_set_new(o, "latency_ms_p50", json_real(stats_hist_quantile(&m->latency, 0.5)));
+    json_object_set_new(o, "latency_ms_p99", json_real(stats_hist_quantile(&m->latency, 0.99)));
+    json_object_set_new(o, "queue_ms_p99", json_real(stats_hist_quantile(&m->queue, 0.99)));
+    return o;
+}
+
+static json_t *hist_json(const stats_hist_t *h)
+{
+    json_t *b = json_array();
+    for (int i = 0; i < STATS_HIST_BUCKETS; i++)
+        json_array_append_new(b, json_integer((json_int_t)h->b[i]));
+    return json_pack("{s:I, s:f, s:o}", "count", (json_int_t)h->n, "sum_ms", h->sum_ms,
+                     "buckets", b);
+}
+
+/* The stats report (one builder for the admin socket, the CLI and /metrics). */
+json_t *wk_report_stats(wk_t *w)
+{
+    stats_pool_t ps;
+    res_pool_stats(w->res, &ps);
+    json_t *pool = json_pack("{s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
+                             "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
+                             (json_int_t)ps.curr_pool_used, "curr_pool_free",
+                             (json_int_t)ps.curr_pool_free);
+    json_t *models = json_object();
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (!m || m->removing)
+            continue;
+        json_t *o = svc_json(m);
+        if (m->rm) {
+            stats_res_t st;
+            res_model_stats(w->res, m->rm, &st);
+#define RES_JSON(name, help) json_object_set_new(o, #name, json_integer((json_int_t)st.name));
+            STATS_RES_COUNTERS(RES_JSON)
+            STATS_RES_GAUGES(RES_JSON)
+#undef RES_JSON
+            json_object_set_new(o, "gpu_quota", json_integer((json_int_t)m->cfg.gpu_quota));
+            json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
+        }
+        json_object_set_new(o, "state", json_string(model_state(w, m)));
+        json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));
+        json_object_set_new(o, "curr_active", json_integer(m->n_active));
+        json_object_set_new(o, "hist_ttft_ms", hist_json(&m->ttft));
+        json_object_set_new(o, "hist_queue_ms", hist_json(&m->queue));
+        json_object_set_new(o, "hist_swap_ms", hist_json(&m->swap));
+        json_object_set_new(models, m->name, o);
+    }
+    json_t *server = json_object();
+#define SRV_JSON(name, help)                                                                       \
+    json_object_set_new(server, #name, json_integer((json_int_t)stats_server.name));
+    STATS_SERVER_COUNTERS(SRV_JSON)
+#undef SRV_JSON
+    for (int e = 1; e < PROTO_E_COUNT && e < 16; e++) {
+        char k[64];
+        snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
+        json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
+    }
+    return json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
+                     "backend", w->be->name, "policy",
+                     w->cfg->scheduler.policy == CFG_POLICY_FIFO ? "fifo" : "swap-aware", "pool",
+                     pool, "models", models, "server", server);
+}
+
+json_t *wk_report_models(wk_t *w, int admin)
+{
+    json_t *arr = json_array();
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (!m || m->removing)
+            continue;
+        json_t *o = json_pack("{s:s, s:s}", "name", m->name, "state", model_state(w, m));
+        if (m->sm) {
+            const model_t *mod = m->sm->model;
+            json_object_set_new(o, "arch", json_string(model_arch_name(mod->hp.arch)));
+            json_object_set_new(o, "type", json_string(wk_type_name(mod->wtype)));
+            json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
+            json_object_set_new(o, "context", json_integer(wk_model_context(m)));
+        }
+        if (admin) {
+            json_object_set_new(o, "pinned", json_boolean(m->cfg.pinned));
+            json_object_set_new(o, "priority", json_real(m->cfg.priority));
+            json_object_set_new(o, "gpu_quota", json_integer((json_int_t)m->cfg.gpu_quota));
+            if (m->sm) {
+                stats_res_t st;
+                res_model_stats(w->res, m->rm, &st);
+                json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
+                json_object_set_new(o, "curr_resident_bytes",
+                                    json_integer((json_int_t)st.curr_resident_bytes));
+                json_object_set_new(o, "curr_kv_bytes", json_integer((json_int_t)st.curr_kv_bytes));
+                json_object_set_new(o, "curr_running", json_integer((json_int_t)m->n_active));
+            }
+            json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));
+            if (m->load_error)
+                json_object_set_new(o, "error", json_string(m->load_error));
+        }
+        json_array_append_new(arr, o);
+    }
+    return json_pack("{s:o}", "models", arr);
+}

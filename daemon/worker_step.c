@@ -1,0 +1,442 @@
+/* worker_step: one scheduling round on the worker: the scheduler's view of every model, then one model's step in named phases (acquire, admit, grow, run, account, emit). */
+#include "worker_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ views */
+
+uint32_t wk_active_total(const wk_t *w)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < w->n_models; i++)
+        if (w->models[i])
+            n += w->models[i]->n_active;
+    return n;
+}
+
+/* Whether the next queued request of model mi would get its KV cache now. */
+static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
+{
+    sched_item_t *it = sched_peek(w->sched, mi);
+    if (!it)
+        return 0;
+    wk_model_t *m = w->models[mi];
+    if (w->be->zero_copy || n_active_all == 0)
+        return 1; /* nothing to wait for: admission decides */
+    const wk_seq_t *s = it->user;
+    uint32_t n_ctx = s->n_prompt + s->max_tokens;
+    return res_kv_bytes_for(w->res, &m->sm->model->hp, n_ctx) <= res_kv_available(w->res);
+}
+
+static void build_views(wk_t *w, sched_model_view_t *views)
+{
+    uint32_t n_active_all = wk_active_total(w);
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        views[i] = (sched_model_view_t){0};
+        if (!m || !m->sm)
+            continue;
+        views[i].resident = res_fully_resident(w->res, m->rm);
+        views[i].n_active = m->n_active;
+        views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
+        views[i].swap_in_s = m->swap_in_s;
+        views[i].priority = m->cfg.priority;
+        views[i].can_admit = can_admit(w, i, n_active_all);
+        views[i].loading = m->paging_since > 0;
+        res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
+        views[i].last_step = m->last_step;
+    }
+}
+
+/* ------------------------------------------------------------------ step phases */
+
+typedef struct timed_hooks {
+    fwd_hooks_t inner;
+    wk_t *w;
+    double waited; /* seconds blocked in waits */
+} timed_hooks_t;
+
+static int timed_wait(void *ctx, uint32_t seg)
+{
+    timed_hooks_t *h = ctx;
+    double t0 = wk_now();
+    wk_beat(h->w); /* a long pass still shows progress segment by segment */
+    int rc = h->inner.wait(h->inner.ctx, seg);
+    h->waited += wk_now() - t0;
+    wk_beat(h->w);
+    return rc;
+}
+
+/* The model could not be paged in: what was to run now fails (the active
+ * sequences and those this pass would admit); the rest stay queued for a
+ * later pass, and other models go on. */
+static void step_failed(wk_t *w, int mi, uint32_t admit, proto_err_t code, const char *err)
+{
+    wk_model_t *m = w->models[mi];
+    for (wk_seq_t *s = m->active, *nx; s; s = nx) {
+        nx = s->next_active;
+        wk_seq_fail(w, s, code, err);
+    }
+    for (uint32_t k = 0; k < admit; k++) {
+        sched_item_t *it = sched_peek(w->sched, mi);
+        if (!it)
+            break;
+        wk_seq_fail(w, it->user, code, err);
+    }
+}
+
+/* Admit: a KV cache each; stop at the first that does not fit now. Returns
+ * the admitted sequences, linked by next_active. */
+static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
+{
+    wk_model_t *m = w->models[mi];
+    char err[512];
+    uint32_t ctx = wk_model_context(m);
+    wk_seq_t *fresh = NULL, **fresh_tail = &fresh;
+    for (uint32_t k = 0; k < admit; k++) {
+        sched_item_t *it = sched_peek(w->sched, mi);
+        if (!it)
+            break;
+        wk_seq_t *s = it->user;
+        uint32_t n_ctx = s->n_prompt + s->max_tokens;
+        if (n_ctx > ctx)
+            n_ctx = ctx;
+        /* the whole cache is mapped at admission, so a running sequence
+         * never runs out of KV memory mid-stream */
+        if (res_kv_new(w->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
+            res_kv_ensure(w->res, s->kv, n_ctx, err, sizeof err)) {
+            if (s->kv)
+                res_kv_free(w->res, s->kv);
+            s->kv = NULL;
+            if (wk_active_total(w) == 0 && !fresh) {
+                /* nothing else holds KV memory: this request can never fit */
+                sched_pop(w->sched, mi);
+                wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+                continue;
+            }
+            break;
+        }
+        sched_pop(w->sched, mi);
+        s->state = SEQ_ACTIVE;
+        s->t_admit = wk_now();
+        *fresh_tail = s;
+        fresh_tail = &s->next_active;
+    }
+    return fresh;
+}
+
+/* Grow the active caches by one position, then let the fresh ones join;
+ * returns how many sequences the pass runs. */
+static uint32_t step_join(wk_t *w, wk_model_t *m, wk_seq_t *fresh)
+{
+    char err[512];
+    for (wk_seq_t *s = m->active, *nx; s; s = nx) {
+        nx = s->next_active;
+        if (res_kv_ensure(w->res, s->kv, s->kv->n_past + 1, err, sizeof err))
+            wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+    }
+    if (fresh) {
+        wk_seq_t **tail = &fresh;
+        while (*tail)
+            tail = &(*tail)->next_active;
+        *tail = m->active;
+        m->active = fresh;
+    }
+    uint32_t n = 0;
+    for (wk_seq_t *s = m->active; s; s = s->next_active)
+        n++;
+    m->n_active = n;
+    return n;
+}
+
+/* One pass's buffers: the sequences in order, their inputs and logits. */
+typedef struct step_pass {
+    uint32_t n;
+    fwd_seq_t *fs;
+    wk_seq_t **order;
+    float *logits;
+    timed_hooks_t th;
+    stats_res_t before;
+    int cold;       /* the model was not wholly resident when the pass began */
+    double t_end;   /* when the pass ended */
+    int rc;
+    char err[512];
+} step_pass_t;
+
+static void pass_free(step_pass_t *p)
+{
+    free(p->fs);
+    free(p->order);
+    free(p->logits);
+}
+
+/* Run the forward pass (the model is acquired); 0 or -1 out of memory. */
+static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
+{
+    const model_t *mod = m->sm->model;
+    p->fs = calloc(p->n, sizeof *p->fs);
+    p->order = calloc(p->n, sizeof *p->order);
+    p->logits = malloc((size_t)p->n * mod->hp.n_vocab * sizeof(float));
+    if (!p->fs || !p->order || !p->logits)
+        return -1;
+    uint32_t i = 0;
+    for (wk_seq_t *s = m->active; s; s = s->next_active, i++) {
+        p->order[i] = s;
+        int prefill = s->kv->n_past == 0;
+        p->fs[i] = (fwd_seq_t){s->kv, prefill ? s->prompt : &s->last, prefill ? s->n_prompt : 1,
+                               p->logits + (size_t)i * mod->hp.n_vocab};
+        if (prefill)
+            m->svc.total_prompt_tokens += s->n_prompt;
+    }
+    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
+    fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
+    double t0 = wk_now();
+    p->rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
+                    sizeof p->err);
+    p->t_end = wk_now();
+    double compute = p->t_end - t0 - p->th.waited;
+    if (!p->rc && compute > 0)
+        m->pass_s = m->pass_s > 0 ? 0.8 * m->pass_s + 0.2 * compute : compute;
+    m->last_step = p->t_end;
+    return 0;
+}
+
+/* After the pass: the measured swap-in time (a model streaming its layers);
+ * 1 if the pass paged something in. */
+static int step_account(wk_t *w, wk_model_t *m, const step_pass_t *p)
+{
+    stats_res_t after;
+    res_model_stats(w->res, m->rm, &after);
+    const stats_res_t *b = &p->before;
+    int paged = after.total_bytes_in != b->total_bytes_in;
+    if (paged && res_fully_resident(w->res, m->rm) && after.total_copy_ns > b->total_copy_ns)
+        m->swap_in_s = (double)m->sm->image_bytes / (double)(after.total_bytes_in -
+                       b->total_bytes_in) * (after.total_copy_ns - b->total_copy_ns) / 1e9;
+    m->svc.total_steps++;
+    return paged;
+}
+
+/* Each sequence of the pass: its error, or its token sampled and streamed. */
+static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
+{
+    double t = p->t_end;
+    for (uint32_t i = 0; i < p->n; i++) {
+        wk_seq_t *s = p->order[i];
+        if (p->rc) {
+            const char *why;
+            int rerr = res_last_error(m->rm, &why);
+            if (rerr && i == 0)
+                snprintf(p->err, sizeof p->err, "%s", why);
+            wk_seq_fail(w, s, p->rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW
+                        : rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, p->err);
+            continue;
+        }
+        if (s->n_gen == 0) {
+            /* its first token: held up by the copies this pass waited on */
+            if (p->cold || paged) {
+                s->swap_s += p->th.waited;
+                s->swapped = 1;
+            }
+            if (s->swapped) {
+                m->svc.total_swapped_requests++;
+                stats_hist_add(&m->swap, s->swap_s * 1e3);
+            }
+        }
+        wk_seq_token(w, s, p->fs[i].logits, t);
+    }
+}
+
+/* One forward pass for a model: admit new sequences, run them with the
+ * active ones, sample, stream, finish. */
+static void step(wk_t *w, int mi, uint32_t admit)
+{
+    wk_model_t *m = w->models[mi];
+    char err[512];
+    step_pass_t p = {0};
+    res_model_stats(w->res, m->rm, &p.before);
+    p.cold = !res_fully_resident(w->res, m->rm);
+    int arc = res_acquire(w->res, m->rm, err, sizeof err);
+    if (arc) {
+        step_failed(w, mi, admit, wk_device_error_code(arc), err);
+        return;
+    }
+    wk_seq_t *fresh = step_admit(w, mi, admit);
+    p.n = step_join(w, m, fresh);
+    if (p.n == 0 || step_run(w, m, &p)) {
+        pass_free(&p);
+        res_release(w->res, m->rm);
+        return;
+    }
+    res_release(w->res, m->rm);
+    int paged = step_account(w, m, &p);
+    step_emit(w, m, &p, paged);
+    pass_free(&p);
+}
+
+/* ------------------------------------------------------------------ page-ins */
+
+/* The most the loop sleeps while a page-in lands (new requests wake it). */
+#define WK_NAP_MAX_S 0.002
+
+void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
+{
+    wk_model_t *m = w->models[mi];
+    if (m->paging_since > 0) {
+        if (evict == RES_EVICT_ANY)
+            m->paging_evict = evict;
+        return;
+    }
+    stats_res_t st;
+    res_model_stats(w->res, m->rm, &st);
+    m->paging_since = now > 0 ? now : 1e-9;
+    m->paging_evict = evict;
+    m->paging_errors = st.total_device_errors;
+    m->paging_inflight = -1;
+    m->paging_moved = now;
+}
+
+/* The page-in is over (the model can run, or streams the rest): every
+ * request of it still waiting for its first token was held up by it from
+ * its arrival or the page-in's start, whichever came later. */
+static void pagein_end(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    double since = m->paging_since;
+    m->paging_since = 0;
+    if (now > since)
+        m->swap_in_s = now - since;
+    for (sched_item_t *it = sched_peek(w->sched, mi); it; it = it->next) {
+        wk_seq_t *s = it->user;
+        double held = now - (s->t_arrival > since ? s->t_arrival : since);
+        if (held > 0) {
+            s->swap_s += held;
+            s->swap_wait_s += held;
+            s->swapped = 1;
+        }
+    }
+}
+
+/* The page-in failed (a copy failed or took past device.copy_timeout):
+ * what was waiting for it fails as a pass waiting on it would. */
+static void pagein_fail(wk_t *w, int mi, proto_err_t code, const char *msg)
+{
+    wk_model_t *m = w->models[mi];
+    m->paging_since = 0;
+    uint32_t room = m->cfg.max_batch > m->n_active ? m->cfg.max_batch - m->n_active : 1;
+    step_failed(w, mi, room, code, msg);
+}
+
+/* Where the page-in of mi stands: 0 when the model can run now (page-in
+ * over), -1 when it failed (its waiting requests answered), else seconds
+ * until it may. Never blocks. */
+static double pagein_poll(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    char err[512];
+    stats_res_t st;
+    res_model_stats(w->res, m->rm, &st);
+    if (st.total_device_errors != m->paging_errors) {
+        const char *why;
+        int rerr = res_last_error(m->rm, &why);
+        snprintf(err, sizeof err, "%s", *why ? why : "a copy to the device failed");
+        pagein_fail(w, mi, rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, err);
+        return -1;
+    }
+    double in = res_ready_in(w->res, m->rm, m->pass_s);
+    if (isinf(in)) {
+        /* not all queued: the next segments, as the copy engine nears them */
+        int rc = res_prefetch_ahead(w->res, m->rm, m->paging_evict, res_pagein_window(m->rm), err,
+                                    sizeof err);
+        if (rc) {
+            pagein_fail(w, mi, wk_device_error_code(rc), err);
+            return -1;
+        }
+        in = res_ready_in(w->res, m->rm, m->pass_s);
+        if (isinf(in) && res_inflight(m->rm) == 0)
+            in = 0; /* no room for more now: it streams the rest */
+    }
+    int n = res_inflight(m->rm);
+    if (n != m->paging_inflight) {
+        m->paging_inflight = n;
+        m->paging_moved = now;
+    }
+    double timeout = (double)w->cfg->device.copy_timeout_ms / 1e3;
+    if (in > 0 && n > 0 && now - m->paging_moved > timeout) {
+        pagein_fail(w, mi, wk_device_error_code(res_copy_overdue(w->res, m->rm, err, sizeof err)), err);
+        return -1;
+    }
+    if (in == 0)
+        pagein_end(w, mi, now);
+    return in;
+}
+
+/* The scheduler chose mi and it is not resident: 1 when its pass can start
+ * now (covered, or it streams what does not fit), 0 when its page-in now
+ * runs on the copy engine (or failed, answered). */
+static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
+{
+    wk_model_t *m = w->models[mi];
+    if (res_ready_in(w->res, m->rm, m->pass_s) == 0)
+        return 1;
+    char err[512];
+    wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
+    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, res_pagein_window(m->rm), err,
+                                sizeof err);
+    if (rc) {
+        m->paging_since = 0;
+        step_failed(w, mi, admit, wk_device_error_code(rc), err);
+        return 0;
+    }
+    return pagein_poll(w, mi, now) == 0;
+}
+
+/* ------------------------------------------------------------------ round */
+
+/* The page-ins under way; returns the soonest one may end (a nap bound). */
+static double poll_pageins(wk_t *w, double now)
+{
+    double nap = WK_NAP_MAX_S;
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (m && m->rm && m->paging_since > 0) {
+            double in = pagein_poll(w, i, now);
+            if (in < nap)
+                nap = in > 0 ? in : 0;
+        }
+    }
+    return nap;
+}
+
+static void prefetch(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    if (!m || !m->rm || m->paging_since > 0)
+        return;
+    /* a page-in in the background: into free pages, or those of idle
+     * models nobody waits for */
+    char err[256];
+    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, res_pagein_window(m->rm), err, sizeof err);
+    if (res_inflight(m->rm) > 0)
+        wk_pagein_begin(w, mi, now, RES_EVICT_UNWANTED); /* its requests wait for it now */
+}
+
+double wk_round(wk_t *w)
+{
+    double now = wk_now();
+    double nap = poll_pageins(w, now);
+    sched_model_view_t views[WK_MAX_MODELS];
+    build_views(w, views);
+    sched_plan_t plan;
+    sched_next(w->sched, now, views, &plan);
+    int stepped = 0;
+    if (plan.model >= 0 && (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
+        step(w, plan.model, plan.admit);
+        stepped = 1;
+    }
+    if (plan.prefetch >= 0)
+        prefetch(w, plan.prefetch, wk_now());
+    return stepped ? 0 : nap;
+}
