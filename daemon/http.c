@@ -23,7 +23,9 @@
 #define HTTP_REFUSED_TIMEOUT_S 5     /* how long such a connection may take to send its request */
 
 typedef enum hkind {
-    HK_NONE = 0,   /* answered locally (health, routing errors) */
+    HK_NONE = 0,   /* answered locally (routing errors) */
+    HK_HEALTH,     /* GET /health: liveness */
+    HK_READY,      /* GET /ready: readiness */
     HK_COMPLETION, /* POST /v1/completions */
     HK_CHAT,       /* POST /v1/chat/completions */
     HK_MODELS,     /* GET /v1/models */
@@ -1269,7 +1271,11 @@ static void on_request(struct evhttp_request *req, void *arg)
         kind = HK_MODEL;
     } else if (strcmp(path, "/metrics") == 0) {
         kind = HK_METRICS;
-    } else if (strcmp(path, "/health") != 0) {
+    } else if (strcmp(path, "/health") == 0) {
+        kind = HK_HEALTH;
+    } else if (strcmp(path, "/ready") == 0) {
+        kind = HK_READY;
+    } else {
         http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
         return;
     }
@@ -1282,10 +1288,15 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     r->kind = kind;
     switch (kind) {
-    case HK_NONE: { /* /health */
-        int draining = wk_draining(h->wk);
-        reply_json(r, draining ? 503 : 200,
-                   json_pack("{s:s}", "status", draining ? "draining" : "ok"));
+    case HK_NONE: return; /* not reached: answered above */
+    case HK_HEALTH: /* liveness: the loop answers, draining or not */
+        reply_json(r, 200, json_pack("{s:s}", "status", wk_draining(h->wk) ? "draining" : "ok"));
+        return;
+    case HK_READY: { /* readiness: every model in host RAM and not draining */
+        char why[256];
+        wk_ready_t rd = wk_readiness(h->wk, why, sizeof why);
+        reply_json(r, rd == WK_READY_OK ? 200 : 503,
+                   json_pack("{s:s, s:s}", "status", wk_ready_name(rd), "reason", why));
         return;
     }
     case HK_COMPLETION:

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP front end of the real daemon (sim backend): completions and chat, streaming, errors, /v1/models, /health, /metrics (promtool), disconnects and draining, over curl and http.client."""
+"""The OpenAI-compatible HTTP front end of the real daemon (sim backend): completions and chat, streaming, errors, /v1/models, /health and /ready, /metrics (promtool), disconnects and draining, over curl and http.client."""
 import http.client
 import json
 import os
@@ -322,8 +322,66 @@ def test_models_and_health():
         status, body = curl(d, "GET", "/health")
         assert status == 200 and json.loads(body) == {"status": "ok"}, body
         assert py_request(d, "HEAD", "/health")[0] == 200
+        status, hdrs, body = py_request(d, "GET", "/ready")
+        assert status == 200 and json.loads(body)["status"] == "ready", body
+        assert hdrs["content-type"].startswith("application/json"), hdrs
+        assert py_request(d, "HEAD", "/ready")[0] == 200
     finally:
         assert d.stop() == 0
+
+
+def test_ready_is_503_with_a_reason_while_a_model_is_not_in_host_ram_then_200_after_a_fixing_reload():
+    tmp = gsd.tmpdir(prefix="gsd-http-ready-")
+    bad = os.path.join(tmp, "bad.gguf")
+    with open(bad, "wb") as f:
+        f.write(b"GGUF not really")
+    d = HttpDaemon(MODELS[:1] + [("bad", bad, "")], memory=POOL)
+    try:
+        status, _, body = py_request(d, "GET", "/ready")
+        a = json.loads(body)
+        assert status == 503 and a["status"] == "failed" and "'bad'" in a["reason"], (status, a)
+        # liveness is unaffected, and the loaded model serves
+        assert py_request(d, "GET", "/health")[0] == 200
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m0", "prompt": "hi", "max_tokens": 2})
+        assert status == 200, body
+        shutil.copyfile(MODELS[1][1], bad)
+        assert d.admin_call({"op": "reload", "id": "r"})["ok"]
+        got = wait_until(lambda: (lambda a: a if a[0] == 200 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(10))
+        assert got and json.loads(got[2])["status"] == "ready", got
+    finally:
+        assert d.stop() == 0
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_admin_drain_flips_ready_at_once_while_health_stays_200():
+    d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    try:
+        assert py_request(d, "GET", "/ready")[0] == 200
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"model": "big", "prompt": BIG_PROMPT, "max_tokens": BIG_TOKENS, "temperature": 0,
+             "stream": True}))
+        r = c.getresponse()
+        assert r.status == 200 and r.readline().startswith(b"data: ")
+        a = gsd.Client(d.admin)
+        a.send({"op": "drain", "id": "d"})
+        # /ready flips as the loop hands the drain over, long before the stream ends
+        got = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(2))
+        assert got and json.loads(got[2])["status"] == "draining", got
+        assert d.proc.poll() is None
+        status, _, body = py_request(d, "GET", "/health")
+        assert status == 200 and json.loads(body) == {"status": "draining"}, body
+        rest = r.read()
+        assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+        assert a.final("d")[0]["ok"]
+        a.close()
+        assert d.proc.wait(gsd.scaled(30)) == 0
+    finally:
+        c.close()
+        d.stop()
 
 
 def test_error_statuses_in_openai_shape():
@@ -415,7 +473,7 @@ def test_a_client_disconnecting_cancels_its_request():
         assert d.stop() == 0
 
 
-def test_503_while_draining_and_the_running_stream_completes():
+def test_ready_503_and_requests_503_while_draining_and_the_running_stream_completes():
     d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
     c.request("POST", "/v1/completions", body=json.dumps(
@@ -426,9 +484,12 @@ def test_503_while_draining_and_the_running_stream_completes():
     first = r.readline()
     assert first.startswith(b"data: "), first
     d.signal(signal.SIGTERM)
-    health = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
-        py_request(d, "GET", "/health")), timeout=5)
-    assert health and json.loads(health[2]) == {"status": "draining"}, health
+    ready = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
+        py_request(d, "GET", "/ready")), timeout=5)
+    assert ready and json.loads(ready[2])["status"] == "draining", ready
+    # liveness: still 200 while draining
+    status, _, body = py_request(d, "GET", "/health")
+    assert status == 200 and json.loads(body) == {"status": "draining"}, body
     check_error(*py_request(d, "POST", "/v1/completions",
                             {"model": "big", "prompt": "x", "max_tokens": 2})[::2],
                 503, "shutting_down")
@@ -522,7 +583,9 @@ if __name__ == "__main__":
                test_models_and_health,
                test_error_statuses_in_openai_shape,
                test_a_client_disconnecting_cancels_its_request,
-               test_503_while_draining_and_the_running_stream_completes,
+               test_ready_503_and_requests_503_while_draining_and_the_running_stream_completes,
+               test_ready_is_503_with_a_reason_while_a_model_is_not_in_host_ram_then_200_after_a_fixing_reload,
+               test_admin_drain_flips_ready_at_once_while_health_stays_200,
                test_metrics_pass_promtool_and_match_the_stats_report,
                test_off_unless_configured]:
         r.run(fn)
