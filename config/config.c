@@ -118,6 +118,10 @@ static const opt_t opts[] = {
     {"scheduler", "drain_timeout", OPT_DURATION, C(scheduler.drain_timeout_ms), "30s", 0, 3600000, OPT_RELOAD,
      NULL, NULL, NULL},
 
+    SECTION("", "metrics"),
+    {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
+    {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL, NULL},
+
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},
     {"models", "path", OPT_STR, M(path), NULL, 0, 0, OPT_PATH, NULL, check_path, "path"},
@@ -1027,6 +1031,13 @@ static int validate(ld_t *ld)
     if (c->listen.tcp && c->listen.http && strcmp(c->listen.tcp, c->listen.http) == 0)
         return ld_fail(ld, at_top(ld, "listen", "http"), CFG_ERR_INVALID,
                        "listen.http \"%s\" is the same address as listen.tcp", sanitize(c->listen.http, s, sizeof s));
+    for (int k = 0; c->metrics.listen && k < 2; k++) {
+        const char *other = k ? c->listen.tcp : c->listen.http;
+        if (other && strcmp(other, c->metrics.listen) == 0)
+            return ld_fail(ld, at_top(ld, "metrics", "listen"), CFG_ERR_INVALID,
+                           "metrics.listen \"%s\" is the same address as %s",
+                           sanitize(c->metrics.listen, s, sizeof s), k ? "listen.tcp" : "listen.http");
+    }
     if (c->listen.socket && c->admin.socket && strcmp(c->listen.socket, c->admin.socket) == 0)
         return ld_fail(ld, at_top(ld, "admin", "socket"), CFG_ERR_INVALID,
                        "admin.socket \"%s\" is the same path as listen.socket",

@@ -118,6 +118,10 @@ typedef struct cfg {
         uint32_t max_queued;       /* queued requests in all, default 4096 */
         uint64_t drain_timeout_ms; /* SIGTERM waits this long for running work, default 30000 */
     } scheduler;
+    struct {
+        char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
+        int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
+    } metrics;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
     size_t n_models;
 } cfg_t;

@@ -282,13 +282,16 @@ static int serve(const char *path)
         fprintf(stderr, "gpuswapd: %s\n", err);
         goto out;
     }
-    if (d.cfg->listen.http) {
+    if (d.cfg->listen.http || d.cfg->metrics.listen) {
         d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
         if (!d.http) {
             fprintf(stderr, "gpuswapd: %s\n", err);
             goto out;
         }
-        fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+        if (d.cfg->listen.http)
+            fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+        if (d.cfg->metrics.listen)
+            fprintf(stderr, "gpuswapd: metrics on %s\n", d.cfg->metrics.listen);
     }
     if (wk_start(d.wk)) {
         fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
