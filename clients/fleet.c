@@ -841,8 +841,11 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
         fprintf(fp, "  http: 0.0.0.0:%u\n", f->k8s.port);
     else
         fprintf(fp, "  http: %s\n", ho->http);
-    fprintf(fp, "  max_line: %s\nadmin:\n  socket: %s/admin.sock\n", sz(f->proxy.max_request, a, sizeof a),
-            run);
+    /* a draining host fails /ready and keeps serving for three health checks, so the
+     * proxy takes it out of rotation before it refuses anything */
+    uint64_t linger = 3 * f->proxy.check_ms < 1000 ? 1000 : 3 * f->proxy.check_ms;
+    fprintf(fp, "  max_line: %s\n  drain_linger: %s\nadmin:\n  socket: %s/admin.sock\n",
+            sz(f->proxy.max_request, a, sizeof a), cfg_format_duration_ms(linger, b, sizeof b), run);
     fprintf(fp, "device:\n  backend: %s\n  memory: %s\n  page_size: %s\n  threads: %u\n",
             f->defaults.backend, sz(ho->device_memory, a, sizeof a),
             sz(f->defaults.page_size, b, sizeof b), f->defaults.threads);
@@ -932,6 +935,9 @@ static int render_haproxy(wr_t *w, const fleet_t *f, const unsigned char *place)
             "defaults\n"
             "    mode http\n"
             "    option http-buffer-request\n"
+            "    # a fresh connection to the host per request: a generation is never retried once\n"
+            "    # sent, so never send one on a pooled connection the host may have closed\n"
+            "    option http-server-close\n"
             "    timeout connect 2s\n"
             "    timeout http-request 30s\n"
             "    timeout queue 30s\n"
@@ -946,7 +952,10 @@ static int render_haproxy(wr_t *w, const fleet_t *f, const unsigned char *place)
             "    option redispatch 1\n"
             "    option httpchk GET /ready\n"
             "    http-check expect status 200\n"
-            "    default-server check inter %llums fastinter %llums downinter %llums fall 1 rise 1\n"
+            "    # a refused connection or a 5xx (a draining host answers 503) takes the host out at\n"
+            "    # once, so the retry goes to another replica; /ready checks bring it back\n"
+            "    default-server check inter %llums fastinter %llums downinter %llums fall 1 rise 1 "
+            "observe layer7 error-limit 1 on-error mark-down\n"
             "\n"
             "frontend gpuswapd\n"
             "    bind %s\n"

@@ -80,6 +80,8 @@ static const opt_t opts[] = {
     {"listen", "http", OPT_STR, C(listen.http), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
     {"listen", "max_line", OPT_SIZE, C(listen.max_line), "1MiB", 1 * KiB, 1 * GiB, 0, NULL, NULL, NULL},
     {"listen", "max_connections", OPT_U32, C(listen.max_connections), "1024", 1, 1000000, 0, NULL, NULL, NULL},
+    {"listen", "drain_linger", OPT_DURATION, C(listen.drain_linger_ms), "0", 0, 3600000, OPT_RELOAD, NULL, NULL,
+     NULL},
 
     SECTION("", "admin"),
     {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0, OPT_NULLABLE | OPT_PATH,

@@ -87,6 +87,8 @@ typedef struct cfg {
         char *http;               /* OpenAI-compatible HTTP "host:port"; NULL = off (default) */
         uint64_t max_line;        /* bytes: longest request line accepted, default 1MiB */
         uint32_t max_connections; /* open client connections, default 1024 */
+        uint64_t drain_linger_ms; /* a drain first fails /ready and serves this long, then
+                                     refuses new requests and drains; default 0 */
     } listen;
     struct {
         char *socket;      /* admin unix socket path; NULL = no admin socket */

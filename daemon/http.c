@@ -1442,7 +1442,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     switch (kind) {
     case HK_NONE: return; /* not reached: answered above */
     case HK_HEALTH: /* liveness: the loop answers, draining or not */
-        reply_json(r, 200, json_pack("{s:s}", "status", wk_draining(h->wk) ? "draining" : "ok"));
+        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
         return;
     case HK_READY: { /* readiness: every model in host RAM and not draining */
         char why[256];
@@ -1499,7 +1499,7 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
     }
     if (health) {
         r->kind = HK_HEALTH;
-        reply_json(r, 200, json_pack("{s:s}", "status", wk_draining(h->wk) ? "draining" : "ok"));
+        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
         return;
     }
     r->kind = HK_METRICS;

@@ -431,6 +431,11 @@ int wk_draining(wk_t *w)
     return atomic_load(&w->draining_pub);
 }
 
+void wk_leave(wk_t *w)
+{
+    atomic_store(&w->leaving_pub, 1);
+}
+
 const char *wk_ready_name(wk_ready_t r)
 {
     switch (r) {
@@ -449,6 +454,10 @@ wk_ready_t wk_readiness(wk_t *w, char *reason, size_t len)
     if (atomic_load(&w->draining_pub)) {
         r = WK_READY_DRAINING;
         why = "draining: finishing in-flight requests, accepting no new ones";
+    } else if (atomic_load(&w->leaving_pub)) {
+        r = WK_READY_DRAINING;
+        why = "draining soon: still serving while load balancers take this host out "
+              "(listen.drain_linger)";
     } else if (atomic_load(&w->reload_pub) > 0) {
         r = WK_READY_LOADING;
         why = "a reload is loading models into host RAM";

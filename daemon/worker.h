@@ -54,9 +54,13 @@ void wk_status(wk_t *w, char *buf, size_t len);
 /* Seconds since the worker last showed progress (a loop turn or a segment of
  * a pass); it turns at least every WK_IDLE_WAIT_MS when idle. Any thread. */
 double wk_stalled_s(wk_t *w);
-/* Whether the worker is draining (SIGTERM or admin drain): a thread-safe
- * snapshot, set as soon as the loop hands the drain over (HTTP /health). */
+/* Whether the worker is draining (SIGTERM or admin drain): new requests are
+ * refused. A thread-safe snapshot, set as soon as the loop hands the drain over. */
 int wk_draining(wk_t *w);
+/* The daemon is leaving: readiness (wk_readiness) says draining from now on,
+ * while requests are still accepted until the drain is handed over (the
+ * loop's listen.drain_linger). Any thread. */
+void wk_leave(wk_t *w);
 
 /* Readiness for load balancers (HTTP /ready): ready once every configured
  * model is in host RAM and while not draining. */
