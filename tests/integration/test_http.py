@@ -577,6 +577,45 @@ def test_off_unless_configured():
         assert d.stop() == 0
 
 
+def test_drain_linger_fails_ready_first_and_serves_until_it_ends():
+    d = HttpDaemon(MODELS[:1], memory=POOL, listen="drain_linger: 1500ms")
+    try:
+        assert py_request(d, "GET", "/ready")[0] == 200
+        t0 = time.time()
+        a = gsd.Client(d.admin)
+        a.send({"op": "drain", "id": "d"})
+        got = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(1))
+        assert got and json.loads(got[2])["status"] == "draining", got
+        assert "drain_linger" in json.loads(got[2])["reason"], got
+        # still serving while the load balancer takes the host out
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m0", "prompt": "hi", "max_tokens": 2})
+        linger_left = 1.5 - (time.time() - t0)
+        assert status == 200 or linger_left < 0.2, (status, body, linger_left)
+        assert py_request(d, "GET", "/health")[0] == 200
+        # then it refuses (503 shutting_down, or gone once the drain is over), answers the
+        # drain and exits; not before the linger ended
+        def refused():
+            try:
+                r = py_request(d, "POST", "/v1/completions",
+                               {"model": "m0", "prompt": "hi", "max_tokens": 2})
+            except ConnectionRefusedError:
+                return "gone"
+            if r[0] == 200:
+                return None
+            assert r[0] == 503 and json.loads(r[2])["error"]["code"] == "shutting_down", r
+            return "refused"
+        assert wait_until(refused, timeout=gsd.scaled(5))
+        assert time.time() - t0 >= 1.4, time.time() - t0
+        assert a.final("d")[0]["ok"]
+        a.close()
+        assert d.proc.wait(gsd.scaled(30)) == 0
+        assert "serving 1500 ms more before draining" in d.logtext()
+    finally:
+        d.stop()
+
+
 # ------------------------------------------------------------------ inference-gateway metrics
 
 PROM_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -764,6 +803,7 @@ if __name__ == "__main__":
                test_ready_503_and_requests_503_while_draining_and_the_running_stream_completes,
                test_ready_is_503_with_a_reason_while_a_model_is_not_in_host_ram_then_200_after_a_fixing_reload,
                test_admin_drain_flips_ready_at_once_while_health_stays_200,
+               test_drain_linger_fails_ready_first_and_serves_until_it_ends,
                test_metrics_pass_promtool_and_match_the_stats_report,
                test_gateway_metrics_with_vllm_compat_while_resident_waiting_and_after_an_eviction,
                test_default_metrics_have_the_gateway_gauges_under_gpuswapd_names_only,
