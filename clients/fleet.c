@@ -392,8 +392,8 @@ static int model_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
 
 /* A sequence of mappings into hosts or models. */
 static int ld_items(ld_t *ld, const yaml_node_t *v, const char *what, size_t max, void **arr,
-                    size_t elem, size_t *n, fleet_t *f, ld_pair_fn fn, unsigned required,
-                    const char *const *req_names)
+                    size_t elem, size_t line_off, size_t *n, fleet_t *f, ld_pair_fn fn,
+                    unsigned required, const char *const *req_names)
 {
     if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top == v->data.sequence.items.start)
         return ld_fail(ld, v, FLEET_ERR_INVALID, "%s must be a non-empty list", what);
@@ -408,10 +408,7 @@ static int ld_items(ld_t *ld, const yaml_node_t *v, const char *what, size_t max
         item_ctx_t c = {.f = f, .i = i};
         snprintf(c.what, sizeof c.what, "%s[%zu]", what, i);
         *n = i + 1;
-        int *line = (int *)((char *)*arr + i * elem +
-                            (fn == host_pair ? offsetof(fleet_host_t, line)
-                                             : offsetof(fleet_model_t, line)));
-        *line = (int)it->start_mark.line + 1;
+        *(int *)((char *)*arr + i * elem + line_off) = (int)it->start_mark.line + 1;
         int rc = ld_map(ld, it, c.what, &c, fn);
         if (rc)
             return rc;
@@ -436,10 +433,10 @@ static int top_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k, 
         return ld_map(ld, v, "kubernetes", f, k8s_pair);
     if (!strcmp(key, "hosts"))
         return ld_items(ld, v, "hosts", FLEET_MAX_HOSTS, (void **)&f->hosts, sizeof *f->hosts,
-                        &f->n_hosts, f, host_pair, 15, host_req);
+                        offsetof(fleet_host_t, line), &f->n_hosts, f, host_pair, 15, host_req);
     if (!strcmp(key, "models"))
         return ld_items(ld, v, "models", FLEET_MAX_MODELS, (void **)&f->models, sizeof *f->models,
-                        &f->n_models, f, model_pair, 7, model_req);
+                        offsetof(fleet_model_t, line), &f->n_models, f, model_pair, 7, model_req);
     return unknown(ld, k, key, "the fleet file");
 }
 
@@ -652,14 +649,14 @@ typedef struct pl_order {
     double cost;
 } pl_order_t;
 
-static const fleet_t *g_pl_fleet; /* for the comparator: qsort has no context argument */
-
-static int pl_cmp(const void *a, const void *b)
+/* Costliest first, then by name (qsort_r's context: the fleet). */
+static int pl_cmp(const void *a, const void *b, void *ctx)
 {
     const pl_order_t *x = a, *y = b;
+    const fleet_t *f = ctx;
     if (x->cost != y->cost)
         return x->cost > y->cost ? -1 : 1;
-    return strcmp(g_pl_fleet->models[x->m].name, g_pl_fleet->models[y->m].name);
+    return strcmp(f->models[x->m].name, f->models[y->m].name);
 }
 
 int fleet_place(const fleet_t *f, unsigned char *place, char *err, size_t errlen)
@@ -693,8 +690,7 @@ int fleet_place(const fleet_t *f, unsigned char *place, char *err, size_t errlen
     }
     for (size_t h = 0; h < H; h++)
         share[h] = mem > 0 ? 2.0 * (double)f->hosts[h].device_memory / mem : 2.0 / (double)H;
-    g_pl_fleet = f;
-    qsort(ord, M, sizeof *ord, pl_cmp);
+    qsort_r(ord, M, sizeof *ord, pl_cmp, (void *)f);
     /* costliest models first, each replica on the best-ranked host with room */
     for (size_t i = 0; i < M; i++) {
         size_t m = ord[i].m;
