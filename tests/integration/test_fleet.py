@@ -127,6 +127,8 @@ def _kill_all():
 
 
 class HAProxy:
+    """haproxy -db on cfg; with FLEET_DEBUG=FILE it logs every request and check to FILE."""
+
     def __init__(self, cfg, port):
         self.port = port
         if os.environ.get("FLEET_DEBUG"):
@@ -343,11 +345,12 @@ RESULTS = {}
 
 
 def long_prompt(path):
-    """A prompt whose greedy answer runs long (at least 400 tokens) on this model, or None."""
+    """A prompt whose greedy answer runs long (600 tokens or more, most of a second) on this
+    model, or None."""
     for p in LONG_PROMPTS:
-        g = gsd.generate_cli(path, p, 1500)
+        g = gsd.generate_cli(path, p, 600)
         n = len(g["ids"])
-        if n >= 400 or g.get("finish_reason") == "length":
+        if n >= 600 or g.get("finish_reason") == "length":
             return p, n
     return None
 
@@ -403,6 +406,8 @@ def kill_mid_run(fl):
     rest, cut_by = b"", None
     try:
         rest = sr.read()
+    except http.client.IncompleteRead as e:
+        rest, cut_by = e.partial, "IncompleteRead"
     except (http.client.HTTPException, OSError) as e:
         cut_by = type(e).__name__
     c.close()
