@@ -3,7 +3,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
@@ -11,7 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
 ROOT = gsd.ROOT
-TMP = tempfile.mkdtemp(prefix="gsd-swaplat-")
+TMP = gsd.tmpdir(prefix="gsd-swaplat-")  # removed at exit (the runner fails a suite that leaves files)
 # A: a model whose steps are slow enough to measure (q8_0, wide, small KV); B and C: the ones that
 # page in (f16), each about a second of copy at the throttled bandwidth.
 SHAPE_A = "--type q8_0 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 1536 --vocab 512 --seed 1"
