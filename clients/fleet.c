@@ -808,6 +808,21 @@ static const char *src_name(const fleet_t *f)
     return b ? b + 1 : f->file;
 }
 
+/* A YAML double-quoted scalar: paths may hold ": " or " #", which plain scalars may not. */
+static void put_quoted(FILE *fp, const char *v)
+{
+    fputc('"', fp);
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(fp, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(fp, "\\x%02x", *p);
+        else
+            fputc(*p, fp);
+    }
+    fputc('"', fp);
+}
+
 static const char *sz(uint64_t v, char *buf, size_t n)
 {
     return cfg_format_size(v, buf, n);
@@ -832,7 +847,11 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
     fprintf(fp, "# gpuswapd on %s, rendered by `gpuswap fleet render %s`: re-render, do not edit.\n"
                 "# %zu models, %s of weights, expected load %.3g (the fleet's units).\n",
             ho->name, src_name(f), n, sz(bytes, a, sizeof a), load);
-    fprintf(fp, "listen:\n  socket: %s/gpuswapd.sock\n", run);
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/gpuswapd.sock", run);
+    fprintf(fp, "listen:\n  socket: ");
+    put_quoted(fp, sock);
+    fputc('\n', fp);
     if (k8s)
         fprintf(fp, "  http: 0.0.0.0:%u\n", f->k8s.port);
     else
@@ -840,8 +859,11 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
     /* a draining host fails /ready and keeps serving for three health checks, so the
      * proxy takes it out of rotation before it refuses anything */
     uint64_t linger = 3 * f->proxy.check_ms < 1000 ? 1000 : 3 * f->proxy.check_ms;
-    fprintf(fp, "  max_line: %s\n  drain_linger: %s\nadmin:\n  socket: %s/admin.sock\n",
-            sz(f->proxy.max_request, a, sizeof a), cfg_format_duration_ms(linger, b, sizeof b), run);
+    snprintf(sock, sizeof sock, "%s/admin.sock", run);
+    fprintf(fp, "  max_line: %s\n  drain_linger: %s\nadmin:\n  socket: ",
+            sz(f->proxy.max_request, a, sizeof a), cfg_format_duration_ms(linger, b, sizeof b));
+    put_quoted(fp, sock);
+    fputc('\n', fp);
     fprintf(fp, "device:\n  backend: %s\n  memory: %s\n  page_size: %s\n  threads: %u\n",
             f->defaults.backend, sz(ho->device_memory, a, sizeof a),
             sz(f->defaults.page_size, b, sizeof b), f->defaults.threads);
@@ -852,8 +874,11 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
             f->defaults.vllm_compat ? "true" : "false");
     fprintf(fp, "models:\n");
     for (size_t m = 0; m < f->n_models; m++)
-        if (place[m * H + h])
-            fprintf(fp, "  - name: %s\n    path: %s\n", f->models[m].name, f->models[m].path);
+        if (place[m * H + h]) {
+            fprintf(fp, "  - name: %s\n    path: ", f->models[m].name);
+            put_quoted(fp, f->models[m].path);
+            fputc('\n', fp);
+        }
 }
 
 static int render_hosts(wr_t *w, const fleet_t *f, const unsigned char *place)

@@ -163,8 +163,10 @@ def test_host_configs_load_in_gpuswapd_with_their_models():
                   "    device_memory: 4MiB", "    host_memory: 64MiB"]
     lines.append("models:")
     for m in range(5):
-        path = gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % m), shape + " --seed %d" % (m + 1))
-        lines += ["  - name: m%d" % m, "    path: %s" % path, "    size: %d" % os.path.getsize(path)]
+        # one file name that a plain YAML scalar could not carry: the rendering quotes paths
+        fname = "m%d #1: odd.gguf" % m if m == 4 else "m%d.gguf" % m
+        path = gsd.mkmodel(os.path.join(TMP, fname), shape + " --seed %d" % (m + 1))
+        lines += ["  - name: m%d" % m, "    path: \"%s\"" % path, "    size: %d" % os.path.getsize(path)]
     fp = os.path.join(TMP, "small.yaml")
     with open(fp, "w") as f:
         f.write("\n".join(lines) + "\n")
