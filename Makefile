@@ -95,7 +95,7 @@ deps:
 	@missing=0; \
 	for p in $(PKGS) criterion; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
 	$(PY) -c 'import numpy, yaml' 2>/dev/null || missing=1; \
-	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || missing=1; done; \
+	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || [ -x /usr/sbin/$$c ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
 	  echo "deps: installing $(DEB_PKGS)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

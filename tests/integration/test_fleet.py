@@ -3,7 +3,6 @@ import http.client
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -138,7 +137,7 @@ class HAProxy:
             with open(cfg, "w") as f:
                 f.write(t)
         self.log = open(os.environ["FLEET_DEBUG"] if os.environ.get("FLEET_DEBUG") else cfg + ".log", "a")
-        self.proc = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=self.log,
+        self.proc = subprocess.Popen([gsd.haproxy_path(), "-f", cfg, "-db"], stdout=self.log,
                                      stderr=subprocess.STDOUT)
         PROCS.append(self.proc)
         deadline = time.time() + gsd.scaled(10)
@@ -512,7 +511,7 @@ def big_body_routes_by_model(fl):
 
 def test_fleet_through_haproxy():
     t_start = time.time()
-    assert shutil.which("haproxy"), "haproxy is missing: apt-get install haproxy (make deps)"
+    assert gsd.haproxy_path(), "haproxy is missing: apt-get install haproxy (make deps)"
     fl = Fleet()
     try:
         fl.start_affinity()

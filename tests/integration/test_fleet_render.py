@@ -2,7 +2,6 @@
 import filecmp
 import os
 import random
-import shutil
 import subprocess
 import sys
 
@@ -34,9 +33,9 @@ def files_under(d):
 
 
 def haproxy_check(cfg):
-    if not shutil.which("haproxy"):
+    if not gsd.haproxy_path():
         raise AssertionError("haproxy is missing: apt-get install haproxy (make deps)")
-    p = subprocess.run(["haproxy", "-c", "-f", cfg], capture_output=True, text=True, timeout=30)
+    p = subprocess.run([gsd.haproxy_path(), "-c", "-f", cfg], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, (cfg, p.stdout, p.stderr)
 
 
