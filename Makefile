@@ -56,7 +56,8 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config $(PKG_CFLAGS) $(SANFLAGS) \
+              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config \
+              -iquote clients $(PKG_CFLAGS) $(SANFLAGS) \
               $(CUDA_DEFS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
@@ -139,7 +140,7 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(TOOLS_LIB) $(ENGINE_LIB
 $(TRACESIM): $(call obj,$(SIM_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
+$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/clients/fleet.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- tests
