@@ -35,10 +35,10 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
-            python3-numpy curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind
+            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind)
-DEB_CMDS := curl promtool gnuplot clang valgrind
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test)
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -56,7 +56,8 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config $(PKG_CFLAGS) $(SANFLAGS) \
+              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config \
+              -iquote clients $(PKG_CFLAGS) $(SANFLAGS) \
               $(CUDA_DEFS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
@@ -94,8 +95,8 @@ all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 deps:
 	@missing=0; \
 	for p in $(PKGS) criterion; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
-	$(PY) -c 'import numpy' 2>/dev/null || missing=1; \
-	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || missing=1; done; \
+	$(PY) -c 'import numpy, yaml' 2>/dev/null || missing=1; \
+	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || [ -x /usr/sbin/$$c ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
 	  echo "deps: installing $(DEB_PKGS)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -123,7 +124,7 @@ $(TOOLS_LIB): $(call obj,$(TLIB_SRC))
 $(GPUSWAPD): $(call obj,$(DAEMON_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(ENGINE_LIB)
+$(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
@@ -139,7 +140,7 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(TOOLS_LIB) $(ENGINE_LIB
 $(TRACESIM): $(call obj,$(SIM_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(TOOLS_LIB) $(ENGINE_LIB)
+$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/clients/fleet.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- tests

@@ -1,5 +1,6 @@
 /* gpuswap: the command-line client of gpuswapd, speaking the JSON-line sockets of proto/PROTOCOL.md. */
 
+#include "fleet.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -1374,6 +1375,7 @@ static void gs_help(FILE *f)
           f);
     for (size_t i = 0; i < GS_N_CMDS; i++)
         fprintf(f, "  %-9s %s\n", gs_cmds[i].name, gs_cmds[i].summary);
+    fprintf(f, "  %-9s %s\n", "fleet", "render a fleet's configs (gpuswap fleet --help)");
     fputs("\n'gpuswap COMMAND --help' describes a command. Options of every command:\n"
           "  --socket PATH          inference socket (env GPUSWAP_SOCKET, default " GS_DEFAULT_SOCKET ")\n"
           "  --admin-socket PATH    admin socket, for stats load evict pin unpin reload drain\n"
@@ -1415,6 +1417,8 @@ static const char *gs_env(const char *name, const char *dflt)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "fleet") == 0)
+        return fleet_main(argc - 1, argv + 1); /* talks to no daemon: its own arguments */
     gs_opts_t o;
     memset(&o, 0, sizeof o);
     o.socket = gs_env("GPUSWAP_SOCKET", GS_DEFAULT_SOCKET);

@@ -83,6 +83,8 @@ static const opt_t opts[] = {
     {"listen", "http", OPT_STR, C(listen.http), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
     {"listen", "max_line", OPT_SIZE, C(listen.max_line), "1MiB", 1 * KiB, 1 * GiB, 0, NULL, NULL, NULL},
     {"listen", "max_connections", OPT_U32, C(listen.max_connections), "1024", 1, 1000000, 0, NULL, NULL, NULL},
+    {"listen", "drain_linger", OPT_DURATION, C(listen.drain_linger_ms), "0", 0, 3600000, OPT_RELOAD, NULL, NULL,
+     NULL},
 
     SECTION("", "admin"),
     {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0, OPT_NULLABLE | OPT_PATH,
@@ -120,6 +122,10 @@ static const opt_t opts[] = {
      NULL},
     {"scheduler", "drain_timeout", OPT_DURATION, C(scheduler.drain_timeout_ms), "30s", 0, 3600000, OPT_RELOAD,
      NULL, NULL, NULL},
+
+    SECTION("", "metrics"),
+    {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
+    {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL, NULL},
 
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},
@@ -1043,6 +1049,13 @@ static int validate(ld_t *ld)
     if (c->listen.tcp && c->listen.http && strcmp(c->listen.tcp, c->listen.http) == 0)
         return ld_fail(ld, at_top(ld, "listen", "http"), CFG_ERR_INVALID,
                        "listen.http \"%s\" is the same address as listen.tcp", sanitize(c->listen.http, s, sizeof s));
+    for (int k = 0; c->metrics.listen && k < 2; k++) {
+        const char *other = k ? c->listen.tcp : c->listen.http;
+        if (other && strcmp(other, c->metrics.listen) == 0)
+            return ld_fail(ld, at_top(ld, "metrics", "listen"), CFG_ERR_INVALID,
+                           "metrics.listen \"%s\" is the same address as %s",
+                           sanitize(c->metrics.listen, s, sizeof s), k ? "listen.tcp" : "listen.http");
+    }
     if (c->listen.socket && c->admin.socket && strcmp(c->listen.socket, c->admin.socket) == 0)
         return ld_fail(ld, at_top(ld, "admin", "socket"), CFG_ERR_INVALID,
                        "admin.socket \"%s\" is the same path as listen.socket",

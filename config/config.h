@@ -89,6 +89,8 @@ typedef struct cfg {
         char *http;               /* OpenAI-compatible HTTP "host:port"; NULL = off (default) */
         uint64_t max_line;        /* bytes: longest request line accepted, default 1MiB */
         uint32_t max_connections; /* open client connections, default 1024 */
+        uint64_t drain_linger_ms; /* a drain first fails /ready and serves this long, then
+                                     refuses new requests and drains; default 0 */
     } listen;
     struct {
         char *socket;      /* admin unix socket path; NULL = no admin socket */
@@ -120,6 +122,10 @@ typedef struct cfg {
         uint32_t max_queued;       /* queued requests in all, default 4096 */
         uint64_t drain_timeout_ms; /* SIGTERM waits this long for running work, default 30000 */
     } scheduler;
+    struct {
+        char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
+        int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
+    } metrics;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
     size_t n_models;
 } cfg_t;

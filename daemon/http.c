@@ -23,7 +23,9 @@
 #define HTTP_REFUSED_TIMEOUT_S 5     /* how long such a connection may take to send its request */
 
 typedef enum hkind {
-    HK_NONE = 0,   /* answered locally (health, routing errors) */
+    HK_NONE = 0,   /* answered locally (routing errors) */
+    HK_HEALTH,     /* GET /health: liveness */
+    HK_READY,      /* GET /ready: readiness */
     HK_COMPLETION, /* POST /v1/completions */
     HK_CHAT,       /* POST /v1/chat/completions */
     HK_MODELS,     /* GET /v1/models */
@@ -75,6 +77,7 @@ struct http {
     srv_t *srv;
     struct evhttp *eh;
     struct evhttp_bound_socket *bound;
+    struct evhttp *eh_metrics;     /* metrics.listen: GET /metrics and /health only; NULL if off */
     hreq_t *buckets[HTTP_BUCKETS];
     hconn_t *conns[HTTP_BUCKETS];  /* adopted connections, by evcon */
     hconn_t *pending;              /* accepted, not yet adopted */
@@ -814,6 +817,156 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
     }
 }
 
+/* ------------------------------------------------------------------ inference-gateway gauges */
+
+/* What the Gateway API Inference Extension's endpoint picker (v1.0.0, its
+ * model-server protocol) reads, derived from the stats report: queued
+ * requests, KV-cache use, and the adapter-style info gauge with resident
+ * models as running, queued-but-not-resident ones as waiting and how many
+ * models fit in the pool as max. */
+typedef struct prom_gw {
+    double waiting;     /* requests queued, all models */
+    double running;     /* sequences in running batches, all models */
+    double kv_usage;    /* KV-cache bytes / device pool bytes, 0..1 */
+    unsigned max_fit;   /* most models whose weights fit in the pool together (smallest first) */
+    struct evbuffer *running_models, *waiting_models; /* comma-separated names, no spaces */
+} prom_gw_t;
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void gw_list_add(struct evbuffer *b, const char *name)
+{
+    if (evbuffer_get_length(b))
+        evbuffer_add(b, ",", 1);
+    evbuffer_add(b, name, strlen(name));
+}
+
+/* 0, or -1 out of memory; g's buffers are the caller's (gw_free) either way. */
+static int gw_compute(const json_t *rep, prom_gw_t *g)
+{
+    memset(g, 0, sizeof *g);
+    g->running_models = evbuffer_new();
+    g->waiting_models = evbuffer_new();
+    const json_t *models = json_object_get(rep, "models");
+    const json_t *pool = json_object_get(rep, "pool");
+    double pool_bytes = json_number_value(json_object_get(pool, "curr_pool_pages")) *
+                        json_number_value(json_object_get(pool, "page_size"));
+    size_t n = json_object_size(models), k = 0;
+    uint64_t *sizes = calloc(n ? n : 1, sizeof *sizes);
+    if (!g->running_models || !g->waiting_models || !sizes) {
+        free(sizes);
+        return -1;
+    }
+    double kv = 0;
+    const char *model;
+    const json_t *m;
+    json_object_foreach((json_t *)models, model, m)
+    {
+        double queued = json_number_value(json_object_get(m, "curr_queued"));
+        const char *st = json_string_value(json_object_get(m, "state"));
+        int resident = st && strcmp(st, "resident") == 0;
+        g->waiting += queued;
+        g->running += json_number_value(json_object_get(m, "curr_active"));
+        kv += json_number_value(json_object_get(m, "curr_kv_bytes"));
+        if (resident)
+            gw_list_add(g->running_models, model);
+        else if (queued > 0)
+            gw_list_add(g->waiting_models, model);
+        if (json_is_integer(json_object_get(m, "weight_bytes")))
+            sizes[k++] = (uint64_t)json_integer_value(json_object_get(m, "weight_bytes"));
+    }
+    qsort(sizes, k, sizeof *sizes, cmp_u64);
+    double sum = 0;
+    for (size_t i = 0; i < k && sum + (double)sizes[i] <= pool_bytes; i++) {
+        sum += (double)sizes[i];
+        g->max_fit++;
+    }
+    free(sizes);
+    g->kv_usage = pool_bytes > 0 ? kv / pool_bytes : 0;
+    if (g->kv_usage > 1)
+        g->kv_usage = 1;
+    return 0;
+}
+
+static void gw_free(prom_gw_t *g)
+{
+    if (g->running_models)
+        evbuffer_free(g->running_models);
+    if (g->waiting_models)
+        evbuffer_free(g->waiting_models);
+}
+
+/* name{running_k="..",waiting_k="..",max_k="N"} value */
+static void gw_info(struct evbuffer *b, const char *name, const char *run_k, const char *wait_k,
+                    const char *max_k, const prom_gw_t *g, double value)
+{
+    evbuffer_add_printf(b, "%s{%s=\"", name, run_k);
+    size_t rl = evbuffer_get_length(g->running_models), wl = evbuffer_get_length(g->waiting_models);
+    prom_escape(b, rl ? (const char *)evbuffer_pullup(g->running_models, -1) : "");
+    /* the lists end in a NUL (gw_seal): pulled up, they read as strings */
+    evbuffer_add_printf(b, "\",%s=\"", wait_k);
+    prom_escape(b, wl ? (const char *)evbuffer_pullup(g->waiting_models, -1) : "");
+    evbuffer_add_printf(b, "\",%s=\"%u\"} %.0f\n", max_k, g->max_fit, value);
+}
+
+/* NUL-terminates the name lists so they read as strings. */
+static void gw_seal(prom_gw_t *g)
+{
+    evbuffer_add(g->running_models, "", 1);
+    evbuffer_add(g->waiting_models, "", 1);
+}
+
+static void prom_gateway(struct evbuffer *b, const json_t *rep, int vllm)
+{
+    prom_gw_t g;
+    if (gw_compute(rep, &g)) {
+        gw_free(&g);
+        return;
+    }
+    gw_seal(&g);
+    double now = (double)time(NULL);
+    prom_family(b, "requests_waiting", "gauge",
+                "requests queued for their model, all models (the inference gateway's queue gauge)",
+                NULL);
+    prom_sample(b, "requests_waiting", NULL, NULL, NULL, g.waiting);
+    prom_family(b, "requests_running", "gauge", "sequences in running batches, all models", NULL);
+    prom_sample(b, "requests_running", NULL, NULL, NULL, g.running);
+    prom_family(b, "kv_cache_usage_ratio", "gauge",
+                "bytes of KV cache mapped on the device over the device pool's bytes, 0..1", NULL);
+    prom_sample(b, "kv_cache_usage_ratio", NULL, NULL, NULL, g.kv_usage);
+    prom_family(b, "models_info", "gauge",
+                "models resident on the device (running_models), queued but not resident "
+                "(waiting_models) and how many fit in the pool (max_models); the value is the unix "
+                "time of this report", NULL);
+    gw_info(b, "gpuswapd_models_info", "running_models", "waiting_models", "max_models", &g, now);
+    if (vllm) {
+        /* the names the endpoint picker (Gateway API Inference Extension v1.0.0) reads by
+         * default, and vllm:kv_cache_usage_perc that later releases read */
+        static const char *const fam[][3] = {
+            {"vllm:num_requests_waiting", "requests queued (gpuswapd_requests_waiting)", "w"},
+            {"vllm:num_requests_running", "sequences running (gpuswapd_requests_running)", "r"},
+            {"vllm:gpu_cache_usage_perc", "KV-cache use, 0..1 (gpuswapd_kv_cache_usage_ratio)", "k"},
+            {"vllm:kv_cache_usage_perc", "KV-cache use, 0..1 (gpuswapd_kv_cache_usage_ratio)", "k"},
+        };
+        for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
+            double v = fam[i][2][0] == 'w' ? g.waiting : fam[i][2][0] == 'r' ? g.running : g.kv_usage;
+            evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", fam[i][0], fam[i][1],
+                                fam[i][0], fam[i][0], v);
+        }
+        evbuffer_add_printf(b, "# HELP vllm:lora_requests_info models as adapters: resident "
+                               "(running), queued but not resident (waiting), how many fit (max); "
+                               "the value is the unix time of this report\n"
+                               "# TYPE vllm:lora_requests_info gauge\n");
+        gw_info(b, "vllm:lora_requests_info", "running_lora_adapters", "waiting_lora_adapters",
+                "max_lora", &g, now);
+    }
+    gw_free(&g);
+}
+
 static void metrics_ok(hreq_t *r, const json_t *root)
 {
     struct evbuffer *b = evbuffer_new();
@@ -822,6 +975,7 @@ static void metrics_ok(hreq_t *r, const json_t *root)
         return;
     }
     prom_render(b, root);
+    prom_gateway(b, root, r->h->cfg->metrics.vllm_compat);
     reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b);
     evbuffer_free(b);
 }
@@ -1269,7 +1423,11 @@ static void on_request(struct evhttp_request *req, void *arg)
         kind = HK_MODEL;
     } else if (strcmp(path, "/metrics") == 0) {
         kind = HK_METRICS;
-    } else if (strcmp(path, "/health") != 0) {
+    } else if (strcmp(path, "/health") == 0) {
+        kind = HK_HEALTH;
+    } else if (strcmp(path, "/ready") == 0) {
+        kind = HK_READY;
+    } else {
         http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
         return;
     }
@@ -1282,10 +1440,15 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     r->kind = kind;
     switch (kind) {
-    case HK_NONE: { /* /health */
-        int draining = wk_draining(h->wk);
-        reply_json(r, draining ? 503 : 200,
-                   json_pack("{s:s}", "status", draining ? "draining" : "ok"));
+    case HK_NONE: return; /* not reached: answered above */
+    case HK_HEALTH: /* liveness: the loop answers, draining or not */
+        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
+        return;
+    case HK_READY: { /* readiness: every model in host RAM and not draining */
+        char why[256];
+        wk_ready_t rd = wk_readiness(h->wk, why, sizeof why);
+        reply_json(r, rd == WK_READY_OK ? 200 : 503,
+                   json_pack("{s:s, s:s}", "status", wk_ready_name(rd), "reason", why));
         return;
     }
     case HK_COMPLETION:
@@ -1310,7 +1473,75 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
 }
 
+/* metrics.listen: scrapers' own listener, GET /metrics and /health only. Its
+ * connections are not counted against listen.max_connections. */
+static void on_metrics_request(struct evhttp_request *req, void *arg)
+{
+    http_t *h = arg;
+    hreq_t *r = hreq_new(h, req);
+    if (!r) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    int metrics = path && strcmp(path, "/metrics") == 0, health = path && strcmp(path, "/health") == 0;
+    if (!metrics && !health) {
+        http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path on metrics.listen: %s (only /metrics "
+                  "and /health)", path ? path : "");
+        return;
+    }
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        http_fail(r, 405, PROTO_E_BAD_REQUEST, "%s takes GET only", path);
+        return;
+    }
+    if (health) {
+        r->kind = HK_HEALTH;
+        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
+        return;
+    }
+    r->kind = HK_METRICS;
+    do_worker_op(r, PROTO_OP_STATS, 1);
+}
+
 /* ------------------------------------------------------------------ lifecycle */
+
+/* Binds eh to "host:port" hp (named key in messages) with our backlog. */
+static int bind_hostport(struct evhttp *eh, const cfg_t *cfg, const char *key, const char *hp,
+                         struct evhttp_bound_socket **bound, char *err, size_t errlen)
+{
+    const char *colon = hp ? strrchr(hp, ':') : NULL;
+    char host[256];
+    char *end = NULL;
+    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || !end || *end ||
+        port > 65535) {
+        snprintf(err, errlen, "%s: bad host:port '%s'", key, hp ? hp : "");
+        return -1;
+    }
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = 0;
+    if (host[0] == '[' && colon[-1] == ']') { /* [::1]:8400 */
+        memmove(host, host + 1, strlen(host) - 2);
+        host[strlen(host) - 2] = 0;
+    }
+    errno = 0;
+    *bound = evhttp_bind_socket_with_handle(eh, host, (ev_uint16_t)port);
+    if (!*bound) {
+        snprintf(err, errlen, "%s: cannot listen on %s: %s", key, hp,
+                 errno ? strerror(errno) : "bind failed");
+        return -1;
+    }
+    /* evhttp listens with a backlog of 128: a second listen() sets ours */
+    evutil_socket_t lfd = evhttp_bound_socket_get_fd(*bound);
+    if (listen(lfd, srv_backlog(cfg)) != 0) {
+        snprintf(err, errlen, "%s: listen on %s: %s", key, hp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
 
 http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv, char *err,
                  size_t errlen)
@@ -1327,22 +1558,6 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
     h->t_start = time(NULL);
     h->salt = (uint32_t)(h->t_start * 2654435761u) ^ (uint32_t)getpid();
     h->early_close = (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) != 0;
-    const char *hp = cfg->listen.http;
-    const char *colon = hp ? strrchr(hp, ':') : NULL;
-    char host[256];
-    char *end = NULL;
-    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
-    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || !end || *end ||
-        port > 65535) {
-        snprintf(err, errlen, "listen.http: bad host:port '%s'", hp ? hp : "");
-        goto fail;
-    }
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = 0;
-    if (host[0] == '[' && colon[-1] == ']') { /* [::1]:8400 */
-        memmove(host, host + 1, strlen(host) - 2);
-        host[strlen(host) - 2] = 0;
-    }
     h->adopt = event_new(base, -1, 0, conn_adopt, h);
     h->eh = h->adopt ? evhttp_new(base) : NULL;
     if (!h->eh) {
@@ -1360,18 +1575,24 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
                                           EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->eh, on_request, h);
     evhttp_set_bevcb(h->eh, conn_bev_new, h);
-    errno = 0;
-    h->bound = evhttp_bind_socket_with_handle(h->eh, host, (ev_uint16_t)port);
-    if (!h->bound) {
-        snprintf(err, errlen, "listen.http: cannot listen on %s: %s", hp,
-                 errno ? strerror(errno) : "bind failed");
+    if (cfg->listen.http &&
+        bind_hostport(h->eh, cfg, "listen.http", cfg->listen.http, &h->bound, err, errlen))
         goto fail;
-    }
-    /* evhttp listens with a backlog of 128: a second listen() sets ours */
-    evutil_socket_t lfd = evhttp_bound_socket_get_fd(h->bound);
-    if (listen(lfd, srv_backlog(cfg)) != 0) {
-        snprintf(err, errlen, "listen.http: listen on %s: %s", hp, strerror(errno));
-        goto fail;
+    if (cfg->metrics.listen) {
+        struct evhttp_bound_socket *mb = NULL;
+        h->eh_metrics = evhttp_new(base);
+        if (!h->eh_metrics) {
+            snprintf(err, errlen, "metrics.listen: cannot create the HTTP server");
+            goto fail;
+        }
+        evhttp_set_max_body_size(h->eh_metrics, 4096); /* bodies are read and refused */
+        evhttp_set_max_headers_size(h->eh_metrics, HTTP_MAX_HEADERS);
+        evhttp_set_allowed_methods(h->eh_metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
+                                                      EVHTTP_REQ_POST);
+        evhttp_set_gencb(h->eh_metrics, on_metrics_request, h);
+        if (bind_hostport(h->eh_metrics, cfg, "metrics.listen", cfg->metrics.listen, &mb, err,
+                          errlen))
+            goto fail;
     }
     srv_foreign_t f = {.line = http_line, .pending = http_pending, .ctx = h};
     srv_set_foreign(srv, &f);
@@ -1391,6 +1612,8 @@ void http_free(http_t *h)
     /* frees every connection: their close callbacks forget our requests */
     if (h->eh)
         evhttp_free(h->eh);
+    if (h->eh_metrics)
+        evhttp_free(h->eh_metrics);
     for (int b = 0; b < HTTP_BUCKETS; b++)
         while (h->buckets[b]) {
             h->buckets[b]->evcon = NULL; /* gone with evhttp */

@@ -73,8 +73,9 @@
 
 typedef struct http http_t;
 
-/* Binds cfg->listen.http (which must be set) on base. cfg, wk and srv must
- * outlive the http_t. NULL + reason on failure. */
+/* Binds cfg->listen.http and cfg->metrics.listen (at least one must be set;
+ * the metrics listener serves GET /metrics and /health only) on base. cfg,
+ * wk and srv must outlive the http_t. NULL + reason on failure. */
 http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv, char *err,
                  size_t errlen);
 /* Closes the listener and every HTTP connection without telling the worker

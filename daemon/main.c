@@ -35,6 +35,11 @@ typedef struct daemon_state {
     int exit_code;
     struct event *flush_timer;
     int flush_ticks;
+    struct event *linger; /* listen.drain_linger before a drain starts; NULL if none yet */
+    int term_seen;       /* SIGTERM/SIGINT handled once */
+    int drain_req_set;   /* an admin drain waits in drain_req for the linger to end */
+    uint64_t drain_conn; /* its admin connection */
+    proto_req_t drain_req;
     double watchdog_s;   /* WATCHDOG_USEC in seconds, 0 when off */
     int stall_logged;    /* the current worker stall has been logged */
 } daemon_state_t;
@@ -150,12 +155,61 @@ static void hook_drained(void *ctx)
     on_flush(-1, 0, d);
 }
 
+/* listen.drain_linger: /ready fails from now on, requests are still served; the
+ * drain itself (fn) starts when the linger is over. 1 if it lingers. */
+static int linger_first(daemon_state_t *d, event_callback_fn fn)
+{
+    wk_leave(d->wk);
+    uint64_t ms = d->cfg->listen.drain_linger_ms;
+    if (!ms || d->linger)
+        return d->linger != NULL;
+    d->linger = evtimer_new(d->base, fn, d);
+    if (!d->linger)
+        return 0;
+    fprintf(stderr, "gpuswapd: leaving: /ready answers 503, serving %llu ms more before draining\n",
+            (unsigned long long)ms);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(d->linger, &tv);
+    return 1;
+}
+
+static void admin_drain_now(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
+    if (d->drain_req_set) {
+        d->drain_req_set = 0;
+        wk_submit(d->wk, d->drain_conn, 1, &d->drain_req);
+    }
+}
+
+/* An admin drain: like SIGTERM, the linger first. */
+static void hook_drain(void *ctx, uint64_t conn, proto_req_t *req)
+{
+    daemon_state_t *d = ctx;
+    if (d->drain_req_set) { /* a second one while lingering: the first one answers */
+        proto_req_free(req);
+        return;
+    }
+    d->drain_conn = conn;
+    d->drain_req = *req;
+    memset(req, 0, sizeof *req);
+    d->drain_req_set = 1;
+    if (!linger_first(d, admin_drain_now))
+        admin_drain_now(-1, 0, d);
+}
+
 /* ------------------------------------------------------------------ signals */
 
-static void start_drain(daemon_state_t *d)
+static void start_drain_now(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
+    (void)what;
+    daemon_state_t *d = arg;
     if (d->draining)
         return;
+    admin_drain_now(-1, 0, d); /* an admin drain that was lingering too */
     d->draining = 1;
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     fprintf(stderr, "gpuswapd: draining (up to %llu ms)\n",
@@ -165,6 +219,14 @@ static void start_drain(daemon_state_t *d)
     struct timeval tv = {(time_t)(d->cfg->scheduler.drain_timeout_ms / 1000),
                          (suseconds_t)(d->cfg->scheduler.drain_timeout_ms % 1000) * 1000};
     evtimer_add(d->drain_timer, &tv);
+}
+
+static void start_drain(daemon_state_t *d)
+{
+    if (d->draining || d->term_seen++)
+        return;
+    if (!linger_first(d, start_drain_now))
+        start_drain_now(-1, 0, d);
 }
 
 static void on_term(evutil_socket_t fd, short what, void *arg)
@@ -278,19 +340,22 @@ static int serve(const char *path)
     evsignal_add(d.sig_term, NULL);
     evsignal_add(d.sig_int, NULL);
     evsignal_add(d.sig_hup, NULL);
-    srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .ctx = &d};
+    srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
         fprintf(stderr, "gpuswapd: %s\n", err);
         goto out;
     }
-    if (d.cfg->listen.http) {
+    if (d.cfg->listen.http || d.cfg->metrics.listen) {
         d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
         if (!d.http) {
             fprintf(stderr, "gpuswapd: %s\n", err);
             goto out;
         }
-        fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+        if (d.cfg->listen.http)
+            fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+        if (d.cfg->metrics.listen)
+            fprintf(stderr, "gpuswapd: metrics on %s\n", d.cfg->metrics.listen);
     }
     if (wk_start(d.wk)) {
         fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
@@ -322,6 +387,8 @@ out:
     if (d.drain_timer) event_free(d.drain_timer);
     if (d.watchdog) event_free(d.watchdog);
     if (d.flush_timer) event_free(d.flush_timer);
+    if (d.linger) event_free(d.linger);
+    if (d.drain_req_set) proto_req_free(&d.drain_req);
     event_base_free(d.base);
     for (size_t i = 0; i < d.n_old; i++)
         cfg_free(d.old[i]);

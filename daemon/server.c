@@ -142,6 +142,10 @@ static void handle_line(conn_t *c, const char *line, size_t len)
         return;
     }
     c->inflight++;
+    if (c->admin && req.op == PROTO_OP_DRAIN && s->hooks.drain) {
+        s->hooks.drain(s->hooks.ctx, c->id, &req);
+        return;
+    }
     wk_submit(s->wk, c->id, c->admin, &req);
 }
 

@@ -18,6 +18,9 @@ typedef struct srv_hooks {
     void (*reload)(void *ctx, uint64_t conn, const json_t *id);
     /* the worker finished draining */
     void (*drained)(void *ctx);
+    /* (optional) an admin asked for a drain: main hands req (taken) to the worker with
+     * wk_submit, now or after listen.drain_linger; NULL: straight to the worker */
+    void (*drain)(void *ctx, uint64_t conn, proto_req_t *req);
     void *ctx;
 } srv_hooks_t;
 

@@ -146,6 +146,8 @@ static const char *backend_kind(cfg_backend_t b)
     }
 }
 
+static void update_status(wk_t *w);
+
 wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err, size_t errlen)
 {
     wk_t *w = calloc(1, sizeof *w);
@@ -209,6 +211,7 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    update_status(w); /* readiness before the thread starts: the models are loaded */
     return w;
 fail:
     wk_free(w);
@@ -224,7 +227,10 @@ static void process_inbox(wk_t *w, wk_in_t *in)
         switch (in->kind) {
         case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req, in->t_recv); break;
         case IN_CANCEL_CONN: wk_cancel_where(w, in->conn, NULL, 1); break;
-        case IN_RELOAD: wk_apply_reload(w, in->cfg); break;
+        case IN_RELOAD:
+            wk_apply_reload(w, in->cfg);
+            atomic_fetch_sub(&w->reload_pub, 1);
+            break;
         case IN_DRAIN: w->draining = 1; break;
         }
         free(in);
@@ -235,6 +241,34 @@ static void process_inbox(wk_t *w, wk_in_t *in)
 uint32_t wk_in_flight(const wk_t *w)
 {
     return sched_queued_total(w->sched) + wk_active_total(w);
+}
+
+/* Readiness from the worker's own state (worker thread): the first model that
+ * is not in host RAM names the reason. */
+static wk_ready_t ready_of(wk_t *w, int loaded, char *why, size_t len)
+{
+    if (w->draining) {
+        snprintf(why, len, "draining: finishing in-flight requests, accepting no new ones");
+        return WK_READY_DRAINING;
+    }
+    int failed = 0;
+    const char *first = NULL, *first_err = NULL;
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (!m || m->removing || m->sm)
+            continue;
+        if (!failed++) {
+            first = m->name;
+            first_err = m->load_error;
+        }
+    }
+    if (failed) {
+        snprintf(why, len, "%d of %d configured models not in host RAM: '%s': %s", failed,
+                 loaded + failed, first, first_err ? first_err : "not loaded");
+        return WK_READY_FAILED;
+    }
+    snprintf(why, len, "%d models in host RAM", loaded);
+    return WK_READY_OK;
 }
 
 static void update_status(wk_t *w)
@@ -249,14 +283,18 @@ static void update_status(wk_t *w)
         loaded++;
         resident += res_fully_resident(w->res, m->rm);
     }
-    char buf[256];
+    char buf[256], why[256];
     snprintf(buf, sizeof buf, "%d models (%d resident), pool %llu/%llu pages used, %u in flight%s",
              loaded, resident, (unsigned long long)ps.curr_pool_used,
              (unsigned long long)ps.curr_pool_pages, wk_in_flight(w), w->draining ? ", draining" : "");
+    wk_ready_t ready = ready_of(w, loaded, why, sizeof why);
     pthread_mutex_lock(&w->mu);
     memcpy(w->status, buf, sizeof buf);
-    w->draining_pub = w->draining;
+    memcpy(w->ready_why, why, sizeof why);
     pthread_mutex_unlock(&w->mu);
+    if (w->draining)
+        atomic_store(&w->draining_pub, 1);
+    atomic_store(&w->ready_pub, (int)ready);
 }
 
 /* Draining and nothing left in flight: answer the drain, tell the loop. */
@@ -334,6 +372,8 @@ void wk_submit(wk_t *w, uint64_t conn, int admin, proto_req_t *req)
         return;
     }
     in->kind = IN_REQ;
+    if (admin && req->op == PROTO_OP_DRAIN)
+        atomic_store(&w->draining_pub, 1); /* /ready flips before the worker sees it */
     in->t_recv = wk_now();
     in->conn = conn;
     in->admin = admin;
@@ -359,6 +399,7 @@ void wk_reload(wk_t *w, const cfg_t *next)
         return;
     in->kind = IN_RELOAD;
     in->cfg = next;
+    atomic_fetch_add(&w->reload_pub, 1); /* not ready until the worker has loaded it */
     push_in(w, in);
 }
 
@@ -368,6 +409,7 @@ void wk_drain(wk_t *w)
     if (!in)
         return;
     in->kind = IN_DRAIN;
+    atomic_store(&w->draining_pub, 1); /* /ready flips before the worker sees it */
     push_in(w, in);
 }
 
@@ -386,10 +428,50 @@ void wk_status(wk_t *w, char *buf, size_t len)
 
 int wk_draining(wk_t *w)
 {
-    pthread_mutex_lock(&w->mu);
-    int d = w->draining_pub;
-    pthread_mutex_unlock(&w->mu);
-    return d;
+    return atomic_load(&w->draining_pub);
+}
+
+void wk_leave(wk_t *w)
+{
+    atomic_store(&w->leaving_pub, 1);
+}
+
+const char *wk_ready_name(wk_ready_t r)
+{
+    switch (r) {
+    case WK_READY_OK: return "ready";
+    case WK_READY_LOADING: return "loading";
+    case WK_READY_FAILED: return "failed";
+    case WK_READY_DRAINING: return "draining";
+    }
+    return "?";
+}
+
+wk_ready_t wk_readiness(wk_t *w, char *reason, size_t len)
+{
+    wk_ready_t r = (wk_ready_t)atomic_load(&w->ready_pub);
+    const char *why = NULL;
+    if (atomic_load(&w->draining_pub)) {
+        r = WK_READY_DRAINING;
+        why = "draining: finishing in-flight requests, accepting no new ones";
+    } else if (atomic_load(&w->leaving_pub)) {
+        r = WK_READY_DRAINING;
+        why = "draining soon: still serving while load balancers take this host out "
+              "(listen.drain_linger)";
+    } else if (atomic_load(&w->reload_pub) > 0) {
+        r = WK_READY_LOADING;
+        why = "a reload is loading models into host RAM";
+    }
+    if (reason && len) {
+        if (why)
+            snprintf(reason, len, "%s", why);
+        else {
+            pthread_mutex_lock(&w->mu);
+            snprintf(reason, len, "%s", w->ready_why);
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
+    return r;
 }
 
 int wk_start(wk_t *w)

@@ -54,8 +54,26 @@ void wk_status(wk_t *w, char *buf, size_t len);
 /* Seconds since the worker last showed progress (a loop turn or a segment of
  * a pass); it turns at least every WK_IDLE_WAIT_MS when idle. Any thread. */
 double wk_stalled_s(wk_t *w);
-/* Whether the worker is draining (SIGTERM or admin drain): a thread-safe
- * snapshot, updated after each worker round (HTTP /health). */
+/* Whether the worker is draining (SIGTERM or admin drain): new requests are
+ * refused. A thread-safe snapshot, set as soon as the loop hands the drain over. */
 int wk_draining(wk_t *w);
+/* The daemon is leaving: readiness (wk_readiness) says draining from now on,
+ * while requests are still accepted until the drain is handed over (the
+ * loop's listen.drain_linger). Any thread. */
+void wk_leave(wk_t *w);
+
+/* Readiness for load balancers (HTTP /ready): ready once every configured
+ * model is in host RAM and while not draining. */
+typedef enum wk_ready {
+    WK_READY_OK = 0,       /* every configured model is in host RAM, not draining */
+    WK_READY_LOADING,      /* a reload is loading models (or the worker has not reported) */
+    WK_READY_FAILED,       /* a configured model could not be loaded */
+    WK_READY_DRAINING,     /* draining: finishing in-flight work, accepting none */
+} wk_ready_t;
+/* The current readiness, and a sentence saying why (reason may be NULL). Any
+ * thread: a drain or a reload flips it from the loop at once, the worker
+ * updates it after each round. */
+wk_ready_t wk_readiness(wk_t *w, char *reason, size_t len);
+const char *wk_ready_name(wk_ready_t r); /* "ready", "loading", "failed", "draining" */
 
 #endif

@@ -120,7 +120,11 @@ struct wk {
     wk_notify_fn notify;
     void *notify_ctx;
     char status[256];
-    int draining_pub;       /* copy of draining for wk_draining (HTTP /health), under mu */
+    char ready_why[256];    /* readiness reason for wk_readiness, under mu */
+    _Atomic int draining_pub; /* a drain was handed over (loop or worker side): wk_draining */
+    _Atomic int leaving_pub;  /* readiness off ahead of the drain: wk_leave */
+    _Atomic int ready_pub;  /* wk_ready_t published by the worker after each round */
+    _Atomic int reload_pub; /* reloads handed over by the loop, not yet applied by the worker */
 
     int draining;
     uint64_t drain_conn;

@@ -27,6 +27,12 @@ VG_BEGIN, VG_END = "==VGERROR-BEGIN==", "==VGERROR-END=="
 _TMPDIRS = []  # every tmpdir() of this process, removed at exit
 
 
+def haproxy_path():
+    """Debian's haproxy (/usr/sbin, which a user's PATH may lack), or None."""
+    found = shutil.which("haproxy")
+    return found or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+
+
 def tmpdir(prefix="gsd-"):
     """A fresh directory under $TMPDIR (the runner gives each suite its own and fails
     it when anything is left there), removed with its contents when the test exits."""

@@ -1,7 +1,8 @@
-"""The OpenAI-compatible HTTP front end of the real daemon (sim backend): completions and chat, streaming, errors, /v1/models, /health, /metrics (promtool), disconnects and draining, over curl and http.client."""
+"""The OpenAI-compatible HTTP front end of the real daemon (sim backend): completions and chat, streaming, errors, /v1/models, /health and /ready, /metrics (promtool), disconnects and draining, over curl and http.client."""
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -322,8 +323,66 @@ def test_models_and_health():
         status, body = curl(d, "GET", "/health")
         assert status == 200 and json.loads(body) == {"status": "ok"}, body
         assert py_request(d, "HEAD", "/health")[0] == 200
+        status, hdrs, body = py_request(d, "GET", "/ready")
+        assert status == 200 and json.loads(body)["status"] == "ready", body
+        assert hdrs["content-type"].startswith("application/json"), hdrs
+        assert py_request(d, "HEAD", "/ready")[0] == 200
     finally:
         assert d.stop() == 0
+
+
+def test_ready_is_503_with_a_reason_while_a_model_is_not_in_host_ram_then_200_after_a_fixing_reload():
+    tmp = gsd.tmpdir(prefix="gsd-http-ready-")
+    bad = os.path.join(tmp, "bad.gguf")
+    with open(bad, "wb") as f:
+        f.write(b"GGUF not really")
+    d = HttpDaemon(MODELS[:1] + [("bad", bad, "")], memory=POOL)
+    try:
+        status, _, body = py_request(d, "GET", "/ready")
+        a = json.loads(body)
+        assert status == 503 and a["status"] == "failed" and "'bad'" in a["reason"], (status, a)
+        # liveness is unaffected, and the loaded model serves
+        assert py_request(d, "GET", "/health")[0] == 200
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m0", "prompt": "hi", "max_tokens": 2})
+        assert status == 200, body
+        shutil.copyfile(MODELS[1][1], bad)
+        assert d.admin_call({"op": "reload", "id": "r"})["ok"]
+        got = wait_until(lambda: (lambda a: a if a[0] == 200 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(10))
+        assert got and json.loads(got[2])["status"] == "ready", got
+    finally:
+        assert d.stop() == 0
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_admin_drain_flips_ready_at_once_while_health_stays_200():
+    d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    try:
+        assert py_request(d, "GET", "/ready")[0] == 200
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"model": "big", "prompt": BIG_PROMPT, "max_tokens": BIG_TOKENS, "temperature": 0,
+             "stream": True}))
+        r = c.getresponse()
+        assert r.status == 200 and r.readline().startswith(b"data: ")
+        a = gsd.Client(d.admin)
+        a.send({"op": "drain", "id": "d"})
+        # /ready flips as the loop hands the drain over, long before the stream ends
+        got = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(2))
+        assert got and json.loads(got[2])["status"] == "draining", got
+        assert d.proc.poll() is None
+        status, _, body = py_request(d, "GET", "/health")
+        assert status == 200 and json.loads(body) == {"status": "draining"}, body
+        rest = r.read()
+        assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+        assert a.final("d")[0]["ok"]
+        a.close()
+        assert d.proc.wait(gsd.scaled(30)) == 0
+    finally:
+        c.close()
+        d.stop()
 
 
 def test_error_statuses_in_openai_shape():
@@ -415,7 +474,7 @@ def test_a_client_disconnecting_cancels_its_request():
         assert d.stop() == 0
 
 
-def test_503_while_draining_and_the_running_stream_completes():
+def test_ready_503_and_requests_503_while_draining_and_the_running_stream_completes():
     d = HttpDaemon(BIG, memory="128MiB", page="2MiB")
     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
     c.request("POST", "/v1/completions", body=json.dumps(
@@ -426,9 +485,12 @@ def test_503_while_draining_and_the_running_stream_completes():
     first = r.readline()
     assert first.startswith(b"data: "), first
     d.signal(signal.SIGTERM)
-    health = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
-        py_request(d, "GET", "/health")), timeout=5)
-    assert health and json.loads(health[2]) == {"status": "draining"}, health
+    ready = wait_until(lambda: (lambda a: a if a[0] == 503 else None)(
+        py_request(d, "GET", "/ready")), timeout=5)
+    assert ready and json.loads(ready[2])["status"] == "draining", ready
+    # liveness: still 200 while draining
+    status, _, body = py_request(d, "GET", "/health")
+    assert status == 200 and json.loads(body) == {"status": "draining"}, body
     check_error(*py_request(d, "POST", "/v1/completions",
                             {"model": "big", "prompt": "x", "max_tokens": 2})[::2],
                 503, "shutting_down")
@@ -515,6 +577,222 @@ def test_off_unless_configured():
         assert d.stop() == 0
 
 
+def test_drain_linger_fails_ready_first_and_serves_until_it_ends():
+    d = HttpDaemon(MODELS[:1], memory=POOL, listen="drain_linger: 1500ms")
+    try:
+        assert py_request(d, "GET", "/ready")[0] == 200
+        t0 = time.time()
+        a = gsd.Client(d.admin)
+        a.send({"op": "drain", "id": "d"})
+        got = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(
+            py_request(d, "GET", "/ready")), timeout=gsd.scaled(1))
+        assert got and json.loads(got[2])["status"] == "draining", got
+        assert "drain_linger" in json.loads(got[2])["reason"], got
+        # still serving while the load balancer takes the host out
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m0", "prompt": "hi", "max_tokens": 2})
+        linger_left = 1.5 - (time.time() - t0)
+        assert status == 200 or linger_left < 0.2, (status, body, linger_left)
+        assert py_request(d, "GET", "/health")[0] == 200
+        # then it refuses (503 shutting_down, or gone once the drain is over), answers the
+        # drain and exits; not before the linger ended
+        def refused():
+            try:
+                r = py_request(d, "POST", "/v1/completions",
+                               {"model": "m0", "prompt": "hi", "max_tokens": 2})
+            except (ConnectionRefusedError, ConnectionResetError, http.client.RemoteDisconnected):
+                return "gone"  # exited (a request that met the exit is cut)
+            if r[0] == 200:
+                return None
+            assert r[0] == 503 and json.loads(r[2])["error"]["code"] == "shutting_down", r
+            return "refused"
+        assert wait_until(refused, timeout=gsd.scaled(5))
+        assert time.time() - t0 >= 1.4, time.time() - t0
+        assert a.final("d")[0]["ok"]
+        a.close()
+        assert d.proc.wait(gsd.scaled(30)) == 0
+        assert "serving 1500 ms more before draining" in d.logtext()
+    finally:
+        d.stop()
+
+
+# ------------------------------------------------------------------ inference-gateway metrics
+
+PROM_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
+PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|$)')
+
+
+def prom_parse(text):
+    """A strict reader of Prometheus text exposition 0.0.4 for what promtool cannot check
+    (names with ':'): every sample belongs to a family whose HELP and TYPE come first, once;
+    names and labels are well formed; values are floats. {(name, frozenset(labels)): value},
+    {family: type}."""
+    samples, types, helps = {}, {}, set()
+    for line in text.splitlines():
+        assert line, "blank line in the exposition"
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            assert PROM_NAME.match(name) and name not in helps, line
+            helps.add(name)
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, typ = line.split(" ")
+            assert name in helps and name not in types, line
+            assert typ in ("counter", "gauge", "histogram", "summary", "untyped"), line
+            types[name] = typ
+            continue
+        assert not line.startswith("#"), line
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+        assert m, "malformed sample: %r" % line
+        name, labels_text, value = m.group(1), m.group(3), float(m.group(4))
+        fam = next((f for f in (name, re.sub(r"_(bucket|sum|count)$", "", name)) if f in types),
+                   None)
+        assert fam, "sample before its TYPE: %r" % line
+        labels, rest = {}, labels_text or ""
+        while rest:
+            lm = PROM_LABEL.match(rest)
+            assert lm, "malformed labels in %r" % line
+            labels[lm.group(1)] = lm.group(2)
+            rest = rest[lm.end():]
+        key = (name, frozenset(labels.items()))
+        assert key not in samples, "duplicate sample %r" % line
+        samples[key] = value
+    return samples, types
+
+
+def gauge(samples, name):
+    got = [(dict(k[1]), v) for k, v in samples.items() if k[0] == name]
+    assert len(got) == 1, (name, got)
+    return got[0]
+
+
+class GatewayDaemon(HttpDaemon):
+    """HttpDaemon with metrics.vllm_compat, metrics.listen and copies throttled to bw."""
+
+    def __init__(self, models, bw, **kw):
+        self.metrics_port, self.bw = free_port(), bw
+        super().__init__(models, extra="metrics:\n  vllm_compat: true\n  listen: 127.0.0.1:%d\n"
+                         % self.metrics_port, **kw)
+
+    def write_config(self, *a, **kw):
+        super().write_config(*a, **kw)
+        with open(self.config) as f:
+            text = f.read()
+        with open(self.config, "w") as f:
+            f.write(text.replace("  threads: 1\n", "  threads: 1\n  sim_bandwidth: %s\n" % self.bw, 1))
+
+    def scrape(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=30)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            assert r.status == 200, r.status
+            return r.read().decode()
+        finally:
+            c.close()
+
+
+def check_gateway(text, st):
+    """The three gateway gauges under both names agree with each other and with the stats
+    report st taken right after: returns (running, waiting, max) as lists and an int."""
+    samples, types = prom_parse(text)
+    for name in ("vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
+                 "vllm:lora_requests_info", "gpuswapd_requests_waiting",
+                 "gpuswapd_kv_cache_usage_ratio", "gpuswapd_models_info"):
+        assert types.get(name) == "gauge", name
+    waiting = gauge(samples, "vllm:num_requests_waiting")[1]
+    assert waiting == gauge(samples, "gpuswapd_requests_waiting")[1]
+    kv = gauge(samples, "vllm:gpu_cache_usage_perc")[1]
+    assert kv == gauge(samples, "vllm:kv_cache_usage_perc")[1] == \
+        gauge(samples, "gpuswapd_kv_cache_usage_ratio")[1] and 0 <= kv <= 1, kv
+    lora, ts = gauge(samples, "vllm:lora_requests_info")
+    own, ts2 = gauge(samples, "gpuswapd_models_info")
+    assert abs(ts - time.time()) < 60 and ts == ts2, (ts, ts2)
+    assert (lora["running_lora_adapters"], lora["waiting_lora_adapters"], lora["max_lora"]) == \
+        (own["running_models"], own["waiting_models"], own["max_models"]), (lora, own)
+    split = lambda v: v.split(",") if v else []  # noqa: E731 -- the picker's own split, no spaces
+    running, waiting_models = split(lora["running_lora_adapters"]), split(lora["waiting_lora_adapters"])
+    # max: how many of the models fit in the pool together, smallest first
+    pool = st["pool"]["curr_pool_pages"] * st["pool"]["page_size"]
+    fit, total = 0, 0
+    for b in sorted(m["weight_bytes"] for m in st["models"].values()):
+        if total + b > pool:
+            break
+        total, fit = total + b, fit + 1
+    assert int(lora["max_lora"]) == fit, (lora, fit)
+    return running, waiting_models, int(waiting)
+
+
+def test_gateway_metrics_with_vllm_compat_while_resident_waiting_and_after_an_eviction():
+    d = GatewayDaemon(MODELS, bw="2MiB", memory=POOL)
+    try:
+        # resident: m0 served, nothing queued
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m0", "prompt": "Once", "max_tokens": 2})
+        assert status == 200, body
+        running, waiting, nwait = check_gateway(d.scrape(), d.stats())
+        assert running == ["m0"] and waiting == [] and nwait == 0, (running, waiting, nwait)
+        # waiting: a request for m1 queued while m1 pages in (about a second at 2 MiB/s)
+        done = {}
+        t = threading.Thread(target=lambda: done.update(r=py_request(
+            d, "POST", "/v1/completions", {"model": "m1", "prompt": "Once", "max_tokens": 2})))
+        t.start()
+        seen = wait_until(lambda: (lambda g: g if "m1" in g[1] else None)(
+            check_gateway(d.scrape(), d.stats())), timeout=gsd.scaled(10))
+        assert seen and seen[0] == ["m0"] and seen[1] == ["m1"] and seen[2] == 1, seen
+        t.join(gsd.scaled(60))
+        assert done["r"][0] == 200, done
+        running, waiting, nwait = check_gateway(d.scrape(), d.stats())
+        assert sorted(running) == ["m0", "m1"] and waiting == [] and nwait == 0, (running, waiting)
+        # after an eviction: m2 takes m0's place (the pool holds two)
+        status, _, body = py_request(d, "POST", "/v1/completions",
+                                     {"model": "m2", "prompt": "Once", "max_tokens": 2})
+        assert status == 200, body
+        st = d.stats()
+        running, waiting, nwait = check_gateway(d.scrape(), st)
+        evicted = [n for n, m in st["models"].items() if m["evictions_capacity"] > 0]
+        assert evicted and all(n not in running for n in evicted) and "m2" in running, \
+            (running, evicted)
+        assert sorted(running) == sorted(n for n, m in st["models"].items()
+                                         if m["state"] == "resident"), (running, st["models"])
+        # the default families still pass promtool once the vLLM-named lines are left out
+        promtool = shutil.which("promtool")
+        assert promtool, "promtool is missing: apt-get install prometheus"
+        text = d.scrape()
+        plain = "\n".join(l for l in text.splitlines() if "vllm:" not in l) + "\n"
+        out = subprocess.run([promtool, "check", "metrics"], input=plain.encode(), capture_output=True)
+        assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), out
+        # the metrics listener serves /metrics and /health only; the main one has /metrics too
+        c = http.client.HTTPConnection("127.0.0.1", d.metrics_port, timeout=30)
+        c.request("POST", "/v1/completions", body=b"{}")
+        r = c.getresponse()
+        assert r.status == 404, r.status
+        r.read()
+        c.request("GET", "/health")
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read()) == {"status": "ok"}
+        c.close()
+        status, _, body = py_request(d, "GET", "/metrics")
+        assert status == 200 and b"vllm:lora_requests_info{" in body
+    finally:
+        assert d.stop() == 0
+
+
+def test_default_metrics_have_the_gateway_gauges_under_gpuswapd_names_only():
+    d = HttpDaemon(MODELS[:1], memory=POOL)
+    try:
+        status, _, body = py_request(d, "GET", "/metrics")
+        assert status == 200
+        text = body.decode()
+        assert "vllm:" not in text, "vLLM names without metrics.vllm_compat"
+        samples, types = prom_parse(text)
+        assert gauge(samples, "gpuswapd_requests_waiting")[1] == 0
+        info = gauge(samples, "gpuswapd_models_info")[0]
+        assert info == {"running_models": "", "waiting_models": "", "max_models": "1"}, info
+    finally:
+        assert d.stop() == 0
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_greedy_completions_equal_generate_over_http_client_and_curl,
@@ -522,8 +800,13 @@ if __name__ == "__main__":
                test_models_and_health,
                test_error_statuses_in_openai_shape,
                test_a_client_disconnecting_cancels_its_request,
-               test_503_while_draining_and_the_running_stream_completes,
+               test_ready_503_and_requests_503_while_draining_and_the_running_stream_completes,
+               test_ready_is_503_with_a_reason_while_a_model_is_not_in_host_ram_then_200_after_a_fixing_reload,
+               test_admin_drain_flips_ready_at_once_while_health_stays_200,
+               test_drain_linger_fails_ready_first_and_serves_until_it_ends,
                test_metrics_pass_promtool_and_match_the_stats_report,
+               test_gateway_metrics_with_vllm_compat_while_resident_waiting_and_after_an_eviction,
+               test_default_metrics_have_the_gateway_gauges_under_gpuswapd_names_only,
                test_off_unless_configured]:
         r.run(fn)
     sys.exit(r.exit_code())

@@ -3,7 +3,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
@@ -11,7 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
 ROOT = gsd.ROOT
-TMP = tempfile.mkdtemp(prefix="gsd-swaplat-")
+TMP = gsd.tmpdir(prefix="gsd-swaplat-")  # removed at exit (the runner fails a suite that leaves files)
 # A: a model whose steps (about 10 ms here) stand well above the host's scheduling noise (q8_0,
 # wide, a small KV cache); B and C: the ones that page in (f16), each about a second of copy at the
 # throttled bandwidth.
