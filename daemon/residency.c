@@ -777,10 +777,11 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     for (res_model_t *v = r->models; v; v = v->next)
         settle(r, v); /* how far the copy engine's FIFO has come */
     double worst = 0, image = (double)m->sm->image_bytes;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        if (m->segs[s].state == RES_SEG_ABSENT)
+            return INFINITY;
     for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         const res_seg_t *sg = &m->segs[s];
-        if (sg->state == RES_SEG_ABSENT)
-            return INFINITY;
         if (sg->state != RES_SEG_INFLIGHT)
             continue;
         if (r->bw <= 0)
