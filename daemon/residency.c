@@ -796,13 +796,14 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     return worst;
 }
 
-size_t res_pagein_window(const res_model_t *m)
+size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s)
 {
     size_t mx = 0;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         if (m->sm->segs[s].span > mx)
             mx = m->sm->segs[s].span;
-    return 2 * mx;
+    double busy = r->bw > 0 ? r->bw * cover_s : 0;
+    return busy > 2.0 * mx ? (size_t)busy : 2 * mx;
 }
 
 int res_inflight(const res_model_t *m)

@@ -17,6 +17,11 @@ TMP = tempfile.mkdtemp(prefix="gsd-swaplat-")
 # throttled bandwidth.
 SHAPE_A = "--type q8_0 --dim 1024 --layers 12 --heads 16 --kv-heads 1 --ff 3072 --vocab 512 --seed 1"
 SHAPE_BC = "--type f16 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 2048 --vocab 512 --seed %d"
+if gsd.VALGRIND:
+    # memcheck runs the steps 20-50 times slower: models a fifth the size keep a's steps far above
+    # the noise and each test within its minute
+    SHAPE_A = "--type q8_0 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 1536 --vocab 512 --seed 1"
+    SHAPE_BC = "--type f16 --dim 256 --layers 8 --heads 4 --kv-heads 1 --ff 768 --vocab 512 --seed %d"
 COPY_S = 1.0            # target copy time of B (and C)
 MAX_STALL_MS = 300
 PROMPT = [5, 6, 7, 8]
