@@ -647,7 +647,7 @@ static const struct {
 } prom_hists[] = {
     {"hist_ttft_ms", "ttft_seconds", "time from receiving a request to its first token"},
     {"hist_queue_ms", "queue_seconds", "time a request waited for its first step, swap-in excluded"},
-    {"hist_swap_ms", "swap_in_seconds", "time a step waited for the model's weights to page in"},
+    {"hist_swap_ms", "swap_in_seconds", "time a request's first token waited for its model's page-in (swap_ms)"},
 };
 
 /* Stats key -> metric name and kind: total_x -> x_total (counter; x_ns ->

@@ -767,10 +767,11 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     for (res_model_t *v = r->models; v; v = v->next)
         settle(r, v); /* how far the copy engine's FIFO has come */
     double worst = 0, image = (double)m->sm->image_bytes;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        if (m->segs[s].state == RES_SEG_ABSENT)
+            return INFINITY;
     for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         const res_seg_t *sg = &m->segs[s];
-        if (sg->state == RES_SEG_ABSENT)
-            return INFINITY;
         if (sg->state != RES_SEG_INFLIGHT)
             continue;
         if (r->bw <= 0)
@@ -785,13 +786,14 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     return worst;
 }
 
-size_t res_pagein_window(const res_model_t *m)
+size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s)
 {
     size_t mx = 0;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         if (m->sm->segs[s].span > mx)
             mx = m->sm->segs[s].span;
-    return 2 * mx;
+    double busy = r->bw > 0 ? r->bw * cover_s : 0;
+    return busy > 2.0 * mx ? (size_t)busy : 2 * mx;
 }
 
 int res_inflight(const res_model_t *m)

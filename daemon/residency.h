@@ -111,9 +111,11 @@ int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen);
  * what the copy engine reaches soon (a background page-in's host work is
  * spread over the caller's rounds). */
 int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen);
-/* The most a model's copies in flight hold when queued by res_prefetch_ahead
- * with ahead = res_pagein_window(m): its two largest segments' worth. */
-size_t res_pagein_window(const res_model_t *m);
+/* What res_prefetch_ahead should keep in flight for m when the caller calls
+ * again within cover_s: its two largest segments, or what the copy engine
+ * moves in cover_s at the measured bandwidth if more (the engine never
+ * idles for want of queued copies). */
+size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s);
 /* Whether the caller has work queued for m: an idle model nobody waits for
  * is the first victim. */
 void res_set_wanted(res_model_t *m, int wanted);

@@ -282,6 +282,16 @@ static void step(wk_t *w, int mi, uint32_t admit)
 /* The most the loop sleeps while a page-in lands (new requests wake it). */
 #define WK_NAP_MAX_S 0.002
 
+size_t wk_pagein_window(const wk_t *w, const wk_model_t *m)
+{
+    /* the next poll comes after at most the longest pass of a model */
+    double longest = WK_NAP_MAX_S;
+    for (int i = 0; i < w->n_models; i++)
+        if (w->models[i] && w->models[i]->pass_s > longest)
+            longest = w->models[i]->pass_s;
+    return res_pagein_window(w->res, m->rm, 2 * longest);
+}
+
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
 {
     wk_model_t *m = w->models[mi];
@@ -349,7 +359,7 @@ static double pagein_poll(wk_t *w, int mi, double now)
     double in = res_ready_in(w->res, m->rm, m->pass_s);
     if (isinf(in)) {
         /* not all queued: the next segments, as the copy engine nears them */
-        int rc = res_prefetch_ahead(w->res, m->rm, m->paging_evict, res_pagein_window(m->rm), err,
+        int rc = res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err,
                                     sizeof err);
         if (rc) {
             pagein_fail(w, mi, wk_device_error_code(rc), err);
@@ -384,7 +394,7 @@ static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
         return 1;
     char err[512];
     wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
-    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, res_pagein_window(m->rm), err,
+    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err,
                                 sizeof err);
     if (rc) {
         m->paging_since = 0;
@@ -419,7 +429,7 @@ static void prefetch(wk_t *w, int mi, double now)
     /* a page-in in the background: into free pages, or those of idle
      * models nobody waits for */
     char err[256];
-    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, res_pagein_window(m->rm), err, sizeof err);
+    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, wk_pagein_window(w, m), err, sizeof err);
     if (res_inflight(m->rm) > 0)
         wk_pagein_begin(w, mi, now, RES_EVICT_UNWANTED); /* its requests wait for it now */
 }

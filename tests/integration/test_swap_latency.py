@@ -16,6 +16,11 @@ TMP = gsd.tmpdir(prefix="gsd-swaplat-")  # removed at exit (the runner fails a s
 # throttled bandwidth.
 SHAPE_A = "--type q8_0 --dim 1024 --layers 12 --heads 16 --kv-heads 1 --ff 3072 --vocab 512 --seed 1"
 SHAPE_BC = "--type f16 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 2048 --vocab 512 --seed %d"
+if gsd.VALGRIND:
+    # memcheck runs the steps 20-50 times slower: models a fifth the size keep a's steps far above
+    # the noise and each test within its minute
+    SHAPE_A = "--type q8_0 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 1536 --vocab 512 --seed 1"
+    SHAPE_BC = "--type f16 --dim 256 --layers 8 --heads 4 --kv-heads 1 --ff 768 --vocab 512 --seed %d"
 COPY_S = 1.0            # target copy time of B (and C)
 MAX_STALL_MS = 300
 PROMPT = [5, 6, 7, 8]
@@ -118,7 +123,8 @@ def copy_s(d, model, before):
     return (now["total_copy_ns"] - before["total_copy_ns"]) / 1e9
 
 
-SOLO_TOKENS = max(20, int(120 / gsd.TIMEOUT_FACTOR))  # about as long as a page-in
+SOLO_TOKENS = max(8, int(120 / gsd.TIMEOUT_FACTOR))  # about as long as a page-in
+OTHER_TOKENS = 4 if gsd.VALGRIND else 16  # what b and c generate in the max_stall test
 
 
 def solo_gaps(d):
@@ -253,8 +259,8 @@ def test_running_streams_never_stall_past_max_stall():
         t0 = a.ts[-1]
         other = 0  # the longest pass of another model (a first pass: prefill)
         for i, m in enumerate(["b", "c", "b"]):   # each evicts the other (idle) while a runs on
-            done = c.call({"op": "generate", "id": "r%d" % i, "model": m, "tokens": PROMPT, "max_tokens": 16,
-                           "temperature": 0})
+            done = c.call({"op": "generate", "id": "r%d" % i, "model": m, "tokens": PROMPT,
+                           "max_tokens": OTHER_TOKENS, "temperature": 0})
             assert done.get("event") == "done", done
             other = max(other, first_pass(done))
         c.close()

@@ -585,3 +585,113 @@ Test(residency, swapped_in_and_quota_streamed_passes_equal_a_resident_pass_bit_f
     tu_pagein_equal(be);
     be_close(be);
 }
+
+/* ------------------------------------------------------------------ background page-ins */
+
+static size_t pages_of_model(const store_model_t *sm)
+{
+    return (sm->image_bytes + PAGE - 1) / PAGE;
+}
+
+Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covered, .timeout = 60)
+{
+    fixture_t f;
+    const char *one[1] = {mixed[2]};
+    /* a throttled copy engine: the whole model takes about 0.3 s */
+    char err[256];
+    fx_init(&f, 100, 0, one, 1);
+    double bw = (double)f.sm[0]->image_bytes / 0.3;
+    fx_fini(&f);
+    fx_init(&f, 100, bw, one, 1);
+    cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "nothing queued: not runnable");
+    size_t window = res_pagein_window(f.res, f.rm[0], 0);
+    cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0, "%s", err);
+    cr_assert_gt(res_inflight(f.rm[0]), 0);
+    cr_assert_lt((uint32_t)res_inflight(f.rm[0]), f.sm[0]->n_segs, "only a window is queued");
+    cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "only a window is queued: not runnable yet (%d of %u)",
+              res_inflight(f.rm[0]), f.sm[0]->n_segs);
+    /* queue the rest as the window drains, never blocking */
+    double t0 = now_s();
+    int polls = 0;
+    while (res_ready_in(f.res, f.rm[0], 0) != 0) {
+        double t = now_s();
+        cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0);
+        cr_assert_lt(now_s() - t, 0.05, "queueing a window must not wait for copies");
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+        polls++;
+    }
+    double took = now_s() - t0;
+    cr_assert(res_fully_resident(f.res, f.rm[0]), "no compute measured: runnable once all landed");
+    cr_assert_gt(polls, 10);
+    cr_assert_gt(took, 0.2, "%.3f s", took);
+    /* with a pass as long as the copy the last layers need not have landed */
+    cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
+    cr_assert_eq(res_prefetch(f.res, f.rm[0], RES_EVICT_ANY, err, sizeof err), 0);
+    t0 = now_s();
+    while (res_ready_in(f.res, f.rm[0], 0.5) != 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_lt(now_s() - t0, 0.25, "covered before the whole copy landed (%.3f s)", now_s() - t0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
+    run_and_check(&f, 0); /* the pass waits for what is still in flight, logits exact */
+    res_release(f.res, f.rm[0]);
+    fx_fini(&f);
+}
+
+Test(residency, idle_models_nobody_waits_for_are_evicted_first_and_running_ones_last, .timeout = 60)
+{
+    fixture_t f;
+    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
+    char err[256];
+    fx_init(&f, 200, 0, three, 1); /* the model's size */
+    size_t need = pages_of_model(f.sm[0]);
+    fx_fini(&f);
+    /* a pool for two of the three and a small KV cache */
+    fx_init(&f, 2 * need + 4, 0, three, 3);
+    kv_seq_t *kv = NULL;
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], 8, &kv, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv, 8, err, sizeof err), 0, "%s", err);
+    res_release(f.res, f.rm[0]); /* m0: a running sequence paused between passes */
+    cr_assert_eq(res_prefetch(f.res, f.rm[1], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
+    while (!res_fully_resident(f.res, f.rm[1]))
+        ;
+    /* m1 idle with work queued: a prefetch may take only pages nobody waits for */
+    res_set_wanted(f.rm[1], 1);
+    cr_assert_eq(res_prefetch(f.res, f.rm[2], RES_EVICT_UNWANTED, err, sizeof err), 0, "%s", err);
+    stats_res_t s0, s1;
+    res_model_stats(f.res, f.rm[1], &s1);
+    cr_assert_eq(s1.evictions_capacity, 0, "a model with work queued is not taken by a prefetch");
+    /* evicting as a pass does: the idle model goes before the running one */
+    cr_assert_eq(res_prefetch(f.res, f.rm[2], RES_EVICT_ANY, err, sizeof err), 0, "%s", err);
+    res_model_stats(f.res, f.rm[0], &s0);
+    res_model_stats(f.res, f.rm[1], &s1);
+    cr_assert_gt(s1.evictions_capacity, 0);
+    cr_assert_eq(s0.evictions_preemption, 0, "the running model kept its pages");
+    while (!res_fully_resident(f.res, f.rm[2]))
+        ;
+    res_kv_free(f.res, kv);
+    fx_fini(&f);
+}
+
+Test(residency, pinning_past_the_pool_is_refused_and_changes_nothing)
+{
+    fixture_t f;
+    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
+    char err[256];
+    fx_init(&f, 200, 0, three, 1);
+    size_t need = pages_of_model(f.sm[0]);
+    fx_fini(&f);
+    fx_init(&f, 2 * need + 4, 0, three, 3);
+    res_cfg_t c = {.pinned = 1};
+    cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0, "%s", err);
+    /* two pinned leave less than the third needs to run */
+    cr_assert_eq(res_set_cfg(f.res, f.rm[1], &c, err, sizeof err), RES_ERR_QUOTA);
+    cr_assert(strstr(err, "pool"), "%s", err);
+    cr_assert_eq(res_cfg(f.rm[1])->pinned, 0);
+    c.pinned = 0;
+    cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0, "%s", err);
+    fx_fini(&f);
+}

@@ -189,3 +189,74 @@ Test(stats, reset_zeroes_counters_and_keeps_gauges)
     cr_assert_eq(a.total_page_ins, 0);
     cr_assert_eq(a.curr_resident_bytes, 14);
 }
+
+/* ------------------------------------------------------------------ page-ins in the background */
+
+static void drain(sched_t *s, int n)
+{
+    for (int m = 0; m < n; m++)
+        for (sched_item_t *it; (it = sched_pop(s, m));)
+            free(it);
+}
+
+Test(sched, a_loading_model_is_not_stepped_and_resident_ones_run_meanwhile)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    sched_submit(s, item(1, 0.0));
+    sched_model_view_t v[3];
+    views_init(v, 3);
+    v[0].resident = 1;
+    v[0].n_active = 1;
+    v[1].loading = 1;
+    sched_plan_t p;
+    for (int k = 0; k < 3; k++) {
+        sched_next(s, 0.1 + k, v, &p);
+        cr_assert_eq(p.model, 0, "the running resident model keeps stepping while model 1 loads");
+    }
+    /* nothing resident has work: still no second page-in while one loads */
+    v[0].n_active = 0;
+    sched_submit(s, item(2, 0.5));
+    sched_next(s, 5.0, v, &p);
+    cr_assert_eq(p.model, -1, "one page-in at a time");
+    v[1].loading = 0;
+    sched_next(s, 5.1, v, &p);
+    cr_assert(p.model == 1 || p.model == 2);
+    drain(s, 3);
+    sched_free(s);
+}
+
+Test(sched, a_running_model_steps_within_max_stall_even_in_another_models_quantum)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    c.max_stall_s = 0.3;
+    c.quantum = 100; /* a long quantum for model 1 */
+    sched_t *s = sched_new(&c, 2);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    for (int i = 0; i < 4; i++)
+        sched_submit(s, item(1, 0.0));
+    v[0].resident = 1;
+    v[0].last_step = 1.0;
+    sched_plan_t p;
+    sched_next(s, 1.0, v, &p); /* model 1 is cold, nothing else to do: switched to, its quantum begins */
+    cr_assert_eq(p.model, 1);
+    v[0].n_active = 1; /* then model 0 gets a request running */
+    v[1].resident = 1;
+    v[1].n_active = 2;
+    v[1].last_step = 1.05;
+    v[0].last_step = 1.02;
+    sched_next(s, 1.1, v, &p);
+    cr_assert_eq(p.model, 0, "in the quantum, running resident models interleave (the longest waiting first)");
+    v[1].last_step = 1.15;
+    v[0].last_step = 1.18;
+    sched_next(s, 1.2, v, &p);
+    cr_assert_eq(p.model, 1, "then model 1 again");
+    /* past max_stall the running model gets the device whatever else holds */
+    v[0].last_step = 1.0;
+    v[1].last_step = 1.35;
+    sched_next(s, 1.4, v, &p);
+    cr_assert_eq(p.model, 0, "model 0 went 0.4 s without a step (max_stall 0.3 s)");
+    drain(s, 2);
+    sched_free(s);
+}

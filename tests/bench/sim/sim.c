@@ -690,7 +690,12 @@ static void pagein_more(sim_t *S, vmodel_t *m, int evict)
     char err[256];
     int before = all_mapped(S, m);
     /* not quiet: evicting a victim whose copy is in flight blocks the host */
-    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(m->rm), err, sizeof err);
+    double longest = 0; /* as wk_pagein_window: until the next round */
+    for (int i = 0; i < S->c->n_models; i++)
+        if (S->m[i].pass_s > longest)
+            longest = S->m[i].pass_s;
+    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(S->res, m->rm, 2 * longest), err,
+                       sizeof err);
     if (!before && all_mapped(S, m))
         S->loads++;
 }
