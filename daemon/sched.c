@@ -242,8 +242,13 @@ static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now
 /* Swap-aware: keep the device on resident models as long as they have work;
  * page a model in only when nothing resident can progress, or when a request
  * has waited past max_wait; a freshly swapped-in model keeps the device for
- * its quantum (a multiple of its swap-in time) first. Waiting is so bounded
- * by max_wait plus one quantum. */
+ * its quantum (a multiple of its swap-in time) first, interleaved with the
+ * resident models that have sequences running. A page-in runs in the
+ * background (the caller's copy engine): a loading model is not stepped,
+ * others are, and no second page-in starts until it can run; the prefetch
+ * suggestion starts one early where the caller finds room. Waiting is so
+ * bounded by max_wait plus one quantum (plus a page-in under way), and a
+ * resident model with running sequences by max_stall plus one step. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int loading = any_loading(s, v);
@@ -303,7 +308,8 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);
     p->admit = v[model].can_admit ? (s->q[model].n < cap ? s->q[model].n : cap) : 0;
-    /* prefetch the next most urgent cold model into free pages */
+    /* prefetch the next most urgent cold model (the caller pages it in where
+     * that evicts nobody with work) */
     double best = -1;
     for (int m = 0; m < s->n; m++) {
         if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit)
