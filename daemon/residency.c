@@ -920,7 +920,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             return RES_ERR_QUOTA;
         }
         if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_QUOTA))
-            return RES_ERR_DEVICE;
+            goto device;
     }
     /* capacity: idle models first, then this model's own tail (it streams) */
     while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS)) {
@@ -931,14 +931,14 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             return RES_ERR_NOSPACE;
         }
         if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_CAPACITY))
-            return RES_ERR_DEVICE;
+            goto device;
     }
     size_t off = k->mapped_bytes, len = want - k->mapped_bytes;
     if (r->be->map(r->be->ctx, kv->k, off, len))
-        return RES_ERR_DEVICE;
+        goto device;
     if (r->be->map(r->be->ctx, kv->v, off, len)) {
         r->be->unmap(r->be->ctx, kv->k, off, len);
-        return RES_ERR_DEVICE;
+        goto device;
     }
     k->mapped_bytes = want;
     r->free_pages -= extra / r->page;
@@ -946,6 +946,9 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     r->kv_bytes += extra;
     update_gauges(m);
     return RES_OK;
+device: /* every error return says why: callers pass err on to the client */
+    snprintf(err, errlen, "model '%s': the device failed to map or unmap KV cache memory", m->sm->name);
+    return RES_ERR_DEVICE;
 }
 
 void res_kv_free(res_t *r, kv_seq_t *kv)

@@ -94,7 +94,7 @@ static void step_failed(wk_t *w, int mi, uint32_t admit, proto_err_t code, const
 static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
 {
     wk_model_t *m = w->models[mi];
-    char err[512];
+    char err[512] = "";
     uint32_t ctx = wk_model_context(m);
     wk_seq_t *fresh = NULL, **fresh_tail = &fresh;
     for (uint32_t k = 0; k < admit; k++) {
