@@ -257,6 +257,8 @@ static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
 
 static void settle(res_t *r, res_model_t *m)
 {
+    if (m->n_inflight == 0)
+        return; /* nothing to settle (res_ready_in settles every model) */
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         settle_seg(r, m, s);
 }
