@@ -173,6 +173,7 @@ const res_cfg_t *res_cfg(const res_model_t *m) { return &m->cfg; }
 store_model_t *res_store_model(const res_model_t *m) { return m->sm; }
 const model_weights_t *res_weights(const res_model_t *m) { return &m->dev; }
 size_t res_model_bytes(const res_model_t *m) { return m->weight_bytes + m->kv_bytes; }
+size_t res_weight_bytes(const res_model_t *m) { return m->weight_bytes; }
 
 static void update_gauges(res_model_t *m)
 {

@@ -290,6 +290,7 @@ typedef struct vmodel {
     char name[32];
     shape_info_t si;            /* cost-model shape */
     uint32_t ctx;               /* positions a sequence may use (the worker's ctx) */
+    size_t span_bytes;          /* its segments' spans, all of them */
     res_model_t *rm;
     sim_seq_t *active;
     uint32_t n_active;
@@ -458,6 +459,8 @@ static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
         if (rc)
             return rc;
     }
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        m->span_bytes += m->sm->segs[s].span;
     uint32_t train = m->sm->model->hp.n_ctx_train;
     m->ctx = S->c->max_context < train ? S->c->max_context : train;
     m->swap_in_s = (double)m->sm->image_bytes / 10e9; /* the worker's first guess */
@@ -818,14 +821,23 @@ static int round_sched(sim_t *S, double *nap)
     for (int i = 0; i < S->n_m; i++)
         if (S->m[i]->paging_since > 0)
             pagein_poll(S, i);
+    int settled = 0;
     for (int i = 0; i < S->n_m; i++) {
         vmodel_t *m = S->m[i];
         /* an idle model's residency decides nothing (sched_next reads it only
          * for models with work): not asked, so a host serving thousands of
          * models costs what its busy ones do */
         int work = m->n_active > 0 || sched_queued(S->sched, i) > 0;
+        /* the first res_ready_in of a round settles every model's copies;
+         * after it, a model with a segment not even mapped is not ready
+         * (INFINITY) without asking again (a walk over every model) */
+        int ready = 0;
+        if (work && !m->paging_since && (!settled || res_weight_bytes(m->rm) == m->span_bytes)) {
+            ready = ready_in(S, m) == 0;
+            settled = 1;
+        }
         S->views[i] = (sched_model_view_t){
-            .resident = work && !m->paging_since && ready_in(S, m) == 0,
+            .resident = ready,
             .n_active = m->n_active,
             .max_batch = S->c->max_batch,
             .swap_in_s = m->swap_in_s,
