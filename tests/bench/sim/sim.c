@@ -1118,6 +1118,42 @@ static void vhost_round(sim_t *S)
     }
 }
 
+/* A tournament tree over the hosts' next rounds: node 1 holds the earliest
+ * (the lowest host index among equals); leaves are P + host. */
+typedef struct wake_tree {
+    int P;                      /* leaves, a power of two >= hosts */
+    double *w;                  /* 2P: wake times (INFINITY past the hosts) */
+    int *h;                     /* 2P: the host each node's time is from */
+} wake_tree_t;
+
+static int wake_tree_init(wake_tree_t *t, int n_hosts)
+{
+    t->P = 1;
+    while (t->P < n_hosts)
+        t->P *= 2;
+    t->w = malloc(2 * (size_t)t->P * sizeof *t->w);
+    t->h = malloc(2 * (size_t)t->P * sizeof *t->h);
+    if (!t->w || !t->h)
+        return -1;
+    for (int i = 0; i < 2 * t->P; i++) {
+        t->w[i] = INFINITY;
+        t->h[i] = i >= t->P ? i - t->P : 0;
+    }
+    return 0;
+}
+
+static void wake_tree_set(wake_tree_t *t, int host, double w)
+{
+    int i = t->P + host;
+    t->w[i] = w;
+    for (i /= 2; i >= 1; i /= 2) {
+        int l = 2 * i, r = l + 1;
+        int pick = t->w[r] < t->w[l] ? r : l;
+        t->w[i] = t->w[pick];
+        t->h[i] = t->h[pick];
+    }
+}
+
 static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
                      const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen)
 {
@@ -1126,8 +1162,9 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
     sim_seq_t *seqs = calloc(n ? n : 1, sizeof *seqs);
     F->h = calloc((size_t)H, sizeof *F->h);
     double *ttft = malloc((n ? n : 1) * sizeof *ttft), *e2e = malloc((n ? n : 1) * sizeof *e2e);
+    wake_tree_t wt = {0};
     int rc = SIM_ERR_NOMEM;
-    if (!seqs || !F->h || !ttft || !e2e) {
+    if (!seqs || !F->h || !ttft || !e2e || wake_tree_init(&wt, H)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1157,15 +1194,8 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
      * next, an arrival before any round due at the same time */
     size_t next = 0, rejected = 0;
     for (;;) {
-        int hmin = -1;
-        double wmin = INFINITY;
-        for (int h = 0; h < H; h++) {
-            double w = vhost_wake(F->h[h]);
-            if (w < wmin) {
-                wmin = w;
-                hmin = h;
-            }
-        }
+        double wmin = wt.w[1];
+        int hmin = isfinite(wmin) ? wt.h[1] : -1;
         if (next < n && reqs[next].t <= wmin) {
             int h = hs ? hs->route(hs->route_ctx, F, &reqs[next]) : 0;
             if (h < 0 || h >= H) {
@@ -1175,11 +1205,13 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
             }
             if ((rc = vhost_submit(F->h[h], &seqs[next], reqs[next].t, &rejected, err, errlen)))
                 goto fail;
+            wake_tree_set(&wt, h, vhost_wake(F->h[h]));
             next++;
             continue;
         }
         if (hmin >= 0) {
             vhost_round(F->h[hmin]);
+            wake_tree_set(&wt, hmin, vhost_wake(F->h[hmin]));
             continue;
         }
         size_t left = 0;
@@ -1264,6 +1296,8 @@ fail:
     for (int h = 0; F->h && h < H; h++)
         vhost_free(F->h[h]);
     free(F->h);
+    free(wt.w);
+    free(wt.h);
     free(seqs);
     free(ttft);
     free(e2e);

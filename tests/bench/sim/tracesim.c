@@ -881,11 +881,11 @@ int main(int argc, char **argv)
         char wl[128];
         size_t img = a.files ? sim_models_image_bytes(a.files, 0)
                              : sim_model_bytes(&c.shape, c.page_size);
-        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), pool %.4g GB (%llu pages), "
-                "ideal capacity %.2f req/s; %.1f s wall\n",
+        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
+                "(%llu pages) and ideal capacity %.2f req/s a host; %.1f s wall\n",
                 workload_name(&a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
-                c.pool_bytes / 1e9, (unsigned long long)(c.pool_bytes / c.page_size),
-                capacity(&a, &c),
+                a.hosts > 0 ? a.hosts : 1, a.hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
+                (unsigned long long)(c.pool_bytes / c.page_size), capacity(&a, &c),
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
         table_head(stderr);
         for (int i = 0; i < n; i++)
