@@ -105,11 +105,11 @@ static uint64_t ring_pos(int m, int h)
     return x ^ (x >> 31);
 }
 
-static int model_bytes_of(const sim_cfg_t *c, int m, uint64_t *out)
+/* Image bytes of model m of the configuration (what placement balances). */
+static uint64_t model_bytes_of(const sim_cfg_t *c, int m)
 {
-    *out = c->models ? sim_models_image_bytes(c->models, m % sim_models_count(c->models))
+    return c->models ? sim_models_image_bytes(c->models, m % sim_models_count(c->models))
                      : sim_model_bytes(&c->shape, c->page_size);
-    return 0;
 }
 
 /* The placement fleet_place makes for this fleet: hosts h0000.. with the
@@ -138,8 +138,7 @@ static int place(const sim_cfg_t *c, const simfleet_cfg_t *fc, router_t *r, int 
     }
     for (int m = 0; m < M; m++) {
         snprintf(mname[m], sizeof mname[m], "m%05d", m);
-        uint64_t size;
-        model_bytes_of(c, m, &size);
+        uint64_t size = model_bytes_of(c, m);
         double load = fc->load ? fc->load[m] : 1.0 / M;
         f.models[m] = (fleet_model_t){.name = mname[m], .size = size, .load = load,
                                       .replicas = simfleet_replicas(load, H, fc->replicas)};
