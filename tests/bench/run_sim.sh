@@ -41,7 +41,7 @@ echo "== simulator: Azure Functions 2019 format (synthetic sample: 24 functions,
 # for 4 and 32 hosts, SIM_FLEET_SHORT for 256, to stay within a minute or two
 # on 2 cores); every run drains what it admitted.
 FLEET_LONG=${SIM_FLEET_LONG:-30}
-FLEET_SHORT=${SIM_FLEET_SHORT:-10}
+FLEET_SHORT=${SIM_FLEET_SHORT:-5}
 for z in 1.0 0; do
     for h in 4 32 256; do
         d=$FLEET_LONG
