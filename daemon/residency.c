@@ -173,6 +173,7 @@ const res_cfg_t *res_cfg(const res_model_t *m) { return &m->cfg; }
 store_model_t *res_store_model(const res_model_t *m) { return m->sm; }
 const model_weights_t *res_weights(const res_model_t *m) { return &m->dev; }
 size_t res_model_bytes(const res_model_t *m) { return m->weight_bytes + m->kv_bytes; }
+size_t res_weight_bytes(const res_model_t *m) { return m->weight_bytes; }
 
 static void update_gauges(res_model_t *m)
 {
@@ -257,6 +258,8 @@ static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
 
 static void settle(res_t *r, res_model_t *m)
 {
+    if (m->n_inflight == 0)
+        return; /* nothing to settle (res_ready_in settles every model) */
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         settle_seg(r, m, s);
 }

@@ -141,6 +141,7 @@ size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_po
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);
 int res_seg_times(res_t *r, res_model_t *m, uint32_t seg, be_copy_times_t *t);
 size_t res_model_bytes(const res_model_t *m); /* resident weights + KV */
+size_t res_weight_bytes(const res_model_t *m); /* weight spans mapped (resident or in flight); settles nothing */
 int res_fully_resident(res_t *r, res_model_t *m);
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
 void res_pool_stats(const res_t *r, stats_pool_t *out);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_sim.sh BUILD_DIR OUT_DIR: the trace simulator's default workload, a load sweep, a bursty and an Azure-format run; CSV, summary, PNG plot.
+# run_sim.sh BUILD_DIR OUT_DIR: the trace simulator's default workload, a load sweep, a bursty and an Azure-format run, fleets of 4, 32 and 256 hosts; CSV, summary, PNG plot.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-$BUILD/bench}
@@ -31,6 +31,34 @@ echo "== simulator: Azure Functions 2019 format (synthetic sample: 24 functions,
 "$SIM" --write-azure-sample "$OUT/azure_sample.csv"
 "$SIM" --trace "$OUT/azure_sample.csv" --trace-minutes 10 --trace-scale 4 --label azure-sample \
     --csv "$OUT/sim_azure.csv"
+
+# Fleets (issue 19, point 5): H hosts, each a pool as above (3 models + 4 GiB
+# of KV), 10 H models, Zipf 1.0 and uniform popularity, Poisson arrivals at
+# 0.5 of the fleet's ideal capacity, every host on the default policy; the
+# routers side by side: affinity (gpuswap fleet's placement, HAProxy's
+# bounded-load hash over the replicas), round-robin and least-loaded over
+# hosts that serve every model. Arrivals for FLEET_DURATION s (SIM_FLEET_LONG
+# for 4 and 32 hosts, SIM_FLEET_SHORT for 256, to stay within a minute or two
+# on 2 cores); every run drains what it admitted.
+FLEET_LONG=${SIM_FLEET_LONG:-30}
+FLEET_SHORT=${SIM_FLEET_SHORT:-5}
+for z in 1.0 0; do
+    for h in 4 32 256; do
+        d=$FLEET_LONG
+        [ "$h" -ge 256 ] && d=$FLEET_SHORT
+        echo
+        echo "== simulator: fleet of $h hosts, $((10 * h)) models, Zipf $z, ${d} s of arrivals at load 0.5"
+        "$SIM" --hosts "$h" --zipf "$z" --duration "$d" --load 0.5 --label "fleet-h$h-zipf$z" \
+            --csv "$OUT/sim_fleet_h${h}_zipf$z.csv"
+    done
+done
+echo
+echo "fleet page-ins and p99 TTFT (s): hosts zipf | affinity | round-robin | least-loaded"
+for f in "$OUT"/sim_fleet_h*_zipf*.csv; do
+    awk -F, 'NR > 1 { pi[$4] = $8; p99[$4] = $16; h = $28; z = $1 }
+    END { printf "%-24s %8d %7.1f | %8d %7.1f | %8d %7.1f\n", z, pi["affinity"], p99["affinity"],
+          pi["round-robin"], p99["round-robin"], pi["least-loaded"], p99["least-loaded"] }' "$f"
+done
 
 # Acceptance (issue 6, point 2) on the default workload.
 echo
@@ -76,4 +104,4 @@ EOF
 else
     echo "run_sim.sh: gnuplot not found (Debian package gnuplot-nox): no plot" >&2
 fi
-echo "results: $OUT/sim_default.csv $OUT/sim_sweep.csv $OUT/sim_bursty.csv $OUT/sim_azure.csv ($(( $(date +%s) - t0 )) s)"
+echo "results: $OUT/sim_default.csv $OUT/sim_sweep.csv $OUT/sim_bursty.csv $OUT/sim_azure.csv $OUT/sim_fleet_*.csv ($(( $(date +%s) - t0 )) s)"

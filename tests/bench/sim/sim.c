@@ -278,6 +278,7 @@ typedef struct sim_seq {
     uint32_t n_gen;
     int swapped;                /* its first step paged weights in (the worker's "swapped") */
     double t_first, t_done;     /* virtual s */
+    struct sim *host;           /* the host it was routed to */
     struct sim_seq *next;       /* active list or lru pending list */
 } sim_seq_t;
 
@@ -289,6 +290,7 @@ typedef struct vmodel {
     char name[32];
     shape_info_t si;            /* cost-model shape */
     uint32_t ctx;               /* positions a sequence may use (the worker's ctx) */
+    size_t span_bytes;          /* its segments' spans, all of them */
     res_model_t *rm;
     sim_seq_t *active;
     uint32_t n_active;
@@ -311,11 +313,15 @@ typedef struct sim {
     backend_t *be;
     res_t *res;
     sched_t *sched;
-    vmodel_t *m;
-    sched_model_view_t *views;
-    sim_seq_t *seqs;
-    size_t n_seqs;
+    vmodel_t **m;               /* n_m models it serves, local index order; owned */
+    int n_m, cap_m;
+    int *local;                 /* c->n_models: the local index of a model, -1 = not served */
+    sched_model_view_t *views;  /* cap_m */
+    sim_seq_t *seqs;            /* every request of the run (borrowed; lru uses the order) */
     size_t in_flight;           /* queued + pending + active */
+    uint32_t n_active;          /* sequences active over all its models */
+    double wake;                /* virtual s of its next round (when in_flight > 0) */
+    int firm;                   /* an arrival before wake does not bring the round forward */
     size_t gq_head, gq_n;       /* lru: global queue = seqs[gq_head..gq_n) in order */
     int rr;                     /* lru round-robin cursor */
     int *uses;                  /* models stepped, consecutive repeats folded */
@@ -435,24 +441,26 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     return SIM_OK;
 }
 
-/* Sets model i up (from the shape, or from file i % count of cfg.models)
- * and registers it with residency as the worker's load_model does. */
-static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
+/* Sets m up as model gm of the configuration (from the shape, or from file
+ * gm % count of cfg.models) and registers it with residency as the worker's
+ * load_model does. */
+static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
 {
-    vmodel_t *m = &S->m[i];
-    snprintf(m->name, sizeof m->name, "m%02d", i);
+    snprintf(m->name, sizeof m->name, "m%02d", gm);
     if (S->c->models) {
-        int f = i % sim_models_count(S->c->models);
+        int f = gm % sim_models_count(S->c->models);
         sim_shape_t sh;
         sim_models_shape(S->c->models, f, &sh);
         m->si = shape_info(&sh);
         m->sm = S->c->models->sm[f]; /* residency only reads it: shared by models of one file */
     } else {
         m->si = shape_info(&S->c->shape);
-        int rc = vmodel_build(S, m, i, err, errlen);
+        int rc = vmodel_build(S, m, gm, err, errlen);
         if (rc)
             return rc;
     }
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        m->span_bytes += m->sm->segs[s].span;
     uint32_t train = m->sm->model->hp.n_ctx_train;
     m->ctx = S->c->max_context < train ? S->c->max_context : train;
     m->swap_in_s = (double)m->sm->image_bytes / 10e9; /* the worker's first guess */
@@ -461,25 +469,101 @@ static int vmodel_init(sim_t *S, int i, char *err, size_t errlen)
     return rc2 ? SIM_ERR_SETUP : SIM_OK;
 }
 
-static void sim_free(sim_t *S)
+/* Model gm's local index on host S, registering it first if the host does
+ * not serve it yet (as a daemon configured with it would have it loaded:
+ * idle, nothing on the device); -1 + reason in err on failure. */
+static int vhost_model(sim_t *S, int gm, char *err, size_t errlen)
 {
-    for (size_t i = 0; S->seqs && i < S->n_seqs; i++)
-        if (S->seqs[i].kv)
-            res_kv_free(S->res, S->seqs[i].kv);
-    for (int i = 0; S->m && i < S->c->n_models; i++) {
-        if (S->m[i].rm)
-            res_remove(S->res, S->m[i].rm);
-        free(S->m[i].mod.w.layers);
-        free(S->m[i].woff);
-        free(S->m[i].own.segs);
+    if (S->local[gm] >= 0)
+        return S->local[gm];
+    if (S->n_m == S->cap_m) {
+        int cap = S->cap_m ? 2 * S->cap_m : 16;
+        vmodel_t **m = realloc(S->m, (size_t)cap * sizeof *m);
+        if (m)
+            S->m = m;
+        sched_model_view_t *v = m ? realloc(S->views, (size_t)cap * sizeof *v) : NULL;
+        if (!v) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        S->views = v;
+        S->cap_m = cap;
+    }
+    vmodel_t *vm = calloc(1, sizeof *vm);
+    if (!vm || sched_resize(S->sched, S->n_m + 1) != SCHED_OK) {
+        free(vm);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    S->m[S->n_m++] = vm; /* counted now: vhost_free frees what vmodel_init left */
+    if (vmodel_init(S, vm, gm, err, errlen))
+        return -1;
+    S->local[gm] = S->n_m - 1;
+    return S->n_m - 1;
+}
+
+static void vhost_free(sim_t *S)
+{
+    if (!S)
+        return;
+    for (int i = 0; S->m && i < S->n_m; i++) {
+        if (S->m[i]->rm)
+            res_remove(S->res, S->m[i]->rm);
+        free(S->m[i]->mod.w.layers);
+        free(S->m[i]->woff);
+        free(S->m[i]->own.segs);
+        free(S->m[i]);
     }
     res_free(S->res);
     sched_free(S->sched);
     vb_free(S->vb);
     free(S->m);
+    free(S->local);
     free(S->views);
-    free(S->seqs);
     free(S->uses);
+    free(S);
+}
+
+/* A host: its virtual device, residency and scheduler, serving no model
+ * yet. NULL + reason in err. Free with vhost_free. */
+static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, char *err,
+                       size_t errlen)
+{
+    sim_t *S = calloc(1, sizeof *S);
+    if (!S) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    S->c = c;
+    S->pol = pol;
+    S->seqs = seqs;
+    S->wake = INFINITY;
+    vb_cfg_t vc = {.pool_bytes = c->pool_bytes, .page_size = c->page_size,
+                   .h2d_bw = c->cost.h2d_bw, .copy_lat_s = c->cost.copy_lat_s};
+    S->vb = vb_new(&vc);
+    if (!S->vb) {
+        snprintf(err, errlen, "bad virtual device (pool %zu, page %zu)", c->pool_bytes,
+                 c->page_size);
+        goto fail;
+    }
+    S->be = vb_backend(S->vb);
+    S->res = res_new(S->be, err, errlen);
+    if (!S->res)
+        goto fail;
+    sched_cfg_t sc = c->sched;
+    sc.policy = pol == SIM_POL_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE;
+    S->sched = sched_new(&sc, 0);
+    S->local = malloc((size_t)c->n_models * sizeof *S->local);
+    if (!S->sched || !S->local) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->n_models; i++)
+        S->local[i] = -1;
+    return S;
+fail:
+    vhost_free(S);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ sequences */
@@ -493,6 +577,7 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
         if (*pp) {
             *pp = s->next;
             m->n_active--;
+            S->n_active--;
         }
     }
     if (s->kv)
@@ -509,14 +594,14 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 static sim_seq_t *peek_waiting(sim_t *S, int mi)
 {
     if (S->pol == SIM_POL_LRU)
-        return S->m[mi].pend_head;
+        return S->m[mi]->pend_head;
     sched_item_t *it = sched_peek(S->sched, mi);
     return it ? it->user : NULL;
 }
 
 static void pop_waiting(sim_t *S, int mi)
 {
-    vmodel_t *m = &S->m[mi];
+    vmodel_t *m = S->m[mi];
     if (S->pol == SIM_POL_LRU) {
         m->pend_head = m->pend_head->next;
         if (!m->pend_head)
@@ -529,14 +614,6 @@ static void pop_waiting(sim_t *S, int mi)
 
 /* ------------------------------------------------------------------ one step */
 
-static uint32_t active_total(const sim_t *S)
-{
-    uint32_t n = 0;
-    for (int i = 0; i < S->c->n_models; i++)
-        n += S->m[i].n_active;
-    return n;
-}
-
 /* The worker's can_admit: the next queued request of mi would get its KV
  * cache now (submission made sure prompt + output fits the context). */
 static int can_admit(sim_t *S, int mi)
@@ -544,10 +621,10 @@ static int can_admit(sim_t *S, int mi)
     sim_seq_t *s = peek_waiting(S, mi);
     if (!s)
         return 0;
-    if (active_total(S) == 0)
+    if (S->n_active == 0)
         return 1; /* nothing to wait for: admission decides */
     uint32_t n_ctx = s->rq->prompt + s->rq->output;
-    return res_kv_bytes_for(S->res, &S->m[mi].sm->model->hp, n_ctx) <= res_kv_available(S->res);
+    return res_kv_bytes_for(S->res, &S->m[mi]->sm->model->hp, n_ctx) <= res_kv_available(S->res);
 }
 
 /* Wait for segment seg through residency's hook, then spend dt of compute. */
@@ -564,7 +641,7 @@ static int seg_run(sim_t *S, fwd_hooks_t *h, uint32_t seg, double dt)
  * pass (cost model) through the segment hooks, release, finish sequences. */
 static void step(sim_t *S, int mi, uint32_t admit)
 {
-    vmodel_t *m = &S->m[mi];
+    vmodel_t *m = S->m[mi];
     char err[256];
     int mapped_before = all_mapped(S, m);
     int cold = !fully_resident(S, m);
@@ -590,7 +667,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             if (s->kv)
                 res_kv_free(S->res, s->kv);
             s->kv = NULL;
-            if (active_total(S) == 0 && !fresh) {
+            if (S->n_active == 0 && !fresh) {
                 pop_waiting(S, mi);
                 seq_end(S, m, s, SEQ_FAILED);
                 continue;
@@ -615,6 +692,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
         m->active = fresh;
     }
     m->n_active += n_fresh;
+    S->n_active += n_fresh;
     if (m->n_active == 0) {
         res_release(S->res, m->rm);
         return;
@@ -691,9 +769,9 @@ static void pagein_more(sim_t *S, vmodel_t *m, int evict)
     int before = all_mapped(S, m);
     /* not quiet: evicting a victim whose copy is in flight blocks the host */
     double longest = 0; /* as wk_pagein_window: until the next round */
-    for (int i = 0; i < S->c->n_models; i++)
-        if (S->m[i].pass_s > longest)
-            longest = S->m[i].pass_s;
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->pass_s > longest)
+            longest = S->m[i]->pass_s;
     res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(S->res, m->rm, 2 * longest), err,
                        sizeof err);
     if (!before && all_mapped(S, m))
@@ -703,7 +781,7 @@ static void pagein_more(sim_t *S, vmodel_t *m, int evict)
 /* The page-in ended: the requests waiting for their first token waited for it. */
 static void pagein_end(sim_t *S, int mi)
 {
-    vmodel_t *m = &S->m[mi];
+    vmodel_t *m = S->m[mi];
     m->paging_since = 0;
     for (sched_item_t *it = sched_peek(S->sched, mi); it; it = it->next)
         ((sim_seq_t *)it->user)->swapped = 1;
@@ -712,7 +790,7 @@ static void pagein_end(sim_t *S, int mi)
 /* As the worker's pagein_poll (no device failures here): 0 when m can run. */
 static double pagein_poll(sim_t *S, int mi)
 {
-    vmodel_t *m = &S->m[mi];
+    vmodel_t *m = S->m[mi];
     double in = ready_in(S, m);
     if (isinf(in)) {
         pagein_more(S, m, m->paging_evict);
@@ -727,7 +805,7 @@ static double pagein_poll(sim_t *S, int mi)
 
 static int pagein_start(sim_t *S, int mi)
 {
-    vmodel_t *m = &S->m[mi];
+    vmodel_t *m = S->m[mi];
     if (ready_in(S, m) == 0)
         return 1;
     m->paging_since = now(S) > 0 ? now(S) : 1e-9;
@@ -740,13 +818,26 @@ static int pagein_start(sim_t *S, int mi)
  * start, prefetch. 1 if it stepped; *nap: when a page-in may end. */
 static int round_sched(sim_t *S, double *nap)
 {
-    for (int i = 0; i < S->c->n_models; i++)
-        if (S->m[i].paging_since > 0)
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->paging_since > 0)
             pagein_poll(S, i);
-    for (int i = 0; i < S->c->n_models; i++) {
-        vmodel_t *m = &S->m[i];
+    int settled = 0;
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        /* an idle model's residency decides nothing (sched_next reads it only
+         * for models with work): not asked, so a host serving thousands of
+         * models costs what its busy ones do */
+        int work = m->n_active > 0 || sched_queued(S->sched, i) > 0;
+        /* the first res_ready_in of a round settles every model's copies;
+         * after it, a model with a segment not even mapped is not ready
+         * (INFINITY) without asking again (a walk over every model) */
+        int ready = 0;
+        if (work && !m->paging_since && (!settled || res_weight_bytes(m->rm) == m->span_bytes)) {
+            ready = ready_in(S, m) == 0;
+            settled = 1;
+        }
         S->views[i] = (sched_model_view_t){
-            .resident = !m->paging_since && ready_in(S, m) == 0,
+            .resident = ready,
             .n_active = m->n_active,
             .max_batch = S->c->max_batch,
             .swap_in_s = m->swap_in_s,
@@ -755,7 +846,7 @@ static int round_sched(sim_t *S, double *nap)
             .loading = m->paging_since > 0,
             .last_step = m->last_step,
         };
-        res_set_wanted(m->rm, m->n_active > 0 || sched_queued(S->sched, i) > 0);
+        res_set_wanted(m->rm, work);
     }
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
@@ -764,8 +855,8 @@ static int round_sched(sim_t *S, double *nap)
         step(S, plan.model, plan.admit);
         stepped = 1;
     }
-    if (plan.prefetch >= 0 && S->m[plan.prefetch].paging_since == 0) {
-        vmodel_t *pm = &S->m[plan.prefetch];
+    if (plan.prefetch >= 0 && S->m[plan.prefetch]->paging_since == 0) {
+        vmodel_t *pm = S->m[plan.prefetch];
         pagein_more(S, pm, RES_EVICT_UNWANTED);
         if (res_inflight(pm->rm) > 0) {
             pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
@@ -774,9 +865,9 @@ static int round_sched(sim_t *S, double *nap)
     }
     /* nothing stepped: the loop waits until a page-in may end */
     *nap = INFINITY;
-    for (int i = 0; i < S->c->n_models; i++)
-        if (S->m[i].paging_since > 0) {
-            double in = ready_in(S, &S->m[i]);
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->paging_since > 0) {
+            double in = ready_in(S, S->m[i]);
             if (isinf(in)) /* more to queue once what is queued lands */
                 in = vb_copy_tail(S->vb) - now(S);
             if (in < *nap)
@@ -789,15 +880,15 @@ static int round_sched(sim_t *S, double *nap)
 static int lru_victim(sim_t *S, int except)
 {
     int best = -1;
-    for (int i = 0; i < S->c->n_models; i++) {
-        vmodel_t *v = &S->m[i];
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *v = S->m[i];
         if (i == except || v->n_active || v->n_pend || v->loading)
             continue;
         stats_res_t st;
         model_stats(S, v, &st);
         if (st.curr_resident_bytes == 0)
             continue;
-        if (best < 0 || v->last_use < S->m[best].last_use)
+        if (best < 0 || v->last_use < S->m[best]->last_use)
             best = i;
     }
     return best;
@@ -812,7 +903,7 @@ static void lru_dispatch(sim_t *S)
             continue;
         }
         int mi = s->rq->model;
-        vmodel_t *m = &S->m[mi];
+        vmodel_t *m = S->m[mi];
         if (m->loading) {
             if (fully_resident(S, m))
                 m->loading = 0;
@@ -839,7 +930,7 @@ static void lru_dispatch(sim_t *S)
             int v = lru_victim(S, mi);
             if (v < 0)
                 return; /* the rest is held by running models: wait */
-            res_evict(S->res, S->m[v].rm, RES_CAUSE_CAPACITY, 0);
+            res_evict(S->res, S->m[v]->rm, RES_CAUSE_CAPACITY, 0);
         }
         char err[256];
         int before = all_mapped(S, m);
@@ -856,10 +947,10 @@ static void lru_dispatch(sim_t *S)
 static int round_lru(sim_t *S)
 {
     lru_dispatch(S);
-    int n = S->c->n_models;
+    int n = S->n_m;
     for (int k = 0; k < n; k++) {
         int mi = (S->rr + 1 + k) % n;
-        vmodel_t *m = &S->m[mi];
+        vmodel_t *m = S->m[mi];
         if (m->n_active + m->n_pend > 0 && !m->loading) {
             S->rr = mi;
             step(S, mi, m->n_pend);
@@ -871,8 +962,8 @@ static int round_lru(sim_t *S)
 
 static int any_loading(const sim_t *S)
 {
-    for (int i = 0; i < S->c->n_models; i++)
-        if (S->m[i].loading)
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->loading)
             return 1;
     return 0;
 }
@@ -940,128 +1031,210 @@ static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_
     free(seq);
 }
 
-int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
-            sim_result_t *out, char *err, size_t errlen)
+/* ------------------------------------------------------------------ hosts on one clock */
+
+struct sim_fleet {
+    const sim_cfg_t *c;
+    sim_t **h;                  /* n_hosts hosts; owned */
+    int n_hosts;
+};
+
+int sim_fleet_hosts(const sim_fleet_t *f) { return f->n_hosts; }
+
+size_t sim_fleet_load(const sim_fleet_t *f, int host)
 {
-    if (c->n_models < 1 || c->max_batch < 1 || pol >= SIM_POL_COUNT ||
-        (!c->models && (c->shape.n_head == 0 || c->shape.n_layer == 0))) {
-        snprintf(err, errlen, "bad simulator configuration");
-        return SIM_ERR_ARG;
+    return f->h[host]->in_flight;
+}
+
+uint32_t sim_fleet_model_load(const sim_fleet_t *f, int host, int model)
+{
+    const sim_t *S = f->h[host];
+    int lm = S->local[model];
+    return lm < 0 ? 0 : S->m[lm]->n_active + sched_queued(S->sched, lm);
+}
+
+/* The next round of S: INFINITY while it has nothing in flight. */
+static double vhost_wake(const sim_t *S)
+{
+    return S->in_flight ? S->wake : INFINITY;
+}
+
+/* Request s arrives at S at virtual time t (the arrivals of a round are
+ * submitted before it, as the worker drains its inbox). */
+static int vhost_submit(sim_t *S, sim_seq_t *s, double t, size_t *rejected, char *err,
+                       size_t errlen)
+{
+    if (S->in_flight == 0 || !S->firm)
+        vb_advance_to(S->vb, t); /* an idle or napping host wakes for it */
+    int lm = vhost_model(S, s->rq->model, err, errlen);
+    if (lm < 0)
+        return SIM_ERR_SETUP;
+    s->host = S;
+    s->item.model = lm;
+    S->in_flight++;
+    /* submit_gen: a prompt plus max_tokens past the context is refused */
+    int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[lm]->ctx;
+    if (S->pol == SIM_POL_LRU)
+        S->gq_n = (size_t)(s - S->seqs) + 1;
+    if (!refuse && S->pol != SIM_POL_LRU && sched_submit(S->sched, &s->item) != SCHED_OK)
+        refuse = 1;
+    if (refuse) {
+        s->state = SEQ_FAILED;
+        s->t_done = now(S);
+        S->in_flight--;
+        S->failed++;
+        (*rejected)++;
     }
-    if (c->models && sim_models_page_size(c->models) != c->page_size) {
-        snprintf(err, errlen, "the models were laid out for %zu-byte pages, the device has %zu",
-                 sim_models_page_size(c->models), c->page_size);
-        return SIM_ERR_ARG;
+    if (!S->firm || S->in_flight == 0)
+        S->wake = now(S);
+    return SIM_OK;
+}
+
+/* One round of S at its wake time; sets when the next one is due. */
+static void vhost_round(sim_t *S)
+{
+    const sim_cfg_t *c = S->c;
+    vb_advance_to(S->vb, S->wake);
+    vb_advance(S->vb, c->cost.t_round_s);
+    double nap = INFINITY;
+    int stepped = S->pol == SIM_POL_LRU ? round_lru(S) : round_sched(S, &nap);
+    S->firm = 0;
+    if (stepped) {
+        S->wake = now(S);
+        return;
     }
-    for (size_t i = 0; i < n; i++)
-        if (reqs[i].model < 0 || reqs[i].model >= c->n_models || reqs[i].prompt == 0 ||
-            reqs[i].output == 0 || (i && reqs[i].t < reqs[i - 1].t)) {
-            snprintf(err, errlen, "request %zu: bad model, length or order", i);
-            return SIM_ERR_ARG;
-        }
-    if (pol == SIM_POL_BELADY) {
-        belady_only(c, reqs, n, out);
-        return SIM_OK;
+    /* nothing stepped: wait until a page-in may land (or an arrival) */
+    S->wake = INFINITY;
+    if (isfinite(nap)) {
+        S->wake = now(S) + (nap > 0 ? nap : c->cost.t_round_s);
+        S->firm = nap <= 0;
     }
-    sim_t S_ = {.c = c, .pol = pol}, *S = &S_;
+    if (S->pol == SIM_POL_LRU && any_loading(S)) {
+        double tail = vb_copy_tail(S->vb);
+        if (tail > now(S) && tail < S->wake)
+            S->wake = tail;
+        else if (!isfinite(S->wake))
+            S->wake = now(S), S->firm = 1; /* the load has landed: the next round dispatches */
+    }
+}
+
+/* A tournament tree over the hosts' next rounds: node 1 holds the earliest
+ * (the lowest host index among equals); leaves are P + host. */
+typedef struct wake_tree {
+    int P;                      /* leaves, a power of two >= hosts */
+    double *w;                  /* 2P: wake times (INFINITY past the hosts) */
+    int *h;                     /* 2P: the host each node's time is from */
+} wake_tree_t;
+
+static int wake_tree_init(wake_tree_t *t, int n_hosts)
+{
+    t->P = 1;
+    while (t->P < n_hosts)
+        t->P *= 2;
+    t->w = malloc(2 * (size_t)t->P * sizeof *t->w);
+    t->h = malloc(2 * (size_t)t->P * sizeof *t->h);
+    if (!t->w || !t->h)
+        return -1;
+    for (int i = 0; i < 2 * t->P; i++) {
+        t->w[i] = INFINITY;
+        t->h[i] = i >= t->P ? i - t->P : 0;
+    }
+    return 0;
+}
+
+static void wake_tree_set(wake_tree_t *t, int host, double w)
+{
+    int i = t->P + host;
+    t->w[i] = w;
+    for (i /= 2; i >= 1; i /= 2) {
+        int l = 2 * i, r = l + 1;
+        int pick = t->w[r] < t->w[l] ? r : l;
+        t->w[i] = t->w[pick];
+        t->h[i] = t->h[pick];
+    }
+}
+
+static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
+                     const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen)
+{
+    int H = hs ? hs->n_hosts : 1;
+    sim_fleet_t F_ = {.c = c, .n_hosts = H}, *F = &F_;
+    sim_seq_t *seqs = calloc(n ? n : 1, sizeof *seqs);
+    F->h = calloc((size_t)H, sizeof *F->h);
+    double *ttft = malloc((n ? n : 1) * sizeof *ttft), *e2e = malloc((n ? n : 1) * sizeof *e2e);
+    wake_tree_t wt = {0};
     int rc = SIM_ERR_NOMEM;
-    vb_cfg_t vc = {.pool_bytes = c->pool_bytes, .page_size = c->page_size,
-                   .h2d_bw = c->cost.h2d_bw, .copy_lat_s = c->cost.copy_lat_s};
-    S->vb = vb_new(&vc);
-    if (!S->vb) {
-        snprintf(err, errlen, "bad virtual device (pool %zu, page %zu)", c->pool_bytes,
-                 c->page_size);
-        return SIM_ERR_ARG;
-    }
-    S->be = vb_backend(S->vb);
-    S->res = res_new(S->be, err, errlen);
-    sched_cfg_t sc = c->sched;
-    sc.policy = pol == SIM_POL_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE;
-    S->sched = sched_new(&sc, c->n_models);
-    S->m = calloc((size_t)c->n_models, sizeof *S->m);
-    S->views = calloc((size_t)c->n_models, sizeof *S->views);
-    S->seqs = calloc(n ? n : 1, sizeof *S->seqs);
-    S->n_seqs = n;
-    if (!S->res || !S->sched || !S->m || !S->views || !S->seqs) {
-        if (S->res)
-            snprintf(err, errlen, "out of memory");
+    if (!seqs || !F->h || !ttft || !e2e || wake_tree_init(&wt, H)) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < c->n_models; i++)
-        if ((rc = vmodel_init(S, i, err, errlen)))
+    for (int h = 0; h < H; h++)
+        if (!(F->h[h] = vhost_new(c, pol, seqs, err, errlen))) {
+            rc = SIM_ERR_ARG;
             goto fail;
-    for (size_t i = 0; i < n; i++) {
-        S->seqs[i].rq = &reqs[i];
-        S->seqs[i].item.model = reqs[i].model;
-        S->seqs[i].item.t_arrival = reqs[i].t;
-        S->seqs[i].item.user = &S->seqs[i];
-    }
-    double t0 = n ? reqs[0].t : 0;
-    vb_advance_to(S->vb, t0);
-    size_t next = 0, rejected = 0;
-    for (;;) {
-        for (; next < n && reqs[next].t <= now(S); next++) {
-            sim_seq_t *s = &S->seqs[next];
-            S->in_flight++;
-            /* submit_gen: a prompt plus max_tokens past the context is refused */
-            int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[s->rq->model].ctx;
-            if (pol == SIM_POL_LRU)
-                S->gq_n = next + 1;
-            if (!refuse && pol != SIM_POL_LRU && sched_submit(S->sched, &s->item) != SCHED_OK)
-                refuse = 1;
-            if (refuse) {
-                s->state = SEQ_FAILED;
-                s->t_done = now(S);
-                S->in_flight--;
-                S->failed++;
-                rejected++;
-            }
         }
-        if (S->in_flight == 0) {
-            if (next == n)
-                break;
-            vb_advance_to(S->vb, reqs[next].t);
-            continue;
-        }
-        vb_advance(S->vb, c->cost.t_round_s);
-        double nap = INFINITY;
-        int stepped = pol == SIM_POL_LRU ? round_lru(S) : round_sched(S, &nap);
-        if (!stepped) {
-            double tn = next < n ? reqs[next].t : INFINITY;
-            if (isfinite(nap) && now(S) + nap < tn)
-                tn = now(S) + (nap > 0 ? nap : c->cost.t_round_s); /* a page-in lands */
-            if (pol == SIM_POL_LRU && any_loading(S) && vb_copy_tail(S->vb) > now(S) &&
-                vb_copy_tail(S->vb) < tn)
-                tn = vb_copy_tail(S->vb);
-            if (!isfinite(tn)) {
-                if (pol == SIM_POL_LRU && any_loading(S))
-                    continue; /* the load has landed: the next round dispatches */
-                snprintf(err, errlen, "%s: stuck with %zu requests in flight at t = %.3f s",
-                         sim_policy_name(pol), S->in_flight, now(S));
-                rc = SIM_ERR_STUCK;
+    /* one host serves every model from the start, in model order (as the
+     * daemon's config lists them); fleet hosts take a model on its first request */
+    if (!hs)
+        for (int i = 0; i < c->n_models; i++)
+            if (vhost_model(F->h[0], i, err, errlen) < 0) {
+                rc = SIM_ERR_SETUP;
                 goto fail;
             }
-            vb_advance_to(S->vb, tn);
+    for (size_t i = 0; i < n; i++) {
+        seqs[i].rq = &reqs[i];
+        seqs[i].item.model = reqs[i].model;
+        seqs[i].item.t_arrival = reqs[i].t;
+        seqs[i].item.user = &seqs[i];
+    }
+    double t0 = n ? reqs[0].t : 0;
+    for (int h = 0; h < H; h++)
+        vb_advance_to(F->h[h]->vb, t0);
+    /* one event loop over every host in virtual time: the earliest round
+     * next, an arrival before any round due at the same time */
+    size_t next = 0, rejected = 0;
+    for (;;) {
+        double wmin = wt.w[1];
+        int hmin = isfinite(wmin) ? wt.h[1] : -1;
+        if (next < n && reqs[next].t <= wmin) {
+            int h = hs ? hs->route(hs->route_ctx, F, &reqs[next]) : 0;
+            if (h < 0 || h >= H) {
+                snprintf(err, errlen, "request %zu routed to no host (%d)", next, h);
+                rc = SIM_ERR_ARG;
+                goto fail;
+            }
+            if ((rc = vhost_submit(F->h[h], &seqs[next], reqs[next].t, &rejected, err, errlen)))
+                goto fail;
+            wake_tree_set(&wt, h, vhost_wake(F->h[h]));
+            next++;
+            continue;
         }
+        if (hmin >= 0) {
+            vhost_round(F->h[hmin]);
+            wake_tree_set(&wt, hmin, vhost_wake(F->h[hmin]));
+            continue;
+        }
+        size_t left = 0;
+        for (int h = 0; h < H; h++)
+            left += F->h[h]->in_flight;
+        if (left == 0)
+            break;
+        for (int h = 0; h < H; h++)
+            if (F->h[h]->in_flight) {
+                snprintf(err, errlen, "%s: host %d stuck with %zu requests in flight at t = %.3f s",
+                         sim_policy_name(pol), h, F->h[h]->in_flight, now(F->h[h]));
+                break;
+            }
+        rc = SIM_ERR_STUCK;
+        goto fail;
     }
     /* results */
     memset(out, 0, sizeof *out);
     out->requests = n;
-    out->failed = S->failed;
-    out->steps = S->steps;
-    out->model_loads = S->loads;
-    double *ttft = malloc((n ? n : 1) * sizeof *ttft), *e2e = malloc((n ? n : 1) * sizeof *e2e);
-    if (!ttft || !e2e) {
-        free(ttft);
-        free(e2e);
-        snprintf(err, errlen, "out of memory");
-        rc = SIM_ERR_NOMEM;
-        goto fail;
-    }
     size_t k = 0, slo = 0;
     double t_end = t0;
     for (size_t i = 0; i < n; i++) {
-        const sim_seq_t *s = &S->seqs[i];
+        const sim_seq_t *s = &seqs[i];
         if (c->dump)
             fprintf(c->dump, "%s,%zu,%d,%.6f,%u,%u,%s,%.6f,%.6f,%d\n", sim_policy_name(pol), i,
                     s->rq->model, s->rq->t, s->rq->prompt, s->rq->output,
@@ -1086,28 +1259,95 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
     out->e2e_p99 = quantile(e2e, k, 0.99);
     out->e2e_max = k ? e2e[k - 1] : NAN;
     out->slo_frac = n ? (double)slo / (double)n : NAN;
-    free(ttft);
-    free(e2e);
-    for (int i = 0; i < c->n_models; i++) {
-        stats_res_t st;
-        model_stats(S, &S->m[i], &st);
-        out->page_ins += st.total_page_ins;
-        out->bytes_in += st.total_bytes_in;
-        out->preempted += st.evictions_preemption;
-    }
-    vb_stats_t vs;
-    vb_get_stats(S->vb, &vs);
     out->makespan_s = t_end - t0;
-    out->gpu_busy = out->makespan_s > 0 ? S->busy_s / out->makespan_s : 0;
-    out->copy_busy = out->makespan_s > 0 ? vs.copy_busy_s / out->makespan_s : 0;
-    out->max_mapped_pages = vs.max_mapped;
     out->pool_pages = c->pool_bytes / c->page_size;
-    out->violations = vs.violations + (vs.max_mapped > out->pool_pages);
-    out->host_blocks = vs.host_blocks;
     out->belady_k = belady_k(c);
-    out->belady_own = sim_belady(S->uses, S->n_uses, c->n_models, out->belady_k);
+    double busy = 0, copy = 0;
+    for (int h = 0; h < H; h++) {
+        sim_t *S = F->h[h];
+        for (int i = 0; i < S->n_m; i++) {
+            stats_res_t st;
+            model_stats(S, S->m[i], &st);
+            out->page_ins += st.total_page_ins;
+            out->bytes_in += st.total_bytes_in;
+            out->preempted += st.evictions_preemption;
+        }
+        vb_stats_t vs;
+        vb_get_stats(S->vb, &vs);
+        out->failed += S->failed;
+        out->steps += S->steps;
+        out->model_loads += S->loads;
+        busy += S->busy_s;
+        copy += vs.copy_busy_s;
+        if (vs.max_mapped > out->max_mapped_pages)
+            out->max_mapped_pages = vs.max_mapped;
+        out->violations += vs.violations + (vs.max_mapped > out->pool_pages);
+        out->host_blocks += vs.host_blocks;
+        out->belady_own += sim_belady(S->uses, S->n_uses, S->n_m, out->belady_k);
+    }
+    double span = out->makespan_s * H;
+    out->gpu_busy = span > 0 ? busy / span : 0;
+    out->copy_busy = span > 0 ? copy / span : 0;
     rc = SIM_OK;
 fail:
-    sim_free(S);
+    for (size_t i = 0; seqs && i < n; i++)
+        if (seqs[i].kv)
+            res_kv_free(seqs[i].host->res, seqs[i].kv);
+    for (int h = 0; F->h && h < H; h++)
+        vhost_free(F->h[h]);
+    free(F->h);
+    free(wt.w);
+    free(wt.h);
+    free(seqs);
+    free(ttft);
+    free(e2e);
     return rc;
+}
+
+static int check_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
+                     char *err, size_t errlen)
+{
+    if (c->n_models < 1 || c->max_batch < 1 || pol >= SIM_POL_COUNT ||
+        (!c->models && (c->shape.n_head == 0 || c->shape.n_layer == 0))) {
+        snprintf(err, errlen, "bad simulator configuration");
+        return SIM_ERR_ARG;
+    }
+    if (c->models && sim_models_page_size(c->models) != c->page_size) {
+        snprintf(err, errlen, "the models were laid out for %zu-byte pages, the device has %zu",
+                 sim_models_page_size(c->models), c->page_size);
+        return SIM_ERR_ARG;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].model < 0 || reqs[i].model >= c->n_models || reqs[i].prompt == 0 ||
+            reqs[i].output == 0 || (i && reqs[i].t < reqs[i - 1].t)) {
+            snprintf(err, errlen, "request %zu: bad model, length or order", i);
+            return SIM_ERR_ARG;
+        }
+    return SIM_OK;
+}
+
+int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
+            sim_result_t *out, char *err, size_t errlen)
+{
+    int rc = check_run(c, pol, reqs, n, err, errlen);
+    if (rc)
+        return rc;
+    if (pol == SIM_POL_BELADY) {
+        belady_only(c, reqs, n, out);
+        return SIM_OK;
+    }
+    return run_hosts(c, pol, NULL, reqs, n, out, err, errlen);
+}
+
+int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
+                  const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen)
+{
+    int rc = check_run(c, pol, reqs, n, err, errlen);
+    if (rc)
+        return rc;
+    if (!hs || hs->n_hosts < 1 || !hs->route || (pol != SIM_POL_DEFAULT && pol != SIM_POL_FIFO)) {
+        snprintf(err, errlen, "a fleet needs hosts, a router and the default or fifo policy");
+        return SIM_ERR_ARG;
+    }
+    return run_hosts(c, pol, hs, reqs, n, out, err, errlen);
 }

@@ -129,6 +129,32 @@ double sim_step_time(const sim_cfg_t *c, double t, double s, double kv_pos);
 int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
             sim_result_t *out, char *err, size_t errlen);
 
+/* A fleet: n_hosts hosts, each a pool of its own (the cfg's device, cost
+ * model and scheduler) with its own residency, scheduler and virtual device,
+ * all on one virtual clock (one event loop takes the hosts' rounds and the
+ * arrivals in time order). Each request goes, at its arrival, to the host
+ * route() names; a host takes a model into its configuration on the model's
+ * first request (idle models cost a host nothing). The result sums page-ins,
+ * loads and steps over the hosts and takes latency quantiles over all
+ * requests; gpu_busy and copy_busy are averages over the hosts; belady_own
+ * sums each host's bound. */
+typedef struct sim_fleet sim_fleet_t;
+
+typedef struct sim_hosts {
+    int n_hosts;
+    /* the host (0 .. n_hosts-1) for rq, which arrives now; may query f */
+    int (*route)(void *ctx, const sim_fleet_t *f, const wl_req_t *rq);
+    void *route_ctx;
+} sim_hosts_t;
+
+/* Run policy pol (default or fifo) on every host of a fleet. */
+int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
+                  const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen);
+/* For routers: requests queued or running on a host, all models or one. */
+int sim_fleet_hosts(const sim_fleet_t *f);
+size_t sim_fleet_load(const sim_fleet_t *f, int host);
+uint32_t sim_fleet_model_load(const sim_fleet_t *f, int host, int model);
+
 /* Belady's optimal eviction: loads needed to serve seq (model ids, n of them)
  * with room for k models, starting empty. */
 uint64_t sim_belady(const int *seq, size_t n, int n_models, uint32_t k);

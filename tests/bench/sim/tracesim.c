@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "simfleet.h"
 #include "vbackend.h"
 #include "workload.h"
 
@@ -47,6 +48,10 @@ typedef struct args {
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
         slo_ttft;
+    /* fleet */
+    int hosts;
+    const char *routing;
+    unsigned replicas, balance_factor;
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
@@ -114,6 +119,10 @@ static const opt_t opts[] = {
     {"t-token-ms", OPT_DBL, A(t_token_ms), "0", "cost: measured compute per token of a step, ms (spread over the layers)"},
     {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
     {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
+    {"hosts", OPT_INT, A(hosts), "0", "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
+    {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
+    {"replicas", OPT_UINT, A(replicas), "2", "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
+    {"balance-factor", OPT_UINT, A(balance_factor), "150", "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
     {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
@@ -257,6 +266,9 @@ static wl_len_t len_of(double median, double sigma, unsigned max)
 typedef struct row {
     double load, rate;
     sim_policy_t pol;
+    int route;              /* fleet: its simfleet_route_t; -1: one host */
+    int hosts;              /* fleet: hosts */
+    int host_models;        /* fleet: most models a host is configured with */
     sim_result_t r;
 } row_t;
 
@@ -292,7 +304,7 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         }
         return rc;
     }
-    *rate = load * capacity(a, c);
+    *rate = load * capacity(a, c) * (a->hosts > 0 ? a->hosts : 1);
     wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf, .rate = *rate,
                       .duration_s = a->duration,
                       .arrival = strcmp(a->arrival, "gamma") == 0 ? WL_ARRIVAL_GAMMA
@@ -302,6 +314,41 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
     if (rc)
         snprintf(err, errlen, "cannot generate the workload (%d)", rc);
     return rc;
+}
+
+static int parse_routes(const char *s, simfleet_route_t *out, int *n)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n >= SIMFLEET_ROUTE_COUNT || simfleet_route_parse(t, &out[*n]))
+            return -1;
+        (*n)++;
+    }
+    return *n ? 0 : -1;
+}
+
+/* Each model's expected share of the requests (the fleet file's load, what
+ * affinity places by): the Zipf law of a synthetic trace, else the trace's
+ * own counts (plus one, so no model is without load). *out malloc'ed. */
+static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double **out)
+{
+    double *l = calloc((size_t)a->models, sizeof *l);
+    if (!l)
+        return -1;
+    if (!a->trace && !a->requests) {
+        wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf};
+        for (int m = 0; m < a->models; m++)
+            l[m] = wl_popularity(&wp, m);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            l[reqs[i].model] += 1;
+        for (int m = 0; m < a->models; m++)
+            l[m] = (l[m] + 1) / ((double)n + a->models);
+    }
+    *out = l;
+    return 0;
 }
 
 static int parse_policies(const char *s, sim_policy_t *out, int *n)
@@ -342,27 +389,35 @@ static const char *const csv_header =
     "workload,load,rate_rps,policy,requests,completed,failed,page_ins,model_loads,bytes_in,"
     "belady_own,belady_k,gpu_busy,copy_busy,ttft_p50_s,ttft_p99_s,ttft_max_s,e2e_p50_s,"
     "e2e_p99_s,e2e_max_s,slo_frac,steps,makespan_s,violations,host_blocks,preempted,"
-    "throughput_rps\n";
+    "throughput_rps,hosts,host_models\n";
+
+/* What a row compares: the policy, or in a fleet the router. */
+static const char *row_name(const row_t *w)
+{
+    return w->route >= 0 ? simfleet_route_name((simfleet_route_t)w->route)
+                         : sim_policy_name(w->pol);
+}
 
 static void csv_row(FILE *f, const char *wl, const row_t *w)
 {
     const sim_result_t *r = &w->r;
     fprintf(f,
             "%s,%.4g,%.6g,%s,%zu,%zu,%zu,%llu,%llu,%llu,%llu,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
-            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f\n",
-            wl, w->load, w->rate, sim_policy_name(w->pol), r->requests, r->completed, r->failed,
+            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d\n",
+            wl, w->load, w->rate, row_name(w), r->requests, r->completed, r->failed,
             (unsigned long long)r->page_ins, (unsigned long long)r->model_loads,
             (unsigned long long)r->bytes_in, (unsigned long long)r->belady_own, r->belady_k,
             r->gpu_busy, r->copy_busy, r->ttft_p50, r->ttft_p99, r->ttft_max, r->e2e_p50,
             r->e2e_p99, r->e2e_max, r->slo_frac, (unsigned long long)r->steps, r->makespan_s,
             (unsigned long long)r->violations, (unsigned long long)r->host_blocks,
             (unsigned long long)r->preempted,
-            r->makespan_s > 0 ? (double)r->completed / r->makespan_s : NAN);
+            r->makespan_s > 0 ? (double)r->completed / r->makespan_s : NAN,
+            w->route >= 0 ? w->hosts : 1, w->host_models);
 }
 
 static void table_head(FILE *f)
 {
-    fprintf(f, "%-6s %-8s %6s %8s %7s %9s %5s %8s %8s %8s %8s %8s %6s\n", "load", "policy",
+    fprintf(f, "%-6s %-12s %6s %8s %7s %9s %5s %8s %8s %8s %8s %8s %6s\n", "load", "policy",
             "req/s", "page-ins", "loads", "GB in", "busy", "ttft50", "ttft99", "ttftmax",
             "e2e50", "e2e99", "slo");
 }
@@ -370,8 +425,8 @@ static void table_head(FILE *f)
 static void table_row(FILE *f, const row_t *w)
 {
     const sim_result_t *r = &w->r;
-    fprintf(f, "%-6.3g %-8s %6.2f %8llu %7llu %9.1f %5.2f %8.3f %8.3f %8.3f %8.3f %8.3f %6.3f\n",
-            w->load, sim_policy_name(w->pol), w->rate, (unsigned long long)r->page_ins,
+    fprintf(f, "%-6.3g %-12s %6.2f %8llu %7llu %9.1f %5.2f %8.3f %8.3f %8.3f %8.3f %8.3f %6.3f\n",
+            w->load, row_name(w), w->rate, (unsigned long long)r->page_ins,
             (unsigned long long)r->model_loads, r->bytes_in / 1e9, r->gpu_busy, r->ttft_p50,
             r->ttft_p99, r->ttft_max, r->e2e_p50, r->e2e_p99, r->slo_frac);
 }
@@ -385,10 +440,15 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
     int np;
     double loads[MAX_LOADS];
     int nl;
-    if (parse_policies(a->policies, pols, &np) || parse_loads(a, loads, &nl)) {
-        snprintf(err, errlen, "bad --policies or --sweep");
+    simfleet_route_t routes[SIMFLEET_ROUTE_COUNT];
+    int nr = 0;
+    if (parse_policies(a->policies, pols, &np) || parse_loads(a, loads, &nl) ||
+        (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
+        snprintf(err, errlen, "bad --policies, --routing or --sweep");
         return -1;
     }
+    if (a->hosts > 0)
+        np = nr; /* a fleet compares routers, every host on the default policy */
     row_t *rows = calloc((size_t)(np * nl), sizeof *rows);
     if (!rows) {
         snprintf(err, errlen, "out of memory");
@@ -412,12 +472,31 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
             rc = -1;
             break;
         }
+        double *ml = NULL;
+        if (a->hosts > 0 && model_loads(a, reqs, n, &ml)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
         for (int pi = 0; pi < np && !rc; pi++, k++) {
             rows[k].load = loads[li];
             rows[k].rate = rate;
+            rows[k].route = -1;
+            if (a->hosts > 0) {
+                simfleet_cfg_t fc = {.n_hosts = a->hosts, .route = routes[pi],
+                                     .replicas = a->replicas,
+                                     .balance_factor = a->balance_factor, .load = ml};
+                rows[k].pol = SIM_POL_DEFAULT;
+                rows[k].route = (int)routes[pi];
+                rows[k].hosts = a->hosts;
+                rc = simfleet_run(&c, &fc, reqs, n, &rows[k].r, &rows[k].host_models, err,
+                                  errlen) ? -1 : 0;
+                continue;
+            }
             rows[k].pol = pols[pi];
+            rows[k].host_models = c.n_models;
             rc = sim_run(&c, pols[pi], reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
         }
+        free(ml);
         free(reqs);
     }
     if (c.dump)
@@ -441,6 +520,10 @@ static const char *workload_name(const args_t *a, char *buf, size_t len)
         snprintf(buf, len, "azure");
     else
         snprintf(buf, len, "%s-zipf%.2g-m%d", a->arrival, a->zipf, a->models);
+    if (a->hosts > 0 && !a->label) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, "-h%d", a->hosts);
+    }
     return buf;
 }
 
@@ -760,7 +843,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (a.models <= 0)
-        a.models = a.n_gguf ? a.n_gguf : 12;
+        a.models = a.n_gguf ? a.n_gguf : a.hosts > 0 ? 10 * a.hosts : 12;
     if (a.n_gguf) {
         a.files = sim_models_load(a.gguf, a.n_gguf, (size_t)(a.page_mib * 1048576.0), err,
                                   sizeof err);
@@ -798,11 +881,11 @@ int main(int argc, char **argv)
         char wl[128];
         size_t img = a.files ? sim_models_image_bytes(a.files, 0)
                              : sim_model_bytes(&c.shape, c.page_size);
-        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), pool %.4g GB (%llu pages), "
-                "ideal capacity %.2f req/s; %.1f s wall\n",
+        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
+                "(%llu pages) and ideal capacity %.2f req/s a host; %.1f s wall\n",
                 workload_name(&a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
-                c.pool_bytes / 1e9, (unsigned long long)(c.pool_bytes / c.page_size),
-                capacity(&a, &c),
+                a.hosts > 0 ? a.hosts : 1, a.hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
+                (unsigned long long)(c.pool_bytes / c.page_size), capacity(&a, &c),
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
         table_head(stderr);
         for (int i = 0; i < n; i++)

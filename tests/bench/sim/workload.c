@@ -138,6 +138,20 @@ static int zipf_draw(wl_rng_t *r, const double *cdf, int n)
     return lo;
 }
 
+/* Unnormalized popularity of the model of rank i. */
+static double zipf_weight(int i, double s)
+{
+    return 1.0 / pow(i + 1.0, s);
+}
+
+double wl_popularity(const wl_params_t *p, int model)
+{
+    double sum = 0;
+    for (int i = 0; i < p->n_models; i++)
+        sum += zipf_weight(i, p->zipf_s);
+    return zipf_weight(model, p->zipf_s) / sum;
+}
+
 int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n)
 {
     if (p->n_models < 1 || p->rate <= 0 || p->duration_s <= 0 ||
@@ -156,7 +170,7 @@ int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n)
     }
     double acc = 0;
     for (int i = 0; i < p->n_models; i++) {
-        acc += 1.0 / pow(i + 1.0, p->zipf_s);
+        acc += zipf_weight(i, p->zipf_s);
         cdf[i] = acc;
     }
     wl_rng_t r;

@@ -60,6 +60,9 @@ typedef struct wl_params {
 /* Mean of a clamped lognormal length (numerically, for capacity estimates). */
 double wl_len_mean(const wl_len_t *l);
 
+/* The share of a synthetic trace's requests that go to a model (Zipf). */
+double wl_popularity(const wl_params_t *p, int model);
+
 /* Synthetic trace: *out is malloc'ed (caller frees), sorted by t. */
 int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n);
 
