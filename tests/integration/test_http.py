@@ -41,9 +41,8 @@ class HttpDaemon(gsd.Daemon):
 
     def __init__(self, models, listen="", **kw):
         self.port = free_port()
-        self.listen_extra = listen
-        super().__init__(models, **kw)
-        deadline = time.time() + 10
+        super().__init__(models, listen="http: 127.0.0.1:%d\n%s" % (self.port, listen), **kw)
+        deadline = time.time() + gsd.scaled(10)
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), 1).close()
@@ -52,17 +51,6 @@ class HttpDaemon(gsd.Daemon):
                 if self.proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError("no HTTP listener:\n" + self.logtext())
                 time.sleep(0.02)
-
-    def write_config(self, *a, **kw):
-        super().write_config(*a, **kw)
-        with open(self.config) as f:
-            text = f.read()
-        sock = "  socket: %s\n" % self.sock
-        add = "  http: 127.0.0.1:%d\n" % self.port
-        add += "".join("  %s\n" % l for l in self.listen_extra.strip().splitlines())
-        text = text.replace(sock, sock + add, 1)
-        with open(self.config, "w") as f:
-            f.write(text)
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
