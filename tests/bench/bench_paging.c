@@ -214,14 +214,7 @@ int main(int argc, char **argv)
         double tb = decode_bytes(sm);
         printf("model,bytes,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n");
         printf("%s,%zu,%.1f,%.0f,%.1f\n", path, sm->image_bytes, dec, tb, dec * tb / 1e9);
-        free(logits);
-        res_remove(res, rm);
-        store_unload(st, sm);
-        fwd_free(fw);
-        res_free(res);
-        store_free(st);
-        be_close(be);
-        return 0;
+        goto out;
     }
 
     /* cold: from disk through the store, page-in, first token */
@@ -312,6 +305,7 @@ int main(int argc, char **argv)
            gb / best_memcpy, best_memcpy / best_copy, gb / best_mapped, best_memcpy / best_mapped,
            best_wall, gb / best_wall, resident * 1e3, swapped * 1e3, cold * 1e3, gb / best_plain,
            best_mapped / best_wall, best_plain / best_wall, dec, tok_bytes);
+out:
     free(logits);
     res_remove(res, rm);
     store_unload(st, sm);
