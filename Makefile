@@ -33,8 +33,8 @@ CUDA_DEFS :=
 CUDA_LIBS :=
 endif
 
-PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
-DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
+PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
+DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev pkg-config \
             python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
 # clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test)
