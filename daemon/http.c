@@ -988,6 +988,59 @@ static void prom_gateway(struct evbuffer *b, const json_t *rep, int vllm)
     gw_free(&g);
 }
 
+/* The auth section of the report: attempts per listener by result, and per
+ * key requests, tokens, rejections by cause and requests in flight (labelled
+ * by the key's configured name; no key material). */
+static void prom_auth(struct evbuffer *b, const json_t *auth)
+{
+    static const char *const results[][2] = {{"ok", "total_auth_ok"},
+                                             {"missing", "total_auth_missing"},
+                                             {"invalid", "total_auth_invalid"},
+                                             {"backoff", "total_auth_backoff"}};
+    static const char *const causes[][2] = {{"rate", "rejected_rate"},
+                                            {"concurrency", "rejected_concurrency"},
+                                            {"tokens", "rejected_tokens"}};
+    const json_t *lst = json_object_get(auth, "listeners"), *keys = json_object_get(auth, "keys"), *v;
+    const char *name;
+    if (!auth)
+        return;
+    prom_family(b, "auth_attempts_total", "counter",
+                "API key checks by listener and result (ok, missing, invalid, backoff)", NULL);
+    json_object_foreach((json_t *)lst, name, v)
+    {
+        for (size_t i = 0; i < sizeof results / sizeof results[0]; i++)
+            evbuffer_add_printf(b, "gpuswapd_auth_attempts_total{listener=\"%s\",result=\"%s\"} %lld\n", name,
+                                results[i][0], (long long)json_integer_value(json_object_get(v, results[i][1])));
+    }
+    static const struct {
+        const char *metric, *field, *type, *help;
+    } per_key[] = {
+        {"key_requests_total", "total_requests", "counter", "requests admitted under the API key"},
+        {"key_tokens_total", "total_tokens", "counter", "prompt + completion tokens of the key's finished requests"},
+        {"key_inflight", "curr_inflight", "gauge", "generate/chat requests of the key in flight"},
+    };
+    for (size_t f = 0; f < sizeof per_key / sizeof per_key[0]; f++) {
+        prom_family(b, per_key[f].metric, per_key[f].type, per_key[f].help, NULL);
+        json_object_foreach((json_t *)keys, name, v)
+        {
+            evbuffer_add_printf(b, "gpuswapd_%s{key=\"", per_key[f].metric);
+            prom_escape(b, name);
+            evbuffer_add_printf(b, "\"} %lld\n", (long long)json_integer_value(json_object_get(v, per_key[f].field)));
+        }
+    }
+    prom_family(b, "key_rejections_total", "counter",
+                "requests of the API key refused by a limit, by cause (rate, concurrency, tokens)", NULL);
+    json_object_foreach((json_t *)keys, name, v)
+    {
+        for (size_t i = 0; i < sizeof causes / sizeof causes[0]; i++) {
+            evbuffer_add_printf(b, "gpuswapd_key_rejections_total{key=\"");
+            prom_escape(b, name);
+            evbuffer_add_printf(b, "\",cause=\"%s\"} %lld\n", causes[i][0],
+                                (long long)json_integer_value(json_object_get(v, causes[i][1])));
+        }
+    }
+}
+
 static void metrics_ok(hreq_t *r, const json_t *root)
 {
     struct evbuffer *b = evbuffer_new();
@@ -997,6 +1050,7 @@ static void metrics_ok(hreq_t *r, const json_t *root)
     }
     prom_render(b, root);
     prom_gateway(b, root, r->h->cfg->metrics.vllm_compat);
+    prom_auth(b, json_object_get(root, "auth"));
     reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b);
     evbuffer_free(b);
 }
