@@ -103,6 +103,9 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
+	@# the OpenAI Node SDK for test_auth.py, pinned by tests/node/package-lock.json (skipped without node)
+	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/openai ]; then \
+	  echo "deps: npm ci in tests/node"; npm ci --prefix tests/node --no-audit --no-fund >/dev/null || exit 1; fi
 
 # ---------------------------------------------------------------- build
 $(BUILD)/obj/%.o: %.c
