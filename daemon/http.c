@@ -5,11 +5,13 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1424,7 +1426,20 @@ static int key_check(hreq_t *r)
     char addr[64] = "";
     if (r->evcon)
         evhttp_connection_get_peer(r->evcon, &peer, &port);
-    auth_client_addr(h->auth, peer, evhttp_find_header(in, "X-Forwarded-For"), addr, sizeof addr);
+    /* every X-Forwarded-For line in order, joined: a proxy appends its own line after any
+     * the client sent, and the walk from the right must see it first */
+    struct evbuffer *xff = evbuffer_new();
+    struct evkeyval *kv;
+    for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (xff && strcasecmp(kv->key, "X-Forwarded-For") == 0)
+            evbuffer_add_printf(xff, "%s%s", evbuffer_get_length(xff) ? "," : "", kv->value);
+    }
+    if (xff)
+        evbuffer_add(xff, "", 1);
+    auth_client_addr(h->auth, peer, xff && evbuffer_get_length(xff) > 1 ? (const char *)evbuffer_pullup(xff, -1) : NULL,
+                     addr, sizeof addr);
+    if (xff)
+        evbuffer_free(xff);
     if (auth_parse_bearer(hdr, &tok, &len))
         tok = NULL, len = 0;
     uint32_t retry = 0;

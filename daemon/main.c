@@ -355,6 +355,12 @@ static int serve(const char *path)
         goto out;
     }
     wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
+    if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
+        fprintf(stderr, "gpuswapd: auth: %zu API keys; a key is required on %s\n", d.cfg->auth.n_keys,
+                d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
+                : d.cfg->auth.http                  ? "listen.http"
+                : d.cfg->auth.tcp                   ? "listen.tcp"
+                                                    : "no listener (the auth op is optional)");
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
         fprintf(stderr, "gpuswapd: %s\n", err);

@@ -360,9 +360,21 @@ def test_backoff_keyed_by_forwarded_address_from_trusted_proxy():
         assert_ok(st, body, "another forwarded address")
         st, _, body = complete(d, alice)  # the proxy's own address is not 10.0.0.1
         assert_ok(st, body, "no X-Forwarded-For")
+        # a proxy appends its own X-Forwarded-For line after the client's: the last one counts
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=gsd.scaled(30))
+        c.putrequest("POST", "/v1/completions")
+        body = json.dumps({"model": "m0", "prompt": "hi", "max_tokens": 2}).encode()
+        for k, v in (("Authorization", "Bearer " + alice), ("X-Forwarded-For", "10.0.0.3"),
+                     ("X-Forwarded-For", "10.0.0.1"), ("Content-Type", "application/json"),
+                     ("Content-Length", str(len(body)))):
+            c.putheader(k, v)
+        c.endheaders(body)
+        r = c.getresponse()
+        assert r.status == 429, (r.status, r.read())
+        c.close()
         rep = d.stats()["auth"]
         assert rep["listeners"]["http"]["total_auth_invalid"] == 3, rep
-        assert rep["listeners"]["http"]["total_auth_backoff"] == 1 and rep["curr_backoff_addresses"] == 1, rep
+        assert rep["listeners"]["http"]["total_auth_backoff"] == 2 and rep["curr_backoff_addresses"] == 1, rep
     finally:
         check_no_key_material(d)
         assert d.stop() == 0
