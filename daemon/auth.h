@@ -106,7 +106,7 @@ void auth_key_ref(auth_key_t *k);
 void auth_key_unref(auth_key_t *k); /* accepts NULL */
 int auth_key_revoked(const auth_key_t *k);
 const char *auth_key_name(const auth_key_t *k);
-/* Whether k may use model name. */
+/* Whether k may use model name (NULL: whether it may use every model). */
 int auth_key_allows(const auth_key_t *k, const char *model);
 /* k's allow-list as new copies for proto_req_t.allow: 0 with *out NULL when
  * k may use every model; -1 when out of memory. The caller frees each and out. */

@@ -1630,7 +1630,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     case HK_MODELS: do_worker_op(r, PROTO_OP_MODELS, 0); return;
-    case HK_METRICS: do_worker_op(r, PROTO_OP_STATS, 1); return;
+    case HK_METRICS:
+        if (r->key && !auth_key_allows(r->key, NULL)) { /* it names every model: keys for all only */
+            http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
+            return;
+        }
+        do_worker_op(r, PROTO_OP_STATS, 1);
+        return;
     }
 }
 

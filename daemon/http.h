@@ -42,7 +42,8 @@
  * API keys (auth.http, daemon/auth.c): every route but /health and /ready
  * needs "Authorization: Bearer KEY"; the key's allow-list goes with the
  * request to the worker (proto_req_t.allow) and its limits are checked before
- * it is submitted. The metrics listener needs no key.
+ * it is submitted; /metrics there needs a key for every model (others: 404).
+ * The metrics listener needs no key.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
  * their "off" value (n and best_of 1, echo false, logprobs off, penalties 0,
  * logit_bias empty, no tools, response_format text; user, store, metadata,

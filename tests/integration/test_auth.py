@@ -424,9 +424,13 @@ def test_usage_per_key_in_stats_and_metrics():
     if promtool:
         out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
         assert out.returncode == 0 or "lint" in out.stdout + out.stderr, out.stdout + out.stderr
-    # /metrics on listen.http with a key works too
+    # /metrics on listen.http with a key for every model works too; it names every model, so
+    # a key limited to some gets the answer of an unknown path
     st, _, text2 = request(d.port, "GET", "/metrics", key=alice)
     assert st == 200 and "gpuswapd_key_tokens_total" in text2
+    st, _, body = request(d.port, "GET", "/metrics", key=KEYS["bob"]["key"])
+    st2, _, body2 = request(d.port, "GET", "/nosuch", key=KEYS["bob"]["key"])
+    assert st == st2 == 404 and body["error"]["code"] == body2["error"]["code"], (body, body2)
 
 
 def test_cli_api_key():
