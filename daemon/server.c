@@ -61,6 +61,7 @@ struct srv {
     int draining;
     srv_foreign_t foreign; /* lines for ids not in the table (HTTP) */
     auth_t *auth;          /* API keys (srv_set_auth); NULL = the auth op is refused */
+    int from_worker;       /* sending the worker's answers (wake_cb): only they end requests */
 };
 
 /* ------------------------------------------------------------------ connection table */
@@ -87,9 +88,11 @@ static void conn_auth_drop(conn_t *c)
     c->key = NULL;
 }
 
-/* A line to a connection with generate/chat requests in flight under a key:
- * when it ends one of them (a done or error event, whose quoted keys cannot
- * occur inside a JSON string), the key's slot is released and its tokens charged. */
+/* A line from the worker to a connection with generate/chat requests in
+ * flight under a key: when it ends one of them (a done or error event, whose
+ * quoted keys cannot occur inside a JSON string), the key's slot is released
+ * and its tokens charged. The server's own errors never do: one tagged with
+ * the id of a request still running must not free its slot. */
 static void conn_auth_line(conn_t *c, const char *line)
 {
     if (!strstr(line, "\"event\":\"done\"") && !strstr(line, "\"event\":\"error\""))
@@ -142,7 +145,7 @@ void srv_send_line(srv_t *s, uint64_t conn, char *line)
         s->foreign.line(s->foreign.ctx, conn, line);
         return;
     }
-    if (c && line && c->n_gen)
+    if (c && line && c->n_gen && s->from_worker)
         conn_auth_line(c, line);
     if (c && line)
         conn_write(c, line, strlen(line));
@@ -583,6 +586,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv_t *s = arg;
+    s->from_worker = 1;
     for (wk_out_t *o = wk_take(s->wk), *nx; o; o = nx) {
         nx = o->next;
         switch (o->kind) {
@@ -604,6 +608,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
         }
         wk_out_free(o);
     }
+    s->from_worker = 0;
 }
 
 void srv_notify(void *srv)

@@ -144,6 +144,15 @@ class Tcp(gsd.Client):
     def auth(self, key, rid="a"):
         return self.call({"op": "auth", "id": rid, "key": key})
 
+    def call_among(self, obj):
+        """Sends obj and returns its final answer, passing over token events of other requests."""
+        self.send(obj)
+        while True:
+            ev = self.recv()
+            if ev.get("id") == obj.get("id") and ev.get("event") != "token":
+                return ev
+            assert ev.get("event") == "token", "unexpected final answer of another request: %r" % ev
+
 
 def gen(rid, model="m0", n=4, **kw):
     return dict({"op": "generate", "id": rid, "model": model, "prompt": "Once upon a time", "max_tokens": n,
@@ -300,7 +309,12 @@ def test_concurrent_limit_overflow_gets_429_while_another_key_does_not():
     # on TCP: one in flight, a second overflows, a cancel frees the slot
     t.send(gen("long", "slow", 300, stream=True))
     assert t.recv()["event"] == "token"
-    ans = t.call(gen("z"))
+    ans = t.call_among(gen("z"))
+    assert ans["error"]["code"] == "rate_limited", ans
+    # an error the server itself tags with the running request's id does not free its slot
+    ans = t.call_among({"op": "generate", "id": "long", "model": "slow", "bogus": 1})
+    assert ans["error"]["code"] == "bad_request", ans
+    ans = t.call_among(gen("z2"))
     assert ans["error"]["code"] == "rate_limited", ans
     t.send({"op": "cancel", "id": "c", "target": "long"})
     seen = {}
