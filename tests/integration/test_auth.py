@@ -1,4 +1,4 @@
-"""API keys on the real daemon (sim backend) over its real HTTP and TCP sockets: no key, a wrong key, a key revoked by a reload, a key limited to one model (answered as an unknown model), a rate-limited key bursting, concurrent-limit overflow, the back-off keyed by X-Forwarded-For from a trusted proxy, per-key usage in stats and /metrics, the CLI's --api-key, the OpenAI Node SDK, and no key material in any log or metrics."""
+"""API keys on the real daemon (sim backend) over its real HTTP and TCP sockets: no key, a wrong key, a key revoked by a reload, a key limited to one model (answered as an unknown model), a rate-limited key bursting, concurrent-limit overflow, a spent tokens-per-minute budget, the back-off keyed by X-Forwarded-For from a trusted proxy, per-key usage in stats and /metrics, the CLI's --api-key, the OpenAI Node SDK, and no key material in any log or metrics."""
 import http.client
 import json
 import os
@@ -35,7 +35,7 @@ def keygen(name):
     return k
 
 
-KEYS = {n: keygen(n) for n in ("alice", "bob", "carol", "dave", "eve")}
+KEYS = {n: keygen(n) for n in ("alice", "bob", "carol", "dave", "eve", "frank")}
 PROXY_KEYS = {n: keygen(n) for n in ("alice",)}
 
 
@@ -64,6 +64,7 @@ MAIN_ENTRIES = [
     key_entry("carol", KEYS["carol"]["hash"], ["*"], "rate: 0.5\nburst: 3"),
     key_entry("dave", KEYS["dave"]["hash"], ["*"], "max_concurrent: 1"),
     key_entry("eve", KEYS["eve"]["hash"], ["*"]),
+    key_entry("frank", KEYS["frank"]["hash"], ["*"], "tokens_per_minute: 10"),
 ]
 
 
@@ -300,10 +301,15 @@ def test_concurrent_limit_overflow_gets_429_while_another_key_does_not():
     assert t.auth(dave)["key"] == "dave"
     ans = t.call(gen("x"))
     assert ans["error"]["code"] == "rate_limited" and "concurrent" in ans["error"]["message"], ans
-    rest = r.read()
-    assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+    # closing the stream cancels it; its slot comes back
     c.close()
-    # the slot came back when the stream ended
+    deadline = time.time() + gsd.scaled(30)
+    while True:
+        st, _, body = complete(d, dave)
+        if st == 200:
+            break
+        assert st == 429 and time.time() < deadline, (st, body)
+        time.sleep(0.05)
     ans = t.call(gen("y"))
     assert ans["event"] == "done", ans
     # on TCP: one in flight, a second overflows, a cancel frees the slot
@@ -324,6 +330,21 @@ def test_concurrent_limit_overflow_gets_429_while_another_key_does_not():
             seen[ev["id"]] = ev
     assert t.call(gen("after"))["event"] == "done"
     t.close()
+
+
+def test_tokens_per_minute_refuse_once_the_budget_is_spent():
+    d = daemon()
+    frank, alice = KEYS["frank"]["key"], KEYS["alice"]["key"]
+    st, _, body = complete(d, frank, n=8)  # about 12 tokens of a budget of 10: admitted, then charged
+    assert_ok(st, body, "frank first")
+    assert body["usage"]["total_tokens"] > 10, body["usage"]
+    st, hd, body = complete(d, frank)
+    e = assert_error(st, body, 429, "rate_limited", "frank over budget")
+    assert "tokens-per-minute" in e["message"] and int(hd["retry-after"]) >= 1, (e, hd)
+    st, _, body = complete(d, alice, n=8)
+    assert_ok(st, body, "alice meanwhile")
+    st, _, body = request(d.port, "GET", "/v1/models", key=frank)  # uses no tokens: still served
+    assert_ok(st, body, "frank models")
 
 
 def test_revoked_key_after_reload_closes_its_connection():
@@ -536,6 +557,7 @@ def main():
               test_key_limited_to_one_model_sees_others_as_unknown,
               test_rate_limited_key_bursting_gets_429_while_another_key_does_not,
               test_concurrent_limit_overflow_gets_429_while_another_key_does_not,
+              test_tokens_per_minute_refuse_once_the_budget_is_spent,
               test_revoked_key_after_reload_closes_its_connection,
               test_backoff_keyed_by_forwarded_address_from_trusted_proxy,
               test_backoff_ignores_forwarded_for_from_untrusted_peer,
