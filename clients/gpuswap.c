@@ -1232,6 +1232,34 @@ static void gs_print_stats(const json_t *r)
            fr = gs_num(p, "curr_pool_free", 0);
     printf("pool: %.0f/%.0f pages used, %.0f free; %.1f MiB used, %.1f MiB free (%.0f KiB pages)\n", used,
            gs_num(p, "curr_pool_pages", 0), fr, used * page / GS_MIB, fr * page / GS_MIB, page / 1024);
+    /* API keys (auth:): usage per key, failed attempts per listener that requires keys */
+    const json_t *auth = json_object_get(r, "auth"), *keys = json_object_get(auth, "keys"), *k;
+    if (json_object_size(keys)) {
+        int kw = 7;
+        json_object_foreach((json_t *)keys, name, k)
+        {
+            if ((int)strlen(name) > kw)
+                kw = (int)strlen(name);
+        }
+        printf("%-*s  %10s %12s %24s %9s\n", kw, "API KEY", "REQUESTS", "TOKENS", "REJECTED RATE/CONC/TPM",
+               "IN FLIGHT");
+        json_object_foreach((json_t *)keys, name, k)
+        {
+            char rej[64];
+            snprintf(rej, sizeof rej, "%.0f/%.0f/%.0f", gs_num(k, "rejected_rate", 0),
+                     gs_num(k, "rejected_concurrency", 0), gs_num(k, "rejected_tokens", 0));
+            printf("%-*s  %10.0f %12.0f %24s %9.0f\n", kw, name, gs_num(k, "total_requests", 0),
+                   gs_num(k, "total_tokens", 0), rej, gs_num(k, "curr_inflight", 0));
+        }
+    }
+    const json_t *lst = json_object_get(auth, "listeners"), *l;
+    json_object_foreach((json_t *)lst, name, l)
+    {
+        if (json_is_true(json_object_get(l, "required")))
+            printf("auth on %s: %.0f ok, %.0f without a key, %.0f wrong keys, %.0f refused while backing off\n", name,
+                   gs_num(l, "total_auth_ok", 0), gs_num(l, "total_auth_missing", 0),
+                   gs_num(l, "total_auth_invalid", 0), gs_num(l, "total_auth_backoff", 0));
+    }
 }
 
 static int gs_cmd_stats(const gs_cmd_t *cmd, gs_opts_t *o)

@@ -485,6 +485,11 @@ def test_cli_api_key():
     out = subprocess.run([GPUSWAP, "--api-key", "gsk_nope", "models"], env=env, capture_output=True, text=True,
                          timeout=gsd.scaled(30))
     assert out.returncode == 1 and "unauthorized" in out.stderr, out.stderr
+    out = subprocess.run([GPUSWAP, "stats"], env=env, capture_output=True, text=True, timeout=gsd.scaled(30))
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^API KEY +REQUESTS +TOKENS", out.stdout, re.M), out.stdout
+    assert re.search(r"^alice +[1-9]\d* +[1-9]\d* +\d+/\d+/\d+ +0$", out.stdout, re.M), out.stdout
+    assert re.search(r"^auth on http: \d+ ok, [1-9]\d* without a key, [1-9]\d* wrong keys", out.stdout, re.M), out.stdout
 
 
 def test_python_client_api_key():
