@@ -35,10 +35,10 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev pkg-config \
-            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy
+            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test)
-DEB_CMDS := curl promtool gnuplot clang valgrind haproxy
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test)
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
