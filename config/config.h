@@ -52,6 +52,11 @@ typedef enum cfg_policy {
     CFG_POLICY_FIFO,
 } cfg_policy_t;
 
+typedef enum cfg_kv_type {
+    CFG_KV_F16 = 0,
+    CFG_KV_F32,
+} cfg_kv_type_t;
+
 /* A list of numeric user or group ids. */
 typedef struct cfg_idlist {
     uint32_t *ids; /* n entries, owned; NULL when n == 0 */
@@ -63,6 +68,7 @@ typedef struct cfg_model {
     char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
     uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
     uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
+    cfg_kv_type_t kv_type; /* element type of its KV caches; default f16 */
     double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */
     int pinned;          /* 1: never evicted once paged in */
     uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */

@@ -42,6 +42,9 @@ struct res_model {
     size_t kv_bytes;         /* KV pages mapped */
     int running;
     int n_kv;
+    kv_type_t kv_live_type;  /* type of its live KV caches (while n_kv > 0): a reload's
+                                new kv_type applies once they are gone, so one
+                                pass never mixes types */
     int n_inflight;          /* segments whose copy is queued and not settled */
     size_t inflight_bytes;   /* their spans */
     int wanted;              /* the caller has work queued for it (res_set_wanted) */
@@ -125,9 +128,20 @@ size_t res_kv_available(const res_t *r)
     return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
 }
 
+static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos,
+                             kv_type_t t)
+{
+    return 2 * pages_of(r, kv_seq_bytes(hp, n_pos, t) / 2) * r->page;
+}
+
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos)
 {
-    return 2 * pages_of(r, kv_seq_bytes(hp, n_pos) / 2) * r->page;
+    return kv_bytes_typed(r, hp, n_pos, KV_TYPE_F16);
+}
+
+size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos)
+{
+    return kv_bytes_typed(r, &m->sm->model->hp, n_pos, m->cfg.kv_type);
 }
 
 static size_t quota_of(const res_t *r, const res_model_t *m)
@@ -858,8 +872,11 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
     k->kv.n_layer = hp->n_layer;
     k->kv.n_ctx = n_ctx;
     k->kv.kv_dim = hp->n_head_kv * hp->head_dim;
+    if (m->n_kv == 0)
+        m->kv_live_type = m->cfg.kv_type;
+    k->kv.type = m->kv_live_type;
     k->kv.owner = k;
-    k->range_bytes = res_kv_bytes_for(r, hp, n_ctx) / 2;
+    k->range_bytes = res_kv_bytes_model(r, m, n_ctx) / 2;
     void *kb = NULL, *vb = NULL;
     if (r->be->zero_copy) {
         /* host memory is device memory: plain allocations, no quota */
@@ -902,7 +919,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     }
     if (r->be->zero_copy)
         return RES_OK;
-    size_t per_pos = (size_t)kv->n_layer * kv->kv_dim * sizeof(float);
+    size_t per_pos = (size_t)kv->n_layer * kv->kv_dim * kv_type_size(kv->type);
     size_t want = pages_of(r, n_pos * per_pos) * r->page;
     if (want <= k->mapped_bytes)
         return RES_OK;

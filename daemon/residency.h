@@ -38,6 +38,7 @@ typedef struct res_cfg {
     size_t gpu_quota; /* bytes of weights + KV the model may hold; 0 = the whole pool */
     int pinned;       /* never evicted */
     double priority;  /* > 0; scales how much the model is worth keeping (default 1) */
+    kv_type_t kv_type;/* element type of its KV caches (0 = KV_TYPE_F16) */
 } res_cfg_t;
 
 typedef struct res res_t;
@@ -134,8 +135,10 @@ void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
  * gpu_quota when smaller), so KV never starves paging. With no KV mapped
  * at all only the minimum to run is kept, so one sequence always fits. */
 size_t res_kv_available(const res_t *r);
-/* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages). */
+/* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages), F16. */
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos);
+/* The same for a cache of model m (its configured kv_type). */
+size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos);
 
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);

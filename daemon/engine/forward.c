@@ -128,6 +128,11 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
             snprintf(err, errlen, "sequence %d: KV cache shaped for another model", s);
             return FWD_ERR_ARG;
         }
+        if (sq->kv->type != seqs[0].kv->type) {
+            snprintf(err, errlen, "sequence %d: KV cache is %s, sequence 0's is %s (one type per step)",
+                     s, kv_type_name(sq->kv->type), kv_type_name(seqs[0].kv->type));
+            return FWD_ERR_ARG;
+        }
         if ((uint64_t)sq->kv->n_past + sq->n_tokens > sq->kv->n_ctx) {
             snprintf(err, errlen, "sequence %d: %u + %u tokens exceed the context of %u", s,
                      sq->kv->n_past, sq->n_tokens, sq->kv->n_ctx);
@@ -189,7 +194,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
         BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, hp);
         BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, hp);
         be_att_t at = {.toks = f->toks, .layer = l, .n_layer = hp->n_layer, .n_head = hp->n_head,
-                       .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W};
+                       .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W,
+                       .kv_type = seqs[0].kv->type};
         BE_CALL(kv_store, &at, f->k, f->v, n_tok);
         BE_CALL(attention, &at, f->q, f->att, n_tok);
         be_mm_t o = {&L->wo, f->xb, W};

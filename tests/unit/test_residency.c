@@ -39,7 +39,7 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
     kv_seq_t *kv = NULL;
     int own_kv = res == NULL;
     if (own_kv)
-        kv = kv_seq_new(&m->hp, 32);
+        kv = kv_seq_new(&m->hp, 32, KV_TYPE_F16);
     else
         cr_assert_eq(res_kv_new(res, rm, 32, &kv, err, sizeof err), 0, "%s", err);
     fwd_hooks_t h = rm ? res_hooks(rm) : (fwd_hooks_t){0};
