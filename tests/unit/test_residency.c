@@ -452,7 +452,7 @@ Test(residency, kv_pages_are_counted_and_returned)
     cr_assert_eq(res_kv_ensure(f.res, kv, 300, err, sizeof err), 0, "%s", err);
     res_pool_stats(f.res, &p1);
     const model_hparams_t *hp = &f.sm[0]->model->hp;
-    size_t per = 300ull * hp->n_layer * hp->n_head_kv * hp->head_dim * 4;
+    size_t per = 300ull * hp->n_layer * hp->n_head_kv * hp->head_dim * 2; /* F16, the default */
     size_t pages = 2 * ((per + PAGE - 1) / PAGE);
     cr_assert_eq(p1.curr_pool_used - p0.curr_pool_used, pages);
     cr_assert_neq(res_kv_ensure(f.res, kv, 513, err, sizeof err), 0);
