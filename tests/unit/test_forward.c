@@ -362,7 +362,10 @@ Test(forward, kquant_files_on_the_exact_path_stay_within_the_rms_bound, .timeout
 
 /* ------------------------------------------------------------------ batching invariants */
 
-static void check_batch_equals_single(uint32_t type, int qwen)
+/* Single-sequence prefill, token-by-token decode, a batch of all three in
+ * one pass and the same batch in chunks of 1, 4 and 7 tokens (prefills cut
+ * mid-prompt, chunks spanning sequences) give the same logits bit for bit. */
+static void check_batch_equals_single_kv(uint32_t type, int qwen, kv_type_t kt)
 {
     model_t *m = tu_tiny_model(type, qwen);
     backend_t *pool = cpu_be(2);
@@ -376,7 +379,7 @@ static void check_batch_equals_single(uint32_t type, int qwen)
         single[s] = malloc(nv * sizeof(float));
         batched[s] = malloc(nv * sizeof(float));
         stepwise[s] = malloc(nv * sizeof(float));
-        kv_seq_t *kv = kv_seq_new(&m->hp, 64, KV_TYPE_F32);
+        kv_seq_t *kv = kv_seq_new(&m->hp, 64, kt);
         fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_reset(kv);
@@ -389,9 +392,23 @@ static void check_batch_equals_single(uint32_t type, int qwen)
     kv_seq_t *kvs[3];
     fwd_seq_t b[3];
     for (int s = 0; s < 3; s++) {
-        kvs[s] = kv_seq_new(&m->hp, 64, KV_TYPE_F32);
+        kvs[s] = kv_seq_new(&m->hp, 64, kt);
         b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
     }
+    static const uint32_t chunks[] = {1, 4, 7};
+    for (int c = 0; c < 3; c++) {
+        fwd_set_chunk(f, chunks[c]);
+        for (int s = 0; s < 3; s++)
+            kv_seq_reset(kvs[s]);
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
+        for (int s = 0; s < 3; s++)
+            cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
+                         "%s seq %d: logits in chunks of %u differ from single", gguf_ttype_name(type),
+                         s, chunks[c]);
+    }
+    fwd_set_chunk(f, 0);
+    for (int s = 0; s < 3; s++)
+        kv_seq_reset(kvs[s]);
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
     for (int s = 0; s < 3; s++) {
         cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
@@ -405,6 +422,37 @@ static void check_batch_equals_single(uint32_t type, int qwen)
     }
     fwd_free(f);
     be_close(pool);
+    model_close(m);
+}
+
+static void check_batch_equals_single(uint32_t type, int qwen)
+{
+    check_batch_equals_single_kv(type, qwen, KV_TYPE_F32);
+    check_batch_equals_single_kv(type, qwen, KV_TYPE_F16);
+}
+
+Test(forward, chunked_prefill_scratch_is_sized_by_the_chunk_not_the_prompt)
+{
+    model_t *m = tu_tiny_model(GGUF_T_F32, 0);
+    backend_t *be = cpu_be(1);
+    fwd_t *f = fwd_new(be);
+    fwd_set_chunk(f, 8);
+    kv_seq_t *kv = kv_seq_new(&m->hp, 128, KV_TYPE_F16);
+    int32_t t[100];
+    for (int i = 0; i < 100; i++)
+        t[i] = 1 + (i * 37) % 250;
+    float *l = malloc(m->hp.n_vocab * sizeof(float));
+    char err[256];
+    fwd_seq_t s = {kv, t, 100, l};
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kv->n_past, 100);
+    /* 8 tokens of activations and one row of logits, not 100 of each */
+    cr_assert_eq(fwd_scratch_peak(f), fwd_scratch_need(&m->hp, 8, 1));
+    cr_assert_lt(fwd_scratch_peak(f) * 10, fwd_scratch_need(&m->hp, 100, 100));
+    free(l);
+    kv_seq_free(kv);
+    fwd_free(f);
+    be_close(be);
     model_close(m);
 }
 
