@@ -103,6 +103,7 @@ static const opt_t opts[] = {
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
     {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
     {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},
+    {"device", "prefill_chunk", OPT_U32, C(device.prefill_chunk), "512", 1, 1048576, 0, NULL, NULL, NULL},
 
     SECTION("", "host"),
     {"host", "memory", OPT_SIZE, C(host.memory), "0", 0, UNBOUNDED, OPT_RELOAD, NULL, NULL, NULL},

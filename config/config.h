@@ -114,6 +114,8 @@ typedef struct cfg {
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
         uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
         int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
+        uint32_t prefill_chunk; /* tokens per pass over the layers (long prompts run in chunks,
+                                   scratch sized by it), default 512 */
     } device;
     struct {
         uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */

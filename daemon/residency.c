@@ -62,6 +62,8 @@ struct res {
     backend_t *be;
     size_t page;
     size_t n_pages, free_pages;
+    size_t scratch_pages;    /* pages counted as device scratch (res_scratch_reserve) */
+    size_t peak_used;        /* most pages in use at once */
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
     size_t kv_bytes;         /* KV pages mapped, all models */
@@ -403,6 +405,14 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tie
     return 0;
 }
 
+/* Records the pool's high-water mark after pages were taken. */
+static void note_used(res_t *r)
+{
+    size_t used = r->n_pages - r->free_pages;
+    if (used > r->peak_used)
+        r->peak_used = used;
+}
+
 /* Map segment s and queue its copy. */
 static int page_in(res_t *r, res_model_t *m, uint32_t s)
 {
@@ -423,6 +433,7 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     }
     m->st.total_map_ns += now_ns() - t0;
     r->free_pages -= ss->span / r->page;
+    note_used(r);
     m->weight_bytes += ss->span;
     if (r->be->copy_h2d(r->be->ctx, (uint8_t *)m->base + ss->off, m->sm->image + ss->off, ss->span,
                         sg->ev)) {
@@ -962,6 +973,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     }
     k->mapped_bytes = want;
     r->free_pages -= extra / r->page;
+    note_used(r);
     m->kv_bytes += extra;
     r->kv_bytes += extra;
     update_gauges(m);
@@ -995,6 +1007,28 @@ void res_kv_free(res_t *r, kv_seq_t *kv)
     m->st.total_kv_frees++;
     update_gauges(m);
     free(k);
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+int res_scratch_reserve(res_t *r, size_t bytes, char *err, size_t errlen)
+{
+    if (r->be->zero_copy)
+        return RES_OK; /* cpu: activations are host memory like everything else */
+    size_t want = pages_of(r, bytes);
+    if (want <= r->scratch_pages)
+        return RES_OK;
+    size_t extra = want - r->scratch_pages;
+    /* idle models only (tiers 0..2): scratch never preempts running work */
+    if (make_room_others(r, NULL, extra, 3)) {
+        snprintf(err, errlen, "no device memory for %.1f MiB of activation scratch (the pool is held "
+                 "by running or pinned models)", (double)want * r->page / 1048576.0);
+        return RES_ERR_NOSPACE;
+    }
+    r->free_pages -= extra;
+    r->scratch_pages = want;
+    note_used(r);
+    return RES_OK;
 }
 
 /* ------------------------------------------------------------------ state */
@@ -1035,4 +1069,6 @@ void res_pool_stats(const res_t *r, stats_pool_t *out)
     out->curr_pool_free = r->free_pages;
     out->curr_pool_used = r->n_pages - r->free_pages;
     out->page_size = r->page;
+    out->curr_scratch_bytes = r->scratch_pages * r->page;
+    out->peak_used_bytes = r->peak_used * r->page;
 }

@@ -41,6 +41,8 @@ typedef struct stats_pool {
     uint64_t curr_pool_used;   /* pages mapped */
     uint64_t curr_pool_free;   /* pages free */
     uint64_t page_size;        /* bytes */
+    uint64_t curr_scratch_bytes; /* device scratch (activations) counted in the pool */
+    uint64_t peak_used_bytes;  /* most pool bytes in use at once: weights, KV and scratch */
 } stats_pool_t;
 
 /* Per-model service counters (resettable): X(name, help). */

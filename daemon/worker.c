@@ -189,6 +189,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     sched_cfg_t sc = wk_sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
     w->fwd = fwd_new(w->be);
+    if (w->fwd)
+        fwd_set_chunk(w->fwd, cfg->device.prefill_chunk);
     if (!w->store || !w->res || !w->sched || !w->fwd) {
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;

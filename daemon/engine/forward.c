@@ -59,6 +59,19 @@ uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok)
     return (uint32_t)(f->chunk && n_tok > f->chunk ? f->chunk : n_tok);
 }
 
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
+{
+    size_t nt = max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok);
+    size_t no = max_sz(n_out ? n_out : 1, f->cap_out), w = max_sz(hp->n_embd, f->cap_width);
+    size_t ff = max_sz(hp->n_ff, f->cap_ff), nv = max_sz(hp->n_vocab, f->cap_vocab);
+    return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+}
+
 static void free_dev(fwd_t *f)
 {
     const backend_t *be = f->be;

@@ -59,6 +59,9 @@ uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok);
 /* Device scratch bytes a pass of n_tok tokens returning n_out rows of
  * logits needs (activations, the returned rows' hidden states and logits). */
 size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out);
+/* Device scratch bytes f will hold after a step of n_tok tokens (chunked)
+ * returning n_out rows of logits for a model shaped hp (buffers only grow). */
+size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out);
 /* Device scratch bytes allocated now, and the most ever allocated. */
 size_t fwd_scratch_bytes(const fwd_t *f);
 size_t fwd_scratch_peak(const fwd_t *f);

@@ -14,6 +14,21 @@ MODEL = gsd.mkmodel(os.path.join(TMP, "m.gguf"), SHAPE + " --seed 5")
 PROMPT = "Once upon a time"
 
 
+class DeviceDaemon(gsd.Daemon):
+    """gsd.Daemon with more keys in its device section."""
+
+    def __init__(self, models, device, **kw):
+        self.device_extra = device
+        super().__init__(models, **kw)
+
+    def write_config(self, *a, **kw):
+        super().write_config(*a, **kw)
+        text = open(self.config).read()
+        more = "".join("  %s\n" % line for line in self.device_extra)
+        with open(self.config, "w") as f:
+            f.write(text.replace("  threads: 1\n", "  threads: 1\n" + more, 1))
+
+
 def generate_cli(kv_type, n):
     out = subprocess.run([gsd.GPUSWAPD, "generate", "--model", MODEL, "--prompt", PROMPT, "-n", str(n),
                           "--temp", "0", "--json", "--quiet", "--threads", "1", "--kv-type", kv_type],
@@ -50,6 +65,51 @@ def test_f16_kv_is_the_default_and_takes_half_the_bytes_per_token_of_f32():
         assert st["h"]["curr_kv_bytes"] == 0 and st["s"]["curr_kv_bytes"] == 0, st
     finally:
         assert d.stop() == 0
+
+
+LONG_SHAPE = "--type f16 --dim 64 --layers 2 --heads 2 --kv-heads 1 --ff 128 --vocab 300 --ctx 4608"
+LONG = gsd.mkmodel(os.path.join(TMP, "long.gguf"), LONG_SHAPE + " --seed 9")
+N_LONG = 4096
+
+
+def f32_bytes_for(n_tok, n_out, dim=64, ff=128, vocab=300):
+    """fwd_scratch_need: activations of n_tok tokens, hidden state and logits of n_out rows."""
+    return 4 * (6 * n_tok * dim + 2 * n_tok * ff + n_out * dim + n_out * vocab)
+
+
+def test_a_4k_token_prompt_runs_in_chunks_with_bounded_scratch_and_unchanged_output():
+    ids = [1] + [3 + (i * 37) % 290 for i in range(N_LONG - 1)]
+    page = 64 * 1024
+    want = subprocess.run([gsd.GPUSWAPD, "generate", "--model", LONG, "--prompt-ids", ",".join(map(str, ids)),
+                           "-n", "4", "--temp", "0", "--json", "--quiet", "--threads", "1", "--ctx", "4608",
+                           "--prefill-chunk", "0"],
+                          capture_output=True, text=True, timeout=gsd.scaled(300), check=True)
+    want = json.loads(want.stdout.strip().splitlines()[-1])
+    for chunk in (512, 100):
+        d = DeviceDaemon([("long", LONG, "max_context: 4608")], ["prefill_chunk: %d" % chunk], memory="8MiB")
+        try:
+            c = gsd.Client(d.sock, timeout=300)
+            ans = c.call({"op": "generate", "id": "l", "model": "long", "tokens": ids, "max_tokens": 4,
+                          "temperature": 0})
+            c.close()
+            assert ans.get("event") == "done", ans
+            assert ans["usage"]["prompt_tokens"] == N_LONG, ans
+            # the same tokens as one unchunked pass of `gpuswapd generate`
+            assert ans["text"] == want["text"], (chunk, ans["text"], want["text"])
+            pool = d.stats()["pool"]
+            st = d.stats()["models"]["long"]
+            bound = -(-f32_bytes_for(chunk, 1) // page) * page
+            # scratch is counted in the pool, sized by the chunk: not by the 4k prompt
+            assert 0 < pool["curr_scratch_bytes"] <= bound, (pool, bound)
+            assert pool["curr_scratch_bytes"] * 6 < f32_bytes_for(N_LONG, 1), pool  # 8x fewer tokens
+            # peak device bytes: weights + the whole KV cache + scratch, nothing that grows with the prompt
+            kv = -(-(N_LONG + 4) * st["kv_bytes_per_token"] // 2 // page) * page * 2
+            assert pool["peak_used_bytes"] <= st["weight_bytes"] + kv + bound + 2 * page, (pool, st)
+            assert pool["peak_used_bytes"] <= pool["curr_pool_pages"] * page, pool
+            print("    chunk %d: scratch %d B, peak device %d B (unchunked scratch would be %d B)"
+                  % (chunk, pool["curr_scratch_bytes"], pool["peak_used_bytes"], f32_bytes_for(N_LONG, N_LONG)))
+        finally:
+            assert d.stop() == 0
 
 
 if __name__ == "__main__":
