@@ -63,6 +63,7 @@ struct res {
     size_t page;
     size_t n_pages, free_pages;
     size_t scratch_pages;    /* pages counted as device scratch (res_scratch_reserve) */
+    size_t cut_pages;        /* pages taken off the budget because the device could not map them */
     size_t peak_used;        /* most pages in use at once */
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
@@ -413,6 +414,33 @@ static void note_used(res_t *r)
         r->peak_used = used;
 }
 
+/* A map failed for lack of physical memory (BE_ERR_NOMEM) although the
+ * budget said there was room: the device gives less than the budget (other
+ * processes, the driver's own use). Lower the budget to what is in use now
+ * (never below the largest model wholly resident plus the KV minimum: what
+ * the configuration needs to work at all) and
+ * evict idle models to free need pages more, so the caller can retry the map
+ * once. 0 when it may retry. */
+static int device_short(res_t *r, const res_model_t *m, size_t need)
+{
+    size_t floor = pages_of(r, r->headroom) + 2, used = r->n_pages - r->free_pages;
+    size_t keep = used > floor ? used : floor;
+    if (keep < r->n_pages) {
+        size_t cut = r->n_pages - keep;
+        if (cut > r->free_pages)
+            cut = r->free_pages;
+        r->n_pages -= cut;
+        r->free_pages -= cut;
+        r->cut_pages += cut;
+    }
+    /* pages free in the pool are not held on the device: only unmapping
+     * gives it room. Evict idle models (tiers 0..2) for need pages more;
+     * retry if something was freed and the pool has room for the map */
+    size_t before = r->free_pages;
+    make_room_others(r, m, before + need, 3);
+    return r->free_pages > before && r->free_pages >= need ? 0 : RES_ERR_NOMEM;
+}
+
 /* Map segment s and queue its copy. */
 static int page_in(res_t *r, res_model_t *m, uint32_t s)
 {
@@ -420,6 +448,10 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     res_seg_t *sg = &m->segs[s];
     uint64_t t0 = now_ns();
     int brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span);
+    /* a failure recovered by evicting is not a device error (the worker
+     * watches that counter for failed page-ins): the lowered budget shows it */
+    if (brc == BE_ERR_NOMEM && device_short(r, m, ss->span / r->page) == 0)
+        brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span); /* once more, after evicting */
     if (brc) {
         m->st.total_device_errors++;
         if (brc == BE_ERR_NOMEM) {
@@ -919,6 +951,17 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
     return RES_OK;
 }
 
+/* Map [off, off+len) of both halves of a KV cache; all or nothing. */
+static int kv_map(res_t *r, kv_seq_t *kv, size_t off, size_t len)
+{
+    int rc = r->be->map(r->be->ctx, kv->k, off, len);
+    if (rc)
+        return rc;
+    if ((rc = r->be->map(r->be->ctx, kv->v, off, len)))
+        r->be->unmap(r->be->ctx, kv->k, off, len);
+    return rc;
+}
+
 int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen)
 {
     res_kv_t *k = kv->owner;
@@ -965,12 +1008,17 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             goto device;
     }
     size_t off = k->mapped_bytes, len = want - k->mapped_bytes;
-    if (r->be->map(r->be->ctx, kv->k, off, len))
-        goto device;
-    if (r->be->map(r->be->ctx, kv->v, off, len)) {
-        r->be->unmap(r->be->ctx, kv->k, off, len);
-        goto device;
+    int brc = kv_map(r, kv, off, len);
+    if (brc == BE_ERR_NOMEM && device_short(r, m, extra / r->page) == 0)
+        brc = kv_map(r, kv, off, len); /* once more, after evicting */
+    if (brc == BE_ERR_NOMEM) {
+        m->st.total_device_errors++;
+        snprintf(err, errlen, "model '%s': device memory exhausted (the %s backend could not map "
+                 "%.1f MiB of KV cache)", m->sm->name, r->be->name, extra / 1048576.0);
+        return RES_ERR_NOMEM;
     }
+    if (brc)
+        goto device;
     k->mapped_bytes = want;
     r->free_pages -= extra / r->page;
     note_used(r);
@@ -1011,24 +1059,22 @@ void res_kv_free(res_t *r, kv_seq_t *kv)
 
 /* ------------------------------------------------------------------ scratch */
 
-int res_scratch_reserve(res_t *r, size_t bytes, char *err, size_t errlen)
+size_t res_scratch_reserve(res_t *r, size_t bytes)
 {
     if (r->be->zero_copy)
-        return RES_OK; /* cpu: activations are host memory like everything else */
+        return 0; /* cpu: activations are host memory like everything else */
     size_t want = pages_of(r, bytes);
     if (want <= r->scratch_pages)
-        return RES_OK;
-    size_t extra = want - r->scratch_pages;
+        return 0;
     /* idle models only (tiers 0..2): scratch never preempts running work */
-    if (make_room_others(r, NULL, extra, 3)) {
-        snprintf(err, errlen, "no device memory for %.1f MiB of activation scratch (the pool is held "
-                 "by running or pinned models)", (double)want * r->page / 1048576.0);
-        return RES_ERR_NOSPACE;
-    }
-    r->free_pages -= extra;
-    r->scratch_pages = want;
+    make_room_others(r, NULL, want - r->scratch_pages, 3);
+    size_t take = want - r->scratch_pages;
+    if (take > r->free_pages)
+        take = r->free_pages;
+    r->free_pages -= take;
+    r->scratch_pages += take;
     note_used(r);
-    return RES_OK;
+    return (want - r->scratch_pages) * r->page;
 }
 
 /* ------------------------------------------------------------------ state */
@@ -1071,4 +1117,5 @@ void res_pool_stats(const res_t *r, stats_pool_t *out)
     out->page_size = r->page;
     out->curr_scratch_bytes = r->scratch_pages * r->page;
     out->peak_used_bytes = r->peak_used * r->page;
+    out->curr_budget_cut_bytes = r->cut_pages * r->page;
 }

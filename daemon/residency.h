@@ -141,11 +141,12 @@ size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_po
 size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos);
 
 /* Device scratch (the forward pass's activations) counted in the pool: the
- * reservation grows to bytes (whole pages), evicting idle models when the
- * free pages do not cover it, and never shrinks (the pass keeps its
- * buffers). RES_ERR_NOSPACE when the room cannot be made now; a no-op on a
- * zero-copy backend. */
-int res_scratch_reserve(res_t *r, size_t bytes, char *err, size_t errlen);
+ * reservation grows towards bytes (whole pages), evicting idle models when
+ * the free pages do not cover it, and never shrinks (the pass keeps its
+ * buffers). Returns the bytes it could not take now (the pool held by
+ * running or pinned models): the pass runs anyway, and a later call takes
+ * the rest once pages are free. A no-op on a zero-copy backend. */
+size_t res_scratch_reserve(res_t *r, size_t bytes);
 
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);

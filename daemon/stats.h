@@ -43,6 +43,7 @@ typedef struct stats_pool {
     uint64_t page_size;        /* bytes */
     uint64_t curr_scratch_bytes; /* device scratch (activations) counted in the pool */
     uint64_t peak_used_bytes;  /* most pool bytes in use at once: weights, KV and scratch */
+    uint64_t curr_budget_cut_bytes; /* taken off the pool because the device could not map them */
 } stats_pool_t;
 
 /* Per-model service counters (resettable): X(name, help). */

@@ -196,12 +196,7 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
     size_t n_tok = 0;
     for (uint32_t k = 0; k < p->n; k++)
         n_tok += p->fs[k].n_tokens;
-    if (res_scratch_reserve(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n), p->err,
-                            sizeof p->err)) {
-        p->rc = FWD_ERR_NOMEM;
-        p->t_end = wk_now();
-        return 0;
-    }
+    res_scratch_reserve(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n));
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
@@ -242,8 +237,7 @@ static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
             if (rerr && i == 0)
                 snprintf(p->err, sizeof p->err, "%s", why);
             wk_seq_fail(w, s, p->rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW
-                        : rerr ? wk_device_error_code(rerr)
-                        : p->rc == FWD_ERR_NOMEM ? PROTO_E_OVERLOADED : PROTO_E_INTERNAL, p->err);
+                        : rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, p->err);
             continue;
         }
         if (s->n_gen == 0) {

@@ -64,6 +64,8 @@ typedef enum be_fault_kind {
     BE_FAULT_COPY_FAIL, /* the copy does not land: its event completes with an error */
     BE_FAULT_COPY_SLOW, /* the copy lands delay_ms late */
     BE_FAULT_MAP_FAIL,  /* map fails with BE_ERR_NOMEM (device memory exhausted) */
+    BE_FAULT_MAP_SHORT, /* every map fails with BE_ERR_NOMEM until an unmap frees a page
+                           (physical memory taken by someone else); count is ignored */
 } be_fault_kind_t;
 
 typedef struct be_fault {

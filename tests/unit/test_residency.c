@@ -533,19 +533,69 @@ Test(residency, a_failed_copy_fails_the_pass_and_the_segment_is_paged_in_again)
     fx_fini(&f);
 }
 
+/* A map that fails for lack of physical memory with nothing idle to evict:
+ * device memory exhausted, the budget lowered (never below the largest
+ * model), the pool consistent; once the device gives again, it runs. */
 Test(residency, a_failed_map_is_device_memory_exhausted_and_leaves_the_pool_consistent)
 {
     fixture_t f;
     fx_init(&f, 100, 0, mixed, 1);
     char err[256];
-    be_fault_t fault = {BE_FAULT_MAP_FAIL, 1, 0};
+    be_fault_t fault = {BE_FAULT_MAP_SHORT, 1, 0};
     cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), RES_ERR_NOMEM);
     cr_assert(strstr(err, "device memory exhausted"), "%s", err);
     check_invariants(&f);
+    stats_pool_t ps;
+    res_pool_stats(f.res, &ps);
+    cr_assert_lt(ps.curr_pool_pages, 100, "the budget is lowered to what the device gave");
+    cr_assert_eq(ps.curr_budget_cut_bytes, (100 - ps.curr_pool_pages) * PAGE);
+    cr_assert_geq(ps.curr_pool_pages * PAGE, f.sm[0]->image_bytes + 2 * PAGE,
+                  "never below the largest model and the KV minimum");
+    /* persistent: nothing was freed, so it fails again, and changes nothing */
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), RES_ERR_NOMEM);
+    check_invariants(&f);
+    fault.kind = BE_FAULT_OFF;
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
     run_and_check(&f, 0);
     res_release(f.res, f.rm[0]);
+    check_invariants(&f);
+    fx_fini(&f);
+}
+
+/* The persistent map failure lasts until something is freed: the page-in
+ * that meets it lowers the budget to what is mapped, evicts the idle model
+ * and maps again, and the pass runs. */
+Test(residency, a_map_failing_for_lack_of_memory_evicts_idle_models_and_retries)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 2);
+    char err[256];
+    cr_assert_eq(res_acquire(f.res, f.rm[1], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 1);
+    res_release(f.res, f.rm[1]);
+    size_t held = res_model_bytes(f.rm[1]);
+    cr_assert_gt(held, 0);
+    be_fault_t fault = {BE_FAULT_MAP_SHORT, 1, 0};
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    check_invariants(&f);
+    stats_res_t st1, st0;
+    res_model_stats(f.res, f.rm[1], &st1);
+    res_model_stats(f.res, f.rm[0], &st0);
+    cr_assert_gt(st1.evictions_capacity, 0, "the idle model gave its pages");
+    cr_assert_eq(st0.total_device_errors, 0, "a map recovered by evicting is no device error");
+    stats_pool_t ps;
+    res_pool_stats(f.res, &ps);
+    cr_assert_lt(ps.curr_pool_pages, 100);
+    cr_assert_gt(ps.curr_budget_cut_bytes, 0);
+    /* the other model still runs within the lowered budget */
+    cr_assert_eq(res_acquire(f.res, f.rm[1], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 1);
+    res_release(f.res, f.rm[1]);
     check_invariants(&f);
     fx_fini(&f);
 }
