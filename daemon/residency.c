@@ -62,9 +62,9 @@ struct res {
     backend_t *be;
     size_t page;
     size_t n_pages, free_pages;
-    size_t scratch_pages;    /* pages counted as device scratch (res_scratch_reserve) */
+    size_t scratch_bytes;    /* device scratch outside the pool (res_scratch_note) */
     size_t cut_pages;        /* pages taken off the budget because the device could not map them */
-    size_t peak_used;        /* most pages in use at once */
+    size_t peak_used;        /* most device bytes in use at once: pool pages and scratch */
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
     size_t kv_bytes;         /* KV pages mapped, all models */
@@ -406,10 +406,10 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tie
     return 0;
 }
 
-/* Records the pool's high-water mark after pages were taken. */
+/* Records the device's high-water mark after pages or scratch were taken. */
 static void note_used(res_t *r)
 {
-    size_t used = r->n_pages - r->free_pages;
+    size_t used = (r->n_pages - r->free_pages) * r->page + r->scratch_bytes;
     if (used > r->peak_used)
         r->peak_used = used;
 }
@@ -1059,22 +1059,12 @@ void res_kv_free(res_t *r, kv_seq_t *kv)
 
 /* ------------------------------------------------------------------ scratch */
 
-size_t res_scratch_reserve(res_t *r, size_t bytes)
+void res_scratch_note(res_t *r, size_t bytes)
 {
     if (r->be->zero_copy)
-        return 0; /* cpu: activations are host memory like everything else */
-    size_t want = pages_of(r, bytes);
-    if (want <= r->scratch_pages)
-        return 0;
-    /* idle models only (tiers 0..2): scratch never preempts running work */
-    make_room_others(r, NULL, want - r->scratch_pages, 3);
-    size_t take = want - r->scratch_pages;
-    if (take > r->free_pages)
-        take = r->free_pages;
-    r->free_pages -= take;
-    r->scratch_pages += take;
+        return; /* cpu: activations are host memory like everything else */
+    r->scratch_bytes = bytes;
     note_used(r);
-    return (want - r->scratch_pages) * r->page;
 }
 
 /* ------------------------------------------------------------------ state */
@@ -1115,7 +1105,7 @@ void res_pool_stats(const res_t *r, stats_pool_t *out)
     out->curr_pool_free = r->free_pages;
     out->curr_pool_used = r->n_pages - r->free_pages;
     out->page_size = r->page;
-    out->curr_scratch_bytes = r->scratch_pages * r->page;
-    out->peak_used_bytes = r->peak_used * r->page;
+    out->curr_scratch_bytes = r->scratch_bytes;
+    out->peak_device_bytes = r->peak_used;
     out->curr_budget_cut_bytes = r->cut_pages * r->page;
 }

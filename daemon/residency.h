@@ -140,13 +140,11 @@ size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_po
 /* The same for a cache of model m (its configured kv_type). */
 size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos);
 
-/* Device scratch (the forward pass's activations) counted in the pool: the
- * reservation grows towards bytes (whole pages), evicting idle models when
- * the free pages do not cover it, and never shrinks (the pass keeps its
- * buffers). Returns the bytes it could not take now (the pool held by
- * running or pinned models): the pass runs anyway, and a later call takes
- * the rest once pages are free. A no-op on a zero-copy backend. */
-size_t res_scratch_reserve(res_t *r, size_t bytes);
+/* The forward pass's device scratch (activations, bounded by
+ * device.prefill_chunk) is bytes now: device memory beside the pool,
+ * counted with it in the stats' peak_device_bytes. A no-op on a zero-copy
+ * backend. */
+void res_scratch_note(res_t *r, size_t bytes);
 
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);

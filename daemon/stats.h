@@ -41,8 +41,8 @@ typedef struct stats_pool {
     uint64_t curr_pool_used;   /* pages mapped */
     uint64_t curr_pool_free;   /* pages free */
     uint64_t page_size;        /* bytes */
-    uint64_t curr_scratch_bytes; /* device scratch (activations) counted in the pool */
-    uint64_t peak_used_bytes;  /* most pool bytes in use at once: weights, KV and scratch */
+    uint64_t curr_scratch_bytes; /* device scratch of the forward pass (activations), beside the pool */
+    uint64_t peak_device_bytes; /* most device bytes in use at once: pool pages (weights, KV) + scratch */
     uint64_t curr_budget_cut_bytes; /* taken off the pool because the device could not map them */
 } stats_pool_t;
 

@@ -68,8 +68,8 @@ json_t *wk_report_stats(wk_t *w)
                              "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
                              (json_int_t)ps.curr_pool_used, "curr_pool_free",
                              (json_int_t)ps.curr_pool_free, "curr_scratch_bytes",
-                             (json_int_t)ps.curr_scratch_bytes, "peak_used_bytes",
-                             (json_int_t)ps.peak_used_bytes, "curr_budget_cut_bytes",
+                             (json_int_t)ps.curr_scratch_bytes, "peak_device_bytes",
+                             (json_int_t)ps.peak_device_bytes, "curr_budget_cut_bytes",
                              (json_int_t)ps.curr_budget_cut_bytes);
     json_t *models = json_object();
     for (int i = 0; i < w->n_models; i++) {

@@ -192,11 +192,11 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
         if (prefill)
             m->svc.total_prompt_tokens += s->n_prompt;
     }
-    /* the pass's activation scratch is device memory too: counted in the pool */
+    /* the pass's activation scratch is device memory too: counted beside the pool */
     size_t n_tok = 0;
     for (uint32_t k = 0; k < p->n; k++)
         n_tok += p->fs[k].n_tokens;
-    res_scratch_reserve(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n));
+    res_scratch_note(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n));
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
