@@ -131,6 +131,18 @@ size_t res_kv_available(const res_t *r)
     return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
 }
 
+size_t res_kv_available_for(const res_t *r, const res_model_t *m)
+{
+    size_t avail = res_kv_available(r), held = 0;
+    for (const res_model_t *v = r->models; v; v = v->next)
+        if (v != m && v->cfg.kv_reserve > v->kv_bytes)
+            held += v->cfg.kv_reserve - v->kv_bytes; /* others' reservations not yet used */
+    avail = avail > held ? avail - held : 0;
+    /* its own reservation holds even where the headroom kept for weights would not */
+    size_t own = m->cfg.kv_reserve > m->kv_bytes ? m->cfg.kv_reserve - m->kv_bytes : 0;
+    return avail > own ? avail : own;
+}
+
 static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos,
                              kv_type_t t)
 {
@@ -979,10 +991,12 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
         return RES_OK;
     size_t extra = 2 * (want - k->mapped_bytes);
     /* KV may never take the room a model needs to run (it is not evictable) */
-    if (extra > res_kv_available(r)) {
+    if (extra > res_kv_available_for(r, m)) {
         snprintf(err, errlen, "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
-                 "%.1f MiB of the pool stay free for weights)", m->sm->name,
-                 r->kv_bytes / 1048576.0, r->headroom / 1048576.0);
+                 "%.1f MiB of the pool stay free for weights, %.1f MiB more reserved by other "
+                 "models' kv_cache)", m->sm->name, r->kv_bytes / 1048576.0,
+                 r->headroom / 1048576.0,
+                 (res_kv_available(r) - res_kv_available_for(r, m)) / 1048576.0);
         return RES_ERR_NOSPACE;
     }
     /* quota: shed this model's own tail (not the embedding) */

@@ -118,7 +118,8 @@ uint32_t wk_model_context(const wk_model_t *m)
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c)
 {
     return (res_cfg_t){.gpu_quota = c->gpu_quota, .pinned = c->pinned, .priority = c->priority,
-                       .kv_type = c->kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16};
+                       .kv_type = c->kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16,
+                       .kv_reserve = c->kv_cache};
 }
 void wk_beat(wk_t *w)
 {

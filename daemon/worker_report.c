@@ -46,6 +46,7 @@ static void kv_report(json_t *o, const wk_model_t *m)
 {
     kv_type_t t = m->cfg.kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16;
     json_object_set_new(o, "kv_type", json_string(kv_type_name(t)));
+    json_object_set_new(o, "kv_cache", json_integer((json_int_t)m->cfg.kv_cache));
     json_object_set_new(o, "kv_bytes_per_token",
                         json_integer((json_int_t)kv_bytes_per_pos(&m->sm->model->hp, t)));
 }

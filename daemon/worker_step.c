@@ -28,7 +28,7 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
         return 1; /* nothing to wait for: admission decides */
     const wk_seq_t *s = it->user;
     uint32_t n_ctx = s->n_prompt + s->max_tokens;
-    return res_kv_bytes_model(w->res, m->rm, n_ctx) <= res_kv_available(w->res);
+    return res_kv_bytes_model(w->res, m->rm, n_ctx) <= res_kv_available_for(w->res, m->rm);
 }
 
 static void build_views(wk_t *w, sched_model_view_t *views)

@@ -467,6 +467,48 @@ Test(residency, kv_pages_are_counted_and_returned)
     fx_fini(&f);
 }
 
+/* Positions of a cache of model i whose K and V together take at most bytes. */
+static uint32_t kv_pos_for(const fixture_t *f, int i, size_t bytes)
+{
+    return (uint32_t)(bytes / kv_bytes_per_pos(&f->sm[i]->model->hp, KV_TYPE_F16));
+}
+
+/* kv_cache as a reservation: another model's KV never maps into the part of
+ * it the owner has not used, and the owner can map it. */
+Test(residency, a_kv_reservation_is_kept_for_its_model)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 2);
+    char err[256];
+    res_cfg_t c0 = {.kv_reserve = 8 * PAGE};
+    cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c0, err, sizeof err), 0, "%s", err);
+    kv_seq_t *kv1, *kv0;
+    uint32_t cap1 = kv_pos_for(&f, 1, 100 * PAGE);
+    cr_assert_eq(res_kv_new(f.res, f.rm[1], cap1, &kv1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, kv_pos_for(&f, 1, 2 * PAGE), err, sizeof err), 0, "%s", err);
+    size_t all = res_kv_available(f.res);
+    cr_assert_gt(all, 12 * PAGE, "the test needs room beyond the reservation");
+    cr_assert_eq(res_kv_available_for(f.res, f.rm[1]), all - 8 * PAGE);
+    cr_assert_eq(res_kv_available_for(f.res, f.rm[0]), all);
+    /* m1 cannot grow into m0's reservation, and says why */
+    size_t mapped1 = res_model_bytes(f.rm[1]) - res_weight_bytes(f.rm[1]); /* its KV */
+    uint32_t over = kv_pos_for(&f, 1, mapped1 + all - 4 * PAGE);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, over, err, sizeof err), RES_ERR_NOSPACE);
+    cr_assert(strstr(err, "reserved by other models' kv_cache"), "%s", err);
+    /* up to the reservation's edge it grows */
+    uint32_t fits = kv_pos_for(&f, 1, mapped1 + all - 10 * PAGE);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, fits, err, sizeof err), 0, "%s", err);
+    cr_assert_geq(res_kv_available_for(f.res, f.rm[0]), 8 * PAGE);
+    /* and m0 gets its reservation whole */
+    uint32_t n0 = kv_pos_for(&f, 0, 8 * PAGE);
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], n0, &kv0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv0, n0, err, sizeof err), 0, "%s", err);
+    check_invariants(&f);
+    res_kv_free(f.res, kv0);
+    res_kv_free(f.res, kv1);
+    fx_fini(&f);
+}
+
 Test(residency, host_budget_refuses_a_model_that_does_not_fit_and_keeps_the_others)
 {
     char err[512], p1[256], p2[256];
