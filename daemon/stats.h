@@ -55,7 +55,8 @@ typedef struct stats_pool {
     X(total_prompt_tokens, "prompt tokens prefilled")                                              \
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
-    X(total_swapped_requests, "requests whose first token waited for their model's page-in")
+    X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \
+    X(total_kv_recomputes, "sequences whose KV cache was given back when the pool ran short, then recomputed")
 
 typedef struct stats_svc {
 #define STATS_FIELD(name, help) uint64_t name;

@@ -113,6 +113,45 @@ def test_a_4k_token_prompt_runs_in_chunks_with_bounded_scratch_and_unchanged_out
             assert d.stop() == 0
 
 
+GROW = gsd.mkmodel(os.path.join(TMP, "grow.gguf"),
+                   "--type f16 --dim 64 --layers 2 --heads 2 --kv-heads 2 --ff 128 --vocab 300 --ctx 2048 --seed 1")
+N_GROW = 1200  # greedy on PROMPT meets no end-of-sequence before this (seed 1)
+
+
+def test_kv_caches_grow_page_by_page_and_a_short_pool_parks_and_recomputes_instead_of_failing():
+    want = gsd.generate_cli(GROW, PROMPT, N_GROW)
+    assert len(want["ids"]) == N_GROW, len(want["ids"])
+    # 6 sequences of 1200+ positions (512 B each at F16, 0.62 MiB a cache) in a 3 MiB pool:
+    # all are admitted on their prompt's pages, some are parked when the pool runs short
+    d = gsd.Daemon([("g", GROW, "")], memory="3MiB")
+    try:
+        clients = [d.client() for _ in range(6)]
+        for i, c in enumerate(clients):
+            c.send({"op": "generate", "id": "r%d" % i, "model": "g", "prompt": PROMPT, "max_tokens": N_GROW,
+                    "temperature": 0})
+        peak_running, seen = 0, 0
+        import time
+        deadline = time.time() + gsd.scaled(120)
+        while seen == 0 and time.time() < deadline:
+            st = d.stats()["models"]["g"]
+            peak_running = max(peak_running, st["curr_kv_seqs"])
+            seen = st["total_kv_recomputes"]
+            time.sleep(0.01)
+        for i, c in enumerate(clients):
+            ans = c.final("r%d" % i)[0]
+            c.close()
+            assert ans.get("event") == "done", ans
+            assert ans["text"] == want["text"], (i, ans["text"][:80], want["text"][:80])
+        st = d.stats()["models"]["g"]
+        assert st["total_kv_recomputes"] >= 1, st
+        assert st["curr_kv_seqs"] == 0 and st["curr_kv_bytes"] == 0, st
+        assert st["total_failed"] == 0, st
+        print("    %d sequences' caches given back and recomputed; up to %d caches at once"
+              % (st["total_kv_recomputes"], peak_running))
+    finally:
+        assert d.stop() == 0
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [v for k, v in sorted(globals().items()) if k.startswith("test_")]:
