@@ -60,6 +60,7 @@ typedef struct opt {
 
 static const char *const backend_names[] = {"auto", "cuda", "sim", "cpu", NULL};
 static const char *const policy_names[] = {"swap-aware", "fifo", NULL};
+static const char *const kv_type_names[] = {"f16", "f32", NULL};
 
 static int check_sockpath(const void *field, char *why, size_t n);
 static int check_hostport(const void *field, char *why, size_t n);
@@ -108,6 +109,7 @@ static const opt_t opts[] = {
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
     {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
     {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},
+    {"device", "prefill_chunk", OPT_U32, C(device.prefill_chunk), "512", 1, 1048576, 0, NULL, NULL, NULL},
 
     SECTION("", "host"),
     {"host", "memory", OPT_SIZE, C(host.memory), "0", 0, UNBOUNDED, OPT_RELOAD, NULL, NULL, NULL},
@@ -154,6 +156,7 @@ static const opt_t opts[] = {
     {"models", "path", OPT_STR, M(path), NULL, 0, 0, OPT_PATH, NULL, check_path, "path"},
     {"models", "gpu_quota", OPT_SIZE, M(gpu_quota), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"models", "kv_cache", OPT_SIZE, M(kv_cache), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
+    {"models", "kv_type", OPT_ENUM, M(kv_type), "f16", 0, 0, 0, kv_type_names, NULL, NULL},
     {"models", "priority", OPT_DOUBLE, M(priority), "1", 0, 1000, OPT_LO_OPEN, NULL, NULL, NULL},
     {"models", "pinned", OPT_BOOL, M(pinned), "false", 0, 0, 0, NULL, NULL, NULL},
     {"models", "max_batch", OPT_U32, M(max_batch), NULL /* scheduler.max_batch */, 1, 4096, 0, NULL, NULL,
@@ -175,6 +178,7 @@ static const opt_t opts[] = {
 
 _Static_assert(sizeof(cfg_backend_t) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(cfg_policy_t) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(cfg_kv_type_t) == sizeof(int), "enums are stored as int");
 
 static bool opt_is_model(const opt_t *o)
 {

@@ -52,6 +52,11 @@ typedef enum cfg_policy {
     CFG_POLICY_FIFO,
 } cfg_policy_t;
 
+typedef enum cfg_kv_type {
+    CFG_KV_F16 = 0,
+    CFG_KV_F32,
+} cfg_kv_type_t;
+
 /* A list of numeric user or group ids. */
 typedef struct cfg_idlist {
     uint32_t *ids; /* n entries, owned; NULL when n == 0 */
@@ -81,6 +86,7 @@ typedef struct cfg_model {
     char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
     uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
     uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
+    cfg_kv_type_t kv_type; /* element type of its KV caches; default f16 */
     double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */
     int pinned;          /* 1: never evicted once paged in */
     uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */
@@ -126,6 +132,8 @@ typedef struct cfg {
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
         uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
         int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
+        uint32_t prefill_chunk; /* tokens per pass over the layers (long prompts run in chunks,
+                                   scratch sized by it), default 512 */
     } device;
     struct {
         uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */

@@ -82,7 +82,7 @@ static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
 {
     return strcmp(a->path, b->path) || a->gpu_quota != b->gpu_quota || a->pinned != b->pinned ||
            a->priority != b->priority || a->max_batch != b->max_batch ||
-           a->max_context != b->max_context || a->kv_cache != b->kv_cache ||
+           a->max_context != b->max_context || a->kv_cache != b->kv_cache || a->kv_type != b->kv_type ||
            memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
 }
 

@@ -17,6 +17,8 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
     json_decref(s->id);
     proto_req_free(&s->req);
     free(s->prompt);
+    free(s->gen);
+    free(s->redo);
     free(s->text);
     free(s);
 }
@@ -203,6 +205,17 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     wk_model_t *m = w->models[s->model];
     const model_t *mod = m->sm->model;
     int32_t id = sampler_sample(s->smp, logits);
+    if (s->n_gen == s->gen_cap) { /* kept to rebuild its KV cache if it is given back */
+        uint32_t cap = s->gen_cap ? 2 * s->gen_cap : 64;
+        int32_t *g = realloc(s->gen, cap * sizeof *g);
+        if (!g) {
+            wk_seq_fail(w, s, PROTO_E_INTERNAL, "out of memory");
+            return;
+        }
+        s->gen = g;
+        s->gen_cap = cap;
+    }
+    s->gen[s->n_gen] = id;
     s->last = id;
     s->n_gen++;
     m->svc.total_generated_tokens++;

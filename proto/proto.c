@@ -92,7 +92,7 @@ static const char *const field_names[F_COUNT] = {
 };
 
 /* The kinds the admin "fault" op takes. */
-static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail"};
+static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail", "map_short"};
 #define N_FAULTS ((int)(sizeof fault_names / sizeof fault_names[0]))
 
 const char *proto_fault_name(int fault)
@@ -698,7 +698,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
                 return 0;
             }
         return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail");
+                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail, map_short");
     }
     case F_TIMES:
         if ((rc = get_int(name, v, 1, 1000000, &x, err, errlen)))

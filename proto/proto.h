@@ -90,7 +90,7 @@ typedef struct proto_req {
     char **stop;             /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
     int stream;              /* generate/chat: token events; admin load: progress events */
-    int fault;               /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail (be_fault_kind_t) */
+    int fault;               /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short (be_fault_kind_t) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy */
     char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */

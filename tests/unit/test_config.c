@@ -189,6 +189,7 @@ Test(config, a_minimal_config_gets_the_documented_defaults)
     cr_assert_str_eq(m->path, "/m/a.gguf");
     cr_assert_eq(m->gpu_quota, 0);
     cr_assert_eq(m->kv_cache, 0);
+    cr_assert_eq(m->kv_type, CFG_KV_F16);
     cr_assert_float_eq(m->priority, 1.0, 1e-12);
     cr_assert_eq(m->pinned, 0);
     cr_assert_eq(m->max_batch, 16);
@@ -441,6 +442,15 @@ Test(config, a_gpu_quota_larger_than_device_memory_is_an_error_naming_both)
 {
     load_fails("device:\n  backend: sim\n  memory: 8GiB\n" MODELS "  - name: b\n    path: /m/b\n    gpu_quota: 12GiB\n",
                CFG_ERR_INVALID, "t.yaml:9:16: models[1].gpu_quota 12GiB exceeds device.memory 8GiB");
+}
+
+Test(config, kv_type_is_f16_or_f32)
+{
+    cfg_t *c = load_ok(MODELS "    kv_type: f32\n");
+    cr_assert_eq(c->models[0].kv_type, CFG_KV_F32);
+    cfg_free(c);
+    load_fails(MODELS "    kv_type: q8_0\n", CFG_ERR_INVALID,
+               "t.yaml:4:14: invalid value \"q8_0\" for models[0].kv_type (use f16, f32)");
 }
 
 Test(config, a_kv_cache_larger_than_the_quota_or_the_device_is_an_error)
@@ -817,7 +827,7 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  max_stall: 500ms\n  quantum: 4\n"
         "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
-        "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    priority: 1\n"
+        "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
         "    pinned: false\n    max_batch: 16\n    max_context: 4096\n    chat_template: ~\n"
         "    defaults:\n      temperature: 0.8\n"
         "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n      max_tokens: 256\n",
