@@ -72,6 +72,16 @@ void res_release(res_t *r, res_model_t *m);
 const model_weights_t *res_weights(const res_model_t *m);
 fwd_hooks_t res_hooks(res_model_t *m);
 
+/* Map segment seg of a running m and queue its copy if it is not mapped
+ * (m streams: acquire could not fit it), making room from idle models, then
+ * from m's own segments; the ones after it too while they fit. Never waits
+ * for a copy (but evicting a segment whose copy is in flight waits for
+ * that copy). The hooks' wait does this first. */
+int res_seg_request(res_t *r, res_model_t *m, uint32_t seg);
+/* Seconds until segment seg's copy lands at the measured bandwidth, behind
+ * the copies queued before it: 0 when resident, INFINITY when not mapped.
+ * Never blocks. */
+double res_seg_lands_in(res_t *r, res_model_t *m, uint32_t seg);
 /* Seconds until a pass of m can start without waiting on a copy longer
  * than the compute ahead of it covers (PipeSwitch: layer i is needed
  * compute_s * offset_i / image after the pass starts, and lands when the

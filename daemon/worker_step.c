@@ -31,7 +31,10 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
     return res_kv_bytes_for(w->res, &m->sm->model->hp, n_ctx) <= res_kv_available(w->res);
 }
 
-static void build_views(wk_t *w, sched_model_view_t *views)
+/* What the scheduler sees of each model. busy: the model whose pass waits
+ * for a copy while others step aside (-1 = none): it counts as loading, and
+ * only models that run without waiting count as resident. */
+static void build_views(wk_t *w, sched_model_view_t *views, int busy)
 {
     uint32_t n_active_all = wk_active_total(w);
     for (int i = 0; i < w->n_models; i++) {
@@ -39,14 +42,18 @@ static void build_views(wk_t *w, sched_model_view_t *views)
         views[i] = (sched_model_view_t){0};
         if (!m || !m->sm)
             continue;
-        /* runnable without a page-in: on the device, or its last copies covered */
-        views[i].resident = !m->paging_since && res_ready_in(w->res, m->rm, m->pass_s) == 0;
+        /* runnable without a page-in: on the device, or its last copies
+         * covered. A model with running sequences that lost pages (the last
+         * resort, within max_stall) runs as soon as nothing pages it in: its
+         * pass queues them at once (others step while they land) */
+        int ready = !m->paging_since && i != busy && res_ready_in(w->res, m->rm, m->pass_s) == 0;
+        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0);
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;
         views[i].priority = m->cfg.priority;
         views[i].can_admit = can_admit(w, i, n_active_all);
-        views[i].loading = m->paging_since > 0;
+        views[i].loading = m->paging_since > 0 || i == busy;
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
     }
@@ -57,17 +64,58 @@ static void build_views(wk_t *w, sched_model_view_t *views)
 typedef struct timed_hooks {
     fwd_hooks_t inner;
     wk_t *w;
-    double waited; /* seconds blocked in waits */
+    int mi;        /* the model whose pass this is */
+    double waited; /* seconds blocked in waits (and stepping aside) */
 } timed_hooks_t;
+
+static void step(wk_t *w, int mi, uint32_t admit);
+
+/* While the pass of model busy waits for segment seg's copy (it streams
+ * through its quota or a full pool, or gets back pages it lost), the worker
+ * steps the other models that can run now, each only if its pass ends
+ * before the copy lands; one level deep (their own waits just block). */
+static void step_aside(wk_t *w, int busy, uint32_t seg)
+{
+    res_model_t *rm = w->models[busy]->rm;
+    w->aside = 1;
+    for (;;) {
+        double left = res_seg_lands_in(w->res, rm, seg);
+        if (!(left > 0) || isinf(left))
+            break;
+        sched_model_view_t views[WK_MAX_MODELS];
+        build_views(w, views, busy);
+        sched_plan_t plan;
+        sched_next(w->sched, wk_now(), views, &plan);
+        if (plan.model < 0 || !views[plan.model].resident)
+            break;
+        wk_model_t *m = w->models[plan.model];
+        double last = m->last_step;
+        if (m->pass_s > left)
+            break;
+        step(w, plan.model, plan.admit);
+        if (m->last_step == last)
+            break; /* it could not run: wait for the copy */
+    }
+    w->aside = 0;
+}
 
 static int timed_wait(void *ctx, uint32_t seg)
 {
     timed_hooks_t *h = ctx;
+    wk_t *w = h->w;
     double t0 = wk_now();
-    wk_beat(h->w); /* a long pass still shows progress segment by segment */
-    int rc = h->inner.wait(h->inner.ctx, seg);
+    wk_beat(w); /* a long pass still shows progress segment by segment */
+    int rc = 0;
+    if (!w->aside && !w->be->zero_copy) {
+        /* its copy queued (what this pass streams), others step meanwhile */
+        rc = res_seg_request(w->res, w->models[h->mi]->rm, seg);
+        if (!rc)
+            step_aside(w, h->mi, seg);
+    }
+    if (!rc)
+        rc = h->inner.wait(h->inner.ctx, seg);
     h->waited += wk_now() - t0;
-    wk_beat(h->w);
+    wk_beat(w);
     return rc;
 }
 
@@ -175,8 +223,9 @@ static void pass_free(step_pass_t *p)
 }
 
 /* Run the forward pass (the model is acquired); 0 or -1 out of memory. */
-static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
+static int step_run(wk_t *w, int mi, step_pass_t *p)
 {
+    wk_model_t *m = w->models[mi];
     const model_t *mod = m->sm->model;
     p->fs = calloc(p->n, sizeof *p->fs);
     p->order = calloc(p->n, sizeof *p->order);
@@ -192,10 +241,10 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
         if (prefill)
             m->svc.total_prompt_tokens += s->n_prompt;
     }
-    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
+    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
-    p->rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
+    p->rc = fwd_run(w->aside ? w->fwd_aside : w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
                     sizeof p->err);
     p->t_end = wk_now();
     double compute = p->t_end - t0 - p->th.waited;
@@ -266,7 +315,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
     }
     wk_seq_t *fresh = step_admit(w, mi, admit);
     p.n = step_join(w, m, fresh);
-    if (p.n == 0 || step_run(w, m, &p)) {
+    if (p.n == 0 || step_run(w, mi, &p)) {
         pass_free(&p);
         res_release(w->res, m->rm);
         return;
@@ -439,7 +488,7 @@ double wk_round(wk_t *w)
     double now = wk_now();
     double nap = poll_pageins(w, now);
     sched_model_view_t views[WK_MAX_MODELS];
-    build_views(w, views);
+    build_views(w, views, -1);
     sched_plan_t plan;
     sched_next(w->sched, now, views, &plan);
     int stepped = 0;
