@@ -453,12 +453,15 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
         if (r->free_pages < need) {
             if (!evict)
                 return 0;
-            /* a victim's pages come back behind what this page-in keeps queued:
-             * its window, or (all at once) the rest of it */
+            /* only a pass (m running) takes pages from running sequences: a
+             * page-in ahead of it would lose them again to their next pass
+             * before it can run. A victim's pages come back behind what m
+             * keeps queued: its window, or (all at once) the rest of it */
+            int tiers = evict == RES_EVICT_UNWANTED ? 1 : m->running ? RES_TIERS : RES_TIERS - 1;
             size_t queued = ahead;
             for (uint32_t t = s; !ahead && t < m->sm->n_segs; t++)
                 queued += m->segs[t].state == RES_SEG_ABSENT ? m->sm->segs[t].span : 0;
-            int rc = make_room_others(r, m, need, evict == RES_EVICT_UNWANTED ? 1 : RES_TIERS, queued);
+            int rc = make_room_others(r, m, need, tiers, queued);
             if (rc == RES_ERR_NOSPACE)
                 return 0;
             if (rc)

@@ -110,7 +110,8 @@ void res_set_copy_timeout(res_t *r, double seconds);
 /* What res_prefetch may evict to make room. */
 enum {
     RES_EVICT_NONE = 0,     /* free pages only */
-    RES_EVICT_ANY = 1,      /* as acquire does: idle models first, running ones last */
+    RES_EVICT_ANY = 1,      /* idle models, as acquire does (but never pages of paused running
+                               sequences: only a pass of m takes those, as the last resort) */
     RES_EVICT_UNWANTED = 2, /* only idle models nobody has work for (res_set_wanted) */
 };
 /* Page in what fits, evicting as evict (RES_EVICT_*) allows; the copies
