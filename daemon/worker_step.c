@@ -72,8 +72,9 @@ static void step(wk_t *w, int mi, uint32_t admit);
 
 /* While the pass of model busy waits for segment seg's copy (it streams
  * through its quota or a full pool, or gets back pages it lost), the worker
- * steps the other models that can run now, each only if its pass ends
- * before the copy lands; one level deep (their own waits just block). */
+ * steps the other models that can run now, as long as the copy has not
+ * landed (busy's pass resumes at most one of their steps late); one level
+ * deep (their own waits just block). */
 static void step_aside(wk_t *w, int busy, uint32_t seg)
 {
     res_model_t *rm = w->models[busy]->rm;
@@ -90,8 +91,6 @@ static void step_aside(wk_t *w, int busy, uint32_t seg)
             break;
         wk_model_t *m = w->models[plan.model];
         double last = m->last_step;
-        if (m->pass_s > left)
-            break;
         step(w, plan.model, plan.admit);
         if (m->last_step == last)
             break; /* it could not run: wait for the copy */
