@@ -166,30 +166,37 @@ def check_stats(d):
     assert st["server"].get("total_errors_internal", 0) == 0, st["server"]
 
 
-ATTEMPTS = 3  # the host is shared: a gap bound that holds in none of these is the daemon's doing
+ATTEMPTS = 5  # the host is shared: a gap bound that holds in none of these is the daemon's doing
 
 
-def page_in_beside_a_stream(d):
-    """a streams, alone at first, then b (cold) is requested, then a streams alone again: returns
-    (a's median and largest gaps while alone, a's gaps while b paged in, b's done, b's copy time),
-    seconds. a's solo gaps come from the same stream just before and after, so the host's load
-    is the same as while b pages in."""
-    before = d.stats()["models"]["b"]
-    a = Stream(d, "a", A_TOKENS, "a")
+def beside_a_stream(d, model, max_tokens, rid):
+    """a streams, alone at first, then model is requested, then a streams alone again: returns (a's
+    median and largest gaps while alone, a's gaps from model's request to its last token, its done,
+    its stream), seconds. a's solo gaps come from the same stream just before and after, so the
+    host's load is the same as beside the other model."""
+    a = Stream(d, "a", A_TOKENS, "a-" + rid)
     until(lambda: len(a.ts) >= 3 + SOLO_TOKENS // 2, 30)
-    b = Stream(d, "b", 8, "b")
-    bd = b.wait()
+    o = Stream(d, model, max_tokens, rid)
+    done = o.wait()
     n = len(a.ts)
     until(lambda: len(a.ts) >= n + SOLO_TOKENS // 2, 30)
     a.cancel()
     a.wait()
+    recv = o.ts[0] - done["timing"]["ttft_ms"] / 1e3
+    alone = [g for g, end in a.gaps()[3:] if end < recv or end - g > o.ts[-1]]
+    beside = [(g, end) for g, end in a.gaps() if recv < end <= o.ts[-1]]
+    return statistics.median(alone), max(alone), beside, done, o
+
+
+def page_in_beside_a_stream(d):
+    """beside_a_stream with b (cold): returns (a's median and largest solo gaps, a's gaps while b paged
+    in (until b's first token), b's done, b's copy time), seconds."""
+    before = d.stats()["models"]["b"]
+    step, solo, beside, bd, b = beside_a_stream(d, "b", 8, "b")
     copy = copy_s(d, "b", before)
-    b_first = b.ts[0]
-    b_recv = b_first - bd["timing"]["ttft_ms"] / 1e3
-    alone = [g for g, end in a.gaps()[3:] if end < b_recv or end - g > b.ts[-1]]
-    during = [g for g, end in a.gaps() if b_recv < end < b_first]
+    during = [g for g, end in beside if end < b.ts[0]]
     assert len(during) >= 1, "a did not run while b paged in"
-    return statistics.median(alone), max(alone), during, bd, copy
+    return step, solo, during, bd, copy
 
 
 def test_a_stream_does_not_stall_while_another_model_pages_in():
@@ -201,8 +208,9 @@ def test_a_stream_does_not_stall_while_another_model_pages_in():
             worst = max(during)
             bound = 1.5 * step + SLACK_MS / 1e3  # a's typical solo gap: the median
             print("   a solo: step %.2f ms, largest gap %.2f ms; while b paged in (%.0f ms of copy): %d gaps, "
-                  "largest %.2f ms (bound %.2f ms)" % (step * 1e3, solo * 1e3, copy * 1e3, len(during),
-                                                       worst * 1e3, bound * 1e3), flush=True)
+                  "median %.2f ms, largest %.2f ms (bound %.2f ms)" % (
+                      step * 1e3, solo * 1e3, copy * 1e3, len(during), statistics.median(during) * 1e3,
+                      worst * 1e3, bound * 1e3), flush=True)
             # b's first token: its copy time plus about one step, in every attempt. The step: once b
             # can run, the worker ends a's step in progress, then runs b's first pass
             ttft = bd["timing"]["ttft_ms"] / 1e3
@@ -335,23 +343,17 @@ def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
         assert d.admin_call({"op": "load", "id": "la", "model": "a"}).get("ok")
         ok = False
         for attempt in range(ATTEMPTS):
-            step, solo = solo_gaps(d)
             before = d.stats()["models"]["q"]
-            a = Stream(d, "a", A_TOKENS, "a%d" % attempt)
-            until(lambda: len(a.ts) >= 10, 30)
-            qs = Stream(d, "q", 3, "q%d" % attempt)
-            qd = qs.wait()
-            a.cancel()
-            a.wait()
+            step, solo, beside, qd, qs = beside_a_stream(d, "q", 2, "q%d" % attempt)
             q_recv = qs.ts[0] - qd["timing"]["ttft_ms"] / 1e3
-            during = [g for g, _ in gaps_between(a, q_recv, qs.ts[-1])]
+            during = [g for g, _ in beside]
             copy = copy_s(d, "q", before)
             worst, bound = max(during), 1.5 * step + SLACK_MS / 1e3
             print("   a solo: step %.2f ms (largest gap %.2f); while q streamed (%d tokens, %.0f ms of copy in %.0f ms): "
-                  "%d gaps, largest %.2f ms (bound %.2f ms)" % (
+                  "%d gaps, median %.2f ms, largest %.2f ms (bound %.2f ms)" % (
                       step * 1e3, solo * 1e3, len(qs.ts), copy * 1e3, (qs.ts[-1] - q_recv) * 1e3, len(during),
-                      worst * 1e3, bound * 1e3), flush=True)
-            assert len(qs.ts) == 3 and copy > 0.5 * COPY_S, (qs.ts, copy)  # q streamed a lot, every pass
+                      statistics.median(during) * 1e3, worst * 1e3, bound * 1e3), flush=True)
+            assert len(qs.ts) == 2 and copy > 0.5 * COPY_S, (qs.ts, copy)  # q streamed a lot, every pass
             assert len(during) >= 10, "a hardly ran while q streamed"
             check_stats(d)
             if worst <= bound:
