@@ -320,15 +320,16 @@ static int evictable(const res_model_t *v)
 }
 
 /* Bytes a model with live KV caches may still lose before its next pass:
- * what the copy engine brings back within max_stall (no bound when unset
- * or before any copy was timed), counting that its pages come back behind
- * the copies already queued and the ahead bytes the page-in that takes
- * them keeps queued (its window). */
+ * what the copy engine brings back within half of max_stall (no bound when
+ * unset or before any copy was timed), counting that its pages come back
+ * behind the copies already queued and the ahead bytes the pass that takes
+ * them still queues. The other half: the caller steps such a model after
+ * half of max_stall without a pass (its pass takes them back). */
 static size_t stall_budget(const res_t *r, const res_model_t *v, size_t ahead)
 {
     if (r->max_stall_s <= 0 || r->bw <= 0)
         return SIZE_MAX;
-    double b = r->max_stall_s * r->bw - (double)(r->q_bytes - r->landed_q) - (double)ahead -
+    double b = r->max_stall_s / 2 * r->bw - (double)(r->q_bytes - r->landed_q) - (double)ahead -
                (double)v->stolen;
     return b > 0 ? (size_t)b : 0;
 }

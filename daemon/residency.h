@@ -96,9 +96,10 @@ int res_inflight(const res_model_t *m);
  * land, or fail, on their own). */
 int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen);
 /* Bound on what a model with live KV caches (running sequences paused
- * between passes) may lose to others: what the copy engine brings back in
- * seconds (0 = no bound). Such models are victims only when no idle one is
- * left. */
+ * between passes) may lose to another model's pass: what the copy engine
+ * brings back in half of seconds behind the copies queued ahead (0 = no
+ * bound); the caller steps it after the other half. Such models are
+ * victims only when no idle one is left. */
 void res_set_max_stall(res_t *r, double seconds);
 
 /* The RES_ERR_* code and message of the last failure of m since its last

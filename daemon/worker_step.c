@@ -37,6 +37,7 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
 static void build_views(wk_t *w, sched_model_view_t *views, int busy)
 {
     uint32_t n_active_all = wk_active_total(w);
+    double now = wk_now(), half_stall = (double)w->cfg->scheduler.max_stall_ms / 2e3;
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         views[i] = (sched_model_view_t){0};
@@ -44,10 +45,12 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
             continue;
         /* runnable without a page-in: on the device, or its last copies
          * covered. A model with running sequences that lost pages (the last
-         * resort, within max_stall) runs as soon as nothing pages it in: its
-         * pass queues them at once (others step while they land) */
+         * resort: what comes back in half of max_stall) runs once half of
+         * max_stall passed without a step, even while another model pages in:
+         * its pass takes them back at once (others step while they land) */
         int ready = !m->paging_since && i != busy && res_ready_in(w->res, m->rm, m->pass_s) == 0;
-        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0);
+        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 && half_stall > 0 &&
+                                      now - m->last_step >= half_stall);
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;
