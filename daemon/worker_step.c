@@ -49,8 +49,8 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
          * max_stall passed without a step, even while another model pages in:
          * its pass takes them back at once (others step while they land) */
         int ready = !m->paging_since && i != busy && res_ready_in(w->res, m->rm, m->pass_s) == 0;
-        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 && half_stall > 0 &&
-                                      now - m->last_step >= half_stall);
+        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 &&
+                                      half_stall > 0 && now - m->last_step >= half_stall);
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;
@@ -246,8 +246,8 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
-    p->rc = fwd_run(w->aside ? w->fwd_aside : w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
-                    sizeof p->err);
+    fwd_t *f = w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
+    p->rc = fwd_run(f, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err, sizeof p->err);
     p->t_end = wk_now();
     double compute = p->t_end - t0 - p->th.waited;
     if (!p->rc && compute > 0)
