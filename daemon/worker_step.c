@@ -68,6 +68,8 @@ typedef struct timed_hooks {
     fwd_hooks_t inner;
     wk_t *w;
     int mi;        /* the model whose pass this is */
+    int streams;   /* the pass began before its copies were covered (it streams, or takes
+                      back pages it lost): its waits let others step whatever they take */
     double waited; /* seconds blocked in waits (and stepping aside) */
 } timed_hooks_t;
 
@@ -75,10 +77,13 @@ static void step(wk_t *w, int mi, uint32_t admit);
 
 /* While the pass of model busy waits for segment seg's copy (it streams
  * through its quota or a full pool, or gets back pages it lost), the worker
- * steps the other models that can run now, as long as the copy has not
- * landed (busy's pass resumes at most one of their steps late); one level
- * deep (their own waits just block). */
-static void step_aside(wk_t *w, int busy, uint32_t seg)
+ * steps the other models that can run now, one level deep (their own waits
+ * just block). A streaming pass (every step of busy waits for copies) lets
+ * them step as long as the copy has not landed, busy resuming at most one
+ * of their steps late; a pass whose copies were covered by its compute (a
+ * page-in done in the background) only for steps that end before the copy
+ * lands, so a swapped-in model's first token is not put off. */
+static void step_aside(wk_t *w, int busy, uint32_t seg, int streams)
 {
     res_model_t *rm = w->models[busy]->rm;
     w->aside = 1;
@@ -94,6 +99,8 @@ static void step_aside(wk_t *w, int busy, uint32_t seg)
             break;
         wk_model_t *m = w->models[plan.model];
         double last = m->last_step;
+        if (!streams && m->pass_s > left)
+            break;
         step(w, plan.model, plan.admit);
         if (m->last_step == last)
             break; /* it could not run: wait for the copy */
@@ -112,7 +119,7 @@ static int timed_wait(void *ctx, uint32_t seg)
         /* its copy queued (what this pass streams), others step meanwhile */
         rc = res_seg_request(w->res, w->models[h->mi]->rm, seg);
         if (!rc)
-            step_aside(w, h->mi, seg);
+            step_aside(w, h->mi, seg, h->streams);
     }
     if (!rc)
         rc = h->inner.wait(h->inner.ctx, seg);
@@ -212,6 +219,7 @@ typedef struct step_pass {
     timed_hooks_t th;
     stats_res_t before;
     int cold;       /* the model was not wholly resident when the pass began */
+    int streams;    /* nor were its copies covered by its compute (res_ready_in) */
     double t_end;   /* when the pass ended */
     int rc;
     char err[512];
@@ -243,7 +251,7 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         if (prefill)
             m->svc.total_prompt_tokens += s->n_prompt;
     }
-    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi};
+    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi, .streams = p->streams};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
     fwd_t *f = w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
@@ -310,6 +318,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
     step_pass_t p = {0};
     res_model_stats(w->res, m->rm, &p.before);
     p.cold = !res_fully_resident(w->res, m->rm);
+    p.streams = p.cold && res_ready_in(w->res, m->rm, m->pass_s) != 0;
     int arc = res_acquire(w->res, m->rm, err, sizeof err);
     if (arc) {
         step_failed(w, mi, admit, wk_device_error_code(arc), err);
