@@ -349,14 +349,18 @@ static int evictable(const res_model_t *v)
 }
 
 /* Bytes a model with live KV caches may still lose before its next pass:
- * what the copy engine brings back within max_stall (no bound when unset
- * or before any copy was timed). */
-static size_t stall_budget(const res_t *r, const res_model_t *v)
+ * what the copy engine brings back within half of max_stall (no bound when
+ * unset or before any copy was timed), counting that its pages come back
+ * behind the copies already queued and the ahead bytes the pass that takes
+ * them still queues. The other half: the caller steps such a model after
+ * half of max_stall without a pass (its pass takes them back). */
+static size_t stall_budget(const res_t *r, const res_model_t *v, size_t ahead)
 {
     if (r->max_stall_s <= 0 || r->bw <= 0)
         return SIZE_MAX;
-    size_t b = (size_t)(r->max_stall_s * r->bw);
-    return b > v->stolen ? b - v->stolen : 0;
+    double b = r->max_stall_s / 2 * r->bw - (double)(r->q_bytes - r->landed_q) - (double)ahead -
+               (double)v->stolen;
+    return b > 0 ? (size_t)b : 0;
 }
 
 /* GreedyDual-Size-Frequency: value of keeping m per byte of pool. */
@@ -375,33 +379,34 @@ static void touch(res_t *r, res_model_t *m)
  * last resort, models whose running sequences are paused between passes,
  * while their next tail segment fits the stall budget. */
 #define RES_TIERS 4
-static int in_tier(const res_t *r, const res_model_t *v, int tier)
+static int in_tier(const res_t *r, const res_model_t *v, int tier, size_t ahead)
 {
     if (tier < 2)
         return v->n_kv == 0 && v->n_inflight == 0 && v->wanted == tier;
     if (tier == 2)
         return v->n_kv == 0 && v->n_inflight > 0;
     int64_t s = tail_seg(v, 0, v->sm->n_segs);
-    return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v);
+    return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v, ahead);
 }
 
-/* The cheapest victim (GreedyDual) of the first tier below tiers that has one. */
-static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers)
+/* The cheapest victim (GreedyDual) of the first tier below tiers that has one
+ * (ahead: what the page-in that evicts keeps queued, see stall_budget). */
+static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers, size_t ahead)
 {
     res_model_t *best = NULL;
     for (int tier = 0; tier < tiers && !best; tier++)
         for (res_model_t *v = r->models; v; v = v->next)
-            if (v != except && evictable(v) && in_tier(r, v, tier) && (!best || v->h < best->h))
+            if (v != except && evictable(v) && in_tier(r, v, tier, ahead) && (!best || v->h < best->h))
                 best = v;
     return best;
 }
 
 /* Free pages by evicting other models tail-first (victims from the first
- * tiers only) until need pages are free. */
-static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers)
+ * tiers only) until need pages are free; ahead as for pick_victim. */
+static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers, size_t ahead)
 {
     while (r->free_pages < need) {
-        res_model_t *v = pick_victim(r, m, tiers);
+        res_model_t *v = pick_victim(r, m, tiers, ahead);
         if (!v)
             return RES_ERR_NOSPACE;
         r->L = v->h > r->L ? v->h : r->L;
@@ -449,7 +454,7 @@ static int device_short(res_t *r, const res_model_t *m, size_t need)
      * gives it room. Evict idle models (tiers 0..2) for need pages more;
      * retry if something was freed and the pool has room for the map */
     size_t before = r->free_pages;
-    make_room_others(r, m, before + need, 3);
+    make_room_others(r, m, before + need, 3, 0);
     return r->free_pages > before && r->free_pages >= need ? 0 : RES_ERR_NOMEM;
 }
 
@@ -518,7 +523,15 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
         if (r->free_pages < need) {
             if (!evict)
                 return 0;
-            int rc = make_room_others(r, m, need, evict == RES_EVICT_UNWANTED ? 1 : RES_TIERS);
+            /* only a pass (m running) takes pages from running sequences: a
+             * page-in ahead of it would lose them again to their next pass
+             * before it can run. A victim's pages come back behind what m
+             * keeps queued: its window, or (all at once) the rest of it */
+            int tiers = evict == RES_EVICT_UNWANTED ? 1 : m->running ? RES_TIERS : RES_TIERS - 1;
+            size_t queued = ahead;
+            for (uint32_t t = s; !ahead && t < m->sm->n_segs; t++)
+                queued += m->segs[t].state == RES_SEG_ABSENT ? m->sm->segs[t].span : 0;
+            int rc = make_room_others(r, m, need, tiers, queued);
             if (rc == RES_ERR_NOSPACE)
                 return 0;
             if (rc)
@@ -757,6 +770,66 @@ int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs)
     return RES_OK;
 }
 
+int res_seg_request(res_t *r, res_model_t *m, uint32_t seg)
+{
+    if (r->be->zero_copy || m->segs[seg].state != RES_SEG_ABSENT)
+        return 0;
+    /* streaming: acquire could not fit this one. Make room from idle
+     * models, then from this model's own segments, the one needed
+     * furthest ahead first (Belady for a cyclic pass): the highest
+     * below seg, else the highest above it; never the embedding (tied
+     * heads read it at the end of the pass). */
+    size_t span = m->sm->segs[seg].span, need = span / r->page;
+    for (;;) {
+        int over_quota = res_model_bytes(m) + span > quota_of(r, m);
+        if (!over_quota && r->free_pages >= need)
+            break;
+        if (!over_quota && make_room_others(r, m, need, RES_TIERS, 0) == 0)
+            break;
+        int64_t own = tail_seg(m, 1, seg);
+        if (own < 0)
+            own = tail_seg(m, seg + 1, m->sm->n_segs);
+        if (own < 0) {
+            set_err(m, RES_ERR_NOSPACE, "model '%s': no device memory for segment %u now (the "
+                    "pool is held by running or pinned models)", m->sm->name, seg);
+            return RES_ERR_NOSPACE;
+        }
+        int rc = evict_seg(r, m, (uint32_t)own, over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
+        if (rc)
+            return rc;
+    }
+    int rc = page_in(r, m, seg);
+    if (rc)
+        return rc;
+    /* queue the next ones too while they fit without evicting */
+    for (uint32_t s = seg + 1; s < m->sm->n_segs; s++) {
+        if (m->segs[s].state != RES_SEG_ABSENT)
+            continue;
+        size_t sp = m->sm->segs[s].span;
+        if (res_model_bytes(m) + sp > quota_of(r, m) || r->free_pages < sp / r->page)
+            break;
+        if ((rc = page_in(r, m, s)))
+            return rc;
+    }
+    return 0;
+}
+
+double res_seg_lands_in(res_t *r, res_model_t *m, uint32_t seg)
+{
+    const res_seg_t *sg = &m->segs[seg];
+    if (r->be->zero_copy)
+        return 0;
+    if (sg->state == RES_SEG_ABSENT)
+        return INFINITY;
+    for (res_model_t *v = r->models; v; v = v->next)
+        settle(r, v); /* how far the copy engine's FIFO has come */
+    if (sg->state != RES_SEG_INFLIGHT)
+        return 0;
+    if (r->bw <= 0)
+        return RES_POLL_S;
+    return (double)(sg->q_end - r->landed_q) / r->bw;
+}
+
 /* The forward pass's wait hook: segment seg is about to be read. */
 static int hook_wait(void *ctx, uint32_t seg)
 {
@@ -765,46 +838,9 @@ static int hook_wait(void *ctx, uint32_t seg)
     if (r->be->zero_copy)
         return 0;
     res_seg_t *sg = &m->segs[seg];
-    if (sg->state == RES_SEG_ABSENT) {
-        /* streaming: acquire could not fit this one. Make room from idle
-         * models, then from this model's own segments, the one needed
-         * furthest ahead first (Belady for a cyclic pass): the highest
-         * below seg, else the highest above it; never the embedding (tied
-         * heads read it at the end of the pass). */
-        size_t span = m->sm->segs[seg].span, need = span / r->page;
-        for (;;) {
-            int over_quota = res_model_bytes(m) + span > quota_of(r, m);
-            if (!over_quota && r->free_pages >= need)
-                break;
-            if (!over_quota && make_room_others(r, m, need, RES_TIERS) == 0)
-                break;
-            int64_t own = tail_seg(m, 1, seg);
-            if (own < 0)
-                own = tail_seg(m, seg + 1, m->sm->n_segs);
-            if (own < 0) {
-                set_err(m, RES_ERR_NOSPACE, "model '%s': no device memory for segment %u now (the "
-                        "pool is held by running or pinned models)", m->sm->name, seg);
-                return RES_ERR_NOSPACE;
-            }
-            int rc = evict_seg(r, m, (uint32_t)own,
-                               over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
-            if (rc)
-                return rc;
-        }
-        int rc = page_in(r, m, seg);
-        if (rc)
-            return rc;
-        /* queue the next ones too while they fit without evicting */
-        for (uint32_t s = seg + 1; s < m->sm->n_segs; s++) {
-            if (m->segs[s].state != RES_SEG_ABSENT)
-                continue;
-            size_t sp = m->sm->segs[s].span;
-            if (res_model_bytes(m) + sp > quota_of(r, m) || r->free_pages < sp / r->page)
-                break;
-            if ((rc = page_in(r, m, s)))
-                return rc;
-        }
-    }
+    int rc = res_seg_request(r, m, seg);
+    if (rc)
+        return rc;
     if (sg->state == RES_SEG_INFLIGHT) {
         /* wait on the host up to the copy timeout (a stuck or very slow
          * copy fails this pass rather than the whole daemon); the segment
@@ -1011,7 +1047,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             goto device;
     }
     /* capacity: idle models first, then this model's own tail (it streams) */
-    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS)) {
+    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS, 0)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
             snprintf(err, errlen, "model '%s': no device memory for the KV cache (the pool is "

@@ -75,6 +75,16 @@ void res_release(res_t *r, res_model_t *m);
 const model_weights_t *res_weights(const res_model_t *m);
 fwd_hooks_t res_hooks(res_model_t *m);
 
+/* Map segment seg of a running m and queue its copy if it is not mapped
+ * (m streams: acquire could not fit it), making room from idle models, then
+ * from m's own segments; the ones after it too while they fit. Never waits
+ * for a copy (but evicting a segment whose copy is in flight waits for
+ * that copy). The hooks' wait does this first. */
+int res_seg_request(res_t *r, res_model_t *m, uint32_t seg);
+/* Seconds until segment seg's copy lands at the measured bandwidth, behind
+ * the copies queued before it: 0 when resident, INFINITY when not mapped.
+ * Never blocks. */
+double res_seg_lands_in(res_t *r, res_model_t *m, uint32_t seg);
 /* Seconds until a pass of m can start without waiting on a copy longer
  * than the compute ahead of it covers (PipeSwitch: layer i is needed
  * compute_s * offset_i / image after the pass starts, and lands when the
@@ -89,9 +99,10 @@ int res_inflight(const res_model_t *m);
  * land, or fail, on their own). */
 int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen);
 /* Bound on what a model with live KV caches (running sequences paused
- * between passes) may lose to others: what the copy engine brings back in
- * seconds (0 = no bound). Such models are victims only when no idle one is
- * left. */
+ * between passes) may lose to another model's pass: what the copy engine
+ * brings back in half of seconds behind the copies queued ahead (0 = no
+ * bound); the caller steps it after the other half. Such models are
+ * victims only when no idle one is left. */
 void res_set_max_stall(res_t *r, double seconds);
 
 /* The RES_ERR_* code and message of the last failure of m since its last
@@ -103,7 +114,8 @@ void res_set_copy_timeout(res_t *r, double seconds);
 /* What res_prefetch may evict to make room. */
 enum {
     RES_EVICT_NONE = 0,     /* free pages only */
-    RES_EVICT_ANY = 1,      /* as acquire does: idle models first, running ones last */
+    RES_EVICT_ANY = 1,      /* idle models, as acquire does (but never pages of paused running
+                               sequences: only a pass of m takes those, as the last resort) */
     RES_EVICT_UNWANTED = 2, /* only idle models nobody has work for (res_set_wanted) */
 };
 /* Page in what fits, evicting as evict (RES_EVICT_*) allows; the copies

@@ -190,9 +190,12 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     sched_cfg_t sc = wk_sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
     w->fwd = fwd_new(w->be);
+    w->fwd_aside = fwd_new(w->be);
     if (w->fwd)
         fwd_set_chunk(w->fwd, cfg->device.prefill_chunk);
-    if (!w->store || !w->res || !w->sched || !w->fwd) {
+    if (w->fwd_aside)
+        fwd_set_chunk(w->fwd_aside, cfg->device.prefill_chunk);
+    if (!w->store || !w->res || !w->sched || !w->fwd || !w->fwd_aside) {
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;
     }
@@ -527,6 +530,7 @@ void wk_free(wk_t *w)
     }
     json_decref(w->drain_id);
     fwd_free(w->fwd);
+    fwd_free(w->fwd_aside);
     sched_free(w->sched);
     res_free(w->res);
     store_free(w->store);

@@ -280,6 +280,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
     w->cfg = next;
     sched_cfg_t sc = wk_sched_cfg_of(next);
     sched_set_cfg(w->sched, &sc);
+    res_set_max_stall(w->res, next->scheduler.max_stall_ms / 1e3);
     /* removed models: drop queued requests (cancelled), remove when idle */
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];

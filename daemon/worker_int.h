@@ -111,6 +111,8 @@ struct wk {
     res_t *res;
     sched_t *sched;
     fwd_t *fwd;
+    fwd_t *fwd_aside;       /* for passes stepped while another pass waits for a copy */
+    int aside;              /* such a pass is running (steps aside do not nest) */
     wk_model_t *models[WK_MAX_MODELS];
     int n_models;           /* slots used (some may be NULL after reloads) */
     wk_load_t *loads;

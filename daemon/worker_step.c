@@ -31,22 +31,32 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
     return res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1) <= res_kv_available_for(w->res, m->rm);
 }
 
-static void build_views(wk_t *w, sched_model_view_t *views)
+/* What the scheduler sees of each model. busy: the model whose pass waits
+ * for a copy while others step aside (-1 = none): it counts as loading, and
+ * only models that run without waiting count as resident. */
+static void build_views(wk_t *w, sched_model_view_t *views, int busy)
 {
     uint32_t n_active_all = wk_active_total(w);
+    double now = wk_now(), half_stall = (double)w->cfg->scheduler.max_stall_ms / 2e3;
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         views[i] = (sched_model_view_t){0};
         if (!m || !m->sm)
             continue;
-        /* runnable without a page-in: on the device, or its last copies covered */
-        views[i].resident = !m->paging_since && res_ready_in(w->res, m->rm, m->pass_s) == 0;
+        /* runnable without a page-in: on the device, or its last copies
+         * covered. A model with running sequences that lost pages (the last
+         * resort: what comes back in half of max_stall) runs once half of
+         * max_stall passed without a step, even while another model pages in:
+         * its pass takes them back at once (others step while they land) */
+        int ready = !m->paging_since && i != busy && res_ready_in(w->res, m->rm, m->pass_s) == 0;
+        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 &&
+                                      half_stall > 0 && now - m->last_step >= half_stall);
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;
         views[i].priority = m->cfg.priority;
         views[i].can_admit = can_admit(w, i, n_active_all);
-        views[i].loading = m->paging_since > 0;
+        views[i].loading = m->paging_since > 0 || i == busy;
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
     }
@@ -57,17 +67,64 @@ static void build_views(wk_t *w, sched_model_view_t *views)
 typedef struct timed_hooks {
     fwd_hooks_t inner;
     wk_t *w;
-    double waited; /* seconds blocked in waits */
+    int mi;        /* the model whose pass this is */
+    int streams;   /* the pass began before its copies were covered (it streams, or takes
+                      back pages it lost): its waits let others step whatever they take */
+    double waited; /* seconds blocked in waits (and stepping aside) */
 } timed_hooks_t;
+
+static void step(wk_t *w, int mi, uint32_t admit);
+
+/* While the pass of model busy waits for segment seg's copy (it streams
+ * through its quota or a full pool, or gets back pages it lost), the worker
+ * steps the other models that can run now, one level deep (their own waits
+ * just block). A streaming pass (every step of busy waits for copies) lets
+ * them step as long as the copy has not landed, busy resuming at most one
+ * of their steps late; a pass whose copies were covered by its compute (a
+ * page-in done in the background) only for steps that end before the copy
+ * lands, so a swapped-in model's first token is not put off. */
+static void step_aside(wk_t *w, int busy, uint32_t seg, int streams)
+{
+    res_model_t *rm = w->models[busy]->rm;
+    w->aside = 1;
+    for (;;) {
+        double left = res_seg_lands_in(w->res, rm, seg);
+        if (!(left > 0) || isinf(left))
+            break;
+        sched_model_view_t views[WK_MAX_MODELS];
+        build_views(w, views, busy);
+        sched_plan_t plan;
+        sched_next(w->sched, wk_now(), views, &plan);
+        if (plan.model < 0 || !views[plan.model].resident)
+            break;
+        wk_model_t *m = w->models[plan.model];
+        double last = m->last_step;
+        if (!streams && m->pass_s > left)
+            break;
+        step(w, plan.model, plan.admit);
+        if (m->last_step == last)
+            break; /* it could not run: wait for the copy */
+    }
+    w->aside = 0;
+}
 
 static int timed_wait(void *ctx, uint32_t seg)
 {
     timed_hooks_t *h = ctx;
+    wk_t *w = h->w;
     double t0 = wk_now();
-    wk_beat(h->w); /* a long pass still shows progress segment by segment */
-    int rc = h->inner.wait(h->inner.ctx, seg);
+    wk_beat(w); /* a long pass still shows progress segment by segment */
+    int rc = 0;
+    if (!w->aside && !w->be->zero_copy) {
+        /* its copy queued (what this pass streams), others step meanwhile */
+        rc = res_seg_request(w->res, w->models[h->mi]->rm, seg);
+        if (!rc)
+            step_aside(w, h->mi, seg, h->streams);
+    }
+    if (!rc)
+        rc = h->inner.wait(h->inner.ctx, seg);
     h->waited += wk_now() - t0;
-    wk_beat(h->w);
+    wk_beat(w);
     return rc;
 }
 
@@ -234,6 +291,7 @@ typedef struct step_pass {
     timed_hooks_t th;
     stats_res_t before;
     int cold;       /* the model was not wholly resident when the pass began */
+    int streams;    /* nor were its copies covered by its compute (res_ready_in) */
     double t_end;   /* when the pass ended */
     int rc;
     char err[512];
@@ -247,8 +305,9 @@ static void pass_free(step_pass_t *p)
 }
 
 /* Run the forward pass (the model is acquired); 0 or -1 out of memory. */
-static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
+static int step_run(wk_t *w, int mi, step_pass_t *p)
 {
+    wk_model_t *m = w->models[mi];
     const model_t *mod = m->sm->model;
     p->fs = calloc(p->n, sizeof *p->fs);
     p->order = calloc(p->n, sizeof *p->order);
@@ -269,16 +328,18 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
             m->svc.total_prompt_tokens += s->n_prompt;
         i++;
     }
-    /* the pass's activation scratch is device memory too: counted beside the pool */
+    fwd_t *f = w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
+    /* the pass's activation scratch is device memory too: counted beside the pool (both
+     * forward scratches: an aside step's and the waiting pass's) */
     size_t n_tok = 0;
     for (uint32_t k = 0; k < p->n; k++)
         n_tok += p->fs[k].n_tokens;
-    res_scratch_note(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n));
-    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
+    res_scratch_note(w->res, fwd_scratch_after(f, &mod->hp, n_tok, p->n) +
+                                 fwd_scratch_bytes(w->aside ? w->fwd : w->fwd_aside));
+    p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi, .streams = p->streams};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
-    p->rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
-                    sizeof p->err);
+    p->rc = fwd_run(f, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err, sizeof p->err);
     p->t_end = wk_now();
     for (uint32_t k = 0; k < p->n; k++) { /* rebuilt (or failed with the pass) */
         free(p->order[k]->redo);
@@ -345,6 +406,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
     step_pass_t p = {0};
     res_model_stats(w->res, m->rm, &p.before);
     p.cold = !res_fully_resident(w->res, m->rm);
+    p.streams = p.cold && res_ready_in(w->res, m->rm, m->pass_s) != 0;
     int arc = res_acquire(w->res, m->rm, err, sizeof err);
     if (arc) {
         step_failed(w, mi, admit, wk_device_error_code(arc), err);
@@ -352,7 +414,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
     }
     wk_seq_t *fresh = step_admit(w, mi, admit);
     p.n = step_join(w, m, fresh);
-    if (p.n == 0 || step_run(w, m, &p)) {
+    if (p.n == 0 || step_run(w, mi, &p)) {
         pass_free(&p);
         res_release(w->res, m->rm);
         return;
@@ -525,7 +587,7 @@ double wk_round(wk_t *w)
     double now = wk_now();
     double nap = poll_pageins(w, now);
     sched_model_view_t views[WK_MAX_MODELS];
-    build_views(w, views);
+    build_views(w, views, -1);
     sched_plan_t plan;
     sched_next(w->sched, now, views, &plan);
     int stepped = 0;

@@ -11,10 +11,10 @@ import gsd  # noqa: E402
 
 ROOT = gsd.ROOT
 TMP = gsd.tmpdir(prefix="gsd-swaplat-")  # removed at exit (the runner fails a suite that leaves files)
-# A: a model whose steps (about 10 ms here) stand well above the host's scheduling noise (q8_0,
+# A: a model whose steps (about 14 ms here) stand well above the host's scheduling noise (q8_0,
 # wide, a small KV cache); B and C: the ones that page in (f16), each about a second of copy at the
 # throttled bandwidth.
-SHAPE_A = "--type q8_0 --dim 1024 --layers 12 --heads 16 --kv-heads 1 --ff 3072 --vocab 512 --seed 1"
+SHAPE_A = "--type q8_0 --dim 1024 --layers 24 --heads 16 --kv-heads 1 --ff 3072 --vocab 512 --seed 2"  # greedy: no eos in 1000 tokens
 SHAPE_BC = "--type f16 --dim 512 --layers 8 --heads 8 --kv-heads 1 --ff 2048 --vocab 512 --seed %d"
 if gsd.VALGRIND:
     # memcheck runs the steps 20-50 times slower: models a fifth the size keep a's steps far above
@@ -62,8 +62,8 @@ MODELS = models()
 SIZES = sizes(MODELS)
 BANDWIDTH = SIZES["b"] / COPY_S
 A_TOKENS = 1000          # a's long stream (cancelled when done): outlasts the page-ins
-# a and b (or c) with room for KV caches, never all three
-POOL = (SIZES["a"] + SIZES["b"] + (10 << 20)) // (64 << 10) * (64 << 10)
+# a and b (or c) with room for KV caches (a's long stream takes 12 MiB), never all three
+POOL = (SIZES["a"] + SIZES["b"] + (24 << 20)) // (64 << 10) * (64 << 10)
 assert POOL < SIZES["a"] + SIZES["b"] + SIZES["c"]
 
 
@@ -129,8 +129,8 @@ OTHER_TOKENS = 4 if gsd.VALGRIND else 16  # what b and c generate in the max_sta
 
 def solo_gaps(d):
     """a's gaps between tokens with nothing else running, over about as long as a page-in takes:
-    (median, largest), seconds. The largest is the yardstick for a largest gap: the shared host's
-    own hiccups are in both."""
+    (median, largest), seconds. The median is a's solo gap, the yardstick of the gap bounds; the
+    largest is printed beside it (the shared host's own hiccups)."""
     s = Stream(d, "a", SOLO_TOKENS, "solo")
     s.wait()
     gaps = [g for g, _ in s.gaps()[3:]]
@@ -166,24 +166,35 @@ def check_stats(d):
     assert st["server"].get("total_errors_internal", 0) == 0, st["server"]
 
 
-ATTEMPTS = 3  # the host is shared: a gap bound that holds in none of these is the daemon's doing
+ATTEMPTS = 5  # the host is shared: a gap bound that holds in none of these is the daemon's doing
+
+
+def beside_a_stream(d, model, max_tokens, rid):
+    """a streams, alone at first, then model is requested, then a streams alone again: returns (a's
+    median and largest gaps while alone, a's gaps from model's request to its last token, its done,
+    its stream), seconds. a's solo gaps come from the same stream just before and after, so the
+    host's load is the same as beside the other model."""
+    a = Stream(d, "a", A_TOKENS, "a-" + rid)
+    until(lambda: len(a.ts) >= 3 + SOLO_TOKENS // 2, 30)
+    o = Stream(d, model, max_tokens, rid)
+    done = o.wait()
+    n = len(a.ts)
+    until(lambda: len(a.ts) >= n + SOLO_TOKENS // 2, 30)
+    a.cancel()
+    a.wait()
+    recv = o.ts[0] - done["timing"]["ttft_ms"] / 1e3
+    alone = [g for g, end in a.gaps()[3:] if end < recv or end - g > o.ts[-1]]
+    beside = [(g, end) for g, end in a.gaps() if recv < end <= o.ts[-1]]
+    return statistics.median(alone), max(alone), beside, done, o
 
 
 def page_in_beside_a_stream(d):
-    """a streams alone, then b (cold) is requested: returns (a's median and largest solo gaps, a's gaps
-    while b paged in, b's done, b's copy time), seconds."""
-    step, solo = solo_gaps(d)
+    """beside_a_stream with b (cold): returns (a's median and largest solo gaps, a's gaps while b paged
+    in (until b's first token), b's done, b's copy time), seconds."""
     before = d.stats()["models"]["b"]
-    a = Stream(d, "a", A_TOKENS, "a")
-    until(lambda: len(a.ts) >= 10, 30)
-    b = Stream(d, "b", 8, "b")
-    bd = b.wait()
-    a.cancel()
-    a.wait()
+    step, solo, beside, bd, b = beside_a_stream(d, "b", 8, "b")
     copy = copy_s(d, "b", before)
-    b_first = b.ts[0]
-    b_recv = b_first - bd["timing"]["ttft_ms"] / 1e3
-    during = [g for g, end in a.gaps() if b_recv < end < b_first]
+    during = [g for g, end in beside if end < b.ts[0]]
     assert len(during) >= 1, "a did not run while b paged in"
     return step, solo, during, bd, copy
 
@@ -195,27 +206,28 @@ def test_a_stream_does_not_stall_while_another_model_pages_in():
         for attempt in range(ATTEMPTS):
             step, solo, during, bd, copy = page_in_beside_a_stream(d)
             worst = max(during)
-            bound = 1.5 * solo + SLACK_MS / 1e3
+            bound = 1.5 * step + SLACK_MS / 1e3  # a's typical solo gap: the median
             print("   a solo: step %.2f ms, largest gap %.2f ms; while b paged in (%.0f ms of copy): %d gaps, "
-                  "largest %.2f ms (bound %.2f ms)" % (step * 1e3, solo * 1e3, copy * 1e3, len(during),
-                                                       worst * 1e3, bound * 1e3), flush=True)
-            # b's first token: its copy time plus about one step, in every attempt. The step: once b
-            # can run, the worker ends a's step in progress, then runs b's first pass
+                  "median %.2f ms, largest %.2f ms (bound %.2f ms)" % (
+                      step * 1e3, solo * 1e3, copy * 1e3, len(during), statistics.median(during) * 1e3,
+                      worst * 1e3, bound * 1e3), flush=True)
+            # b's first token: its copy time plus about one step (in the same attempt as the gap
+            # bound). The step: once b can run, the worker ends a's step in progress, then runs b's
+            # first pass
             ttft = bd["timing"]["ttft_ms"] / 1e3
             one_step = step + first_pass(bd)
             print("   b ttft %.1f ms, copy %.1f ms, one step %.1f ms (a %.1f + b's first pass), bound %.1f ms" % (
                 ttft * 1e3, copy * 1e3, one_step * 1e3, step * 1e3, (1.2 * copy + one_step) * 1e3), flush=True)
             assert 0.5 * COPY_S < copy < 2 * COPY_S, copy
-            assert ttft <= 1.2 * copy + one_step + SLACK_MS / 1e3, (ttft, copy, one_step)
             check_swap(bd, copy, "b, paged in by prefetch beside a running stream")
             check_stats(d)
-            if worst <= bound:
+            if worst <= bound and ttft <= 1.2 * copy + one_step + SLACK_MS / 1e3:
                 worst_ok = True
                 break
             ans = d.admin_call({"op": "evict", "id": "e", "model": "b"})  # cold again for the next try
             assert ans.get("ok"), ans
-        assert worst_ok, "a's largest gap while b paged in exceeded 1.5x its solo gap + %g ms in %d runs" % (
-            SLACK_MS, ATTEMPTS)
+        assert worst_ok, ("a's largest gap while b paged in exceeded 1.5x its median solo gap + %g ms, or b's "
+                          "first token 1.2x its copy + one step, in each of %d runs" % (SLACK_MS, ATTEMPTS))
     finally:
         assert d.stop() == 0
 
@@ -281,6 +293,79 @@ def test_running_streams_never_stall_past_max_stall():
         assert d.stop() == 0
 
 
+def gaps_between(s, t0, t1):
+    """s's gaps between tokens that end in (t0, t1]: [(gap, end)], seconds."""
+    return [(g, end) for g, end in s.gaps() if t0 < end <= t1]
+
+
+def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall():
+    """The last resort: c is two layers larger than b, so once b is gone c fits only with a's tail
+    (a streams, holding its KV cache) or by streaming its own layers. Either way a goes at most
+    max_stall plus one step without a token: its pages go only within what comes back in time
+    behind the copies queued ahead, and c's pass, waiting on copies, lets a step."""
+    big_c = [MODELS[0], MODELS[1], ("c", gsd.mkmodel(os.path.join(TMP, "c10.gguf"), SHAPE_BC.replace(
+        "--layers 8", "--layers 10") % 3), "")]
+    d = SwapDaemon(big_c, POOL, BANDWIDTH, scheduler="max_stall: %dms\n" % MAX_STALL_MS)
+    try:
+        for m in ("a", "b"):
+            assert d.admin_call({"op": "load", "id": "l" + m, "model": m}).get("ok")
+        solo = solo_gap(d)
+        a = Stream(d, "a", A_TOKENS, "a")
+        until(lambda: len(a.ts) >= 10, 30)
+        t0 = a.ts[-1]
+        c = Stream(d, "c", 6, "c")
+        done = c.wait()
+        a.cancel()
+        a.wait()
+        gaps = gaps_between(a, t0, c.ts[-1])
+        worst, at = max(gaps)
+        stall = worst - solo
+        one_step = max(solo, first_pass(done))
+        st = d.stats()["models"]
+        print("   a while c needed its pages: %d gaps, largest %.2f ms (%.3f s in), a stall of %.2f ms beyond its "
+              "step %.2f ms; a lost %d segments (preemption), c %d (capacity, quota: it streamed); bound max_stall "
+              "%d ms + one step %.2f ms" % (
+                  len(gaps), worst * 1e3, at - t0, stall * 1e3, solo * 1e3, st["a"]["evictions_preemption"],
+                  st["c"]["evictions_capacity"] + st["c"]["evictions_quota"], MAX_STALL_MS, one_step * 1e3), flush=True)
+        assert st["b"]["curr_resident_bytes"] == 0 and st["a"]["curr_resident_bytes"] + st["c"][
+            "curr_resident_bytes"] < SIZES["a"] + st["c"]["weight_bytes"], st  # c never fit beside a whole
+        assert stall <= MAX_STALL_MS / 1e3 + one_step + SLACK_MS / 1e3, (stall, one_step)
+        check_stats(d)
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
+    """q's gpu_quota holds half of it: every pass of q streams the other half through its quota,
+    waiting on copies; a steps meanwhile."""
+    q = ("q", gsd.mkmodel(os.path.join(TMP, "q.gguf"), SHAPE_BC % 4), "gpu_quota: %dKiB" % (SIZES["b"] // 2048))
+    d = SwapDaemon(MODELS + [q], POOL, BANDWIDTH, scheduler="max_stall: %dms\n" % MAX_STALL_MS)
+    try:
+        assert d.admin_call({"op": "load", "id": "la", "model": "a"}).get("ok")
+        ok = False
+        for attempt in range(ATTEMPTS):
+            before = d.stats()["models"]["q"]
+            step, solo, beside, qd, qs = beside_a_stream(d, "q", 2, "q%d" % attempt)
+            q_recv = qs.ts[0] - qd["timing"]["ttft_ms"] / 1e3
+            during = [g for g, _ in beside]
+            copy = copy_s(d, "q", before)
+            worst, bound = max(during), 1.5 * step + SLACK_MS / 1e3
+            print("   a solo: step %.2f ms (largest gap %.2f); while q streamed (%d tokens, %.0f ms of copy in %.0f ms): "
+                  "%d gaps, median %.2f ms, largest %.2f ms (bound %.2f ms)" % (
+                      step * 1e3, solo * 1e3, len(qs.ts), copy * 1e3, (qs.ts[-1] - q_recv) * 1e3, len(during),
+                      statistics.median(during) * 1e3, worst * 1e3, bound * 1e3), flush=True)
+            assert len(qs.ts) == 2 and copy > 0.5 * COPY_S, (qs.ts, copy)  # q streamed a lot, every pass
+            assert len(during) >= 10, "a hardly ran while q streamed"
+            check_stats(d)
+            if worst <= bound:
+                ok = True
+                break
+        assert ok, "a's largest gap while q streamed exceeded 1.5x its solo step + %g ms in %d runs" % (
+            SLACK_MS, ATTEMPTS)
+    finally:
+        assert d.stop() == 0
+
+
 def test_pin_over_capacity_is_refused_and_no_request_is_internal():
     d = start()
     try:
@@ -340,6 +425,8 @@ if __name__ == "__main__":
                test_a_stream_does_not_stall_while_another_model_pages_in,
                test_swap_ms_is_the_page_in_whoever_started_it,
                test_running_streams_never_stall_past_max_stall,
+               test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall,
+               test_a_stream_does_not_stall_while_a_quota_streamed_model_runs,
                test_pin_over_capacity_is_refused_and_no_request_is_internal]:
         r.run(fn)
     sys.exit(r.exit_code())

@@ -787,3 +787,69 @@ Test(residency, pinning_past_the_pool_is_refused_and_changes_nothing)
     cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0, "%s", err);
     fx_fini(&f);
 }
+
+Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall_budget, .timeout = 60)
+{
+    fixture_t f;
+    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
+    char err[256];
+    fx_init(&f, 200, 0, three, 1);
+    size_t need = pages_of_model(f.sm[0]);
+    fx_fini(&f);
+    fx_init(&f, 2 * need + 4, 0, three, 3);
+    res_cfg_t pin = {.pinned = 1};
+    cr_assert_eq(res_set_cfg(f.res, f.rm[1], &pin, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_prefetch(f.res, f.rm[1], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
+    kv_seq_t *kv = NULL;
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], 8, &kv, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv, 8, err, sizeof err), 0, "%s", err);
+    res_release(f.res, f.rm[0]); /* m0: a running sequence paused between passes */
+    while (!res_fully_resident(f.res, f.rm[0]) || !res_fully_resident(f.res, f.rm[1]))
+        ;
+    /* a page-in ahead of m2's pass takes nothing from m0, however generous max_stall */
+    res_set_max_stall(f.res, 100);
+    cr_assert_eq(res_prefetch(f.res, f.rm[2], RES_EVICT_ANY, err, sizeof err), 0, "%s", err);
+    stats_res_t s0;
+    res_model_stats(f.res, f.rm[0], &s0);
+    cr_assert_eq(s0.evictions_preemption, 0, "a background page-in preempted running sequences");
+    cr_assert(!res_fully_resident(f.res, f.rm[2]), "m2 fits only with m0's pages");
+    /* a budget smaller than anything queued ahead: m2's pass would stream its own */
+    res_set_max_stall(f.res, 1e-9);
+    cr_assert_eq(res_acquire(f.res, f.rm[2], err, sizeof err), 0, "%s", err);
+    res_release(f.res, f.rm[2]);
+    res_model_stats(f.res, f.rm[0], &s0);
+    cr_assert_eq(s0.evictions_preemption, 0, "a pass took more than the stall budget");
+    /* within the budget the pass takes m0's tail, the last resort */
+    res_set_max_stall(f.res, 100);
+    cr_assert_eq(res_acquire(f.res, f.rm[2], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 2);
+    res_release(f.res, f.rm[2]);
+    res_model_stats(f.res, f.rm[0], &s0);
+    cr_assert_gt(s0.evictions_preemption, 0);
+    res_kv_free(f.res, kv);
+    fx_fini(&f);
+}
+
+Test(residency, a_segment_lands_in_the_order_its_copy_was_queued, .timeout = 60)
+{
+    fixture_t f;
+    const char *one[1] = {mixed[2]};
+    char err[256];
+    fx_init(&f, 100, 0, one, 1);
+    double bw = (double)f.sm[0]->image_bytes / 0.3;
+    fx_fini(&f);
+    fx_init(&f, 100, bw, one, 1);
+    uint32_t last = f.sm[0]->n_segs - 1;
+    cr_assert(isinf(res_seg_lands_in(f.res, f.rm[0], 0)), "not mapped: never lands");
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    /* the bandwidth is measured from the first copy that lands */
+    while (res_seg_lands_in(f.res, f.rm[0], 0) > 0)
+        ;
+    double a = res_seg_lands_in(f.res, f.rm[0], 1), b = res_seg_lands_in(f.res, f.rm[0], last);
+    cr_assert(a > 0 && b > a && b < 1.0, "layer 1 lands in %.3f s, the last segment in %.3f s", a, b);
+    run_and_check(&f, 0);
+    cr_assert_eq(res_seg_lands_in(f.res, f.rm[0], last), 0, "landed");
+    res_release(f.res, f.rm[0]);
+    fx_fini(&f);
+}
