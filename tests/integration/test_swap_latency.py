@@ -299,12 +299,15 @@ def gaps_between(s, t0, t1):
 
 
 def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall():
-    """The last resort: c is two layers larger than b, so once b is gone c fits only with a's tail
+    """The last resort: c is larger than the pool beside a whole a, so once b is gone c fits only with a's tail
     (a streams, holding its KV cache) or by streaming its own layers. Either way a goes at most
     max_stall plus one step without a token: its pages go only within what comes back in time
     behind the copies queued ahead, and c's pass, waiting on copies, lets a step."""
-    big_c = [MODELS[0], MODELS[1], ("c", gsd.mkmodel(os.path.join(TMP, "c10.gguf"), SHAPE_BC.replace(
-        "--layers 8", "--layers 10") % 3), "")]
+    # c's layers: enough that c alone outgrows the pool left beside a whole a (a's KV cache grows
+    # page by page, F16, so it leaves room: b's 8 layers plus 24 MiB)
+    layers = (POOL - SIZES["a"]) * 8 // SIZES["b"] + 2
+    big_c = [MODELS[0], MODELS[1], ("c", gsd.mkmodel(os.path.join(TMP, "cbig.gguf"), SHAPE_BC.replace(
+        "--layers 8", "--layers %d" % layers) % 3), "")]
     d = SwapDaemon(big_c, POOL, BANDWIDTH, scheduler="max_stall: %dms\n" % MAX_STALL_MS)
     try:
         for m in ("a", "b"):
