@@ -308,6 +308,10 @@ int gen_main(int argc, char **argv)
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
+    if (model_feats_check(&m->hp, be->model_feats, be->name, err, sizeof err)) {
+        fprintf(stderr, "gpuswapd generate: %s\n", err);
+        goto done;
+    }
     fw = fwd_new(be);
     kv = kv_seq_new(&m->hp, n_ctx);
     smp = sampler_new(&o.sp, (int32_t)m->hp.n_vocab, err, sizeof err);

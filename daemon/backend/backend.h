@@ -77,6 +77,8 @@ typedef struct backend {
     size_t pool_bytes;  /* device memory available to the pool */
     int zero_copy;      /* 1: weights are used in place from host memory (cpu) */
     int needs_pinned;   /* 1: the store should use host_alloc (pinned) */
+    uint32_t model_feats; /* MODEL_FEAT_* bits its kernels run; a model needing
+                             another is refused at load (model_feats_check) */
 
     /* ---- device memory: reserved virtual ranges backed by pool pages */
     /* Reserve bytes (multiple of page_size) of address space; *base is the

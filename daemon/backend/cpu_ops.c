@@ -184,6 +184,18 @@ static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t 
     return 0;
 }
 
+/* Angle per position of pair i: base^(-2i/rope_dim), times the linear
+ * scale, divided by the pair's frequency factor (llama3 rope_freqs). */
+static float k_rope_freq(const model_hparams_t *hp, uint32_t i)
+{
+    float f = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+    if (hp->rope_freq_scale != 0.0f)
+        f *= hp->rope_freq_scale;
+    if (hp->rope_freqs)
+        f /= hp->rope_freqs[i];
+    return f;
+}
+
 static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
                   const uint32_t *pos, const model_hparams_t *hp)
 {
@@ -194,11 +206,10 @@ static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n
     float inv_freq[512];
     int cached = half <= 512;
     for (uint32_t i = 0; cached && i < half; i++)
-        inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+        inv_freq[i] = k_rope_freq(hp, i);
     for (size_t t = 0; t < n_tok; t++) {
         for (uint32_t i = 0; i < half; i++) {
-            float f = cached ? inv_freq[i]
-                             : powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+            float f = cached ? inv_freq[i] : k_rope_freq(hp, i);
             float theta = (float)pos[t] * f;
             float c = cosf(theta), s = sinf(theta);
             uint32_t a = hp->rope_neox ? i : 2 * i;
@@ -359,4 +370,5 @@ void cpuk_fill(backend_t *be)
     be->silu_mul = k_silu_mul;
     be->add = k_add;
     be->gather = k_gather;
+    be->model_feats = MODEL_FEAT_ALL;
 }

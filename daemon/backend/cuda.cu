@@ -1023,7 +1023,8 @@ __global__ void k_silu_mul(float *g, const float *u, size_t n_tok, uint32_t n, s
  * powf/cosf/sinf of the CPU kernel; the rotation is done without FMA
  * contraction, as the CPU does. */
 __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads, uint32_t hd,
-                       uint32_t rope_dim, float base, int neox, const uint32_t *pos)
+                       uint32_t rope_dim, float base, float freq_scale, int neox,
+                       const uint32_t *pos)
 {
     const uint32_t half = rope_dim / 2;
     const size_t total = n_tok * half;
@@ -1032,7 +1033,7 @@ __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads
         const size_t t = idx / half;
         const uint32_t i = (uint32_t)(idx % half);
         const float e = -2.0f * (float)i / (float)rope_dim;
-        const float inv_freq = (float)pow((double)base, (double)e);
+        const float inv_freq = __fmul_rn((float)pow((double)base, (double)e), freq_scale);
         const float theta = (float)pos[t] * inv_freq;
         const float c = (float)cos((double)theta), s = (float)sin((double)theta);
         const uint32_t a = neox ? i : 2 * i;
@@ -1457,8 +1458,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     if (n_tok == 0 || hp->rope_dim < 2 || n_heads == 0)
         return 0;
-    if (hp->rope_dim > hp->head_dim)
-        return BE_ERR_ARG;
+    if (hp->rope_dim > hp->head_dim || hp->rope_freqs)
+        return BE_ERR_ARG; /* rope_freqs: refused at model load (model_feats) */
     int rc = use_dev(c);
     if (rc)
         return rc;
@@ -1467,7 +1468,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
         return rc;
     size_t total = n_tok * (hp->rope_dim / 2);
     k_rope<<<grid_x(total, EW_THREADS), EW_THREADS, 0, c->compute>>>(
-        v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base, hp->rope_neox,
+        v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base,
+        hp->rope_freq_scale != 0.0f ? hp->rope_freq_scale : 1.0f, hp->rope_neox,
         (const uint32_t *)d_pos);
     return launch_rc();
 }
@@ -2036,6 +2038,9 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->pool_bytes = c->budget;
     be->zero_copy = 0;
     be->needs_pinned = 1;
+    /* linear RoPE scaling in k_rope, q/k norms through rmsnorm; no
+     * frequency-factor (llama3 rope_freqs) kernel yet */
+    be->model_feats = MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM;
     be->reserve = c_reserve;
     be->map = c_map;
     be->unmap = c_unmap;

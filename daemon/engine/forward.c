@@ -54,9 +54,17 @@ void fwd_free(fwd_t *f)
     free(f);
 }
 
+/* Row width of the activation buffers: the model width or the attention
+ * width (n_head * head_dim, wider when attention.key_length says so). */
+static size_t act_width(const model_hparams_t *hp)
+{
+    size_t att = (size_t)hp->n_head * hp->head_dim;
+    return att > hp->n_embd ? att : hp->n_embd;
+}
+
 static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
 {
-    size_t width = hp->n_embd;
+    size_t width = act_width(hp);
     if (n_tok <= f->cap_tok && width <= f->cap_width && hp->n_ff <= f->cap_ff &&
         hp->n_vocab <= f->cap_vocab)
         return 0;
@@ -97,6 +105,19 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
             return rc_ == BE_ERR_NOMEM ? FWD_ERR_NOMEM : FWD_ERR_DEVICE;                          \
         }                                                                                          \
     } while (0)
+
+/* Per-head RMSNorm (qwen3 q/k norms): each token's n_heads heads of hd
+ * values are rows of the backend's rmsnorm, one call per token. */
+static int head_norm(const backend_t *be, float *v, const model_weight_t *w, size_t n_tok,
+                     size_t stride, uint32_t n_heads, uint32_t hd, float eps, char *err,
+                     size_t errlen)
+{
+    for (size_t t = 0; t < n_tok; t++) {
+        float *row = v + t * stride;
+        BE_CALL(rmsnorm, row, row, w->data, n_heads, hd, hd, eps);
+    }
+    return 0;
+}
 
 static int wait_seg(const fwd_hooks_t *h, uint32_t seg, char *err, size_t errlen)
 {
@@ -185,6 +206,13 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
             BE_CALL(add_bias, f->q, L->bq.data, n_tok, L->bq.n_in, W);
             BE_CALL(add_bias, f->k, L->bk.data, n_tok, L->bk.n_in, W);
             BE_CALL(add_bias, f->v, L->bv.data, n_tok, L->bv.n_in, W);
+        }
+        if (L->q_norm.data) {
+            if ((rc = head_norm(be, f->q, &L->q_norm, n_tok, W, hp->n_head, hd, hp->rms_eps, err,
+                                errlen)) ||
+                (rc = head_norm(be, f->k, &L->k_norm, n_tok, W, hp->n_head_kv, hd, hp->rms_eps,
+                                err, errlen)))
+                return rc;
         }
         BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, hp);
         BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, hp);

@@ -1,4 +1,4 @@
-/* model: Llama-family hyperparameters and weight views taken from a GGUF file. */
+/* model: Llama-family hyperparameters and weight views taken from a GGUF file, read strictly (every tensor and math-changing key understood, or the file is refused). */
 #ifndef MODEL_H
 #define MODEL_H
 
@@ -11,7 +11,18 @@
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
     MODEL_ARCH_QWEN2 = 2, /* adds q/k/v biases, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 3, /* per-head q/k RMSNorm, no biases, NeoX RoPE */
 } model_arch_t;
+
+/* Computation features beyond the plain Llama block that a model uses; a
+ * backend lists those its kernels run (backend_t.model_feats) and a model
+ * needing another is refused at load (model_feats_check). */
+enum {
+    MODEL_FEAT_ROPE_FREQS = 1u << 0,  /* per-pair RoPE frequency factors (llama3 rope_freqs) */
+    MODEL_FEAT_ROPE_LINEAR = 1u << 1, /* linear RoPE scaling: positions times rope_freq_scale */
+    MODEL_FEAT_QK_NORM = 1u << 2,     /* per-head RMSNorm of q and k before RoPE */
+    MODEL_FEAT_ALL = (1u << 3) - 1,
+};
 
 enum {
     MODEL_OK = 0,
@@ -29,12 +40,16 @@ typedef struct model_hparams {
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv;
-    uint32_t head_dim;    /* n_embd / n_head */
+    uint32_t head_dim;    /* attention.key_length, default n_embd / n_head */
     uint32_t rope_dim;    /* dims of each head that RoPE rotates (even) */
     uint32_t n_vocab;
     float rope_base;      /* theta base, default 10000 */
     float rms_eps;
     int rope_neox;        /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
+    float rope_freq_scale;    /* positions are multiplied by this (1 / linear factor; 1 = none) */
+    const float *rope_freqs;  /* (rope_dim/2) divisors of each pair's frequency, host memory
+                                 (the file mapping); NULL = none */
+    uint32_t feats;       /* MODEL_FEAT_* bits this model needs */
 } model_hparams_t;
 
 /* A view of one tensor: rows of n_in elements of the stored type. */
@@ -50,6 +65,7 @@ typedef struct model_layer {
     model_weight_t attn_norm;          /* (n_embd) F32 */
     model_weight_t wq, wk, wv;         /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) */
     model_weight_t bq, bk, bv;         /* qwen2 biases, F32; data NULL for llama */
+    model_weight_t q_norm, k_norm;     /* (head_dim) F32 per-head norms (qwen3); data NULL otherwise */
     model_weight_t wo;                 /* (n_head*hd -> n_embd) */
     model_weight_t ffn_norm;           /* (n_embd) F32 */
     model_weight_t w_gate, w_up;       /* (n_embd -> n_ff) */
@@ -89,5 +105,11 @@ model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen);
 void model_close(model_t *m); /* accepts NULL */
 
 const char *model_arch_name(model_arch_t a);
+
+/* 0 if a backend whose kernels run the features `supported` (MODEL_FEAT_*)
+ * can run a model needing hp->feats; else MODEL_ERR_UNSUPPORTED and err
+ * names the backend and each missing feature. */
+int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char *backend, char *err,
+                      size_t errlen);
 
 #endif
