@@ -26,6 +26,8 @@ MKMODEL = os.path.join(BUILD, "mkmodel")
 GPUSWAPD = os.path.join(BUILD, "gpuswapd")
 
 PROMPT = [1, 5, 9, 13, 200]
+# 40 positions, so slow RoPE pairs (Llama 3 factors, linear scaling) turn far
+LONG_PROMPT = [1] + [(7 * i + 3) % 290 + 5 for i in range(39)]
 N_GEN = 6
 
 # Max |engine - ref| allowed per step, relative to max(1, max |ref logit|).
@@ -67,7 +69,34 @@ for _arch in ("llama", "qwen2"):
         for _path in ("exact", "fast"):
             CASES.append(("%s-%s-%s" % (_arch, _t, _path), _path,
                           ["--arch", _arch, "--type", _t, "--seed", "9"] + _shape))
+# Architectures and RoPE variants beyond plain llama/qwen2 (issue 17): qwen3
+# (per-head q/k RMSNorm) in every exact type, tied and GQA, and with heads
+# wider than dim/heads; llama with Llama 3 rope_freqs, linear RoPE scaling
+# and attention.key_length. Optional 4th element: the prompt.
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("qwen3-%s" % _t, "exact", ["--arch", "qwen3", "--type", _t, "--seed", "21"] + SMALL))
+for _t in ("q4_k", "q6_k"):
+    for _path in ("exact", "fast"):
+        CASES.append(("qwen3-%s-%s" % (_t, _path), _path,
+                      ["--arch", "qwen3", "--type", _t, "--seed", "22"] + WIDE))
 CASES += [
+    ("qwen3-f16-tied-gqa4-hd32", "exact",
+     ["--arch", "qwen3", "--type", "f16", "--tied", "--dim", "64", "--heads", "8", "--kv-heads", "2",
+      "--head-dim", "32", "--layers", "3", "--ff", "128", "--vocab", "320", "--rope-base", "1000000",
+      "--eps", "1e-6", "--seed", "23"], LONG_PROMPT),
+    ("llama-f32-rope-freqs", "exact",
+     ["--arch", "llama", "--type", "f32", "--rope-freqs", "--seed", "24"] + SMALL, LONG_PROMPT),
+    ("llama-q8_0-rope-freqs-gqa8", "exact",
+     ["--arch", "llama", "--type", "q8_0", "--rope-freqs", "--dim", "128", "--layers", "2",
+      "--heads", "8", "--kv-heads", "1", "--ff", "256", "--vocab", "384", "--rope-base", "500000",
+      "--seed", "25"], LONG_PROMPT),
+    ("llama-bf16-rope-linear4", "exact",
+     ["--arch", "llama", "--type", "bf16", "--rope-scaling", "linear:4", "--seed", "26"] + SMALL,
+     LONG_PROMPT),
+    ("qwen2-f32-rope-none", "exact",
+     ["--arch", "qwen2", "--type", "f32", "--rope-scaling", "none:4", "--seed", "27"] + SMALL),
+    ("llama-f16-head-dim-32", "exact",
+     ["--arch", "llama", "--type", "f16", "--head-dim", "32", "--seed", "28"] + SMALL, LONG_PROMPT),
     ("llama-f16-tied", "exact",
      ["--arch", "llama", "--type", "f16", "--tied", "--seed", "11"] + SMALL),
     ("qwen2-q8_0-tied", "exact",
@@ -128,17 +157,17 @@ def load_logits(path, n_vocab):
     return np.array(rows, dtype=np.float64).reshape(len(rows), n_vocab)
 
 
-def check_case(tmp, name, path, args):
+def check_case(tmp, name, path, args, prompt=PROMPT):
     model = os.path.join(tmp, name + ".gguf")
     dump = os.path.join(tmp, name + ".logits")
     run([MKMODEL, "--out", model] + args)
     out = run([GPUSWAPD, "generate", "--model", model,
-               "--prompt-ids", ",".join(str(i) for i in PROMPT),
+               "--prompt-ids", ",".join(str(i) for i in prompt),
                "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump]
               + (["--exact"] if path == "exact" else []))
     res = parse_json_line(out)
-    if list(res.get("prompt_ids", [])) != PROMPT:
-        raise CaseFailure("prompt_ids %r, want %r" % (res.get("prompt_ids"), PROMPT))
+    if list(res.get("prompt_ids", [])) != prompt:
+        raise CaseFailure("prompt_ids %r, want %r" % (res.get("prompt_ids"), prompt))
     ids = [int(i) for i in res["ids"]]
     if not 1 <= len(ids) <= N_GEN:
         raise CaseFailure("%d generated ids, want 1..%d" % (len(ids), N_GEN))
@@ -147,10 +176,10 @@ def check_case(tmp, name, path, args):
     eng = load_logits(dump, m.n_vocab)
     if eng.shape[0] != len(ids):
         raise CaseFailure("%d logit rows for %d generated ids" % (eng.shape[0], len(ids)))
-    want = ref.forward(m, PROMPT + ids[:-1])
+    want = ref.forward(m, prompt + ids[:-1])
     worst = 0.0
     for k in range(len(ids)):
-        row = want[len(PROMPT) - 1 + k]
+        row = want[len(prompt) - 1 + k]
         if path == "fast":
             if not np.all(np.isfinite(eng[k])):
                 raise CaseFailure("step %d: non-finite logits" % k)
@@ -223,9 +252,13 @@ def main():
         print("FAIL ref-dequantizes-kquant-exactly: %s" % e)
         failed += 1
     with tempfile.TemporaryDirectory(prefix="gpuswapd-ref-") as tmp:
-        for name, path, args in CASES:
+        only = os.environ.get("REF_CASES")  # comma-separated substrings: run only those
+        for case in CASES:
+            name, path, args = case[:3]
+            if only and not any(o in name for o in only.split(",")):
+                continue
             try:
-                worst = check_case(tmp, name, path, args)
+                worst = check_case(tmp, name, path, args, *case[3:])
                 print("ok %s (worst diff %.2f of bound)" % (name, worst))
             except (CaseFailure, subprocess.TimeoutExpired, ref.GGUFError, OSError) as e:
                 print("FAIL %s: %s" % (name, e))

@@ -5,7 +5,11 @@ Independent of the C engine: its own GGUF parser (v2/v3, every metadata type,
 nested arrays), dequantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (vectorized over blocks, in
 float64 from the stored values: exact), and a full-sequence
-forward pass (no KV cache) for the `llama` and `qwen2` architectures.
+forward pass (no KV cache) for the `llama` (with Llama 3 `rope_freqs`
+factors, linear RoPE scaling and `attention.key_length` heads), `qwen2` and
+`qwen3` architectures, written from the Hugging Face modelling code
+(Qwen3Attention normalizes each head of q and k with its own RMSNorm before
+the rotary embedding, and has no q/k/v biases).
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
 prints (or writes) the logits of every position, one line per position.
@@ -308,7 +312,7 @@ class Model:
         g = GGUF(path)
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2"):
+        if arch not in ("llama", "qwen2", "qwen3"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -322,13 +326,26 @@ class Model:
         self.n_layers = int(hp("block_count"))
         self.n_heads = int(hp("attention.head_count"))
         self.n_kv_heads = int(hp("attention.head_count_kv", self.n_heads))
-        self.head_dim = self.dim // self.n_heads
+        self.head_dim = int(hp("attention.key_length", self.dim // self.n_heads))
+        if int(hp("attention.value_length", self.head_dim)) != self.head_dim:
+            raise GGUFError("%s: value_length != key_length" % path)
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch == "qwen2"
+        self.neox = arch in ("qwen2", "qwen3")
+        # HF rope_scaling "linear": positions divided by the factor
+        stype = g.kv.get("%s.rope.scaling.type" % arch, "linear")
+        factor = float(g.kv.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0)
+        if stype not in ("none", "linear"):
+            raise GGUFError("%s: rope scaling %r not implemented" % (path, stype))
+        self.pos_scale = 1.0 / factor if stype == "linear" else 1.0
+        used = set()
 
-        t = g.tensor
+        def t(name):
+            used.add(name)
+            return g.tensor(name)
+        # HF rope_type "llama3" as the GGUF carries it: divisors of inv_freq
+        self.rope_freqs = t("rope_freqs.weight") if "rope_freqs.weight" in g.tensors else None
         self.tok_embd = t("token_embd.weight")             # (vocab, dim)
         self.n_vocab = self.tok_embd.shape[0]
         self.out_norm = t("output_norm.weight")            # (dim,)
@@ -353,7 +370,13 @@ class Model:
             for b in ("q", "k", "v"):
                 name = p + "attn_%s.bias" % b
                 L["b" + b] = t(name) if name in g.tensors else None
+            for b in ("q", "k"):                           # qwen3: (hd,) per-head norms
+                name = p + "attn_%s_norm.weight" % b
+                L[b + "_norm"] = t(name) if arch == "qwen3" else None
             self.layers.append(L)
+        left = [n for n in g.tensor_order if n not in used]
+        if left:
+            raise GGUFError("%s: tensors not understood: %s" % (path, ", ".join(left[:4])))
 
 
 def rmsnorm(x, w, eps):
@@ -361,12 +384,16 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, rope_dim, base, neox):
-    """Rotate the first rope_dim dims of every head. x: (T, heads, hd)."""
+def rope(x, pos, rope_dim, base, neox, freq_div=None):
+    """Rotate the first rope_dim dims of every head. x: (T, heads, hd);
+    pos may be fractional (linear scaling); freq_div divides each pair's
+    frequency (Llama 3 factors)."""
     x = x.copy()
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
     theta = base ** (-2.0 * i / rope_dim)                  # (half,)
+    if freq_div is not None:
+        theta = theta / freq_div
     ang = pos[:, None].astype(np.float64) * theta[None, :]  # (T, half)
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]
@@ -397,7 +424,7 @@ def forward(m, ids):
         raise ValueError("token id out of range")
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     group = nh // nkv
-    pos = np.arange(T)
+    pos = np.arange(T) * m.pos_scale
     mask = np.triu(np.full((T, T), -np.inf), k=1)          # causal
     x = m.tok_embd[ids].copy()                             # (T, dim)
     for L in m.layers:
@@ -411,8 +438,13 @@ def forward(m, ids):
             k = k + L["bk"]
         if L["bv"] is not None:
             v = v + L["bv"]
-        q = rope(q.reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, m.neox)
-        k = rope(k.reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, m.neox)
+        q = q.reshape(T, nh, hd)
+        k = k.reshape(T, nkv, hd)
+        if L["q_norm"] is not None:
+            q = rmsnorm(q, L["q_norm"], m.eps)
+            k = rmsnorm(k, L["k_norm"], m.eps)
+        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs)
+        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs)
         v = v.reshape(T, nkv, hd)
         att_out = np.zeros((T, nh, hd))
         for hq in range(nh):
@@ -444,7 +476,7 @@ def greedy(m, ids, n):
 # ---------------------------------------------------------------- CLI
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2")
+    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3")
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", help="write logits here instead of stdout")
