@@ -1,0 +1,218 @@
+/* Unit tests for the architecture table in model.c: what each architecture reads, what a strict load refuses (naming it), and the batching invariants of each architecture's forward pass. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "forward.h"
+#include "kv.h"
+#include "model.h"
+#include "testutil.h"
+
+#define ARCH_SHAPE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 320"
+
+/* Writes mkmodel ARCH_SHAPE + args and opens it; NULL with err on refusal. */
+static model_t *arch_open(const char *args, char *err, size_t errlen)
+{
+    char path[256], all[512];
+    snprintf(all, sizeof all, "%s %s", ARCH_SHAPE, args);
+    tu_mkmodel(path, sizeof path, all);
+    model_t *m = model_open(path, err, errlen);
+    unlink(path);
+    return m;
+}
+
+static void assert_refused(const char *args, const char *want)
+{
+    char err[512] = "";
+    model_t *m = arch_open(args, err, sizeof err);
+    cr_assert_null(m, "%s: the file was accepted", args);
+    cr_assert(strstr(err, want) != NULL, "%s: error '%s' does not name '%s'", args, err, want);
+}
+
+/* ------------------------------------------------------------------ strict loading */
+
+Test(arch, an_unknown_architecture_is_refused_by_name)
+{
+    assert_refused("--arch llama --arch-name mamba", "architecture 'mamba' is not supported");
+}
+
+Test(arch, unknown_and_unimplemented_rope_scaling_types_are_refused_by_name)
+{
+    assert_refused("--rope-scaling bogus:2", "'llama.rope.scaling.type' = 'bogus' is unknown");
+    assert_refused("--rope-scaling yarn:4", "'llama.rope.scaling.type' = 'yarn' is not implemented");
+    assert_refused("--arch qwen2 --rope-scaling longrope",
+                   "'qwen2.rope.scaling.type' = 'longrope' is not implemented");
+}
+
+Test(arch, an_unexpected_tensor_such_as_moe_experts_is_refused_by_name)
+{
+    assert_refused("--extra-tensor blk.0.ffn_gate_exps.weight",
+                   "tensor 'blk.0.ffn_gate_exps.weight' is not used");
+    /* qwen2 has no q/k norms: a stray one is refused, not skipped */
+    assert_refused("--arch qwen2 --extra-tensor blk.1.attn_q_norm.weight",
+                   "tensor 'blk.1.attn_q_norm.weight' is not used");
+    /* rope_freqs belongs to llama; on qwen3 nothing would read it */
+    assert_refused("--arch qwen3 --extra-tensor rope_freqs.weight",
+                   "tensor 'rope_freqs.weight' is not used");
+}
+
+Test(arch, an_unknown_arch_key_or_an_expert_count_is_refused_by_name)
+{
+    assert_refused("--extra-u32 llama.attention.sliding_window=16",
+                   "metadata key 'llama.attention.sliding_window' is not understood");
+    assert_refused("--extra-u32 llama.expert_count=8", "'llama.expert_count' = 8");
+}
+
+Test(arch, keys_that_leave_the_math_alone_are_accepted)
+{
+    char err[512];
+    model_t *m = arch_open("--extra-u32 llama.rope.scaling.original_context_length=8192", err,
+                           sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    model_close(m);
+    m = arch_open("--extra-u32 llama.expert_count=0", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    model_close(m);
+    /* other namespaces (general., tokenizer.) are not the architecture's */
+    m = arch_open("--extra-u32 general.quantization_version=2", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    model_close(m);
+}
+
+Test(arch, a_value_length_unlike_the_key_length_is_refused)
+{
+    assert_refused("--head-dim 32 --extra-u32 llama.attention.value_length=16",
+                   "value_length");
+}
+
+/* ------------------------------------------------------------------ what each arch reads */
+
+Test(arch, llama3_rope_freqs_and_linear_scaling_are_read_as_features)
+{
+    char err[512];
+    model_t *m = arch_open("--rope-freqs", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_not_null(m->hp.rope_freqs);
+    cr_assert_eq(m->hp.feats, MODEL_FEAT_ROPE_FREQS);
+    cr_assert_float_eq(m->hp.rope_freqs[0], 1.0f, 0.0f);                    /* fast pair kept */
+    cr_assert_float_eq(m->hp.rope_freqs[m->hp.rope_dim / 2 - 1], 8.0f, 0.0f); /* slow pair / 8 */
+    cr_assert_float_eq(m->hp.rope_freq_scale, 1.0f, 0.0f);
+    model_close(m);
+    m = arch_open("--rope-scaling linear:4", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.rope_freq_scale, 0.25f, 0.0f);
+    cr_assert_eq(m->hp.feats, MODEL_FEAT_ROPE_LINEAR);
+    model_close(m);
+    /* "none" never scales, whatever the factor (as llama.cpp reads it) */
+    m = arch_open("--rope-scaling none:4", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.rope_freq_scale, 1.0f, 0.0f);
+    cr_assert_eq(m->hp.feats, 0);
+    model_close(m);
+}
+
+Test(arch, qwen3_reads_per_head_norms_and_a_key_length_wider_than_dim_over_heads)
+{
+    char err[512];
+    model_t *m = arch_open("--arch qwen3 --head-dim 32", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_eq(m->hp.arch, MODEL_ARCH_QWEN3);
+    cr_assert_eq(m->hp.head_dim, 32);
+    cr_assert(m->hp.rope_neox);
+    cr_assert_eq(m->hp.feats, MODEL_FEAT_QK_NORM);
+    cr_assert_eq(m->w.layers[1].q_norm.n_in, 32);
+    cr_assert_not_null(m->w.layers[1].k_norm.data);
+    cr_assert_null(m->w.layers[0].bq.data);
+    cr_assert_eq(m->w.layers[0].wq.n_out, 4 * 32);
+    cr_assert_eq(m->w.layers[0].wo.n_in, 4 * 32);
+    model_close(m);
+}
+
+Test(arch, a_backend_without_a_feature_refuses_the_model_naming_it)
+{
+    char err[512];
+    model_t *m = arch_open("--rope-freqs --rope-scaling linear:2", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_eq(model_feats_check(&m->hp, MODEL_FEAT_ALL, "cpu", err, sizeof err), 0);
+    cr_assert_eq(model_feats_check(&m->hp, MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM, "cuda",
+                                   err, sizeof err),
+                 MODEL_ERR_UNSUPPORTED);
+    cr_assert(strstr(err, "the cuda backend cannot run this llama model") != NULL, "%s", err);
+    cr_assert(strstr(err, "rope_freqs") != NULL, "%s", err);
+    cr_assert(strstr(err, "linear") == NULL, "only the missing feature is named: %s", err);
+    model_close(m);
+}
+
+/* ------------------------------------------------------------------ batching invariants */
+
+/* Three sequences: one prefill, token by token, and all three batched give
+ * bit-identical logits. */
+static void check_batch_equals_single(const char *args)
+{
+    char err[512];
+    model_t *m = arch_open(args, err, sizeof err);
+    cr_assert_not_null(m, "%s: %s", args, err);
+    be_params_t p = {.kind = "cpu", .threads = 2};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    fwd_t *f = fwd_new(be);
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t toks[3][24];
+    uint32_t lens[3] = {24, 2, 9};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 24; i++)
+            toks[s][i] = (int32_t)((i * 37 + s * 101 + 5) % 300 + 3);
+    float *single[3], *batched[3], *stepwise[3];
+    for (int s = 0; s < 3; s++) {
+        single[s] = malloc(nv * sizeof(float));
+        batched[s] = malloc(nv * sizeof(float));
+        stepwise[s] = malloc(nv * sizeof(float));
+        kv_seq_t *kv = kv_seq_new(&m->hp, 64);
+        fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
+        kv_seq_reset(kv);
+        for (uint32_t i = 0; i < lens[s]; i++) {
+            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s]};
+            cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, NULL, err, sizeof err), 0, "%s", err);
+        }
+        kv_seq_free(kv);
+    }
+    kv_seq_t *kvs[3];
+    fwd_seq_t b[3];
+    for (int s = 0; s < 3; s++) {
+        kvs[s] = kv_seq_new(&m->hp, 64);
+        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
+    }
+    cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
+                     "%s seq %d: batched logits differ from single", args, s);
+        cr_assert_eq(memcmp(single[s], stepwise[s], nv * sizeof(float)), 0,
+                     "%s seq %d: prefill logits differ from token-by-token", args, s);
+        kv_seq_free(kvs[s]);
+        free(single[s]);
+        free(batched[s]);
+        free(stepwise[s]);
+    }
+    fwd_free(f);
+    be_close(be);
+    model_close(m);
+}
+
+Test(arch, qwen3_batched_prefilled_and_stepwise_logits_are_identical)
+{
+    check_batch_equals_single("--arch qwen3 --type f16 --head-dim 32");
+}
+
+Test(arch, llama_with_rope_freqs_batched_prefilled_and_stepwise_logits_are_identical)
+{
+    check_batch_equals_single("--arch llama --type q8_0 --rope-freqs");
+}
+
+Test(arch, llama_with_linear_rope_batched_prefilled_and_stepwise_logits_are_identical)
+{
+    check_batch_equals_single("--arch llama --type bf16 --rope-scaling linear:4 --tied");
+}
