@@ -255,7 +255,8 @@ static void att_worker(void *ctxp, int tid, int nth)
     const att_task_t *at = ctxp;
     const be_att_t *a = at->a;
     uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
+    float cap = a->softcap;
     float *sc = at->k->scores + (size_t)tid * at->k->cap_ctx;
     long lo, hi;
     pool_range(tid, nth, (long)(at->n_tok * a->n_head), &lo, &hi);
@@ -265,22 +266,26 @@ static void att_worker(void *ctxp, int tid, int nth)
         const be_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
+        /* a sliding window sees the last `window` positions */
+        uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
         float mx = -INFINITY;
-        for (uint32_t p = 0; p <= bt->pos; p++) {
+        for (uint32_t p = p0; p <= bt->pos; p++) {
             float s = quant_dot_f32(q, bt->k_base + kv_off(a, p) + (size_t)kvh * hd, hd) * scale;
+            if (cap != 0.0f)
+                s = cap * tanhf(s / cap);
             sc[p] = s;
             if (s > mx)
                 mx = s;
         }
         float sum = 0.0f;
-        for (uint32_t p = 0; p <= bt->pos; p++) {
+        for (uint32_t p = p0; p <= bt->pos; p++) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
         }
         float inv = 1.0f / sum;
         float *o = at->out + t * a->stride + (size_t)h * hd;
         memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = 0; p <= bt->pos; p++)
+        for (uint32_t p = p0; p <= bt->pos; p++)
             quant_axpy_f32(o, sc[p] * inv, bt->v_base + kv_off(a, p) + (size_t)kvh * hd, hd);
     }
 }
@@ -313,6 +318,40 @@ static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
         const float *ui = u + t * stride;
         for (size_t i = 0; i < n; i++)
             gi[i] = gi[i] / (1.0f + expf(-gi[i])) * ui[i];
+    }
+    return 0;
+}
+
+static int k_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            x[t * stride + i] *= s;
+    return 0;
+}
+
+static int k_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            x[t * stride + i] = cap * tanhf(x[t * stride + i] / cap);
+    return 0;
+}
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    (void)ctx;
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t t = 0; t < n_tok; t++) {
+        float *gi = g + t * stride;
+        const float *ui = u + t * stride;
+        for (size_t i = 0; i < n; i++) {
+            float x = gi[i];
+            gi[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * ui[i];
+        }
     }
     return 0;
 }
@@ -370,5 +409,8 @@ void cpuk_fill(backend_t *be)
     be->silu_mul = k_silu_mul;
     be->add = k_add;
     be->gather = k_gather;
+    be->scale = k_scale;
+    be->softcap = k_softcap;
+    be->gelu_mul = k_gelu_mul;
     be->model_feats = MODEL_FEAT_ALL;
 }

@@ -119,6 +119,15 @@ static int head_norm(const backend_t *be, float *v, const model_weight_t *w, siz
     return 0;
 }
 
+/* The attention window of layer l: the sliding window on SWA layers (all
+ * but every swa_pattern-th), else 0 (every position). */
+static uint32_t layer_window(const model_hparams_t *hp, uint32_t l)
+{
+    if (!hp->swa_window || !hp->swa_pattern || (l + 1) % hp->swa_pattern == 0)
+        return 0;
+    return hp->swa_window;
+}
+
 static int wait_seg(const fwd_hooks_t *h, uint32_t seg, char *err, size_t errlen)
 {
     if (!h || !h->wait)
@@ -174,6 +183,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     int rc = validate(hp, seqs, n_seqs, &n_tok, err, errlen);
     if (rc)
         return rc;
+    if (model_feats_check(hp, be->model_feats, be->name, err, errlen))
+        return FWD_ERR_ARG; /* the optional kernels it needs are absent */
     if (reserve(f, hp, n_tok)) {
         snprintf(err, errlen, "out of memory for %zu tokens", n_tok);
         return FWD_ERR_NOMEM;
@@ -195,6 +206,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     if ((rc = wait_seg(hooks, 0, err, errlen)))
         return rc;
     BE_CALL(embed, &w->tok_embd, f->ids, n_tok, f->x, W);
+    if (hp->emb_scale != 0.0f)
+        BE_CALL(scale, f->x, n_tok, d, W, hp->emb_scale);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &w->layers[l];
         if ((rc = wait_seg(hooks, 1 + l, err, errlen)))
@@ -217,18 +230,27 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
         BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, hp);
         BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, hp);
         be_att_t at = {.toks = f->toks, .layer = l, .n_layer = hp->n_layer, .n_head = hp->n_head,
-                       .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W};
+                       .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W,
+                       .scale = hp->att_scale, .softcap = hp->attn_softcap,
+                       .window = layer_window(hp, l)};
         BE_CALL(kv_store, &at, f->k, f->v, n_tok);
         BE_CALL(attention, &at, f->q, f->att, n_tok);
         be_mm_t o = {&L->wo, f->xb, W};
         BE_CALL(matmul, &o, 1, f->att, W, n_tok);
+        if (L->post_attn_norm.data)
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_attn_norm.data, n_tok, d, W, hp->rms_eps);
         BE_CALL(add, f->x, f->xb, n_tok, d, W);
         BE_CALL(rmsnorm, f->xb, f->x, L->ffn_norm.data, n_tok, d, W, hp->rms_eps);
         be_mm_t gu[2] = {{&L->w_gate, f->hb, FF}, {&L->w_up, f->hb2, FF}};
         BE_CALL(matmul, gu, 2, f->xb, W, n_tok);
-        BE_CALL(silu_mul, f->hb, f->hb2, n_tok, ff, FF);
+        if (hp->gelu)
+            BE_CALL(gelu_mul, f->hb, f->hb2, n_tok, ff, FF);
+        else
+            BE_CALL(silu_mul, f->hb, f->hb2, n_tok, ff, FF);
         be_mm_t dn = {&L->w_down, f->xb, W};
         BE_CALL(matmul, &dn, 1, f->hb, FF, n_tok);
+        if (L->post_ffn_norm.data)
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, n_tok, d, W, hp->rms_eps);
         BE_CALL(add, f->x, f->xb, n_tok, d, W);
     }
     for (int s = 0; s < n_seqs; s++)
@@ -241,6 +263,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     BE_CALL(rmsnorm, f->xb, f->xb, w->output_norm.data, n_sel, d, W, hp->rms_eps);
     be_mm_t oj = {&w->output, f->out, hp->n_vocab};
     BE_CALL(matmul, &oj, 1, f->xb, W, n_sel);
+    if (hp->final_softcap != 0.0f)
+        BE_CALL(softcap, f->out, n_sel, hp->n_vocab, hp->n_vocab, hp->final_softcap);
     for (int s = 0, j = 0; s < n_seqs; s++) {
         if (!seqs[s].logits)
             continue;

@@ -19,12 +19,21 @@ typedef struct model_arch_desc {
     int qkv_bias;      /* attn_{q,k,v}.bias: 0 absent, 1 optional, 2 required */
     int qk_norm;       /* attn_q_norm / attn_k_norm (head_dim) required */
     int rope_freqs;    /* rope_freqs.weight allowed (llama3 RoPE scaling) */
+    int gemma;         /* Gemma 2 block: sqrt(n_embd) embedding scale, post-attention and
+                          post-FFN norms, GELU gate, soft-caps, sliding-window layers, and the
+                          output tied to token_embd (an output.weight is refused) */
+    uint32_t swa_pattern; /* sliding-window layer pattern (gemma2: every other layer) */
+    const char *const *keys; /* "<arch>." keys beyond model_known_keys; NULL-terminated */
 } model_arch_desc_t;
 
+static const char *const model_gemma2_keys[] = {
+    "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL};
+
 static const model_arch_desc_t model_archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1},
-    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0},
-    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0},
+    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL},
+    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL},
+    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL},
+    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
@@ -59,7 +68,9 @@ int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char 
                       size_t errlen)
 {
     static const char *const names[] = {"RoPE frequency factors (rope_freqs)",
-                                        "linear RoPE scaling", "per-head q/k RMSNorm"};
+                                        "linear RoPE scaling", "per-head q/k RMSNorm",
+                                        "embedding scale", "soft-capping",
+                                        "sliding-window attention", "GELU feed-forward"};
     uint32_t missing = hp->feats & ~supported;
     if (!missing)
         return 0;
@@ -179,9 +190,19 @@ static int hp_str(const gguf_t *g, const char *key, char *buf, size_t cap, char 
     return 1;
 }
 
-/* Every "<arch>." key must be one the loader knows (model_known_keys). */
-static int check_keys(const gguf_t *g, const char *arch, char *err, size_t errlen)
+static int key_in(const char *const *list, size_t n, const char *k, size_t kl)
 {
+    for (size_t j = 0; j < n && list[j]; j++)
+        if (strlen(list[j]) == kl && !memcmp(list[j], k, kl))
+            return 1;
+    return 0;
+}
+
+/* Every "<arch>." key must be one the loader knows (model_known_keys and
+ * the architecture's own). */
+static int check_keys(const gguf_t *g, const model_arch_desc_t *ad, char *err, size_t errlen)
+{
+    const char *arch = ad->name;
     size_t al = strlen(arch);
     for (size_t i = 0; i < gguf_kv_count(g); i++) {
         const gguf_kv_t *kv = gguf_kv_at(g, i);
@@ -189,10 +210,9 @@ static int check_keys(const gguf_t *g, const char *arch, char *err, size_t errle
         size_t kl = strlen(k);
         if (kl <= al + 1 || memcmp(k, arch, al) || k[al] != '.')
             continue;
-        int known = 0;
-        for (size_t j = 0; !known && j < sizeof model_known_keys / sizeof model_known_keys[0]; j++)
-            known = strlen(model_known_keys[j]) == kl - al - 1 &&
-                    !memcmp(model_known_keys[j], k + al + 1, kl - al - 1);
+        int known = key_in(model_known_keys, sizeof model_known_keys / sizeof model_known_keys[0],
+                           k + al + 1, kl - al - 1) ||
+                    (ad->keys && key_in(ad->keys, SIZE_MAX, k + al + 1, kl - al - 1));
         if (!known) {
             snprintf(err, errlen,
                      "%s: metadata key '%.*s' is not understood by this engine's %s loader "
@@ -243,6 +263,36 @@ static int read_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t 
     return 0;
 }
 
+/* Gemma 2: the soft-caps (llama.cpp's defaults when absent: 50 and 30),
+ * the sliding window (4096), and the query scale: 1/sqrt(head_dim), except
+ * for the 46-layer 27B, whose published query_pre_attn_scalar is
+ * n_embd/n_head (144) and which llama.cpp recognizes by its layer count. */
+static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t *ad,
+                      model_hparams_t *hp, char *err, size_t errlen)
+{
+    uint32_t window;
+    if (hp_f32(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap, err, errlen) ||
+        hp_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap, err, errlen) ||
+        hp_u32(g, arch, "attention.sliding_window", 4096, &window, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f) {
+        snprintf(err, errlen, "%s: negative soft-cap", gguf_path(g));
+        return MODEL_ERR_FORMAT;
+    }
+    hp->emb_scale = sqrtf((float)hp->n_embd);
+    hp->gelu = 1;
+    hp->swa_window = window;
+    hp->swa_pattern = ad->swa_pattern;
+    if (hp->n_layer == 46 && hp->n_embd % hp->n_head == 0)
+        hp->att_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->feats |= MODEL_FEAT_EMB_SCALE | MODEL_FEAT_GELU;
+    if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
+        hp->feats |= MODEL_FEAT_SOFTCAP;
+    if (window > 0)
+        hp->feats |= MODEL_FEAT_SWA;
+    return 0;
+}
+
 static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
 {
     char arch[32];
@@ -268,7 +318,7 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
     }
     hp->arch = ad->arch;
     hp->rope_neox = ad->rope_neox;
-    if ((rc = check_keys(g, arch, err, errlen)))
+    if ((rc = check_keys(g, ad, err, errlen)))
         return rc;
     uint32_t n_expert = 0, n_expert_used = 0;
     if (hp_u32(g, arch, "embedding_length", -1, &hp->n_embd, err, errlen) ||
@@ -341,6 +391,8 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
         return rc;
     if (ad->qk_norm)
         hp->feats |= MODEL_FEAT_QK_NORM;
+    if (ad->gemma && (rc = read_gemma(g, arch, ad, hp, err, errlen)))
+        return rc;
     const gguf_tensor_t *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) {
         snprintf(err, errlen, "%s: missing tensor 'token_embd.weight'", gguf_path(g));
@@ -393,7 +445,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
     uint32_t hd = hp->head_dim;
     if (get_weight(g, used, "token_embd.weight", d, hp->n_vocab, 0, 1, &w->tok_embd, err, errlen) ||
         get_weight(g, used, "output_norm.weight", d, 0, 1, 1, &w->output_norm, err, errlen) ||
-        get_weight(g, used, "output.weight", d, hp->n_vocab, 0, 0, &w->output, err, errlen) ||
+        (!ad->gemma &&
+         get_weight(g, used, "output.weight", d, hp->n_vocab, 0, 0, &w->output, err, errlen)) ||
         read_rope_freqs(g, used, ad, hp, err, errlen))
         return -1;
     if (!w->output.data) {
@@ -429,6 +482,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
             {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, 2},
             {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, 2},
             {"ffn_down.weight", &L->w_down, hp->n_ff, d, 0, 2},
+            {"post_attention_norm.weight", &L->post_attn_norm, d, 0, 1, ad->gemma ? 2 : 0},
+            {"post_ffw_norm.weight", &L->post_ffn_norm, d, 0, 1, ad->gemma ? 2 : 0},
         };
         for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++) {
             char n[96];

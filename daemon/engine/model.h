@@ -12,6 +12,7 @@ typedef enum model_arch {
     MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
     MODEL_ARCH_QWEN2 = 2, /* adds q/k/v biases, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 3, /* per-head q/k RMSNorm, no biases, NeoX RoPE */
+    MODEL_ARCH_GEMMA2 = 4, /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
 } model_arch_t;
 
 /* Computation features beyond the plain Llama block that a model uses; a
@@ -21,7 +22,11 @@ enum {
     MODEL_FEAT_ROPE_FREQS = 1u << 0,  /* per-pair RoPE frequency factors (llama3 rope_freqs) */
     MODEL_FEAT_ROPE_LINEAR = 1u << 1, /* linear RoPE scaling: positions times rope_freq_scale */
     MODEL_FEAT_QK_NORM = 1u << 2,     /* per-head RMSNorm of q and k before RoPE */
-    MODEL_FEAT_ALL = (1u << 3) - 1,
+    MODEL_FEAT_EMB_SCALE = 1u << 3,   /* embeddings times sqrt(n_embd) (backend scale) */
+    MODEL_FEAT_SOFTCAP = 1u << 4,     /* attention-score and final-logit soft-capping */
+    MODEL_FEAT_SWA = 1u << 5,         /* sliding-window attention layers */
+    MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
+    MODEL_FEAT_ALL = (1u << 7) - 1,
 };
 
 enum {
@@ -50,6 +55,13 @@ typedef struct model_hparams {
     const float *rope_freqs;  /* (rope_dim/2) divisors of each pair's frequency, host memory
                                  (the file mapping); NULL = none */
     uint32_t feats;       /* MODEL_FEAT_* bits this model needs */
+    float emb_scale;      /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
+    float att_scale;      /* attention score scale; 0 = 1/sqrt(head_dim) */
+    float attn_softcap;   /* attention scores soft-capped at this; 0 = none */
+    float final_softcap;  /* output logits soft-capped at this; 0 = none */
+    uint32_t swa_window;  /* sliding window of the SWA layers, positions; 0 = none */
+    uint32_t swa_pattern; /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2) */
+    int gelu;             /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;
 
 /* A view of one tensor: rows of n_in elements of the stored type. */
@@ -66,6 +78,8 @@ typedef struct model_layer {
     model_weight_t wq, wk, wv;         /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) */
     model_weight_t bq, bk, bv;         /* qwen2 biases, F32; data NULL for llama */
     model_weight_t q_norm, k_norm;     /* (head_dim) F32 per-head norms (qwen3); data NULL otherwise */
+    model_weight_t post_attn_norm;     /* (n_embd) F32 norm of the attention output (gemma2) */
+    model_weight_t post_ffn_norm;      /* (n_embd) F32 norm of the FFN output (gemma2) */
     model_weight_t wo;                 /* (n_head*hd -> n_embd) */
     model_weight_t ffn_norm;           /* (n_embd) F32 */
     model_weight_t w_gate, w_up;       /* (n_embd -> n_ff) */

@@ -79,6 +79,25 @@ for _t in ("q4_k", "q6_k"):
     for _path in ("exact", "fast"):
         CASES.append(("qwen3-%s-%s" % (_t, _path), _path,
                       ["--arch", "qwen3", "--type", _t, "--seed", "22"] + WIDE))
+# gemma2 with soft-caps and a window small enough that the 40-token prompt
+# runs through both (5 and 10, window 16), in every exact type, GQA, wide heads
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("gemma2-%s" % _t, "exact",
+                  ["--arch", "gemma2", "--type", _t, "--softcap", "5,10", "--window", "16",
+                   "--seed", "31"] + SMALL, LONG_PROMPT))
+for _t in ("q4_k", "q5_k"):
+    for _path in ("exact", "fast"):
+        CASES.append(("gemma2-%s-%s" % (_t, _path), _path,
+                      ["--arch", "gemma2", "--type", _t, "--softcap", "5,10", "--window", "16",
+                       "--seed", "32"] + WIDE, LONG_PROMPT))
+CASES += [
+    ("gemma2-f32-gqa4-hd32-3layers", "exact",
+     ["--arch", "gemma2", "--type", "f32", "--dim", "64", "--heads", "8", "--kv-heads", "2",
+      "--head-dim", "32", "--layers", "3", "--ff", "128", "--vocab", "320", "--softcap", "5,10",
+      "--window", "8", "--eps", "1e-6", "--seed", "33"], LONG_PROMPT),
+    ("gemma2-f16-default-caps", "exact",
+     ["--arch", "gemma2", "--type", "f16", "--seed", "34"] + SMALL),
+]
 CASES += [
     ("qwen3-f16-tied-gqa4-hd32", "exact",
      ["--arch", "qwen3", "--type", "f16", "--tied", "--dim", "64", "--heads", "8", "--kv-heads", "2",

@@ -9,7 +9,10 @@ forward pass (no KV cache) for the `llama` (with Llama 3 `rope_freqs`
 factors, linear RoPE scaling and `attention.key_length` heads), `qwen2` and
 `qwen3` architectures, written from the Hugging Face modelling code
 (Qwen3Attention normalizes each head of q and k with its own RMSNorm before
-the rotary embedding, and has no q/k/v biases).
+the rotary embedding, and has no q/k/v biases), and `gemma2` (Gemma2Model:
+embeddings times sqrt(hidden), RMSNorm with (1 + w), post-attention and
+post-feed-forward norms, gelu_pytorch_tanh gate, tanh soft-capping of the
+attention scores and the final logits, a sliding window on even layers).
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
 prints (or writes) the logits of every position, one line per position.
@@ -312,7 +315,7 @@ class Model:
         g = GGUF(path)
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -332,7 +335,16 @@ class Model:
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch in ("qwen2", "qwen3")
+        self.neox = arch in ("qwen2", "qwen3", "gemma2")
+        if arch == "gemma2":
+            # Gemma2Config: attn_logit_softcapping, final_logit_softcapping,
+            # sliding_window; query_pre_attn_scalar is not in the GGUF: head_dim,
+            # or hidden/heads for the 46-layer 27B (as llama.cpp c392e50 decides)
+            self.attn_cap = float(hp("attn_logit_softcapping", 50.0))
+            self.final_cap = float(hp("final_logit_softcapping", 30.0))
+            self.window = int(hp("attention.sliding_window", 4096))
+            self.query_pre_attn_scalar = (self.dim // self.n_heads if self.n_layers == 46
+                                          else self.head_dim)
         # HF rope_scaling "linear": positions divided by the factor
         stype = g.kv.get("%s.rope.scaling.type" % arch, "linear")
         factor = float(g.kv.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0)
@@ -349,7 +361,7 @@ class Model:
         self.tok_embd = t("token_embd.weight")             # (vocab, dim)
         self.n_vocab = self.tok_embd.shape[0]
         self.out_norm = t("output_norm.weight")            # (dim,)
-        if "output.weight" in g.tensors:
+        if "output.weight" in g.tensors and arch != "gemma2":
             self.output = t("output.weight")               # (vocab, dim)
         else:
             self.output = self.tok_embd                    # tied
@@ -373,6 +385,9 @@ class Model:
             for b in ("q", "k"):                           # qwen3: (hd,) per-head norms
                 name = p + "attn_%s_norm.weight" % b
                 L[b + "_norm"] = t(name) if arch == "qwen3" else None
+            if arch == "gemma2":                           # (dim,) each
+                L["post_attn_norm"] = t(p + "post_attention_norm.weight")
+                L["post_ffn_norm"] = t(p + "post_ffw_norm.weight")
             self.layers.append(L)
         left = [n for n in g.tensor_order if n not in used]
         if left:
@@ -414,6 +429,54 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def gemma_norm(x, w_gguf, eps):
+    """Gemma2RMSNorm: x / sqrt(mean(x^2) + eps) * (1 + w). The GGUF converter
+    stores 1 + w, so w = stored - 1."""
+    w = w_gguf - 1.0
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (1.0 + w)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward_gemma2(m, ids):
+    """Gemma2Model + lm_head, eager attention, float64: (T, n_vocab)."""
+    T = len(ids)
+    hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
+    pos = np.arange(T)
+    qpos, kpos = pos[:, None], pos[None, :]
+    causal = np.where(kpos > qpos, -np.inf, 0.0)
+    sliding = np.where((kpos > qpos) | (qpos - kpos >= m.window), -np.inf, 0.0)
+    h = m.tok_embd[ids] * np.sqrt(m.dim)                   # normalizer = hidden_size ** 0.5
+    for li, L in enumerate(m.layers):
+        residual = h
+        x = gemma_norm(h, L["attn_norm"], m.eps)           # input_layernorm
+        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True)
+        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True)
+        v = (x @ L["wv"].T).reshape(T, nkv, hd)
+        mask = sliding if li % 2 == 0 else causal          # sliding_window unless layer_idx % 2
+        out = np.zeros((T, nh, hd))
+        for hq in range(nh):
+            hk = hq // (nh // nkv)                         # repeat_kv
+            s = (q[:, hq, :] @ k[:, hk, :].T) * m.query_pre_attn_scalar ** -0.5
+            if m.attn_cap > 0:
+                s = np.tanh(s / m.attn_cap) * m.attn_cap
+            s = s + mask
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hk, :]
+        x = out.reshape(T, nh * hd) @ L["wo"].T            # o_proj
+        h = residual + gemma_norm(x, L["post_attn_norm"], m.eps)
+        residual = h
+        x = gemma_norm(h, L["ffn_norm"], m.eps)            # pre_feedforward_layernorm
+        x = (gelu_tanh(x @ L["w_gate"].T) * (x @ L["w_up"].T)) @ L["w_down"].T
+        h = residual + gemma_norm(x, L["post_ffn_norm"], m.eps)
+    logits = gemma_norm(h, m.out_norm, m.eps) @ m.output.T
+    if m.final_cap > 0:
+        logits = np.tanh(logits / m.final_cap) * m.final_cap
+    return logits
+
+
 def forward(m, ids):
     """Logits for every position of the token sequence ids: (T, n_vocab), float64."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -422,6 +485,8 @@ def forward(m, ids):
         return np.zeros((0, m.n_vocab))
     if ids.min() < 0 or ids.max() >= m.n_vocab:
         raise ValueError("token id out of range")
+    if m.arch == "gemma2":
+        return forward_gemma2(m, ids)
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     group = nh // nkv
     pos = np.arange(T) * m.pos_scale
@@ -476,7 +541,7 @@ def greedy(m, ids, n):
 # ---------------------------------------------------------------- CLI
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3")
+    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2")
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", help="write logits here instead of stdout")

@@ -1,4 +1,4 @@
-/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3) of any shape and weight type, with a working tokenizer. */
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2) of any shape and weight type, with a working tokenizer. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -30,6 +30,8 @@ typedef struct mk_opts {
     const char *rope_scaling; /* "TYPE[:FACTOR]" for rope.scaling.type/.factor; NULL = none */
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
     const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
+    float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
+    uint32_t window;      /* gemma2 sliding window (default 4096) */
     uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
     uint32_t wtype_more;  /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
     uint32_t ftype;       /* general.file_type (llama.cpp's llama_ftype) */
@@ -48,7 +50,10 @@ static void mk_usage(FILE *f)
 {
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
-            "  --arch llama|qwen2|qwen3  architecture (default llama)\n"
+            "  --arch llama|qwen2|qwen3|gemma2  architecture (default llama; gemma2 is\n"
+            "                            always tied)\n"
+            "  --softcap A,F             gemma2 attention and final-logit soft-caps (50,30)\n"
+            "  --window N                gemma2 sliding window (default 4096)\n"
             "  --head-dim N              per-head width when not dim/heads (writes\n"
             "                            attention.key_length and value_length)\n"
             "  --rope-freqs              llama: a rope_freqs.weight of Llama 3.1 RoPE factors\n"
@@ -156,7 +161,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
 {
     enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
            O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP,
-           O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32 };
+           O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32,
+           O_SOFTCAP, O_WINDOW };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
         {"arch", required_argument, NULL, O_ARCH},
@@ -182,12 +188,15 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"arch-name", required_argument, NULL, O_ARCH_NAME},
         {"extra-tensor", required_argument, NULL, O_EXTRA_TENSOR},
         {"extra-u32", required_argument, NULL, O_EXTRA_U32},
+        {"softcap", required_argument, NULL, O_SOFTCAP},
+        {"window", required_argument, NULL, O_WINDOW},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
         .arch = "llama", .wtype = GGUF_T_F32, .wtype_name = "f32",
         .dim = 64, .layers = 2, .heads = 4, .kv_heads = 0, .ff = 128, .vocab = 512,
         .ctx = 2048, .rope_base = 10000.0f, .eps = 1e-5f, .seed = 1, .version = 3,
+        .attn_softcap = 50.0f, .final_softcap = 30.0f, .window = 4096,
     };
     int c, li = 0;
     opterr = 0;
@@ -197,7 +206,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         switch (c) {
         case O_OUT: o->out = optarg; break;
         case O_ARCH:
-            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3"))
+            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3") &&
+                strcmp(optarg, "gemma2"))
                 bad = 1;
             o->arch = optarg;
             break;
@@ -237,6 +247,16 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_ARCH_NAME: o->arch_name = optarg; break;
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
         case O_EXTRA_U32: o->extra_u32 = optarg; bad = !strchr(optarg, '='); break;
+        case O_WINDOW: u = &o->window; break;
+        case O_SOFTCAP: {
+            char *end;
+            o->attn_softcap = strtof(optarg, &end);
+            bad = *end != ',';
+            if (!bad)
+                o->final_softcap = strtof(end + 1, &end);
+            bad = bad || *end || o->attn_softcap < 0 || o->final_softcap < 0;
+            break;
+        }
         case O_HELP: mk_usage(stdout); return 1;
         default:
             fprintf(stderr, "mkmodel: unknown option or missing value: %s\n", argv[optind - 1]);
@@ -263,7 +283,9 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
     if (o->threads > 256)
         o->threads = 256;
     if (o->tok == MK_TOK_DEFAULT)
-        o->tok = !strcmp(o->arch, "llama") ? MK_TOK_SPM : MK_TOK_GPT2;
+        o->tok = strncmp(o->arch, "qwen", 4) ? MK_TOK_SPM : MK_TOK_GPT2;
+    if (!strcmp(o->arch, "gemma2"))
+        o->tied = 1; /* llama.cpp reads gemma2's output from token_embd */
     if (!o->arch_name)
         o->arch_name = o->arch;
 
@@ -821,7 +843,12 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     }
     rc |= ggufw_kv_u32(w, "general.file_type", o->ftype);
 
-    int qwen = strcmp(o->arch, "llama") != 0;
+    int qwen = strncmp(o->arch, "qwen", 4) == 0;
+    if (!strcmp(o->arch, "gemma2")) {
+        rc |= mk_kv_arch_f32(w, o, "attn_logit_softcapping", o->attn_softcap);
+        rc |= mk_kv_arch_f32(w, o, "final_logit_softcapping", o->final_softcap);
+        rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
+    }
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
     if (v->gpt2)
         rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");
@@ -886,6 +913,7 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
     uint32_t q_dim = o->heads * hd, kv_dim = o->kv_heads * hd;
     float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
     int qwen = !strcmp(o->arch, "qwen2"), qk_norm = !strcmp(o->arch, "qwen3");
+    int gemma = !strcmp(o->arch, "gemma2");
     int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
     *n_params += o->dim;
@@ -920,6 +948,11 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
         }
         rc |= mk_mat(w, o, MK_NAME("attn_output.weight"), o->wtype, q_dim, o->dim, res_gain,
                      n_params);
+        if (gemma) {
+            rc |= mk_vec(w, o, MK_NAME("post_attention_norm.weight"), o->dim, 1.0f, 0.1f);
+            rc |= mk_vec(w, o, MK_NAME("post_ffw_norm.weight"), o->dim, 1.0f, 0.1f);
+            *n_params += 2ull * o->dim;
+        }
         rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
         rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
         rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);

@@ -212,6 +212,32 @@ Test(arch, llama_with_rope_freqs_batched_prefilled_and_stepwise_logits_are_ident
     check_batch_equals_single("--arch llama --type q8_0 --rope-freqs");
 }
 
+Test(arch, gemma2_batched_prefilled_and_stepwise_logits_are_identical_through_its_window)
+{
+    /* 24-token sequences over a window of 8: the sliding layers drop positions */
+    check_batch_equals_single("--arch gemma2 --type q8_0 --softcap 5,10 --window 8 --head-dim 32");
+}
+
+Test(arch, gemma2_reads_its_soft_caps_window_and_post_norms)
+{
+    char err[512];
+    model_t *m = arch_open("--arch gemma2 --softcap 5,10 --window 16", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.attn_softcap, 5.0f, 0.0f);
+    cr_assert_float_eq(m->hp.final_softcap, 10.0f, 0.0f);
+    cr_assert_eq(m->hp.swa_window, 16);
+    cr_assert_eq(m->hp.swa_pattern, 2);
+    cr_assert_float_eq(m->hp.emb_scale, 8.0f, 0.0f);
+    cr_assert(m->hp.gelu && m->hp.rope_neox && m->w.tied);
+    cr_assert_not_null(m->w.layers[1].post_attn_norm.data);
+    cr_assert_not_null(m->w.layers[1].post_ffn_norm.data);
+    cr_assert_eq(m->hp.feats, MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SOFTCAP | MODEL_FEAT_SWA |
+                                  MODEL_FEAT_GELU);
+    model_close(m);
+    /* llama.cpp reads gemma2's head from token_embd: an output.weight is refused */
+    assert_refused("--arch gemma2 --extra-tensor output.weight", "tensor 'output.weight' is not used");
+}
+
 Test(arch, llama_with_linear_rope_batched_prefilled_and_stepwise_logits_are_identical)
 {
     check_batch_equals_single("--arch llama --type bf16 --rope-scaling linear:4 --tied");
