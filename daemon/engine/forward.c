@@ -227,8 +227,18 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
                                 err, errlen)))
                 return rc;
         }
-        BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, hp);
-        BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, hp);
+        /* sliding layers may have their own, unscaled RoPE (gemma3) */
+        model_hparams_t local;
+        const model_hparams_t *rp = hp;
+        if (hp->rope_base_swa != 0.0f && layer_window(hp, l)) {
+            local = *hp;
+            local.rope_base = hp->rope_base_swa;
+            local.rope_freq_scale = 1.0f;
+            local.rope_freqs = NULL;
+            rp = &local;
+        }
+        BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, rp);
+        BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, rp);
         be_att_t at = {.toks = f->toks, .layer = l, .n_layer = hp->n_layer, .n_head = hp->n_head,
                        .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W,
                        .scale = hp->att_scale, .softcap = hp->attn_softcap,

@@ -24,16 +24,23 @@ typedef struct model_arch_desc {
                           output tied to token_embd (an output.weight is refused) */
     uint32_t swa_pattern; /* sliding-window layer pattern (gemma2: every other layer) */
     const char *const *keys; /* "<arch>." keys beyond model_known_keys; NULL-terminated */
+    int softcaps;      /* gemma: attention and final soft-caps (gemma2) */
+    int tied_only;     /* the head is token_embd; an output.weight is refused (gemma2) */
+    float rope_base_swa; /* gemma: RoPE base of the sliding layers (gemma3: 10000); 0 = same */
+    uint32_t big_layers; /* gemma: the layer count of the largest model, whose query scale is
+                            1/sqrt(n_embd/n_head) (its query_pre_attn_scalar) */
 } model_arch_desc_t;
 
 static const char *const model_gemma2_keys[] = {
     "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL};
+static const char *const model_gemma3_keys[] = {"attention.sliding_window", NULL};
 
 static const model_arch_desc_t model_archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL},
-    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL},
-    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL},
-    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys},
+    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0.0f, 0},
+    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL, 0, 0, 0.0f, 0},
+    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL, 0, 0, 0.0f, 0},
+    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys, 1, 1, 0.0f, 46},
+    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, 1, 0, 1, 6, model_gemma3_keys, 0, 0, 10000.0f, 62},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
@@ -263,18 +270,22 @@ static int read_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t 
     return 0;
 }
 
-/* Gemma 2: the soft-caps (llama.cpp's defaults when absent: 50 and 30),
- * the sliding window (4096), and the query scale: 1/sqrt(head_dim), except
- * for the 46-layer 27B, whose published query_pre_attn_scalar is
- * n_embd/n_head (144) and which llama.cpp recognizes by its layer count. */
+/* Gemma 2 and 3: gemma2's soft-caps (llama.cpp's defaults when absent: 50
+ * and 30) and sliding window (default 4096; gemma3 must say), gemma3's local
+ * RoPE base, and the query scale: 1/sqrt(head_dim), except for the 27B
+ * (46 / 62 layers), whose published query_pre_attn_scalar is n_embd/n_head
+ * and which llama.cpp recognizes by its layer count. */
 static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t *ad,
                       model_hparams_t *hp, char *err, size_t errlen)
 {
     uint32_t window;
-    if (hp_f32(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap, err, errlen) ||
-        hp_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap, err, errlen) ||
-        hp_u32(g, arch, "attention.sliding_window", 4096, &window, err, errlen))
+    if ((ad->softcaps &&
+         (hp_f32(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap, err, errlen) ||
+          hp_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap, err, errlen))) ||
+        hp_u32(g, arch, "attention.sliding_window", ad->softcaps ? 4096 : -1, &window, err,
+               errlen))
         return MODEL_ERR_FORMAT;
+    hp->rope_base_swa = ad->rope_base_swa;
     if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f) {
         snprintf(err, errlen, "%s: negative soft-cap", gguf_path(g));
         return MODEL_ERR_FORMAT;
@@ -283,7 +294,7 @@ static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t
     hp->gelu = 1;
     hp->swa_window = window;
     hp->swa_pattern = ad->swa_pattern;
-    if (hp->n_layer == 46 && hp->n_embd % hp->n_head == 0)
+    if (hp->n_layer == ad->big_layers && hp->n_embd % hp->n_head == 0)
         hp->att_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     hp->feats |= MODEL_FEAT_EMB_SCALE | MODEL_FEAT_GELU;
     if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
@@ -445,7 +456,7 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
     uint32_t hd = hp->head_dim;
     if (get_weight(g, used, "token_embd.weight", d, hp->n_vocab, 0, 1, &w->tok_embd, err, errlen) ||
         get_weight(g, used, "output_norm.weight", d, 0, 1, 1, &w->output_norm, err, errlen) ||
-        (!ad->gemma &&
+        (!ad->tied_only &&
          get_weight(g, used, "output.weight", d, hp->n_vocab, 0, 0, &w->output, err, errlen)) ||
         read_rope_freqs(g, used, ad, hp, err, errlen))
         return -1;

@@ -1,5 +1,5 @@
 """Architectures in the daemon (issue 17): files whose tensors or keys change the math in ways the
-engine does not implement are refused at load naming them; qwen3, gemma2 and Llama 3 /
+engine does not implement are refused at load naming them; qwen3, gemma2, gemma3 and Llama 3 /
 linear-RoPE llama models page in on the sim backend and answer exactly as the one-shot engine does."""
 import os
 import subprocess
@@ -28,6 +28,7 @@ SERVED = [
     ("llama3", "--arch llama --type q8_0 --rope-freqs --rope-base 500000 --seed 5"),
     ("linear", "--arch llama --type bf16 --rope-scaling linear:4 --tied --seed 6"),
     ("gemma2", "--arch gemma2 --type q8_0 --softcap 5,10 --window 4 --seed 7"),
+    ("gemma3", "--arch gemma3 --type f16 --window 4 --rope-base 1000000 --seed 8"),
 ]
 
 
@@ -65,7 +66,7 @@ def test_check_config_refuses_unimplemented_architectures_tensors_and_keys_by_na
         assert d.stop() == 0
 
 
-def test_qwen3_gemma2_and_llama_rope_variants_page_in_and_answer_like_generate():
+def test_qwen3_gemma_and_llama_rope_variants_page_in_and_answer_like_generate():
     models = [(name, gsd.mkmodel(os.path.join(TMP, "s-%s.gguf" % name), SHAPE + " " + args), "")
               for name, args in SERVED]
     d = gsd.Daemon(models, memory="4MiB")  # holds one at a time: every switch pages in
@@ -89,6 +90,6 @@ def test_qwen3_gemma2_and_llama_rope_variants_page_in_and_answer_like_generate()
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_check_config_refuses_unimplemented_architectures_tensors_and_keys_by_name,
-               test_qwen3_gemma2_and_llama_rope_variants_page_in_and_answer_like_generate]:
+               test_qwen3_gemma_and_llama_rope_variants_page_in_and_answer_like_generate]:
         r.run(fn)
     sys.exit(r.exit_code())

@@ -98,6 +98,21 @@ CASES += [
     ("gemma2-f16-default-caps", "exact",
      ["--arch", "gemma2", "--type", "f16", "--seed", "34"] + SMALL),
 ]
+# gemma3: q/k norms, 5 of 6 layers sliding (window 8) with their own RoPE
+# base, the global ones at base 1e6 scaled linearly by 8 (as Gemma 3 4B+)
+_G3 = ["--arch", "gemma3", "--window", "8", "--layers", "7", "--rope-base", "1000000",
+       "--rope-scaling", "linear:8"]
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("gemma3-%s" % _t, "exact", _G3 + ["--type", _t, "--seed", "41", "--dim", "64",
+                  "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--ff", "128",
+                  "--vocab", "320"], LONG_PROMPT))
+for _path in ("exact", "fast"):
+    CASES.append(("gemma3-q6_k-%s" % _path, _path,
+                  _G3 + ["--type", "q6_k", "--seed", "42"] + WIDE[:2] + WIDE[4:], LONG_PROMPT))
+CASES.append(("gemma3-f32-mqa-unscaled", "exact",
+              ["--arch", "gemma3", "--window", "4", "--layers", "6", "--type", "f32", "--dim", "64",
+               "--heads", "4", "--kv-heads", "1", "--ff", "128", "--vocab", "320", "--seed", "43"],
+              LONG_PROMPT))
 CASES += [
     ("qwen3-f16-tied-gqa4-hd32", "exact",
      ["--arch", "qwen3", "--type", "f16", "--tied", "--dim", "64", "--heads", "8", "--kv-heads", "2",

@@ -12,7 +12,9 @@ factors, linear RoPE scaling and `attention.key_length` heads), `qwen2` and
 the rotary embedding, and has no q/k/v biases), and `gemma2` (Gemma2Model:
 embeddings times sqrt(hidden), RMSNorm with (1 + w), post-attention and
 post-feed-forward norms, gelu_pytorch_tanh gate, tanh soft-capping of the
-attention scores and the final logits, a sliding window on even layers).
+attention scores and the final logits, a sliding window on even layers) and
+`gemma3` (Gemma3TextModel: no soft-caps, q/k RMSNorm with (1 + w) per head,
+sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled).
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
 prints (or writes) the logits of every position, one line per position.
@@ -315,7 +317,7 @@ class Model:
         g = GGUF(path)
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma2"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -335,8 +337,17 @@ class Model:
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch in ("qwen2", "qwen3", "gemma2")
+        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3")
+        if arch == "gemma3":
+            # Gemma3TextConfig: sliding_window_pattern 6, rope_local_base_freq
+            # 10000; no soft-caps; query_pre_attn_scalar as for gemma2 (27B: 62 layers)
+            self.attn_cap = self.final_cap = 0.0
+            self.window = int(hp("attention.sliding_window"))
+            self.query_pre_attn_scalar = (self.dim // self.n_heads if self.n_layers == 62
+                                          else self.head_dim)
+            self.swa_pattern, self.local_base = 6, 10000.0
         if arch == "gemma2":
+            self.swa_pattern, self.local_base = 2, None
             # Gemma2Config: attn_logit_softcapping, final_logit_softcapping,
             # sliding_window; query_pre_attn_scalar is not in the GGUF: head_dim,
             # or hidden/heads for the 46-layer 27B (as llama.cpp c392e50 decides)
@@ -361,7 +372,7 @@ class Model:
         self.tok_embd = t("token_embd.weight")             # (vocab, dim)
         self.n_vocab = self.tok_embd.shape[0]
         self.out_norm = t("output_norm.weight")            # (dim,)
-        if "output.weight" in g.tensors and arch != "gemma2":
+        if "output.weight" in g.tensors and arch != "gemma2":  # gemma2 always ties
             self.output = t("output.weight")               # (vocab, dim)
         else:
             self.output = self.tok_embd                    # tied
@@ -384,8 +395,8 @@ class Model:
                 L["b" + b] = t(name) if name in g.tensors else None
             for b in ("q", "k"):                           # qwen3: (hd,) per-head norms
                 name = p + "attn_%s_norm.weight" % b
-                L[b + "_norm"] = t(name) if arch == "qwen3" else None
-            if arch == "gemma2":                           # (dim,) each
+                L[b + "_norm"] = t(name) if arch in ("qwen3", "gemma3") else None
+            if arch in ("gemma2", "gemma3"):               # (dim,) each
                 L["post_attn_norm"] = t(p + "post_attention_norm.weight")
                 L["post_ffn_norm"] = t(p + "post_ffw_norm.weight")
             self.layers.append(L)
@@ -440,8 +451,8 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward_gemma2(m, ids):
-    """Gemma2Model + lm_head, eager attention, float64: (T, n_vocab)."""
+def forward_gemma(m, ids):
+    """Gemma2Model / Gemma3TextModel + lm_head, eager attention, float64: (T, n_vocab)."""
     T = len(ids)
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     pos = np.arange(T)
@@ -450,12 +461,22 @@ def forward_gemma2(m, ids):
     sliding = np.where((kpos > qpos) | (qpos - kpos >= m.window), -np.inf, 0.0)
     h = m.tok_embd[ids] * np.sqrt(m.dim)                   # normalizer = hidden_size ** 0.5
     for li, L in enumerate(m.layers):
+        is_sliding = bool((li + 1) % m.swa_pattern)        # gemma2: not layer_idx % 2
         residual = h
         x = gemma_norm(h, L["attn_norm"], m.eps)           # input_layernorm
-        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True)
-        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True)
+        q = (x @ L["wq"].T).reshape(T, nh, hd)
+        k = (x @ L["wk"].T).reshape(T, nkv, hd)
         v = (x @ L["wv"].T).reshape(T, nkv, hd)
-        mask = sliding if li % 2 == 0 else causal          # sliding_window unless layer_idx % 2
+        if L["q_norm"] is not None:                        # gemma3 q_norm / k_norm
+            q = gemma_norm(q, L["q_norm"], m.eps)
+            k = gemma_norm(k, L["k_norm"], m.eps)
+        if is_sliding and m.local_base:                    # rotary_emb_local: unscaled
+            q = rope(q, pos, m.rope_dim, m.local_base, True)
+            k = rope(k, pos, m.rope_dim, m.local_base, True)
+        else:
+            q = rope(q, pos * m.pos_scale, m.rope_dim, m.rope_base, True)
+            k = rope(k, pos * m.pos_scale, m.rope_dim, m.rope_base, True)
+        mask = sliding if is_sliding else causal
         out = np.zeros((T, nh, hd))
         for hq in range(nh):
             hk = hq // (nh // nkv)                         # repeat_kv
@@ -485,8 +506,8 @@ def forward(m, ids):
         return np.zeros((0, m.n_vocab))
     if ids.min() < 0 or ids.max() >= m.n_vocab:
         raise ValueError("token id out of range")
-    if m.arch == "gemma2":
-        return forward_gemma2(m, ids)
+    if m.arch in ("gemma2", "gemma3"):
+        return forward_gemma(m, ids)
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     group = nh // nkv
     pos = np.arange(T) * m.pos_scale
@@ -541,7 +562,7 @@ def greedy(m, ids, n):
 # ---------------------------------------------------------------- CLI
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2")
+    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2/gemma3")
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", help="write logits here instead of stdout")

@@ -1,4 +1,4 @@
-/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2) of any shape and weight type, with a working tokenizer. */
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3) of any shape and weight type, with a working tokenizer. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -50,10 +50,10 @@ static void mk_usage(FILE *f)
 {
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
-            "  --arch llama|qwen2|qwen3|gemma2  architecture (default llama; gemma2 is\n"
-            "                            always tied)\n"
+            "  --arch A                  llama, qwen2, qwen3, gemma2 or gemma3 (default\n"
+            "                            llama; gemma is always tied)\n"
             "  --softcap A,F             gemma2 attention and final-logit soft-caps (50,30)\n"
-            "  --window N                gemma2 sliding window (default 4096)\n"
+            "  --window N                gemma sliding window (default 4096)\n"
             "  --head-dim N              per-head width when not dim/heads (writes\n"
             "                            attention.key_length and value_length)\n"
             "  --rope-freqs              llama: a rope_freqs.weight of Llama 3.1 RoPE factors\n"
@@ -207,7 +207,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_OUT: o->out = optarg; break;
         case O_ARCH:
             if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3") &&
-                strcmp(optarg, "gemma2"))
+                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3"))
                 bad = 1;
             o->arch = optarg;
             break;
@@ -284,8 +284,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         o->threads = 256;
     if (o->tok == MK_TOK_DEFAULT)
         o->tok = strncmp(o->arch, "qwen", 4) ? MK_TOK_SPM : MK_TOK_GPT2;
-    if (!strcmp(o->arch, "gemma2"))
-        o->tied = 1; /* llama.cpp reads gemma2's output from token_embd */
+    if (!strncmp(o->arch, "gemma", 5))
+        o->tied = 1; /* llama.cpp reads gemma2's output from token_embd (gemma3's too, here) */
     if (!o->arch_name)
         o->arch_name = o->arch;
 
@@ -847,8 +847,9 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     if (!strcmp(o->arch, "gemma2")) {
         rc |= mk_kv_arch_f32(w, o, "attn_logit_softcapping", o->attn_softcap);
         rc |= mk_kv_arch_f32(w, o, "final_logit_softcapping", o->final_softcap);
-        rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
     }
+    if (!strncmp(o->arch, "gemma", 5))
+        rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
     if (v->gpt2)
         rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");
@@ -912,8 +913,9 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
     uint32_t hd = mk_head_dim(o);
     uint32_t q_dim = o->heads * hd, kv_dim = o->kv_heads * hd;
     float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
-    int qwen = !strcmp(o->arch, "qwen2"), qk_norm = !strcmp(o->arch, "qwen3");
-    int gemma = !strcmp(o->arch, "gemma2");
+    int qwen = !strcmp(o->arch, "qwen2");
+    int qk_norm = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "gemma3");
+    int gemma = !strncmp(o->arch, "gemma", 5);
     int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
     *n_params += o->dim;

@@ -218,6 +218,29 @@ Test(arch, gemma2_batched_prefilled_and_stepwise_logits_are_identical_through_it
     check_batch_equals_single("--arch gemma2 --type q8_0 --softcap 5,10 --window 8 --head-dim 32");
 }
 
+Test(arch, gemma3_batched_prefilled_and_stepwise_logits_are_identical_through_its_window)
+{
+    check_batch_equals_single("--arch gemma3 --type f16 --window 8 --layers 7 --rope-base 1000000 "
+                              "--rope-scaling linear:8");
+}
+
+Test(arch, gemma3_reads_q_k_norms_a_local_rope_base_and_needs_its_window)
+{
+    char err[512];
+    model_t *m = arch_open("--arch gemma3 --window 8 --rope-base 1000000", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_eq(m->hp.swa_pattern, 6);
+    cr_assert_float_eq(m->hp.rope_base_swa, 10000.0f, 0.0f);
+    cr_assert_float_eq(m->hp.attn_softcap, 0.0f, 0.0f);
+    cr_assert_eq(m->hp.feats, MODEL_FEAT_QK_NORM | MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SWA |
+                                  MODEL_FEAT_GELU);
+    cr_assert_not_null(m->w.layers[0].q_norm.data);
+    model_close(m);
+    /* gemma3 has no soft-caps: a file that says otherwise is refused */
+    assert_refused("--arch gemma3 --window 8 --extra-u32 gemma3.final_logit_softcapping=30",
+                   "'gemma3.final_logit_softcapping' is not understood");
+}
+
 Test(arch, gemma2_reads_its_soft_caps_window_and_post_norms)
 {
     char err[512];
