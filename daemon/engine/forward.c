@@ -123,7 +123,7 @@ static int head_norm(const backend_t *be, float *v, const model_weight_t *w, siz
  * but every swa_pattern-th), else 0 (every position). */
 static uint32_t layer_window(const model_hparams_t *hp, uint32_t l)
 {
-    if (!hp->swa_window || !hp->swa_pattern || (l + 1) % hp->swa_pattern == 0)
+    if (!hp->swa_window || (hp->swa_pattern && (l + 1) % hp->swa_pattern == 0))
         return 0;
     return hp->swa_window;
 }

@@ -29,18 +29,22 @@ typedef struct model_arch_desc {
     float rope_base_swa; /* gemma: RoPE base of the sliding layers (gemma3: 10000); 0 = same */
     uint32_t big_layers; /* gemma: the layer count of the largest model, whose query scale is
                             1/sqrt(n_embd/n_head) (its query_pre_attn_scalar) */
+    int phi3;          /* attn_qkv and ffn_up (gate then up) fused, rope_factors_short/long,
+                          every layer sliding (attention.sliding_window) */
 } model_arch_desc_t;
 
 static const char *const model_gemma2_keys[] = {
     "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL};
 static const char *const model_gemma3_keys[] = {"attention.sliding_window", NULL};
+static const char *const model_phi3_keys[] = {"attention.sliding_window", NULL};
 
 static const model_arch_desc_t model_archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0.0f, 0},
-    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL, 0, 0, 0.0f, 0},
-    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL, 0, 0, 0.0f, 0},
-    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys, 1, 1, 0.0f, 46},
-    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, 1, 0, 1, 6, model_gemma3_keys, 0, 0, 10000.0f, 62},
+    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
+    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
+    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
+    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys, 1, 1, 0.0f, 46, 0},
+    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, 1, 0, 1, 6, model_gemma3_keys, 0, 0, 10000.0f, 62, 0},
+    {"phi3", MODEL_ARCH_PHI3, 1, 0, 0, 0, 0, 0, model_phi3_keys, 0, 0, 0.0f, 0, 1},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
@@ -234,13 +238,16 @@ static int check_keys(const gguf_t *g, const model_arch_desc_t *ad, char *err, s
 /* RoPE scaling keys: type none/linear (absent = linear, as llama.cpp reads
  * it) with rope.scaling.factor or the older rope.scale_linear; YaRN,
  * LongRoPE and attention factors are refused by name. */
-static int read_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
-                             size_t errlen)
+static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model_hparams_t *hp,
+                             char *err, size_t errlen)
 {
+    const char *arch = ad->name;
     char key[128], type[32] = "linear";
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (hp_str(g, key, type, sizeof type, err, errlen) < 0)
         return MODEL_ERR_FORMAT;
+    if (ad->phi3 && !strcmp(type, "longrope"))
+        strcpy(type, "none"); /* phi3: the factors are tensors (read_phi3_rope) */
     if (strcmp(type, "none") && strcmp(type, "linear")) {
         int known = !strcmp(type, "yarn") || !strcmp(type, "longrope");
         snprintf(err, errlen, "%s: %s '%s' = '%s' is %s (none and linear are)", gguf_path(g),
@@ -301,6 +308,89 @@ static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t
         hp->feats |= MODEL_FEAT_SOFTCAP;
     if (window > 0)
         hp->feats |= MODEL_FEAT_SWA;
+    return 0;
+}
+
+/* Phi-3: every layer attends within attention.sliding_window (required,
+ * except for the published 4k/128k shapes, for which llama.cpp supplies it). */
+static int read_phi3(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
+                     size_t errlen)
+{
+    int64_t def = -1;
+    if ((hp->n_layer == 32 || hp->n_layer == 40) && hp->n_ctx_train == 4096)
+        def = 2047;
+    else if (hp->n_layer == 32 && hp->n_head_kv == 32 && hp->n_ctx_train == 131072)
+        def = 262144;
+    else if (hp->n_layer == 40 && hp->n_ctx_train == 131072)
+        def = 131072;
+    if (hp_u32(g, arch, "attention.sliding_window", def, &hp->swa_window, err, errlen))
+        return MODEL_ERR_FORMAT;
+    hp->swa_pattern = 0;
+    if (hp->swa_window)
+        hp->feats |= MODEL_FEAT_SWA;
+    return 0;
+}
+
+/* A view of rows [r0, r0 + n) of a weight (row-major, any type). */
+static model_weight_t weight_rows(const model_weight_t *w, uint32_t r0, uint32_t n)
+{
+    size_t rb = quant_row_bytes(w->type, w->n_in);
+    model_weight_t v = *w;
+    v.n_out = n;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * rb;
+    v.nbytes = (size_t)n * rb;
+    return v;
+}
+
+/* Phi-3's fused tensors split into the q/k/v and gate/up views (rows are
+ * independent in every type), and its RoPE factors: the short ones, which
+ * llama.cpp uses while the context is within rope.scaling.original_context_
+ * length; when the long ones differ, the model's context is capped there. */
+static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp,
+                             model_layer_t *L, uint32_t l, char *err, size_t errlen)
+{
+    uint32_t d = hp->n_embd, q = hp->n_head * hp->head_dim, kv = hp->n_head_kv * hp->head_dim;
+    char n[96];
+    model_weight_t f;
+    snprintf(n, sizeof n, "blk.%u.attn_qkv.weight", l);
+    if (get_weight(g, used, n, d, q + 2 * kv, 0, 1, &f, err, errlen))
+        return -1;
+    L->wq = weight_rows(&f, 0, q);
+    L->wk = weight_rows(&f, q, kv);
+    L->wv = weight_rows(&f, q + kv, kv);
+    snprintf(n, sizeof n, "blk.%u.ffn_up.weight", l);
+    if (get_weight(g, used, n, d, 2 * hp->n_ff, 0, 1, &f, err, errlen))
+        return -1;
+    L->w_gate = weight_rows(&f, 0, hp->n_ff);
+    L->w_up = weight_rows(&f, hp->n_ff, hp->n_ff);
+    if (l > 0)
+        return 0;
+    model_weight_t s, lg;
+    uint32_t half = hp->rope_dim / 2, orig;
+    if (get_weight(g, used, "rope_factors_short.weight", half, 0, 1, 0, &s, err, errlen) ||
+        get_weight(g, used, "rope_factors_long.weight", half, 0, 1, 0, &lg, err, errlen) ||
+        hp_u32(g, model_arch_name(hp->arch), "rope.scaling.original_context_length",
+               hp->n_ctx_train, &orig, err, errlen))
+        return -1;
+    if (!s.data != !lg.data) {
+        snprintf(err, errlen, "%s: phi3 needs both rope_factors_short and rope_factors_long",
+                 gguf_path(g));
+        return -1;
+    }
+    if (!s.data)
+        return 0;
+    const float *v = s.data;
+    for (uint32_t i = 0; i < half; i++) {
+        if (!isfinite(v[i]) || v[i] <= 0.0f) {
+            snprintf(err, errlen, "%s: rope_factors_short.weight[%u] = %g is not a positive factor",
+                     gguf_path(g), i, (double)v[i]);
+            return -1;
+        }
+    }
+    hp->rope_freqs = v;
+    hp->feats |= MODEL_FEAT_ROPE_FREQS;
+    if (memcmp(s.data, lg.data, half * sizeof(float)) && orig > 0 && orig < hp->n_ctx_train)
+        hp->n_ctx_train = orig;
     return 0;
 }
 
@@ -398,11 +488,13 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
                  (double)hp->rope_base, (double)hp->rms_eps);
         return MODEL_ERR_FORMAT;
     }
-    if ((rc = read_rope_scaling(g, arch, hp, err, errlen)))
+    if ((rc = read_rope_scaling(g, ad, hp, err, errlen)))
         return rc;
     if (ad->qk_norm)
         hp->feats |= MODEL_FEAT_QK_NORM;
     if (ad->gemma && (rc = read_gemma(g, arch, ad, hp, err, errlen)))
+        return rc;
+    if (ad->phi3 && (rc = read_phi3(g, arch, hp, err, errlen)))
         return rc;
     const gguf_tensor_t *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) {
@@ -480,9 +572,9 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
             int f32, need;
         } lt[] = {
             {"attn_norm.weight", &L->attn_norm, d, 0, 1, 2},
-            {"attn_q.weight", &L->wq, d, q, 0, 2},
-            {"attn_k.weight", &L->wk, d, kv, 0, 2},
-            {"attn_v.weight", &L->wv, d, kv, 0, 2},
+            {"attn_q.weight", &L->wq, d, q, 0, ad->phi3 ? 0 : 2},
+            {"attn_k.weight", &L->wk, d, kv, 0, ad->phi3 ? 0 : 2},
+            {"attn_v.weight", &L->wv, d, kv, 0, ad->phi3 ? 0 : 2},
             {"attn_q.bias", &L->bq, q, 0, 1, ad->qkv_bias},
             {"attn_k.bias", &L->bk, kv, 0, 1, ad->qkv_bias},
             {"attn_v.bias", &L->bv, kv, 0, 1, ad->qkv_bias},
@@ -490,8 +582,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
             {"attn_k_norm.weight", &L->k_norm, hd, 0, 1, ad->qk_norm ? 2 : 0},
             {"attn_output.weight", &L->wo, q, d, 0, 2},
             {"ffn_norm.weight", &L->ffn_norm, d, 0, 1, 2},
-            {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, 2},
-            {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, 2},
+            {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
+            {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
             {"ffn_down.weight", &L->w_down, hp->n_ff, d, 0, 2},
             {"post_attention_norm.weight", &L->post_attn_norm, d, 0, 1, ad->gemma ? 2 : 0},
             {"post_ffw_norm.weight", &L->post_ffn_norm, d, 0, 1, ad->gemma ? 2 : 0},
@@ -504,6 +596,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
                            lt[i].w, err, errlen))
                 return -1;
         }
+        if (ad->phi3 && read_phi3_weights(g, used, hp, L, l, err, errlen))
+            return -1;
         if (!L->bq.data != !L->bk.data || !L->bq.data != !L->bv.data) {
             snprintf(err, errlen, "%s: layer %u has some but not all of the q/k/v biases",
                      gguf_path(g), l);

@@ -13,6 +13,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 2, /* adds q/k/v biases, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 3, /* per-head q/k RMSNorm, no biases, NeoX RoPE */
     MODEL_ARCH_GEMMA2 = 4, /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
+    MODEL_ARCH_PHI3 = 6,   /* fused QKV and gate/up, long/short RoPE factors, sliding window */
     MODEL_ARCH_GEMMA3 = 5, /* gemma2 without soft-caps, with q/k norms, 5 of 6 layers SWA with
                               their own RoPE base */
 } model_arch_t;
@@ -62,7 +63,8 @@ typedef struct model_hparams {
     float attn_softcap;   /* attention scores soft-capped at this; 0 = none */
     float final_softcap;  /* output logits soft-capped at this; 0 = none */
     uint32_t swa_window;  /* sliding window of the SWA layers, positions; 0 = none */
-    uint32_t swa_pattern; /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2) */
+    uint32_t swa_pattern; /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
+                             0: every layer (phi3) */
     float rope_base_swa;  /* RoPE base of the sliding layers, unscaled; 0 = as the others */
     int gelu;             /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;

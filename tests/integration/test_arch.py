@@ -1,5 +1,5 @@
 """Architectures in the daemon (issue 17): files whose tensors or keys change the math in ways the
-engine does not implement are refused at load naming them; qwen3, gemma2, gemma3 and Llama 3 /
+engine does not implement are refused at load naming them; qwen3, gemma2, gemma3, phi3 and Llama 3 /
 linear-RoPE llama models page in on the sim backend and answer exactly as the one-shot engine does."""
 import os
 import subprocess
@@ -29,6 +29,7 @@ SERVED = [
     ("linear", "--arch llama --type bf16 --rope-scaling linear:4 --tied --seed 6"),
     ("gemma2", "--arch gemma2 --type q8_0 --softcap 5,10 --window 4 --seed 7"),
     ("gemma3", "--arch gemma3 --type f16 --window 4 --rope-base 1000000 --seed 8"),
+    ("phi3", "--arch phi3 --type q4_k_m --window 4 --seed 9"),
 ]
 
 

@@ -113,6 +113,19 @@ CASES.append(("gemma3-f32-mqa-unscaled", "exact",
               ["--arch", "gemma3", "--window", "4", "--layers", "6", "--type", "f32", "--dim", "64",
                "--heads", "4", "--kv-heads", "1", "--ff", "128", "--vocab", "320", "--seed", "43"],
               LONG_PROMPT))
+# phi3: fused qkv and gate/up (row views of one tensor in every type), every
+# layer sliding (window 8), Phi-3 128k-like short/long RoPE factors
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("phi3-%s" % _t, "exact", ["--arch", "phi3", "--type", _t, "--window", "8",
+                  "--rope-factors", "--seed", "51"] + SMALL, LONG_PROMPT))
+for _t in ("q4_k_m", "iq4_xs"):
+    for _path in ("exact", "fast"):
+        CASES.append(("phi3-%s-%s" % (_t, _path), _path,
+                      ["--arch", "phi3", "--type", _t, "--window", "16", "--seed", "52"] + WIDE,
+                      LONG_PROMPT))
+CASES.append(("phi3-q8_0-mha-no-window", "exact",
+              ["--arch", "phi3", "--type", "q8_0", "--window", "0", "--heads", "4", "--kv-heads", "4",
+               "--dim", "64", "--layers", "3", "--ff", "96", "--vocab", "320", "--seed", "53"]))
 CASES += [
     ("qwen3-f16-tied-gqa4-hd32", "exact",
      ["--arch", "qwen3", "--type", "f16", "--tied", "--dim", "64", "--heads", "8", "--kv-heads", "2",

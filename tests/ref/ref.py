@@ -14,7 +14,9 @@ embeddings times sqrt(hidden), RMSNorm with (1 + w), post-attention and
 post-feed-forward norms, gelu_pytorch_tanh gate, tanh soft-capping of the
 attention scores and the final logits, a sliding window on even layers) and
 `gemma3` (Gemma3TextModel: no soft-caps, q/k RMSNorm with (1 + w) per head,
-sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled).
+sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled)
+and `phi3` (Phi3Model: fused qkv_proj and gate_up_proj, LongRoPE inv_freq
+divided by the short factors within the original context, sliding window).
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
 prints (or writes) the logits of every position, one line per position.
@@ -317,7 +319,7 @@ class Model:
         g = GGUF(path)
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -337,7 +339,11 @@ class Model:
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3")
+        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        if arch == "phi3":
+            self.window = int(hp("attention.sliding_window"))
+            self.orig_ctx = int(hp("rope.scaling.original_context_length",
+                                   hp("context_length", 4096)))
         if arch == "gemma3":
             # Gemma3TextConfig: sliding_window_pattern 6, rope_local_base_freq
             # 10000; no soft-caps; query_pre_attn_scalar as for gemma2 (27B: 62 layers)
@@ -359,6 +365,8 @@ class Model:
         # HF rope_scaling "linear": positions divided by the factor
         stype = g.kv.get("%s.rope.scaling.type" % arch, "linear")
         factor = float(g.kv.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0)
+        if arch == "phi3" and stype == "longrope":
+            stype = "none"                                 # the factors are tensors
         if stype not in ("none", "linear"):
             raise GGUFError("%s: rope scaling %r not implemented" % (path, stype))
         self.pos_scale = 1.0 / factor if stype == "linear" else 1.0
@@ -369,6 +377,11 @@ class Model:
             return g.tensor(name)
         # HF rope_type "llama3" as the GGUF carries it: divisors of inv_freq
         self.rope_freqs = t("rope_freqs.weight") if "rope_freqs.weight" in g.tensors else None
+        if "rope_factors_short.weight" in g.tensors:       # Phi-3 LongRoPE ext_factors
+            self.rope_short = t("rope_factors_short.weight")
+            self.rope_long = t("rope_factors_long.weight")
+        else:
+            self.rope_short = self.rope_long = None
         self.tok_embd = t("token_embd.weight")             # (vocab, dim)
         self.n_vocab = self.tok_embd.shape[0]
         self.out_norm = t("output_norm.weight")            # (dim,)
@@ -379,17 +392,25 @@ class Model:
         self.layers = []
         for i in range(self.n_layers):
             p = "blk.%d." % i
-            L = {
+            if arch == "phi3":                             # qkv_proj, gate_up_proj
+                nq, nkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+                qkv = t(p + "attn_qkv.weight")
+                gu = t(p + "ffn_up.weight")
+                ff = gu.shape[0] // 2
+                L = {"wq": qkv[:nq], "wk": qkv[nq:nq + nkv], "wv": qkv[nq + nkv:],
+                     "w_gate": gu[:ff], "w_up": gu[ff:]}
+            else:
+                L = {"wq": t(p + "attn_q.weight"),         # (heads*hd, dim)
+                     "wk": t(p + "attn_k.weight"),         # (kv_heads*hd, dim)
+                     "wv": t(p + "attn_v.weight"),         # (kv_heads*hd, dim)
+                     "w_gate": t(p + "ffn_gate.weight"),   # (ff, dim)
+                     "w_up": t(p + "ffn_up.weight")}       # (ff, dim)
+            L.update({
                 "attn_norm": t(p + "attn_norm.weight"),    # (dim,)
-                "wq": t(p + "attn_q.weight"),              # (heads*hd, dim)
-                "wk": t(p + "attn_k.weight"),              # (kv_heads*hd, dim)
-                "wv": t(p + "attn_v.weight"),              # (kv_heads*hd, dim)
                 "wo": t(p + "attn_output.weight"),         # (dim, heads*hd)
                 "ffn_norm": t(p + "ffn_norm.weight"),      # (dim,)
-                "w_gate": t(p + "ffn_gate.weight"),        # (ff, dim)
-                "w_up": t(p + "ffn_up.weight"),            # (ff, dim)
                 "w_down": t(p + "ffn_down.weight"),        # (dim, ff)
-            }
+            })
             for b in ("q", "k", "v"):
                 name = p + "attn_%s.bias" % b
                 L["b" + b] = t(name) if name in g.tensors else None
@@ -498,6 +519,34 @@ def forward_gemma(m, ids):
     return logits
 
 
+def forward_phi3(m, ids):
+    """Phi3Model + lm_head, eager attention, float64: (T, n_vocab)."""
+    T = len(ids)
+    hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
+    pos = np.arange(T)
+    qpos, kpos = pos[:, None], pos[None, :]
+    mask = np.where((kpos > qpos) | (qpos - kpos >= m.window if m.window else False), -np.inf, 0.0)
+    ext = None
+    if m.rope_short is not None:
+        ext = m.rope_long if T > m.orig_ctx else m.rope_short
+    h = m.tok_embd[ids].copy()
+    for L in m.layers:
+        x = rmsnorm(h, L["attn_norm"], m.eps)
+        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True, ext)
+        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True, ext)
+        v = (x @ L["wv"].T).reshape(T, nkv, hd)
+        out = np.zeros((T, nh, hd))
+        for hq in range(nh):
+            hk = hq // (nh // nkv)
+            s = q[:, hq, :] @ k[:, hk, :].T / np.sqrt(hd) + mask
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hk, :]
+        h = h + out.reshape(T, nh * hd) @ L["wo"].T
+        x = rmsnorm(h, L["ffn_norm"], m.eps)
+        h = h + (silu(x @ L["w_gate"].T) * (x @ L["w_up"].T)) @ L["w_down"].T
+    return rmsnorm(h, m.out_norm, m.eps) @ m.output.T
+
+
 def forward(m, ids):
     """Logits for every position of the token sequence ids: (T, n_vocab), float64."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -508,6 +557,8 @@ def forward(m, ids):
         raise ValueError("token id out of range")
     if m.arch in ("gemma2", "gemma3"):
         return forward_gemma(m, ids)
+    if m.arch == "phi3":
+        return forward_phi3(m, ids)
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     group = nh // nkv
     pos = np.arange(T) * m.pos_scale
@@ -562,7 +613,7 @@ def greedy(m, ids, n):
 # ---------------------------------------------------------------- CLI
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2/gemma3")
+    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2/gemma3/phi3")
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", help="write logits here instead of stdout")

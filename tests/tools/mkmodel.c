@@ -1,4 +1,4 @@
-/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3) of any shape and weight type, with a working tokenizer. */
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3, phi3) of any shape and weight type, with a working tokenizer. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -27,6 +27,7 @@ typedef struct mk_opts {
     const char *arch_name; /* general.architecture and key prefix (default arch) */
     uint32_t head_dim;    /* attention.key_length/value_length; 0 = dim/heads, not written */
     int rope_freqs;       /* llama3 RoPE: write rope_freqs.weight */
+    int rope_factors;     /* phi3: write rope_factors_short/long.weight */
     const char *rope_scaling; /* "TYPE[:FACTOR]" for rope.scaling.type/.factor; NULL = none */
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
     const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
@@ -50,10 +51,12 @@ static void mk_usage(FILE *f)
 {
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
-            "  --arch A                  llama, qwen2, qwen3, gemma2 or gemma3 (default\n"
-            "                            llama; gemma is always tied)\n"
+            "  --arch A                  llama, qwen2, qwen3, gemma2, gemma3 or phi3\n"
+            "                            (default llama; gemma is always tied)\n"
+            "  --rope-factors            phi3: rope_factors_short/long.weight (Phi-3 128k-like,\n"
+            "                            original context 64)\n"
             "  --softcap A,F             gemma2 attention and final-logit soft-caps (50,30)\n"
-            "  --window N                gemma sliding window (default 4096)\n"
+            "  --window N                gemma/phi3 sliding window (default 4096)\n"
             "  --head-dim N              per-head width when not dim/heads (writes\n"
             "                            attention.key_length and value_length)\n"
             "  --rope-freqs              llama: a rope_freqs.weight of Llama 3.1 RoPE factors\n"
@@ -162,7 +165,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
     enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
            O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP,
            O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32,
-           O_SOFTCAP, O_WINDOW };
+           O_SOFTCAP, O_WINDOW, O_ROPE_FACTORS };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
         {"arch", required_argument, NULL, O_ARCH},
@@ -190,6 +193,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"extra-u32", required_argument, NULL, O_EXTRA_U32},
         {"softcap", required_argument, NULL, O_SOFTCAP},
         {"window", required_argument, NULL, O_WINDOW},
+        {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
@@ -207,7 +211,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_OUT: o->out = optarg; break;
         case O_ARCH:
             if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3") &&
-                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3"))
+                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3") && strcmp(optarg, "phi3"))
                 bad = 1;
             o->arch = optarg;
             break;
@@ -248,6 +252,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
         case O_EXTRA_U32: o->extra_u32 = optarg; bad = !strchr(optarg, '='); break;
         case O_WINDOW: u = &o->window; break;
+        case O_ROPE_FACTORS: o->rope_factors = 1; break;
         case O_SOFTCAP: {
             char *end;
             o->attn_softcap = strtof(optarg, &end);
@@ -300,6 +305,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         why = "head dim must be even for RoPE";
     else if (o->rope_freqs && strcmp(o->arch, "llama"))
         why = "--rope-freqs is for --arch llama";
+    else if (o->rope_factors && strcmp(o->arch, "phi3"))
+        why = "--rope-factors is for --arch phi3";
     else if (o->kv_heads > o->heads || o->heads % o->kv_heads)
         why = "--heads must be a multiple of --kv-heads";
     else if (o->vocab < 300 || o->vocab > (1u << 20))
@@ -848,8 +855,10 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
         rc |= mk_kv_arch_f32(w, o, "attn_logit_softcapping", o->attn_softcap);
         rc |= mk_kv_arch_f32(w, o, "final_logit_softcapping", o->final_softcap);
     }
-    if (!strncmp(o->arch, "gemma", 5))
+    if (!strncmp(o->arch, "gemma", 5) || !strcmp(o->arch, "phi3"))
         rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
+    if (o->rope_factors)
+        rc |= mk_kv_arch(w, o, "rope.scaling.original_context_length", 64);
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
     if (v->gpt2)
         rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");
@@ -915,7 +924,7 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
     float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
     int qwen = !strcmp(o->arch, "qwen2");
     int qk_norm = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "gemma3");
-    int gemma = !strncmp(o->arch, "gemma", 5);
+    int gemma = !strncmp(o->arch, "gemma", 5), phi3 = !strcmp(o->arch, "phi3");
     int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
     *n_params += o->dim;
@@ -923,6 +932,22 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
         rc |= mk_mat(w, o, "output.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     if (o->rope_freqs)
         rc |= mk_rope_freqs(w, o, hd);
+    if (o->rope_factors) {
+        /* short factors near 1, long ones growing to 40 over the pairs (Phi-3
+         * 128k's shape) */
+        float *f = malloc(hd * sizeof *f);
+        if (!f)
+            return -1;
+        uint64_t s = mk_stream(o->seed, "rope_factors");
+        mk_fill(&s, f, hd / 2, 1.1f, 0.1f);
+        for (uint32_t i = 0; i < hd / 2; i++)
+            f[hd / 2 + i] = 1.0f + 39.0f * (float)i / (float)(hd / 2);
+        uint64_t ne[1] = {hd / 2};
+        rc |= ggufw_tensor(w, "rope_factors_short.weight", GGUF_T_F32, 1, ne, f, hd / 2 * sizeof *f);
+        rc |= ggufw_tensor(w, "rope_factors_long.weight", GGUF_T_F32, 1, ne, f + hd / 2,
+                           hd / 2 * sizeof *f);
+        free(f);
+    }
     if (o->extra_tensor) {
         size_t n = (size_t)o->dim * o->ff * 2;
         float *x = calloc(n, sizeof *x);
@@ -934,9 +959,14 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
         char n[64];
 #define MK_NAME(suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), n)
         rc |= mk_vec(w, o, MK_NAME("attn_norm.weight"), o->dim, 1.0f, 0.1f);
-        rc |= mk_mat(w, o, MK_NAME("attn_q.weight"), o->wtype, o->dim, q_dim, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("attn_k.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("attn_v.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        if (phi3) {
+            rc |= mk_mat(w, o, MK_NAME("attn_qkv.weight"), o->wtype, o->dim, q_dim + 2 * kv_dim,
+                         1.0f, n_params);
+        } else {
+            rc |= mk_mat(w, o, MK_NAME("attn_q.weight"), o->wtype, o->dim, q_dim, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("attn_k.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("attn_v.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        }
         if (qwen) {
             rc |= mk_vec(w, o, MK_NAME("attn_q.bias"), q_dim, 0.0f, 0.5f);
             rc |= mk_vec(w, o, MK_NAME("attn_k.bias"), kv_dim, 0.0f, 0.5f);
@@ -956,8 +986,13 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
             *n_params += 2ull * o->dim;
         }
         rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
-        rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        if (phi3) { /* gate rows, then up rows */
+            rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, 2 * o->ff, 1.0f,
+                         n_params);
+        } else {
+            rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        }
         rc |= mk_mat(w, o, MK_NAME("ffn_down.weight"), o->wtype, o->ff, o->dim, 2.0f * res_gain,
                      n_params);
 #undef MK_NAME

@@ -241,6 +241,38 @@ Test(arch, gemma3_reads_q_k_norms_a_local_rope_base_and_needs_its_window)
                    "'gemma3.final_logit_softcapping' is not understood");
 }
 
+Test(arch, phi3_batched_prefilled_and_stepwise_logits_are_identical_through_its_window)
+{
+    check_batch_equals_single("--arch phi3 --type q8_0 --window 8 --rope-factors");
+}
+
+Test(arch, phi3_splits_its_fused_tensors_into_row_views_and_caps_the_context_for_short_factors)
+{
+    char err[512];
+    model_t *m = arch_open("--arch phi3 --type q8_0 --window 8 --rope-factors --ctx 2048", err,
+                           sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    const model_layer_t *L = &m->w.layers[1];
+    size_t rb = 68; /* Q8_0 row of 64 */
+    cr_assert_eq(L->wq.n_out, 64);
+    cr_assert_eq(L->wk.n_out, 32);
+    cr_assert_eq(L->wv.n_out, 32);
+    cr_assert_eq((const char *)L->wk.data, (const char *)L->wq.data + 64 * rb);
+    cr_assert_eq((const char *)L->wv.data, (const char *)L->wk.data + 32 * rb);
+    cr_assert_eq(L->wv.nbytes, 32 * rb);
+    cr_assert_eq(L->w_gate.n_out, 128);
+    cr_assert_eq((const char *)L->w_up.data, (const char *)L->w_gate.data + 128 * rb);
+    cr_assert_eq(m->hp.swa_window, 8);
+    cr_assert_eq(m->hp.swa_pattern, 0);
+    cr_assert_not_null(m->hp.rope_freqs);
+    /* long factors differ: the context stays where llama.cpp uses the short ones */
+    cr_assert_eq(m->hp.n_ctx_train, 64);
+    model_close(m);
+    /* fused only, as llama.cpp loads phi3: a separate attn_q is left over */
+    assert_refused("--arch phi3 --rope-factors --extra-tensor blk.0.attn_q.weight",
+                   "tensor 'blk.0.attn_q.weight' is not used");
+}
+
 Test(arch, gemma2_reads_its_soft_caps_window_and_post_norms)
 {
     char err[512];
