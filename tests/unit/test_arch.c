@@ -1,5 +1,6 @@
 /* Unit tests for the architecture table in model.c: what each architecture reads, what a strict load refuses (naming it), and the batching invariants of each architecture's forward pass. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,4 +297,98 @@ Test(arch, gemma2_reads_its_soft_caps_window_and_post_norms)
 Test(arch, llama_with_linear_rope_batched_prefilled_and_stepwise_logits_are_identical)
 {
     check_batch_equals_single("--arch llama --type bf16 --rope-scaling linear:4 --tied");
+}
+
+/* ------------------------------------------------------------------ the new cpu kernels */
+
+static backend_t *arch_cpu(void)
+{
+    char err[256];
+    be_params_t p = {.kind = "cpu", .threads = 2};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    return be;
+}
+
+Test(arch, softcap_gelu_and_scale_kernels_follow_their_formulas)
+{
+    backend_t *be = arch_cpu();
+    float x[2][8] = {{-100, -5, -0.5f, 0, 0.25f, 3, 9.9f, 50}, {1, 2, 3, 4, 5, 6, 7, 8}};
+    float x0[2][8], g[2][8], u[2][8], s[2][8];
+    memcpy(x0, x, sizeof x0);
+    memcpy(g, x, sizeof g);
+    memcpy(s, x, sizeof s);
+    for (int i = 0; i < 8; i++)
+        u[0][i] = u[1][i] = 0.5f + 0.25f * (float)i;
+    /* stride 8, 2 rows, the first 7 of each: the 8th stays as it was */
+    cr_assert_eq(be->softcap(be->ctx, &x[0][0], 2, 7, 8, 10.0f), 0);
+    cr_assert_eq(be->gelu_mul(be->ctx, &g[0][0], &u[0][0], 2, 7, 8), 0);
+    cr_assert_eq(be->scale(be->ctx, &s[0][0], 2, 7, 8, 8.0f), 0);
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 8; i++) {
+            double v = x0[r][i];
+            double cap = i < 7 ? 10.0 * tanh(v / 10.0) : v;
+            double gl = i < 7 ? 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))) *
+                                    (0.5 + 0.25 * i)
+                              : v;
+            double sc = i < 7 ? 8.0 * v : v;
+            cr_assert_float_eq(x[r][i], cap, 1e-5 * fmax(1, fabs(cap)), "softcap(%g)", v);
+            cr_assert_float_eq(g[r][i], gl, 1e-5 * fmax(1, fabs(gl)), "gelu(%g)", v);
+            cr_assert_float_eq(s[r][i], sc, 1e-6 * fmax(1, fabs(sc)), "scale(%g)", v);
+        }
+    }
+    be_close(be);
+}
+
+/* One head of width 4 over 7 positions: the kernel against a double
+ * softmax over the last `window` positions with soft-capped scores. */
+static void check_attention(uint32_t window, float cap, float scale)
+{
+    backend_t *be = arch_cpu();
+    enum { HD = 4, NCTX = 8, NT = 7 };
+    float k[NCTX * HD], v[NCTX * HD], q[NT * HD], out[NT * HD];
+    for (int i = 0; i < NCTX * HD; i++) {
+        k[i] = sinf(0.7f * (float)i) * 3.0f;
+        v[i] = cosf(0.3f * (float)i);
+    }
+    for (int i = 0; i < NT * HD; i++)
+        q[i] = cosf(1.1f * (float)i) * 2.0f;
+    be_tok_t toks[NT];
+    for (uint32_t t = 0; t < NT; t++)
+        toks[t] = (be_tok_t){k, v, NCTX, t};
+    be_att_t a = {.toks = toks, .layer = 0, .n_layer = 1, .n_head = 1, .n_head_kv = 1,
+                  .head_dim = HD, .stride = HD, .scale = scale, .softcap = cap, .window = window};
+    cr_assert_eq(be->attention(be->ctx, &a, q, out, NT), 0);
+    for (uint32_t t = 0; t < NT; t++) {
+        uint32_t p0 = window && t >= window ? t - window + 1 : 0;
+        double sc[NT], mx = -INFINITY, sum = 0, o[HD] = {0};
+        for (uint32_t p = p0; p <= t; p++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++)
+                d += (double)q[t * HD + i] * k[p * HD + i];
+            d *= scale != 0.0f ? scale : 0.5; /* 1/sqrt(4) */
+            if (cap != 0.0f)
+                d = cap * tanh(d / cap);
+            sc[p] = d;
+            mx = fmax(mx, d);
+        }
+        for (uint32_t p = p0; p <= t; p++)
+            sum += sc[p] = exp(sc[p] - mx);
+        for (uint32_t p = p0; p <= t; p++)
+            for (int i = 0; i < HD; i++)
+                o[i] += sc[p] / sum * v[p * HD + i];
+        for (int i = 0; i < HD; i++)
+            cr_assert_float_eq(out[t * HD + i], o[i], 1e-5, "window %u cap %g: token %u dim %d",
+                               window, (double)cap, t, i);
+    }
+    be_close(be);
+}
+
+Test(arch, attention_with_a_window_soft_cap_and_scale_matches_a_double_softmax)
+{
+    check_attention(0, 0.0f, 0.0f);  /* plain causal, the default scale */
+    check_attention(3, 0.0f, 0.0f);  /* the last three positions only */
+    check_attention(1, 0.0f, 0.0f);  /* itself only */
+    check_attention(0, 2.0f, 0.0f);  /* scores soft-capped at 2 */
+    check_attention(4, 1.5f, 0.3f);  /* all three, with a query scale */
 }

@@ -391,8 +391,9 @@ static void check_rope(int neox)
     const size_t n_tok = 6, stride = 200;
     const uint32_t pos[6] = {0, 1, 2, 511, 4097, 30001};
     float *x = rand_vec(n_tok * stride, 1.0f);
-    for (int partial = 0; partial < 2; partial++) {
-        hp.rope_dim = partial ? 32 : 64; /* rotating part of each head only */
+    for (int partial = 0; partial < 3; partial++) {
+        hp.rope_dim = partial == 1 ? 32 : 64; /* rotating part of each head only */
+        hp.rope_freq_scale = partial == 2 ? 0.25f : 0.0f; /* linear RoPE scaling by 4 */
         float *res[2];
         backend_t *bes[2] = {cu, cp};
         for (int k = 0; k < 2; k++) {
