@@ -88,9 +88,42 @@ def test_qwen3_gemma_and_llama_rope_variants_page_in_and_answer_like_generate():
         assert d.stop() == 0
 
 
+DATA = os.environ.get("GPUSWAPD_DATA", "tests/data")
+ORACLE_RMS = 0.01  # rms(engine - llama.cpp) / std(llama.cpp) per file
+
+
+def test_llama_rope_freqs_qwen2_gemma2_and_phi3_agree_with_llama_cpp_after_200_tokens():
+    import hashlib
+    import json
+    import numpy as np
+    names = ["llama-rope-freqs", "qwen2", "gemma2", "phi3"]
+    for name in names:
+        path = os.path.join(DATA, "arch", "llama-cpp-%s.json" % name)
+        if not os.path.exists(path) and os.environ.get("CI", "") in ("", "false", "0"):
+            print("skip: reference data missing: %s" % path)
+            continue
+        ref = json.load(open(path))
+        model = gsd.mkmodel(os.path.join(TMP, "o-%s.gguf" % name), ref["mkmodel"])
+        sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
+        assert sha == ref["model_sha256"], "%s: mkmodel now writes another file (%s); re-record" % (name, sha)
+        dump = os.path.join(TMP, "o-%s.logits" % name)
+        subprocess.run([gsd.GPUSWAPD, "generate", "--model", model, "--prompt-ids",
+                        ",".join(str(i) for i in ref["prompt_ids"]), "-n", "1", "--temp", "0", "--json",
+                        "--quiet", "--dump-logits", dump], check=True, capture_output=True,
+                       timeout=gsd.scaled(120))
+        want = np.array(ref["logits"])
+        got = np.array([float(x) for x in open(dump).readline().split()])
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        rel = float(np.sqrt(np.mean((got - want) ** 2)) / np.std(want))
+        print("  %s: rms(engine - llama.cpp) = %.4f%% of their std" % (name, 100 * rel))
+        assert rel <= ORACLE_RMS, (name, rel)
+        assert int(np.argmax(got)) == int(np.argmax(want)), name
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_check_config_refuses_unimplemented_architectures_tensors_and_keys_by_name,
-               test_qwen3_gemma_and_llama_rope_variants_page_in_and_answer_like_generate]:
+               test_qwen3_gemma_and_llama_rope_variants_page_in_and_answer_like_generate,
+               test_llama_rope_freqs_qwen2_gemma2_and_phi3_agree_with_llama_cpp_after_200_tokens]:
         r.run(fn)
     sys.exit(r.exit_code())

@@ -703,7 +703,10 @@ static int mk_vocab_fill(mk_vocab_t *v, size_t reserve)
 }
 
 /* SentencePiece vocab: <unk>, <s>, </s>, 256 byte tokens, pieces. */
-static int mk_vocab_spm(mk_vocab_t *v, size_t n)
+/* SentencePiece vocab: <unk> <s> </s>, the 256 byte tokens, pieces, and a
+ * last control token `last` unless NULL (Phi-3's <|endoftext|>, which
+ * llama.cpp looks up in a model it names phi3). */
+static int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last)
 {
     if (mk_vocab_init(v, n, 0) < 0)
         return -1;
@@ -716,7 +719,9 @@ static int mk_vocab_spm(mk_vocab_t *v, size_t n)
         rc = mk_vocab_push(v, s, MK_TT_BYTE, 0.0f);
     }
     if (rc == 0)
-        rc = mk_vocab_fill(v, 0);
+        rc = mk_vocab_fill(v, last ? 1 : 0);
+    if (rc == 0 && last)
+        rc = mk_vocab_push(v, last, MK_TT_CONTROL, 0.0f);
     if (rc == 0 && v->n != n)
         rc = -1;
     return rc;
@@ -1009,7 +1014,7 @@ int main(int argc, char **argv)
         return prc > 0 ? 0 : 2;
 
     mk_vocab_t v;
-    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab);
+    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>");
     if (vrc < 0) {
         fprintf(stderr, "mkmodel: could not build a %u-token vocabulary\n", o.vocab);
         mk_vocab_free(&v);
