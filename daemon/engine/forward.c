@@ -106,7 +106,7 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
         }                                                                                          \
     } while (0)
 
-/* Per-head RMSNorm (qwen3 q/k norms): each token's n_heads heads of hd
+/* Per-head RMSNorm (qwen3, gemma3 q/k norms): each token's n_heads heads of hd
  * values are rows of the backend's rmsnorm, one call per token. */
 static int head_norm(const backend_t *be, float *v, const model_weight_t *w, size_t n_tok,
                      size_t stride, uint32_t n_heads, uint32_t hd, float eps, char *err,
