@@ -19,9 +19,8 @@ typedef struct model_arch_desc {
     int qkv_bias;      /* attn_{q,k,v}.bias: 0 absent, 1 optional, 2 required */
     int qk_norm;       /* attn_q_norm / attn_k_norm (head_dim) required */
     int rope_freqs;    /* rope_freqs.weight allowed (llama3 RoPE scaling) */
-    int gemma;         /* Gemma 2 block: sqrt(n_embd) embedding scale, post-attention and
-                          post-FFN norms, GELU gate, soft-caps, sliding-window layers, and the
-                          output tied to token_embd (an output.weight is refused) */
+    int gemma;         /* Gemma block: sqrt(n_embd) embedding scale, post-attention and
+                          post-FFN norms, GELU gate, sliding-window layers */
     uint32_t swa_pattern; /* sliding-window layer pattern (gemma2: every other layer) */
     const char *const *keys; /* "<arch>." keys beyond model_known_keys; NULL-terminated */
     int softcaps;      /* gemma: attention and final soft-caps (gemma2) */
@@ -39,12 +38,14 @@ static const char *const model_gemma3_keys[] = {"attention.sliding_window", NULL
 static const char *const model_phi3_keys[] = {"attention.sliding_window", NULL};
 
 static const model_arch_desc_t model_archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
-    {"qwen2", MODEL_ARCH_QWEN2, 1, 2, 0, 0, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
-    {"qwen3", MODEL_ARCH_QWEN3, 1, 0, 1, 0, 0, 0, NULL, 0, 0, 0.0f, 0, 0},
-    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, 0, 0, 1, 2, model_gemma2_keys, 1, 1, 0.0f, 46, 0},
-    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, 1, 0, 1, 6, model_gemma3_keys, 0, 0, 10000.0f, 62, 0},
-    {"phi3", MODEL_ARCH_PHI3, 1, 0, 0, 0, 0, 0, model_phi3_keys, 0, 0, 0.0f, 0, 1},
+    {.name = "llama", .arch = MODEL_ARCH_LLAMA, .qkv_bias = 1, .rope_freqs = 1},
+    {.name = "qwen2", .arch = MODEL_ARCH_QWEN2, .rope_neox = 1, .qkv_bias = 2},
+    {.name = "qwen3", .arch = MODEL_ARCH_QWEN3, .rope_neox = 1, .qk_norm = 1},
+    {.name = "gemma2", .arch = MODEL_ARCH_GEMMA2, .rope_neox = 1, .gemma = 1, .swa_pattern = 2,
+     .keys = model_gemma2_keys, .softcaps = 1, .tied_only = 1, .big_layers = 46},
+    {.name = "gemma3", .arch = MODEL_ARCH_GEMMA3, .rope_neox = 1, .qk_norm = 1, .gemma = 1,
+     .swa_pattern = 6, .keys = model_gemma3_keys, .rope_base_swa = 10000.0f, .big_layers = 62},
+    {.name = "phi3", .arch = MODEL_ARCH_PHI3, .rope_neox = 1, .keys = model_phi3_keys, .phi3 = 1},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
