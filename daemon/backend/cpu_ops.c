@@ -212,6 +212,10 @@ static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n
             float f = cached ? inv_freq[i] : k_rope_freq(hp, i);
             float theta = (float)pos[t] * f;
             float c = cosf(theta), s = sinf(theta);
+            if (hp->rope_attn_factor != 0.0f && hp->rope_attn_factor != 1.0f) {
+                c *= hp->rope_attn_factor;
+                s *= hp->rope_attn_factor;
+            }
             uint32_t a = hp->rope_neox ? i : 2 * i;
             uint32_t b = hp->rope_neox ? i + half : 2 * i + 1;
             for (uint32_t h = 0; h < n_heads; h++) {

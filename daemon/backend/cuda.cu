@@ -1024,7 +1024,7 @@ __global__ void k_silu_mul(float *g, const float *u, size_t n_tok, uint32_t n, s
  * contraction, as the CPU does. */
 __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads, uint32_t hd,
                        uint32_t rope_dim, float base, float freq_scale, int neox,
-                       const uint32_t *pos, const float *freqs)
+                       const uint32_t *pos, const float *freqs, float mscale)
 {
     const uint32_t half = rope_dim / 2;
     const size_t total = n_tok * half;
@@ -1037,7 +1037,11 @@ __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads
         if (freqs) /* llama3 rope_freqs: divides the pair's frequency */
             inv_freq = __fdiv_rn(inv_freq, freqs[i]);
         const float theta = (float)pos[t] * inv_freq;
-        const float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        if (mscale != 1.0f) { /* rope.scaling.attn_factor */
+            c = __fmul_rn(c, mscale);
+            s = __fmul_rn(s, mscale);
+        }
         const uint32_t a = neox ? i : 2 * i;
         const uint32_t b = neox ? i + half : 2 * i + 1;
         for (uint32_t h = 0; h < n_heads; h++) {
@@ -1476,7 +1480,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
     k_rope<<<grid_x(total, EW_THREADS), EW_THREADS, 0, c->compute>>>(
         v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base,
         hp->rope_freq_scale != 0.0f ? hp->rope_freq_scale : 1.0f, hp->rope_neox,
-        (const uint32_t *)d_pos, (const float *)d_freqs);
+        (const uint32_t *)d_pos, (const float *)d_freqs,
+        hp->rope_attn_factor != 0.0f ? hp->rope_attn_factor : 1.0f);
     return launch_rc();
 }
 
@@ -2044,10 +2049,12 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->pool_bytes = c->budget;
     be->zero_copy = 0;
     be->needs_pinned = 1;
-    /* RoPE factors and linear scaling in k_rope, q/k norms through rmsnorm;
+    /* RoPE factors, linear scaling and attention factor in k_rope, q/k norms
+     * through rmsnorm;
      * no embedding scale, soft-cap, sliding-window or GELU kernels yet, so
      * gemma2/gemma3 and windowed phi3 models are refused at load */
-    be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM;
+    be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_ROPE_MSCALE |
+                      MODEL_FEAT_QK_NORM;
     be->reserve = c_reserve;
     be->map = c_map;
     be->unmap = c_unmap;

@@ -82,7 +82,8 @@ int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char 
     static const char *const names[] = {"RoPE frequency factors (rope_freqs)",
                                         "linear RoPE scaling", "per-head q/k RMSNorm",
                                         "embedding scale", "soft-capping",
-                                        "sliding-window attention", "GELU feed-forward"};
+                                        "sliding-window attention", "GELU feed-forward",
+                                        "RoPE attention factor"};
     uint32_t missing = hp->feats & ~supported;
     if (!missing)
         return 0;
@@ -260,10 +261,14 @@ static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model
         (factor == 0.0f && hp_f32(g, arch, "rope.scale_linear", 0.0f, &factor, err, errlen)) ||
         hp_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &attn, err, errlen))
         return MODEL_ERR_FORMAT;
-    if (attn != 1.0f) {
-        snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g is not implemented (only 1)",
+    if (!(attn > 0.0f && attn <= 100.0f)) {
+        snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g out of range",
                  gguf_path(g), arch, (double)attn);
-        return MODEL_ERR_UNSUPPORTED;
+        return MODEL_ERR_FORMAT;
+    }
+    if (attn != 1.0f) { /* llama.cpp's RoPE mscale: cos and sin times the factor */
+        hp->rope_attn_factor = attn;
+        hp->feats |= MODEL_FEAT_ROPE_MSCALE;
     }
     if (factor < 0.0f || factor > 1e6f) {
         snprintf(err, errlen, "%s: RoPE scaling factor %g out of range", gguf_path(g),

@@ -29,7 +29,8 @@ enum {
     MODEL_FEAT_SOFTCAP = 1u << 4,     /* attention-score and final-logit soft-capping */
     MODEL_FEAT_SWA = 1u << 5,         /* sliding-window attention layers */
     MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
-    MODEL_FEAT_ALL = (1u << 7) - 1,
+    MODEL_FEAT_ROPE_MSCALE = 1u << 7, /* RoPE cos/sin times rope_attn_factor (Phi-3 LongRoPE) */
+    MODEL_FEAT_ALL = (1u << 8) - 1,
 };
 
 enum {
@@ -55,6 +56,8 @@ typedef struct model_hparams {
     float rms_eps;
     int rope_neox;        /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
     float rope_freq_scale;    /* positions are multiplied by this (1 / linear factor; 1 = none) */
+    float rope_attn_factor;   /* rotated q/k values are multiplied by this
+                                 (rope.scaling.attn_factor); 0 or 1 = none */
     const float *rope_freqs;  /* (rope_dim/2) divisors of each pair's frequency, host memory
                                  (the file mapping); NULL = none */
     uint32_t feats;       /* MODEL_FEAT_* bits this model needs */

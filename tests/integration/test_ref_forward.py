@@ -123,6 +123,10 @@ for _t in ("q4_k_m", "iq4_xs"):
         CASES.append(("phi3-%s-%s" % (_t, _path), _path,
                       ["--arch", "phi3", "--type", _t, "--window", "16", "--seed", "52"] + WIDE,
                       LONG_PROMPT))
+# Phi-3.5 / 128k files: LongRoPE's attention factor (cos and sin scaled)
+CASES.append(("phi3-f16-rope-attn-factor", "exact",
+              ["--arch", "phi3", "--type", "f16", "--window", "8", "--rope-factors",
+               "--rope-attn-factor", "1.19", "--seed", "54"] + SMALL, LONG_PROMPT))
 CASES.append(("phi3-q8_0-mha-no-window", "exact",
               ["--arch", "phi3", "--type", "q8_0", "--window", "0", "--heads", "4", "--kv-heads", "4",
                "--dim", "64", "--layers", "3", "--ff", "96", "--vocab", "320", "--seed", "53"]))

@@ -370,6 +370,7 @@ class Model:
         if stype not in ("none", "linear"):
             raise GGUFError("%s: rope scaling %r not implemented" % (path, stype))
         self.pos_scale = 1.0 / factor if stype == "linear" else 1.0
+        self.mscale = float(g.kv.get("%s.rope.scaling.attn_factor" % arch, 1.0))
         used = set()
 
         def t(name):
@@ -431,10 +432,11 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, rope_dim, base, neox, freq_div=None):
+def rope(x, pos, rope_dim, base, neox, freq_div=None, mscale=1.0):
     """Rotate the first rope_dim dims of every head. x: (T, heads, hd);
     pos may be fractional (linear scaling); freq_div divides each pair's
-    frequency (Llama 3 factors)."""
+    frequency (Llama 3 factors); mscale multiplies cos and sin (Phi-3
+    LongRoPE's scaling_factor, rope.scaling.attn_factor)."""
     x = x.copy()
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
@@ -442,8 +444,8 @@ def rope(x, pos, rope_dim, base, neox, freq_div=None):
     if freq_div is not None:
         theta = theta / freq_div
     ang = pos[:, None].astype(np.float64) * theta[None, :]  # (T, half)
-    cos = np.cos(ang)[:, None, :]
-    sin = np.sin(ang)[:, None, :]
+    cos = np.cos(ang)[:, None, :] * mscale
+    sin = np.sin(ang)[:, None, :] * mscale
     if neox:
         a = x[:, :, 0:half].copy()
         b = x[:, :, half:rope_dim].copy()
@@ -532,8 +534,10 @@ def forward_phi3(m, ids):
     h = m.tok_embd[ids].copy()
     for L in m.layers:
         x = rmsnorm(h, L["attn_norm"], m.eps)
-        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True, ext)
-        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True, ext)
+        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True, ext,
+                 m.mscale)
+        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True, ext,
+                 m.mscale)
         v = (x @ L["wv"].T).reshape(T, nkv, hd)
         out = np.zeros((T, nh, hd))
         for hq in range(nh):
@@ -580,8 +584,8 @@ def forward(m, ids):
         if L["q_norm"] is not None:
             q = rmsnorm(q, L["q_norm"], m.eps)
             k = rmsnorm(k, L["k_norm"], m.eps)
-        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs)
-        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs)
+        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
+        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
         v = v.reshape(T, nkv, hd)
         att_out = np.zeros((T, nh, hd))
         for hq in range(nh):

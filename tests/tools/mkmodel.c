@@ -32,6 +32,7 @@ typedef struct mk_opts {
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
     const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
     float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
+    float rope_attn_factor; /* rope.scaling.attn_factor; 0 = not written */
     uint32_t window;      /* gemma2 sliding window (default 4096) */
     uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
     uint32_t wtype_more;  /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
@@ -62,6 +63,7 @@ static void mk_usage(FILE *f)
             "  --rope-freqs              llama: a rope_freqs.weight of Llama 3.1 RoPE factors\n"
             "                            (factor 8, low 1, high 4, original context 256)\n"
             "  --rope-scaling T[:F]      write rope.scaling.type T (and .factor F)\n"
+            "  --rope-attn-factor F      write rope.scaling.attn_factor F\n"
             "  --arch-name NAME          declare this general.architecture (key prefix)\n"
             "  --extra-tensor NAME       add an F32 [dim, ff, 2] tensor NAME\n"
             "  --extra-u32 KEY=V         add a u32 metadata key\n"
@@ -165,7 +167,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
     enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
            O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP,
            O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32,
-           O_SOFTCAP, O_WINDOW, O_ROPE_FACTORS };
+           O_SOFTCAP, O_WINDOW, O_ROPE_FACTORS, O_ROPE_ATTN };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
         {"arch", required_argument, NULL, O_ARCH},
@@ -194,6 +196,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"softcap", required_argument, NULL, O_SOFTCAP},
         {"window", required_argument, NULL, O_WINDOW},
         {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
+        {"rope-attn-factor", required_argument, NULL, O_ROPE_ATTN},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
@@ -253,6 +256,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_EXTRA_U32: o->extra_u32 = optarg; bad = !strchr(optarg, '='); break;
         case O_WINDOW: u = &o->window; break;
         case O_ROPE_FACTORS: o->rope_factors = 1; break;
+        case O_ROPE_ATTN: bad = mk_parse_f32(optarg, &o->rope_attn_factor) < 0; break;
         case O_SOFTCAP: {
             char *end;
             o->attn_softcap = strtof(optarg, &end);
@@ -864,6 +868,8 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
         rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
     if (o->rope_factors)
         rc |= mk_kv_arch(w, o, "rope.scaling.original_context_length", 64);
+    if (o->rope_attn_factor != 0.0f)
+        rc |= mk_kv_arch_f32(w, o, "rope.scaling.attn_factor", o->rope_attn_factor);
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
     if (v->gpt2)
         rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");

@@ -269,6 +269,11 @@ Test(arch, phi3_splits_its_fused_tensors_into_row_views_and_caps_the_context_for
     /* long factors differ: the context stays where llama.cpp uses the short ones */
     cr_assert_eq(m->hp.n_ctx_train, 64);
     model_close(m);
+    m = arch_open("--arch phi3 --window 8 --rope-factors --rope-attn-factor 1.19", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.rope_attn_factor, 1.19f, 0.0f);
+    cr_assert(m->hp.feats & MODEL_FEAT_ROPE_MSCALE);
+    model_close(m);
     /* fused only, as llama.cpp loads phi3: a separate attn_q is left over */
     assert_refused("--arch phi3 --rope-factors --extra-tensor blk.0.attn_q.weight",
                    "tensor 'blk.0.attn_q.weight' is not used");
