@@ -77,7 +77,7 @@ static void mk_usage(FILE *f)
             "  --rope-base F             RoPE frequency base (default 10000)\n"
             "  --eps F                   RMSNorm epsilon (default 1e-5)\n"
             "  --seed N                  PRNG seed (default 1)\n"
-            "  --tokenizer spm|gpt2      (default spm for llama, gpt2 for qwen2)\n"
+            "  --tokenizer spm|gpt2      (default gpt2 for qwen2/qwen3, spm otherwise)\n"
             "  --tied                    tie the output head to token_embd\n"
             "  --version 2|3             GGUF version (default 3)\n"
             "  --threads N               threads generating weights (default: all CPUs;\n"
