@@ -10,6 +10,7 @@
 #include "forward.h"
 #include "kv.h"
 #include "model.h"
+#include "store.h"
 #include "testutil.h"
 
 #define ARCH_SHAPE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 320"
@@ -396,4 +397,32 @@ Test(arch, attention_with_a_window_soft_cap_and_scale_matches_a_double_softmax)
     check_attention(1, 0.0f, 0.0f);  /* itself only */
     check_attention(0, 2.0f, 0.0f);  /* scores soft-capped at 2 */
     check_attention(4, 1.5f, 0.3f);  /* all three, with a query scale */
+}
+
+/* ------------------------------------------------------------------ the backend's features at load */
+
+Test(arch, the_store_refuses_a_model_whose_features_the_backend_lacks_naming_them)
+{
+    char err[512], path[256];
+    be_params_t p = {.kind = "sim", .memory = 8u << 20, .page_size = 64u << 10};
+    backend_t *be = be_open(&p, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    tu_mkmodel(path, sizeof path, ARCH_SHAPE " --arch gemma2 --window 16");
+    store_t *s = store_new(be, 0);
+    store_model_t *m = NULL;
+    /* as the cuda backend declares itself: no gemma kernels */
+    be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM;
+    cr_assert_eq(store_load(s, "g", path, &m, err, sizeof err), STORE_ERR_LOAD);
+    cr_assert_null(m);
+    cr_assert(strstr(err, "the sim backend cannot run this gemma2 model") != NULL, "%s", err);
+    cr_assert(strstr(err, "soft-capping") && strstr(err, "sliding-window attention") &&
+                  strstr(err, "GELU") && strstr(err, "embedding scale"),
+              "%s", err);
+    cr_assert_eq(store_used(s), 0);
+    be->model_feats = MODEL_FEAT_ALL; /* what sim really runs */
+    cr_assert_eq(store_load(s, "g", path, &m, err, sizeof err), STORE_OK, "%s", err);
+    store_unload(s, m);
+    unlink(path);
+    store_free(s);
+    be_close(be);
 }
