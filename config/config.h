@@ -52,17 +52,41 @@ typedef enum cfg_policy {
     CFG_POLICY_FIFO,
 } cfg_policy_t;
 
+typedef enum cfg_kv_type {
+    CFG_KV_F16 = 0,
+    CFG_KV_F32,
+} cfg_kv_type_t;
+
 /* A list of numeric user or group ids. */
 typedef struct cfg_idlist {
     uint32_t *ids; /* n entries, owned; NULL when n == 0 */
     size_t n;
 } cfg_idlist_t;
 
+/* A list of strings. */
+typedef struct cfg_strlist {
+    char **v; /* n entries, each owned; NULL when n == 0 */
+    size_t n;
+} cfg_strlist_t;
+
+/* An API key (daemon/auth.c): the key itself is never stored, only its hash. */
+typedef struct cfg_key {
+    char *name;                 /* unique, [A-Za-z0-9._:-]+: the label in stats and metrics; owned */
+    char *hash;                 /* "sha256:" + 64 lower-case hex digits of SHA-256(key); owned */
+    cfg_strlist_t models;       /* configured model names it may use, or "*" for every model */
+    double rate;                /* requests per second, 0 = unlimited */
+    uint32_t burst;             /* requests at once on top of the rate; 0 = max(1, ceil(rate)) */
+    uint32_t max_concurrent;    /* generate/chat requests in flight, 0 = unlimited */
+    uint32_t tokens_per_minute; /* prompt + completion tokens, 0 = unlimited */
+    int line;                   /* 1-based line of this key's entry in the file */
+} cfg_key_t;
+
 typedef struct cfg_model {
     char *name;          /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
     char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
     uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
     uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
+    cfg_kv_type_t kv_type; /* element type of its KV caches; default f16 */
     double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */
     int pinned;          /* 1: never evicted once paged in */
     uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */
@@ -108,6 +132,8 @@ typedef struct cfg {
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
         uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
         int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
+        uint32_t prefill_chunk; /* tokens per pass over the layers (long prompts run in chunks,
+                                   scratch sized by it), default 512 */
     } device;
     struct {
         uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */
@@ -126,6 +152,15 @@ typedef struct cfg {
         char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
         int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
     } metrics;
+    struct {
+        int http;                      /* listen.http requires a key (Bearer), default off */
+        int tcp;                       /* listen.tcp requires a key (the auth op), default off */
+        cfg_strlist_t trusted_proxies; /* peer IP addresses whose X-Forwarded-For is believed */
+        uint32_t max_failures;         /* failed attempts from one address before back-off, default 5 */
+        uint64_t backoff_ms;           /* the first back-off; doubles per further failure, at most 64x; default 1s */
+        cfg_key_t *keys;               /* n_keys entries, in file order; owned */
+        size_t n_keys;
+    } auth;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
     size_t n_models;
 } cfg_t;

@@ -29,6 +29,8 @@ typedef struct gen_opts {
     int no_bos, json, ignore_eos, special, quiet;
     quant_isa_t isa;
     quant_path_t path;
+    kv_type_t kv_type;
+    long prefill_chunk;
     sampler_params_t sp;
     int seed_given;
 } gen_opts_t;
@@ -55,6 +57,8 @@ static void usage(FILE *f)
           "      --isa auto|vnni|avx2|portable  CPU kernels (default auto)\n"
           "      --exact             F32 activations for quantized weights (the reference\n"
           "                          path; default: activations quantized to 8 bits)\n"
+          "      --kv-type f16|f32   KV cache element type (default f16)\n"
+          "      --prefill-chunk N   tokens per pass over the layers (default 512; 0 = all)\n"
           "      --json              print one JSON object {prompt_ids, ids, text, timing}\n"
           "      --dump-logits FILE  write the logits of every step, one line per step\n"
           "  -q, --quiet             no timing line on stderr\n",
@@ -86,7 +90,7 @@ static int parse_float(const char *s, float *out)
 static int parse_args(int argc, char **argv, gen_opts_t *o)
 {
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_NOBOS, O_JSON, O_DUMP, O_IDS,
-           O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT };
+           O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT, O_KVTYPE, O_CHUNK };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
@@ -101,10 +105,13 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         {"ignore-eos", no_argument, 0, O_IGNEOS}, {"special", no_argument, 0, O_SPECIAL},
         {"isa", required_argument, 0, O_ISA},     {"quiet", no_argument, 0, 'q'},
         {"exact", no_argument, 0, O_EXACT},
+        {"kv-type", required_argument, 0, O_KVTYPE},
+        {"prefill-chunk", required_argument, 0, O_CHUNK},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->n_predict = 64;
+    o->prefill_chunk = FWD_CHUNK_DEFAULT;
     o->isa = QUANT_ISA_AUTO;
     sampler_params_default(&o->sp);
     optind = 1;
@@ -157,6 +164,15 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         case O_IGNEOS: o->ignore_eos = 1; break;
         case O_SPECIAL: o->special = 1; break;
         case O_EXACT: o->path = QUANT_PATH_EXACT; break;
+        case O_KVTYPE:
+            if (strcmp(optarg, "f16") == 0) o->kv_type = KV_TYPE_F16;
+            else if (strcmp(optarg, "f32") == 0) o->kv_type = KV_TYPE_F32;
+            else goto bad;
+            break;
+        case O_CHUNK:
+            if (parse_long(optarg, 0, 1 << 24, &o->prefill_chunk))
+                goto bad;
+            break;
         case O_ISA:
             if (strcmp(optarg, "auto") == 0) o->isa = QUANT_ISA_AUTO;
             else if (strcmp(optarg, "avx2") == 0) o->isa = QUANT_ISA_AVX2;
@@ -313,7 +329,9 @@ int gen_main(int argc, char **argv)
         goto done;
     }
     fw = fwd_new(be);
-    kv = kv_seq_new(&m->hp, n_ctx);
+    if (fw)
+        fwd_set_chunk(fw, (uint32_t)o.prefill_chunk);
+    kv = kv_seq_new(&m->hp, n_ctx, o.kv_type);
     smp = sampler_new(&o.sp, (int32_t)m->hp.n_vocab, err, sizeof err);
     logits = malloc(m->hp.n_vocab * sizeof(float));
     scratch = malloc(m->hp.n_vocab * sizeof(float));

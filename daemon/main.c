@@ -30,6 +30,7 @@ typedef struct daemon_state {
     wk_t *wk;
     srv_t *srv;
     http_t *http;        /* NULL unless listen.http */
+    auth_t *auth;        /* API keys (auth:), reloaded with the config */
     struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
     int draining;
     int exit_code;
@@ -69,13 +70,19 @@ static void notify_status(daemon_state_t *d)
     sd_notifyf(0, "STATUS=%s", st);
 }
 
+/* The auth section of the stats report (worker thread; auth_report locks). */
+static json_t *auth_report_fn(void *ctx)
+{
+    return auth_report(ctx);
+}
+
 /* ------------------------------------------------------------------ reload */
 
 static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
 {
     return strcmp(a->path, b->path) || a->gpu_quota != b->gpu_quota || a->pinned != b->pinned ||
            a->priority != b->priority || a->max_batch != b->max_batch ||
-           a->max_context != b->max_context || a->kv_cache != b->kv_cache ||
+           a->max_context != b->max_context || a->kv_cache != b->kv_cache || a->kv_type != b->kv_type ||
            memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
 }
 
@@ -85,7 +92,8 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     char err[1024];
     cfg_t *next = NULL;
     if (cfg_load_file(d->config_path, &next, err, sizeof err) ||
-        cfg_reload_check(d->cfg, next, err, sizeof err)) {
+        cfg_reload_check(d->cfg, next, err, sizeof err) ||
+        (auth_reload(d->auth, next) && snprintf(err, sizeof err, "auth: out of memory"))) {
         fprintf(stderr, "gpuswapd: reload refused, keeping the running config: %s\n", err);
         sd_notifyf(0, "READY=1\nSTATUS=reload refused, running the previous config: %s", err);
         cfg_free(next);
@@ -341,11 +349,24 @@ static int serve(const char *path)
     evsignal_add(d.sig_int, NULL);
     evsignal_add(d.sig_hup, NULL);
     srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
+    d.auth = auth_new(d.cfg, err, sizeof err);
+    if (!d.auth) {
+        fprintf(stderr, "gpuswapd: %s\n", err);
+        goto out;
+    }
+    wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
+    if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
+        fprintf(stderr, "gpuswapd: auth: %zu API keys; a key is required on %s\n", d.cfg->auth.n_keys,
+                d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
+                : d.cfg->auth.http                  ? "listen.http"
+                : d.cfg->auth.tcp                   ? "listen.tcp"
+                                                    : "no listener (the auth op is optional)");
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
         fprintf(stderr, "gpuswapd: %s\n", err);
         goto out;
     }
+    srv_set_auth(d.srv, d.auth);
     if (d.cfg->listen.http || d.cfg->metrics.listen) {
         d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
         if (!d.http) {
@@ -381,6 +402,7 @@ out:
     wk_free(d.wk);
     http_free(d.http);
     srv_free(d.srv);
+    auth_free(d.auth);
     if (d.sig_term) event_free(d.sig_term);
     if (d.sig_int) event_free(d.sig_int);
     if (d.sig_hup) event_free(d.sig_hup);

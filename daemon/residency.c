@@ -42,6 +42,9 @@ struct res_model {
     size_t kv_bytes;         /* KV pages mapped */
     int running;
     int n_kv;
+    kv_type_t kv_live_type;  /* type of its live KV caches (while n_kv > 0): a reload's
+                                new kv_type applies once they are gone, so one
+                                pass never mixes types */
     int n_inflight;          /* segments whose copy is queued and not settled */
     size_t inflight_bytes;   /* their spans */
     int wanted;              /* the caller has work queued for it (res_set_wanted) */
@@ -59,6 +62,9 @@ struct res {
     backend_t *be;
     size_t page;
     size_t n_pages, free_pages;
+    size_t scratch_bytes;    /* device scratch outside the pool (res_scratch_note) */
+    size_t cut_pages;        /* pages taken off the budget because the device could not map them */
+    size_t peak_used;        /* most device bytes in use at once: pool pages and scratch */
     double L;                /* GreedyDual inflation value */
     res_model_t *models;
     size_t kv_bytes;         /* KV pages mapped, all models */
@@ -125,9 +131,32 @@ size_t res_kv_available(const res_t *r)
     return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
 }
 
+size_t res_kv_available_for(const res_t *r, const res_model_t *m)
+{
+    size_t avail = res_kv_available(r), held = 0;
+    for (const res_model_t *v = r->models; v; v = v->next)
+        if (v != m && v->cfg.kv_reserve > v->kv_bytes)
+            held += v->cfg.kv_reserve - v->kv_bytes; /* others' reservations not yet used */
+    avail = avail > held ? avail - held : 0;
+    /* its own reservation holds even where the headroom kept for weights would not */
+    size_t own = m->cfg.kv_reserve > m->kv_bytes ? m->cfg.kv_reserve - m->kv_bytes : 0;
+    return avail > own ? avail : own;
+}
+
+static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos,
+                             kv_type_t t)
+{
+    return 2 * pages_of(r, kv_seq_bytes(hp, n_pos, t) / 2) * r->page;
+}
+
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos)
 {
-    return 2 * pages_of(r, kv_seq_bytes(hp, n_pos) / 2) * r->page;
+    return kv_bytes_typed(r, hp, n_pos, KV_TYPE_F16);
+}
+
+size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos)
+{
+    return kv_bytes_typed(r, &m->sm->model->hp, n_pos, m->cfg.kv_type);
 }
 
 static size_t quota_of(const res_t *r, const res_model_t *m)
@@ -389,6 +418,41 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tie
     return 0;
 }
 
+/* Records the device's high-water mark after pages or scratch were taken. */
+static void note_used(res_t *r)
+{
+    size_t used = (r->n_pages - r->free_pages) * r->page + r->scratch_bytes;
+    if (used > r->peak_used)
+        r->peak_used = used;
+}
+
+/* A map failed for lack of physical memory (BE_ERR_NOMEM) although the
+ * budget said there was room: the device gives less than the budget (other
+ * processes, the driver's own use). Lower the budget to what is in use now
+ * (never below the largest model wholly resident plus the KV minimum: what
+ * the configuration needs to work at all) and
+ * evict idle models to free need pages more, so the caller can retry the map
+ * once. 0 when it may retry. */
+static int device_short(res_t *r, const res_model_t *m, size_t need)
+{
+    size_t floor = pages_of(r, r->headroom) + 2, used = r->n_pages - r->free_pages;
+    size_t keep = used > floor ? used : floor;
+    if (keep < r->n_pages) {
+        size_t cut = r->n_pages - keep;
+        if (cut > r->free_pages)
+            cut = r->free_pages;
+        r->n_pages -= cut;
+        r->free_pages -= cut;
+        r->cut_pages += cut;
+    }
+    /* pages free in the pool are not held on the device: only unmapping
+     * gives it room. Evict idle models (tiers 0..2) for need pages more;
+     * retry if something was freed and the pool has room for the map */
+    size_t before = r->free_pages;
+    make_room_others(r, m, before + need, 3);
+    return r->free_pages > before && r->free_pages >= need ? 0 : RES_ERR_NOMEM;
+}
+
 /* Map segment s and queue its copy. */
 static int page_in(res_t *r, res_model_t *m, uint32_t s)
 {
@@ -396,6 +460,10 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     res_seg_t *sg = &m->segs[s];
     uint64_t t0 = now_ns();
     int brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span);
+    /* a failure recovered by evicting is not a device error (the worker
+     * watches that counter for failed page-ins): the lowered budget shows it */
+    if (brc == BE_ERR_NOMEM && device_short(r, m, ss->span / r->page) == 0)
+        brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span); /* once more, after evicting */
     if (brc) {
         m->st.total_device_errors++;
         if (brc == BE_ERR_NOMEM) {
@@ -409,6 +477,7 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     }
     m->st.total_map_ns += now_ns() - t0;
     r->free_pages -= ss->span / r->page;
+    note_used(r);
     m->weight_bytes += ss->span;
     if (r->be->copy_h2d(r->be->ctx, (uint8_t *)m->base + ss->off, m->sm->image + ss->off, ss->span,
                         sg->ev)) {
@@ -858,8 +927,11 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
     k->kv.n_layer = hp->n_layer;
     k->kv.n_ctx = n_ctx;
     k->kv.kv_dim = hp->n_head_kv * hp->head_dim;
+    if (m->n_kv == 0)
+        m->kv_live_type = m->cfg.kv_type;
+    k->kv.type = m->kv_live_type;
     k->kv.owner = k;
-    k->range_bytes = res_kv_bytes_for(r, hp, n_ctx) / 2;
+    k->range_bytes = res_kv_bytes_model(r, m, n_ctx) / 2;
     void *kb = NULL, *vb = NULL;
     if (r->be->zero_copy) {
         /* host memory is device memory: plain allocations, no quota */
@@ -891,6 +963,17 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
     return RES_OK;
 }
 
+/* Map [off, off+len) of both halves of a KV cache; all or nothing. */
+static int kv_map(res_t *r, kv_seq_t *kv, size_t off, size_t len)
+{
+    int rc = r->be->map(r->be->ctx, kv->k, off, len);
+    if (rc)
+        return rc;
+    if ((rc = r->be->map(r->be->ctx, kv->v, off, len)))
+        r->be->unmap(r->be->ctx, kv->k, off, len);
+    return rc;
+}
+
 int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen)
 {
     res_kv_t *k = kv->owner;
@@ -902,16 +985,18 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     }
     if (r->be->zero_copy)
         return RES_OK;
-    size_t per_pos = (size_t)kv->n_layer * kv->kv_dim * sizeof(float);
+    size_t per_pos = (size_t)kv->n_layer * kv->kv_dim * kv_type_size(kv->type);
     size_t want = pages_of(r, n_pos * per_pos) * r->page;
     if (want <= k->mapped_bytes)
         return RES_OK;
     size_t extra = 2 * (want - k->mapped_bytes);
     /* KV may never take the room a model needs to run (it is not evictable) */
-    if (extra > res_kv_available(r)) {
+    if (extra > res_kv_available_for(r, m)) {
         snprintf(err, errlen, "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
-                 "%.1f MiB of the pool stay free for weights)", m->sm->name,
-                 r->kv_bytes / 1048576.0, r->headroom / 1048576.0);
+                 "%.1f MiB of the pool stay free for weights, %.1f MiB more reserved by other "
+                 "models' kv_cache)", m->sm->name, r->kv_bytes / 1048576.0,
+                 r->headroom / 1048576.0,
+                 (res_kv_available(r) - res_kv_available_for(r, m)) / 1048576.0);
         return RES_ERR_NOSPACE;
     }
     /* quota: shed this model's own tail (not the embedding) */
@@ -937,14 +1022,20 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
             goto device;
     }
     size_t off = k->mapped_bytes, len = want - k->mapped_bytes;
-    if (r->be->map(r->be->ctx, kv->k, off, len))
-        goto device;
-    if (r->be->map(r->be->ctx, kv->v, off, len)) {
-        r->be->unmap(r->be->ctx, kv->k, off, len);
-        goto device;
+    int brc = kv_map(r, kv, off, len);
+    if (brc == BE_ERR_NOMEM && device_short(r, m, extra / r->page) == 0)
+        brc = kv_map(r, kv, off, len); /* once more, after evicting */
+    if (brc == BE_ERR_NOMEM) {
+        m->st.total_device_errors++;
+        snprintf(err, errlen, "model '%s': device memory exhausted (the %s backend could not map "
+                 "%.1f MiB of KV cache)", m->sm->name, r->be->name, extra / 1048576.0);
+        return RES_ERR_NOMEM;
     }
+    if (brc)
+        goto device;
     k->mapped_bytes = want;
     r->free_pages -= extra / r->page;
+    note_used(r);
     m->kv_bytes += extra;
     r->kv_bytes += extra;
     update_gauges(m);
@@ -978,6 +1069,16 @@ void res_kv_free(res_t *r, kv_seq_t *kv)
     m->st.total_kv_frees++;
     update_gauges(m);
     free(k);
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+void res_scratch_note(res_t *r, size_t bytes)
+{
+    if (r->be->zero_copy)
+        return; /* cpu: activations are host memory like everything else */
+    r->scratch_bytes = bytes;
+    note_used(r);
 }
 
 /* ------------------------------------------------------------------ state */
@@ -1018,4 +1119,7 @@ void res_pool_stats(const res_t *r, stats_pool_t *out)
     out->curr_pool_free = r->free_pages;
     out->curr_pool_used = r->n_pages - r->free_pages;
     out->page_size = r->page;
+    out->curr_scratch_bytes = r->scratch_bytes;
+    out->peak_device_bytes = r->peak_used;
+    out->curr_budget_cut_bytes = r->cut_pages * r->page;
 }

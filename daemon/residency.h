@@ -38,6 +38,9 @@ typedef struct res_cfg {
     size_t gpu_quota; /* bytes of weights + KV the model may hold; 0 = the whole pool */
     int pinned;       /* never evicted */
     double priority;  /* > 0; scales how much the model is worth keeping (default 1) */
+    kv_type_t kv_type;/* element type of its KV caches (0 = KV_TYPE_F16) */
+    size_t kv_reserve;/* bytes of KV only this model may map (config kv_cache): other
+                         models' caches never take them; 0 = none */
 } res_cfg_t;
 
 typedef struct res res_t;
@@ -134,8 +137,20 @@ void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
  * gpu_quota when smaller), so KV never starves paging. With no KV mapped
  * at all only the minimum to run is kept, so one sequence always fits. */
 size_t res_kv_available(const res_t *r);
-/* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages). */
+/* What model m may still map as KV: res_kv_available less the part of other
+ * models' kv_reserve they have not mapped yet, and at least the part of its
+ * own it has not (a reservation holds even against the weights' headroom). */
+size_t res_kv_available_for(const res_t *r, const res_model_t *m);
+/* Pool bytes a KV cache of n_pos positions takes (k and v, whole pages), F16. */
 size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_pos);
+/* The same for a cache of model m (its configured kv_type). */
+size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos);
+
+/* The forward pass's device scratch (activations, bounded by
+ * device.prefill_chunk) is bytes now: device memory beside the pool,
+ * counted with it in the stats' peak_device_bytes. A no-op on a zero-copy
+ * backend. */
+void res_scratch_note(res_t *r, size_t bytes);
 
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);

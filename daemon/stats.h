@@ -41,6 +41,9 @@ typedef struct stats_pool {
     uint64_t curr_pool_used;   /* pages mapped */
     uint64_t curr_pool_free;   /* pages free */
     uint64_t page_size;        /* bytes */
+    uint64_t curr_scratch_bytes; /* device scratch of the forward pass (activations), beside the pool */
+    uint64_t peak_device_bytes; /* most device bytes in use at once: pool pages (weights, KV) + scratch */
+    uint64_t curr_budget_cut_bytes; /* taken off the pool because the device could not map them */
 } stats_pool_t;
 
 /* Per-model service counters (resettable): X(name, help). */
@@ -52,7 +55,8 @@ typedef struct stats_pool {
     X(total_prompt_tokens, "prompt tokens prefilled")                                              \
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
-    X(total_swapped_requests, "requests whose first token waited for their model's page-in")
+    X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \
+    X(total_kv_recomputes, "sequences whose KV cache was given back when the pool ran short, then recomputed")
 
 typedef struct stats_svc {
 #define STATS_FIELD(name, help) uint64_t name;

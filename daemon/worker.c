@@ -117,7 +117,9 @@ uint32_t wk_model_context(const wk_model_t *m)
 
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c)
 {
-    return (res_cfg_t){.gpu_quota = c->gpu_quota, .pinned = c->pinned, .priority = c->priority};
+    return (res_cfg_t){.gpu_quota = c->gpu_quota, .pinned = c->pinned, .priority = c->priority,
+                       .kv_type = c->kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16,
+                       .kv_reserve = c->kv_cache};
 }
 void wk_beat(wk_t *w)
 {
@@ -188,6 +190,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     sched_cfg_t sc = wk_sched_cfg_of(cfg);
     w->sched = sched_new(&sc, 0);
     w->fwd = fwd_new(w->be);
+    if (w->fwd)
+        fwd_set_chunk(w->fwd, cfg->device.prefill_chunk);
     if (!w->store || !w->res || !w->sched || !w->fwd) {
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;

@@ -39,6 +39,13 @@ typedef struct wk_seq {
     size_t text_len, text_cap;
     size_t sent;            /* bytes of text already streamed */
     int32_t last;           /* token to feed next step */
+    int32_t *gen;           /* the n_gen ids generated so far (gen_cap room): a parked
+                               sequence's cache is rebuilt by prefilling prompt + gen */
+    uint32_t gen_cap;
+    int32_t *redo;          /* prompt + gen (n_redo ids) for the pass that rebuilds its cache */
+    uint32_t n_redo;
+    int parked;             /* its KV cache was given back when the pool ran short: it
+                               stays active, without a cache, until the pages are back */
     int stopped_on_string;
     double t_arrival;       /* wk_now() when the loop received the request */
     double t_admit;         /* when its first pass started (it got its KV cache) */
@@ -119,6 +126,9 @@ struct wk {
     int stop;
     wk_notify_fn notify;
     void *notify_ctx;
+    const char *extra_name;          /* (optional) a section the stats report adds: its name, */
+    json_t *(*extra_fn)(void *ctx);  /* the builder (worker thread; returns a new object) */
+    void *extra_ctx;
     char status[256];
     char ready_why[256];    /* readiness reason for wk_readiness, under mu */
     _Atomic int draining_pub; /* a drain was handed over (loop or worker side): wk_draining */

@@ -40,6 +40,17 @@ static json_t *svc_json(const wk_model_t *m)
     return o;
 }
 
+/* The model's KV cache type and the bytes one token of context takes in it
+ * (k and v, every layer): F16 halves what F32 takes. */
+static void kv_report(json_t *o, const wk_model_t *m)
+{
+    kv_type_t t = m->cfg.kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16;
+    json_object_set_new(o, "kv_type", json_string(kv_type_name(t)));
+    json_object_set_new(o, "kv_cache", json_integer((json_int_t)m->cfg.kv_cache));
+    json_object_set_new(o, "kv_bytes_per_token",
+                        json_integer((json_int_t)kv_bytes_per_pos(&m->sm->model->hp, t)));
+}
+
 static json_t *hist_json(const stats_hist_t *h)
 {
     json_t *b = json_array();
@@ -54,10 +65,13 @@ json_t *wk_report_stats(wk_t *w)
 {
     stats_pool_t ps;
     res_pool_stats(w->res, &ps);
-    json_t *pool = json_pack("{s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
+    json_t *pool = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
                              "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
                              (json_int_t)ps.curr_pool_used, "curr_pool_free",
-                             (json_int_t)ps.curr_pool_free);
+                             (json_int_t)ps.curr_pool_free, "curr_scratch_bytes",
+                             (json_int_t)ps.curr_scratch_bytes, "peak_device_bytes",
+                             (json_int_t)ps.peak_device_bytes, "curr_budget_cut_bytes",
+                             (json_int_t)ps.curr_budget_cut_bytes);
     json_t *models = json_object();
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
@@ -73,6 +87,7 @@ json_t *wk_report_stats(wk_t *w)
 #undef RES_JSON
             json_object_set_new(o, "gpu_quota", json_integer((json_int_t)m->cfg.gpu_quota));
             json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
+            kv_report(o, m);
         }
         json_object_set_new(o, "state", json_string(model_state(w, m)));
         json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));
@@ -92,10 +107,21 @@ json_t *wk_report_stats(wk_t *w)
         snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
         json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
     }
-    return json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
-                     "backend", w->be->name, "policy",
-                     w->cfg->scheduler.policy == CFG_POLICY_FIFO ? "fifo" : "swap-aware", "pool",
-                     pool, "models", models, "server", server);
+    json_t *rep = json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
+                            "backend", w->be->name, "policy",
+                            w->cfg->scheduler.policy == CFG_POLICY_FIFO ? "fifo" : "swap-aware", "pool",
+                            pool, "models", models, "server", server);
+    json_t *extra = rep && w->extra_fn ? w->extra_fn(w->extra_ctx) : NULL;
+    if (extra)
+        json_object_set_new(rep, w->extra_name, extra);
+    return rep;
+}
+
+void wk_set_report_section(wk_t *w, const char *name, json_t *(*fn)(void *ctx), void *ctx)
+{
+    w->extra_name = name;
+    w->extra_fn = fn;
+    w->extra_ctx = ctx;
 }
 
 json_t *wk_report_models(wk_t *w, int admin)
@@ -132,6 +158,7 @@ json_t *wk_report_models(wk_t *w, int admin)
                 json_object_set_new(o, "curr_resident_bytes",
                                     json_integer((json_int_t)st.curr_resident_bytes));
                 json_object_set_new(o, "curr_kv_bytes", json_integer((json_int_t)st.curr_kv_bytes));
+                kv_report(o, m);
                 json_object_set_new(o, "curr_running", json_integer((json_int_t)m->n_active));
             }
             json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));

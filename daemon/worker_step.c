@@ -27,8 +27,8 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
     if (w->be->zero_copy || n_active_all == 0)
         return 1; /* nothing to wait for: admission decides */
     const wk_seq_t *s = it->user;
-    uint32_t n_ctx = s->n_prompt + s->max_tokens;
-    return res_kv_bytes_for(w->res, &m->sm->model->hp, n_ctx) <= res_kv_available(w->res);
+    /* the cache grows page by page: admission needs the prompt's pages */
+    return res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1) <= res_kv_available_for(w->res, m->rm);
 }
 
 static void build_views(wk_t *w, sched_model_view_t *views)
@@ -89,26 +89,50 @@ static void step_failed(wk_t *w, int mi, uint32_t admit, proto_err_t code, const
     }
 }
 
-/* Admit: a KV cache each; stop at the first that does not fit now. Returns
+/* Positions a sequence may reach: prompt + max_tokens, within the context. */
+static uint32_t seq_ctx(const wk_model_t *m, const wk_seq_t *s)
+{
+    uint32_t n_ctx = s->n_prompt + s->max_tokens, ctx = wk_model_context(m);
+    return n_ctx < ctx ? n_ctx : ctx;
+}
+
+/* Whether a sequence other than s holds a KV cache (anywhere): if none does,
+ * s's cache can never get more pages by waiting. */
+static int kv_held_by_others(const wk_t *w, const wk_seq_t *s)
+{
+    for (int i = 0; i < w->n_models; i++)
+        for (const wk_seq_t *o = w->models[i] ? w->models[i]->active : NULL; o; o = o->next_active)
+            if (o != s && o->kv)
+                return 1;
+    return 0;
+}
+
+static int has_parked(const wk_model_t *m)
+{
+    for (const wk_seq_t *s = m->active; s; s = s->next_active)
+        if (s->parked)
+            return 1;
+    return 0;
+}
+
+/* Admit: a KV cache each, its prompt's pages mapped (it grows page by page
+ * from there); stop at the first that does not fit now, and admit none
+ * while the model has parked sequences (they get the pages first). Returns
  * the admitted sequences, linked by next_active. */
 static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
 {
     wk_model_t *m = w->models[mi];
     char err[512] = "";
-    uint32_t ctx = wk_model_context(m);
     wk_seq_t *fresh = NULL, **fresh_tail = &fresh;
+    if (has_parked(m))
+        admit = 0;
     for (uint32_t k = 0; k < admit; k++) {
         sched_item_t *it = sched_peek(w->sched, mi);
         if (!it)
             break;
         wk_seq_t *s = it->user;
-        uint32_t n_ctx = s->n_prompt + s->max_tokens;
-        if (n_ctx > ctx)
-            n_ctx = ctx;
-        /* the whole cache is mapped at admission, so a running sequence
-         * never runs out of KV memory mid-stream */
-        if (res_kv_new(w->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
-            res_kv_ensure(w->res, s->kv, n_ctx, err, sizeof err)) {
+        if (res_kv_new(w->res, m->rm, seq_ctx(m, s), &s->kv, err, sizeof err) ||
+            res_kv_ensure(w->res, s->kv, s->n_prompt + 1, err, sizeof err)) {
             if (s->kv)
                 res_kv_free(w->res, s->kv);
             s->kv = NULL;
@@ -129,15 +153,61 @@ static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
     return fresh;
 }
 
-/* Grow the active caches by one position, then let the fresh ones join;
- * returns how many sequences the pass runs. */
+/* The pool ran short for s's next position: give its cache back (it stays
+ * active, parked, and is recomputed when pages are back) unless no other
+ * sequence holds a cache, when waiting cannot help: then it fails. */
+static void seq_park(wk_t *w, wk_model_t *m, wk_seq_t *s, const char *err)
+{
+    if (!kv_held_by_others(w, s)) {
+        wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+        return;
+    }
+    res_kv_free(w->res, s->kv);
+    s->kv = NULL;
+    s->parked = 1;
+    m->svc.total_kv_recomputes++;
+}
+
+/* A parked sequence gets its cache back if the pages are there: its next
+ * pass prefills prompt + generated ids (logits bit-identical to decoding on).
+ * 0 when it runs in this pass. */
+static int seq_unpark(wk_t *w, wk_model_t *m, wk_seq_t *s)
+{
+    char err[512];
+    uint32_t n = s->n_prompt + s->n_gen;
+    if (!s->redo) {
+        if (!(s->redo = malloc(n * sizeof *s->redo))) {
+            wk_seq_fail(w, s, PROTO_E_INTERNAL, "out of memory");
+            return -1;
+        }
+        memcpy(s->redo, s->prompt, s->n_prompt * sizeof *s->redo);
+        memcpy(s->redo + s->n_prompt, s->gen, s->n_gen * sizeof *s->redo);
+        s->n_redo = n;
+    }
+    if (res_kv_new(w->res, m->rm, seq_ctx(m, s), &s->kv, err, sizeof err) ||
+        res_kv_ensure(w->res, s->kv, n + 1, err, sizeof err)) {
+        res_kv_free(w->res, s->kv);
+        s->kv = NULL;
+        if (!kv_held_by_others(w, s))
+            wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+        return -1;
+    }
+    s->parked = 0;
+    return 0;
+}
+
+/* Grow the active caches by one position (parking those the pool cannot
+ * grow, bringing parked ones back), then let the fresh ones join; returns
+ * how many sequences the pass runs. */
 static uint32_t step_join(wk_t *w, wk_model_t *m, wk_seq_t *fresh)
 {
     char err[512];
     for (wk_seq_t *s = m->active, *nx; s; s = nx) {
         nx = s->next_active;
-        if (res_kv_ensure(w->res, s->kv, s->kv->n_past + 1, err, sizeof err))
-            wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+        if (s->parked)
+            seq_unpark(w, m, s);
+        else if (res_kv_ensure(w->res, s->kv, s->kv->n_past + 1, err, sizeof err))
+            seq_park(w, m, s, err);
     }
     if (fresh) {
         wk_seq_t **tail = &fresh;
@@ -146,11 +216,13 @@ static uint32_t step_join(wk_t *w, wk_model_t *m, wk_seq_t *fresh)
         *tail = m->active;
         m->active = fresh;
     }
-    uint32_t n = 0;
-    for (wk_seq_t *s = m->active; s; s = s->next_active)
+    uint32_t n = 0, run = 0;
+    for (wk_seq_t *s = m->active; s; s = s->next_active) {
         n++;
+        run += !s->parked;
+    }
     m->n_active = n;
-    return n;
+    return run;
 }
 
 /* One pass's buffers: the sequences in order, their inputs and logits. */
@@ -184,20 +256,34 @@ static int step_run(wk_t *w, wk_model_t *m, step_pass_t *p)
     if (!p->fs || !p->order || !p->logits)
         return -1;
     uint32_t i = 0;
-    for (wk_seq_t *s = m->active; s; s = s->next_active, i++) {
+    for (wk_seq_t *s = m->active; s; s = s->next_active) {
+        if (s->parked)
+            continue;
         p->order[i] = s;
         int prefill = s->kv->n_past == 0;
-        p->fs[i] = (fwd_seq_t){s->kv, prefill ? s->prompt : &s->last, prefill ? s->n_prompt : 1,
+        const int32_t *t = s->redo ? s->redo : s->prompt; /* a rebuilt cache: prompt + generated */
+        uint32_t nt = s->redo ? s->n_redo : s->n_prompt;
+        p->fs[i] = (fwd_seq_t){s->kv, prefill ? t : &s->last, prefill ? nt : 1,
                                p->logits + (size_t)i * mod->hp.n_vocab};
-        if (prefill)
+        if (prefill && !s->redo)
             m->svc.total_prompt_tokens += s->n_prompt;
+        i++;
     }
+    /* the pass's activation scratch is device memory too: counted beside the pool */
+    size_t n_tok = 0;
+    for (uint32_t k = 0; k < p->n; k++)
+        n_tok += p->fs[k].n_tokens;
+    res_scratch_note(w->res, fwd_scratch_after(w->fwd, &mod->hp, n_tok, p->n));
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
     p->rc = fwd_run(w->fwd, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err,
                     sizeof p->err);
     p->t_end = wk_now();
+    for (uint32_t k = 0; k < p->n; k++) { /* rebuilt (or failed with the pass) */
+        free(p->order[k]->redo);
+        p->order[k]->redo = NULL;
+    }
     double compute = p->t_end - t0 - p->th.waited;
     if (!p->rc && compute > 0)
         m->pass_s = m->pass_s > 0 ? 0.8 * m->pass_s + 0.2 * compute : compute;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv.h"
 #include "model.h"
 
 enum {
@@ -27,8 +28,8 @@ typedef struct be_copy_times {
 /* Where one token of a step reads and writes its attention state. The KV
  * cache layout is the kv_seq_t one (kv.h): base pointers in device memory. */
 typedef struct be_tok {
-    float *k_base;     /* kv_seq_t.k of its sequence (device address) */
-    float *v_base;     /* kv_seq_t.v of its sequence */
+    void *k_base;      /* kv_seq_t.k of its sequence (device address) */
+    void *v_base;      /* kv_seq_t.v of its sequence */
     uint32_t n_ctx;    /* that sequence's capacity */
     uint32_t pos;      /* position of this token */
 } be_tok_t;
@@ -42,6 +43,11 @@ typedef struct be_att {
     float scale;          /* score scale; 0 = 1/sqrt(head_dim) */
     float softcap;        /* scores become softcap*tanh(s/softcap); 0 = none (gemma2) */
     uint32_t window;      /* attend to the last `window` positions only; 0 = all */
+    kv_type_t kv_type;    /* element type of every token's cache. F16: rows are
+                             rounded to half on store; q is rounded to half and
+                             the products summed in F32 on read; cpu/sim also
+                             round the softmax weights to half before weighting
+                             V (llama.cpp's F16-KV math), cuda keeps them F32 */
 } be_att_t;
 
 /* A matmul job: y[t][r] = dot(W row r, x[t]) for t < n_tok. Several jobs
@@ -61,6 +67,8 @@ typedef enum be_fault_kind {
     BE_FAULT_COPY_FAIL, /* the copy does not land: its event completes with an error */
     BE_FAULT_COPY_SLOW, /* the copy lands delay_ms late */
     BE_FAULT_MAP_FAIL,  /* map fails with BE_ERR_NOMEM (device memory exhausted) */
+    BE_FAULT_MAP_SHORT, /* every map fails with BE_ERR_NOMEM until an unmap frees a page
+                           (physical memory taken by someone else); count is ignored */
 } be_fault_kind_t;
 
 typedef struct be_fault {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "quant.h"
 
 /* Tokens per GEMM block: keeps the activations of a block in L2 while the
@@ -13,8 +14,8 @@
 
 struct cpuk {
     pool_t *pool;
-    float *scores;   /* (threads, cap_ctx) attention scratch */
-    size_t cap_ctx;
+    float *scores;   /* (threads, cap_ctx + 2 * cap_hd) attention scratch (att_slot) */
+    size_t cap_ctx, cap_hd;
     void *xq[QUANT_ACT_COUNT];     /* a matmul's activations quantized per format (n_tok rows) */
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
@@ -234,14 +235,27 @@ static inline size_t kv_off(const be_att_t *a, uint32_t pos)
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
+/* Address of element off of a cache of the att's type. */
+static inline void *kv_at(const be_att_t *a, void *base, size_t off)
+{
+    return (char *)base + off * kv_type_size(a->kv_type);
+}
+
 static int k_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
 {
     (void)ctx;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
     for (size_t t = 0; t < n_tok; t++) {
         const be_tok_t *bt = &a->toks[t];
-        memcpy(bt->k_base + kv_off(a, bt->pos), k + t * a->stride, kvd * sizeof(float));
-        memcpy(bt->v_base + kv_off(a, bt->pos), v + t * a->stride, kvd * sizeof(float));
+        void *kd = kv_at(a, bt->k_base, kv_off(a, bt->pos));
+        void *vd = kv_at(a, bt->v_base, kv_off(a, bt->pos));
+        if (a->kv_type == KV_TYPE_F16) {
+            quant_row_from_f32(GGUF_T_F16, k + t * a->stride, kd, kvd);
+            quant_row_from_f32(GGUF_T_F16, v + t * a->stride, vd, kvd);
+        } else {
+            memcpy(kd, k + t * a->stride, kvd * sizeof(float));
+            memcpy(vd, v + t * a->stride, kvd * sizeof(float));
+        }
     }
     return 0;
 }
@@ -254,14 +268,23 @@ typedef struct att_task {
     size_t n_tok;
 } att_task_t;
 
+/* Per thread: cap_ctx scores, then (F16 caches) 2 * head_dim floats for the
+ * half-rounded query and one expanded V row. */
+static size_t att_slot(const cpuk_t *k)
+{
+    return k->cap_ctx + 2 * (size_t)k->cap_hd;
+}
+
 static void att_worker(void *ctxp, int tid, int nth)
 {
     const att_task_t *at = ctxp;
     const be_att_t *a = at->a;
     uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    int f16 = a->kv_type == KV_TYPE_F16;
     float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
     float cap = a->softcap;
-    float *sc = at->k->scores + (size_t)tid * at->k->cap_ctx;
+    float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
+    float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
     long lo, hi;
     pool_range(tid, nth, (long)(at->n_tok * a->n_head), &lo, &hi);
     for (long item = lo; item < hi; item++) {
@@ -270,11 +293,17 @@ static void att_worker(void *ctxp, int tid, int nth)
         const be_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
+        if (f16) { /* as an F16 x F16 product would see it: q rounded to half */
+            for (uint32_t i = 0; i < hd; i++)
+                qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+            q = qh;
+        }
         /* a sliding window sees the last `window` positions */
         uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
         float mx = -INFINITY;
         for (uint32_t p = p0; p <= bt->pos; p++) {
-            float s = quant_dot_f32(q, bt->k_base + kv_off(a, p) + (size_t)kvh * hd, hd) * scale;
+            const void *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
+            float s = (f16 ? quant_dot(GGUF_T_F16, kr, q, hd) : quant_dot_f32(q, kr, hd)) * scale;
             if (cap != 0.0f)
                 s = cap * tanhf(s / cap);
             sc[p] = s;
@@ -289,25 +318,39 @@ static void att_worker(void *ctxp, int tid, int nth)
         float inv = 1.0f / sum;
         float *o = at->out + t * a->stride + (size_t)h * hd;
         memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = p0; p <= bt->pos; p++)
-            quant_axpy_f32(o, sc[p] * inv, bt->v_base + kv_off(a, p) + (size_t)kvh * hd, hd);
+        for (uint32_t p = p0; p <= bt->pos; p++) {
+            const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
+            if (f16) {
+                quant_row_to_f32(GGUF_T_F16, vr, vrow, hd);
+                vr = vrow;
+            }
+            float pw = sc[p] * inv;
+            if (f16) /* the weights as an F16 V x P product sees them */
+                pw = quant_f16_to_f32(quant_f32_to_f16(pw));
+            quant_axpy_f32(o, pw, vr, hd);
+        }
     }
 }
 
 static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
 {
     cpuk_t *k = K(ctx);
+    if (a->kv_type != KV_TYPE_F16 && a->kv_type != KV_TYPE_F32)
+        return BE_ERR_ARG;
     size_t need = 0;
     for (size_t t = 0; t < n_tok; t++)
         if ((size_t)a->toks[t].pos + 1 > need)
             need = (size_t)a->toks[t].pos + 1;
-    if (need > k->cap_ctx) {
-        float *s = malloc((size_t)pool_size(k->pool) * need * sizeof(float));
+    if (need > k->cap_ctx || a->head_dim > k->cap_hd) {
+        size_t ctx_n = need > k->cap_ctx ? need : k->cap_ctx;
+        size_t hd_n = a->head_dim > k->cap_hd ? a->head_dim : k->cap_hd;
+        float *s = malloc((size_t)pool_size(k->pool) * (ctx_n + 2 * hd_n) * sizeof(float));
         if (!s)
             return BE_ERR_NOMEM;
         free(k->scores);
         k->scores = s;
-        k->cap_ctx = need;
+        k->cap_ctx = ctx_n;
+        k->cap_hd = hd_n;
     }
     att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
     pool_run(k->pool, att_worker, &at);

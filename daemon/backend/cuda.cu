@@ -1059,16 +1059,28 @@ __device__ __forceinline__ size_t kv_off(uint32_t pos, uint32_t n_layer, uint32_
     return ((size_t)pos * n_layer + layer) * kvd;
 }
 
+/* KV cache elements: F32 as is, F16 rounded to nearest even on store and
+ * widened on load (the sums stay in F32). */
+__device__ __forceinline__ float kv_ld(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float kv_ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void kv_st(float *p, size_t i, float x) { p[i] = x; }
+__device__ __forceinline__ void kv_st(__half *p, size_t i, float x) { p[i] = __float2half_rn(x); }
+/* The query as the cache type sees it: F16 caches round it to half, as an
+ * F16 x F16 product does (the cpu backend does the same). */
+__device__ __forceinline__ float kv_q(const float *, float x) { return x; }
+__device__ __forceinline__ float kv_q(const __half *, float x) { return __half2float(__float2half_rn(x)); }
+
+template <typename KV>
 __global__ void k_kv_store(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, size_t kvd,
                            size_t stride, const float *k, const float *v, size_t n_tok)
 {
     for (size_t t = blockIdx.x; t < n_tok; t += gridDim.x) {
         const be_tok_t bt = toks[t];
-        float *kd = bt.k_base + kv_off(bt.pos, n_layer, layer, kvd);
-        float *vd = bt.v_base + kv_off(bt.pos, n_layer, layer, kvd);
+        KV *kd = (KV *)bt.k_base + kv_off(bt.pos, n_layer, layer, kvd);
+        KV *vd = (KV *)bt.v_base + kv_off(bt.pos, n_layer, layer, kvd);
         for (size_t i = threadIdx.x; i < kvd; i += blockDim.x) {
-            kd[i] = k[t * stride + i];
-            vd[i] = v[t * stride + i];
+            kv_st(kd, i, k[t * stride + i]);
+            kv_st(vd, i, v[t * stride + i]);
         }
     }
 }
@@ -1077,6 +1089,7 @@ __global__ void k_kv_store(const be_tok_t *toks, uint32_t layer, uint32_t n_laye
  * ATT_WARPS, ... with an online softmax (running max, sum, weighted V in
  * registers: lane holds dims lane + 32j), then the warps are merged. No
  * buffer grows with the context. */
+template <typename KV>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
                 uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float *out,
@@ -1097,19 +1110,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         const uint32_t i = lane + 32 * j;
-        qv[j] = i < hd ? qh[i] : 0.0f;
+        qv[j] = i < hd ? kv_q((const KV *)nullptr, qh[i]) : 0.0f;
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     for (uint32_t p = warp; p <= bt.pos; p += ATT_WARPS) {
-        const float *kp = bt.k_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
-        const float *vp = bt.v_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
+        const KV *kp = (const KV *)bt.k_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
+        const KV *vp = (const KV *)bt.v_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             const uint32_t i = lane + 32 * j;
             if (i < hd)
-                s += qv[j] * kp[i];
+                s += qv[j] * kv_ld(kp, i);
         }
         s = warp_sum(s) * scale;
         const float mn = fmaxf(m, s);
@@ -1120,7 +1133,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         for (int j = 0; j < NJ; j++) {
             const uint32_t i = lane + 32 * j;
             if (i < hd)
-                acc[j] = acc[j] * corr + e * vp[i];
+                acc[j] = acc[j] * corr + e * kv_ld(vp, i);
         }
         m = mn;
     }
@@ -1490,7 +1503,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
 static int att_check(const be_att_t *a, size_t n_tok)
 {
     if (a->n_head == 0 || a->n_head_kv == 0 || a->n_head % a->n_head_kv || a->head_dim == 0 ||
-        a->head_dim > ATT_MAX_HD || a->layer >= a->n_layer)
+        a->head_dim > ATT_MAX_HD || a->layer >= a->n_layer ||
+        (a->kv_type != KV_TYPE_F16 && a->kv_type != KV_TYPE_F32))
         return BE_ERR_ARG;
     if (n_tok * a->n_head > (size_t)INT32_MAX)
         return BE_ERR_ARG;
@@ -1513,9 +1527,14 @@ static int c_kv_store(void *ctx, const be_att_t *a, const float *k, const float 
     const void *d_toks;
     if ((rc = stage_put(c, STAGE_TOKS, a->toks, n_tok * sizeof *a->toks, &d_toks)))
         return rc;
-    k_kv_store<<<grid_y(n_tok), EW_THREADS, 0, c->compute>>>(
-        (const be_tok_t *)d_toks, a->layer, a->n_layer, (size_t)a->n_head_kv * a->head_dim,
-        a->stride, k, v, n_tok);
+    const be_tok_t *dt = (const be_tok_t *)d_toks;
+    const size_t kvd = (size_t)a->n_head_kv * a->head_dim;
+    if (a->kv_type == KV_TYPE_F16)
+        k_kv_store<__half><<<grid_y(n_tok), EW_THREADS, 0, c->compute>>>(
+            dt, a->layer, a->n_layer, kvd, a->stride, k, v, n_tok);
+    else
+        k_kv_store<float><<<grid_y(n_tok), EW_THREADS, 0, c->compute>>>(
+            dt, a->layer, a->n_layer, kvd, a->stride, k, v, n_tok);
     return launch_rc();
 }
 
@@ -1531,9 +1550,14 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     if ((rc = stage_put(c, STAGE_TOKS, a->toks, n_tok * sizeof *a->toks, &d_toks)))
         return rc;
     const float scale = 1.0f / sqrtf((float)a->head_dim);
-    k_attention<<<(unsigned)(n_tok * a->n_head), ATT_WARPS * 32, 0, c->compute>>>(
-        (const be_tok_t *)d_toks, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim,
-        a->stride, q, out, scale);
+    const unsigned nb = (unsigned)(n_tok * a->n_head);
+    const be_tok_t *dt = (const be_tok_t *)d_toks;
+    if (a->kv_type == KV_TYPE_F16)
+        k_attention<__half><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
+            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out, scale);
+    else
+        k_attention<float><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
+            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out, scale);
     return launch_rc();
 }
 

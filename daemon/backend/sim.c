@@ -58,6 +58,7 @@ typedef struct sim_ctx {
 
     /* armed faults (be_fault_t), taken by the next operations of each kind */
     atomic_uint fail_copies, slow_copies, fail_maps;
+    int map_short;     /* BE_FAULT_MAP_SHORT armed (under map_mu): maps fail until an unmap */
     atomic_uint slow_ms;
 } sim_ctx_t;
 
@@ -286,7 +287,7 @@ static int s_map(void *ctx, void *base, size_t off, size_t bytes)
             goto out;
         }
     }
-    if (n > s->n_free || take(&s->fail_maps)) {
+    if (n > s->n_free || s->map_short || take(&s->fail_maps)) {
         rc = BE_ERR_NOMEM;
         goto out;
     }
@@ -328,8 +329,12 @@ static int s_unmap(void *ctx, void *base, size_t off, size_t bytes)
     pthread_mutex_lock(&s->map_mu);
     sim_range_t *r = find_range(s, base);
     int rc = BE_ERR_ARG;
-    if (r && off + bytes <= r->bytes)
+    if (r && off + bytes <= r->bytes) {
+        size_t n_free = s->n_free;
         rc = do_unmap(s, r, off / s->page, bytes / s->page);
+        if (s->n_free > n_free)
+            s->map_short = 0; /* something was freed: the device gives again */
+    }
     pthread_mutex_unlock(&s->map_mu);
     return rc;
 }
@@ -363,6 +368,9 @@ static int s_inject(void *ctx, const be_fault_t *f)
         atomic_store(&s->fail_copies, 0);
         atomic_store(&s->slow_copies, 0);
         atomic_store(&s->fail_maps, 0);
+        pthread_mutex_lock(&s->map_mu);
+        s->map_short = 0;
+        pthread_mutex_unlock(&s->map_mu);
         return 0;
     case BE_FAULT_COPY_FAIL: atomic_fetch_add(&s->fail_copies, f->count); return 0;
     case BE_FAULT_COPY_SLOW:
@@ -370,6 +378,11 @@ static int s_inject(void *ctx, const be_fault_t *f)
         atomic_fetch_add(&s->slow_copies, f->count);
         return 0;
     case BE_FAULT_MAP_FAIL: atomic_fetch_add(&s->fail_maps, f->count); return 0;
+    case BE_FAULT_MAP_SHORT:
+        pthread_mutex_lock(&s->map_mu);
+        s->map_short = 1;
+        pthread_mutex_unlock(&s->map_mu);
+        return 0;
     }
     return BE_ERR_ARG;
 }

@@ -7,12 +7,16 @@
 
 struct fwd {
     const backend_t *be;
-    size_t cap_tok, cap_width, cap_ff, cap_vocab;
+    uint32_t chunk;   /* most tokens one pass over the layers takes; 0 = all */
+    size_t cap_tok, cap_out, cap_width, cap_ff, cap_vocab;
+    size_t n_host;    /* entries of the host arrays */
+    size_t scratch, peak; /* device scratch bytes allocated now, and the most ever */
     /* device scratch, (cap_tok, width) unless noted */
     float *x, *xb, *q, *k, *v, *att;
     float *hb, *hb2;  /* (cap_tok, cap_ff) */
-    float *out;       /* (cap_tok, cap_vocab) logits of selected tokens */
-    /* host */
+    float *fin;       /* (cap_out, width) last hidden state of the rows returned */
+    float *out;       /* (cap_out, cap_vocab) logits of the rows returned */
+    /* host, n_host entries: the whole step's tokens */
     be_tok_t *toks;
     uint32_t *pos, *sel;
     int32_t *ids;
@@ -24,34 +28,23 @@ fwd_t *fwd_new(const backend_t *be)
     if (!f)
         return NULL;
     f->be = be;
+    f->chunk = FWD_CHUNK_DEFAULT;
     return f;
 }
 
-static void free_bufs(fwd_t *f)
+void fwd_set_chunk(fwd_t *f, uint32_t tokens)
 {
-    const backend_t *be = f->be;
-    float **dev[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->hb, &f->hb2, &f->out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
-        if (*dev[i])
-            be->buf_free(be->ctx, *dev[i]);
-        *dev[i] = NULL;
-    }
-    free(f->toks);
-    free(f->pos);
-    free(f->sel);
-    free(f->ids);
-    f->toks = NULL;
-    f->pos = f->sel = NULL;
-    f->ids = NULL;
-    f->cap_tok = f->cap_width = f->cap_ff = f->cap_vocab = 0;
+    f->chunk = tokens;
 }
 
-void fwd_free(fwd_t *f)
+size_t fwd_scratch_bytes(const fwd_t *f)
 {
-    if (!f)
-        return;
-    free_bufs(f);
-    free(f);
+    return f->scratch;
+}
+
+size_t fwd_scratch_peak(const fwd_t *f)
+{
+    return f->peak;
 }
 
 /* Row width of the activation buffers: the model width or the attention
@@ -62,17 +55,99 @@ static size_t act_width(const model_hparams_t *hp)
     return att > hp->n_embd ? att : hp->n_embd;
 }
 
-static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
+size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out)
+{
+    size_t n = 6 * n_tok * act_width(hp) + 2 * n_tok * hp->n_ff + n_out * act_width(hp) +
+               n_out * hp->n_vocab;
+    return n * sizeof(float);
+}
+
+uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok)
+{
+    return (uint32_t)(f->chunk && n_tok > f->chunk ? f->chunk : n_tok);
+}
+
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
+{
+    size_t nt = max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok);
+    size_t no = max_sz(n_out ? n_out : 1, f->cap_out), w = max_sz(act_width(hp), f->cap_width);
+    size_t ff = max_sz(hp->n_ff, f->cap_ff), nv = max_sz(hp->n_vocab, f->cap_vocab);
+    return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+}
+
+static void free_dev(fwd_t *f)
+{
+    const backend_t *be = f->be;
+    float **dev[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->hb, &f->hb2, &f->fin, &f->out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
+        if (*dev[i])
+            be->buf_free(be->ctx, *dev[i]);
+        *dev[i] = NULL;
+    }
+    f->cap_tok = f->cap_out = f->cap_width = f->cap_ff = f->cap_vocab = 0;
+    f->scratch = 0;
+}
+
+static void free_host(fwd_t *f)
+{
+    free(f->toks);
+    free(f->pos);
+    free(f->sel);
+    free(f->ids);
+    f->toks = NULL;
+    f->pos = f->sel = NULL;
+    f->ids = NULL;
+    f->n_host = 0;
+}
+
+void fwd_free(fwd_t *f)
+{
+    if (!f)
+        return;
+    free_dev(f);
+    free_host(f);
+    free(f);
+}
+
+/* Host arrays for a step of n_tok tokens. */
+static int reserve_host(fwd_t *f, size_t n_tok)
+{
+    if (n_tok <= f->n_host)
+        return 0;
+    free_host(f);
+    int ok = (f->toks = malloc(n_tok * sizeof *f->toks)) != NULL;
+    ok = ok && (f->pos = malloc(n_tok * sizeof *f->pos)) != NULL;
+    ok = ok && (f->sel = malloc(n_tok * sizeof *f->sel)) != NULL;
+    ok = ok && (f->ids = malloc(n_tok * sizeof *f->ids)) != NULL;
+    if (!ok) {
+        free_host(f);
+        return -1;
+    }
+    f->n_host = n_tok;
+    return 0;
+}
+
+/* Device scratch for passes of n_tok tokens returning n_out rows of logits:
+ * grown on demand, never shrunk. */
+static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
     size_t width = act_width(hp);
-    if (n_tok <= f->cap_tok && width <= f->cap_width && hp->n_ff <= f->cap_ff &&
-        hp->n_vocab <= f->cap_vocab)
+    if (n_out == 0)
+        n_out = 1;
+    if (n_tok <= f->cap_tok && n_out <= f->cap_out && width <= f->cap_width &&
+        hp->n_ff <= f->cap_ff && hp->n_vocab <= f->cap_vocab)
         return 0;
     size_t nt = n_tok > f->cap_tok ? n_tok : f->cap_tok;
+    size_t no = n_out > f->cap_out ? n_out : f->cap_out;
     size_t w = width > f->cap_width ? width : f->cap_width;
     size_t ff = hp->n_ff > f->cap_ff ? hp->n_ff : f->cap_ff;
     size_t nv = hp->n_vocab > f->cap_vocab ? hp->n_vocab : f->cap_vocab;
-    free_bufs(f);
+    free_dev(f);
     const backend_t *be = f->be;
     float **dev[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att};
     int ok = 1;
@@ -80,19 +155,20 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
         ok = ok && (*dev[i] = be->buf_alloc(be->ctx, nt * w * sizeof(float))) != NULL;
     ok = ok && (f->hb = be->buf_alloc(be->ctx, nt * ff * sizeof(float))) != NULL;
     ok = ok && (f->hb2 = be->buf_alloc(be->ctx, nt * ff * sizeof(float))) != NULL;
-    ok = ok && (f->out = be->buf_alloc(be->ctx, nt * nv * sizeof(float))) != NULL;
-    ok = ok && (f->toks = malloc(nt * sizeof *f->toks)) != NULL;
-    ok = ok && (f->pos = malloc(nt * sizeof *f->pos)) != NULL;
-    ok = ok && (f->sel = malloc(nt * sizeof *f->sel)) != NULL;
-    ok = ok && (f->ids = malloc(nt * sizeof *f->ids)) != NULL;
+    ok = ok && (f->fin = be->buf_alloc(be->ctx, no * w * sizeof(float))) != NULL;
+    ok = ok && (f->out = be->buf_alloc(be->ctx, no * nv * sizeof(float))) != NULL;
     if (!ok) {
-        free_bufs(f);
+        free_dev(f);
         return -1;
     }
     f->cap_tok = nt;
+    f->cap_out = no;
     f->cap_width = w;
     f->cap_ff = ff;
     f->cap_vocab = nv;
+    f->scratch = (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+    if (f->scratch > f->peak)
+        f->peak = f->scratch;
     return 0;
 }
 
@@ -158,6 +234,11 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
             snprintf(err, errlen, "sequence %d: KV cache shaped for another model", s);
             return FWD_ERR_ARG;
         }
+        if (sq->kv->type != seqs[0].kv->type) {
+            snprintf(err, errlen, "sequence %d: KV cache is %s, sequence 0's is %s (one type per step)",
+                     s, kv_type_name(sq->kv->type), kv_type_name(seqs[0].kv->type));
+            return FWD_ERR_ARG;
+        }
         if ((uint64_t)sq->kv->n_past + sq->n_tokens > sq->kv->n_ctx) {
             snprintf(err, errlen, "sequence %d: %u + %u tokens exceed the context of %u", s,
                      sq->kv->n_past, sq->n_tokens, sq->kv->n_ctx);
@@ -175,56 +256,39 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
     return 0;
 }
 
-int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_seq_t *seqs,
-            int n_seqs, const fwd_hooks_t *hooks, char *err, size_t errlen)
+/* One pass over the layers for tokens [t0, t0 + nt) of the step: their k/v
+ * rows land in their caches, so a later chunk attends to them. The last
+ * hidden state of each returned row in the chunk is kept in f->fin. */
+static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w,
+                     kv_type_t kt, size_t t0, size_t nt, const fwd_hooks_t *hooks, char *err,
+                     size_t errlen)
 {
     const backend_t *be = f->be;
-    size_t n_tok;
-    int rc = validate(hp, seqs, n_seqs, &n_tok, err, errlen);
-    if (rc)
-        return rc;
-    if (model_feats_check(hp, be->model_feats, be->name, err, errlen))
-        return FWD_ERR_ARG; /* the optional kernels it needs are absent */
-    if (reserve(f, hp, n_tok)) {
-        snprintf(err, errlen, "out of memory for %zu tokens", n_tok);
-        return FWD_ERR_NOMEM;
-    }
     const uint32_t d = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t W = f->cap_width, FF = f->cap_ff;
-    size_t n_sel = 0;
-    for (int s = 0, t = 0; s < n_seqs; s++) {
-        kv_seq_t *kv = seqs[s].kv;
-        for (uint32_t i = 0; i < seqs[s].n_tokens; i++, t++) {
-            f->pos[t] = kv->n_past + i;
-            f->ids[t] = seqs[s].tokens[i];
-            f->toks[t] = (be_tok_t){kv->k, kv->v, kv->n_ctx, kv->n_past + i};
-        }
-        if (seqs[s].logits)
-            f->sel[n_sel++] = (uint32_t)(t - 1);
-    }
-
+    int rc;
     if ((rc = wait_seg(hooks, 0, err, errlen)))
         return rc;
-    BE_CALL(embed, &w->tok_embd, f->ids, n_tok, f->x, W);
+    BE_CALL(embed, &w->tok_embd, f->ids + t0, nt, f->x, W);
     if (hp->emb_scale != 0.0f)
-        BE_CALL(scale, f->x, n_tok, d, W, hp->emb_scale);
+        BE_CALL(scale, f->x, nt, d, W, hp->emb_scale);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &w->layers[l];
         if ((rc = wait_seg(hooks, 1 + l, err, errlen)))
             return rc;
-        BE_CALL(rmsnorm, f->xb, f->x, L->attn_norm.data, n_tok, d, W, hp->rms_eps);
+        BE_CALL(rmsnorm, f->xb, f->x, L->attn_norm.data, nt, d, W, hp->rms_eps);
         be_mm_t qkv[3] = {{&L->wq, f->q, W}, {&L->wk, f->k, W}, {&L->wv, f->v, W}};
-        BE_CALL(matmul, qkv, 3, f->xb, W, n_tok);
+        BE_CALL(matmul, qkv, 3, f->xb, W, nt);
         if (L->bq.data) {
-            BE_CALL(add_bias, f->q, L->bq.data, n_tok, L->bq.n_in, W);
-            BE_CALL(add_bias, f->k, L->bk.data, n_tok, L->bk.n_in, W);
-            BE_CALL(add_bias, f->v, L->bv.data, n_tok, L->bv.n_in, W);
+            BE_CALL(add_bias, f->q, L->bq.data, nt, L->bq.n_in, W);
+            BE_CALL(add_bias, f->k, L->bk.data, nt, L->bk.n_in, W);
+            BE_CALL(add_bias, f->v, L->bv.data, nt, L->bv.n_in, W);
         }
         if (L->q_norm.data) {
-            if ((rc = head_norm(be, f->q, &L->q_norm, n_tok, W, hp->n_head, hd, hp->rms_eps, err,
+            if ((rc = head_norm(be, f->q, &L->q_norm, nt, W, hp->n_head, hd, hp->rms_eps, err,
                                 errlen)) ||
-                (rc = head_norm(be, f->k, &L->k_norm, n_tok, W, hp->n_head_kv, hd, hp->rms_eps,
-                                err, errlen)))
+                (rc = head_norm(be, f->k, &L->k_norm, nt, W, hp->n_head_kv, hd, hp->rms_eps, err,
+                                errlen)))
                 return rc;
         }
         /* sliding layers may have their own, unscaled RoPE (gemma3) */
@@ -237,31 +301,79 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
             local.rope_freqs = NULL;
             rp = &local;
         }
-        BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, rp);
-        BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, rp);
-        be_att_t at = {.toks = f->toks, .layer = l, .n_layer = hp->n_layer, .n_head = hp->n_head,
-                       .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W,
-                       .scale = hp->att_scale, .softcap = hp->attn_softcap,
-                       .window = layer_window(hp, l)};
-        BE_CALL(kv_store, &at, f->k, f->v, n_tok);
-        BE_CALL(attention, &at, f->q, f->att, n_tok);
+        BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, rp);
+        BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, rp);
+        be_att_t at = {.toks = f->toks + t0, .layer = l, .n_layer = hp->n_layer,
+                       .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+                       .stride = W, .scale = hp->att_scale, .softcap = hp->attn_softcap,
+                       .window = layer_window(hp, l), .kv_type = kt};
+        BE_CALL(kv_store, &at, f->k, f->v, nt);
+        BE_CALL(attention, &at, f->q, f->att, nt);
         be_mm_t o = {&L->wo, f->xb, W};
-        BE_CALL(matmul, &o, 1, f->att, W, n_tok);
+        BE_CALL(matmul, &o, 1, f->att, W, nt);
         if (L->post_attn_norm.data)
-            BE_CALL(rmsnorm, f->xb, f->xb, L->post_attn_norm.data, n_tok, d, W, hp->rms_eps);
-        BE_CALL(add, f->x, f->xb, n_tok, d, W);
-        BE_CALL(rmsnorm, f->xb, f->x, L->ffn_norm.data, n_tok, d, W, hp->rms_eps);
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_attn_norm.data, nt, d, W, hp->rms_eps);
+        BE_CALL(add, f->x, f->xb, nt, d, W);
+        BE_CALL(rmsnorm, f->xb, f->x, L->ffn_norm.data, nt, d, W, hp->rms_eps);
         be_mm_t gu[2] = {{&L->w_gate, f->hb, FF}, {&L->w_up, f->hb2, FF}};
-        BE_CALL(matmul, gu, 2, f->xb, W, n_tok);
+        BE_CALL(matmul, gu, 2, f->xb, W, nt);
         if (hp->gelu)
-            BE_CALL(gelu_mul, f->hb, f->hb2, n_tok, ff, FF);
+            BE_CALL(gelu_mul, f->hb, f->hb2, nt, ff, FF);
         else
-            BE_CALL(silu_mul, f->hb, f->hb2, n_tok, ff, FF);
+            BE_CALL(silu_mul, f->hb, f->hb2, nt, ff, FF);
         be_mm_t dn = {&L->w_down, f->xb, W};
-        BE_CALL(matmul, &dn, 1, f->hb, FF, n_tok);
+        BE_CALL(matmul, &dn, 1, f->hb, FF, nt);
         if (L->post_ffn_norm.data)
-            BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, n_tok, d, W, hp->rms_eps);
-        BE_CALL(add, f->x, f->xb, n_tok, d, W);
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, nt, d, W, hp->rms_eps);
+        BE_CALL(add, f->x, f->xb, nt, d, W);
+    }
+    return 0;
+}
+
+int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_seq_t *seqs,
+            int n_seqs, const fwd_hooks_t *hooks, char *err, size_t errlen)
+{
+    const backend_t *be = f->be;
+    size_t n_tok;
+    int rc = validate(hp, seqs, n_seqs, &n_tok, err, errlen);
+    if (rc)
+        return rc;
+    if (model_feats_check(hp, be->model_feats, be->name, err, errlen))
+        return FWD_ERR_ARG; /* the optional kernels it needs are absent */
+    size_t n_sel = 0;
+    for (int s = 0; s < n_seqs; s++)
+        n_sel += seqs[s].logits != NULL;
+    size_t chunk = fwd_chunk_tokens(f, n_tok);
+    if (reserve_host(f, n_tok) || reserve(f, hp, chunk, n_sel)) {
+        snprintf(err, errlen, "out of memory for %zu tokens", chunk);
+        return FWD_ERR_NOMEM;
+    }
+    const uint32_t d = hp->n_embd;
+    const size_t W = f->cap_width;
+    n_sel = 0;
+    for (int s = 0, t = 0; s < n_seqs; s++) {
+        kv_seq_t *kv = seqs[s].kv;
+        for (uint32_t i = 0; i < seqs[s].n_tokens; i++, t++) {
+            f->pos[t] = kv->n_past + i;
+            f->ids[t] = seqs[s].tokens[i];
+            f->toks[t] = (be_tok_t){kv->k, kv->v, kv->n_ctx, kv->n_past + i};
+        }
+        if (seqs[s].logits)
+            f->sel[n_sel++] = (uint32_t)(t - 1);
+    }
+
+    /* chunk by chunk: each chunk's k/v rows are in the caches before the
+     * next attends to them; a returned row's hidden state is kept in fin */
+    size_t j = 0;
+    for (size_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        size_t nt = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        if ((rc = run_chunk(f, hp, w, seqs[0].kv->type, t0, nt, hooks, err, errlen)))
+            return rc;
+        size_t j0 = j;
+        while (j < n_sel && f->sel[j] < t0 + nt)
+            f->sel[j++] -= (uint32_t)t0; /* rows within this chunk */
+        if (j > j0)
+            BE_CALL(gather, f->fin + j0 * W, f->x, f->sel + j0, j - j0, d, W);
     }
     for (int s = 0; s < n_seqs; s++)
         seqs[s].kv->n_past += seqs[s].n_tokens;
@@ -269,17 +381,17 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
         return be->sync(be->ctx) ? FWD_ERR_DEVICE : FWD_OK;
     if ((rc = wait_seg(hooks, hp->n_layer + 1, err, errlen)))
         return rc;
-    BE_CALL(gather, f->xb, f->x, f->sel, n_sel, d, W);
-    BE_CALL(rmsnorm, f->xb, f->xb, w->output_norm.data, n_sel, d, W, hp->rms_eps);
+    /* the output head only for the rows returned */
+    BE_CALL(rmsnorm, f->fin, f->fin, w->output_norm.data, n_sel, d, W, hp->rms_eps);
     be_mm_t oj = {&w->output, f->out, hp->n_vocab};
-    BE_CALL(matmul, &oj, 1, f->xb, W, n_sel);
+    BE_CALL(matmul, &oj, 1, f->fin, W, n_sel);
     if (hp->final_softcap != 0.0f)
         BE_CALL(softcap, f->out, n_sel, hp->n_vocab, hp->n_vocab, hp->final_softcap);
-    for (int s = 0, j = 0; s < n_seqs; s++) {
+    for (int s = 0, jj = 0; s < n_seqs; s++) {
         if (!seqs[s].logits)
             continue;
         /* be_open gives every backend a download (memcpy by default) */
-        const float *src = f->out + (size_t)j++ * hp->n_vocab;
+        const float *src = f->out + (size_t)jj++ * hp->n_vocab;
         BE_CALL(download, seqs[s].logits, src, hp->n_vocab * sizeof(float));
     }
     return FWD_OK;

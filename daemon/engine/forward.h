@@ -35,14 +35,36 @@ typedef struct fwd_seq {
     kv_seq_t *kv;          /* tokens land at positions kv->n_past.. ; n_past advances */
     const int32_t *tokens; /* n_tokens ids */
     uint32_t n_tokens;
-    float *logits;         /* n_vocab floats for the last token; NULL = not wanted */
+    float *logits;         /* n_vocab floats for the last token; NULL = not wanted (only
+                              the rows wanted go through the output head) */
 } fwd_seq_t;
 
 typedef struct fwd fwd_t;
 
-/* be is borrowed; activations live in its scratch buffers, grown on demand. */
+/* Tokens one pass over the layers takes by default (fwd_set_chunk). */
+#define FWD_CHUNK_DEFAULT 512u
+
+/* be is borrowed; activations live in its scratch buffers, grown on demand
+ * up to what one chunk needs. */
 fwd_t *fwd_new(const backend_t *be);
 void fwd_free(fwd_t *f); /* accepts NULL */
+/* At most tokens tokens per pass over the layers (0 = a step's tokens in one
+ * pass): a longer step (a long prompt, a large batch) runs chunk after chunk,
+ * each appending its k/v rows to the caches before the next attends to them,
+ * so device scratch is sized by the chunk, not by the prompt. Results are
+ * the same bit for bit whatever the chunk. */
+void fwd_set_chunk(fwd_t *f, uint32_t tokens);
+/* Tokens per pass for a step of n_tok tokens. */
+uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok);
+/* Device scratch bytes a pass of n_tok tokens returning n_out rows of
+ * logits needs (activations, the returned rows' hidden states and logits). */
+size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out);
+/* Device scratch bytes f will hold after a step of n_tok tokens (chunked)
+ * returning n_out rows of logits for a model shaped hp (buffers only grow). */
+size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out);
+/* Device scratch bytes allocated now, and the most ever allocated. */
+size_t fwd_scratch_bytes(const fwd_t *f);
+size_t fwd_scratch_peak(const fwd_t *f);
 
 /* Run one step for n_seqs sequences of the model described by hp/w. On
  * error nothing is written to any KV cache's n_past and err says why. */

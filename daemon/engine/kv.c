@@ -1,16 +1,31 @@
-/* kv: the per-sequence key/value cache of the attention layers (F32). */
+/* kv: the per-sequence key/value cache of the attention layers (F16 by default, F32 on request). */
 #include "kv.h"
 
 #include <stdlib.h>
 
-size_t kv_seq_bytes(const model_hparams_t *hp, uint32_t n_ctx)
+size_t kv_type_size(kv_type_t t)
 {
-    return 2 * (size_t)hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(float);
+    return t == KV_TYPE_F32 ? 4 : 2;
 }
 
-kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx)
+const char *kv_type_name(kv_type_t t)
 {
-    if (n_ctx == 0)
+    return t == KV_TYPE_F32 ? "f32" : "f16";
+}
+
+size_t kv_bytes_per_pos(const model_hparams_t *hp, kv_type_t t)
+{
+    return 2 * (size_t)hp->n_layer * hp->n_head_kv * hp->head_dim * kv_type_size(t);
+}
+
+size_t kv_seq_bytes(const model_hparams_t *hp, uint32_t n_ctx, kv_type_t t)
+{
+    return kv_bytes_per_pos(hp, t) * n_ctx;
+}
+
+kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx, kv_type_t t)
+{
+    if (n_ctx == 0 || (t != KV_TYPE_F16 && t != KV_TYPE_F32))
         return NULL;
     kv_seq_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -18,9 +33,10 @@ kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx)
     s->n_layer = hp->n_layer;
     s->n_ctx = n_ctx;
     s->kv_dim = hp->n_head_kv * hp->head_dim;
+    s->type = t;
     size_t n = (size_t)s->n_layer * n_ctx * s->kv_dim;
-    s->k = malloc(n * sizeof(float));
-    s->v = malloc(n * sizeof(float));
+    s->k = malloc(n * kv_type_size(t));
+    s->v = malloc(n * kv_type_size(t));
     if (!s->k || !s->v) {
         kv_seq_free(s);
         return NULL;

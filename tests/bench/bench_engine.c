@@ -60,7 +60,7 @@ int main(int argc, char **argv)
             return 1;
         }
         fwd_t *f = fwd_new(be);
-        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(np + nd));
+        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(np + nd), KV_TYPE_F16);
         double best_p = 1e30, best_d = 1e30;
         for (int r = 0; r < reps; r++) {
             kv_seq_reset(kv);

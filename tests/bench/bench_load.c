@@ -120,7 +120,7 @@ static double direct_call(const char *path, int max_tokens, int reps)
         double t0 = now_s();
         int32_t ids[64];
         int n = tok_encode(m->tok, PROMPT, strlen(PROMPT), tok_add_bos(m->tok), 1, ids, 64);
-        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(n + max_tokens));
+        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(n + max_tokens), KV_TYPE_F16);
         sampler_params_t sp;
         sampler_params_default(&sp);
         sp.temperature = 0;

@@ -1,4 +1,4 @@
-/* bench_paging: page-in throughput (map vs copy, against raw copies into a mapped range and a plain buffer), time to first token resident / swapped / cold, and batch-1 decode speed, on any backend. */
+/* bench_paging: page-in throughput (map vs copy, against raw copies into a mapped range and a plain buffer), time to first token resident / swapped / cold, decode speed by batch and context, and prefill speed, on any backend. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +15,15 @@
 /* How long one raw copy of the whole image may take before the run fails
  * (a 16 GB image at 1 GB/s, with margin). */
 #define RAW_COPY_TIMEOUT_S 60.0
-#define DECODE_CTX 128 /* positions in the cache when decode starts */
+#define DECODE_CTX 128 /* positions in the cache when decode starts (default of --ctx) */
+#define ZERO_CHUNK (64u << 20) /* bytes of zeros uploaded at a time to fill KV caches */
+/* The serving sweep (--serving): decode at a long context for two batch
+ * sizes, prefill of two prompt lengths. */
+#define SWEEP_CTX 4096
+#define SWEEP_B1 8
+#define SWEEP_B2 32
+#define SWEEP_P1 512
+#define SWEEP_P2 2048
 
 static double now_s(void)
 {
@@ -93,65 +101,147 @@ static double raw_copy(backend_t *be, void *dst, const void *src, size_t bytes)
     return s;
 }
 
-/* Batch-1 decode of n tokens after a DECODE_CTX-token prefill, model
- * resident; returns tokens/s of the decode steps. */
-static double decode_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logits, int n)
+/* Fills a KV cache's first n_pos positions with zeros through the
+ * backend's upload (decode at a long context without prefilling it: the
+ * values do not change the work an attention pass does). */
+static void kv_fill_zero(backend_t *be, kv_seq_t *kv, uint32_t n_pos, const void *zeros)
+{
+    size_t bytes = (size_t)n_pos * kv->n_layer * kv->kv_dim * kv_type_size(kv->type);
+    void *halves[2] = {kv->k, kv->v};
+    for (int h = 0; h < 2; h++)
+        for (size_t off = 0; off < bytes; off += ZERO_CHUNK) {
+            size_t len = bytes - off < ZERO_CHUNK ? bytes - off : ZERO_CHUNK;
+            int rc = be->upload(be->ctx, (char *)halves[h] + off, zeros, len);
+            if (rc)
+                die_rc("kv fill", rc);
+        }
+    kv->n_past = n_pos;
+}
+
+/* Decode of n steps for batch sequences, each with ctx positions already in
+ * its cache (the first sequence prefilled for real when ctx <= DECODE_CTX,
+ * else every cache zero-filled), model resident; returns tokens/s (batch
+ * tokens per step). */
+static double decode_speed(backend_t *be, res_t *res, res_model_t *rm, fwd_t *fw, float *logits,
+                           int n, uint32_t ctx, int batch)
 {
     const model_t *m = res_store_model(rm)->model;
     char err[256];
-    int32_t prompt[DECODE_CTX];
-    for (int i = 0; i < DECODE_CTX; i++)
-        prompt[i] = (int32_t)(1 + (i * 7919) % (m->hp.n_vocab - 1));
     if (res_acquire(res, rm, err, sizeof err))
         die("acquire", err);
-    kv_seq_t *kv;
-    uint32_t n_ctx = DECODE_CTX + (uint32_t)n;
-    if (res_kv_new(res, rm, n_ctx, &kv, err, sizeof err) ||
-        res_kv_ensure(res, kv, n_ctx, err, sizeof err))
-        die("kv", err);
+    kv_seq_t *kv[256];
+    fwd_seq_t d[256];
+    int32_t tok[256];
+    uint32_t n_ctx = ctx + (uint32_t)n;
+    void *zeros = ctx > DECODE_CTX ? calloc(1, ZERO_CHUNK) : NULL;
     fwd_hooks_t h = res_hooks(rm);
-    fwd_seq_t s = {kv, prompt, DECODE_CTX, logits};
-    if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
-        die("prefill", err);
+    for (int b = 0; b < batch; b++) {
+        if (res_kv_new(res, rm, n_ctx, &kv[b], err, sizeof err) ||
+            res_kv_ensure(res, kv[b], n_ctx, err, sizeof err))
+            die("kv", err);
+        if (zeros) {
+            kv_fill_zero(be, kv[b], ctx, zeros);
+            continue;
+        }
+        int32_t prompt[DECODE_CTX];
+        for (uint32_t i = 0; i < ctx; i++)
+            prompt[i] = (int32_t)(1 + (i * 7919 + (uint32_t)b) % (m->hp.n_vocab - 1));
+        fwd_seq_t s = {kv[b], prompt, ctx, logits};
+        if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
+            die("prefill", err);
+    }
+    free(zeros);
+    float *lb = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
+    if (!lb)
+        die("decode", "out of memory");
     double t0 = now_s();
     for (int i = 0; i < n; i++) {
-        int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
-        fwd_seq_t d = {kv, &tok, 1, logits};
-        if (fwd_run(fw, &m->hp, res_weights(rm), &d, 1, &h, err, sizeof err))
+        for (int b = 0; b < batch; b++) {
+            tok[b] = (int32_t)(1 + ((uint32_t)i * 104729u + (uint32_t)b) % (m->hp.n_vocab - 1));
+            d[b] = (fwd_seq_t){kv[b], &tok[b], 1, lb + (size_t)b * m->hp.n_vocab};
+        }
+        if (fwd_run(fw, &m->hp, res_weights(rm), d, batch, &h, err, sizeof err))
             die("decode", err);
     }
     double t = now_s() - t0;
-    res_kv_free(res, kv);
+    memcpy(logits, lb, m->hp.n_vocab * sizeof(float));
+    free(lb);
+    for (int b = 0; b < batch; b++)
+        res_kv_free(res, kv[b]);
     res_release(res, rm);
-    return n / t;
+    return (double)n * batch / t;
+}
+
+/* A prefill of n_tok tokens (one sequence, in chunks of the forward pass's
+ * size), model resident; returns tokens/s, best of reps. */
+static double prefill_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logits, uint32_t n_tok,
+                            int reps)
+{
+    const model_t *m = res_store_model(rm)->model;
+    char err[256];
+    int32_t *prompt = malloc(n_tok * sizeof *prompt);
+    if (!prompt)
+        die("prefill", "out of memory");
+    for (uint32_t i = 0; i < n_tok; i++)
+        prompt[i] = (int32_t)(1 + (i * 7919) % (m->hp.n_vocab - 1));
+    if (res_acquire(res, rm, err, sizeof err))
+        die("acquire", err);
+    fwd_hooks_t h = res_hooks(rm);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        kv_seq_t *kv;
+        if (res_kv_new(res, rm, n_tok, &kv, err, sizeof err) ||
+            res_kv_ensure(res, kv, n_tok, err, sizeof err))
+            die("kv", err);
+        fwd_seq_t s = {kv, prompt, n_tok, logits};
+        double t0 = now_s();
+        if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
+            die("prefill", err);
+        double t = now_s() - t0; /* the logits were downloaded: the pass is done */
+        if (t < best)
+            best = t;
+        res_kv_free(res, kv);
+    }
+    res_release(res, rm);
+    free(prompt);
+    return n_tok / best;
 }
 
 /* Bytes a decode step reads: every weight but the embedding table (one row
- * of it), plus the KV cache at DECODE_CTX positions. */
-static double decode_bytes(const store_model_t *sm)
+ * of it per sequence), plus each sequence's KV cache at ctx positions. */
+static double decode_bytes(const store_model_t *sm, uint32_t ctx, int batch)
 {
     const model_hparams_t *hp = &sm->model->hp;
-    double kv = 2.0 * DECODE_CTX * hp->n_layer * (double)hp->n_head_kv * hp->head_dim * sizeof(float);
-    return (double)(sm->image_bytes - sm->segs[0].span) + (double)sm->segs[0].bytes / hp->n_vocab +
-           kv;
+    double kv = (double)ctx * kv_bytes_per_pos(hp, KV_TYPE_F16);
+    return (double)(sm->image_bytes - sm->segs[0].span) +
+           batch * ((double)sm->segs[0].bytes / hp->n_vocab + kv);
 }
 
 static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s MODEL POOL_MIB [PAGE_KIB] [THREADS] [BACKEND] [--no-cold] [--decode N]\n"
-            "          [--decode-only]\n"
+            "          [--ctx N] [--batch B] [--decode-only] [--prefill-only N]\n"
             "  --no-cold      skip the cold (from disk) time to first token: the page cache is kept\n"
-            "  --decode N     also time N batch-1 decode steps after a %d-token prefill\n"
+            "  --decode N     also time N decode steps after a %d-token prefill\n"
+            "  --ctx N        positions in each cache when decode starts (default %d; above it\n"
+            "                 the caches are zero-filled rather than prefilled)\n"
+            "  --batch B      sequences decoded together, 1..256 (default 1)\n"
             "  --decode-only  only that (no paging or TTFT runs); prints\n"
-            "                 model,bytes,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n",
-            argv0, DECODE_CTX);
+            "                 model,bytes,batch,ctx,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n"
+            "  --prefill-only N  only time a prefill of N tokens (best of 2); prints\n"
+            "                 model,bytes,prefill_tokens,prefill_tok_s,prefill_ms\n"
+            "  --serving N    only the serving sweep (gpu-check): N decode steps at context %d\n"
+            "                 for batch %d and %d, prefills of %d and %d tokens; prints one row each:\n"
+            "                 model,bytes,kind,batch,tokens,tok_s,bytes_per_tok,gb_s\n",
+            argv0, DECODE_CTX, DECODE_CTX, SWEEP_CTX, SWEEP_B1, SWEEP_B2, SWEEP_P1, SWEEP_P2);
 }
 
 int main(int argc, char **argv)
 {
     const char *pos[5] = {NULL};
-    int n_pos = 0, cold_on = 1, n_decode = 0, decode_only = 0;
+    int n_pos = 0, cold_on = 1, n_decode = 0, decode_only = 0, batch = 1;
+    long ctx = DECODE_CTX, prefill_only = 0, serving = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-cold")) {
             cold_on = 0;
@@ -160,6 +250,30 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--decode") && i + 1 < argc) {
             n_decode = atoi(argv[++i]);
             if (n_decode < 1 || n_decode > 4096) {
+                usage(argv[0]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            ctx = atol(argv[++i]);
+            if (ctx < 1 || ctx > 1 << 20) {
+                usage(argv[0]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            batch = atoi(argv[++i]);
+            if (batch < 1 || batch > 256) {
+                usage(argv[0]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--serving") && i + 1 < argc) {
+            serving = atol(argv[++i]);
+            if (serving < 1 || serving > 4096) {
+                usage(argv[0]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--prefill-only") && i + 1 < argc) {
+            prefill_only = atol(argv[++i]);
+            if (prefill_only < 1 || prefill_only > 1 << 20) {
                 usage(argv[0]);
                 return 2;
             }
@@ -174,7 +288,7 @@ int main(int argc, char **argv)
         usage(argv[0]);
         return 2;
     }
-    if (decode_only)
+    if (decode_only || prefill_only || serving)
         cold_on = 0;
     const char *path = pos[0];
     size_t pool = (size_t)atol(pos[1]) << 20;
@@ -208,12 +322,41 @@ int main(int argc, char **argv)
     if (!logits)
         die("setup", "out of memory");
 
+    if (serving) {
+        decode_speed(be, res, rm, fw, logits, 2, DECODE_CTX, 1); /* pages the model in, warms up */
+        printf("model,bytes,kind,batch,tokens,tok_s,bytes_per_tok,gb_s\n");
+        const int batches[2] = {SWEEP_B1, SWEEP_B2};
+        for (int k = 0; k < 2; k++) {
+            double dec = decode_speed(be, res, rm, fw, logits, (int)serving, SWEEP_CTX, batches[k]);
+            double tb = decode_bytes(sm, SWEEP_CTX, batches[k]) / batches[k];
+            printf("%s,%zu,decode,%d,%d,%.1f,%.0f,%.1f\n", path, sm->image_bytes, batches[k],
+                   SWEEP_CTX, dec, tb, dec * tb / 1e9);
+            fflush(stdout);
+        }
+        const uint32_t lens[2] = {SWEEP_P1, SWEEP_P2};
+        for (int k = 0; k < 2; k++) {
+            double pf = prefill_speed(res, rm, fw, logits, lens[k], 2);
+            printf("%s,%zu,prefill,1,%u,%.1f,0,0\n", path, sm->image_bytes, lens[k], pf);
+            fflush(stdout);
+        }
+        goto out;
+    }
+    if (prefill_only) {
+        prefill_speed(res, rm, fw, logits, 16, 1); /* pages the model in, warms up */
+        double pf = prefill_speed(res, rm, fw, logits, (uint32_t)prefill_only, 2);
+        printf("model,bytes,prefill_tokens,prefill_tok_s,prefill_ms\n");
+        printf("%s,%zu,%ld,%.1f,%.2f\n", path, sm->image_bytes, prefill_only, pf,
+               prefill_only / pf * 1e3);
+        goto out;
+    }
     if (decode_only) {
-        decode_speed(res, rm, fw, logits, 4); /* pages the model in, warms up */
-        double dec = decode_speed(res, rm, fw, logits, n_decode);
-        double tb = decode_bytes(sm);
-        printf("model,bytes,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n");
-        printf("%s,%zu,%.1f,%.0f,%.1f\n", path, sm->image_bytes, dec, tb, dec * tb / 1e9);
+        decode_speed(be, res, rm, fw, logits, 4, DECODE_CTX, 1); /* pages the model in, warms up */
+        double dec = decode_speed(be, res, rm, fw, logits, n_decode, (uint32_t)ctx, batch);
+        /* bytes read per step, over the batch's tokens of that step */
+        double tb = decode_bytes(sm, (uint32_t)ctx, batch);
+        printf("model,bytes,batch,ctx,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n");
+        printf("%s,%zu,%d,%ld,%.1f,%.0f,%.1f\n", path, sm->image_bytes, batch, ctx, dec, tb / batch,
+               dec * tb / batch / 1e9);
         goto out;
     }
 
@@ -285,7 +428,7 @@ int main(int argc, char **argv)
     /* decode at batch 1, resident */
     double dec = NAN;
     if (n_decode)
-        dec = decode_speed(res, rm, fw, logits, n_decode);
+        dec = decode_speed(be, res, rm, fw, logits, n_decode, DECODE_CTX, 1);
     /* swapped out to host RAM */
     double swapped = 1e30;
     for (int i = 0; i < 3; i++) {
@@ -295,7 +438,7 @@ int main(int argc, char **argv)
         if (t < swapped)
             swapped = t;
     }
-    double tok_bytes = decode_bytes(sm);
+    double tok_bytes = decode_bytes(sm, DECODE_CTX, 1);
     printf("model,bytes,page_kib,map_s,map_gb_s,copy_s,copy_gb_s,memcpy_gb_s,copy_vs_memcpy,"
            "queue_gb_s,queue_vs_memcpy,pagein_wall_s,pagein_gb_s,ttft_resident_ms,ttft_swapped_ms,ttft_cold_ms,"
            "raw_plain_gb_s,pagein_vs_raw_mapped,pagein_vs_raw_plain,decode_tok_s,decode_bytes_per_tok\n");

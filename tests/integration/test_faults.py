@@ -110,23 +110,60 @@ def test_a_failed_copy_fails_only_its_requests_and_the_model_pages_in_again():
         assert d.stop() == 0
 
 
-def test_a_failed_map_is_device_memory_exhausted_and_retried_later():
+def test_a_failed_map_evicts_idle_models_and_is_retried_within_a_lowered_budget():
     d = FaultDaemon(MODELS, memory=POOL)
     try:
         assert_served(d, "m0")
-        fails_once_then_serves(d, "m2", "map_fail", "overloaded", "device memory exhausted")
-        # the weights are resident: the failing map is the KV cache's
-        d.fault("map_fail")
-        ans = gen(d, "m2", "kv")
-        assert ans.get("event") == "error" and ans["error"]["code"] == "overloaded", ans
-        assert_served(d, "m2", "kv-again")
-        # a map failing for an admin load is an error on that load, then it works
         cold(d, "m2")
+        before = d.stats()
         d.fault("map_fail")
-        ans = d.admin_call({"op": "load", "id": "l", "model": "m2"})
-        assert_error(ans, "overloaded", "device memory exhausted")
+        assert_served(d, "m2", "retried")      # the map is retried after evicting the idle m0
+        st = d.stats()
+        assert st["pool"]["curr_budget_cut_bytes"] > 0, st["pool"]
+        assert st["pool"]["curr_pool_pages"] < before["pool"]["curr_pool_pages"], st["pool"]
+        assert st["models"]["m0"]["evictions_capacity"] > before["models"]["m0"]["evictions_capacity"], st
+        assert st["models"]["m2"]["total_device_errors"] == 0, st["models"]["m2"]  # recovered: no error
+        for name, _, _ in MODELS:                 # all served within the lowered budget
+            assert_served(d, name, "after-" + name)
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_persistent_map_failure_evicts_retries_answers_overloaded_and_never_wedges():
+    d = FaultDaemon(MODELS, memory=POOL)
+    try:
+        assert_served(d, "m0")
+        cold(d, "m1")
+        # maps fail until something is freed: m1's page-in evicts the idle m0, then maps
+        d.fault("map_short")
+        assert_served(d, "m1", "evicts")
+        st = d.stats()
+        assert st["models"]["m0"]["evictions_capacity"] >= 1, st["models"]["m0"]
+        assert st["pool"]["curr_budget_cut_bytes"] > 0, st["pool"]
+        # nothing idle left to free: m1's KV cache cannot be mapped, the request is overloaded,
+        # and again (the failure lasts), each answered at once
+        cold(d, "m0")
+        cold(d, "m2")
+        d.fault("map_short")
+        for rid in ("kv1", "kv2"):
+            assert_error(gen(d, "m1", rid), "overloaded", "device memory exhausted")
+        # another model is served meanwhile: its page-in evicts the now idle m1 and retries
+        assert_served(d, "m0", "other")
+        assert_served(d, "m1", "again")
+        # with nothing mapped at all an admin load fails the same way, until the device gives again
+        for name in ("m0", "m1", "m2"):
+            cold(d, name)
+        d.fault("map_short")
+        assert_error(d.admin_call({"op": "load", "id": "l", "model": "m2"}), "overloaded",
+                     "device memory exhausted")
+        d.fault("off")
         ans = d.admin_call({"op": "load", "id": "l2", "model": "m2"})
-        assert ans.get("ok") and ans["state"] == "resident", ans
+        assert ans.get("ok"), ans
+        for name, _, _ in MODELS:
+            assert_served(d, name, "end-" + name)
+        st = d.stats()
+        for name, _, _ in MODELS:
+            assert st["models"][name]["curr_kv_seqs"] == 0, st["models"][name]
     finally:
         assert d.stop() == 0
 
@@ -433,7 +470,8 @@ if __name__ == "__main__":
     r = gsd.Runner()
     for fn in [test_fault_injection_is_refused_unless_configured,
                test_a_failed_copy_fails_only_its_requests_and_the_model_pages_in_again,
-               test_a_failed_map_is_device_memory_exhausted_and_retried_later,
+               test_a_failed_map_evicts_idle_models_and_is_retried_within_a_lowered_budget,
+               test_a_persistent_map_failure_evicts_retries_answers_overloaded_and_never_wedges,
                test_a_failing_copy_during_an_admin_load_is_retried,
                test_a_slow_copy_only_delays_and_the_daemon_keeps_answering,
                test_a_copy_past_the_timeout_fails_its_request_then_the_model_serves,

@@ -1,4 +1,4 @@
-"""`gpuswapd generate` reproduces llama.cpp's recorded greedy outputs for the real stories260K model (F32, F16, BF16)."""
+"""`gpuswapd generate` reproduces llama.cpp's recorded greedy outputs for the real stories260K model (F32, F16, BF16; F32 and F16 KV caches)."""
 import json
 import os
 import subprocess
@@ -19,6 +19,10 @@ CASES = [
     ("stories260K.gguf", "greedy_bos-only_n256_kvf32.json", None),
 ]
 for p in ("once-upon-a-time", "lily-went-to-the-park", "the-cat"):
+    # llama.cpp's default F16 KV cache against ours (the default)
+    CASES.append(("stories260K.gguf", "greedy_%s_n128_kvf16.json" % p, "logits_step0_%s_kvf16.txt" % p))
+CASES.append(("stories260K.gguf", "greedy_bos-only_n256_kvf16.json", None))
+for p in ("once-upon-a-time", "lily-went-to-the-park", "the-cat"):
     CASES.append(("stories260K-F16.gguf", "greedy_%s_n64_F16.json" % p, None))
     CASES.append(("stories260K-BF16.gguf", "greedy_%s_n64_BF16.json" % p, None))
 
@@ -29,7 +33,9 @@ def run_case(model, ref_name, logits_name, tmp):
     dump = os.path.join(tmp, "logits.txt")
     args = [GPUSWAPD, "generate", "--model", os.path.join(MODELS, model),
             "--prompt", ref["prompt"], "-n", str(len(steps)), "--temp", "0",
-            "--ignore-eos", "--json", "--quiet", "--dump-logits", dump]
+            "--ignore-eos", "--json", "--quiet", "--dump-logits", dump,
+            # every reference but the kvf16 ones ran with an F32 KV cache
+            "--kv-type", "f16" if "_kvf16" in ref_name else "f32"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         return "exit %d: %s" % (out.returncode, out.stderr.strip())

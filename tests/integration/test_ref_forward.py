@@ -214,7 +214,8 @@ def check_case(tmp, name, path, args, prompt=PROMPT):
     run([MKMODEL, "--out", model] + args)
     out = run([GPUSWAPD, "generate", "--model", model,
                "--prompt-ids", ",".join(str(i) for i in prompt),
-               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump]
+               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump,
+               "--kv-type", "f32"]  # the reference's F32 math (F16 KV: test_forward)
               + (["--exact"] if path == "exact" else []))
     res = parse_json_line(out)
     if list(res.get("prompt_ids", [])) != prompt:

@@ -11,25 +11,28 @@
 # gpu-bundle makes one to carry). Nothing here builds: building is not part of the 6 minutes.
 #
 # For testing this script without a GPU (the report then says it is no GPU check):
-# GPU_CHECK_BACKEND=sim runs stages 4-6 on the sim backend, GPU_CHECK_8B="mkmodel shape options"
-# and GPU_CHECK_8B_POOL_MIB replace the 8B model and its pool.
+# GPU_CHECK_BACKEND=sim runs stages 4-7 on the sim backend, GPU_CHECK_8B="mkmodel shape options"
+# and GPU_CHECK_8B_POOL_MIB / GPU_CHECK_8B_SERVE_POOL_MIB replace the 8B model and its pools.
 set -uo pipefail
 
 TOTAL_S=360
 # name|box seconds|what it does
 PLAN=(
     "env|10|environment: driver, runtime, cuBLAS file, GPU, PCIe generation and width, VMM granularity"
-    "unit|80|CUDA unit tests (backend_cuda/*) under GPUSWAPD_REQUIRE_CUDA=1: a missing GPU fails them"
+    "unit|70|CUDA unit tests (backend_cuda/*) under GPUSWAPD_REQUIRE_CUDA=1: a missing GPU fails them"
     "pagein|25|page-in correctness, store -> VMM -> copy -> forward: swapped-in and quota-streamed passes equal a resident pass bit for bit (cuda, and sim for reference)"
     "paging|45|paging bench, 1.1 GB F16 model: page-in GB/s against raw copies into a VMM-mapped range and a plain cudaMalloc buffer; map vs copy GB/s"
-    "ttft8b|150|8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, ff 14336, vocab 128256; 16 GB): generate it, then swapped-out vs resident time to first token"
-    "decode8b|40|decode tok/s of the 8B model at batch 1, context 128, and the fraction of the GPU's HBM roofline"
+    "ttft8b|135|8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, ff 14336, vocab 128256; 16 GB): generate it, then swapped-out vs resident time to first token"
+    "decode8b|30|decode tok/s of the 8B model at batch 1, context 128, and the fraction of the GPU's HBM roofline"
+    "serve8b|40|the 8B model serving: decode at context 4096 for batch 8 and 32 (F16 KV caches zero-filled), tok/s and roofline fraction; prefill of 512 and 2048 tokens (512-token chunks), tok/s"
 )
 
 BUILD=${BUILD:-build}
 BE=${GPU_CHECK_BACKEND:-cuda}
 M8_ARGS=${GPU_CHECK_8B:---type bf16 --dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256 --ctx 8192}
 M8_POOL=${GPU_CHECK_8B_POOL_MIB:-20480}
+# serve8b: the weights plus 32 F16 KV caches of 4096+16 positions (128 KiB each for the 8B shape: 16.1 GiB)
+M8_SERVE_POOL=${GPU_CHECK_8B_SERVE_POOL_MIB:-40960}
 M8_NAME=llama8b-bf16
 [ -n "${GPU_CHECK_8B:-}" ] && M8_NAME=stand-in-$(cksum <<< "$M8_ARGS" | cut -d' ' -f1)
 DRY=0
@@ -408,6 +411,41 @@ st_decode8b() {
     fi
 }
 
+# ------------------------------------------------------------------ 7. 8B serving: long-context decode, prefill
+st_serve8b() {
+    local log=$LOGS/serve8b.log csv=$LOGS/serve8b.csv m=$MODELS/$M8_NAME.gguf
+    : > "$log"
+    need_bins bench_paging || return
+    [ -f "$m" ] || { S_STATUS=SKIP; S_LINE="no 8B model file (stage ttft8b)"; return; }
+    tmo "$log" "$BUILD/bench_paging" "$m" "$M8_SERVE_POOL" 2048 0 "$BE" --serving 16
+    local rc=$?
+    grep -a -A4 '^model,bytes,kind,' "$log" | grep -a -v -- '^--' > "$csv"
+    local name peak parts="" row kind b tok tps bpt gbs frac
+    name=$(cat "$LOGS/gpu-name.txt" 2>/dev/null)
+    peak=$(peak_gbs "$name")
+    # every row that came back is reported, also when a later one timed out
+    while IFS=, read -r _ _ kind b tok tps bpt gbs; do
+        awk -v v="$tps" 'BEGIN { exit !(v ~ /^[0-9.eE+-]+$/ && v + 0 > 0) }' || {
+            S_LINE="a figure is not a finite positive number: $kind batch $b tokens $tok tok_s=$tps"; return; }
+        if [ "$kind" = decode ]; then
+            frac=""
+            [ -n "$peak" ] && frac=$(awk -v g="$gbs" -v p="$peak" 'BEGIN { printf "%.2f", g / p }')
+            note "decode, batch $b, context $tok: $tps tok/s, $bpt bytes read per token = $gbs GB/s${frac:+ = $frac of the $peak GB/s roofline}"
+            parts="$parts${parts:+; }decode b$b ctx$tok $tps tok/s${frac:+ ($frac roofline)}"
+        else
+            note "prefill of $tok tokens: $tps tok/s"
+            parts="$parts${parts:+; }prefill $tok $tps tok/s"
+        fi
+    done < <(tail -n +2 "$csv")
+    row=$(($(wc -l < "$csv") - 1))
+    if [ "$rc" != 0 ] || [ "$row" -lt 4 ]; then
+        S_LINE="bench_paging exit $rc$([ "$rc" = 124 ] && echo ', timed out'), $((row < 0 ? 0 : row)) of 4 figures${parts:+: $parts}$(grep -a 'bench_paging:' "$log" | grep -v 'backend:' | tail -1 | sed 's/^/; /')"
+        return
+    fi
+    S_STATUS=PASS
+    S_LINE=$parts
+}
+
 write_report
 run_stage env st_env
 run_stage unit st_unit
@@ -415,6 +453,7 @@ run_stage pagein st_pagein
 run_stage paging st_paging
 run_stage ttft8b st_ttft8b
 run_stage decode8b st_decode8b
+run_stage serve8b st_serve8b
 echo "gpu-check: report in $RES" >&2
 cat "$RES"
 rm -f "$BODY"

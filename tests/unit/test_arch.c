@@ -172,7 +172,7 @@ static void check_batch_equals_single(const char *args)
         single[s] = malloc(nv * sizeof(float));
         batched[s] = malloc(nv * sizeof(float));
         stepwise[s] = malloc(nv * sizeof(float));
-        kv_seq_t *kv = kv_seq_new(&m->hp, 64);
+        kv_seq_t *kv = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
         fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_reset(kv);
@@ -185,7 +185,7 @@ static void check_batch_equals_single(const char *args)
     kv_seq_t *kvs[3];
     fwd_seq_t b[3];
     for (int s = 0; s < 3; s++) {
-        kvs[s] = kv_seq_new(&m->hp, 64);
+        kvs[s] = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
         b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
     }
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
@@ -363,7 +363,8 @@ static void check_attention(uint32_t window, float cap, float scale)
     for (uint32_t t = 0; t < NT; t++)
         toks[t] = (be_tok_t){k, v, NCTX, t};
     be_att_t a = {.toks = toks, .layer = 0, .n_layer = 1, .n_head = 1, .n_head_kv = 1,
-                  .head_dim = HD, .stride = HD, .scale = scale, .softcap = cap, .window = window};
+                  .head_dim = HD, .stride = HD, .scale = scale, .softcap = cap, .window = window,
+                  .kv_type = KV_TYPE_F32};
     cr_assert_eq(be->attention(be->ctx, &a, q, out, NT), 0);
     for (uint32_t t = 0; t < NT; t++) {
         uint32_t p0 = window && t >= window ? t - window + 1 : 0;

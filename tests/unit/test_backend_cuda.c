@@ -696,32 +696,34 @@ static void dev_model_free(backend_t *be, dev_model_t *dm)
 
 /* A KV cache in a mapped range of the pool (as the residency manager does). */
 static kv_seq_t *dev_kv_new(backend_t *be, const model_hparams_t *hp, uint32_t n_ctx,
-                            void **base, size_t *bytes)
+                            kv_type_t kt, void **base, size_t *bytes)
 {
     kv_seq_t *kv = calloc(1, sizeof *kv);
     kv->n_layer = hp->n_layer;
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
-    size_t half = align_up(kv_seq_bytes(hp, n_ctx) / 2, DEV_ALIGN);
+    kv->type = kt;
+    size_t half = align_up(kv_seq_bytes(hp, n_ctx, kt) / 2, DEV_ALIGN);
     *bytes = align_up(2 * half, be->page_size);
     cr_assert_eq(be->reserve(be->ctx, *bytes, base), 0);
     cr_assert_eq(be->map(be->ctx, *base, 0, *bytes), 0);
     kv->k = *base;
-    kv->v = (float *)((char *)*base + half);
+    kv->v = (char *)*base + half;
     kv->owner = be;
     return kv;
 }
 
 /* Prefill of 9 tokens (over the GEMM threshold) then 4 decode steps; the
  * logits of every step are compared with the cpu backend's. */
-static void check_forward_with(const model_t *m, double tol, const char *what, int own_gemm)
+static void check_forward_with(const model_t *m, double tol, const char *what, int own_gemm,
+                               kv_type_t kt)
 {
     backend_t *cu = open_cuda_with(POOL_BYTES, own_gemm), *cp = open_cpu();
     dev_model_t *dm = dev_model_load(cu, m);
     void *kv_base;
     size_t kv_bytes;
-    kv_seq_t *kc = dev_kv_new(cu, &m->hp, 64, &kv_base, &kv_bytes);
-    kv_seq_t *kp = kv_seq_new(&m->hp, 64);
+    kv_seq_t *kc = dev_kv_new(cu, &m->hp, 64, kt, &kv_base, &kv_bytes);
+    kv_seq_t *kp = kv_seq_new(&m->hp, 64, kt);
     fwd_t *fc = fwd_new(cu), *fp = fwd_new(cp);
     const uint32_t nv = m->hp.n_vocab;
     float *lc = malloc(nv * sizeof(float)), *lp = malloc(nv * sizeof(float));
@@ -734,8 +736,8 @@ static void check_forward_with(const model_t *m, double tol, const char *what, i
         cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s", err);
         cr_assert_eq(fwd_run(fp, &m->hp, &m->w, &sp, 1, NULL, err, sizeof err), 0, "cpu: %s", err);
         char s[128];
-        snprintf(s, sizeof s, "%s step %d logits (%s)", what, step,
-                 uses_cublas(cu) ? "cuBLAS" : "own GEMM kernel");
+        snprintf(s, sizeof s, "%s step %d logits (%s, %s KV)", what, step,
+                 uses_cublas(cu) ? "cuBLAS" : "own GEMM kernel", kv_type_name(kt));
         check_rows(s, lc, lp, 1, nv, nv, tol);
     }
     cr_assert_eq(kc->n_past, kp->n_past);
@@ -752,11 +754,14 @@ static void check_forward_with(const model_t *m, double tol, const char *what, i
     be_close(cp);
 }
 
-/* Both prefill GEMM paths: cuBLAS when present, then the own kernel. */
+/* Both prefill GEMM paths: cuBLAS when present, then the own kernel; F32
+ * KV caches, then F16 ones (cuda weights V by F32 softmax weights where cpu
+ * rounds them to half: a tolerance of at least 1e-2 there). */
 static void check_forward(const model_t *m, double tol, const char *what)
 {
-    check_forward_with(m, tol, what, 0);
-    check_forward_with(m, tol, what, 1);
+    check_forward_with(m, tol, what, 0, KV_TYPE_F32);
+    check_forward_with(m, tol, what, 1, KV_TYPE_F32);
+    check_forward_with(m, tol > 1e-2 ? tol : 1e-2, what, 0, KV_TYPE_F16);
 }
 
 Test(backend_cuda, forward_pass_matches_cpu_for_f32_llama, .timeout = 60)

@@ -39,7 +39,7 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
     kv_seq_t *kv = NULL;
     int own_kv = res == NULL;
     if (own_kv)
-        kv = kv_seq_new(&m->hp, 32);
+        kv = kv_seq_new(&m->hp, 32, KV_TYPE_F16);
     else
         cr_assert_eq(res_kv_new(res, rm, 32, &kv, err, sizeof err), 0, "%s", err);
     fwd_hooks_t h = rm ? res_hooks(rm) : (fwd_hooks_t){0};
@@ -452,7 +452,7 @@ Test(residency, kv_pages_are_counted_and_returned)
     cr_assert_eq(res_kv_ensure(f.res, kv, 300, err, sizeof err), 0, "%s", err);
     res_pool_stats(f.res, &p1);
     const model_hparams_t *hp = &f.sm[0]->model->hp;
-    size_t per = 300ull * hp->n_layer * hp->n_head_kv * hp->head_dim * 4;
+    size_t per = 300ull * hp->n_layer * hp->n_head_kv * hp->head_dim * 2; /* F16, the default */
     size_t pages = 2 * ((per + PAGE - 1) / PAGE);
     cr_assert_eq(p1.curr_pool_used - p0.curr_pool_used, pages);
     cr_assert_neq(res_kv_ensure(f.res, kv, 513, err, sizeof err), 0);
@@ -464,6 +464,48 @@ Test(residency, kv_pages_are_counted_and_returned)
     cr_assert_eq(st.total_kv_allocs, 1);
     cr_assert_eq(st.total_kv_frees, 1);
     cr_assert_eq(st.curr_kv_bytes, 0);
+    fx_fini(&f);
+}
+
+/* Positions of a cache of model i whose K and V together take at most bytes. */
+static uint32_t kv_pos_for(const fixture_t *f, int i, size_t bytes)
+{
+    return (uint32_t)(bytes / kv_bytes_per_pos(&f->sm[i]->model->hp, KV_TYPE_F16));
+}
+
+/* kv_cache as a reservation: another model's KV never maps into the part of
+ * it the owner has not used, and the owner can map it. */
+Test(residency, a_kv_reservation_is_kept_for_its_model)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 2);
+    char err[256];
+    res_cfg_t c0 = {.kv_reserve = 8 * PAGE};
+    cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c0, err, sizeof err), 0, "%s", err);
+    kv_seq_t *kv1, *kv0;
+    uint32_t cap1 = kv_pos_for(&f, 1, 100 * PAGE);
+    cr_assert_eq(res_kv_new(f.res, f.rm[1], cap1, &kv1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, kv_pos_for(&f, 1, 2 * PAGE), err, sizeof err), 0, "%s", err);
+    size_t all = res_kv_available(f.res);
+    cr_assert_gt(all, 12 * PAGE, "the test needs room beyond the reservation");
+    cr_assert_eq(res_kv_available_for(f.res, f.rm[1]), all - 8 * PAGE);
+    cr_assert_eq(res_kv_available_for(f.res, f.rm[0]), all);
+    /* m1 cannot grow into m0's reservation, and says why */
+    size_t mapped1 = res_model_bytes(f.rm[1]) - res_weight_bytes(f.rm[1]); /* its KV */
+    uint32_t over = kv_pos_for(&f, 1, mapped1 + all - 4 * PAGE);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, over, err, sizeof err), RES_ERR_NOSPACE);
+    cr_assert(strstr(err, "reserved by other models' kv_cache"), "%s", err);
+    /* up to the reservation's edge it grows */
+    uint32_t fits = kv_pos_for(&f, 1, mapped1 + all - 10 * PAGE);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, fits, err, sizeof err), 0, "%s", err);
+    cr_assert_geq(res_kv_available_for(f.res, f.rm[0]), 8 * PAGE);
+    /* and m0 gets its reservation whole */
+    uint32_t n0 = kv_pos_for(&f, 0, 8 * PAGE);
+    cr_assert_eq(res_kv_new(f.res, f.rm[0], n0, &kv0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv0, n0, err, sizeof err), 0, "%s", err);
+    check_invariants(&f);
+    res_kv_free(f.res, kv0);
+    res_kv_free(f.res, kv1);
     fx_fini(&f);
 }
 
@@ -533,19 +575,69 @@ Test(residency, a_failed_copy_fails_the_pass_and_the_segment_is_paged_in_again)
     fx_fini(&f);
 }
 
+/* A map that fails for lack of physical memory with nothing idle to evict:
+ * device memory exhausted, the budget lowered (never below the largest
+ * model), the pool consistent; once the device gives again, it runs. */
 Test(residency, a_failed_map_is_device_memory_exhausted_and_leaves_the_pool_consistent)
 {
     fixture_t f;
     fx_init(&f, 100, 0, mixed, 1);
     char err[256];
-    be_fault_t fault = {BE_FAULT_MAP_FAIL, 1, 0};
+    be_fault_t fault = {BE_FAULT_MAP_SHORT, 1, 0};
     cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), RES_ERR_NOMEM);
     cr_assert(strstr(err, "device memory exhausted"), "%s", err);
     check_invariants(&f);
+    stats_pool_t ps;
+    res_pool_stats(f.res, &ps);
+    cr_assert_lt(ps.curr_pool_pages, 100, "the budget is lowered to what the device gave");
+    cr_assert_eq(ps.curr_budget_cut_bytes, (100 - ps.curr_pool_pages) * PAGE);
+    cr_assert_geq(ps.curr_pool_pages * PAGE, f.sm[0]->image_bytes + 2 * PAGE,
+                  "never below the largest model and the KV minimum");
+    /* persistent: nothing was freed, so it fails again, and changes nothing */
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), RES_ERR_NOMEM);
+    check_invariants(&f);
+    fault.kind = BE_FAULT_OFF;
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
     run_and_check(&f, 0);
     res_release(f.res, f.rm[0]);
+    check_invariants(&f);
+    fx_fini(&f);
+}
+
+/* The persistent map failure lasts until something is freed: the page-in
+ * that meets it lowers the budget to what is mapped, evicts the idle model
+ * and maps again, and the pass runs. */
+Test(residency, a_map_failing_for_lack_of_memory_evicts_idle_models_and_retries)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 2);
+    char err[256];
+    cr_assert_eq(res_acquire(f.res, f.rm[1], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 1);
+    res_release(f.res, f.rm[1]);
+    size_t held = res_model_bytes(f.rm[1]);
+    cr_assert_gt(held, 0);
+    be_fault_t fault = {BE_FAULT_MAP_SHORT, 1, 0};
+    cr_assert_eq(f.sim->inject(f.sim->ctx, &fault), 0);
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 0);
+    res_release(f.res, f.rm[0]);
+    check_invariants(&f);
+    stats_res_t st1, st0;
+    res_model_stats(f.res, f.rm[1], &st1);
+    res_model_stats(f.res, f.rm[0], &st0);
+    cr_assert_gt(st1.evictions_capacity, 0, "the idle model gave its pages");
+    cr_assert_eq(st0.total_device_errors, 0, "a map recovered by evicting is no device error");
+    stats_pool_t ps;
+    res_pool_stats(f.res, &ps);
+    cr_assert_lt(ps.curr_pool_pages, 100);
+    cr_assert_gt(ps.curr_budget_cut_bytes, 0);
+    /* the other model still runs within the lowered budget */
+    cr_assert_eq(res_acquire(f.res, f.rm[1], err, sizeof err), 0, "%s", err);
+    run_and_check(&f, 1);
+    res_release(f.res, f.rm[1]);
     check_invariants(&f);
     fx_fini(&f);
 }
