@@ -150,8 +150,8 @@ Test(arch, a_backend_without_a_feature_refuses_the_model_naming_it)
 
 /* ------------------------------------------------------------------ batching invariants */
 
-/* Three sequences: one prefill, token by token, and all three batched give
- * bit-identical logits. */
+/* Three sequences: one prefill, token by token, all three batched, and a
+ * prefill in chunks of 5 tokens give bit-identical logits. */
 static void check_batch_equals_single(const char *args)
 {
     char err[512];
@@ -189,7 +189,20 @@ static void check_batch_equals_single(const char *args)
         b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
     }
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
+    /* and prefilled 5 tokens a pass (chunks cross the sliding windows) */
+    float *chunked[3];
+    fwd_set_chunk(f, 5);
     for (int s = 0; s < 3; s++) {
+        chunked[s] = malloc(nv * sizeof(float));
+        kv_seq_t *kv = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
+        fwd_seq_t sq = {kv, toks[s], lens[s], chunked[s]};
+        cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
+        kv_seq_free(kv);
+    }
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(memcmp(single[s], chunked[s], nv * sizeof(float)), 0,
+                     "%s seq %d: chunked prefill logits differ", args, s);
+        free(chunked[s]);
         cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
                      "%s seq %d: batched logits differ from single", args, s);
         cr_assert_eq(memcmp(single[s], stepwise[s], nv * sizeof(float)), 0,
