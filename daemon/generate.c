@@ -324,6 +324,10 @@ int gen_main(int argc, char **argv)
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
+    if (model_feats_check(&m->hp, be->model_feats, be->name, err, sizeof err)) {
+        fprintf(stderr, "gpuswapd generate: %s\n", err);
+        goto done;
+    }
     fw = fwd_new(be);
     if (fw)
         fwd_set_chunk(fw, (uint32_t)o.prefill_chunk);

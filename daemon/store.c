@@ -60,7 +60,7 @@ size_t store_budget(const store_t *s) { return s->budget; }
 
 /* Every weight view of a model with the segment it belongs to; tied output
  * is left out (it aliases the embedding). Returns the count. */
-#define STORE_PER_LAYER 12
+#define STORE_PER_LAYER 16
 static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t **v, uint32_t *seg)
 {
     size_t n = 0;
@@ -70,7 +70,8 @@ static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t 
         model_layer_t *L = &w->layers[l];
         model_weight_t *lw[STORE_PER_LAYER] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
                                                &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
-                                               &L->w_up, &L->w_down};
+                                               &L->w_up, &L->w_down, &L->q_norm, &L->k_norm,
+                                               &L->post_attn_norm, &L->post_ffn_norm};
         for (int i = 0; i < STORE_PER_LAYER; i++) {
             v[n] = lw[i];
             seg[n++] = FWD_SEG_LAYER(l);
@@ -145,6 +146,11 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
         goto fail;
     }
     const model_hparams_t *hp = &m->model->hp;
+    if (model_feats_check(hp, s->be->model_feats, s->be->name, merr, sizeof merr)) {
+        snprintf(err, errlen, "model '%s' (%s): %s", name, path, merr);
+        rc = STORE_ERR_LOAD;
+        goto fail;
+    }
     m->n_segs = hp->n_layer + 2;
     m->segs = calloc(m->n_segs, sizeof *m->segs);
     m->host.layers = calloc(hp->n_layer, sizeof *m->host.layers);

@@ -40,6 +40,9 @@ typedef struct be_att {
     uint32_t layer, n_layer;
     uint32_t n_head, n_head_kv, head_dim;
     size_t stride;        /* floats between rows of q/out/k/v */
+    float scale;          /* score scale; 0 = 1/sqrt(head_dim) */
+    float softcap;        /* scores become softcap*tanh(s/softcap); 0 = none (gemma2) */
+    uint32_t window;      /* attend to the last `window` positions only; 0 = all */
     kv_type_t kv_type;    /* element type of every token's cache. F16: rows are
                              rounded to half on store; q is rounded to half and
                              the products summed in F32 on read; cpu/sim also
@@ -85,6 +88,8 @@ typedef struct backend {
     size_t pool_bytes;  /* device memory available to the pool */
     int zero_copy;      /* 1: weights are used in place from host memory (cpu) */
     int needs_pinned;   /* 1: the store should use host_alloc (pinned) */
+    uint32_t model_feats; /* MODEL_FEAT_* bits its kernels run; a model needing
+                             another is refused at load (model_feats_check) */
 
     /* ---- device memory: reserved virtual ranges backed by pool pages */
     /* Reserve bytes (multiple of page_size) of address space; *base is the
@@ -143,6 +148,14 @@ typedef struct backend {
     /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */
     int (*gather)(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
                   size_t n, size_t stride);
+    /* (optional: a backend without them lists no model_feats that need them,
+     * so the pass never calls them there) */
+    /* x *= s (MODEL_FEAT_EMB_SCALE) */
+    int (*scale)(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s);
+    /* x = cap * tanh(x / cap) (MODEL_FEAT_SOFTCAP) */
+    int (*softcap)(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap);
+    /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */
+    int (*gelu_mul)(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
 
     /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */
     int (*inject)(void *ctx, const be_fault_t *f);

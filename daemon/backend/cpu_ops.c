@@ -185,6 +185,18 @@ static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t 
     return 0;
 }
 
+/* Angle per position of pair i: base^(-2i/rope_dim), times the linear
+ * scale, divided by the pair's frequency factor (llama3 rope_freqs). */
+static float k_rope_freq(const model_hparams_t *hp, uint32_t i)
+{
+    float f = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+    if (hp->rope_freq_scale != 0.0f)
+        f *= hp->rope_freq_scale;
+    if (hp->rope_freqs)
+        f /= hp->rope_freqs[i];
+    return f;
+}
+
 static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
                   const uint32_t *pos, const model_hparams_t *hp)
 {
@@ -195,13 +207,16 @@ static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n
     float inv_freq[512];
     int cached = half <= 512;
     for (uint32_t i = 0; cached && i < half; i++)
-        inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+        inv_freq[i] = k_rope_freq(hp, i);
     for (size_t t = 0; t < n_tok; t++) {
         for (uint32_t i = 0; i < half; i++) {
-            float f = cached ? inv_freq[i]
-                             : powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
+            float f = cached ? inv_freq[i] : k_rope_freq(hp, i);
             float theta = (float)pos[t] * f;
             float c = cosf(theta), s = sinf(theta);
+            if (hp->rope_attn_factor != 0.0f && hp->rope_attn_factor != 1.0f) {
+                c *= hp->rope_attn_factor;
+                s *= hp->rope_attn_factor;
+            }
             uint32_t a = hp->rope_neox ? i : 2 * i;
             uint32_t b = hp->rope_neox ? i + half : 2 * i + 1;
             for (uint32_t h = 0; h < n_heads; h++) {
@@ -266,7 +281,8 @@ static void att_worker(void *ctxp, int tid, int nth)
     const be_att_t *a = at->a;
     uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
     int f16 = a->kv_type == KV_TYPE_F16;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
+    float cap = a->softcap;
     float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
     float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
     long lo, hi;
@@ -282,23 +298,27 @@ static void att_worker(void *ctxp, int tid, int nth)
                 qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
             q = qh;
         }
+        /* a sliding window sees the last `window` positions */
+        uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
         float mx = -INFINITY;
-        for (uint32_t p = 0; p <= bt->pos; p++) {
+        for (uint32_t p = p0; p <= bt->pos; p++) {
             const void *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
             float s = (f16 ? quant_dot(GGUF_T_F16, kr, q, hd) : quant_dot_f32(q, kr, hd)) * scale;
+            if (cap != 0.0f)
+                s = cap * tanhf(s / cap);
             sc[p] = s;
             if (s > mx)
                 mx = s;
         }
         float sum = 0.0f;
-        for (uint32_t p = 0; p <= bt->pos; p++) {
+        for (uint32_t p = p0; p <= bt->pos; p++) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
         }
         float inv = 1.0f / sum;
         float *o = at->out + t * a->stride + (size_t)h * hd;
         memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = 0; p <= bt->pos; p++) {
+        for (uint32_t p = p0; p <= bt->pos; p++) {
             const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
             if (f16) {
                 quant_row_to_f32(GGUF_T_F16, vr, vrow, hd);
@@ -345,6 +365,40 @@ static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
         const float *ui = u + t * stride;
         for (size_t i = 0; i < n; i++)
             gi[i] = gi[i] / (1.0f + expf(-gi[i])) * ui[i];
+    }
+    return 0;
+}
+
+static int k_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            x[t * stride + i] *= s;
+    return 0;
+}
+
+static int k_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
+{
+    (void)ctx;
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t i = 0; i < n; i++)
+            x[t * stride + i] = cap * tanhf(x[t * stride + i] / cap);
+    return 0;
+}
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    (void)ctx;
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t t = 0; t < n_tok; t++) {
+        float *gi = g + t * stride;
+        const float *ui = u + t * stride;
+        for (size_t i = 0; i < n; i++) {
+            float x = gi[i];
+            gi[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * ui[i];
+        }
     }
     return 0;
 }
@@ -402,4 +456,8 @@ void cpuk_fill(backend_t *be)
     be->silu_mul = k_silu_mul;
     be->add = k_add;
     be->gather = k_gather;
+    be->scale = k_scale;
+    be->softcap = k_softcap;
+    be->gelu_mul = k_gelu_mul;
+    be->model_feats = MODEL_FEAT_ALL;
 }

@@ -140,7 +140,7 @@ typedef struct cu_stage {
     cudaEvent_t ev;       /* recorded after the last copy from host */
 } cu_stage_t;
 
-enum { STAGE_IDS, STAGE_POS, STAGE_TOKS, STAGE_ROWS, STAGE_N };
+enum { STAGE_IDS, STAGE_POS, STAGE_TOKS, STAGE_ROWS, STAGE_FREQS, STAGE_N };
 
 typedef struct cu_ctx {
     int dev;                 /* CUDA device ordinal */
@@ -1023,7 +1023,8 @@ __global__ void k_silu_mul(float *g, const float *u, size_t n_tok, uint32_t n, s
  * powf/cosf/sinf of the CPU kernel; the rotation is done without FMA
  * contraction, as the CPU does. */
 __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads, uint32_t hd,
-                       uint32_t rope_dim, float base, int neox, const uint32_t *pos)
+                       uint32_t rope_dim, float base, float freq_scale, int neox,
+                       const uint32_t *pos, const float *freqs, float mscale)
 {
     const uint32_t half = rope_dim / 2;
     const size_t total = n_tok * half;
@@ -1032,9 +1033,15 @@ __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads
         const size_t t = idx / half;
         const uint32_t i = (uint32_t)(idx % half);
         const float e = -2.0f * (float)i / (float)rope_dim;
-        const float inv_freq = (float)pow((double)base, (double)e);
+        float inv_freq = __fmul_rn((float)pow((double)base, (double)e), freq_scale);
+        if (freqs) /* llama3 rope_freqs: divides the pair's frequency */
+            inv_freq = __fdiv_rn(inv_freq, freqs[i]);
         const float theta = (float)pos[t] * inv_freq;
-        const float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        if (mscale != 1.0f) { /* rope.scaling.attn_factor */
+            c = __fmul_rn(c, mscale);
+            s = __fmul_rn(s, mscale);
+        }
         const uint32_t a = neox ? i : 2 * i;
         const uint32_t b = neox ? i + half : 2 * i + 1;
         for (uint32_t h = 0; h < n_heads; h++) {
@@ -1478,10 +1485,16 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
     const void *d_pos;
     if ((rc = stage_put(c, STAGE_POS, pos, n_tok * sizeof *pos, &d_pos)))
         return rc;
+    const void *d_freqs = NULL;
+    if (hp->rope_freqs &&
+        (rc = stage_put(c, STAGE_FREQS, hp->rope_freqs, hp->rope_dim / 2 * sizeof(float), &d_freqs)))
+        return rc;
     size_t total = n_tok * (hp->rope_dim / 2);
     k_rope<<<grid_x(total, EW_THREADS), EW_THREADS, 0, c->compute>>>(
-        v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base, hp->rope_neox,
-        (const uint32_t *)d_pos);
+        v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base,
+        hp->rope_freq_scale != 0.0f ? hp->rope_freq_scale : 1.0f, hp->rope_neox,
+        (const uint32_t *)d_pos, (const float *)d_freqs,
+        hp->rope_attn_factor != 0.0f ? hp->rope_attn_factor : 1.0f);
     return launch_rc();
 }
 
@@ -2060,6 +2073,12 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->pool_bytes = c->budget;
     be->zero_copy = 0;
     be->needs_pinned = 1;
+    /* RoPE factors, linear scaling and attention factor in k_rope, q/k norms
+     * through rmsnorm;
+     * no embedding scale, soft-cap, sliding-window or GELU kernels yet, so
+     * gemma2/gemma3 and windowed phi3 models are refused at load */
+    be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_ROPE_MSCALE |
+                      MODEL_FEAT_QK_NORM;
     be->reserve = c_reserve;
     be->map = c_map;
     be->unmap = c_unmap;

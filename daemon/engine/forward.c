@@ -47,9 +47,17 @@ size_t fwd_scratch_peak(const fwd_t *f)
     return f->peak;
 }
 
+/* Row width of the activation buffers: the model width or the attention
+ * width (n_head * head_dim, wider when attention.key_length says so). */
+static size_t act_width(const model_hparams_t *hp)
+{
+    size_t att = (size_t)hp->n_head * hp->head_dim;
+    return att > hp->n_embd ? att : hp->n_embd;
+}
+
 size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    size_t n = 6 * n_tok * hp->n_embd + 2 * n_tok * hp->n_ff + n_out * hp->n_embd +
+    size_t n = 6 * n_tok * act_width(hp) + 2 * n_tok * hp->n_ff + n_out * act_width(hp) +
                n_out * hp->n_vocab;
     return n * sizeof(float);
 }
@@ -67,7 +75,7 @@ static size_t max_sz(size_t a, size_t b)
 size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
     size_t nt = max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok);
-    size_t no = max_sz(n_out ? n_out : 1, f->cap_out), w = max_sz(hp->n_embd, f->cap_width);
+    size_t no = max_sz(n_out ? n_out : 1, f->cap_out), w = max_sz(act_width(hp), f->cap_width);
     size_t ff = max_sz(hp->n_ff, f->cap_ff), nv = max_sz(hp->n_vocab, f->cap_vocab);
     return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
 }
@@ -128,7 +136,7 @@ static int reserve_host(fwd_t *f, size_t n_tok)
  * grown on demand, never shrunk. */
 static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    size_t width = hp->n_embd;
+    size_t width = act_width(hp);
     if (n_out == 0)
         n_out = 1;
     if (n_tok <= f->cap_tok && n_out <= f->cap_out && width <= f->cap_width &&
@@ -173,6 +181,28 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_o
             return rc_ == BE_ERR_NOMEM ? FWD_ERR_NOMEM : FWD_ERR_DEVICE;                          \
         }                                                                                          \
     } while (0)
+
+/* Per-head RMSNorm (qwen3, gemma3 q/k norms): each token's n_heads heads of hd
+ * values are rows of the backend's rmsnorm, one call per token. */
+static int head_norm(const backend_t *be, float *v, const model_weight_t *w, size_t n_tok,
+                     size_t stride, uint32_t n_heads, uint32_t hd, float eps, char *err,
+                     size_t errlen)
+{
+    for (size_t t = 0; t < n_tok; t++) {
+        float *row = v + t * stride;
+        BE_CALL(rmsnorm, row, row, w->data, n_heads, hd, hd, eps);
+    }
+    return 0;
+}
+
+/* The attention window of layer l: the sliding window on SWA layers (all
+ * but every swa_pattern-th), else 0 (every position). */
+static uint32_t layer_window(const model_hparams_t *hp, uint32_t l)
+{
+    if (!hp->swa_window || (hp->swa_pattern && (l + 1) % hp->swa_pattern == 0))
+        return 0;
+    return hp->swa_window;
+}
 
 static int wait_seg(const fwd_hooks_t *h, uint32_t seg, char *err, size_t errlen)
 {
@@ -240,6 +270,8 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
     if ((rc = wait_seg(hooks, 0, err, errlen)))
         return rc;
     BE_CALL(embed, &w->tok_embd, f->ids + t0, nt, f->x, W);
+    if (hp->emb_scale != 0.0f)
+        BE_CALL(scale, f->x, nt, d, W, hp->emb_scale);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &w->layers[l];
         if ((rc = wait_seg(hooks, 1 + l, err, errlen)))
@@ -252,22 +284,47 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
             BE_CALL(add_bias, f->k, L->bk.data, nt, L->bk.n_in, W);
             BE_CALL(add_bias, f->v, L->bv.data, nt, L->bv.n_in, W);
         }
-        BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, hp);
-        BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, hp);
+        if (L->q_norm.data) {
+            if ((rc = head_norm(be, f->q, &L->q_norm, nt, W, hp->n_head, hd, hp->rms_eps, err,
+                                errlen)) ||
+                (rc = head_norm(be, f->k, &L->k_norm, nt, W, hp->n_head_kv, hd, hp->rms_eps, err,
+                                errlen)))
+                return rc;
+        }
+        /* sliding layers may have their own, unscaled RoPE (gemma3) */
+        model_hparams_t local;
+        const model_hparams_t *rp = hp;
+        if (hp->rope_base_swa != 0.0f && layer_window(hp, l)) {
+            local = *hp;
+            local.rope_base = hp->rope_base_swa;
+            local.rope_freq_scale = 1.0f;
+            local.rope_freqs = NULL;
+            rp = &local;
+        }
+        BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, rp);
+        BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, rp);
         be_att_t at = {.toks = f->toks + t0, .layer = l, .n_layer = hp->n_layer,
                        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-                       .stride = W, .kv_type = kt};
+                       .stride = W, .scale = hp->att_scale, .softcap = hp->attn_softcap,
+                       .window = layer_window(hp, l), .kv_type = kt};
         BE_CALL(kv_store, &at, f->k, f->v, nt);
         BE_CALL(attention, &at, f->q, f->att, nt);
         be_mm_t o = {&L->wo, f->xb, W};
         BE_CALL(matmul, &o, 1, f->att, W, nt);
+        if (L->post_attn_norm.data)
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_attn_norm.data, nt, d, W, hp->rms_eps);
         BE_CALL(add, f->x, f->xb, nt, d, W);
         BE_CALL(rmsnorm, f->xb, f->x, L->ffn_norm.data, nt, d, W, hp->rms_eps);
         be_mm_t gu[2] = {{&L->w_gate, f->hb, FF}, {&L->w_up, f->hb2, FF}};
         BE_CALL(matmul, gu, 2, f->xb, W, nt);
-        BE_CALL(silu_mul, f->hb, f->hb2, nt, ff, FF);
+        if (hp->gelu)
+            BE_CALL(gelu_mul, f->hb, f->hb2, nt, ff, FF);
+        else
+            BE_CALL(silu_mul, f->hb, f->hb2, nt, ff, FF);
         be_mm_t dn = {&L->w_down, f->xb, W};
         BE_CALL(matmul, &dn, 1, f->hb, FF, nt);
+        if (L->post_ffn_norm.data)
+            BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, nt, d, W, hp->rms_eps);
         BE_CALL(add, f->x, f->xb, nt, d, W);
     }
     return 0;
@@ -281,6 +338,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     int rc = validate(hp, seqs, n_seqs, &n_tok, err, errlen);
     if (rc)
         return rc;
+    if (model_feats_check(hp, be->model_feats, be->name, err, errlen))
+        return FWD_ERR_ARG; /* the optional kernels it needs are absent */
     size_t n_sel = 0;
     for (int s = 0; s < n_seqs; s++)
         n_sel += seqs[s].logits != NULL;
@@ -326,6 +385,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     BE_CALL(rmsnorm, f->fin, f->fin, w->output_norm.data, n_sel, d, W, hp->rms_eps);
     be_mm_t oj = {&w->output, f->out, hp->n_vocab};
     BE_CALL(matmul, &oj, 1, f->fin, W, n_sel);
+    if (hp->final_softcap != 0.0f)
+        BE_CALL(softcap, f->out, n_sel, hp->n_vocab, hp->n_vocab, hp->final_softcap);
     for (int s = 0, jj = 0; s < n_seqs; s++) {
         if (!seqs[s].logits)
             continue;

@@ -1,4 +1,4 @@
-/* model: Llama-family hyperparameters and weight views taken from a GGUF file. */
+/* model: Llama-family hyperparameters and weight views taken from a GGUF file, read strictly (every tensor and math-changing key understood, or the file is refused). */
 #include "model.h"
 
 #include <math.h>
@@ -8,13 +8,96 @@
 
 #include "quant.h"
 
+/* ------------------------------------------------------------------ architectures */
+
+/* What distinguishes one architecture from the plain Llama block, as data:
+ * read_hparams and read_weights consult this table and nothing else. */
+typedef struct model_arch_desc {
+    const char *name;  /* general.architecture */
+    model_arch_t arch;
+    int rope_neox;     /* NeoX RoPE pairs */
+    int qkv_bias;      /* attn_{q,k,v}.bias: 0 absent, 1 optional, 2 required */
+    int qk_norm;       /* attn_q_norm / attn_k_norm (head_dim) required */
+    int rope_freqs;    /* rope_freqs.weight allowed (llama3 RoPE scaling) */
+    int gemma;         /* Gemma block: sqrt(n_embd) embedding scale, post-attention and
+                          post-FFN norms, GELU gate, sliding-window layers */
+    uint32_t swa_pattern; /* sliding-window layer pattern (gemma2: every other layer) */
+    const char *const *keys; /* "<arch>." keys beyond model_known_keys; NULL-terminated */
+    int softcaps;      /* gemma: attention and final soft-caps (gemma2) */
+    int tied_only;     /* the head is token_embd; an output.weight is refused (gemma2) */
+    float rope_base_swa; /* gemma: RoPE base of the sliding layers (gemma3: 10000); 0 = same */
+    uint32_t big_layers; /* gemma: the layer count of the largest model, whose query scale is
+                            1/sqrt(n_embd/n_head) (its query_pre_attn_scalar) */
+    int phi3;          /* attn_qkv and ffn_up (gate then up) fused, rope_factors_short/long,
+                          every layer sliding (attention.sliding_window) */
+} model_arch_desc_t;
+
+static const char *const model_gemma2_keys[] = {
+    "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL};
+static const char *const model_gemma3_keys[] = {"attention.sliding_window", NULL};
+static const char *const model_phi3_keys[] = {"attention.sliding_window", NULL};
+
+static const model_arch_desc_t model_archs[] = {
+    {.name = "llama", .arch = MODEL_ARCH_LLAMA, .qkv_bias = 1, .rope_freqs = 1},
+    {.name = "qwen2", .arch = MODEL_ARCH_QWEN2, .rope_neox = 1, .qkv_bias = 2},
+    {.name = "qwen3", .arch = MODEL_ARCH_QWEN3, .rope_neox = 1, .qk_norm = 1},
+    {.name = "gemma2", .arch = MODEL_ARCH_GEMMA2, .rope_neox = 1, .gemma = 1, .swa_pattern = 2,
+     .keys = model_gemma2_keys, .softcaps = 1, .tied_only = 1, .big_layers = 46},
+    {.name = "gemma3", .arch = MODEL_ARCH_GEMMA3, .rope_neox = 1, .qk_norm = 1, .gemma = 1,
+     .swa_pattern = 6, .keys = model_gemma3_keys, .rope_base_swa = 10000.0f, .big_layers = 62},
+    {.name = "phi3", .arch = MODEL_ARCH_PHI3, .rope_neox = 1, .keys = model_phi3_keys, .phi3 = 1},
+};
+#define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
+
+/* "<arch>.<suffix>" keys the loader reads (and so understands) or knows to
+ * leave the computation alone; any other "<arch>." key refuses the file. */
+static const char *const model_known_keys[] = {
+    /* read */
+    "context_length", "embedding_length", "block_count", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.dimension_count",
+    "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
+    "rope.scaling.attn_factor", "vocab_size", "expert_count", "expert_used_count",
+    /* no effect on the forward pass with the scalings implemented here */
+    "rope.scaling.original_context_length", "rope.scaling.finetuned", "tensor_data_layout",
+};
+
+static const model_arch_desc_t *arch_find(model_arch_t a)
+{
+    for (size_t i = 0; i < MODEL_N_ARCHS; i++)
+        if (model_archs[i].arch == a)
+            return &model_archs[i];
+    return NULL;
+}
+
 const char *model_arch_name(model_arch_t a)
 {
-    switch (a) {
-    case MODEL_ARCH_LLAMA: return "llama";
-    case MODEL_ARCH_QWEN2: return "qwen2";
-    default: return "?";
+    const model_arch_desc_t *d = arch_find(a);
+    return d ? d->name : "?";
+}
+
+int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char *backend, char *err,
+                      size_t errlen)
+{
+    static const char *const names[] = {"RoPE frequency factors (rope_freqs)",
+                                        "linear RoPE scaling", "per-head q/k RMSNorm",
+                                        "embedding scale", "soft-capping",
+                                        "sliding-window attention", "GELU feed-forward",
+                                        "RoPE attention factor"};
+    uint32_t missing = hp->feats & ~supported;
+    if (!missing)
+        return 0;
+    int n = snprintf(err, errlen, "the %s backend cannot run this %s model: it lacks", backend,
+                     model_arch_name(hp->arch));
+    const char *sep = " ";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(missing & (1u << i)))
+            continue;
+        if (n >= 0 && (size_t)n < errlen)
+            n += snprintf(err + n, errlen - (size_t)n, "%s%s", sep, names[i]);
+        sep = ", ";
     }
+    return MODEL_ERR_UNSUPPORTED;
 }
 
 /* Reads "<arch>.<suffix>" as u32; absent -> def (def < 0 means required). */
@@ -58,9 +141,11 @@ static int hp_f32(const gguf_t *g, const char *arch, const char *suffix, float d
 }
 
 /* Looks a tensor up and checks its shape (n_in x n_out; n_out 0 = 1-D) and
- * type. required = 0 lets it be absent (data stays NULL). */
-static int get_weight(const gguf_t *g, const char *name, uint32_t n_in, uint32_t n_out,
-                      int f32_only, int required, model_weight_t *w, char *err, size_t errlen)
+ * type. required = 0 lets it be absent (data stays NULL). Marks it taken in
+ * used[] (one flag per file tensor). */
+static int get_weight(const gguf_t *g, uint8_t *used, const char *name, uint32_t n_in,
+                      uint32_t n_out, int f32_only, int required, model_weight_t *w, char *err,
+                      size_t errlen)
 {
     memset(w, 0, sizeof *w);
     const gguf_tensor_t *t = gguf_find_tensor(g, name);
@@ -70,6 +155,7 @@ static int get_weight(const gguf_t *g, const char *name, uint32_t n_in, uint32_t
         snprintf(err, errlen, "%s: missing tensor '%s'", gguf_path(g), name);
         return -1;
     }
+    used[t - gguf_tensor_at(g, 0)] = 1;
     uint32_t want_dims = n_out ? 2 : 1;
     int ok = t->ne[0] == n_in && (n_out ? t->ne[1] == n_out : 1);
     for (uint32_t d = want_dims; d < GGUF_MAX_DIMS; d++)
@@ -100,37 +186,263 @@ static int get_weight(const gguf_t *g, const char *name, uint32_t n_in, uint32_t
     return 0;
 }
 
-static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
+/* Copies a string-valued key into buf (NUL-terminated). 1 if present, 0 if
+ * absent, -1 (err set) if not a string or too long. */
+static int hp_str(const gguf_t *g, const char *key, char *buf, size_t cap, char *err, size_t errlen)
 {
-    gguf_str_t a;
-    if (gguf_get_str(g, "general.architecture", &a)) {
-        snprintf(err, errlen, "%s: missing or non-string 'general.architecture'", gguf_path(g));
-        return MODEL_ERR_FORMAT;
+    gguf_str_t v;
+    if (!gguf_get(g, key))
+        return 0;
+    if (gguf_get_str(g, key, &v) || v.len >= cap) {
+        snprintf(err, errlen, "%s: metadata key '%s' is not a string of under %zu bytes",
+                 gguf_path(g), key, cap);
+        return -1;
     }
-    char arch[32];
-    if (a.len >= sizeof arch) {
-        snprintf(err, errlen, "%s: architecture name too long", gguf_path(g));
-        return MODEL_ERR_FORMAT;
+    memcpy(buf, v.ptr, v.len);
+    buf[v.len] = 0;
+    return 1;
+}
+
+static int key_in(const char *const *list, size_t n, const char *k, size_t kl)
+{
+    for (size_t j = 0; j < n && list[j]; j++)
+        if (strlen(list[j]) == kl && !memcmp(list[j], k, kl))
+            return 1;
+    return 0;
+}
+
+/* Every "<arch>." key must be one the loader knows (model_known_keys and
+ * the architecture's own). */
+static int check_keys(const gguf_t *g, const model_arch_desc_t *ad, char *err, size_t errlen)
+{
+    const char *arch = ad->name;
+    size_t al = strlen(arch);
+    for (size_t i = 0; i < gguf_kv_count(g); i++) {
+        const gguf_kv_t *kv = gguf_kv_at(g, i);
+        const char *k = kv->key;
+        size_t kl = strlen(k);
+        if (kl <= al + 1 || memcmp(k, arch, al) || k[al] != '.')
+            continue;
+        int known = key_in(model_known_keys, sizeof model_known_keys / sizeof model_known_keys[0],
+                           k + al + 1, kl - al - 1) ||
+                    (ad->keys && key_in(ad->keys, SIZE_MAX, k + al + 1, kl - al - 1));
+        if (!known) {
+            snprintf(err, errlen,
+                     "%s: metadata key '%.*s' is not understood by this engine's %s loader "
+                     "(it may change the computation, so the file is refused)",
+                     gguf_path(g), (int)(kl > 200 ? 200 : kl), k, arch);
+            return MODEL_ERR_UNSUPPORTED;
+        }
     }
-    memcpy(arch, a.ptr, a.len);
-    arch[a.len] = 0;
-    memset(hp, 0, sizeof *hp);
-    if (strcmp(arch, "llama") == 0) {
-        hp->arch = MODEL_ARCH_LLAMA;
-    } else if (strcmp(arch, "qwen2") == 0) {
-        hp->arch = MODEL_ARCH_QWEN2;
-        hp->rope_neox = 1;
-    } else {
-        snprintf(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2)",
-                 gguf_path(g), arch);
+    return 0;
+}
+
+/* RoPE scaling keys: type none/linear (absent = linear, as llama.cpp reads
+ * it) with rope.scaling.factor or the older rope.scale_linear; YaRN,
+ * LongRoPE and attention factors are refused by name. */
+static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model_hparams_t *hp,
+                             char *err, size_t errlen)
+{
+    const char *arch = ad->name;
+    char key[128], type[32] = "linear";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (hp_str(g, key, type, sizeof type, err, errlen) < 0)
+        return MODEL_ERR_FORMAT;
+    if (ad->phi3 && !strcmp(type, "longrope"))
+        strcpy(type, "none"); /* phi3: the factors are tensors (read_phi3_rope) */
+    if (strcmp(type, "none") && strcmp(type, "linear")) {
+        int known = !strcmp(type, "yarn") || !strcmp(type, "longrope");
+        snprintf(err, errlen, "%s: %s '%s' = '%s' is %s (none and linear are)", gguf_path(g),
+                 "RoPE scaling type", key, type, known ? "not implemented" : "unknown");
         return MODEL_ERR_UNSUPPORTED;
     }
+    float factor = 0.0f, attn = 1.0f;
+    if (hp_f32(g, arch, "rope.scaling.factor", 0.0f, &factor, err, errlen) ||
+        (factor == 0.0f && hp_f32(g, arch, "rope.scale_linear", 0.0f, &factor, err, errlen)) ||
+        hp_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &attn, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (!(attn > 0.0f && attn <= 100.0f)) {
+        snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g out of range",
+                 gguf_path(g), arch, (double)attn);
+        return MODEL_ERR_FORMAT;
+    }
+    if (attn != 1.0f) { /* llama.cpp's RoPE mscale: cos and sin times the factor */
+        hp->rope_attn_factor = attn;
+        hp->feats |= MODEL_FEAT_ROPE_MSCALE;
+    }
+    if (factor < 0.0f || factor > 1e6f) {
+        snprintf(err, errlen, "%s: RoPE scaling factor %g out of range", gguf_path(g),
+                 (double)factor);
+        return MODEL_ERR_FORMAT;
+    }
+    hp->rope_freq_scale = 1.0f;
+    if (!strcmp(type, "linear") && factor != 0.0f && factor != 1.0f) {
+        hp->rope_freq_scale = 1.0f / factor;
+        hp->feats |= MODEL_FEAT_ROPE_LINEAR;
+    }
+    return 0;
+}
+
+/* Gemma 2 and 3: gemma2's soft-caps (llama.cpp's defaults when absent: 50
+ * and 30) and sliding window (default 4096; gemma3 must say), gemma3's local
+ * RoPE base, and the query scale: 1/sqrt(head_dim), except for the 27B
+ * (46 / 62 layers), whose published query_pre_attn_scalar is n_embd/n_head
+ * and which llama.cpp recognizes by its layer count. */
+static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t *ad,
+                      model_hparams_t *hp, char *err, size_t errlen)
+{
+    uint32_t window;
+    if ((ad->softcaps &&
+         (hp_f32(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap, err, errlen) ||
+          hp_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap, err, errlen))) ||
+        hp_u32(g, arch, "attention.sliding_window", ad->softcaps ? 4096 : -1, &window, err,
+               errlen))
+        return MODEL_ERR_FORMAT;
+    hp->rope_base_swa = ad->rope_base_swa;
+    if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f) {
+        snprintf(err, errlen, "%s: negative soft-cap", gguf_path(g));
+        return MODEL_ERR_FORMAT;
+    }
+    hp->emb_scale = sqrtf((float)hp->n_embd);
+    hp->gelu = 1;
+    hp->swa_window = window;
+    hp->swa_pattern = ad->swa_pattern;
+    if (hp->n_layer == ad->big_layers && hp->n_embd % hp->n_head == 0)
+        hp->att_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->feats |= MODEL_FEAT_EMB_SCALE | MODEL_FEAT_GELU;
+    if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
+        hp->feats |= MODEL_FEAT_SOFTCAP;
+    if (window > 0)
+        hp->feats |= MODEL_FEAT_SWA;
+    return 0;
+}
+
+/* Phi-3: every layer attends within attention.sliding_window (required,
+ * except for the published 4k/128k shapes, for which llama.cpp supplies it). */
+static int read_phi3(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
+                     size_t errlen)
+{
+    int64_t def = -1;
+    if ((hp->n_layer == 32 || hp->n_layer == 40) && hp->n_ctx_train == 4096)
+        def = 2047;
+    else if (hp->n_layer == 32 && hp->n_head_kv == 32 && hp->n_ctx_train == 131072)
+        def = 262144;
+    else if (hp->n_layer == 40 && hp->n_ctx_train == 131072)
+        def = 131072;
+    if (hp_u32(g, arch, "attention.sliding_window", def, &hp->swa_window, err, errlen))
+        return MODEL_ERR_FORMAT;
+    hp->swa_pattern = 0;
+    if (hp->swa_window)
+        hp->feats |= MODEL_FEAT_SWA;
+    return 0;
+}
+
+/* A view of rows [r0, r0 + n) of a weight (row-major, any type). */
+static model_weight_t weight_rows(const model_weight_t *w, uint32_t r0, uint32_t n)
+{
+    size_t rb = quant_row_bytes(w->type, w->n_in);
+    model_weight_t v = *w;
+    v.n_out = n;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * rb;
+    v.nbytes = (size_t)n * rb;
+    return v;
+}
+
+/* Phi-3's fused tensors split into the q/k/v and gate/up views (rows are
+ * independent in every type), and its RoPE factors: the short ones, which
+ * llama.cpp uses while the context is within rope.scaling.original_context_
+ * length; when the long ones differ, the model's context is capped there. */
+static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp,
+                             model_layer_t *L, uint32_t l, char *err, size_t errlen)
+{
+    uint32_t d = hp->n_embd, q = hp->n_head * hp->head_dim, kv = hp->n_head_kv * hp->head_dim;
+    char n[96];
+    model_weight_t f;
+    snprintf(n, sizeof n, "blk.%u.attn_qkv.weight", l);
+    if (get_weight(g, used, n, d, q + 2 * kv, 0, 1, &f, err, errlen))
+        return -1;
+    L->wq = weight_rows(&f, 0, q);
+    L->wk = weight_rows(&f, q, kv);
+    L->wv = weight_rows(&f, q + kv, kv);
+    snprintf(n, sizeof n, "blk.%u.ffn_up.weight", l);
+    if (get_weight(g, used, n, d, 2 * hp->n_ff, 0, 1, &f, err, errlen))
+        return -1;
+    L->w_gate = weight_rows(&f, 0, hp->n_ff);
+    L->w_up = weight_rows(&f, hp->n_ff, hp->n_ff);
+    if (l > 0)
+        return 0;
+    model_weight_t s, lg;
+    uint32_t half = hp->rope_dim / 2, orig;
+    if (get_weight(g, used, "rope_factors_short.weight", half, 0, 1, 0, &s, err, errlen) ||
+        get_weight(g, used, "rope_factors_long.weight", half, 0, 1, 0, &lg, err, errlen) ||
+        hp_u32(g, model_arch_name(hp->arch), "rope.scaling.original_context_length",
+               hp->n_ctx_train, &orig, err, errlen))
+        return -1;
+    if (!s.data != !lg.data) {
+        snprintf(err, errlen, "%s: phi3 needs both rope_factors_short and rope_factors_long",
+                 gguf_path(g));
+        return -1;
+    }
+    if (!s.data)
+        return 0;
+    const float *v = s.data;
+    for (uint32_t i = 0; i < half; i++) {
+        if (!isfinite(v[i]) || v[i] <= 0.0f) {
+            snprintf(err, errlen, "%s: rope_factors_short.weight[%u] = %g is not a positive factor",
+                     gguf_path(g), i, (double)v[i]);
+            return -1;
+        }
+    }
+    hp->rope_freqs = v;
+    hp->feats |= MODEL_FEAT_ROPE_FREQS;
+    if (memcmp(s.data, lg.data, half * sizeof(float)) && orig > 0 && orig < hp->n_ctx_train)
+        hp->n_ctx_train = orig;
+    return 0;
+}
+
+static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
+{
+    char arch[32];
+    int rc = hp_str(g, "general.architecture", arch, sizeof arch, err, errlen);
+    if (rc <= 0) {
+        if (rc == 0)
+            snprintf(err, errlen, "%s: missing or non-string 'general.architecture'", gguf_path(g));
+        return MODEL_ERR_FORMAT;
+    }
+    memset(hp, 0, sizeof *hp);
+    const model_arch_desc_t *ad = NULL;
+    for (size_t i = 0; i < MODEL_N_ARCHS; i++)
+        if (!strcmp(arch, model_archs[i].name))
+            ad = &model_archs[i];
+    if (!ad) {
+        char names[128] = "";
+        for (size_t i = 0, n = 0; i < MODEL_N_ARCHS && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "",
+                                  model_archs[i].name);
+        snprintf(err, errlen, "%s: architecture '%s' is not supported (%s)", gguf_path(g), arch,
+                 names);
+        return MODEL_ERR_UNSUPPORTED;
+    }
+    hp->arch = ad->arch;
+    hp->rope_neox = ad->rope_neox;
+    if ((rc = check_keys(g, ad, err, errlen)))
+        return rc;
+    uint32_t n_expert = 0, n_expert_used = 0;
     if (hp_u32(g, arch, "embedding_length", -1, &hp->n_embd, err, errlen) ||
         hp_u32(g, arch, "block_count", -1, &hp->n_layer, err, errlen) ||
         hp_u32(g, arch, "feed_forward_length", -1, &hp->n_ff, err, errlen) ||
         hp_u32(g, arch, "attention.head_count", -1, &hp->n_head, err, errlen) ||
-        hp_u32(g, arch, "context_length", 2048, &hp->n_ctx_train, err, errlen))
+        hp_u32(g, arch, "context_length", 2048, &hp->n_ctx_train, err, errlen) ||
+        hp_u32(g, arch, "expert_count", 0, &n_expert, err, errlen) ||
+        hp_u32(g, arch, "expert_used_count", 0, &n_expert_used, err, errlen))
         return MODEL_ERR_FORMAT;
+    if (n_expert || n_expert_used) {
+        snprintf(err, errlen,
+                 "%s: mixture of experts ('%s.expert_count' = %u, expert_used_count %u) is not "
+                 "implemented",
+                 gguf_path(g), arch, n_expert, n_expert_used);
+        return MODEL_ERR_UNSUPPORTED;
+    }
     if (hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err, errlen))
         return MODEL_ERR_FORMAT;
     if (hp->n_embd == 0 || hp->n_embd > 65536 || hp->n_layer == 0 || hp->n_layer > 1024 ||
@@ -142,13 +454,31 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
                  hp->n_ctx_train);
         return MODEL_ERR_FORMAT;
     }
-    if (hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv) {
+    /* head width: attention.key_length, else n_embd / n_head */
+    uint32_t vlen;
+    if (hp_u32(g, arch, "attention.key_length", hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head,
+               &hp->head_dim, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (hp->head_dim == 0 || hp->n_head % hp->n_head_kv) {
         snprintf(err, errlen,
-                 "%s: embedding %u not divisible by %u heads, or heads not a multiple of %u KV heads",
+                 "%s: embedding %u not divisible by %u heads (and no attention.key_length), or "
+                 "heads not a multiple of %u KV heads",
                  gguf_path(g), hp->n_embd, hp->n_head, hp->n_head_kv);
         return MODEL_ERR_FORMAT;
     }
-    hp->head_dim = hp->n_embd / hp->n_head;
+    if (hp_u32(g, arch, "attention.value_length", hp->head_dim, &vlen, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (hp->head_dim > 1024 || (uint64_t)hp->n_head * hp->head_dim > 65536) {
+        snprintf(err, errlen, "%s: implausible head width %u (x %u heads)", gguf_path(g),
+                 hp->head_dim, hp->n_head);
+        return MODEL_ERR_FORMAT;
+    }
+    if (vlen != hp->head_dim) {
+        snprintf(err, errlen,
+                 "%s: '%s.attention.value_length' = %u differs from key_length %u: not implemented",
+                 gguf_path(g), arch, vlen, hp->head_dim);
+        return MODEL_ERR_UNSUPPORTED;
+    }
     if (hp_u32(g, arch, "rope.dimension_count", hp->head_dim, &hp->rope_dim, err, errlen))
         return MODEL_ERR_FORMAT;
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2) {
@@ -164,6 +494,14 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
                  (double)hp->rope_base, (double)hp->rms_eps);
         return MODEL_ERR_FORMAT;
     }
+    if ((rc = read_rope_scaling(g, ad, hp, err, errlen)))
+        return rc;
+    if (ad->qk_norm)
+        hp->feats |= MODEL_FEAT_QK_NORM;
+    if (ad->gemma && (rc = read_gemma(g, arch, ad, hp, err, errlen)))
+        return rc;
+    if (ad->phi3 && (rc = read_phi3(g, arch, hp, err, errlen)))
+        return rc;
     const gguf_tensor_t *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) {
         snprintf(err, errlen, "%s: missing tensor 'token_embd.weight'", gguf_path(g));
@@ -186,13 +524,39 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
     return 0;
 }
 
-static int read_weights(const gguf_t *g, const model_hparams_t *hp, model_weights_t *w, char *err,
-                        size_t errlen)
+/* rope_freqs.weight (llama3): rope_dim/2 positive F32 divisors. */
+static int read_rope_freqs(const gguf_t *g, uint8_t *used, const model_arch_desc_t *ad,
+                           model_hparams_t *hp, char *err, size_t errlen)
 {
+    if (!ad->rope_freqs || !gguf_find_tensor(g, "rope_freqs.weight"))
+        return 0; /* absent, or left over and refused by name */
+    model_weight_t f;
+    if (get_weight(g, used, "rope_freqs.weight", hp->rope_dim / 2, 0, 1, 1, &f, err, errlen))
+        return -1;
+    const float *v = f.data;
+    for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
+        if (!isfinite(v[i]) || v[i] <= 0.0f) {
+            snprintf(err, errlen, "%s: rope_freqs.weight[%u] = %g is not a positive factor",
+                     gguf_path(g), i, (double)v[i]);
+            return -1;
+        }
+    }
+    hp->rope_freqs = v;
+    hp->feats |= MODEL_FEAT_ROPE_FREQS;
+    return 0;
+}
+
+static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, model_weights_t *w,
+                        char *err, size_t errlen)
+{
+    const model_arch_desc_t *ad = arch_find(hp->arch);
     uint32_t d = hp->n_embd, q = hp->n_head * hp->head_dim, kv = hp->n_head_kv * hp->head_dim;
-    if (get_weight(g, "token_embd.weight", d, hp->n_vocab, 0, 1, &w->tok_embd, err, errlen) ||
-        get_weight(g, "output_norm.weight", d, 0, 1, 1, &w->output_norm, err, errlen) ||
-        get_weight(g, "output.weight", d, hp->n_vocab, 0, 0, &w->output, err, errlen))
+    uint32_t hd = hp->head_dim;
+    if (get_weight(g, used, "token_embd.weight", d, hp->n_vocab, 0, 1, &w->tok_embd, err, errlen) ||
+        get_weight(g, used, "output_norm.weight", d, 0, 1, 1, &w->output_norm, err, errlen) ||
+        (!ad->tied_only &&
+         get_weight(g, used, "output.weight", d, hp->n_vocab, 0, 0, &w->output, err, errlen)) ||
+        read_rope_freqs(g, used, ad, hp, err, errlen))
         return -1;
     if (!w->output.data) {
         w->output = w->tok_embd;
@@ -203,31 +567,59 @@ static int read_weights(const gguf_t *g, const model_hparams_t *hp, model_weight
         snprintf(err, errlen, "%s: out of memory", gguf_path(g));
         return -1;
     }
-    int bias = hp->arch == MODEL_ARCH_QWEN2;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         model_layer_t *L = &w->layers[l];
-        char n[13][64];
-        static const char *const suf[13] = {
-            "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-            "attn_q.bias",      "attn_k.bias",   "attn_v.bias",   "attn_output.weight",
-            "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
-            "unused",
+        /* per layer: the tensor's suffix, its view, shape, F32-only, presence
+         * (0 absent: never looked up, so a stray one is refused; 1 optional; 2 required) */
+        const struct {
+            const char *suf;
+            model_weight_t *w;
+            uint32_t n_in, n_out;
+            int f32, need;
+        } lt[] = {
+            {"attn_norm.weight", &L->attn_norm, d, 0, 1, 2},
+            {"attn_q.weight", &L->wq, d, q, 0, ad->phi3 ? 0 : 2},
+            {"attn_k.weight", &L->wk, d, kv, 0, ad->phi3 ? 0 : 2},
+            {"attn_v.weight", &L->wv, d, kv, 0, ad->phi3 ? 0 : 2},
+            {"attn_q.bias", &L->bq, q, 0, 1, ad->qkv_bias},
+            {"attn_k.bias", &L->bk, kv, 0, 1, ad->qkv_bias},
+            {"attn_v.bias", &L->bv, kv, 0, 1, ad->qkv_bias},
+            {"attn_q_norm.weight", &L->q_norm, hd, 0, 1, ad->qk_norm ? 2 : 0},
+            {"attn_k_norm.weight", &L->k_norm, hd, 0, 1, ad->qk_norm ? 2 : 0},
+            {"attn_output.weight", &L->wo, q, d, 0, 2},
+            {"ffn_norm.weight", &L->ffn_norm, d, 0, 1, 2},
+            {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
+            {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
+            {"ffn_down.weight", &L->w_down, hp->n_ff, d, 0, 2},
+            {"post_attention_norm.weight", &L->post_attn_norm, d, 0, 1, ad->gemma ? 2 : 0},
+            {"post_ffw_norm.weight", &L->post_ffn_norm, d, 0, 1, ad->gemma ? 2 : 0},
         };
-        for (int i = 0; i < 12; i++)
-            snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suf[i]);
-        if (get_weight(g, n[0], d, 0, 1, 1, &L->attn_norm, err, errlen) ||
-            get_weight(g, n[1], d, q, 0, 1, &L->wq, err, errlen) ||
-            get_weight(g, n[2], d, kv, 0, 1, &L->wk, err, errlen) ||
-            get_weight(g, n[3], d, kv, 0, 1, &L->wv, err, errlen) ||
-            get_weight(g, n[4], q, 0, 1, bias, &L->bq, err, errlen) ||
-            get_weight(g, n[5], kv, 0, 1, bias, &L->bk, err, errlen) ||
-            get_weight(g, n[6], kv, 0, 1, bias, &L->bv, err, errlen) ||
-            get_weight(g, n[7], q, d, 0, 1, &L->wo, err, errlen) ||
-            get_weight(g, n[8], d, 0, 1, 1, &L->ffn_norm, err, errlen) ||
-            get_weight(g, n[9], d, hp->n_ff, 0, 1, &L->w_gate, err, errlen) ||
-            get_weight(g, n[10], d, hp->n_ff, 0, 1, &L->w_up, err, errlen) ||
-            get_weight(g, n[11], hp->n_ff, d, 0, 1, &L->w_down, err, errlen))
+        for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++) {
+            char n[96];
+            snprintf(n, sizeof n, "blk.%u.%s", l, lt[i].suf);
+            if (lt[i].need &&
+                get_weight(g, used, n, lt[i].n_in, lt[i].n_out, lt[i].f32, lt[i].need == 2,
+                           lt[i].w, err, errlen))
+                return -1;
+        }
+        if (ad->phi3 && read_phi3_weights(g, used, hp, L, l, err, errlen))
             return -1;
+        if (!L->bq.data != !L->bk.data || !L->bq.data != !L->bv.data) {
+            snprintf(err, errlen, "%s: layer %u has some but not all of the q/k/v biases",
+                     gguf_path(g), l);
+            return -1;
+        }
+    }
+    /* strict: a tensor nobody took would be silently ignored math */
+    for (size_t i = 0; i < gguf_tensor_count(g); i++) {
+        if (used[i])
+            continue;
+        const gguf_tensor_t *t = gguf_tensor_at(g, i);
+        snprintf(err, errlen,
+                 "%s: tensor '%.*s' is not used by this engine's %s architecture (a feature it "
+                 "does not implement), so the file is refused",
+                 gguf_path(g), 200, t->name, ad->name);
+        return -1;
     }
     return 0;
 }
@@ -241,7 +633,16 @@ model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen)
         return NULL;
     }
     m->gguf = g;
-    if (read_hparams(g, &m->hp, err, errlen) || read_weights(g, &m->hp, &m->w, err, errlen))
+    if (read_hparams(g, &m->hp, err, errlen))
+        goto fail;
+    uint8_t *used = calloc(gguf_tensor_count(g) + 1, 1);
+    if (!used) {
+        snprintf(err, errlen, "%s: out of memory", gguf_path(g));
+        goto fail;
+    }
+    int wrc = read_weights(g, used, &m->hp, &m->w, err, errlen);
+    free(used);
+    if (wrc)
         goto fail;
     char terr[256];
     m->tok = tok_open(g, terr, sizeof terr);

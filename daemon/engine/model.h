@@ -1,4 +1,4 @@
-/* model: Llama-family hyperparameters and weight views taken from a GGUF file. */
+/* model: Llama-family hyperparameters and weight views taken from a GGUF file, read strictly (every tensor and math-changing key understood, or the file is refused). */
 #ifndef MODEL_H
 #define MODEL_H
 
@@ -11,7 +11,27 @@
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
     MODEL_ARCH_QWEN2 = 2, /* adds q/k/v biases, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 3, /* per-head q/k RMSNorm, no biases, NeoX RoPE */
+    MODEL_ARCH_GEMMA2 = 4, /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
+    MODEL_ARCH_PHI3 = 6,   /* fused QKV and gate/up, long/short RoPE factors, sliding window */
+    MODEL_ARCH_GEMMA3 = 5, /* gemma2 without soft-caps, with q/k norms, 5 of 6 layers SWA with
+                              their own RoPE base */
 } model_arch_t;
+
+/* Computation features beyond the plain Llama block that a model uses; a
+ * backend lists those its kernels run (backend_t.model_feats) and a model
+ * needing another is refused at load (model_feats_check). */
+enum {
+    MODEL_FEAT_ROPE_FREQS = 1u << 0,  /* per-pair RoPE frequency factors (llama3 rope_freqs) */
+    MODEL_FEAT_ROPE_LINEAR = 1u << 1, /* linear RoPE scaling: positions times rope_freq_scale */
+    MODEL_FEAT_QK_NORM = 1u << 2,     /* per-head RMSNorm of q and k before RoPE */
+    MODEL_FEAT_EMB_SCALE = 1u << 3,   /* embeddings times sqrt(n_embd) (backend scale) */
+    MODEL_FEAT_SOFTCAP = 1u << 4,     /* attention-score and final-logit soft-capping */
+    MODEL_FEAT_SWA = 1u << 5,         /* sliding-window attention layers */
+    MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
+    MODEL_FEAT_ROPE_MSCALE = 1u << 7, /* RoPE cos/sin times rope_attn_factor (Phi-3 LongRoPE) */
+    MODEL_FEAT_ALL = (1u << 8) - 1,
+};
 
 enum {
     MODEL_OK = 0,
@@ -29,12 +49,27 @@ typedef struct model_hparams {
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv;
-    uint32_t head_dim;    /* n_embd / n_head */
+    uint32_t head_dim;    /* attention.key_length, default n_embd / n_head */
     uint32_t rope_dim;    /* dims of each head that RoPE rotates (even) */
     uint32_t n_vocab;
     float rope_base;      /* theta base, default 10000 */
     float rms_eps;
     int rope_neox;        /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
+    float rope_freq_scale;    /* positions are multiplied by this (1 / linear factor; 1 = none) */
+    float rope_attn_factor;   /* rotated q/k values are multiplied by this
+                                 (rope.scaling.attn_factor); 0 or 1 = none */
+    const float *rope_freqs;  /* (rope_dim/2) divisors of each pair's frequency, host memory
+                                 (the file mapping); NULL = none */
+    uint32_t feats;       /* MODEL_FEAT_* bits this model needs */
+    float emb_scale;      /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
+    float att_scale;      /* attention score scale; 0 = 1/sqrt(head_dim) */
+    float attn_softcap;   /* attention scores soft-capped at this; 0 = none */
+    float final_softcap;  /* output logits soft-capped at this; 0 = none */
+    uint32_t swa_window;  /* sliding window of the SWA layers, positions; 0 = none */
+    uint32_t swa_pattern; /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
+                             0: every layer (phi3) */
+    float rope_base_swa;  /* RoPE base of the sliding layers, unscaled; 0 = as the others */
+    int gelu;             /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;
 
 /* A view of one tensor: rows of n_in elements of the stored type. */
@@ -50,6 +85,9 @@ typedef struct model_layer {
     model_weight_t attn_norm;          /* (n_embd) F32 */
     model_weight_t wq, wk, wv;         /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) */
     model_weight_t bq, bk, bv;         /* qwen2 biases, F32; data NULL for llama */
+    model_weight_t q_norm, k_norm;     /* (head_dim) F32 per-head norms (qwen3); data NULL otherwise */
+    model_weight_t post_attn_norm;     /* (n_embd) F32 norm of the attention output (gemma2) */
+    model_weight_t post_ffn_norm;      /* (n_embd) F32 norm of the FFN output (gemma2) */
     model_weight_t wo;                 /* (n_head*hd -> n_embd) */
     model_weight_t ffn_norm;           /* (n_embd) F32 */
     model_weight_t w_gate, w_up;       /* (n_embd -> n_ff) */
@@ -89,5 +127,11 @@ model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen);
 void model_close(model_t *m); /* accepts NULL */
 
 const char *model_arch_name(model_arch_t a);
+
+/* 0 if a backend whose kernels run the features `supported` (MODEL_FEAT_*)
+ * can run a model needing hp->feats; else MODEL_ERR_UNSUPPORTED and err
+ * names the backend and each missing feature. */
+int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char *backend, char *err,
+                      size_t errlen);
 
 #endif

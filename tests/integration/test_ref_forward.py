@@ -26,6 +26,8 @@ MKMODEL = os.path.join(BUILD, "mkmodel")
 GPUSWAPD = os.path.join(BUILD, "gpuswapd")
 
 PROMPT = [1, 5, 9, 13, 200]
+# 40 positions, so slow RoPE pairs (Llama 3 factors, linear scaling) turn far
+LONG_PROMPT = [1] + [(7 * i + 3) % 290 + 5 for i in range(39)]
 N_GEN = 6
 
 # Max |engine - ref| allowed per step, relative to max(1, max |ref logit|).
@@ -67,7 +69,85 @@ for _arch in ("llama", "qwen2"):
         for _path in ("exact", "fast"):
             CASES.append(("%s-%s-%s" % (_arch, _t, _path), _path,
                           ["--arch", _arch, "--type", _t, "--seed", "9"] + _shape))
+# Architectures and RoPE variants beyond plain llama/qwen2 (issue 17): qwen3
+# (per-head q/k RMSNorm) in every exact type, tied and GQA, and with heads
+# wider than dim/heads; llama with Llama 3 rope_freqs, linear RoPE scaling
+# and attention.key_length. Optional 4th element: the prompt.
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("qwen3-%s" % _t, "exact", ["--arch", "qwen3", "--type", _t, "--seed", "21"] + SMALL))
+for _t in ("q4_k", "q6_k"):
+    for _path in ("exact", "fast"):
+        CASES.append(("qwen3-%s-%s" % (_t, _path), _path,
+                      ["--arch", "qwen3", "--type", _t, "--seed", "22"] + WIDE))
+# gemma2 with soft-caps and a window small enough that the 40-token prompt
+# runs through both (5 and 10, window 16), in every exact type, GQA, wide heads
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("gemma2-%s" % _t, "exact",
+                  ["--arch", "gemma2", "--type", _t, "--softcap", "5,10", "--window", "16",
+                   "--seed", "31"] + SMALL, LONG_PROMPT))
+for _t in ("q4_k", "q5_k"):
+    for _path in ("exact", "fast"):
+        CASES.append(("gemma2-%s-%s" % (_t, _path), _path,
+                      ["--arch", "gemma2", "--type", _t, "--softcap", "5,10", "--window", "16",
+                       "--seed", "32"] + WIDE, LONG_PROMPT))
 CASES += [
+    ("gemma2-f32-gqa4-hd32-3layers", "exact",
+     ["--arch", "gemma2", "--type", "f32", "--dim", "64", "--heads", "8", "--kv-heads", "2",
+      "--head-dim", "32", "--layers", "3", "--ff", "128", "--vocab", "320", "--softcap", "5,10",
+      "--window", "8", "--eps", "1e-6", "--seed", "33"], LONG_PROMPT),
+    ("gemma2-f16-default-caps", "exact",
+     ["--arch", "gemma2", "--type", "f16", "--seed", "34"] + SMALL),
+]
+# gemma3: q/k norms, 5 of 6 layers sliding (window 8) with their own RoPE
+# base, the global ones at base 1e6 scaled linearly by 8 (as Gemma 3 4B+)
+_G3 = ["--arch", "gemma3", "--window", "8", "--layers", "7", "--rope-base", "1000000",
+       "--rope-scaling", "linear:8"]
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("gemma3-%s" % _t, "exact", _G3 + ["--type", _t, "--seed", "41", "--dim", "64",
+                  "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--ff", "128",
+                  "--vocab", "320"], LONG_PROMPT))
+for _path in ("exact", "fast"):
+    CASES.append(("gemma3-q6_k-%s" % _path, _path,
+                  _G3 + ["--type", "q6_k", "--seed", "42"] + WIDE[:2] + WIDE[4:], LONG_PROMPT))
+CASES.append(("gemma3-f32-mqa-unscaled", "exact",
+              ["--arch", "gemma3", "--window", "4", "--layers", "6", "--type", "f32", "--dim", "64",
+               "--heads", "4", "--kv-heads", "1", "--ff", "128", "--vocab", "320", "--seed", "43"],
+              LONG_PROMPT))
+# phi3: fused qkv and gate/up (row views of one tensor in every type), every
+# layer sliding (window 8), Phi-3 128k-like short/long RoPE factors
+for _t in ("f32", "f16", "bf16", "q8_0"):
+    CASES.append(("phi3-%s" % _t, "exact", ["--arch", "phi3", "--type", _t, "--window", "8",
+                  "--rope-factors", "--seed", "51"] + SMALL, LONG_PROMPT))
+for _t in ("q4_k_m", "iq4_xs"):
+    for _path in ("exact", "fast"):
+        CASES.append(("phi3-%s-%s" % (_t, _path), _path,
+                      ["--arch", "phi3", "--type", _t, "--window", "16", "--seed", "52"] + WIDE,
+                      LONG_PROMPT))
+# Phi-3.5 / 128k files: LongRoPE's attention factor (cos and sin scaled)
+CASES.append(("phi3-f16-rope-attn-factor", "exact",
+              ["--arch", "phi3", "--type", "f16", "--window", "8", "--rope-factors",
+               "--rope-attn-factor", "1.19", "--seed", "54"] + SMALL, LONG_PROMPT))
+CASES.append(("phi3-q8_0-mha-no-window", "exact",
+              ["--arch", "phi3", "--type", "q8_0", "--window", "0", "--heads", "4", "--kv-heads", "4",
+               "--dim", "64", "--layers", "3", "--ff", "96", "--vocab", "320", "--seed", "53"]))
+CASES += [
+    ("qwen3-f16-tied-gqa4-hd32", "exact",
+     ["--arch", "qwen3", "--type", "f16", "--tied", "--dim", "64", "--heads", "8", "--kv-heads", "2",
+      "--head-dim", "32", "--layers", "3", "--ff", "128", "--vocab", "320", "--rope-base", "1000000",
+      "--eps", "1e-6", "--seed", "23"], LONG_PROMPT),
+    ("llama-f32-rope-freqs", "exact",
+     ["--arch", "llama", "--type", "f32", "--rope-freqs", "--seed", "24"] + SMALL, LONG_PROMPT),
+    ("llama-q8_0-rope-freqs-gqa8", "exact",
+     ["--arch", "llama", "--type", "q8_0", "--rope-freqs", "--dim", "128", "--layers", "2",
+      "--heads", "8", "--kv-heads", "1", "--ff", "256", "--vocab", "384", "--rope-base", "500000",
+      "--seed", "25"], LONG_PROMPT),
+    ("llama-bf16-rope-linear4", "exact",
+     ["--arch", "llama", "--type", "bf16", "--rope-scaling", "linear:4", "--seed", "26"] + SMALL,
+     LONG_PROMPT),
+    ("qwen2-f32-rope-none", "exact",
+     ["--arch", "qwen2", "--type", "f32", "--rope-scaling", "none:4", "--seed", "27"] + SMALL),
+    ("llama-f16-head-dim-32", "exact",
+     ["--arch", "llama", "--type", "f16", "--head-dim", "32", "--seed", "28"] + SMALL, LONG_PROMPT),
     ("llama-f16-tied", "exact",
      ["--arch", "llama", "--type", "f16", "--tied", "--seed", "11"] + SMALL),
     ("qwen2-q8_0-tied", "exact",
@@ -128,17 +208,18 @@ def load_logits(path, n_vocab):
     return np.array(rows, dtype=np.float64).reshape(len(rows), n_vocab)
 
 
-def check_case(tmp, name, path, args):
+def check_case(tmp, name, path, args, prompt=PROMPT):
     model = os.path.join(tmp, name + ".gguf")
     dump = os.path.join(tmp, name + ".logits")
     run([MKMODEL, "--out", model] + args)
     out = run([GPUSWAPD, "generate", "--model", model,
-               "--prompt-ids", ",".join(str(i) for i in PROMPT),
-               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump]
+               "--prompt-ids", ",".join(str(i) for i in prompt),
+               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump,
+               "--kv-type", "f32"]  # the reference's F32 math (F16 KV: test_forward)
               + (["--exact"] if path == "exact" else []))
     res = parse_json_line(out)
-    if list(res.get("prompt_ids", [])) != PROMPT:
-        raise CaseFailure("prompt_ids %r, want %r" % (res.get("prompt_ids"), PROMPT))
+    if list(res.get("prompt_ids", [])) != prompt:
+        raise CaseFailure("prompt_ids %r, want %r" % (res.get("prompt_ids"), prompt))
     ids = [int(i) for i in res["ids"]]
     if not 1 <= len(ids) <= N_GEN:
         raise CaseFailure("%d generated ids, want 1..%d" % (len(ids), N_GEN))
@@ -147,10 +228,10 @@ def check_case(tmp, name, path, args):
     eng = load_logits(dump, m.n_vocab)
     if eng.shape[0] != len(ids):
         raise CaseFailure("%d logit rows for %d generated ids" % (eng.shape[0], len(ids)))
-    want = ref.forward(m, PROMPT + ids[:-1])
+    want = ref.forward(m, prompt + ids[:-1])
     worst = 0.0
     for k in range(len(ids)):
-        row = want[len(PROMPT) - 1 + k]
+        row = want[len(prompt) - 1 + k]
         if path == "fast":
             if not np.all(np.isfinite(eng[k])):
                 raise CaseFailure("step %d: non-finite logits" % k)
@@ -223,9 +304,13 @@ def main():
         print("FAIL ref-dequantizes-kquant-exactly: %s" % e)
         failed += 1
     with tempfile.TemporaryDirectory(prefix="gpuswapd-ref-") as tmp:
-        for name, path, args in CASES:
+        only = os.environ.get("REF_CASES")  # comma-separated substrings: run only those
+        for case in CASES:
+            name, path, args = case[:3]
+            if only and not any(o in name for o in only.split(",")):
+                continue
             try:
-                worst = check_case(tmp, name, path, args)
+                worst = check_case(tmp, name, path, args, *case[3:])
                 print("ok %s (worst diff %.2f of bound)" % (name, worst))
             except (CaseFailure, subprocess.TimeoutExpired, ref.GGUFError, OSError) as e:
                 print("FAIL %s: %s" % (name, e))

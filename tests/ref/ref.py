@@ -5,7 +5,18 @@ Independent of the C engine: its own GGUF parser (v2/v3, every metadata type,
 nested arrays), dequantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (vectorized over blocks, in
 float64 from the stored values: exact), and a full-sequence
-forward pass (no KV cache) for the `llama` and `qwen2` architectures.
+forward pass (no KV cache) for the `llama` (with Llama 3 `rope_freqs`
+factors, linear RoPE scaling and `attention.key_length` heads), `qwen2` and
+`qwen3` architectures, written from the Hugging Face modelling code
+(Qwen3Attention normalizes each head of q and k with its own RMSNorm before
+the rotary embedding, and has no q/k/v biases), and `gemma2` (Gemma2Model:
+embeddings times sqrt(hidden), RMSNorm with (1 + w), post-attention and
+post-feed-forward norms, gelu_pytorch_tanh gate, tanh soft-capping of the
+attention scores and the final logits, a sliding window on even layers) and
+`gemma3` (Gemma3TextModel: no soft-caps, q/k RMSNorm with (1 + w) per head,
+sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled)
+and `phi3` (Phi3Model: fused qkv_proj and gate_up_proj, LongRoPE inv_freq
+divided by the short factors within the original context, sliding window).
 
 CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
 prints (or writes) the logits of every position, one line per position.
@@ -308,7 +319,7 @@ class Model:
         g = GGUF(path)
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -322,38 +333,98 @@ class Model:
         self.n_layers = int(hp("block_count"))
         self.n_heads = int(hp("attention.head_count"))
         self.n_kv_heads = int(hp("attention.head_count_kv", self.n_heads))
-        self.head_dim = self.dim // self.n_heads
+        self.head_dim = int(hp("attention.key_length", self.dim // self.n_heads))
+        if int(hp("attention.value_length", self.head_dim)) != self.head_dim:
+            raise GGUFError("%s: value_length != key_length" % path)
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch == "qwen2"
+        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        if arch == "phi3":
+            self.window = int(hp("attention.sliding_window"))
+            self.orig_ctx = int(hp("rope.scaling.original_context_length",
+                                   hp("context_length", 4096)))
+        if arch == "gemma3":
+            # Gemma3TextConfig: sliding_window_pattern 6, rope_local_base_freq
+            # 10000; no soft-caps; query_pre_attn_scalar as for gemma2 (27B: 62 layers)
+            self.attn_cap = self.final_cap = 0.0
+            self.window = int(hp("attention.sliding_window"))
+            self.query_pre_attn_scalar = (self.dim // self.n_heads if self.n_layers == 62
+                                          else self.head_dim)
+            self.swa_pattern, self.local_base = 6, 10000.0
+        if arch == "gemma2":
+            self.swa_pattern, self.local_base = 2, None
+            # Gemma2Config: attn_logit_softcapping, final_logit_softcapping,
+            # sliding_window; query_pre_attn_scalar is not in the GGUF: head_dim,
+            # or hidden/heads for the 46-layer 27B (as llama.cpp c392e50 decides)
+            self.attn_cap = float(hp("attn_logit_softcapping", 50.0))
+            self.final_cap = float(hp("final_logit_softcapping", 30.0))
+            self.window = int(hp("attention.sliding_window", 4096))
+            self.query_pre_attn_scalar = (self.dim // self.n_heads if self.n_layers == 46
+                                          else self.head_dim)
+        # HF rope_scaling "linear": positions divided by the factor
+        stype = g.kv.get("%s.rope.scaling.type" % arch, "linear")
+        factor = float(g.kv.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0)
+        if arch == "phi3" and stype == "longrope":
+            stype = "none"                                 # the factors are tensors
+        if stype not in ("none", "linear"):
+            raise GGUFError("%s: rope scaling %r not implemented" % (path, stype))
+        self.pos_scale = 1.0 / factor if stype == "linear" else 1.0
+        self.mscale = float(g.kv.get("%s.rope.scaling.attn_factor" % arch, 1.0))
+        used = set()
 
-        t = g.tensor
+        def t(name):
+            used.add(name)
+            return g.tensor(name)
+        # HF rope_type "llama3" as the GGUF carries it: divisors of inv_freq
+        self.rope_freqs = t("rope_freqs.weight") if "rope_freqs.weight" in g.tensors else None
+        if "rope_factors_short.weight" in g.tensors:       # Phi-3 LongRoPE ext_factors
+            self.rope_short = t("rope_factors_short.weight")
+            self.rope_long = t("rope_factors_long.weight")
+        else:
+            self.rope_short = self.rope_long = None
         self.tok_embd = t("token_embd.weight")             # (vocab, dim)
         self.n_vocab = self.tok_embd.shape[0]
         self.out_norm = t("output_norm.weight")            # (dim,)
-        if "output.weight" in g.tensors:
+        if "output.weight" in g.tensors and arch != "gemma2":  # gemma2 always ties
             self.output = t("output.weight")               # (vocab, dim)
         else:
             self.output = self.tok_embd                    # tied
         self.layers = []
         for i in range(self.n_layers):
             p = "blk.%d." % i
-            L = {
+            if arch == "phi3":                             # qkv_proj, gate_up_proj
+                nq, nkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+                qkv = t(p + "attn_qkv.weight")
+                gu = t(p + "ffn_up.weight")
+                ff = gu.shape[0] // 2
+                L = {"wq": qkv[:nq], "wk": qkv[nq:nq + nkv], "wv": qkv[nq + nkv:],
+                     "w_gate": gu[:ff], "w_up": gu[ff:]}
+            else:
+                L = {"wq": t(p + "attn_q.weight"),         # (heads*hd, dim)
+                     "wk": t(p + "attn_k.weight"),         # (kv_heads*hd, dim)
+                     "wv": t(p + "attn_v.weight"),         # (kv_heads*hd, dim)
+                     "w_gate": t(p + "ffn_gate.weight"),   # (ff, dim)
+                     "w_up": t(p + "ffn_up.weight")}       # (ff, dim)
+            L.update({
                 "attn_norm": t(p + "attn_norm.weight"),    # (dim,)
-                "wq": t(p + "attn_q.weight"),              # (heads*hd, dim)
-                "wk": t(p + "attn_k.weight"),              # (kv_heads*hd, dim)
-                "wv": t(p + "attn_v.weight"),              # (kv_heads*hd, dim)
                 "wo": t(p + "attn_output.weight"),         # (dim, heads*hd)
                 "ffn_norm": t(p + "ffn_norm.weight"),      # (dim,)
-                "w_gate": t(p + "ffn_gate.weight"),        # (ff, dim)
-                "w_up": t(p + "ffn_up.weight"),            # (ff, dim)
                 "w_down": t(p + "ffn_down.weight"),        # (dim, ff)
-            }
+            })
             for b in ("q", "k", "v"):
                 name = p + "attn_%s.bias" % b
                 L["b" + b] = t(name) if name in g.tensors else None
+            for b in ("q", "k"):                           # qwen3: (hd,) per-head norms
+                name = p + "attn_%s_norm.weight" % b
+                L[b + "_norm"] = t(name) if arch in ("qwen3", "gemma3") else None
+            if arch in ("gemma2", "gemma3"):               # (dim,) each
+                L["post_attn_norm"] = t(p + "post_attention_norm.weight")
+                L["post_ffn_norm"] = t(p + "post_ffw_norm.weight")
             self.layers.append(L)
+        left = [n for n in g.tensor_order if n not in used]
+        if left:
+            raise GGUFError("%s: tensors not understood: %s" % (path, ", ".join(left[:4])))
 
 
 def rmsnorm(x, w, eps):
@@ -361,15 +432,20 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, rope_dim, base, neox):
-    """Rotate the first rope_dim dims of every head. x: (T, heads, hd)."""
+def rope(x, pos, rope_dim, base, neox, freq_div=None, mscale=1.0):
+    """Rotate the first rope_dim dims of every head. x: (T, heads, hd);
+    pos may be fractional (linear scaling); freq_div divides each pair's
+    frequency (Llama 3 factors); mscale multiplies cos and sin (Phi-3
+    LongRoPE's scaling_factor, rope.scaling.attn_factor)."""
     x = x.copy()
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
     theta = base ** (-2.0 * i / rope_dim)                  # (half,)
+    if freq_div is not None:
+        theta = theta / freq_div
     ang = pos[:, None].astype(np.float64) * theta[None, :]  # (T, half)
-    cos = np.cos(ang)[:, None, :]
-    sin = np.sin(ang)[:, None, :]
+    cos = np.cos(ang)[:, None, :] * mscale
+    sin = np.sin(ang)[:, None, :] * mscale
     if neox:
         a = x[:, :, 0:half].copy()
         b = x[:, :, half:rope_dim].copy()
@@ -387,6 +463,94 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def gemma_norm(x, w_gguf, eps):
+    """Gemma2RMSNorm: x / sqrt(mean(x^2) + eps) * (1 + w). The GGUF converter
+    stores 1 + w, so w = stored - 1."""
+    w = w_gguf - 1.0
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (1.0 + w)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward_gemma(m, ids):
+    """Gemma2Model / Gemma3TextModel + lm_head, eager attention, float64: (T, n_vocab)."""
+    T = len(ids)
+    hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
+    pos = np.arange(T)
+    qpos, kpos = pos[:, None], pos[None, :]
+    causal = np.where(kpos > qpos, -np.inf, 0.0)
+    sliding = np.where((kpos > qpos) | (qpos - kpos >= m.window), -np.inf, 0.0)
+    h = m.tok_embd[ids] * np.sqrt(m.dim)                   # normalizer = hidden_size ** 0.5
+    for li, L in enumerate(m.layers):
+        is_sliding = bool((li + 1) % m.swa_pattern)        # gemma2: not layer_idx % 2
+        residual = h
+        x = gemma_norm(h, L["attn_norm"], m.eps)           # input_layernorm
+        q = (x @ L["wq"].T).reshape(T, nh, hd)
+        k = (x @ L["wk"].T).reshape(T, nkv, hd)
+        v = (x @ L["wv"].T).reshape(T, nkv, hd)
+        if L["q_norm"] is not None:                        # gemma3 q_norm / k_norm
+            q = gemma_norm(q, L["q_norm"], m.eps)
+            k = gemma_norm(k, L["k_norm"], m.eps)
+        if is_sliding and m.local_base:                    # rotary_emb_local: unscaled
+            q = rope(q, pos, m.rope_dim, m.local_base, True)
+            k = rope(k, pos, m.rope_dim, m.local_base, True)
+        else:
+            q = rope(q, pos * m.pos_scale, m.rope_dim, m.rope_base, True)
+            k = rope(k, pos * m.pos_scale, m.rope_dim, m.rope_base, True)
+        mask = sliding if is_sliding else causal
+        out = np.zeros((T, nh, hd))
+        for hq in range(nh):
+            hk = hq // (nh // nkv)                         # repeat_kv
+            s = (q[:, hq, :] @ k[:, hk, :].T) * m.query_pre_attn_scalar ** -0.5
+            if m.attn_cap > 0:
+                s = np.tanh(s / m.attn_cap) * m.attn_cap
+            s = s + mask
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hk, :]
+        x = out.reshape(T, nh * hd) @ L["wo"].T            # o_proj
+        h = residual + gemma_norm(x, L["post_attn_norm"], m.eps)
+        residual = h
+        x = gemma_norm(h, L["ffn_norm"], m.eps)            # pre_feedforward_layernorm
+        x = (gelu_tanh(x @ L["w_gate"].T) * (x @ L["w_up"].T)) @ L["w_down"].T
+        h = residual + gemma_norm(x, L["post_ffn_norm"], m.eps)
+    logits = gemma_norm(h, m.out_norm, m.eps) @ m.output.T
+    if m.final_cap > 0:
+        logits = np.tanh(logits / m.final_cap) * m.final_cap
+    return logits
+
+
+def forward_phi3(m, ids):
+    """Phi3Model + lm_head, eager attention, float64: (T, n_vocab)."""
+    T = len(ids)
+    hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
+    pos = np.arange(T)
+    qpos, kpos = pos[:, None], pos[None, :]
+    mask = np.where((kpos > qpos) | (qpos - kpos >= m.window if m.window else False), -np.inf, 0.0)
+    ext = None
+    if m.rope_short is not None:
+        ext = m.rope_long if T > m.orig_ctx else m.rope_short
+    h = m.tok_embd[ids].copy()
+    for L in m.layers:
+        x = rmsnorm(h, L["attn_norm"], m.eps)
+        q = rope((x @ L["wq"].T).reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, True, ext,
+                 m.mscale)
+        k = rope((x @ L["wk"].T).reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, True, ext,
+                 m.mscale)
+        v = (x @ L["wv"].T).reshape(T, nkv, hd)
+        out = np.zeros((T, nh, hd))
+        for hq in range(nh):
+            hk = hq // (nh // nkv)
+            s = q[:, hq, :] @ k[:, hk, :].T / np.sqrt(hd) + mask
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hk, :]
+        h = h + out.reshape(T, nh * hd) @ L["wo"].T
+        x = rmsnorm(h, L["ffn_norm"], m.eps)
+        h = h + (silu(x @ L["w_gate"].T) * (x @ L["w_up"].T)) @ L["w_down"].T
+    return rmsnorm(h, m.out_norm, m.eps) @ m.output.T
+
+
 def forward(m, ids):
     """Logits for every position of the token sequence ids: (T, n_vocab), float64."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -395,9 +559,13 @@ def forward(m, ids):
         return np.zeros((0, m.n_vocab))
     if ids.min() < 0 or ids.max() >= m.n_vocab:
         raise ValueError("token id out of range")
+    if m.arch in ("gemma2", "gemma3"):
+        return forward_gemma(m, ids)
+    if m.arch == "phi3":
+        return forward_phi3(m, ids)
     hd, nh, nkv = m.head_dim, m.n_heads, m.n_kv_heads
     group = nh // nkv
-    pos = np.arange(T)
+    pos = np.arange(T) * m.pos_scale
     mask = np.triu(np.full((T, T), -np.inf), k=1)          # causal
     x = m.tok_embd[ids].copy()                             # (T, dim)
     for L in m.layers:
@@ -411,8 +579,13 @@ def forward(m, ids):
             k = k + L["bk"]
         if L["bv"] is not None:
             v = v + L["bv"]
-        q = rope(q.reshape(T, nh, hd), pos, m.rope_dim, m.rope_base, m.neox)
-        k = rope(k.reshape(T, nkv, hd), pos, m.rope_dim, m.rope_base, m.neox)
+        q = q.reshape(T, nh, hd)
+        k = k.reshape(T, nkv, hd)
+        if L["q_norm"] is not None:
+            q = rmsnorm(q, L["q_norm"], m.eps)
+            k = rmsnorm(k, L["k_norm"], m.eps)
+        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
+        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
         v = v.reshape(T, nkv, hd)
         att_out = np.zeros((T, nh, hd))
         for hq in range(nh):
@@ -444,7 +617,7 @@ def greedy(m, ids, n):
 # ---------------------------------------------------------------- CLI
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2")
+    ap = argparse.ArgumentParser(description="float64 reference forward pass for GGUF llama/qwen2/qwen3/gemma2/gemma3/phi3")
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", help="write logits here instead of stdout")

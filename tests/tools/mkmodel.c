@@ -1,4 +1,4 @@
-/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2) of any shape and weight type, with a working tokenizer. */
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3, phi3) of any shape and weight type, with a working tokenizer. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -23,7 +23,17 @@ typedef enum mk_tok {
 
 typedef struct mk_opts {
     const char *out;
-    const char *arch;     /* "llama" or "qwen2" */
+    const char *arch;     /* "llama", "qwen2" or "qwen3": the tensors written */
+    const char *arch_name; /* general.architecture and key prefix (default arch) */
+    uint32_t head_dim;    /* attention.key_length/value_length; 0 = dim/heads, not written */
+    int rope_freqs;       /* llama3 RoPE: write rope_freqs.weight */
+    int rope_factors;     /* phi3: write rope_factors_short/long.weight */
+    const char *rope_scaling; /* "TYPE[:FACTOR]" for rope.scaling.type/.factor; NULL = none */
+    const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
+    const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
+    float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
+    float rope_attn_factor; /* rope.scaling.attn_factor; 0 = not written */
+    uint32_t window;      /* gemma2 sliding window (default 4096) */
     uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
     uint32_t wtype_more;  /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
     uint32_t ftype;       /* general.file_type (llama.cpp's llama_ftype) */
@@ -42,7 +52,21 @@ static void mk_usage(FILE *f)
 {
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
-            "  --arch llama|qwen2        architecture (default llama)\n"
+            "  --arch A                  llama, qwen2, qwen3, gemma2, gemma3 or phi3\n"
+            "                            (default llama; gemma is always tied)\n"
+            "  --rope-factors            phi3: rope_factors_short/long.weight (Phi-3 128k-like,\n"
+            "                            original context 64)\n"
+            "  --softcap A,F             gemma2 attention and final-logit soft-caps (50,30)\n"
+            "  --window N                gemma/phi3 sliding window (default 4096)\n"
+            "  --head-dim N              per-head width when not dim/heads (writes\n"
+            "                            attention.key_length and value_length)\n"
+            "  --rope-freqs              llama: a rope_freqs.weight of Llama 3.1 RoPE factors\n"
+            "                            (factor 8, low 1, high 4, original context 256)\n"
+            "  --rope-scaling T[:F]      write rope.scaling.type T (and .factor F)\n"
+            "  --rope-attn-factor F      write rope.scaling.attn_factor F\n"
+            "  --arch-name NAME          declare this general.architecture (key prefix)\n"
+            "  --extra-tensor NAME       add an F32 [dim, ff, 2] tensor NAME\n"
+            "  --extra-u32 KEY=V         add a u32 metadata key\n"
             "  --type T                  2-D weight type (default f32): f32, f16, bf16, q8_0,\n"
             "                            q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
             "                            iq4_nl, iq4_xs, or a recipe q3_k_m, q4_k_m, q5_k_m\n"
@@ -53,7 +77,7 @@ static void mk_usage(FILE *f)
             "  --rope-base F             RoPE frequency base (default 10000)\n"
             "  --eps F                   RMSNorm epsilon (default 1e-5)\n"
             "  --seed N                  PRNG seed (default 1)\n"
-            "  --tokenizer spm|gpt2      (default spm for llama, gpt2 for qwen2)\n"
+            "  --tokenizer spm|gpt2      (default gpt2 for qwen2/qwen3, spm otherwise)\n"
             "  --tied                    tie the output head to token_embd\n"
             "  --version 2|3             GGUF version (default 3)\n"
             "  --threads N               threads generating weights (default: all CPUs;\n"
@@ -141,7 +165,9 @@ static int mk_parse_f32(const char *s, float *out)
 static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
 {
     enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
-           O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP };
+           O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP,
+           O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32,
+           O_SOFTCAP, O_WINDOW, O_ROPE_FACTORS, O_ROPE_ATTN };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
         {"arch", required_argument, NULL, O_ARCH},
@@ -161,12 +187,23 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"version", required_argument, NULL, O_VERSION},
         {"threads", required_argument, NULL, O_THREADS},
         {"help", no_argument, NULL, O_HELP},
+        {"head-dim", required_argument, NULL, O_HEAD_DIM},
+        {"rope-freqs", no_argument, NULL, O_ROPE_FREQS},
+        {"rope-scaling", required_argument, NULL, O_ROPE_SCALING},
+        {"arch-name", required_argument, NULL, O_ARCH_NAME},
+        {"extra-tensor", required_argument, NULL, O_EXTRA_TENSOR},
+        {"extra-u32", required_argument, NULL, O_EXTRA_U32},
+        {"softcap", required_argument, NULL, O_SOFTCAP},
+        {"window", required_argument, NULL, O_WINDOW},
+        {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
+        {"rope-attn-factor", required_argument, NULL, O_ROPE_ATTN},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
         .arch = "llama", .wtype = GGUF_T_F32, .wtype_name = "f32",
         .dim = 64, .layers = 2, .heads = 4, .kv_heads = 0, .ff = 128, .vocab = 512,
         .ctx = 2048, .rope_base = 10000.0f, .eps = 1e-5f, .seed = 1, .version = 3,
+        .attn_softcap = 50.0f, .final_softcap = 30.0f, .window = 4096,
     };
     int c, li = 0;
     opterr = 0;
@@ -176,7 +213,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         switch (c) {
         case O_OUT: o->out = optarg; break;
         case O_ARCH:
-            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2"))
+            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3") &&
+                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3") && strcmp(optarg, "phi3"))
                 bad = 1;
             o->arch = optarg;
             break;
@@ -210,6 +248,24 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
                 bad = 1;
             break;
         case O_TIED: o->tied = 1; break;
+        case O_HEAD_DIM: u = &o->head_dim; break;
+        case O_ROPE_FREQS: o->rope_freqs = 1; break;
+        case O_ROPE_SCALING: o->rope_scaling = optarg; break;
+        case O_ARCH_NAME: o->arch_name = optarg; break;
+        case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
+        case O_EXTRA_U32: o->extra_u32 = optarg; bad = !strchr(optarg, '='); break;
+        case O_WINDOW: u = &o->window; break;
+        case O_ROPE_FACTORS: o->rope_factors = 1; break;
+        case O_ROPE_ATTN: bad = mk_parse_f32(optarg, &o->rope_attn_factor) < 0; break;
+        case O_SOFTCAP: {
+            char *end;
+            o->attn_softcap = strtof(optarg, &end);
+            bad = *end != ',';
+            if (!bad)
+                o->final_softcap = strtof(end + 1, &end);
+            bad = bad || *end || o->attn_softcap < 0 || o->final_softcap < 0;
+            break;
+        }
         case O_HELP: mk_usage(stdout); return 1;
         default:
             fprintf(stderr, "mkmodel: unknown option or missing value: %s\n", argv[optind - 1]);
@@ -236,17 +292,25 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
     if (o->threads > 256)
         o->threads = 256;
     if (o->tok == MK_TOK_DEFAULT)
-        o->tok = strcmp(o->arch, "qwen2") ? MK_TOK_SPM : MK_TOK_GPT2;
+        o->tok = strncmp(o->arch, "qwen", 4) ? MK_TOK_SPM : MK_TOK_GPT2;
+    if (!strncmp(o->arch, "gemma", 5))
+        o->tied = 1; /* llama.cpp reads gemma2's output from token_embd (gemma3's too, here) */
+    if (!o->arch_name)
+        o->arch_name = o->arch;
 
     const char *why = NULL;
     if (!o->out)
         why = "--out is required";
     else if (o->dim == 0 || o->layers == 0 || o->heads == 0 || o->ff == 0 || o->ctx == 0)
         why = "--dim, --layers, --heads, --ff and --ctx must be positive";
-    else if (o->dim % o->heads)
-        why = "--dim must be a multiple of --heads";
-    else if ((o->dim / o->heads) % 2)
-        why = "head dim (dim/heads) must be even for RoPE";
+    else if (!o->head_dim && o->dim % o->heads)
+        why = "--dim must be a multiple of --heads (or give --head-dim)";
+    else if ((o->head_dim ? o->head_dim : o->dim / o->heads) % 2)
+        why = "head dim must be even for RoPE";
+    else if (o->rope_freqs && strcmp(o->arch, "llama"))
+        why = "--rope-freqs is for --arch llama";
+    else if (o->rope_factors && strcmp(o->arch, "phi3"))
+        why = "--rope-factors is for --arch phi3";
     else if (o->kv_heads > o->heads || o->heads % o->kv_heads)
         why = "--heads must be a multiple of --kv-heads";
     else if (o->vocab < 300 || o->vocab > (1u << 20))
@@ -257,6 +321,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
              (o->wtype_more && (!quant_row_bytes(o->wtype_more, o->dim) ||
                                 !quant_row_bytes(o->wtype_more, o->ff))))
         why = "--dim and --ff must be whole blocks of the weight type (32 values; 256 for K and IQ4_XS)";
+    else if (!quant_row_bytes(o->wtype, o->heads * (o->head_dim ? o->head_dim : o->dim / o->heads)))
+        why = "--heads x --head-dim must be whole blocks of the weight type";
     if (why) {
         fprintf(stderr, "mkmodel: %s\n", why);
         return -1;
@@ -641,7 +707,10 @@ static int mk_vocab_fill(mk_vocab_t *v, size_t reserve)
 }
 
 /* SentencePiece vocab: <unk>, <s>, </s>, 256 byte tokens, pieces. */
-static int mk_vocab_spm(mk_vocab_t *v, size_t n)
+/* SentencePiece vocab: <unk> <s> </s>, the 256 byte tokens, pieces, and a
+ * last control token `last` unless NULL (Phi-3's <|endoftext|>, which
+ * llama.cpp looks up in a model it names phi3). */
+static int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last)
 {
     if (mk_vocab_init(v, n, 0) < 0)
         return -1;
@@ -654,7 +723,9 @@ static int mk_vocab_spm(mk_vocab_t *v, size_t n)
         rc = mk_vocab_push(v, s, MK_TT_BYTE, 0.0f);
     }
     if (rc == 0)
-        rc = mk_vocab_fill(v, 0);
+        rc = mk_vocab_fill(v, last ? 1 : 0);
+    if (rc == 0 && last)
+        rc = mk_vocab_push(v, last, MK_TT_CONTROL, 0.0f);
     if (rc == 0 && v->n != n)
         rc = -1;
     return rc;
@@ -731,23 +802,28 @@ static const char mk_tmpl_llama2[] =
 static int mk_kv_arch(ggufw_t *w, const mk_opts_t *o, const char *key, uint32_t v)
 {
     char k[128];
-    snprintf(k, sizeof k, "%s.%s", o->arch, key);
+    snprintf(k, sizeof k, "%s.%s", o->arch_name, key);
     return ggufw_kv_u32(w, k, v);
 }
 
 static int mk_kv_arch_f32(ggufw_t *w, const mk_opts_t *o, const char *key, float v)
 {
     char k[128];
-    snprintf(k, sizeof k, "%s.%s", o->arch, key);
+    snprintf(k, sizeof k, "%s.%s", o->arch_name, key);
     return ggufw_kv_f32(w, k, v);
+}
+
+static uint32_t mk_head_dim(const mk_opts_t *o)
+{
+    return o->head_dim ? o->head_dim : o->dim / o->heads;
 }
 
 static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
 {
-    uint32_t hd = o->dim / o->heads;
+    uint32_t hd = mk_head_dim(o);
     char name[128];
     snprintf(name, sizeof name, "mkmodel-%s-%s-%ux%u", o->arch, o->wtype_name, o->dim, o->layers);
-    int rc = ggufw_kv_str(w, "general.architecture", o->arch);
+    int rc = ggufw_kv_str(w, "general.architecture", o->arch_name);
     rc |= ggufw_kv_str(w, "general.name", name);
     rc |= mk_kv_arch(w, o, "context_length", o->ctx);
     rc |= mk_kv_arch(w, o, "embedding_length", o->dim);
@@ -759,9 +835,41 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     rc |= mk_kv_arch_f32(w, o, "rope.freq_base", o->rope_base);
     rc |= mk_kv_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
     rc |= mk_kv_arch(w, o, "vocab_size", o->vocab);
+    if (o->head_dim) {
+        rc |= mk_kv_arch(w, o, "attention.key_length", o->head_dim);
+        rc |= mk_kv_arch(w, o, "attention.value_length", o->head_dim);
+    }
+    if (o->rope_scaling) {
+        char type[64];
+        snprintf(type, sizeof type, "%s", o->rope_scaling);
+        char *colon = strchr(type, ':');
+        if (colon)
+            *colon = 0;
+        char k[128];
+        snprintf(k, sizeof k, "%s.rope.scaling.type", o->arch_name);
+        rc |= ggufw_kv_str(w, k, type);
+        if (colon)
+            rc |= mk_kv_arch_f32(w, o, "rope.scaling.factor", strtof(colon + 1, NULL));
+    }
+    if (o->extra_u32) {
+        char k[128];
+        const char *eq = strchr(o->extra_u32, '=');
+        snprintf(k, sizeof k, "%.*s", (int)(eq - o->extra_u32), o->extra_u32);
+        rc |= ggufw_kv_u32(w, k, (uint32_t)strtoul(eq + 1, NULL, 10));
+    }
     rc |= ggufw_kv_u32(w, "general.file_type", o->ftype);
 
-    int qwen = !strcmp(o->arch, "qwen2");
+    int qwen = strncmp(o->arch, "qwen", 4) == 0;
+    if (!strcmp(o->arch, "gemma2")) {
+        rc |= mk_kv_arch_f32(w, o, "attn_logit_softcapping", o->attn_softcap);
+        rc |= mk_kv_arch_f32(w, o, "final_logit_softcapping", o->final_softcap);
+    }
+    if (!strncmp(o->arch, "gemma", 5) || !strcmp(o->arch, "phi3"))
+        rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
+    if (o->rope_factors)
+        rc |= mk_kv_arch(w, o, "rope.scaling.original_context_length", 64);
+    if (o->rope_attn_factor != 0.0f)
+        rc |= mk_kv_arch_f32(w, o, "rope.scaling.attn_factor", o->rope_attn_factor);
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");
     if (v->gpt2)
         rc |= ggufw_kv_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe");
@@ -787,38 +895,115 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     return rc ? -1 : 0;
 }
 
+/* rope_freqs.weight as Llama 3.1 computes its RoPE scaling (factor 8, low
+ * and high frequency factors 1 and 4) for an original context of 256, so a
+ * small model has pairs in each regime: wavelengths under 64 positions keep
+ * their frequency, those over 256 are divided by 8, those between by a
+ * factor interpolated on original_context / wavelength. */
+static int mk_rope_freqs(ggufw_t *w, const mk_opts_t *o, uint32_t hd)
+{
+    const double factor = 8.0, low = 1.0, high = 4.0, orig = 256.0;
+    uint32_t half = hd / 2;
+    float *f = malloc(half * sizeof *f);
+    if (!f)
+        return -1;
+    for (uint32_t i = 0; i < half; i++) {
+        double freq = pow((double)o->rope_base, -2.0 * i / (double)hd);
+        double wavelen = 2.0 * M_PI / freq;
+        if (wavelen < orig / high) {
+            f[i] = 1.0f;
+        } else if (wavelen > orig / low) {
+            f[i] = (float)factor;
+        } else {
+            double smooth = (orig / wavelen - low) / (high - low);
+            f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+    uint64_t ne[1] = {half};
+    int rc = ggufw_tensor(w, "rope_freqs.weight", GGUF_T_F32, 1, ne, f, half * sizeof *f);
+    free(f);
+    return rc;
+}
+
 /* Adds every tensor. Scales keep activations O(1): projections preserve
  * variance; residual branches are damped by 1/sqrt(2*layers); the embedding
  * and output head give logits with a standard deviation of about 2. */
 static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
 {
-    uint32_t hd = o->dim / o->heads;
+    uint32_t hd = mk_head_dim(o);
     uint32_t q_dim = o->heads * hd, kv_dim = o->kv_heads * hd;
     float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
     int qwen = !strcmp(o->arch, "qwen2");
+    int qk_norm = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "gemma3");
+    int gemma = !strncmp(o->arch, "gemma", 5), phi3 = !strcmp(o->arch, "phi3");
     int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
     *n_params += o->dim;
     if (!o->tied)
         rc |= mk_mat(w, o, "output.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
+    if (o->rope_freqs)
+        rc |= mk_rope_freqs(w, o, hd);
+    if (o->rope_factors) {
+        /* short factors near 1, long ones growing to 40 over the pairs (Phi-3
+         * 128k's shape) */
+        float *f = malloc(hd * sizeof *f);
+        if (!f)
+            return -1;
+        uint64_t s = mk_stream(o->seed, "rope_factors");
+        mk_fill(&s, f, hd / 2, 1.1f, 0.1f);
+        for (uint32_t i = 0; i < hd / 2; i++)
+            f[hd / 2 + i] = 1.0f + 39.0f * (float)i / (float)(hd / 2);
+        uint64_t ne[1] = {hd / 2};
+        rc |= ggufw_tensor(w, "rope_factors_short.weight", GGUF_T_F32, 1, ne, f, hd / 2 * sizeof *f);
+        rc |= ggufw_tensor(w, "rope_factors_long.weight", GGUF_T_F32, 1, ne, f + hd / 2,
+                           hd / 2 * sizeof *f);
+        free(f);
+    }
+    if (o->extra_tensor) {
+        size_t n = (size_t)o->dim * o->ff * 2;
+        float *x = calloc(n, sizeof *x);
+        uint64_t ne[3] = {o->dim, o->ff, 2};
+        rc |= x ? ggufw_tensor(w, o->extra_tensor, GGUF_T_F32, 3, ne, x, n * sizeof *x) : -1;
+        free(x);
+    }
     for (uint32_t l = 0; l < o->layers && rc == 0; l++) {
         char n[64];
 #define MK_NAME(suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), n)
         rc |= mk_vec(w, o, MK_NAME("attn_norm.weight"), o->dim, 1.0f, 0.1f);
-        rc |= mk_mat(w, o, MK_NAME("attn_q.weight"), o->wtype, o->dim, q_dim, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("attn_k.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("attn_v.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        if (phi3) {
+            rc |= mk_mat(w, o, MK_NAME("attn_qkv.weight"), o->wtype, o->dim, q_dim + 2 * kv_dim,
+                         1.0f, n_params);
+        } else {
+            rc |= mk_mat(w, o, MK_NAME("attn_q.weight"), o->wtype, o->dim, q_dim, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("attn_k.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("attn_v.weight"), o->wtype, o->dim, kv_dim, 1.0f, n_params);
+        }
         if (qwen) {
             rc |= mk_vec(w, o, MK_NAME("attn_q.bias"), q_dim, 0.0f, 0.5f);
             rc |= mk_vec(w, o, MK_NAME("attn_k.bias"), kv_dim, 0.0f, 0.5f);
             rc |= mk_vec(w, o, MK_NAME("attn_v.bias"), kv_dim, 0.0f, 0.5f);
             *n_params += q_dim + 2 * kv_dim;
         }
+        if (qk_norm) {
+            rc |= mk_vec(w, o, MK_NAME("attn_q_norm.weight"), hd, 1.0f, 0.3f);
+            rc |= mk_vec(w, o, MK_NAME("attn_k_norm.weight"), hd, 1.0f, 0.3f);
+            *n_params += 2ull * hd;
+        }
         rc |= mk_mat(w, o, MK_NAME("attn_output.weight"), o->wtype, q_dim, o->dim, res_gain,
                      n_params);
+        if (gemma) {
+            rc |= mk_vec(w, o, MK_NAME("post_attention_norm.weight"), o->dim, 1.0f, 0.1f);
+            rc |= mk_vec(w, o, MK_NAME("post_ffw_norm.weight"), o->dim, 1.0f, 0.1f);
+            *n_params += 2ull * o->dim;
+        }
         rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
-        rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
-        rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        if (phi3) { /* gate rows, then up rows */
+            rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, 2 * o->ff, 1.0f,
+                         n_params);
+        } else {
+            rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+            rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
+        }
         rc |= mk_mat(w, o, MK_NAME("ffn_down.weight"), o->wtype, o->ff, o->dim, 2.0f * res_gain,
                      n_params);
 #undef MK_NAME
@@ -835,7 +1020,7 @@ int main(int argc, char **argv)
         return prc > 0 ? 0 : 2;
 
     mk_vocab_t v;
-    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab);
+    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>");
     if (vrc < 0) {
         fprintf(stderr, "mkmodel: could not build a %u-token vocabulary\n", o.vocab);
         mk_vocab_free(&v);

@@ -391,8 +391,14 @@ static void check_rope(int neox)
     const size_t n_tok = 6, stride = 200;
     const uint32_t pos[6] = {0, 1, 2, 511, 4097, 30001};
     float *x = rand_vec(n_tok * stride, 1.0f);
-    for (int partial = 0; partial < 2; partial++) {
-        hp.rope_dim = partial ? 32 : 64; /* rotating part of each head only */
+    float factors[32]; /* llama3-like: 1 for fast pairs, 8 for slow ones, between */
+    for (int i = 0; i < 32; i++)
+        factors[i] = i < 12 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 12) / 9.0f;
+    for (int partial = 0; partial < 5; partial++) {
+        hp.rope_dim = partial == 1 ? 32 : 64; /* rotating part of each head only */
+        hp.rope_freq_scale = partial == 2 ? 0.25f : 0.0f; /* linear RoPE scaling by 4 */
+        hp.rope_freqs = partial >= 3 ? factors : NULL;    /* frequency factors */
+        hp.rope_attn_factor = partial == 4 ? 1.19f : 0.0f; /* and an attention factor */
         float *res[2];
         backend_t *bes[2] = {cu, cp};
         for (int k = 0; k < 2; k++) {
