@@ -67,6 +67,8 @@ static int check_chat_template(const void *field, char *why, size_t n);
 
 #define C(f) offsetof(cfg_t, f)
 #define M(f) offsetof(cfg_model_t, f)
+#define SAMPLER_OPT_F32 OPT_FLOAT
+#define SAMPLER_OPT_I32 OPT_I32
 #define KiB 1024.0
 #define MiB (1024.0 * KiB)
 #define GiB (1024.0 * MiB)
@@ -140,12 +142,12 @@ static const opt_t opts[] = {
     {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL, check_chat_template,
      "chat template"},
     SECTION("models", "defaults"),
-    {"models.defaults", "temperature", OPT_FLOAT, M(defaults.temperature), "0.8", 0, 100, 0, NULL, NULL, NULL},
-    {"models.defaults", "top_k", OPT_I32, M(defaults.top_k), "40", 0, 1000000, 0, NULL, NULL, NULL},
-    {"models.defaults", "top_p", OPT_FLOAT, M(defaults.top_p), "0.95", 0, 1, OPT_LO_OPEN, NULL, NULL, NULL},
-    {"models.defaults", "min_p", OPT_FLOAT, M(defaults.min_p), "0.05", 0, 1, OPT_HI_OPEN, NULL, NULL, NULL},
-    {"models.defaults", "repeat_penalty", OPT_FLOAT, M(defaults.repeat_penalty), "1", 0, 100, OPT_LO_OPEN, NULL,
-     NULL, NULL},
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    {"models.defaults", #name, SAMPLER_OPT_##kind, M(defaults.name), #def, lo, hi,                 \
+     ((bounds) & SAMPLER_LO_OPEN ? OPT_LO_OPEN : 0) | ((bounds) & SAMPLER_HI_OPEN ? OPT_HI_OPEN : 0), \
+     NULL, NULL, NULL},
+    SAMPLER_PARAMS(X)
+#undef X
     {"models.defaults", "max_tokens", OPT_I32, M(defaults.max_tokens), "256", 1, 1048576, 0, NULL, NULL, NULL},
 };
 

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/sampler_params.h"
+
 /*
  * Every option, its type, default, bounds and whether SIGHUP may change it
  * lives in one table in config.c; config/gpuswapd.yaml documents them all.
@@ -70,11 +72,7 @@ typedef struct cfg_model {
     char *chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
     struct {             /* sampling defaults for requests that do not set them */
-        float temperature;    /* >= 0, 0 = greedy; default 0.8 */
-        float top_p;          /* (0, 1], 1 = off; default 0.95 */
-        float min_p;          /* [0, 1), 0 = off; default 0.05 */
-        float repeat_penalty; /* > 0, 1 = off; default 1.0 */
-        int32_t top_k;        /* >= 0, 0 = off; default 40 */
+        SAMPLER_PARAMS(SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
         int32_t max_tokens;   /* 1..max_context; default 256 */
     } defaults;
     int line;            /* 1-based line of this model's entry in the file, for later messages */

@@ -1059,11 +1059,9 @@ static const struct {
     {"messages", NULL, F_MESSAGES, OP_CHAT},
     {"max_tokens", "max_tokens", F_COPY, OP_BOTH},
     {"max_completion_tokens", "max_tokens", F_COPY, OP_CHAT},
-    {"temperature", "temperature", F_COPY, OP_BOTH},
-    {"top_p", "top_p", F_COPY, OP_BOTH},
-    {"top_k", "top_k", F_COPY, OP_BOTH},
-    {"min_p", "min_p", F_COPY, OP_BOTH},
-    {"repeat_penalty", "repeat_penalty", F_COPY, OP_BOTH},
+#define X(name, kind, ctype, lo, hi, bounds, def, help) {#name, #name, F_COPY, OP_BOTH},
+    SAMPLER_PARAMS(X) /* temperature, top_p, ..., presence_penalty, frequency_penalty */
+#undef X
     {"repetition_penalty", "repeat_penalty", F_COPY, OP_BOTH},
     {"seed", "seed", F_COPY, OP_BOTH},
     {"stop", "stop", F_COPY, OP_BOTH},
@@ -1080,8 +1078,6 @@ static const struct {
     {"suffix", NULL, F_OFF, OP_CMPL},
     {"logprobs", NULL, F_OFF, OP_BOTH},
     {"top_logprobs", NULL, F_OFF, OP_CHAT},
-    {"frequency_penalty", NULL, F_OFF, OP_BOTH},
-    {"presence_penalty", NULL, F_OFF, OP_BOTH},
     {"logit_bias", NULL, F_OFF, OP_BOTH},
     {"tools", NULL, F_OFF, OP_CHAT},
     {"functions", NULL, F_OFF, OP_CHAT},

@@ -296,12 +296,10 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     char err[512];
     sampler_params_t sp;
     sampler_params_default(&sp);
-    sp.temperature = s->req.has_temperature ? s->req.temperature : m->cfg.defaults.temperature;
-    sp.top_k = s->req.has_top_k ? s->req.top_k : m->cfg.defaults.top_k;
-    sp.top_p = s->req.has_top_p ? s->req.top_p : m->cfg.defaults.top_p;
-    sp.min_p = s->req.has_min_p ? s->req.min_p : m->cfg.defaults.min_p;
-    sp.repeat_penalty =
-        s->req.has_repeat_penalty ? s->req.repeat_penalty : m->cfg.defaults.repeat_penalty;
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    sp.name = s->req.has_##name ? s->req.name : m->cfg.defaults.name;
+    SAMPLER_PARAMS(X)
+#undef X
     sp.seed = s->req.has_seed ? s->req.seed : (uint64_t)(s->t_arrival * 1e9);
     s->smp = sampler_new(&sp, (int32_t)mod->hp.n_vocab, err, sizeof err);
     if (!s->smp) {
