@@ -427,7 +427,7 @@ static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, 
 
 static const char *finish_of(const char *reason)
 {
-    if (reason && strcmp(reason, "length") == 0)
+    if (reason && strcmp(reason, proto_finish_name(PROTO_FINISH_LENGTH)) == 0)
         return "length";
     return "stop"; /* stop, eos, cancelled */
 }
@@ -781,14 +781,13 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
     for (size_t i = 0; i < sizeof prom_model_extra / sizeof *prom_model_extra; i++)
         prom_model_family(b, models, &prom_model_extra[i]);
 
-    static const char *states[] = {"loading", "host", "partial", "resident", "failed"};
     prom_family(b, "model_state", "gauge", "1 for the model's current state, else 0", NULL);
     json_object_foreach((json_t *)models, model, m)
     {
         const char *st = json_string_value(json_object_get(m, "state"));
-        for (size_t s = 0; s < sizeof states / sizeof *states; s++)
-            prom_sample(b, "model_state", model, "state", states[s],
-                        st && strcmp(st, states[s]) == 0);
+        for (int s = 0; s < WK_STATE_COUNT; s++)
+            prom_sample(b, "model_state", model, "state", wk_state_name((wk_state_t)s),
+                        st && strcmp(st, wk_state_name((wk_state_t)s)) == 0);
     }
     for (int k = 0; k < (int)(sizeof prom_hists / sizeof *prom_hists); k++)
         prom_hist(b, models, k);
@@ -868,7 +867,7 @@ static int gw_compute(const json_t *rep, prom_gw_t *g)
     {
         double queued = json_number_value(json_object_get(m, "curr_queued"));
         const char *st = json_string_value(json_object_get(m, "state"));
-        int resident = st && strcmp(st, "resident") == 0;
+        int resident = st && strcmp(st, wk_state_name(WK_STATE_RESIDENT)) == 0;
         g->waiting += queued;
         g->running += json_number_value(json_object_get(m, "curr_active"));
         kv += json_number_value(json_object_get(m, "curr_kv_bytes"));

@@ -141,7 +141,7 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
     char err[512];
     if (res_fully_resident(w->res, m->rm)) {
         wk_send_ok(w, conn, req->id,
-                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", "resident",
+                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
                              "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", 0.0));
         return;
     }
@@ -240,7 +240,7 @@ void wk_admin_poll_loads(wk_t *w)
         } else if (res_fully_resident(w->res, m->rm)) {
             double ms = (wk_now() - l->t0) * 1e3;
             wk_send_ok(w, l->conn, l->id,
-                    json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", "resident",
+                    json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
                               "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", ms));
         } else {
             stats_res_t st;

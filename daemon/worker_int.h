@@ -154,7 +154,7 @@ uint32_t wk_in_flight(const wk_t *w);
 void wk_seq_free(wk_t *w, wk_seq_t *s); /* accepts NULL */
 void wk_seq_unlink(wk_model_t *m, wk_seq_t *s);
 /* Ends a sequence with a done event (reason: finish_reason) and frees it. */
-void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason);
+void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason);
 /* Ends a sequence with an error and frees it. */
 void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg);
 /* Samples the next token from logits (a pass that ended at time t), streams

@@ -5,15 +5,25 @@
 #include <stdio.h>
 #include <string.h>
 
+static const char *const state_names[WK_STATE_COUNT] = {
+    [WK_STATE_LOADING] = "loading", [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
+    [WK_STATE_RESIDENT] = "resident", [WK_STATE_FAILED] = "failed",
+};
+
+const char *wk_state_name(wk_state_t s)
+{
+    return (unsigned)s < WK_STATE_COUNT ? state_names[s] : NULL;
+}
+
 static const char *model_state(wk_t *w, wk_model_t *m)
 {
     if (!m->sm)
-        return "failed";
+        return wk_state_name(WK_STATE_FAILED);
     stats_res_t st;
     res_model_stats(w->res, m->rm, &st);
     if (res_fully_resident(w->res, m->rm))
-        return "resident";
-    return st.curr_resident_bytes ? "partial" : "host";
+        return wk_state_name(WK_STATE_RESIDENT);
+    return wk_state_name(st.curr_resident_bytes ? WK_STATE_PARTIAL : WK_STATE_HOST);
 }
 
 const char *wk_type_name(uint32_t t, char *buf)

@@ -81,6 +81,18 @@ static const char *const field_names[F_COUNT] = {
     [F_DELAY_MS] = "delay_ms",
 };
 
+static const char *const finish_names[PROTO_FINISH_COUNT] = {
+    [PROTO_FINISH_STOP] = "stop",
+    [PROTO_FINISH_EOS] = "eos",
+    [PROTO_FINISH_LENGTH] = "length",
+    [PROTO_FINISH_CANCELLED] = "cancelled",
+};
+
+const char *proto_finish_name(proto_finish_t f)
+{
+    return (unsigned)f < PROTO_FINISH_COUNT ? finish_names[f] : NULL;
+}
+
 /* The kinds the admin "fault" op takes. */
 static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail"};
 #define N_FAULTS ((int)(sizeof fault_names / sizeof fault_names[0]))

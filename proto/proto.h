@@ -48,6 +48,17 @@ typedef enum proto_err {
     PROTO_E_COUNT
 } proto_err_t;
 
+/* Why a generation ended: the done event's finish_reason. */
+typedef enum proto_finish {
+    PROTO_FINISH_STOP,      /* a stop string matched */
+    PROTO_FINISH_EOS,       /* the model ended it (end-of-generation token) */
+    PROTO_FINISH_LENGTH,    /* max_tokens or the context's end */
+    PROTO_FINISH_CANCELLED, /* cancel op, or the client went away */
+    PROTO_FINISH_COUNT
+} proto_finish_t;
+/* "stop", "eos", "length", "cancelled"; NULL outside the enum. */
+const char *proto_finish_name(proto_finish_t f);
+
 /* The wire code ("bad_json" ...); "internal" for a value outside the enum. */
 const char *proto_err_code(proto_err_t e);
 /* Inverse of proto_err_code; 0 for an unknown string or NULL. */
