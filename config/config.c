@@ -55,8 +55,23 @@ typedef struct opt {
     const char *what;    /* OPT_STR: noun for messages ("address"); default "value" */
 } opt_t;
 
-static const char *const backend_names[] = {"auto", "cuda", "sim", "cpu", NULL};
-static const char *const policy_names[] = {"swap-aware", "fifo", NULL};
+/* OPT_ENUM tables: one name per value, NULL-terminated */
+static const char *const backend_names[CFG_BACKEND_COUNT + 1] = {
+    [CFG_BACKEND_AUTO] = "auto", [CFG_BACKEND_CUDA] = "cuda", [CFG_BACKEND_SIM] = "sim", [CFG_BACKEND_CPU] = "cpu",
+};
+static const char *const policy_names[CFG_POLICY_COUNT + 1] = {
+    [CFG_POLICY_SWAP_AWARE] = "swap-aware", [CFG_POLICY_FIFO] = "fifo",
+};
+
+const char *cfg_backend_name(cfg_backend_t b)
+{
+    return (unsigned)b < CFG_BACKEND_COUNT ? backend_names[b] : NULL;
+}
+
+const char *cfg_policy_name(cfg_policy_t p)
+{
+    return (unsigned)p < CFG_POLICY_COUNT ? policy_names[p] : NULL;
+}
 
 static int check_sockpath(const void *field, char *why, size_t n);
 static int check_hostport(const void *field, char *why, size_t n);

@@ -47,12 +47,16 @@ typedef enum cfg_backend {
     CFG_BACKEND_CUDA,
     CFG_BACKEND_SIM,
     CFG_BACKEND_CPU,
+    CFG_BACKEND_COUNT
 } cfg_backend_t;
+const char *cfg_backend_name(cfg_backend_t b); /* "auto", "cuda", "sim", "cpu"; NULL outside */
 
 typedef enum cfg_policy {
     CFG_POLICY_SWAP_AWARE = 0,
     CFG_POLICY_FIFO,
+    CFG_POLICY_COUNT
 } cfg_policy_t;
+const char *cfg_policy_name(cfg_policy_t p); /* "swap-aware", "fifo"; NULL outside */
 
 /* A list of numeric user or group ids. */
 typedef struct cfg_idlist {

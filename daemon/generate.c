@@ -330,7 +330,7 @@ int gen_main(int argc, char **argv)
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
-    be_params_t bp = {.kind = "cpu", .threads = (int)o.threads};
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = (int)o.threads};
     be = be_open(&bp, err, sizeof err);
     if (!be) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);

@@ -136,14 +136,12 @@ sched_cfg_t wk_sched_cfg_of(const cfg_t *c)
     };
 }
 
-static const char *backend_kind(cfg_backend_t b)
+/* The backend the config names, by its name (the two tables spell the same names). */
+static be_kind_t backend_kind(cfg_backend_t b)
 {
-    switch (b) {
-    case CFG_BACKEND_CUDA: return "cuda";
-    case CFG_BACKEND_SIM: return "sim";
-    case CFG_BACKEND_CPU: return "cpu";
-    default: return "auto";
-    }
+    be_kind_t k = BE_KIND_AUTO;
+    be_kind_from_name(cfg_backend_name(b), &k);
+    return k;
 }
 
 static void update_status(wk_t *w);

@@ -104,7 +104,7 @@ json_t *wk_report_stats(wk_t *w)
     }
     return json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
                      "backend", w->be->name, "policy",
-                     w->cfg->scheduler.policy == CFG_POLICY_FIFO ? "fifo" : "swap-aware", "pool",
+                     cfg_policy_name(w->cfg->scheduler.policy), "pool",
                      pool, "models", models, "server", server);
 }
 

@@ -89,20 +89,37 @@ backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen)
 }
 #endif
 
+static const char *const kind_names[BE_KIND_COUNT] = {
+    [BE_KIND_AUTO] = "auto", [BE_KIND_CPU] = "cpu", [BE_KIND_SIM] = "sim", [BE_KIND_CUDA] = "cuda",
+};
+
+const char *be_kind_name(be_kind_t k)
+{
+    return (unsigned)k < BE_KIND_COUNT ? kind_names[k] : NULL;
+}
+
+int be_kind_from_name(const char *name, be_kind_t *k)
+{
+    for (int i = 0; name && i < BE_KIND_COUNT; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *k = (be_kind_t)i;
+            return 0;
+        }
+    return BE_ERR_ARG;
+}
+
 backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
 {
-    const char *kind = p->kind && *p->kind ? p->kind : "auto";
     backend_t *be;
-    if (strcmp(kind, "auto") == 0)
+    switch (p->kind) {
+    case BE_KIND_AUTO:
         be = be_cuda_available() ? be_cuda_open(p, err, errlen) : be_cpu_open(p, err, errlen);
-    else if (strcmp(kind, "cpu") == 0)
-        be = be_cpu_open(p, err, errlen);
-    else if (strcmp(kind, "sim") == 0)
-        be = be_sim_open(p, err, errlen);
-    else if (strcmp(kind, "cuda") == 0)
-        be = be_cuda_open(p, err, errlen);
-    else {
-        snprintf(err, errlen, "unknown backend '%s' (auto, cpu, sim, cuda)", kind);
+        break;
+    case BE_KIND_CPU: be = be_cpu_open(p, err, errlen); break;
+    case BE_KIND_SIM: be = be_sim_open(p, err, errlen); break;
+    case BE_KIND_CUDA: be = be_cuda_open(p, err, errlen); break;
+    default:
+        snprintf(err, errlen, "unknown backend kind %d (auto, cpu, sim, cuda)", (int)p->kind);
         return NULL;
     }
     if (!be)

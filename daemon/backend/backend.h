@@ -142,8 +142,21 @@ typedef struct backend {
     void (*close)(void *ctx);
 } backend_t;
 
+/* The backends the registry knows. */
+typedef enum be_kind {
+    BE_KIND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
+    BE_KIND_CPU,
+    BE_KIND_SIM,
+    BE_KIND_CUDA,
+    BE_KIND_COUNT
+} be_kind_t;
+/* "auto", "cpu", "sim", "cuda"; NULL outside the enum. */
+const char *be_kind_name(be_kind_t k);
+/* The kind named name into *k: 0, or BE_ERR_ARG for an unknown name. */
+int be_kind_from_name(const char *name, be_kind_t *k);
+
 typedef struct be_params {
-    const char *kind;       /* "auto", "cpu", "sim", "cuda" */
+    be_kind_t kind;
     size_t memory;          /* device pool bytes (sim: exact; cuda: budget) */
     size_t page_size;       /* 0 = 2 MiB */
     double sim_bandwidth;   /* sim copy throttle, bytes/s; 0 = unthrottled */

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     const char *name = strrchr(argv[1], '/') ? strrchr(argv[1], '/') + 1 : argv[1];
     for (int a = 5; a < argc; a++) {
         int nth = atoi(argv[a]);
-        be_params_t bp = {.kind = "cpu", .threads = nth};
+        be_params_t bp = {.kind = BE_KIND_CPU, .threads = nth};
         backend_t *be = be_open(&bp, err, sizeof err);
         if (!be) {
             fprintf(stderr, "%s\n", err);

@@ -107,7 +107,7 @@ static double direct_call(const char *path, int max_tokens, int reps)
 {
     char err[512];
     model_t *m = model_open(path, err, sizeof err);
-    be_params_t bp = {.kind = "cpu", .threads = 1};
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = 1};
     backend_t *be = be_open(&bp, err, sizeof err);
     if (!m || !be) {
         fprintf(stderr, "bench_load: %s\n", err);

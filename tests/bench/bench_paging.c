@@ -182,7 +182,10 @@ int main(int argc, char **argv)
     int threads = n_pos > 3 ? atoi(pos[3]) : 0;
     const char *kind = n_pos > 4 ? pos[4] : "sim";
     char err[512];
-    be_params_t bp = {.kind = kind, .memory = pool, .page_size = page, .threads = threads};
+    be_kind_t k;
+    if (be_kind_from_name(kind, &k))
+        die("backend", "unknown backend kind (auto, cpu, sim, cuda)");
+    be_params_t bp = {.kind = k, .memory = pool, .page_size = page, .threads = threads};
     backend_t *be = be_open(&bp, err, sizeof err);
     if (!be)
         die("backend", err);

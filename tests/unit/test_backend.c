@@ -27,7 +27,7 @@ static double now_s(void)
 static void fx_init(fixture_t *f)
 {
     char err[256] = "";
-    be_params_t p = {.kind = "sim", .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+    be_params_t p = {.kind = BE_KIND_SIM, .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
     f->be = be_open(&p, err, sizeof err);
     cr_assert_not_null(f->be, "%s", err);
     cr_assert_eq(f->be->reserve(f->be->ctx, BYTES, &f->base), 0);

@@ -19,7 +19,7 @@
 static backend_t *cpu_be(int threads)
 {
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = threads};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = threads};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     return be;

@@ -57,7 +57,7 @@ Test(model, opens_a_file_that_mixes_block_types_per_tensor)
 static void last_logits(model_t *m, float *out)
 {
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = 1};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = 1};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     fwd_t *f = fwd_new(be);

@@ -66,7 +66,9 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
 static backend_t *open_be(const char *kind, size_t mem, double bw)
 {
     char err[256];
-    be_params_t p = {.kind = kind, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
+    be_kind_t k;
+    cr_assert_eq(be_kind_from_name(kind, &k), 0, "%s", kind);
+    be_params_t p = {.kind = k, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
                      .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
