@@ -63,7 +63,7 @@ LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Everything but main.c goes into one library that the daemon, tools and tests link.
-ENGINE_SRC := $(wildcard daemon/engine/*.c) $(wildcard daemon/backend/*.c) \
+ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/engine/*.c) $(wildcard daemon/backend/*.c) \
               $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
 DAEMON_SRC := daemon/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)

@@ -2,6 +2,7 @@
 
 #include "fleet.h"
 #include "proto.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <float.h>
@@ -45,9 +46,7 @@ static void gs_err(const char *fmt, ...)
 
 static int64_t gs_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)util_now_ms();
 }
 
 /* ------------------------------------------------------------------ signals

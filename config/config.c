@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "base/log.h"
 #include "chat.h"
 
 /* ------------------------------------------------------------------ option table */
@@ -143,6 +144,9 @@ static const opt_t opts[] = {
     SECTION("", "metrics"),
     {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
     {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL, NULL},
+
+    SECTION("", "log"),
+    {"log", "level", OPT_ENUM, C(log.level), "info", 0, 0, OPT_RELOAD, log_level_names, NULL, NULL},
 
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},

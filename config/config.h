@@ -128,6 +128,9 @@ typedef struct cfg {
         char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
         int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
     } metrics;
+    struct {
+        int level; /* index into log_level_names (LOG_LEVEL_OF_INDEX); default "info" */
+    } log;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
     size_t n_models;
 } cfg_t;

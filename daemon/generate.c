@@ -17,6 +17,7 @@
 #include "quant.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "base/util.h"
 
 typedef struct gen_opts {
     const char *model;
@@ -220,13 +221,6 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
     return 0;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Parses "1,2,3" into a malloc'ed array; -1 on a bad list. */
 static int parse_ids(const char *s, int32_t n_vocab, int32_t **out, size_t *n)
 {
@@ -289,13 +283,13 @@ int gen_main(int argc, char **argv)
     char *text = NULL;
     size_t text_len = 0, text_cap = 0;
 
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     m = model_open(o.model, err, sizeof err);
     if (!m) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
-    double t_load = now_ms() - t0;
+    double t_load = util_now_ms() - t0;
     size_t n_prompt = 0;
     if (o.prompt_ids) {
         if (parse_ids(o.prompt_ids, (int32_t)m->hp.n_vocab, &prompt, &n_prompt) || !n_prompt) {
@@ -359,12 +353,12 @@ int gen_main(int argc, char **argv)
     tok_stream_init(&ts, m->tok, o.special);
     char piece[512];
     fwd_seq_t sq = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)n_prompt, .logits = logits};
-    double t1 = now_ms();
+    double t1 = util_now_ms();
     if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
-    double t_prompt = now_ms() - t1, t2 = now_ms();
+    double t_prompt = util_now_ms() - t1, t2 = util_now_ms();
     long n_gen = 0;
     const char *finish = "length";
     for (; n_gen < o.n_predict; n_gen++) {
@@ -410,7 +404,7 @@ int gen_main(int argc, char **argv)
         }
     }
     int np = tok_stream_flush(&ts, piece, sizeof piece);
-    double t_gen = now_ms() - t2;
+    double t_gen = util_now_ms() - t2;
     if (np > 0 && !o.json)
         fwrite(piece, 1, (size_t)np, stdout);
     if (o.json) {

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "forward.h"
+#include "base/util.h"
 
 /* Tensors inside a segment start on this boundary (kernels like aligned rows). */
 #define STORE_TENSOR_ALIGN 256
@@ -26,13 +27,6 @@ void store_set_progress(store_t *s, store_progress_fn fn, void *ctx)
 {
     s->progress = fn;
     s->progress_ctx = ctx;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static size_t round_up(size_t x, size_t a)
@@ -125,7 +119,7 @@ static void free_model(const store_t *s, store_model_t *m)
 int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
                size_t errlen)
 {
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     int rc = STORE_ERR_NOMEM;
     model_weight_t **v = NULL;
     uint32_t *seg = NULL;
@@ -194,7 +188,7 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     if (store_weights_at(m, m->image, &m->host, m->host.layers))
         goto oom;
     s->used += m->image_bytes;
-    m->load_ms = now_ms() - t0;
+    m->load_ms = util_now_ms() - t0;
     free(v);
     free(seg);
     *out = m;

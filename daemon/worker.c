@@ -9,20 +9,9 @@
 
 double wk_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    return util_now_s();
 }
 
-void wk_log(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gpuswapd: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ outbox */
 
@@ -192,17 +181,17 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     }
     char hostmem[32], a[32], b[32];
     if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
-        wk_log("device.page_size %s changed to %s (the %s backend's granularity)",
+        log_info("device.page_size %s changed to %s (the %s backend's granularity)",
                cfg_format_size(cfg->device.page_size, a, sizeof a), cfg_format_size(w->be->page_size, b, sizeof b),
                w->be->name);
     if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
-        wk_log("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
+        log_info("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
                cfg_format_size(w->be->pool_bytes, b, sizeof b));
-    wk_log("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
+    log_info("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
            w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
            cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
     if (w->be->desc)
-        wk_log("%s backend: %s", w->be->name, w->be->desc);
+        log_info("%s backend: %s", w->be->name, w->be->desc);
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++)
         w->models[w->n_models++] = wk_model_load(w, &cfg->models[i]);
     if (sched_resize(w->sched, w->n_models)) {

@@ -21,16 +21,16 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         return NULL;
     }
     char err[1024];
-    wk_log("loading model '%s' from %s", c->name, c->path);
+    log_info("loading model '%s' from %s", c->name, c->path);
     if (store_load(w->store, c->name, c->path, &m->sm, err, sizeof err) != STORE_OK) {
-        wk_log("%s:%d: %s", w->cfg->file, c->line, err);
+        log_error("%s:%d: %s", w->cfg->file, c->line, err);
         m->load_error = strdup(err);
         m->sm = NULL;
         return m;
     }
     res_cfg_t rc = wk_res_cfg_of(c);
     if (res_add(w->res, m->sm, &rc, &m->rm, err, sizeof err) != RES_OK) {
-        wk_log("%s:%d: %s", w->cfg->file, c->line, err);
+        log_error("%s:%d: %s", w->cfg->file, c->line, err);
         m->load_error = strdup(err);
         store_unload(w->store, m->sm);
         m->sm = NULL;
@@ -41,10 +41,10 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
     if (c->max_context > m->sm->model->hp.n_ctx_train)
-        wk_log("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
+        log_warning("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
               c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
     char tn[16];
-    wk_log("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
+    log_info("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
           model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
           m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
     return m;
@@ -66,7 +66,7 @@ void wk_model_free(wk_t *w, wk_model_t *m)
 void wk_load_progress(void *ctx, const char *name, size_t done, size_t total)
 {
     wk_beat(ctx); /* a large load is progress too */
-    wk_log("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
+    log_info("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
           done / 1048576.0, total / 1048576.0);
 }
 
@@ -94,7 +94,7 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
                       w->be->name);
         return;
     }
-    wk_log("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
+    log_warning("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
            f.count, f.delay_ms);
     wk_send_ok(w, conn, req->id, json_pack("{s:b}", "armed", req->fault != BE_FAULT_OFF));
 }
@@ -311,7 +311,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             res_cfg_t rc = wk_res_cfg_of(c);
             char err[256];
             if (res_set_cfg(w->res, m->rm, &rc, err, sizeof err) == RES_ERR_QUOTA) {
-                wk_log("reload: %s; model '%s' stays unpinned", err, m->name);
+                log_warning("reload: %s; model '%s' stays unpinned", err, m->name);
                 m->cfg.pinned = rc.pinned = 0;
                 res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
             }
@@ -335,7 +335,7 @@ void wk_reap_removed(wk_t *w)
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         if (m && m->removing && m->n_active == 0 && sched_queued(w->sched, i) == 0) {
-            wk_log("model '%s' removed", m->name);
+            log_info("model '%s' removed", m->name);
             wk_model_free(w, m);
             w->models[i] = NULL;
         }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "chat.h"
 #include "forward.h"
 #include "residency.h"
@@ -135,7 +137,6 @@ struct wk {
 /* ------------------------------------------------------------------ worker.c */
 
 double wk_now(void); /* CLOCK_MONOTONIC seconds */
-void wk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
 /* Outbox: each call queues one item for the loop and wakes it. */
 void wk_push_out(wk_t *w, wk_out_t *o);

@@ -1,5 +1,6 @@
 /* backend: the registry that opens cpu, sim or cuda and supplies fallbacks for optional slots. */
 #include "backend.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,18 +142,11 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
 
 /* ------------------------------------------------------------------ helpers */
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s)
 {
     if (!be || !ev)
         return BE_ERR_ARG;
-    double t0 = mono_s();
+    double t0 = util_now_s();
     long pause_ns = 20000;
     for (;;) {
         int d = be->event_done(be->ctx, ev);
@@ -162,7 +156,7 @@ int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s)
             return d;
         if (d != 0)
             return BE_ERR_DEVICE; /* not a value event_done may return */
-        if (mono_s() - t0 > timeout_s)
+        if (util_now_s() - t0 > timeout_s)
             return BE_ERR_TIMEOUT;
         struct timespec ts = {0, pause_ns};
         nanosleep(&ts, NULL);

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "cpu_ops.h"
 #include "pool.h"
+#include "base/util.h"
 
 typedef struct cpu_ctx {
     cpuk_t *k; /* first: the kernels find their state here */
@@ -17,13 +18,6 @@ typedef struct cpu_ctx {
 struct be_event {
     be_copy_times_t t;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Device memory is host memory: a reserved anonymous range whose pages are
  * made accessible on map and inaccessible again on unmap. */
@@ -75,10 +69,10 @@ static void c_event_free(void *ctx, be_event_t *ev)
 static int c_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev)
 {
     (void)ctx;
-    double t0 = now_s();
+    double t0 = util_now_s();
     memcpy(dst, src, bytes);
     if (ev)
-        ev->t = (be_copy_times_t){t0, t0, now_s()};
+        ev->t = (be_copy_times_t){t0, t0, util_now_s()};
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "cpu_ops.h"
 #include "pool.h"
+#include "base/util.h"
 
 #define SIM_NO_PAGE UINT32_MAX
 /* Copies are done in chunks so the throttle models a steady link. */
@@ -70,16 +71,9 @@ static int take(atomic_uint *n)
     return v > 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void sleep_until(double t)
 {
-    double d = t - now_s();
+    double d = t - util_now_s();
     if (d <= 0)
         return;
     struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
@@ -104,7 +98,7 @@ static void *copy_thread(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
 
-        double t0 = now_s();
+        double t0 = util_now_s();
         int failed = take(&s->fail_copies);
         if (take(&s->slow_copies))
             sleep_until(t0 + atomic_load(&s->slow_ms) / 1e3);
@@ -116,7 +110,7 @@ static void *copy_thread(void *arg)
             if (s->bandwidth > 0)
                 sleep_until(t0 + (double)(off + n) / s->bandwidth);
         }
-        double t1 = now_s();
+        double t1 = util_now_s();
 
         pthread_mutex_lock(&s->mu);
         if (c->ev) {
@@ -164,7 +158,7 @@ static int s_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_ev
     pthread_mutex_lock(&s->mu);
     if (ev) {
         atomic_store(&ev->done, 0);
-        ev->t = (be_copy_times_t){now_s(), 0, 0};
+        ev->t = (be_copy_times_t){util_now_s(), 0, 0};
     }
     if (s->tail)
         s->tail->next = c;

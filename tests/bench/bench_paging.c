@@ -11,18 +11,12 @@
 #include "forward.h"
 #include "residency.h"
 #include "store.h"
+#include "base/util.h"
 
 /* How long one raw copy of the whole image may take before the run fails
  * (a 16 GB image at 1 GB/s, with margin). */
 #define RAW_COPY_TIMEOUT_S 60.0
 #define DECODE_CTX 128 /* positions in the cache when decode starts */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, const char *err)
 {
@@ -54,7 +48,7 @@ static double first_token(res_t *res, res_model_t *rm, fwd_t *fw, float *logits)
     static const int32_t prompt[8] = {1, 100, 200, 300, 400, 500, 600, 700};
     char err[256];
     const model_t *m = res_store_model(rm)->model;
-    double t0 = now_s();
+    double t0 = util_now_s();
     if (res_acquire(res, rm, err, sizeof err))
         die("acquire", err);
     kv_seq_t *kv;
@@ -64,7 +58,7 @@ static double first_token(res_t *res, res_model_t *rm, fwd_t *fw, float *logits)
     fwd_seq_t s = {kv, prompt, 8, logits};
     if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
         die("forward", err);
-    double t = now_s() - t0;
+    double t = util_now_s() - t0;
     res_kv_free(res, kv);
     res_release(res, rm);
     return t;
@@ -113,14 +107,14 @@ static double decode_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logits
     fwd_seq_t s = {kv, prompt, DECODE_CTX, logits};
     if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
         die("prefill", err);
-    double t0 = now_s();
+    double t0 = util_now_s();
     for (int i = 0; i < n; i++) {
         int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
         fwd_seq_t d = {kv, &tok, 1, logits};
         if (fwd_run(fw, &m->hp, res_weights(rm), &d, 1, &h, err, sizeof err))
             die("decode", err);
     }
-    double t = now_s() - t0;
+    double t = util_now_s() - t0;
     res_kv_free(res, kv);
     res_release(res, rm);
     return n / t;
@@ -198,11 +192,11 @@ int main(int argc, char **argv)
 
     if (cold_on)
         drop_cache(path);
-    double tc0 = now_s();
+    double tc0 = util_now_s();
     store_model_t *sm;
     if (store_load(st, "bench", path, &sm, err, sizeof err))
         die("load", err);
-    double load_s = now_s() - tc0;
+    double load_s = util_now_s() - tc0;
     res_model_t *rm;
     res_cfg_t cfg = {0};
     if (res_add(res, sm, &cfg, &rm, err, sizeof err))
@@ -242,9 +236,9 @@ int main(int argc, char **argv)
         res_model_stats(res, rm, &a);
         if (res_prefetch(res, rm, 0, err, sizeof err))
             die("prefetch", err);
-        double deadline = now_s() + RAW_COPY_TIMEOUT_S;
+        double deadline = util_now_s() + RAW_COPY_TIMEOUT_S;
         while (!res_fully_resident(res, rm)) {
-            if (now_s() > deadline)
+            if (util_now_s() > deadline)
                 die("page-in", "not fully resident within the timeout");
             usleep(100);
         }
@@ -262,9 +256,9 @@ int main(int argc, char **argv)
         /* plain memcpy of the same bytes into the mapped range (host-addressable
          * device memory only; elsewhere the column repeats the mapped raw copy) */
         if (host_addressable) {
-            double m0 = now_s();
+            double m0 = util_now_s();
             memcpy(res_model_base(rm), sm->image, sm->image_bytes);
-            double mc = now_s() - m0;
+            double mc = util_now_s() - m0;
             if (mc < best_memcpy) best_memcpy = mc;
         }
         /* raw copies of the same bytes, no mapping beside them: into the

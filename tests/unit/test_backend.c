@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "base/util.h"
 
 #define PAGE (64u << 10)
 #define BYTES (4 * PAGE)
@@ -16,13 +17,6 @@ typedef struct fixture {
     unsigned char *src; /* BYTES of host memory with a pattern */
     be_event_t *ev;
 } fixture_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void fx_init(fixture_t *f)
 {
@@ -75,16 +69,16 @@ Test(backend, event_sync_times_out_on_a_copy_still_in_flight_then_sees_it_land, 
     be_fault_t slow = {.kind = BE_FAULT_COPY_SLOW, .count = 1, .delay_ms = 400};
     cr_assert_eq(f.be->inject(f.be->ctx, &slow), 0);
     cr_assert_eq(f.be->copy_h2d(f.be->ctx, f.base, f.src, BYTES, f.ev), 0);
-    double t0 = now_s();
+    double t0 = util_now_s();
     cr_assert_eq(be_event_sync(f.be, f.ev, 0.05), BE_ERR_TIMEOUT);
-    double waited = now_s() - t0;
+    double waited = util_now_s() - t0;
     cr_assert(waited >= 0.05 && waited < 0.35, "waited %.3f s for a 0.05 s timeout", waited);
     cr_assert_eq(f.be->event_done(f.be->ctx, f.ev), 0, "the copy landed before its delay");
     be_copy_times_t t;
     cr_assert_neq(f.be->event_times(f.be->ctx, f.ev, &t), 0, "times of a pending copy");
     cr_assert_eq(be_event_sync(f.be, f.ev, 10.0), 0);
     cr_assert_eq(f.be->event_times(f.be->ctx, f.ev, &t), 0);
-    cr_assert_geq(now_s() - t0, 0.4);
+    cr_assert_geq(util_now_s() - t0, 0.4);
     fx_fini(&f);
 }
 
