@@ -105,6 +105,7 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     for (size_t i = 0; i < d->cfg->n_models; i++)
         if (!cfg_find_model(next, d->cfg->models[i].name))
             json_array_append_new(removed, json_string(d->cfg->models[i].name));
+    log_set_level(LOG_LEVEL_OF_INDEX(next->log.level));
     log_notice("reloaded %s (%zu added, %zu removed, %zu changed)",
             d->config_path, json_array_size(added), json_array_size(removed),
             json_array_size(changed));
@@ -114,7 +115,6 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
         d->old[d->n_old++] = d->cfg;
     }
     d->cfg = next;
-    log_set_level(LOG_LEVEL_OF_INDEX(next->log.level));
     srv_set_cfg(d->srv, next);
     wk_reload(d->wk, next);
     if (conn)
