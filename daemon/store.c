@@ -50,7 +50,6 @@ void store_free(store_t *s)
 }
 
 size_t store_used(const store_t *s) { return s->used; }
-size_t store_budget(const store_t *s) { return s->budget; }
 
 /* Every weight view of a model with the segment it belongs to; tied output
  * is left out (it aliases the embedding). Returns the count. */

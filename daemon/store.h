@@ -54,7 +54,6 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
                size_t errlen);
 void store_unload(store_t *s, store_model_t *m);
 size_t store_used(const store_t *s);   /* image bytes of loaded models */
-size_t store_budget(const store_t *s);
 
 /* Fill w (layers: caller's array of n_layer) with the model's weights as
  * they sit at base, a copy of the image (the image itself, or a device

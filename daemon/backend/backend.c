@@ -120,7 +120,8 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
     case BE_KIND_SIM: be = be_sim_open(p, err, errlen); break;
     case BE_KIND_CUDA: be = be_cuda_open(p, err, errlen); break;
     default:
-        snprintf(err, errlen, "unknown backend kind %d (auto, cpu, sim, cuda)", (int)p->kind);
+        snprintf(err, errlen, "unknown backend kind %d (%s, %s, %s, %s)", (int)p->kind, be_kind_name(BE_KIND_AUTO),
+                 be_kind_name(BE_KIND_CPU), be_kind_name(BE_KIND_SIM), be_kind_name(BE_KIND_CUDA));
         return NULL;
     }
     if (!be)

@@ -22,11 +22,6 @@ void log_set_level(log_level_t l)
     atomic_store(&log_level, (int)l);
 }
 
-log_level_t log_get_level(void)
-{
-    return (log_level_t)atomic_load(&log_level);
-}
-
 /* 1 when JOURNAL_STREAM ("device:inode") is stderr's: systemd connected it to the journal. */
 static int log_detect_journal(void)
 {

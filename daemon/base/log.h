@@ -22,7 +22,6 @@ extern const char *const log_level_names[];
 const char *log_level_name(log_level_t l);
 /* Sets the level (any thread; default LOG_LEVEL_INFO). */
 void log_set_level(log_level_t l);
-log_level_t log_get_level(void);
 /* Where lines go (default stderr) and whether they carry <N> prefixes:
  * journal 1 yes, 0 no, -1 as the environment says (JOURNAL_STREAM names
  * stderr's device and inode, as systemd sets it). For tests. */

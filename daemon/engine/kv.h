@@ -26,14 +26,4 @@ kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx);
 void kv_seq_free(kv_seq_t *s); /* accepts NULL */
 void kv_seq_reset(kv_seq_t *s);
 
-static inline float *kv_k_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
-{
-    return s->k + ((size_t)pos * s->n_layer + layer) * s->kv_dim;
-}
-
-static inline float *kv_v_at(const kv_seq_t *s, uint32_t layer, uint32_t pos)
-{
-    return s->v + ((size_t)pos * s->n_layer + layer) * s->kv_dim;
-}
-
 #endif

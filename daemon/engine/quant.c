@@ -746,11 +746,6 @@ void quant_path_set(quant_path_t p)
     path_cur = p;
 }
 
-quant_path_t quant_path_get(void)
-{
-    return path_cur;
-}
-
 quant_act_t quant_act_of(uint32_t type)
 {
     const qfmt_t *f = qfmt_of(type);
