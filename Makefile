@@ -35,10 +35,12 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
-            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy
+            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy \
+            clang-format cppcheck
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test)
-DEB_CMDS := curl promtool gnuplot clang valgrind haproxy
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test;
+# clang-format, cppcheck: make check / make format)
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy clang-format cppcheck
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -86,7 +88,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -143,8 +145,20 @@ $(TRACESIM): $(call obj,$(SIM_SRC)) $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
 $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/clients/fleet.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
+# ---------------------------------------------------------------- source rules
+# `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
+# CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
+# calls beyond tests/tools/check-unused.txt (tests/tools/check.sh says which rule and where).
+# `make format` rewrites every C, header and CUDA file git knows in the house style.
+check:
+	bash tests/tools/check.sh
+
+format:
+	git ls-files -z -- '*.c' '*.h' '*.cu' '*.cuh' | xargs -0 -r clang-format -i
+
 # ---------------------------------------------------------------- tests
 test: deps
+	$(MAKE) check
 	$(MAKE) all $(UNIT_BIN) $(TRACESIM)
 	$(MAKE) test-unit test-integration
 
