@@ -109,6 +109,37 @@ int be_kind_from_name(const char *name, be_kind_t *k)
     return BE_ERR_ARG;
 }
 
+int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen)
+{
+    if (!ops) {
+        snprintf(err, errlen, "backend %s: no ops table", be->name ? be->name : "?");
+        return BE_ERR_ARG;
+    }
+#define X(slot, required, ret, params)                                                             \
+    if ((required) && !ops->slot) {                                                                \
+        snprintf(err, errlen, "backend %s: required slot '%s' is not set", be->name ? be->name : "?", \
+                 #slot);                                                                           \
+        return BE_ERR_ARG;                                                                         \
+    }                                                                                              \
+    be->slot = ops->slot;
+    BE_OPS(X)
+#undef X
+    be->ops = ops;
+    if (!be->host_alloc || !be->host_free) {
+        be->host_alloc = fb_host_alloc;
+        be->host_free = fb_host_free;
+    }
+    if (!be->download)
+        be->download = fb_copy;
+    if (!be->upload)
+        be->upload = fb_copy;
+    if (!be->event_times)
+        be->event_times = fb_event_times;
+    if (!be->inject)
+        be->inject = fb_inject;
+    return 0;
+}
+
 backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
 {
     backend_t *be;
@@ -126,18 +157,12 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
     }
     if (!be)
         return NULL;
-    if (!be->host_alloc || !be->host_free) {
-        be->host_alloc = fb_host_alloc;
-        be->host_free = fb_host_free;
+    if (be_ops_install(be, be->ops, err, errlen)) {
+        if (be->ops && be->ops->close)
+            be->ops->close(be->ctx);
+        free(be);
+        return NULL;
     }
-    if (!be->download)
-        be->download = fb_copy;
-    if (!be->upload)
-        be->upload = fb_copy;
-    if (!be->event_times)
-        be->event_times = fb_event_times;
-    if (!be->inject)
-        be->inject = fb_inject;
     return be;
 }
 

@@ -66,6 +66,79 @@ typedef struct be_fault {
     uint32_t delay_ms; /* BE_FAULT_COPY_SLOW */
 } be_fault_t;
 
+/* The slots of a backend, declared once: X(slot, required, return type, (parameters)).
+ * A backend fills a `static const be_ops_t` with designated initializers; be_open checks
+ * that every slot with required 1 is set and supplies fallbacks for the optional ones. */
+#define BE_OPS(X)                                                                                  \
+    /* ---- device memory: reserved virtual ranges backed by pool pages */                        \
+    /* Reserve bytes (multiple of page_size) of address space; *base is the                       \
+     * device address. Nothing is backed yet. */                                                  \
+    X(reserve, 1, int, (void *ctx, size_t bytes, void **base))                                    \
+    /* Back [base+off, base+off+bytes) (page multiples) with physical pages.                      \
+     * Must succeed whenever the pool has that many free pages. */                                \
+    X(map, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                             \
+    X(unmap, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                           \
+    X(release, 1, void, (void *ctx, void *base, size_t bytes))                                    \
+    /* ---- host memory for the model store (optional: NULL = aligned malloc) */                  \
+    X(host_alloc, 0, void *, (void *ctx, size_t bytes))                                           \
+    X(host_free, 0, void, (void *ctx, void *p, size_t bytes))                                     \
+    /* ---- copies and events */                                                                  \
+    X(event_new, 1, int, (void *ctx, be_event_t **ev))                                            \
+    X(event_free, 1, void, (void *ctx, be_event_t *ev))                                           \
+    /* Queue a host->device copy on the copy queue; ev completes after it. */                     \
+    X(copy_h2d, 1, int, (void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev))    \
+    /* Make later compute wait for ev (cpu/sim: block until it completes). */                     \
+    X(wait, 1, int, (void *ctx, be_event_t *ev))                                                  \
+    /* 1 if complete, 0 if pending, negative on error; never blocks. */                           \
+    X(event_done, 1, int, (void *ctx, be_event_t *ev))                                            \
+    /* (optional) copy timestamps of a completed event. */                                        \
+    X(event_times, 0, int, (void *ctx, be_event_t *ev, be_copy_times_t *t))                       \
+    /* Wait for all queued compute. */                                                            \
+    X(sync, 1, int, (void *ctx))                                                                  \
+    /* ---- scratch buffers for activations (not from the page pool) */                           \
+    X(buf_alloc, 1, void *, (void *ctx, size_t bytes))                                            \
+    X(buf_free, 1, void, (void *ctx, void *p))                                                    \
+    /* (optional) device->host and host->device copies on the compute queue,                      \
+     * synchronous; NULL = memcpy (host-addressable device memory). */                            \
+    X(download, 0, int, (void *ctx, void *host, const void *dev, size_t bytes))                   \
+    X(upload, 0, int, (void *ctx, void *dev, const void *host, size_t bytes))                     \
+    /* ---- kernels (compute queue). Pointers are device addresses; ids and                       \
+     * positions are host arrays the backend copies as it needs. */                               \
+    X(embed, 1, int,                                                                              \
+      (void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok, float *out,        \
+       size_t stride))                                                                            \
+    X(rmsnorm, 1, int,                                                                            \
+      (void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,             \
+       size_t stride, float eps))                                                                 \
+    X(matmul, 1, int,                                                                             \
+      (void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride, size_t n_tok)) \
+    X(add_bias, 1, int, (void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)) \
+    X(rope, 1, int,                                                                               \
+      (void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,    \
+       const model_hparams_t *hp))                                                                \
+    /* Store each token's k/v row into its sequence's cache at its position. */                   \
+    X(kv_store, 1, int, (void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)) \
+    /* Causal attention of each token over positions 0..pos of its sequence. */                   \
+    X(attention, 1, int, (void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)) \
+    X(silu_mul, 1, int, (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)) \
+    /* x += y */                                                                                  \
+    X(add, 1, int, (void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride))  \
+    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */                        \
+    X(gather, 1, int,                                                                             \
+      (void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows, size_t n,    \
+       size_t stride))                                                                            \
+    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */                         \
+    X(inject, 0, int, (void *ctx, const be_fault_t *f))                                           \
+    X(close, 1, void, (void *ctx))
+
+/* Declares one slot as a function pointer member. */
+#define BE_X_SLOT(slot, required, ret, params) ret(*slot) params;
+
+/* A backend's slots; each backend has one `static const` table of them. */
+typedef struct be_ops {
+    BE_OPS(BE_X_SLOT)
+} be_ops_t;
+
 typedef struct backend {
     const char *name;   /* "cpu", "sim", "cuda" */
     /* (optional) one line on the device and the libraries in use, for the
@@ -78,68 +151,10 @@ typedef struct backend {
     int zero_copy;      /* 1: weights are used in place from host memory (cpu) */
     int needs_pinned;   /* 1: the store should use host_alloc (pinned) */
 
-    /* ---- device memory: reserved virtual ranges backed by pool pages */
-    /* Reserve bytes (multiple of page_size) of address space; *base is the
-     * device address. Nothing is backed yet. */
-    int (*reserve)(void *ctx, size_t bytes, void **base);
-    /* Back [base+off, base+off+bytes) (page multiples) with physical pages.
-     * Must succeed whenever the pool has that many free pages. */
-    int (*map)(void *ctx, void *base, size_t off, size_t bytes);
-    int (*unmap)(void *ctx, void *base, size_t off, size_t bytes);
-    void (*release)(void *ctx, void *base, size_t bytes);
-
-    /* ---- host memory for the model store (optional: NULL = aligned malloc) */
-    void *(*host_alloc)(void *ctx, size_t bytes);
-    void (*host_free)(void *ctx, void *p, size_t bytes);
-
-    /* ---- copies and events */
-    int (*event_new)(void *ctx, be_event_t **ev);
-    void (*event_free)(void *ctx, be_event_t *ev);
-    /* Queue a host->device copy on the copy queue; ev completes after it. */
-    int (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev);
-    /* Make later compute wait for ev (cpu/sim: block until it completes). */
-    int (*wait)(void *ctx, be_event_t *ev);
-    /* 1 if complete, 0 if pending, negative on error; never blocks. */
-    int (*event_done)(void *ctx, be_event_t *ev);
-    /* (optional) copy timestamps of a completed event. */
-    int (*event_times)(void *ctx, be_event_t *ev, be_copy_times_t *t);
-    /* Wait for all queued compute. */
-    int (*sync)(void *ctx);
-
-    /* ---- scratch buffers for activations (not from the page pool) */
-    void *(*buf_alloc)(void *ctx, size_t bytes);
-    void (*buf_free)(void *ctx, void *p);
-    /* (optional) device->host and host->device copies on the compute queue,
-     * synchronous; NULL = memcpy (host-addressable device memory). */
-    int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
-    int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
-
-    /* ---- kernels (compute queue). Pointers are device addresses; ids and
-     * positions are host arrays the backend copies as it needs. */
-    int (*embed)(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
-                 float *out, size_t stride);
-    int (*rmsnorm)(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
-                   size_t stride, float eps);
-    int (*matmul)(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
-                  size_t n_tok);
-    int (*add_bias)(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride);
-    int (*rope)(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
-                const uint32_t *pos, const model_hparams_t *hp);
-    /* Store each token's k/v row into its sequence's cache at its position. */
-    int (*kv_store)(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok);
-    /* Causal attention of each token over positions 0..pos of its sequence. */
-    int (*attention)(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok);
-    int (*silu_mul)(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
-    /* x += y */
-    int (*add)(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride);
-    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */
-    int (*gather)(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
-                  size_t n, size_t stride);
-
-    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */
-    int (*inject)(void *ctx, const be_fault_t *f);
-
-    void (*close)(void *ctx);
+    /* ---- the slots, copied from ops by be_open (fallbacks in the optional ones): callers
+     * call be->map(be->ctx, ...) */
+    BE_OPS(BE_X_SLOT)
+    const be_ops_t *ops; /* the backend's own table, as its constructor set it */
 } backend_t;
 
 /* The backends the registry knows. */
@@ -164,8 +179,8 @@ typedef struct be_params {
     int gpu;                /* cuda device index */
 } be_params_t;
 
-/* Constructors, called only by the registry (backend.c). Each fills the
- * slots it implements and leaves optional ones NULL. */
+/* Constructors, called only by the registry (backend.c). Each sets ops to
+ * its static const table (optional slots may be NULL) and the plain fields. */
 backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen);
@@ -190,6 +205,12 @@ int be_cuda_probe_status(char *why, size_t whylen); /* cuda.cu */
  * BE_ERR_ARG when GPUSWAPD_CUBLAS names a file that cannot be used. */
 int be_cuda_cublas(char *what, size_t whatlen);
 int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda.cu */
+
+/* Checks that ops sets every required slot and copies its slots into be,
+ * the dispatcher's fallbacks in the optional ones left NULL; be->ops = ops.
+ * 0, or BE_ERR_ARG naming the first missing slot in err. be_open does this
+ * for every backend it opens. */
+int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen);
 
 /* Block the host until ev completes, polling event_done with a growing
  * pause (20 us .. 1 ms). 0 once complete; the backend's negative code if the

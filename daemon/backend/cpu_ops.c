@@ -19,14 +19,10 @@ struct cpuk {
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
 
-/* Backend contexts start with the kernel state. */
-typedef struct cpuk_holder {
-    cpuk_t *k;
-} cpuk_holder_t;
-
+/* Backend contexts start with the kernel state (CPUK_CTX_CHECK). */
 static cpuk_t *K(void *ctx)
 {
-    return ((cpuk_holder_t *)ctx)->k;
+    return ((cpuk_ctx_t *)ctx)->k;
 }
 
 cpuk_t *cpuk_new(pool_t *pool)
@@ -107,7 +103,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
     }
 }
 
-static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
+int cpuk_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
     cpuk_t *k = K(ctx);
@@ -147,7 +143,7 @@ static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
 
 /* ------------------------------------------------------------------ small ops */
 
-static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+int cpuk_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
                    float *out, size_t stride)
 {
     (void)ctx;
@@ -158,7 +154,7 @@ static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, siz
     return 0;
 }
 
-static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
                      size_t stride, float eps)
 {
     (void)ctx;
@@ -175,7 +171,7 @@ static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
     return 0;
 }
 
-static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
+int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -184,7 +180,7 @@ static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t 
     return 0;
 }
 
-static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
+int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
                   const uint32_t *pos, const model_hparams_t *hp)
 {
     (void)ctx;
@@ -219,7 +215,7 @@ static inline size_t kv_off(const be_att_t *a, uint32_t pos)
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
-static int k_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
+int cpuk_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
 {
     (void)ctx;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
@@ -274,7 +270,7 @@ static void att_worker(void *ctxp, int tid, int nth)
     }
 }
 
-static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
+int cpuk_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
 {
     cpuk_t *k = K(ctx);
     size_t need = 0;
@@ -294,7 +290,7 @@ static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     return 0;
 }
 
-static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++) {
@@ -306,7 +302,7 @@ static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
     return 0;
 }
 
-static int k_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
+int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -315,7 +311,7 @@ static int k_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, si
     return 0;
 }
 
-static int k_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
+int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
                     size_t n, size_t stride)
 {
     (void)ctx;
@@ -324,39 +320,20 @@ static int k_gather(void *ctx, float *dst, const float *src, const uint32_t *row
     return 0;
 }
 
-static void *k_buf_alloc(void *ctx, size_t bytes)
+void *cpuk_buf_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
     return malloc(bytes ? bytes : 1);
 }
 
-static void k_buf_free(void *ctx, void *p)
+void cpuk_buf_free(void *ctx, void *p)
 {
     (void)ctx;
     free(p);
 }
 
-static int k_sync(void *ctx)
+int cpuk_sync(void *ctx)
 {
     (void)ctx;
     return 0;
-}
-
-void cpuk_fill(backend_t *be)
-{
-    be->buf_alloc = k_buf_alloc;
-    be->buf_free = k_buf_free;
-    be->download = NULL;
-    be->upload = NULL;
-    be->sync = k_sync;
-    be->embed = k_embed;
-    be->rmsnorm = k_rmsnorm;
-    be->matmul = k_matmul;
-    be->add_bias = k_add_bias;
-    be->rope = k_rope;
-    be->kv_store = k_kv_store;
-    be->attention = k_attention;
-    be->silu_mul = k_silu_mul;
-    be->add = k_add;
-    be->gather = k_gather;
 }

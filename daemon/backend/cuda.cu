@@ -1919,6 +1919,39 @@ extern "C" int be_cuda_probe(void)
     return n > 0 ? n : 0;
 }
 
+/* The slots in be_ops_t order (designated initializers in declaration order, as C++ wants). */
+static const be_ops_t cuda_ops = {
+    .reserve = c_reserve,
+    .map = c_map,
+    .unmap = c_unmap,
+    .release = c_release,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .event_new = c_event_new,
+    .event_free = c_event_free,
+    .copy_h2d = c_copy_h2d,
+    .wait = c_wait,
+    .event_done = c_event_done,
+    .event_times = c_event_times,
+    .sync = c_sync,
+    .buf_alloc = c_buf_alloc,
+    .buf_free = c_buf_free,
+    .download = c_download,
+    .upload = c_upload,
+    .embed = c_embed,
+    .rmsnorm = c_rmsnorm,
+    .matmul = c_matmul,
+    .add_bias = c_add_bias,
+    .rope = c_rope,
+    .kv_store = c_kv_store,
+    .attention = c_attention,
+    .silu_mul = c_silu_mul,
+    .add = c_add,
+    .gather = c_gather,
+    .inject = nullptr, /* no fault injection: be_open supplies the fallback */
+    .close = c_close,
+};
+
 extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen)
 {
     int n = 0;
@@ -2036,34 +2069,7 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->pool_bytes = c->budget;
     be->zero_copy = 0;
     be->needs_pinned = 1;
-    be->reserve = c_reserve;
-    be->map = c_map;
-    be->unmap = c_unmap;
-    be->release = c_release;
-    be->host_alloc = c_host_alloc;
-    be->host_free = c_host_free;
-    be->event_new = c_event_new;
-    be->event_free = c_event_free;
-    be->copy_h2d = c_copy_h2d;
-    be->wait = c_wait;
-    be->event_done = c_event_done;
-    be->event_times = c_event_times;
-    be->sync = c_sync;
-    be->buf_alloc = c_buf_alloc;
-    be->buf_free = c_buf_free;
-    be->download = c_download;
-    be->upload = c_upload;
-    be->embed = c_embed;
-    be->rmsnorm = c_rmsnorm;
-    be->matmul = c_matmul;
-    be->add_bias = c_add_bias;
-    be->rope = c_rope;
-    be->kv_store = c_kv_store;
-    be->attention = c_attention;
-    be->silu_mul = c_silu_mul;
-    be->add = c_add;
-    be->gather = c_gather;
-    be->close = c_close;
+    be->ops = &cuda_ops;
     return be;
 fail:
     cudaGetLastError();

@@ -40,7 +40,7 @@ typedef struct sim_range {
 } sim_range_t;
 
 typedef struct sim_ctx {
-    cpuk_t *k;         /* first: the kernels find their state here */
+    cpuk_ctx_t kc;     /* first: the kernels find their state here */
     pool_t *pool;
     int memfd;
     size_t page, n_pages;
@@ -61,6 +61,7 @@ typedef struct sim_ctx {
     atomic_uint fail_copies, slow_copies, fail_maps;
     atomic_uint slow_ms;
 } sim_ctx_t;
+CPUK_CTX_CHECK(sim_ctx_t, kc);
 
 /* Takes one unit of an armed fault counter; 1 if this operation is hit. */
 static int take(atomic_uint *n)
@@ -387,7 +388,7 @@ static void s_close(void *ctxp)
     if (s->memfd >= 0)
         close(s->memfd);
     free(s->free_pages);
-    cpuk_free(s->k);
+    cpuk_free(s->kc.k);
     pool_free(s->pool);
     pthread_mutex_destroy(&s->map_mu);
     pthread_mutex_destroy(&s->mu);
@@ -395,6 +396,22 @@ static void s_close(void *ctxp)
     pthread_cond_destroy(&s->cv_done);
     free(s);
 }
+
+static const be_ops_t sim_ops = {
+    .reserve = s_reserve,
+    .map = s_map,
+    .unmap = s_unmap,
+    .release = s_release,
+    .event_new = s_event_new,
+    .event_free = s_event_free,
+    .copy_h2d = s_copy_h2d,
+    .wait = s_wait,
+    .event_done = s_event_done,
+    .event_times = s_event_times,
+    .inject = s_inject,
+    .close = s_close,
+    CPUK_SLOTS /* kernels and scratch buffers: cpu_ops.c */
+};
 
 backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
 {
@@ -434,8 +451,8 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     }
     s->free_pages = malloc(s->n_pages * sizeof *s->free_pages);
     s->pool = pool_new(p->threads);
-    s->k = s->pool ? cpuk_new(s->pool) : NULL;
-    if (!s->free_pages || !s->k) {
+    s->kc.k = s->pool ? cpuk_new(s->pool) : NULL;
+    if (!s->free_pages || !s->kc.k) {
         snprintf(err, errlen, "sim backend: out of memory");
         goto fail;
     }
@@ -452,19 +469,7 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     be->ctx = s;
     be->page_size = page;
     be->pool_bytes = s->n_pages * page;
-    be->reserve = s_reserve;
-    be->map = s_map;
-    be->unmap = s_unmap;
-    be->release = s_release;
-    be->event_new = s_event_new;
-    be->event_free = s_event_free;
-    be->copy_h2d = s_copy_h2d;
-    be->wait = s_wait;
-    be->event_done = s_event_done;
-    be->event_times = s_event_times;
-    be->inject = s_inject;
-    be->close = s_close;
-    cpuk_fill(be);
+    be->ops = &sim_ops;
     return be;
 fail:
     s_close(s);

@@ -134,3 +134,72 @@ Test(backend, cublas_is_located_or_the_reason_named_and_none_selects_the_own_ker
         cr_assert(strncmp(what, "none: ", 6) == 0 && strlen(what) > 6, "%s", what);
     cr_log_info("cuBLAS here: %s", what);
 }
+
+/* ------------------------------------------------------------------ ops tables */
+
+Test(backend, every_backend_opens_with_a_complete_static_ops_table)
+{
+    static const be_kind_t kinds[] = {BE_KIND_CPU, BE_KIND_SIM};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        char err[256] = "";
+        be_params_t p = {.kind = kinds[i], .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+        backend_t *be = be_open(&p, err, sizeof err);
+        cr_assert_not_null(be, "%s: %s", be_kind_name(kinds[i]), err);
+        cr_assert_not_null(be->ops);
+        cr_assert_str_eq(be->name, be_kind_name(kinds[i]));
+        /* the slots callers use are the table's, the optional ones filled in */
+        cr_assert_eq(be->matmul, be->ops->matmul);
+        cr_assert_eq(be->reserve, be->ops->reserve);
+        cr_assert_not_null(be->inject);
+        cr_assert_not_null(be->download);
+        be_close(be);
+    }
+}
+
+Test(backend, a_table_missing_a_required_slot_is_rejected_naming_it)
+{
+    char err[256] = "";
+    be_params_t p = {.kind = BE_KIND_SIM, .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+    backend_t *sim = be_open(&p, err, sizeof err);
+    cr_assert_not_null(sim, "%s", err);
+    be_ops_t ops = *sim->ops;
+    ops.attention = NULL;
+    backend_t fake = {.name = "fake", .ctx = sim->ctx};
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), BE_ERR_ARG);
+    cr_assert(strstr(err, "fake") && strstr(err, "'attention'"), "%s", err);
+    ops = *sim->ops;
+    ops.close = NULL;
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), BE_ERR_ARG);
+    cr_assert(strstr(err, "'close'"), "%s", err);
+    cr_assert_eq(be_ops_install(&fake, NULL, err, sizeof err), BE_ERR_ARG);
+    /* optional slots may be missing: the dispatcher's fallbacks fill them */
+    ops = *sim->ops;
+    ops.inject = NULL;
+    ops.event_times = NULL;
+    ops.host_alloc = NULL;
+    memset(&fake, 0, sizeof fake);
+    fake.name = "fake";
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(fake.inject);
+    cr_assert_not_null(fake.event_times);
+    cr_assert_not_null(fake.host_alloc);
+    cr_assert_eq(fake.ops, &ops);
+    cr_assert_eq(fake.map, sim->map);
+    be_close(sim);
+}
+
+Test(backend, an_unknown_kind_is_refused_and_names_round_trip)
+{
+    char err[256] = "";
+    be_params_t p = {.kind = BE_KIND_COUNT};
+    cr_assert_null(be_open(&p, err, sizeof err));
+    cr_assert(strstr(err, "unknown backend kind"), "%s", err);
+    for (int k = 0; k < BE_KIND_COUNT; k++) {
+        be_kind_t back;
+        cr_assert_eq(be_kind_from_name(be_kind_name((be_kind_t)k), &back), 0);
+        cr_assert_eq(back, (be_kind_t)k);
+    }
+    be_kind_t x;
+    cr_assert_eq(be_kind_from_name("gpu", &x), BE_ERR_ARG);
+    cr_assert_null(be_kind_name(BE_KIND_COUNT));
+}
