@@ -18,13 +18,13 @@ endif
 # statically and libcublas is dlopen'ed at run time, so binaries start on
 # machines without a GPU driver or CUDA libraries (the backend then reports
 # itself unavailable and its tests skip).
-CUDA_SRC := $(wildcard daemon/backend/*.cu)
+CUDA_SRC := $(wildcard daemon/backend/cuda/*.cu)
 ifeq ($(CUDA)$(if $(CUDA_SRC),1,0),11)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings \
-             -Idaemon/engine -Idaemon/backend -DGPUSWAPD_CUDA
+             -I$(BUILD)/cuda-inc -DGPUSWAPD_CUDA
 CUDA_DEFS := -DGPUSWAPD_CUDA
 CUDA_LIBS := $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lstdc++
 else
@@ -58,14 +58,17 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config \
+              -iquote daemon -iquote tests/tools/lib -iquote proto -iquote config \
               -iquote clients $(PKG_CFLAGS) $(SANFLAGS) \
               $(CUDA_DEFS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-# Everything but main.c goes into one library that the daemon, tools and tests link.
-ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/engine/*.c) $(wildcard daemon/backend/*.c) \
+# Everything but main.c goes into one library, libgpuswapd.a, that the daemon, tools and tests
+# link. Its layers (each includes only those before it; make check): daemon/base, daemon/kernels,
+# daemon/backend (CUDA in daemon/backend/cuda), daemon/engine, then daemon/, proto/ and config/.
+ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/kernels/*.c) $(wildcard daemon/backend/*.c) \
+              $(wildcard daemon/engine/*.c) \
               $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
 DAEMON_SRC := daemon/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)
@@ -77,7 +80,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 
-ENGINE_LIB := $(BUILD)/libengine.a
+ENGINE_LIB := $(BUILD)/libgpuswapd.a
 TOOLS_LIB  := $(BUILD)/libtesttools.a
 GPUSWAPD   := $(BUILD)/gpuswapd
 TOOLS      := $(patsubst tests/tools/%.c,$(BUILD)/%,$(TOOL_SRC))
@@ -111,8 +114,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# nvcc has no -iquote and -Idaemon would make <sched.h> daemon/sched.h: it sees the layer
+# folders only, through links ("kernels/quant.h" as the C compiler reads it with -iquote daemon).
 $(BUILD)/obj/%.o: %.cu
-	@mkdir -p $(dir $@)
+	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
+	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)

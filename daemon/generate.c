@@ -10,13 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "quant.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
 #include "base/util.h"
 
 typedef struct gen_opts {

@@ -15,7 +15,7 @@
 #include "generate.h"
 #include "tokenize_cli.h"
 #include "http.h"
-#include "model.h"
+#include "engine/model.h"
 #include "server.h"
 #include "worker.h"
 

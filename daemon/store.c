@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "forward.h"
+#include "engine/forward.h"
 #include "base/util.h"
 
 /* Tensors inside a segment start on this boundary (kernels like aligned rows). */

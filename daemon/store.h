@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "engine/model.h"
 
 enum {
     STORE_OK = 0,

@@ -6,17 +6,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "chat.h"
-#include "forward.h"
+#include "engine/forward.h"
 #include "residency.h"
-#include "sampler.h"
+#include "engine/sampler.h"
 #include "sched.h"
 #include "stats.h"
 #include "store.h"
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 #include "worker.h"
 
 #define WK_MAX_MODELS 256

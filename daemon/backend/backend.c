@@ -1,11 +1,13 @@
 /* backend: the registry that opens cpu, sim or cuda and supplies fallbacks for optional slots. */
-#include "backend.h"
+#include "backend/backend.h"
 #include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+_Static_assert((int)BE_ERR_NOMEM == (int)KERN_ERR_NOMEM && (int)BE_ERR_ARG == (int)KERN_ERR_ARG, "kernel codes are backend codes");
 
 /* ------------------------------------------------------------------ fallbacks */
 

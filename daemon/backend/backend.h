@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "kernels/tensor.h"
 
 enum {
     BE_OK = 0,
@@ -24,31 +24,13 @@ typedef struct be_copy_times {
     double queued, start, end;
 } be_copy_times_t;
 
-/* Where one token of a step reads and writes its attention state. The KV
- * cache layout is the kv_seq_t one (kv.h): base pointers in device memory. */
-typedef struct be_tok {
-    float *k_base;     /* kv_seq_t.k of its sequence (device address) */
-    float *v_base;     /* kv_seq_t.v of its sequence */
-    uint32_t n_ctx;    /* that sequence's capacity */
-    uint32_t pos;      /* position of this token */
-} be_tok_t;
-
-/* Operands of the attention op for one layer. */
-typedef struct be_att {
-    const be_tok_t *toks; /* n_tok entries, host memory */
-    uint32_t layer, n_layer;
-    uint32_t n_head, n_head_kv, head_dim;
-    size_t stride;        /* floats between rows of q/out/k/v */
-} be_att_t;
-
-/* A matmul job: y[t][r] = dot(W row r, x[t]) for t < n_tok. Several jobs
- * sharing x may be passed in one call (q/k/v, gate/up) so a backend can fuse
- * them. */
-typedef struct be_mm {
-    const model_weight_t *w; /* data is a device address */
-    float *y;
-    size_t y_stride;
-} be_mm_t;
+/* The kernels' operand types (kernels/tensor.h) under the backend's names: the
+ * interface names tensors and their shapes without including model code. */
+typedef kern_tensor_t be_tensor_t; /* a weight view (the engine's weights are these) */
+typedef kern_tok_t be_tok_t;       /* one token's attention state */
+typedef kern_att_t be_att_t;       /* attention operands of one layer */
+typedef kern_mm_t be_mm_t;         /* one matmul job */
+typedef kern_rope_t be_rope_t;     /* rotary embedding parameters */
 
 /* Failures a backend can be told to produce (sim only; for tests of the
  * daemon's error paths). Each applies to the next count operations of its
@@ -105,7 +87,7 @@ typedef struct be_fault {
     /* ---- kernels (compute queue). Pointers are device addresses; ids and                       \
      * positions are host arrays the backend copies as it needs. */                               \
     X(embed, 1, int,                                                                              \
-      (void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok, float *out,        \
+      (void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,        \
        size_t stride))                                                                            \
     X(rmsnorm, 1, int,                                                                            \
       (void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,             \
@@ -115,7 +97,7 @@ typedef struct be_fault {
     X(add_bias, 1, int, (void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)) \
     X(rope, 1, int,                                                                               \
       (void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,    \
-       const model_hparams_t *hp))                                                                \
+       const be_rope_t *rope))                                                                    \
     /* Store each token's k/v row into its sequence's cache at its position. */                   \
     X(kv_store, 1, int, (void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)) \
     /* Causal attention of each token over positions 0..pos of its sequence. */                   \

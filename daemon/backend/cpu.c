@@ -5,9 +5,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "backend.h"
-#include "cpu_ops.h"
-#include "pool.h"
+#include "backend/backend.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/pool.h"
 #include "base/util.h"
 
 typedef struct cpu_ctx {

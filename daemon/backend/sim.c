@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cpu_ops.h"
-#include "pool.h"
+#include "backend/backend.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/pool.h"
 #include "base/util.h"
 
 #define SIM_NO_PAGE UINT32_MAX

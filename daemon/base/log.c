@@ -1,5 +1,5 @@
 /* log: leveled lines on stderr, "<N>"-prefixed for the journal when systemd's JOURNAL_STREAM matches stderr. */
-#include "log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /* forward: the transformer forward pass for a batch of sequences of one model, as a sequence of backend kernels. */
-#include "forward.h"
+#include "engine/forward.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +158,7 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
         return FWD_ERR_NOMEM;
     }
     const uint32_t d = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
+    const be_rope_t rope = model_rope_of(hp);
     const size_t W = f->cap_width, FF = f->cap_ff;
     size_t n_sel = 0;
     for (int s = 0, t = 0; s < n_seqs; s++) {
@@ -186,8 +187,8 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
             BE_CALL(add_bias, f->k, L->bk.data, n_tok, L->bk.n_in, W);
             BE_CALL(add_bias, f->v, L->bv.data, n_tok, L->bv.n_in, W);
         }
-        BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, hp);
-        BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, hp);
+        BE_CALL(rope, f->q, n_tok, W, hp->n_head, f->pos, &rope);
+        BE_CALL(rope, f->k, n_tok, W, hp->n_head_kv, f->pos, &rope);
         be_att_t at = {.toks = f->toks, .layer = l, .n_layer = hp->n_layer, .n_head = hp->n_head,
                        .n_head_kv = hp->n_head_kv, .head_dim = hd, .stride = W};
         BE_CALL(kv_store, &at, f->k, f->v, n_tok);

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 typedef struct kv_seq {
     uint32_t n_layer;

@@ -1,12 +1,12 @@
 /* model: Llama-family hyperparameters and weight views taken from a GGUF file. */
-#include "model.h"
+#include "engine/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 const char *model_arch_name(model_arch_t a)
 {

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "kernels/tensor.h"
+#include "engine/tokenizer.h"
 
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
@@ -37,14 +38,14 @@ typedef struct model_hparams {
     int rope_neox;        /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
 } model_hparams_t;
 
-/* A view of one tensor: rows of n_in elements of the stored type. */
-typedef struct model_weight {
-    uint32_t type;      /* gguf_ttype_t */
-    uint32_t n_in;      /* elements per row (ne[0]) */
-    uint32_t n_out;     /* rows (ne[1]); 1 for vectors */
-    const void *data;   /* n_out rows of quant_row_bytes(type, n_in); NULL if absent */
-    size_t nbytes;
-} model_weight_t;
+/* The rope parameters of hp, for the backend's rope op. */
+static inline kern_rope_t model_rope_of(const model_hparams_t *hp)
+{
+    return (kern_rope_t){hp->head_dim, hp->rope_dim, hp->rope_base, hp->rope_neox};
+}
+
+/* A view of one tensor (kernels/tensor.h): rows of n_in elements of the stored type. */
+typedef kern_tensor_t model_weight_t;
 
 typedef struct model_layer {
     model_weight_t attn_norm;          /* (n_embd) F32 */

@@ -1,5 +1,5 @@
 /* sampler: picks the next token from logits (repetition penalty, greedy or temperature + top-k/top-p/min-p, seeded PRNG). */
-#include "sampler.h"
+#include "engine/sampler.h"
 
 #include <float.h>
 #include <math.h>

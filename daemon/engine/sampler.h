@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sampler_params.h"
+#include "engine/sampler_params.h"
 
 /* The sampler accepts wider values than the table's ranges where they have a
  * meaning: temperature <= 0 is greedy, top_k <= 0, top_p >= 1 and min_p <= 0

@@ -1,7 +1,7 @@
 /* tokenizer: text <-> token ids from GGUF tokenizer.* metadata, following llama.cpp's SPM and GPT-2 BPE tokenizers. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <limits.h>
 #include <math.h>

@@ -4,12 +4,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "pool.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/pool.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows

@@ -8,12 +8,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
 #include "base/util.h"
 
 #define PROMPT "Once upon a time"

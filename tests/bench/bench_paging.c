@@ -7,8 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
 #include "base/util.h"

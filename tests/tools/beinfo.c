@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 int main(int argc, char **argv)
 {

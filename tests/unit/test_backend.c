@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "base/util.h"
 
 #define PAGE (64u << 10)

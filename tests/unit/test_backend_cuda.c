@@ -20,12 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "ggufw.h"
-#include "kv.h"
-#include "model.h"
-#include "quant.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -385,7 +385,7 @@ Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
 static void check_rope(int neox)
 {
     backend_t *cu = open_cuda(), *cp = open_cpu();
-    model_hparams_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
+    be_rope_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
                           .rope_neox = neox};
     const uint32_t n_heads = 3;
     const size_t n_tok = 6, stride = 200;

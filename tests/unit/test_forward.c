@@ -7,13 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "ggufw.h"
-#include "kv.h"
-#include "model.h"
-#include "pool.h"
-#include "quant.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/pool.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 static backend_t *cpu_be(int threads)

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
 #include "testutil.h"

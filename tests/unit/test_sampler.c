@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "engine/sampler.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -1,11 +1,11 @@
 /* quant: weight formats (F32, F16, BF16, the legacy, K and IQ4 block quants), their conversions and the dot kernels. */
-#include "quant.h"
+#include "kernels/quant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "kernels/wtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -37,8 +37,9 @@
 #include <new>
 
 extern "C" {
-#include "backend.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "kernels/quant.h"
+#include "kernels/wtype.h"
 }
 
 /* ------------------------------------------------------------------ tuning */
@@ -1178,13 +1179,13 @@ static int type_ok(uint32_t t)
 }
 
 /* Alignment the kernels' loads need for a weight of this type. */
-static int weight_aligned(const model_weight_t *w)
+static int weight_aligned(const be_tensor_t *w)
 {
     uintptr_t a = (uintptr_t)w->data;
     return w->type == GGUF_T_F32 ? a % 4 == 0 : a % 2 == 0;
 }
 
-static int c_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok,
                    float *out, size_t stride)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
@@ -1241,7 +1242,7 @@ static int c_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
 
 static int gemv_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const size_t rb = quant_row_bytes(w->type, w->n_in);
     const uint8_t *wd = (const uint8_t *)w->data;
     const bool aligned16 = (uintptr_t)wd % 16 == 0 && rb % 16 == 0;
@@ -1318,7 +1319,7 @@ static int to_half(cu_ctx_t *c, uint32_t type, const float *x, size_t xs, uint32
 static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok,
                        uint32_t *xh_type, uint32_t *xh_n_in)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const float one = 1.0f, zero = 0.0f;
     const void *b = x;
     int ldb = (int)xs;
@@ -1347,7 +1348,7 @@ static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
 /* The GEMM without cuBLAS: k_gemm_tiled over tiles of rows and tokens. */
 static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const size_t rb = quant_row_bytes(w->type, w->n_in);
     const uint8_t *wd = (const uint8_t *)w->data;
     const size_t max_tok = (size_t)GRID_Y_MAX * GEMM_TILE;
@@ -1388,7 +1389,7 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
     if (n_tok == 0)
         return 0;
     for (int j = 0; j < n_jobs; j++) {
-        const model_weight_t *w = jobs[j].w;
+        const be_tensor_t *w = jobs[j].w;
         if (!w->data || !type_ok(w->type) || !weight_aligned(w) || !quant_row_bytes(w->type, w->n_in))
             return BE_ERR_ARG;
     }
@@ -1399,7 +1400,7 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
     uint32_t xh_type = UINT32_MAX, xh_n_in = 0;
     for (int j = 0; j < n_jobs && !rc; j++) {
         const be_mm_t *jb = &jobs[j];
-        const model_weight_t *w = jb->w;
+        const be_tensor_t *w = jb->w;
         if (w->n_out == 0)
             continue;
         const bool gemm = n_tok >= MM_GEMM_MIN_TOK && w->type != GGUF_T_Q8_0 && w->n_in > 0 &&
@@ -1452,7 +1453,7 @@ static int c_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
 }
 
 static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
-                  const uint32_t *pos, const model_hparams_t *hp)
+                  const uint32_t *pos, const be_rope_t *hp)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     if (n_tok == 0 || hp->rope_dim < 2 || n_heads == 0)

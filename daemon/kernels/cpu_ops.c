@@ -1,11 +1,11 @@
 /* cpu_ops: the CPU kernels behind the backend vtable, shared by the cpu and sim backends. */
-#include "cpu_ops.h"
+#include "kernels/cpu_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 /* Tokens per GEMM block: keeps the activations of a block in L2 while the
  * weight rows stream through. */
@@ -46,7 +46,7 @@ void cpuk_free(cpuk_t *k)
 /* ------------------------------------------------------------------ matmul */
 
 typedef struct mm_task {
-    const be_mm_t *jobs;
+    const kern_mm_t *jobs;
     int n_jobs;
     const float *x;
     size_t x_stride, n_tok;
@@ -66,7 +66,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
         size_t te = tb + CPUK_TOK_BLOCK < t->n_tok ? tb + CPUK_TOK_BLOCK : t->n_tok;
         long base = 0;
         for (int j = 0; j < t->n_jobs; j++) {
-            const be_mm_t *jb = &t->jobs[j];
+            const kern_mm_t *jb = &t->jobs[j];
             long n_out = jb->w->n_out;
             long r0 = lo > base ? lo - base : 0;
             long r1 = hi - base < n_out ? hi - base : n_out;
@@ -103,7 +103,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
     }
 }
 
-int cpuk_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
+int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
     cpuk_t *k = K(ctx);
@@ -122,11 +122,11 @@ int cpuk_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size
             continue;
         size_t rb = quant_act_bytes((quant_act_t)a, width[a]);
         if (!rb)
-            return BE_ERR_ARG;
+            return KERN_ERR_ARG;
         if (rb * n_tok > k->xq_cap[a]) {
             void *p = malloc(rb * n_tok);
             if (!p)
-                return BE_ERR_NOMEM;
+                return KERN_ERR_NOMEM;
             free(k->xq[a]);
             k->xq[a] = p;
             k->xq_cap[a] = rb * n_tok;
@@ -143,7 +143,7 @@ int cpuk_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size
 
 /* ------------------------------------------------------------------ small ops */
 
-int cpuk_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+int cpuk_embed(void *ctx, const kern_tensor_t *tab, const int32_t *ids, size_t n_tok,
                    float *out, size_t stride)
 {
     (void)ctx;
@@ -181,7 +181,7 @@ int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, s
 }
 
 int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
-                  const uint32_t *pos, const model_hparams_t *hp)
+                  const uint32_t *pos, const kern_rope_t *hp)
 {
     (void)ctx;
     uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
@@ -210,17 +210,17 @@ int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_hea
     return 0;
 }
 
-static inline size_t kv_off(const be_att_t *a, uint32_t pos)
+static inline size_t kv_off(const kern_att_t *a, uint32_t pos)
 {
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
-int cpuk_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
+int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
 {
     (void)ctx;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
     for (size_t t = 0; t < n_tok; t++) {
-        const be_tok_t *bt = &a->toks[t];
+        const kern_tok_t *bt = &a->toks[t];
         memcpy(bt->k_base + kv_off(a, bt->pos), k + t * a->stride, kvd * sizeof(float));
         memcpy(bt->v_base + kv_off(a, bt->pos), v + t * a->stride, kvd * sizeof(float));
     }
@@ -229,7 +229,7 @@ int cpuk_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, 
 
 typedef struct att_task {
     cpuk_t *k;
-    const be_att_t *a;
+    const kern_att_t *a;
     const float *q;
     float *out;
     size_t n_tok;
@@ -238,7 +238,7 @@ typedef struct att_task {
 static void att_worker(void *ctxp, int tid, int nth)
 {
     const att_task_t *at = ctxp;
-    const be_att_t *a = at->a;
+    const kern_att_t *a = at->a;
     uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = at->k->scores + (size_t)tid * at->k->cap_ctx;
@@ -247,7 +247,7 @@ static void att_worker(void *ctxp, int tid, int nth)
     for (long item = lo; item < hi; item++) {
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
-        const be_tok_t *bt = &a->toks[t];
+        const kern_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
         float mx = -INFINITY;
@@ -270,7 +270,7 @@ static void att_worker(void *ctxp, int tid, int nth)
     }
 }
 
-int cpuk_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
+int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, size_t n_tok)
 {
     cpuk_t *k = K(ctx);
     size_t need = 0;
@@ -280,7 +280,7 @@ int cpuk_attention(void *ctx, const be_att_t *a, const float *q, float *out, siz
     if (need > k->cap_ctx) {
         float *s = malloc((size_t)pool_size(k->pool) * need * sizeof(float));
         if (!s)
-            return BE_ERR_NOMEM;
+            return KERN_ERR_NOMEM;
         free(k->scores);
         k->scores = s;
         k->cap_ctx = need;
