@@ -27,8 +27,19 @@ typedef struct cpuk_ctx {
 /* The kernel and scratch-buffer slots, for a backend's static const be_ops_t
  * (designated initializers); their ctx is a context that CPUK_CTX_CHECK passes. */
 #define CPUK_OPS(X)                                                                                \
-    X(buf_alloc) X(buf_free) X(sync) X(embed) X(rmsnorm) X(matmul) X(add_bias) X(rope) X(kv_store) \
-    X(attention) X(silu_mul) X(add) X(gather)
+    X(buf_alloc)                                                                                   \
+    X(buf_free)                                                                                    \
+    X(sync)                                                                                        \
+    X(embed)                                                                                       \
+    X(rmsnorm)                                                                                     \
+    X(matmul)                                                                                      \
+    X(add_bias)                                                                                    \
+    X(rope)                                                                                        \
+    X(kv_store)                                                                                    \
+    X(attention)                                                                                   \
+    X(silu_mul)                                                                                    \
+    X(add)                                                                                         \
+    X(gather)
 #define CPUK_X_INIT(slot) .slot = cpuk_##slot,
 #define CPUK_SLOTS CPUK_OPS(CPUK_X_INIT)
 
