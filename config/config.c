@@ -117,6 +117,8 @@ static const opt_t opts[] = {
     {"device", "memory", OPT_SIZE, C(device.memory), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"device", "page_size", OPT_SIZE, C(device.page_size), "2MiB", 4 * KiB, 1 * GiB, 0, NULL, check_pow2, NULL},
     {"device", "sim_bandwidth", OPT_RATE, C(device.sim_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
+    {"device", "sim_load_bandwidth", OPT_RATE, C(device.sim_load_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL,
+     NULL},
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
     {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
     {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},

@@ -107,6 +107,7 @@ typedef struct cfg {
                                    0 = cuda: 90% of free memory at start, cpu: unused */
         uint64_t page_size;     /* bytes per pool page: power of two, >= 4KiB, default 2MiB */
         uint64_t sim_bandwidth; /* bytes/s the sim copy thread is throttled to; 0 = unthrottled */
+        uint64_t sim_load_bandwidth; /* sim: bytes/s a model is read into host RAM at; 0 = unthrottled */
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
         uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
         int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */

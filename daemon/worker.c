@@ -167,6 +167,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     w->store = store_new(w->be, cfg->host.memory);
     if (w->store)
         store_set_progress(w->store, wk_load_progress, w);
+    if (w->store && cfg->device.backend == CFG_BACKEND_SIM)
+        store_set_load_rate(w->store, (double)cfg->device.sim_load_bandwidth);
     w->res = res_new(w->be, berr, sizeof berr);
     if (w->res) {
         res_set_copy_timeout(w->res, (double)cfg->device.copy_timeout_ms / 1e3);
@@ -192,8 +194,10 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
            cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
     if (w->be->desc)
         log_info("%s backend: %s", w->be->name, w->be->desc);
-    for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++)
-        w->models[w->n_models++] = wk_model_load(w, &cfg->models[i]);
+    for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++) {
+        wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
+        w->models[w->n_models++] = nm;
+    }
     if (sched_resize(w->sched, w->n_models)) {
         snprintf(err, errlen, "out of memory");
         goto fail;

@@ -22,7 +22,13 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     }
     char err[1024];
     log_info("loading model '%s' from %s", c->name, c->path);
-    if (store_load(w->store, c->name, c->path, &m->sm, err, sizeof err) != STORE_OK) {
+    m->loading = 1;
+    w->loading = m;
+    w->load_decile = 0;
+    int src = store_load(w->store, c->name, c->path, &m->sm, err, sizeof err);
+    m->loading = 0;
+    w->loading = NULL;
+    if (src != STORE_OK) {
         log_error("%s:%d: %s", w->cfg->file, c->line, err);
         m->load_error = strdup(err);
         m->sm = NULL;
@@ -63,11 +69,47 @@ void wk_model_free(wk_t *w, wk_model_t *m)
     free(m);
 }
 
+/* Answers the inference socket's `models` requests waiting in the inbox
+ * (the loading model shows as 'loading'); everything else waits its turn. */
+static void serve_models_while_loading(wk_t *w)
+{
+    wk_in_t *take = NULL, **tail = &take;
+    pthread_mutex_lock(&w->mu);
+    wk_in_t **pp = &w->in_head, *last = NULL;
+    while (*pp) {
+        wk_in_t *in = *pp;
+        if (in->kind == IN_REQ && !in->admin && in->req.op == PROTO_OP_MODELS) {
+            *pp = in->next;
+            in->next = NULL;
+            *tail = in;
+            tail = &in->next;
+        } else {
+            last = in;
+            pp = &in->next;
+        }
+    }
+    w->in_tail = last;
+    pthread_mutex_unlock(&w->mu);
+    while (take) {
+        wk_in_t *nx = take->next;
+        wk_send_ok(w, take->conn, take->req.id, wk_report_models(w, 0));
+        proto_req_free(&take->req);
+        free(take);
+        take = nx;
+    }
+}
+
 void wk_load_progress(void *ctx, const char *name, size_t done, size_t total)
 {
-    wk_beat(ctx); /* a large load is progress too */
-    log_info("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
-          done / 1048576.0, total / 1048576.0);
+    wk_t *w = ctx;
+    wk_beat(w); /* a large load is progress too */
+    int decile = total ? (int)(10 * done / total) : 10;
+    if (decile > w->load_decile) {
+        w->load_decile = decile;
+        log_info("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
+                 done / 1048576.0, total / 1048576.0);
+    }
+    serve_models_while_loading(w);
 }
 
 /* ------------------------------------------------------------------ admin */
@@ -303,6 +345,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
         if (!m->sm) {
             /* it failed to load: try again (the file may have been fixed) */
             wk_model_free(w, m);
+            w->models[i] = NULL; /* the report may run while it loads */
             w->models[i] = wk_model_load(w, c);
             continue;
         }
@@ -317,9 +360,12 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             }
         }
     }
-    for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++)
-        if (wk_find_model(w, next->models[j].name) < 0)
-            w->models[w->n_models++] = wk_model_load(w, &next->models[j]);
+    for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++) {
+        if (wk_find_model(w, next->models[j].name) < 0) {
+            wk_model_t *nm = wk_model_load(w, &next->models[j]); /* listed as loading meanwhile */
+            w->models[w->n_models++] = nm;
+        }
+    }
     sched_resize(w->sched, w->n_models);
     /* the old cfg's strings are no longer referenced: point names at ours */
     for (int i = 0; i < w->n_models; i++)

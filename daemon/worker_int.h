@@ -71,6 +71,7 @@ typedef struct wk_model {
     double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
+    int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
     stats_svc_t svc;
     stats_hist_t ttft, latency, queue, swap;
 } wk_model_t;
@@ -108,6 +109,8 @@ struct wk {
     fwd_t *fwd;
     wk_model_t *models[WK_MAX_MODELS];
     int n_models;           /* slots used (some may be NULL after reloads) */
+    wk_model_t *loading;    /* the model wk_model_load is reading, maybe not in models[] yet */
+    int load_decile;        /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
     double nap_s;           /* how long the loop may sleep before the next round (0 = none) */

@@ -17,6 +17,8 @@ const char *wk_state_name(wk_state_t s)
 
 static const char *model_state(wk_t *w, wk_model_t *m)
 {
+    if (m->loading)
+        return wk_state_name(WK_STATE_LOADING);
     if (!m->sm)
         return wk_state_name(WK_STATE_FAILED);
     stats_res_t st;
@@ -150,5 +152,12 @@ json_t *wk_report_models(wk_t *w, int admin)
         }
         json_array_append_new(arr, o);
     }
+    /* a model a reload adds is not in models[] until it has loaded */
+    int listed = 0;
+    for (int i = 0; w->loading && i < w->n_models; i++)
+        listed |= w->models[i] == w->loading;
+    if (w->loading && !listed)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", w->loading->name, "state",
+                                             wk_state_name(WK_STATE_LOADING)));
     return json_pack("{s:o}", "models", arr);
 }
