@@ -818,7 +818,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "listen:\n  socket: \"/run/gpuswapd/gpuswapd.sock\"\n  mode: \"0660\"\n  tcp: ~\n  http: ~\n"
         "  max_line: 1MiB\n  max_connections: 1024\n",
         "admin:\n  socket: \"/run/gpuswapd/admin.sock\"\n  mode: \"0600\"\n  uids: []\n  gids: []\n",
-        "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  threads: 0\n",
+        "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  sim_load_bandwidth: 0\n"
+        "  threads: 0\n",
         "host:\n  memory: 0\n",
         "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  max_stall: 500ms\n  quantum: 4\n"
         "  queue_limit: 256\n"
