@@ -211,7 +211,22 @@ fail:
 
 /* ------------------------------------------------------------------ the loop */
 
-static void process_inbox(wk_t *w, wk_in_t *in)
+/* Puts list (in order) back at the head of the inbox, before what came since. */
+static void requeue_front(wk_t *w, wk_in_t *list)
+{
+    wk_in_t *tail = list;
+    while (tail->next)
+        tail = tail->next;
+    pthread_mutex_lock(&w->mu);
+    tail->next = w->in_head;
+    w->in_head = list;
+    if (!w->in_tail)
+        w->in_tail = tail;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* stopping: the loop is going away, so everything is handled now. */
+static void process_inbox(wk_t *w, wk_in_t *in, int stopping)
 {
     while (in) {
         wk_in_t *nx = in->next;
@@ -219,6 +234,12 @@ static void process_inbox(wk_t *w, wk_in_t *in)
         case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req, in->t_recv); break;
         case IN_CANCEL_CONN: wk_cancel_where(w, in->conn, NULL, 1); break;
         case IN_RELOAD:
+            /* what came after it waits in the inbox, where a long model load still
+             * answers `models` (wk_load_progress); the next round takes the rest */
+            if (nx && !stopping) {
+                requeue_front(w, nx);
+                nx = NULL;
+            }
             wk_apply_reload(w, in->cfg);
             atomic_fetch_sub(&w->reload_pub, 1);
             break;
@@ -327,10 +348,10 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (stop) {
             /* give back what is still queued: the loop is going away */
-            process_inbox(w, in);
+            process_inbox(w, in, 1);
             break;
         }
-        process_inbox(w, in);
+        process_inbox(w, in, 0);
         if (w->loads)
             wk_admin_poll_loads(w);
         w->nap_s = wk_round(w);
