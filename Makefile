@@ -33,14 +33,14 @@ CUDA_DEFS :=
 CUDA_LIBS :=
 endif
 
-PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8
-DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev pkg-config \
-            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy \
+PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
+DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev pkg-config \
+            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
             clang-format cppcheck
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test;
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test;
 # clang-format, cppcheck: make check / make format)
-DEB_CMDS := curl promtool gnuplot clang valgrind haproxy clang-format cppcheck
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm clang-format cppcheck
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -108,6 +108,9 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
+	@# the OpenAI Node SDK for test_auth.py, pinned by tests/node/package-lock.json (skipped without node)
+	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/openai ]; then \
+	  echo "deps: npm ci in tests/node"; npm ci --prefix tests/node --no-audit --no-fund >/dev/null || exit 1; fi
 
 # ---------------------------------------------------------------- build
 $(BUILD)/obj/%.o: %.c

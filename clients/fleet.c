@@ -872,6 +872,10 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
     fprintf(fp, "host:\n  memory: %s\nscheduler:\n  drain_timeout: %s\nmetrics:\n  vllm_compat: %s\n",
             sz(ho->host_memory, a, sizeof a), cfg_format_duration_ms(f->defaults.drain_timeout_ms, b, sizeof b),
             f->defaults.vllm_compat ? "true" : "false");
+    if (!k8s)
+        fprintf(fp, "# API keys: add an auth: section (README \"API keys\"; http: true, keys from `gpuswap keygen`)\n"
+                "# with this host's HAProxy addresses in auth.trusted_proxies, so that its back-off after\n"
+                "# failed keys counts per client (X-Forwarded-For) rather than per proxy.\n");
     fprintf(fp, "models:\n");
     for (size_t m = 0; m < f->n_models; m++)
         if (place[m * H + h]) {
@@ -971,6 +975,9 @@ static int render_haproxy(wr_t *w, const fleet_t *f, const unsigned char *place)
             "    retries 3\n"
             "    retry-on conn-failure 503\n"
             "    option redispatch 1\n"
+            "    # the client's address for the hosts' back-off after failed API keys (they believe\n"
+            "    # it from this proxy only when it is in their auth.trusted_proxies)\n"
+            "    option forwardfor\n"
             "    option httpchk GET /ready\n"
             "    http-check expect status 200\n"
             "    # a refused connection or a 5xx (a draining host answers 503) takes the host out at\n"
@@ -979,6 +986,11 @@ static int render_haproxy(wr_t *w, const fleet_t *f, const unsigned char *place)
             "observe layer7 error-limit 1 on-error mark-down\n"
             "\n"
             "frontend gpuswapd\n"
+            "    # TLS ends here: for clients outside a trusted network bind with a certificate\n"
+            "    # (the PEM holds the chain and the key), e.g.\n"
+            "    #   bind :443 ssl crt /etc/haproxy/certs/gpuswapd.pem alpn h2,http/1.1\n"
+            "    # API keys (auth: in each host's gpuswapd.yaml, http: true) pass through untouched in\n"
+            "    # the Authorization header: never expose a keyed port without TLS\n"
             "    bind %s\n"
             "    http-request set-var(txn.model) req.body,json_query('$.model') if { method POST }\n",
             src_name(f), f->proxy.balance_factor, (unsigned long long)maxconn,

@@ -1,5 +1,6 @@
 /* gpuswap: the command-line client of gpuswapd, speaking the JSON-line sockets of proto/PROTOCOL.md. */
 
+#include "auth.h"
 #include "fleet.h"
 #include "proto.h"
 #include "base/util.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -213,6 +215,10 @@ static int gs_lines_next(gs_lines_t *lb, int64_t deadline, char **line, size_t *
 
 /* ------------------------------------------------------------------ connection */
 
+typedef struct gs_answer gs_answer_t;
+/* Called with each token or progress event of the request in flight. */
+typedef void (*gs_partial_fn)(const proto_event_t *ev, void *ctx);
+
 typedef struct gs_conn {
     const char *path;  /* the socket path (borrowed) */
     int fd;
@@ -220,12 +226,64 @@ typedef struct gs_conn {
     json_int_t next_id;
 } gs_conn_t;
 
-/* Connects to the Unix socket at path. Returns 0, or GS_EXIT_CONN with a message printed. */
+static const char *g_api_key; /* --api-key or GPUSWAP_API_KEY: authenticates inference connections */
+
+static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn, void *ctx,
+                        struct gs_answer *ans);
+static int gs_conn_auth(gs_conn_t *c);
+
+/* Connects to listen.tcp at "host:port". Returns the fd, or -1 with a message printed. */
+static int gs_tcp_connect(const char *hp)
+{
+    char host[256];
+    const char *colon = strrchr(hp, ':');
+    if (!colon || (size_t)(colon - hp) >= sizeof host) {
+        gs_err("cannot connect to %s: not HOST:PORT", hp);
+        return -1;
+    }
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = 0;
+    if (host[0] == '[' && colon > hp + 1 && colon[-1] == ']') {
+        memmove(host, host + 1, strlen(host) - 2);
+        host[strlen(host) - 2] = 0;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (g) {
+        gs_err("cannot connect to %s: %s", hp, gai_strerror(g));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
+        fd = socket(p->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0)
+        gs_err("cannot connect to %s: %s", hp, strerror(errno));
+    freeaddrinfo(ai);
+    return fd;
+}
+
+/* Connects to the Unix socket at path (or, for the inference socket, to
+ * listen.tcp when path is HOST:PORT without a '/'), then sends the API key
+ * if one is set. Returns 0, or GS_EXIT_CONN (GS_EXIT_ERROR when the key is
+ * refused) with a message printed. */
 static int gs_conn_open(gs_conn_t *c, const char *path, const char *which)
 {
     memset(c, 0, sizeof *c);
     c->path = path;
     c->fd = -1;
+    if (strcmp(which, "admin") && !strchr(path, '/') && strchr(path, ':')) {
+        int fd = gs_tcp_connect(path);
+        if (fd < 0)
+            return GS_EXIT_CONN;
+        c->fd = fd;
+        gs_lines_init(&c->in, fd);
+        return gs_conn_auth(c);
+    }
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
@@ -254,7 +312,7 @@ static int gs_conn_open(gs_conn_t *c, const char *path, const char *which)
     }
     c->fd = fd;
     gs_lines_init(&c->in, fd);
-    return 0;
+    return strcmp(which, "admin") ? gs_conn_auth(c) : 0;
 }
 
 static void gs_conn_close(gs_conn_t *c)
@@ -283,11 +341,11 @@ static int gs_conn_send(gs_conn_t *c, const char *line)
 }
 
 /* The final line of a request. */
-typedef struct gs_answer {
+struct gs_answer {
     proto_event_t ev; /* kind DONE, OK or ERROR; owns the parsed line */
     char *line;       /* the line as received (malloc'ed, no newline) */
     int interrupted;  /* the signal that made us send a cancel, else 0 */
-} gs_answer_t;
+};
 
 static void gs_answer_free(gs_answer_t *a)
 {
@@ -297,7 +355,6 @@ static void gs_answer_free(gs_answer_t *a)
 }
 
 /* Called with each token or progress event of the request in flight. */
-typedef void (*gs_partial_fn)(const proto_event_t *ev, void *ctx);
 
 /* Sends a cancel for target; returns 0 or GS_EXIT_CONN. */
 static int gs_conn_cancel(gs_conn_t *c, const json_t *target)
@@ -443,6 +500,31 @@ static void gs_print_error(const gs_answer_t *a)
     gs_err("%s: %s", gs_str(e, "code"), gs_str(e, "message"));
 }
 
+/* Sends the auth op with g_api_key (if set) on a fresh inference connection.
+ * 0, GS_EXIT_ERROR after printing the daemon's refusal, or GS_EXIT_CONN. */
+static int gs_conn_auth(gs_conn_t *c)
+{
+    if (!g_api_key)
+        return 0;
+    proto_req_t req;
+    memset(&req, 0, sizeof req);
+    req.op = PROTO_OP_AUTH;
+    req.key = (char *)g_api_key; /* borrowed: not freed here */
+    gs_answer_t a;
+    int rc = gs_conn_call(c, &req, 0, NULL, NULL, &a);
+    if (rc) {
+        gs_conn_close(c);
+        return rc;
+    }
+    if (a.ev.kind == PROTO_EV_ERROR) {
+        gs_print_error(&a);
+        rc = GS_EXIT_ERROR;
+        gs_conn_close(c);
+    }
+    gs_answer_free(&a);
+    return rc;
+}
+
 /* Shared ending of a command: prints the error, or the answer line with --json.
  * Returns GS_EXIT_ERROR for an error answer, else -1 (caller goes on to print text). */
 static int gs_answer_common(const gs_answer_t *a, int json)
@@ -486,7 +568,7 @@ static char *gs_join_names(const json_t *arr)
 
 enum gs_key {
     K_HELP, K_SOCKET, K_ADMIN, K_JSON, K_MODEL, K_MAX_TOKENS, K_SEED, K_STOP, K_VERBOSE, K_SYSTEM,
-    K_WATCH, K_INTERVAL, K_COUNT,
+    K_WATCH, K_INTERVAL, K_COUNT, K_API_KEY,
     K_SAMPLER, /* K_SAMPLER + i: sampling parameter i of sampler_params.h */
 };
 
@@ -511,6 +593,7 @@ static const gs_optdef_t gs_optdefs[] = {
     {"socket", 0, 1, S_GLOBAL, K_SOCKET},
     {"admin-socket", 0, 1, S_GLOBAL, K_ADMIN},
     {"json", 0, 0, S_GLOBAL, K_JSON},
+    {"api-key", 0, 1, S_GLOBAL, K_API_KEY},
     {"model", 'm', 1, S_MODEL, K_MODEL},
     {"max-tokens", 'n', 1, S_SAMPLING, K_MAX_TOKENS},
     /* --top-p for top_p: gs_optname_eq takes '-' for '_' */
@@ -532,6 +615,7 @@ static const gs_optdef_t gs_optdefs[] = {
 /* Everything the command line says. Strings are borrowed from argv or the environment. */
 typedef struct gs_opts {
     const char *socket, *admin_socket;
+    const char *api_key;         /* sent in an auth op on the inference socket; NULL = none */
     int json, verbose, help;
     const char *model;
     const char *system;
@@ -612,6 +696,7 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
     case K_HELP: o->help = 1; return 0;
     case K_SOCKET: o->socket = val; return 0;
     case K_ADMIN: o->admin_socket = val; return 0;
+    case K_API_KEY: o->api_key = val; return 0;
     case K_JSON: o->json = 1; return 0;
     case K_MODEL: o->model = val; return 0;
     case K_VERBOSE: o->verbose = 1; return 0;
@@ -1144,6 +1229,34 @@ static void gs_print_stats(const json_t *r)
            fr = gs_num(p, "curr_pool_free", 0);
     printf("pool: %.0f/%.0f pages used, %.0f free; %.1f MiB used, %.1f MiB free (%.0f KiB pages)\n", used,
            gs_num(p, "curr_pool_pages", 0), fr, used * page / GS_MIB, fr * page / GS_MIB, page / 1024);
+    /* API keys (auth:): usage per key, failed attempts per listener that requires keys */
+    const json_t *auth = json_object_get(r, "auth"), *keys = json_object_get(auth, "keys"), *k;
+    if (json_object_size(keys)) {
+        int kw = 7;
+        json_object_foreach((json_t *)keys, name, k)
+        {
+            if ((int)strlen(name) > kw)
+                kw = (int)strlen(name);
+        }
+        printf("%-*s  %10s %12s %24s %9s\n", kw, "API KEY", "REQUESTS", "TOKENS", "REJECTED RATE/CONC/TPM",
+               "IN FLIGHT");
+        json_object_foreach((json_t *)keys, name, k)
+        {
+            char rej[64];
+            snprintf(rej, sizeof rej, "%.0f/%.0f/%.0f", gs_num(k, "rejected_rate", 0),
+                     gs_num(k, "rejected_concurrency", 0), gs_num(k, "rejected_tokens", 0));
+            printf("%-*s  %10.0f %12.0f %24s %9.0f\n", kw, name, gs_num(k, "total_requests", 0),
+                   gs_num(k, "total_tokens", 0), rej, gs_num(k, "curr_inflight", 0));
+        }
+    }
+    const json_t *lst = json_object_get(auth, "listeners"), *l;
+    json_object_foreach((json_t *)lst, name, l)
+    {
+        if (json_is_true(json_object_get(l, "required")))
+            printf("auth on %s: %.0f ok, %.0f without a key, %.0f wrong keys, %.0f refused while backing off\n", name,
+                   gs_num(l, "total_auth_ok", 0), gs_num(l, "total_auth_missing", 0),
+                   gs_num(l, "total_auth_invalid", 0), gs_num(l, "total_auth_backoff", 0));
+    }
 }
 
 static int gs_cmd_stats(const gs_cmd_t *cmd, gs_opts_t *o)
@@ -1317,6 +1430,30 @@ static void gs_sampling_help(FILE *f)
           f);
 }
 
+/* Prints a new API key and the config lines that accept it (the daemon stores only the hash). */
+static int gs_cmd_keygen(const gs_cmd_t *cmd, gs_opts_t *o)
+{
+    if (o->n_pos > 1)
+        return gs_usage_error(cmd->name, "keygen takes at most one NAME");
+    const char *name = o->n_pos ? o->pos[0] : "NAME";
+    char key[80], hash[AUTH_HASH_LEN + 1];
+    if (auth_keygen(key, sizeof key, hash)) {
+        gs_err("cannot draw random bytes for a key");
+        return GS_EXIT_ERROR;
+    }
+    if (o->json)
+        printf("{\"key\":\"%s\",\"hash\":\"%s\",\"name\":\"%s\"}\n", key, hash, name);
+    else
+        printf("%s\n"
+               "# the API key above, shown once; paste this entry under auth.keys in gpuswapd.yaml:\n"
+               "  - name: %s\n"
+               "    hash: \"%s\"\n"
+               "    models: [\"*\"]\n",
+               key, name, hash);
+    explicit_bzero(key, sizeof key);
+    return GS_EXIT_OK;
+}
+
 static const gs_cmd_t gs_cmds[] = {
     {"generate", gs_cmd_generate, S_MODEL | S_SAMPLING | S_VERBOSE, "complete a prompt, streaming tokens",
      "usage: gpuswap generate -m MODEL [options] PROMPT...\n"
@@ -1372,6 +1509,11 @@ static const gs_cmd_t gs_cmds[] = {
      "usage: gpuswap reload [--json]\n"
      "Re-reads the configuration file (as SIGHUP does) and prints the models\n"
      "added, removed and changed. A bad file is an error; the old one stays.\n"},
+    {"keygen", gs_cmd_keygen, 0, "print a new API key and its config entry",
+     "usage: gpuswap keygen [NAME] [--json]\n"
+     "Prints a new random API key on the first line, then the auth.keys entry\n"
+     "that accepts it (its SHA-256 hash: the daemon never stores the key) for\n"
+     "gpuswapd.yaml. Talks to no daemon. --json prints {\"key\",\"hash\",\"name\"}.\n"},
     {"drain", gs_cmd_admin, 0, "finish running requests and stop the daemon",
      "usage: gpuswap drain [--json]\n"
      "The daemon refuses new requests, finishes those in flight, answers with\n"
@@ -1391,6 +1533,8 @@ static void gs_help(FILE *f)
           "  --socket PATH          inference socket (env GPUSWAP_SOCKET, default " GS_DEFAULT_SOCKET ")\n"
           "  --admin-socket PATH    admin socket, for stats load evict pin unpin reload drain\n"
           "                         (env GPUSWAP_ADMIN_SOCKET, default " GS_DEFAULT_ADMIN ")\n"
+          "  --api-key KEY          authenticate inference connections with an API key\n"
+          "                         (env GPUSWAP_API_KEY); --socket HOST:PORT uses listen.tcp\n"
           "  --json                 print the daemon's answer as one JSON line (errors too)\n"
           "  -h, --help             this help\n"
           "\nExit status:\n"
@@ -1441,6 +1585,7 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.socket = gs_env("GPUSWAP_SOCKET", GS_DEFAULT_SOCKET);
     o.admin_socket = gs_env("GPUSWAP_ADMIN_SOCKET", GS_DEFAULT_ADMIN);
+    o.api_key = gs_env("GPUSWAP_API_KEY", NULL);
     o.interval = 2;
     o.pos = calloc((size_t)argc + 1, sizeof *o.pos);
     if (!o.pos) {
@@ -1495,6 +1640,7 @@ int main(int argc, char **argv)
         goto out;
     }
     gs_signals_init();
+    g_api_key = o.api_key;
     rc = cmd->run(cmd, &o);
 out:
     fflush(stdout);

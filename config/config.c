@@ -1,6 +1,7 @@
 /* config: loads gpuswapd's YAML configuration into a validated plain struct, driven by one table of option descriptors. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -33,6 +34,8 @@ typedef enum opt_type {
     OPT_BOOL,     /* int, 0 or 1 */
     OPT_ENUM,     /* an enum (int-sized), one of names[] */
     OPT_IDLIST,   /* cfg_idlist_t */
+    OPT_STRLIST,  /* cfg_strlist_t; check (if any) applies to each entry as an OPT_STR field */
+    OPT_KEYS,     /* the list of API key mappings (auth.keys) */
 } opt_type_t;
 
 enum {
@@ -80,11 +83,14 @@ static int check_pow2(const void *field, char *why, size_t n);
 static int check_name(const void *field, char *why, size_t n);
 static int check_path(const void *field, char *why, size_t n);
 static int check_chat_template(const void *field, char *why, size_t n);
+static int check_key_hash(const void *field, char *why, size_t n);
+static int check_ip(const void *field, char *why, size_t n);
 
 #define C(f) offsetof(cfg_t, f)
 #define M(f) offsetof(cfg_model_t, f)
 #define SAMPLER_OPT_F32 OPT_FLOAT
 #define SAMPLER_OPT_I32 OPT_I32
+#define K(f) offsetof(cfg_key_t, f)
 #define KiB 1024.0
 #define MiB (1024.0 * KiB)
 #define GiB (1024.0 * MiB)
@@ -150,6 +156,22 @@ static const opt_t opts[] = {
     SECTION("", "log"),
     {"log", "level", OPT_ENUM, C(log.level), "info", 0, 0, OPT_RELOAD, log_level_names, NULL, NULL},
 
+    SECTION("", "auth"),
+    {"auth", "http", OPT_BOOL, C(auth.http), "false", 0, 0, 0, NULL, NULL, NULL},
+    {"auth", "tcp", OPT_BOOL, C(auth.tcp), "false", 0, 0, 0, NULL, NULL, NULL},
+    {"auth", "trusted_proxies", OPT_STRLIST, C(auth.trusted_proxies), NULL, 0, 0, OPT_RELOAD, NULL, check_ip,
+     "address"},
+    {"auth", "max_failures", OPT_U32, C(auth.max_failures), "5", 1, 1000000, OPT_RELOAD, NULL, NULL, NULL},
+    {"auth", "backoff", OPT_DURATION, C(auth.backoff_ms), "1s", 1, 3600000, OPT_RELOAD, NULL, NULL, NULL},
+    {"auth", "keys", OPT_KEYS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
+    {"auth.keys", "name", OPT_STR, K(name), NULL, 0, 0, 0, NULL, check_name, "key name"},
+    {"auth.keys", "hash", OPT_STR, K(hash), NULL, 0, 0, 0, NULL, check_key_hash, "key hash"},
+    {"auth.keys", "models", OPT_STRLIST, K(models), NULL, 0, 0, 0, NULL, NULL, "model name"},
+    {"auth.keys", "rate", OPT_DOUBLE, K(rate), "0", 0, 1000000, 0, NULL, NULL, NULL},
+    {"auth.keys", "burst", OPT_U32, K(burst), "0", 0, 1000000, 0, NULL, NULL, NULL},
+    {"auth.keys", "max_concurrent", OPT_U32, K(max_concurrent), "0", 0, 1000000, 0, NULL, NULL, NULL},
+    {"auth.keys", "tokens_per_minute", OPT_U32, K(tokens_per_minute), "0", 0, 1000000000, 0, NULL, NULL, NULL},
+
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},
     {"models", "path", OPT_STR, M(path), NULL, 0, 0, OPT_PATH, NULL, check_path, "path"},
@@ -180,6 +202,15 @@ _Static_assert(sizeof(cfg_policy_t) == sizeof(int), "enums are stored as int");
 static bool opt_is_model(const opt_t *o)
 {
     return strncmp(o->section, "models", 6) == 0;
+}
+
+/* Which struct an option lives in: cfg_t, a cfg_model_t or a cfg_key_t. */
+enum { OPT_KIND_TOP = 0, OPT_KIND_MODEL = 1, OPT_KIND_KEY = 2 };
+static int opt_kind(const opt_t *o)
+{
+    if (opt_is_model(o))
+        return OPT_KIND_MODEL;
+    return strncmp(o->section, "auth.keys", 9) == 0 ? OPT_KIND_KEY : OPT_KIND_TOP;
 }
 
 /* Index of the option key in section, or -1. */
@@ -503,6 +534,27 @@ static int check_path(const void *field, char *why, size_t n)
     return 0;
 }
 
+static int check_key_hash(const void *field, char *why, size_t n)
+{
+    const char *s = *(char *const *)field;
+    if (strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 || strspn(s + 7, "0123456789abcdef") != 64) {
+        snprintf(why, n, "use sha256: and 64 lower-case hex digits, as `gpuswap keygen` prints");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_ip(const void *field, char *why, size_t n)
+{
+    const char *s = *(char *const *)field;
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, s, buf) != 1 && inet_pton(AF_INET6, s, buf) != 1) {
+        snprintf(why, n, "use an IPv4 or IPv6 address");
+        return -1;
+    }
+    return 0;
+}
+
 static int check_chat_template(const void *field, char *why, size_t n)
 {
     const char *s = *(char *const *)field;
@@ -731,12 +783,12 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
     return 0;
 }
 
-/* Sets every option of one kind (top level or model) that has a default. */
-static int apply_defaults(bool model, void *base, char *err, size_t errlen)
+/* Sets every option of one kind (OPT_KIND_*: top level, model, key) that has a default. */
+static int apply_defaults(int kind, void *base, char *err, size_t errlen)
 {
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt_t *o = &opts[i];
-        if (opt_is_model(o) != model || !o->def)
+        if (opt_kind(o) != kind || !o->def)
             continue;
         char msg[256];
         int rc = opt_set(o, o->def, false, (char *)base + o->off, o->key, NULL, msg, sizeof msg);
@@ -748,11 +800,11 @@ static int apply_defaults(bool model, void *base, char *err, size_t errlen)
     return 0;
 }
 
-static void free_fields(bool model, void *base)
+static void free_fields(int kind, void *base)
 {
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt_t *o = &opts[i];
-        if (opt_is_model(o) != model)
+        if (opt_kind(o) != kind)
             continue;
         void *f = (char *)base + o->off;
         if (o->type == OPT_STR) {
@@ -762,6 +814,13 @@ static void free_fields(bool model, void *base)
             cfg_idlist_t *l = f;
             free(l->ids);
             l->ids = NULL;
+            l->n = 0;
+        } else if (o->type == OPT_STRLIST) {
+            cfg_strlist_t *l = f;
+            for (size_t k = 0; k < l->n; k++)
+                free(l->v[k]);
+            free(l->v);
+            l->v = NULL;
             l->n = 0;
         }
     }
@@ -784,6 +843,8 @@ typedef struct ld {
     mark_t top[N_OPTS];  /* where each top-level option's value is */
     mark_t *model;       /* n_models x N_OPTS: where each model option's value is */
     mark_t *model_at;    /* n_models: where each model entry starts */
+    mark_t *key;         /* n_keys x N_OPTS: where each key option's value is */
+    mark_t *key_at;      /* n_keys: where each key entry starts */
 } ld_t;
 
 static mark_t mark_of(const yaml_node_t *n)
@@ -928,6 +989,84 @@ static int load_idlist(ld_t *ld, yaml_node_t *v, const char *name, cfg_idlist_t 
     return 0;
 }
 
+static int load_strlist(ld_t *ld, yaml_node_t *v, const opt_t *o, const char *name, cfg_strlist_t *l)
+{
+    char d[80], val[64], why[160];
+    if (node_is_null(v))
+        return 0;
+    if (v->type != YAML_SEQUENCE_NODE)
+        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list for %s, got %s", name,
+                       describe(v, d, sizeof d));
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    char **strs = n ? calloc(n, sizeof *strs) : NULL;
+    if (n && !strs)
+        return ld_fail(ld, mark_of(v), CFG_ERR_NOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        yaml_node_t *it = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        const char *text = it->type == YAML_SCALAR_NODE ? (const char *)it->data.scalar.value : NULL;
+        if (!text || node_is_null(it) || !*text || strlen(text) != it->data.scalar.length) {
+            rc = ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid %s %s in %s[%zu] (use a non-empty string)",
+                         o->what ? o->what : "value", describe(it, d, sizeof d), name, i);
+        } else if (!(strs[i] = strdup(text))) {
+            rc = ld_fail(ld, mark_of(it), CFG_ERR_NOMEM, "out of memory");
+        } else if (o->check && o->check(&strs[i], why, sizeof why)) {
+            rc = ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid %s \"%s\" in %s[%zu] (%s)",
+                         o->what ? o->what : "value", sanitize(text, val, sizeof val), name, i, why);
+        }
+    }
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            free(strs[i]);
+        free(strs);
+        return rc;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    l->v = strs;
+    l->n = n;
+    return 0;
+}
+
+static int load_keys(ld_t *ld, yaml_node_t *v)
+{
+    char d[80];
+    cfg_t *c = ld->c;
+    if (node_is_null(v))
+        return 0;
+    if (v->type != YAML_SEQUENCE_NODE)
+        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list of keys for auth.keys, got %s",
+                       describe(v, d, sizeof d));
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n == 0)
+        return 0;
+    c->auth.keys = calloc(n, sizeof *c->auth.keys);
+    ld->key = calloc(n * N_OPTS, sizeof *ld->key);
+    ld->key_at = calloc(n, sizeof *ld->key_at);
+    if (!c->auth.keys || !ld->key || !ld->key_at)
+        return ld_fail(ld, mark_of(v), CFG_ERR_NOMEM, "out of memory");
+    c->auth.n_keys = n;
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *it = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        cfg_key_t *k = &c->auth.keys[i];
+        char where[32];
+        snprintf(where, sizeof where, "auth.keys[%zu]", i);
+        ld->key_at[i] = mark_of(it);
+        k->line = ld->key_at[i].line;
+        if (it->type != YAML_MAPPING_NODE)
+            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "expected a mapping for %s, got %s", where,
+                           describe(it, d, sizeof d));
+        int rc = apply_defaults(OPT_KIND_KEY, k, ld->err, ld->errlen);
+        if (rc)
+            return rc;
+        rc = load_map(ld, it, "auth.keys", where, k, &ld->key[i * N_OPTS]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int load_models(ld_t *ld, yaml_node_t *v)
 {
     char d[80];
@@ -1012,6 +1151,16 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
             if (rc)
                 return rc;
             break;
+        case OPT_STRLIST:
+            rc = load_strlist(ld, v, o, name, (cfg_strlist_t *)((char *)base + o->off));
+            if (rc)
+                return rc;
+            break;
+        case OPT_KEYS:
+            rc = load_keys(ld, v);
+            if (rc)
+                return rc;
+            break;
         default: {
             if (v->type != YAML_SCALAR_NODE)
                 return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a single value for %s, got %s", name,
@@ -1057,6 +1206,53 @@ static bool model_set(const ld_t *ld, size_t mi, const char *section, const char
     return i >= 0 && ld->model[mi * N_OPTS + (size_t)i].line != 0;
 }
 
+static mark_t at_key(const ld_t *ld, size_t ki, const char *key)
+{
+    int i = opt_find("auth.keys", key);
+    if (i >= 0 && ld->key[ki * N_OPTS + (size_t)i].line)
+        return ld->key[ki * N_OPTS + (size_t)i];
+    return ld->key_at[ki];
+}
+
+/* auth.keys: names and hashes unique, every listed model configured (or "*"). */
+static int validate_keys(ld_t *ld)
+{
+    cfg_t *c = ld->c;
+    for (size_t i = 0; i < c->auth.n_keys; i++) {
+        cfg_key_t *k = &c->auth.keys[i];
+        if (!k->name)
+            return ld_fail(ld, ld->key_at[i], CFG_ERR_INVALID, "missing required key 'name' in auth.keys[%zu]", i);
+        if (!k->hash)
+            return ld_fail(ld, ld->key_at[i], CFG_ERR_INVALID,
+                           "missing required key 'hash' in auth.keys[%zu] ('%s'; `gpuswap keygen` prints one)", i,
+                           k->name);
+        if (k->models.n == 0)
+            return ld_fail(ld, at_key(ld, i, "models"), CFG_ERR_INVALID,
+                           "auth.keys[%zu] ('%s') lists no models (name them, or use [\"*\"] for every model)", i,
+                           k->name);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(c->auth.keys[j].name, k->name) == 0)
+                return ld_fail(ld, at_key(ld, i, "name"), CFG_ERR_INVALID,
+                               "duplicate key name \"%s\" in auth.keys[%zu] (auth.keys[%zu], line %d, has it too)",
+                               k->name, i, j, c->auth.keys[j].line);
+            if (strcmp(c->auth.keys[j].hash, k->hash) == 0)
+                return ld_fail(ld, at_key(ld, i, "hash"), CFG_ERR_INVALID,
+                               "auth.keys[%zu] ('%s') has the same hash as auth.keys[%zu] ('%s')", i, k->name, j,
+                               c->auth.keys[j].name);
+        }
+        for (size_t m = 0; m < k->models.n; m++) {
+            const char *name = k->models.v[m];
+            if (strcmp(name, "*") == 0 || cfg_find_model(c, name))
+                continue;
+            char s[64];
+            return ld_fail(ld, at_key(ld, i, "models"), CFG_ERR_INVALID,
+                           "auth.keys[%zu].models[%zu] \"%s\" is not a configured model", i, m,
+                           sanitize(name, s, sizeof s));
+        }
+    }
+    return 0;
+}
+
 static int validate(ld_t *ld)
 {
     cfg_t *c = ld->c;
@@ -1079,6 +1275,12 @@ static int validate(ld_t *ld)
                            "metrics.listen \"%s\" is the same address as %s",
                            sanitize(c->metrics.listen, s, sizeof s), k ? "listen.tcp" : "listen.http");
     }
+    if (c->auth.http && !c->listen.http)
+        return ld_fail(ld, at_top(ld, "auth", "http"), CFG_ERR_INVALID,
+                       "auth.http requires a key on listen.http, which is off");
+    if (c->auth.tcp && !c->listen.tcp)
+        return ld_fail(ld, at_top(ld, "auth", "tcp"), CFG_ERR_INVALID,
+                       "auth.tcp requires a key on listen.tcp, which is off");
     if (c->listen.socket && c->admin.socket && strcmp(c->listen.socket, c->admin.socket) == 0)
         return ld_fail(ld, at_top(ld, "admin", "socket"), CFG_ERR_INVALID,
                        "admin.socket \"%s\" is the same path as listen.socket",
@@ -1144,7 +1346,7 @@ static int validate(ld_t *ld)
                                i, cfg_format_size(pinned, a, sizeof a), cfg_format_size(mem, b, sizeof b));
         }
     }
-    return 0;
+    return validate_keys(ld);
 }
 
 /* ------------------------------------------------------------------ public API */
@@ -1233,6 +1435,8 @@ static int load_string_in(const char *yaml, const char *name, const char *dir, c
     yaml_parser_delete(&parser);
     free(ld.model);
     free(ld.model_at);
+    free(ld.key);
+    free(ld.key_at);
     if (rc) {
         cfg_free(ld.c);
         return rc;
@@ -1329,6 +1533,9 @@ void cfg_free(cfg_t *c)
     for (size_t i = 0; i < c->n_models; i++)
         free_fields(true, &c->models[i]);
     free(c->models);
+    for (size_t i = 0; i < c->auth.n_keys; i++)
+        free_fields(OPT_KIND_KEY, &c->auth.keys[i]);
+    free(c->auth.keys);
     free_fields(false, c);
     free(c->file);
     free(c);
@@ -1445,6 +1652,17 @@ static void print_value(FILE *f, const opt_t *o, const void *field)
         fputc(']', f);
         break;
     }
+    case OPT_STRLIST: {
+        const cfg_strlist_t *l = field;
+        fputc('[', f);
+        for (size_t i = 0; i < l->n; i++) {
+            if (i)
+                fputs(", ", f);
+            print_quoted(f, l->v[i]);
+        }
+        fputc(']', f);
+        break;
+    }
     default:
         break;
     }
@@ -1471,6 +1689,10 @@ static void print_section(FILE *f, const cfg_t *c, const char *section, const vo
             fprintf(f, "%s:\n", o->key);
             for (size_t m = 0; m < c->n_models; m++)
                 print_section(f, c, "models", &c->models[m], indent + 4, true);
+        } else if (o->type == OPT_KEYS) {
+            fprintf(f, "%s:%s\n", o->key, c->auth.n_keys ? "" : " []");
+            for (size_t k = 0; k < c->auth.n_keys; k++)
+                print_section(f, c, "auth.keys", &c->auth.keys[k], indent + 4, true);
         } else {
             fprintf(f, "%s: ", o->key);
             print_value(f, o, (const char *)base + o->off);
@@ -1497,6 +1719,15 @@ static bool value_equal(const opt_t *o, const void *a, const void *b)
         const cfg_idlist_t *x = a, *y = b;
         return x->n == y->n && (x->n == 0 || memcmp(x->ids, y->ids, x->n * sizeof *x->ids) == 0);
     }
+    case OPT_STRLIST: {
+        const cfg_strlist_t *x = a, *y = b;
+        if (x->n != y->n)
+            return false;
+        for (size_t i = 0; i < x->n; i++)
+            if (strcmp(x->v[i], y->v[i]))
+                return false;
+        return true;
+    }
     case OPT_SIZE:
     case OPT_RATE:
     case OPT_DURATION:
@@ -1516,7 +1747,8 @@ int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errl
         err[0] = 0;
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt_t *o = &opts[i];
-        if (opt_is_model(o) || o->type == OPT_SECTION || o->type == OPT_MODELS || (o->flags & OPT_RELOAD))
+        if (opt_kind(o) != OPT_KIND_TOP || o->type == OPT_SECTION || o->type == OPT_MODELS ||
+            o->type == OPT_KEYS || (o->flags & OPT_RELOAD))
             continue;
         const void *a = (const char *)cur + o->off, *b = (const char *)next + o->off;
         if (value_equal(o, a, b))

@@ -64,6 +64,24 @@ typedef struct cfg_idlist {
     size_t n;
 } cfg_idlist_t;
 
+/* A list of strings. */
+typedef struct cfg_strlist {
+    char **v; /* n entries, each owned; NULL when n == 0 */
+    size_t n;
+} cfg_strlist_t;
+
+/* An API key (daemon/auth.c): the key itself is never stored, only its hash. */
+typedef struct cfg_key {
+    char *name;                 /* unique, [A-Za-z0-9._:-]+: the label in stats and metrics; owned */
+    char *hash;                 /* "sha256:" + 64 lower-case hex digits of SHA-256(key); owned */
+    cfg_strlist_t models;       /* configured model names it may use, or "*" for every model */
+    double rate;                /* requests per second, 0 = unlimited */
+    uint32_t burst;             /* requests at once on top of the rate; 0 = max(1, ceil(rate)) */
+    uint32_t max_concurrent;    /* generate/chat requests in flight, 0 = unlimited */
+    uint32_t tokens_per_minute; /* prompt + completion tokens, 0 = unlimited */
+    int line;                   /* 1-based line of this key's entry in the file */
+} cfg_key_t;
+
 typedef struct cfg_model {
     char *name;          /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
     char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
@@ -132,6 +150,15 @@ typedef struct cfg {
     struct {
         int level; /* index into log_level_names (LOG_LEVEL_OF_INDEX); default "info" */
     } log;
+    struct {
+        int http;                      /* listen.http requires a key (Bearer), default off */
+        int tcp;                       /* listen.tcp requires a key (the auth op), default off */
+        cfg_strlist_t trusted_proxies; /* peer IP addresses whose X-Forwarded-For is believed */
+        uint32_t max_failures;         /* failed attempts from one address before back-off, default 5 */
+        uint64_t backoff_ms;           /* the first back-off; doubles per further failure, at most 64x; default 1s */
+        cfg_key_t *keys;               /* n_keys entries, in file order; owned */
+        size_t n_keys;
+    } auth;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */
     size_t n_models;
 } cfg_t;

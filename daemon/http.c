@@ -5,11 +5,13 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +53,9 @@ typedef struct hreq {
     int status;                    /* status for the next error instead of the code's; 0 = by code */
     char rid[64];                  /* "cmpl-..." / "chatcmpl-...": the OpenAI id and our request id */
     char *model;                   /* requested model name (owned), NULL for non-inference */
+    auth_key_t *key;               /* its Authorization's key (a reference); NULL if none needed */
+    int admitted;                  /* a generate/chat slot of key is held until it ends */
+    uint32_t retry_after;          /* Retry-After seconds of its 429; 0 = the default 1 */
     time_t created;                /* unix seconds at arrival */
     struct hreq *hnext;
 } hreq_t;
@@ -88,6 +93,7 @@ struct http {
     time_t t_start;                /* "created" of /v1/models entries */
     int early_close;               /* the event backend reports peer close (EV_CLOSED) */
     int freeing;                   /* in http_free: the worker is gone */
+    auth_t *auth;                  /* the server's API keys (srv_auth); NULL = none */
 };
 
 /* ------------------------------------------------------------------ request table */
@@ -122,6 +128,9 @@ static void hreq_free(hreq_t *r)
         r->hc->req = NULL;
     else if (r->evcon)
         evhttp_connection_set_closecb(r->evcon, NULL, NULL);
+    if (r->admitted)
+        auth_finish(h->auth, r->key, 0, auth_now());
+    auth_key_unref(r->key);
     free(r->model);
     free(r);
 }
@@ -323,8 +332,13 @@ static void reply_json(hreq_t *r, int status, json_t *body)
     json_decref(body);
     struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
     evhttp_add_header(hd, "Content-Type", "application/json");
-    if (status == 429 || status == 503)
-        evhttp_add_header(hd, "Retry-After", "1");
+    if (status == 429 || status == 503) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%u", r->retry_after ? r->retry_after : 1);
+        evhttp_add_header(hd, "Retry-After", ra);
+    }
+    if (status == 401)
+        evhttp_add_header(hd, "WWW-Authenticate", "Bearer");
     if (buf && text) {
         evbuffer_add(buf, text, strlen(text));
         evbuffer_add(buf, "\n", 1);
@@ -352,10 +366,12 @@ static int status_of(proto_err_t code)
     case PROTO_E_BAD_JSON:
     case PROTO_E_BAD_REQUEST:
     case PROTO_E_CONTEXT_OVERFLOW: return 400;
+    case PROTO_E_UNAUTHORIZED: return 401;
     case PROTO_E_FORBIDDEN: return 403;
     case PROTO_E_UNKNOWN_MODEL: return 404;
     case PROTO_E_TOO_LARGE: return 413;
-    case PROTO_E_OVERLOADED: return 429;
+    case PROTO_E_OVERLOADED:
+    case PROTO_E_RATE_LIMITED: return 429;
     case PROTO_E_CANCELLED:
     case PROTO_E_SHUTTING_DOWN: return 503;
     default: return 500;
@@ -491,6 +507,13 @@ static void gen_token(hreq_t *r, const json_t *root)
 
 static void gen_done(hreq_t *r, const json_t *root)
 {
+    if (r->admitted) {
+        const json_t *u = json_object_get(root, "usage");
+        json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
+        json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
+        r->admitted = 0;
+        auth_finish(r->h->auth, r->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(c > 0 ? c : 0), auth_now());
+    }
     const char *finish = finish_of(json_string_value(json_object_get(root, "finish_reason")));
     if (r->stream) {
         stream_start(r);
@@ -966,6 +989,59 @@ static void prom_gateway(struct evbuffer *b, const json_t *rep, int vllm)
     gw_free(&g);
 }
 
+/* The auth section of the report: attempts per listener by result, and per
+ * key requests, tokens, rejections by cause and requests in flight (labelled
+ * by the key's configured name; no key material). */
+static void prom_auth(struct evbuffer *b, const json_t *auth)
+{
+    static const char *const results[][2] = {{"ok", "total_auth_ok"},
+                                             {"missing", "total_auth_missing"},
+                                             {"invalid", "total_auth_invalid"},
+                                             {"backoff", "total_auth_backoff"}};
+    static const char *const causes[][2] = {{"rate", "rejected_rate"},
+                                            {"concurrency", "rejected_concurrency"},
+                                            {"tokens", "rejected_tokens"}};
+    const json_t *lst = json_object_get(auth, "listeners"), *keys = json_object_get(auth, "keys"), *v;
+    const char *name;
+    if (!auth)
+        return;
+    prom_family(b, "auth_attempts_total", "counter",
+                "API key checks by listener and result (ok, missing, invalid, backoff)", NULL);
+    json_object_foreach((json_t *)lst, name, v)
+    {
+        for (size_t i = 0; i < sizeof results / sizeof results[0]; i++)
+            evbuffer_add_printf(b, "gpuswapd_auth_attempts_total{listener=\"%s\",result=\"%s\"} %lld\n", name,
+                                results[i][0], (long long)json_integer_value(json_object_get(v, results[i][1])));
+    }
+    static const struct {
+        const char *metric, *field, *type, *help;
+    } per_key[] = {
+        {"key_requests_total", "total_requests", "counter", "requests admitted under the API key"},
+        {"key_tokens_total", "total_tokens", "counter", "prompt + completion tokens of the key's finished requests"},
+        {"key_inflight", "curr_inflight", "gauge", "generate/chat requests of the key in flight"},
+    };
+    for (size_t f = 0; f < sizeof per_key / sizeof per_key[0]; f++) {
+        prom_family(b, per_key[f].metric, per_key[f].type, per_key[f].help, NULL);
+        json_object_foreach((json_t *)keys, name, v)
+        {
+            evbuffer_add_printf(b, "gpuswapd_%s{key=\"", per_key[f].metric);
+            prom_escape(b, name);
+            evbuffer_add_printf(b, "\"} %lld\n", (long long)json_integer_value(json_object_get(v, per_key[f].field)));
+        }
+    }
+    prom_family(b, "key_rejections_total", "counter",
+                "requests of the API key refused by a limit, by cause (rate, concurrency, tokens)", NULL);
+    json_object_foreach((json_t *)keys, name, v)
+    {
+        for (size_t i = 0; i < sizeof causes / sizeof causes[0]; i++) {
+            evbuffer_add_printf(b, "gpuswapd_key_rejections_total{key=\"");
+            prom_escape(b, name);
+            evbuffer_add_printf(b, "\",cause=\"%s\"} %lld\n", causes[i][0],
+                                (long long)json_integer_value(json_object_get(v, causes[i][1])));
+        }
+    }
+}
+
 static void metrics_ok(hreq_t *r, const json_t *root)
 {
     struct evbuffer *b = evbuffer_new();
@@ -975,6 +1051,7 @@ static void metrics_ok(hreq_t *r, const json_t *root)
     }
     prom_render(b, root);
     prom_gateway(b, root, r->h->cfg->metrics.vllm_compat);
+    prom_auth(b, json_object_get(root, "auth"));
     reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b);
     evbuffer_free(b);
 }
@@ -1326,6 +1403,80 @@ int http_request_map(const char *path, const char *body, size_t len, const char 
     return -PROTO_E_BAD_REQUEST;
 }
 
+/* ------------------------------------------------------------------ API keys */
+
+/* Whether r may go on: 0 when its listener needs no key or its Authorization
+ * names a known key (then r->key is set), else -1 after answering 401, or 429
+ * while its address backs off. */
+static int key_check(hreq_t *r)
+{
+    http_t *h = r->h;
+    if (!auth_required(h->auth, AUTH_LST_HTTP))
+        return 0;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(r->req);
+    const char *hdr = evhttp_find_header(in, "Authorization"), *tok = NULL;
+    size_t len = 0;
+    char *peer = NULL;
+    ev_uint16_t port = 0;
+    char addr[64] = "";
+    if (r->evcon)
+        evhttp_connection_get_peer(r->evcon, &peer, &port);
+    /* every X-Forwarded-For line in order, joined: a proxy appends its own line after any
+     * the client sent, and the walk from the right must see it first */
+    struct evbuffer *xff = evbuffer_new();
+    struct evkeyval *kv;
+    for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (xff && strcasecmp(kv->key, "X-Forwarded-For") == 0)
+            evbuffer_add_printf(xff, "%s%s", evbuffer_get_length(xff) ? "," : "", kv->value);
+    }
+    if (xff)
+        evbuffer_add(xff, "", 1);
+    auth_client_addr(h->auth, peer, xff && evbuffer_get_length(xff) > 1 ? (const char *)evbuffer_pullup(xff, -1) : NULL,
+                     addr, sizeof addr);
+    if (xff)
+        evbuffer_free(xff);
+    if (auth_parse_bearer(hdr, &tok, &len))
+        tok = NULL, len = 0;
+    uint32_t retry = 0;
+    int rc = auth_check(h->auth, AUTH_LST_HTTP, addr, tok, len, auth_now(), &r->key, &retry);
+    if (rc == AUTH_E_BACKOFF) {
+        r->retry_after = retry;
+        http_fail(r, 429, PROTO_E_RATE_LIMITED, "too many failed API key attempts from this address: retry in %u s",
+                  retry);
+        return -1;
+    }
+    if (rc) {
+        http_fail(r, 401, PROTO_E_UNAUTHORIZED, "%s",
+                  tok ? "Incorrect API key provided."
+                      : hdr ? "The Authorization header is not of the form 'Bearer KEY'."
+                            : "You didn't provide an API key: send the header 'Authorization: Bearer KEY'.");
+        return -1;
+    }
+    return 0;
+}
+
+/* Admits one request of r's key (gen: generate/chat) and gives req the key's
+ * allow-list: 0, or -1 after answering 429 (req stays the caller's). */
+static int key_admit(hreq_t *r, int gen, proto_req_t *req)
+{
+    static const char *const what[AUTH_CAUSE_COUNT] = {"requests-per-second", "concurrent-requests",
+                                                       "tokens-per-minute"};
+    auth_cause_t cause = AUTH_CAUSE_RATE;
+    uint32_t retry = 0;
+    if (auth_admit(r->h->auth, r->key, gen, auth_now(), &cause, &retry)) {
+        r->retry_after = retry;
+        http_fail(r, 429, PROTO_E_RATE_LIMITED, "API key '%s' is over its %s limit: retry in %u s",
+                  auth_key_name(r->key), what[cause], retry);
+        return -1;
+    }
+    r->admitted = gen;
+    if (auth_key_allow_copy(r->key, &req->allow, &req->n_allow)) {
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static void do_generate(hreq_t *r)
 {
     http_t *h = r->h;
@@ -1368,6 +1519,10 @@ static void do_generate(hreq_t *r)
                   "the daemon is shutting down and accepts no new requests");
         return;
     }
+    if (r->key && key_admit(r, 1, &req)) {
+        proto_req_free(&req);
+        return;
+    }
     r->submitted = 1;
     arm_closed(r);
     wk_submit(h->wk, r->conn, 0, &req);
@@ -1377,6 +1532,10 @@ static void do_generate(hreq_t *r)
 static void do_worker_op(hreq_t *r, proto_op_t op, int admin)
 {
     proto_req_t req = {.op = op, .id = json_string(r->rid)};
+    if (r->key && key_admit(r, 0, &req)) {
+        proto_req_free(&req);
+        return;
+    }
     r->submitted = 1;
     wk_submit(r->h->wk, r->conn, admin, &req);
 }
@@ -1434,6 +1593,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     r->kind = kind;
+    if (kind != HK_HEALTH && kind != HK_READY && key_check(r))
+        return;
     switch (kind) {
     case HK_NONE: return; /* not reached: answered above */
     case HK_HEALTH: /* liveness: the loop answers, draining or not */
@@ -1464,7 +1625,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     case HK_MODELS: do_worker_op(r, PROTO_OP_MODELS, 0); return;
-    case HK_METRICS: do_worker_op(r, PROTO_OP_STATS, 1); return;
+    case HK_METRICS:
+        if (r->key && !auth_key_allows(r->key, NULL)) { /* it names every model: keys for all only */
+            http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
+            return;
+        }
+        do_worker_op(r, PROTO_OP_STATS, 1);
+        return;
     }
 }
 
@@ -1553,6 +1720,7 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
     h->t_start = time(NULL);
     h->salt = (uint32_t)(h->t_start * 2654435761u) ^ (uint32_t)getpid();
     h->early_close = (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) != 0;
+    h->auth = srv_auth(srv);
     h->adopt = event_new(base, -1, 0, conn_adopt, h);
     h->eh = h->adopt ? evhttp_new(base) : NULL;
     if (!h->eh) {

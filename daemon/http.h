@@ -11,7 +11,7 @@
 
 /*
  * Enabled only when the config sets listen.http ("host:port"; bind loopback,
- * e.g. 127.0.0.1:8400 — there is no authentication). Routes:
+ * e.g. 127.0.0.1:8400, unless auth.http requires API keys). Routes:
  *
  *   POST /v1/completions        model, prompt (a string, an array of one
  *                               string, or token ids), max_tokens,
@@ -38,8 +38,14 @@
  * {"error":{"message","type","param":null,"code"}}, code being the wire code:
  *   400 bad_json, bad_request, context_overflow   404 unknown_model, unknown path
  *   405 known path, wrong method                  413 too_large (body > listen.max_line)
- *   429 overloaded                                503 shutting_down, cancelled
- *   500 internal
+ *   429 overloaded, rate_limited (Retry-After)    503 shutting_down, cancelled
+ *   401 unauthorized (WWW-Authenticate: Bearer)   500 internal
+ *
+ * API keys (auth.http, daemon/auth.c): every route but /health and /ready
+ * needs "Authorization: Bearer KEY"; the key's allow-list goes with the
+ * request to the worker (proto_req_t.allow) and its limits are checked before
+ * it is submitted; /metrics there needs a key for every model (others: 404).
+ * The metrics listener needs no key.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
  * their "off" value (n and best_of 1, echo false, logprobs off,
  * logit_bias empty, no tools, response_format text; user, store, metadata,

@@ -31,6 +31,7 @@ typedef struct daemon_state {
     wk_t *wk;
     srv_t *srv;
     http_t *http;        /* NULL unless listen.http */
+    auth_t *auth;        /* API keys (auth:), reloaded with the config */
     struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
     int draining;
     int exit_code;
@@ -70,6 +71,12 @@ static void notify_status(daemon_state_t *d)
     sd_notifyf(0, "STATUS=%s", st);
 }
 
+/* The auth section of the stats report (worker thread; auth_report locks). */
+static json_t *auth_report_fn(void *ctx)
+{
+    return auth_report(ctx);
+}
+
 /* ------------------------------------------------------------------ reload */
 
 static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
@@ -86,7 +93,8 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     char err[1024];
     cfg_t *next = NULL;
     if (cfg_load_file(d->config_path, &next, err, sizeof err) ||
-        cfg_reload_check(d->cfg, next, err, sizeof err)) {
+        cfg_reload_check(d->cfg, next, err, sizeof err) ||
+        (auth_reload(d->auth, next) && snprintf(err, sizeof err, "auth: out of memory"))) {
         log_warning("reload refused, keeping the running config: %s", err);
         sd_notifyf(0, "READY=1\nSTATUS=reload refused, running the previous config: %s", err);
         cfg_free(next);
@@ -344,11 +352,24 @@ static int serve(const char *path)
     evsignal_add(d.sig_int, NULL);
     evsignal_add(d.sig_hup, NULL);
     srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
+    d.auth = auth_new(d.cfg, err, sizeof err);
+    if (!d.auth) {
+        log_error("%s", err);
+        goto out;
+    }
+    wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
+    if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
+        log_notice("auth: %zu API keys; a key is required on %s", d.cfg->auth.n_keys,
+                d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
+                : d.cfg->auth.http                  ? "listen.http"
+                : d.cfg->auth.tcp                   ? "listen.tcp"
+                                                    : "no listener (the auth op is optional)");
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
         log_error("%s", err);
         goto out;
     }
+    srv_set_auth(d.srv, d.auth);
     if (d.cfg->listen.http || d.cfg->metrics.listen) {
         d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
         if (!d.http) {
@@ -384,6 +405,7 @@ out:
     wk_free(d.wk);
     http_free(d.http);
     srv_free(d.srv);
+    auth_free(d.auth);
     if (d.sig_term) event_free(d.sig_term);
     if (d.sig_int) event_free(d.sig_int);
     if (d.sig_hup) event_free(d.sig_hup);

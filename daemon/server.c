@@ -1,6 +1,7 @@
 /* server: the libevent side: listeners, connections, line framing and limits, dispatch to the worker, the one error emitter. */
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -15,6 +16,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "stats.h"
 
 #define SRV_BUCKETS 1024
@@ -26,6 +28,11 @@ typedef struct conn {
     srv_t *s;
     int closing;         /* close once the output is flushed */
     uint32_t inflight;   /* requests handed to the worker (approximate) */
+    auth_listener_t lkind; /* which listener accepted it (auth.tcp applies to AUTH_LST_TCP) */
+    char addr[64];       /* the peer's address, for the back-off after failed keys */
+    auth_key_t *key;     /* the key of its auth op (a reference), NULL before one */
+    json_t **gen;        /* (n_gen) ids of its generate/chat requests in flight under key */
+    size_t n_gen, cap_gen;
     struct conn *hnext;
 } conn_t;
 
@@ -36,6 +43,7 @@ typedef struct lst {
     struct evconnlistener *l;
     srv_t *s;
     int admin;
+    auth_listener_t lkind; /* unix or tcp (admin: unused) */
     char *unlink_path;   /* unix socket we created */
 } lst_t;
 
@@ -52,6 +60,8 @@ struct srv {
     uint32_t n_conns;
     int draining;
     srv_foreign_t foreign; /* lines for ids not in the table (HTTP) */
+    auth_t *auth;          /* API keys (srv_set_auth); NULL = the auth op is refused */
+    int from_worker;       /* sending the worker's answers (wake_cb): only they end requests */
 };
 
 /* ------------------------------------------------------------------ connection table */
@@ -62,6 +72,45 @@ static conn_t *conn_find(srv_t *s, uint64_t id)
         if (c->id == id)
             return c;
     return NULL;
+}
+
+/* Releases the key's slots for whatever c still has in flight, and the key. */
+static void conn_auth_drop(conn_t *c)
+{
+    for (size_t i = 0; i < c->n_gen; i++) {
+        auth_finish(c->s->auth, c->key, 0, auth_now());
+        json_decref(c->gen[i]);
+    }
+    free(c->gen);
+    c->gen = NULL;
+    c->n_gen = c->cap_gen = 0;
+    auth_key_unref(c->key);
+    c->key = NULL;
+}
+
+/* A line from the worker to a connection with generate/chat requests in
+ * flight under a key: when it ends one of them (a done or error event, whose
+ * quoted keys cannot occur inside a JSON string), the key's slot is released
+ * and its tokens charged. The server's own errors never do: one tagged with
+ * the id of a request still running must not free its slot. */
+static void conn_auth_line(conn_t *c, const char *line)
+{
+    if (!strstr(line, "\"event\":\"done\"") && !strstr(line, "\"event\":\"error\""))
+        return;
+    json_t *root = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+    const json_t *id = json_object_get(root, "id");
+    for (size_t i = 0; id && i < c->n_gen; i++) {
+        if (!json_equal(c->gen[i], id))
+            continue;
+        const json_t *u = json_object_get(root, "usage");
+        json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
+        json_int_t g = json_integer_value(json_object_get(u, "completion_tokens"));
+        auth_finish(c->s->auth, c->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(g > 0 ? g : 0), auth_now());
+        json_decref(c->gen[i]);
+        c->gen[i] = c->gen[--c->n_gen];
+        break;
+    }
+    json_decref(root);
 }
 
 static void conn_free(conn_t *c)
@@ -76,6 +125,7 @@ static void conn_free(conn_t *c)
     if (!c->admin)
         s->n_conns--;
     stats_server.curr_connections--;
+    conn_auth_drop(c);
     /* whatever it still had in flight is cancelled and its KV cache freed */
     wk_cancel_conn(s->wk, c->id);
     free(c);
@@ -95,6 +145,8 @@ void srv_send_line(srv_t *s, uint64_t conn, char *line)
         s->foreign.line(s->foreign.ctx, conn, line);
         return;
     }
+    if (c && line && c->n_gen && s->from_worker)
+        conn_auth_line(c, line);
     if (c && line)
         conn_write(c, line, strlen(line));
     free(line);
@@ -117,6 +169,86 @@ static void close_after_flush(conn_t *c)
         conn_free(c);
 }
 
+/* ------------------------------------------------------------------ API keys */
+
+/* The auth op: checks the key and binds the connection to it. */
+static void conn_auth_op(conn_t *c, const proto_req_t *req)
+{
+    srv_t *s = c->s;
+    if (!s->auth) {
+        srv_send_error(s, c->id, req->id, PROTO_E_UNAUTHORIZED, "this daemon has no API keys");
+        return;
+    }
+    if (c->n_gen) {
+        srv_send_error(s, c->id, req->id, PROTO_E_BAD_REQUEST,
+                       "this connection has requests in flight under its key: authenticate before sending them");
+        return;
+    }
+    auth_key_t *k = NULL;
+    uint32_t retry = 0;
+    int rc = auth_check(s->auth, c->lkind, c->addr, req->key, strlen(req->key), auth_now(), &k, &retry);
+    if (rc == AUTH_E_BACKOFF) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "too many failed API key attempts from this address: retry in %u s", retry);
+        srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
+        return;
+    }
+    if (rc) {
+        srv_send_error(s, c->id, req->id, PROTO_E_UNAUTHORIZED, "unknown API key");
+        return;
+    }
+    auth_key_unref(c->key);
+    c->key = k;
+    srv_send_line(s, c->id, proto_encode_ok(req->id, json_pack("{s:s}", "key", auth_key_name(k))));
+}
+
+/* Applies the connection's key to req before it goes to the worker: 0, or -1
+ * after answering unauthorized or rate_limited (req is still the caller's). */
+static int conn_auth_admit(conn_t *c, proto_req_t *req)
+{
+    srv_t *s = c->s;
+    if (!c->key) {
+        if (!auth_required(s->auth, c->lkind))
+            return 0;
+        srv_send_error(s, c->id, req->id, PROTO_E_UNAUTHORIZED,
+                       "this listener requires an API key: send {\"op\":\"auth\",\"key\":\"...\"} first");
+        return -1;
+    }
+    if (req->op == PROTO_OP_CANCEL)
+        return 0;
+    int gen = req->op == PROTO_OP_GENERATE || req->op == PROTO_OP_CHAT;
+    auth_cause_t cause = AUTH_CAUSE_RATE;
+    uint32_t retry = 0;
+    if (auth_admit(s->auth, c->key, gen, auth_now(), &cause, &retry)) {
+        static const char *const what[AUTH_CAUSE_COUNT] = {"requests-per-second", "concurrent-requests",
+                                                           "tokens-per-minute"};
+        char msg[160];
+        snprintf(msg, sizeof msg, "API key '%s' is over its %s limit: retry in %u s", auth_key_name(c->key),
+                 what[cause], retry);
+        srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
+        return -1;
+    }
+    if (auth_key_allow_copy(c->key, &req->allow, &req->n_allow))
+        goto nomem;
+    if (!gen)
+        return 0;
+    if (c->n_gen == c->cap_gen) {
+        size_t cap = c->cap_gen ? 2 * c->cap_gen : 8;
+        json_t **g = realloc(c->gen, cap * sizeof *g);
+        if (!g)
+            goto nomem;
+        c->gen = g;
+        c->cap_gen = cap;
+    }
+    c->gen[c->n_gen++] = json_incref(req->id ? req->id : json_null());
+    return 0;
+nomem:
+    if (gen)
+        auth_finish(s->auth, c->key, 0, auth_now());
+    srv_send_error(s, c->id, req->id, PROTO_E_INTERNAL, "out of memory");
+    return -1;
+}
+
 /* ------------------------------------------------------------------ reading */
 
 static void handle_line(conn_t *c, const char *line, size_t len)
@@ -134,10 +266,19 @@ static void handle_line(conn_t *c, const char *line, size_t len)
         json_decref(id);
         return;
     }
+    if (!c->admin && req.op == PROTO_OP_AUTH) {
+        conn_auth_op(c, &req);
+        proto_req_free(&req);
+        return;
+    }
     if (s->draining && !c->admin &&
         (req.op == PROTO_OP_GENERATE || req.op == PROTO_OP_CHAT)) {
         srv_send_error(s, c->id, req.id, PROTO_E_SHUTTING_DOWN,
                        "the daemon is shutting down and accepts no new requests");
+        proto_req_free(&req);
+        return;
+    }
+    if (!c->admin && s->auth && conn_auth_admit(c, &req)) {
         proto_req_free(&req);
         return;
     }
@@ -239,8 +380,6 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
                        void *arg)
 {
     (void)l;
-    (void)sa;
-    (void)slen;
     const lst_t *lc = arg;
     srv_t *s = lc->s;
     conn_t *c = calloc(1, sizeof *c);
@@ -253,6 +392,12 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
     }
     c->id = ++s->next_id;
     c->admin = lc->admin;
+    c->lkind = lc->lkind;
+    snprintf(c->addr, sizeof c->addr, "unix");
+    if (sa && sa->sa_family == AF_INET && (size_t)slen >= sizeof(struct sockaddr_in))
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, c->addr, sizeof c->addr);
+    else if (sa && sa->sa_family == AF_INET6 && (size_t)slen >= sizeof(struct sockaddr_in6))
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, c->addr, sizeof c->addr);
     c->bev = bev;
     c->s = s;
     c->hnext = s->buckets[c->id % SRV_BUCKETS];
@@ -385,13 +530,18 @@ static int tcp_listen(const char *hostport, int backlog, char *err, size_t errle
 static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, char *err,
                         size_t errlen)
 {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    auth_listener_t lkind = AUTH_LST_UNIX;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+        lkind = AUTH_LST_TCP;
     if (s->n_lst == SRV_MAX_LISTENERS) {
         close(fd);
         snprintf(err, errlen, "more than %d listening sockets", SRV_MAX_LISTENERS);
         return -1;
     }
     lst_t *ls = &s->lst[s->n_lst];
-    *ls = (lst_t){.s = s, .admin = admin};
+    *ls = (lst_t){.s = s, .admin = admin, .lkind = lkind};
     /* backlog 0: the socket listens already (ours with srv_backlog, systemd's with Backlog=) */
     ls->l = evconnlistener_new(s->base, accept2_cb, ls, LEV_OPT_CLOSE_ON_FREE |
                                LEV_OPT_CLOSE_ON_EXEC, 0, fd);
@@ -436,6 +586,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv_t *s = arg;
+    s->from_worker = 1;
     for (wk_out_t *o = wk_take(s->wk), *nx; o; o = nx) {
         nx = o->next;
         switch (o->kind) {
@@ -457,6 +608,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
         }
         wk_out_free(o);
     }
+    s->from_worker = 0;
 }
 
 void srv_notify(void *srv)
@@ -556,6 +708,26 @@ uint64_t srv_conn_id_new(srv_t *s)
 void srv_set_cfg(srv_t *s, const cfg_t *cfg)
 {
     s->cfg = cfg;
+    /* connections authenticated with a key the reload revoked are closed */
+    for (int b = 0; b < SRV_BUCKETS; b++) {
+        for (conn_t *c = s->buckets[b], *nx; c; c = nx) {
+            nx = c->hnext;
+            if (!c->key || !auth_key_revoked(c->key) || c->closing)
+                continue;
+            srv_send_error(s, c->id, NULL, PROTO_E_UNAUTHORIZED, "the API key was revoked: closing");
+            close_after_flush(c);
+        }
+    }
+}
+
+void srv_set_auth(srv_t *s, auth_t *a)
+{
+    s->auth = a;
+}
+
+auth_t *srv_auth(const srv_t *s)
+{
+    return s->auth;
 }
 
 void srv_free(srv_t *s)
@@ -571,6 +743,7 @@ void srv_free(srv_t *s)
             conn_t *c = s->buckets[b];
             s->buckets[b] = c->hnext;
             bufferevent_free(c->bev);
+            conn_auth_drop(c);
             free(c);
         }
     }

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "config.h"
 #include "proto.h"
 #include "worker.h"
@@ -39,8 +40,14 @@ void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
 void srv_send_line(srv_t *s, uint64_t conn, char *line /* taken */);
 /* Bytes still waiting in connections' output buffers. */
 size_t srv_pending_output(const srv_t *s);
-/* The config the server was set up with changed (reload); listeners stay. */
+/* The config the server was set up with changed (reload); listeners stay.
+ * Connections whose key the reload revoked (auth_reload first) get an
+ * unauthorized error and are closed. */
 void srv_set_cfg(srv_t *s, const cfg_t *cfg);
+/* The API keys (daemon/auth.c) the auth op checks, auth.tcp requires and
+ * HTTP uses (srv_auth); a must outlive s. Loop thread. */
+void srv_set_auth(srv_t *s, auth_t *a);
+auth_t *srv_auth(const srv_t *s);
 
 /* Connections the server does not own (the HTTP module's, daemon/http.c) take
  * their ids from the server's space (srv_conn_id_new); every line for an id

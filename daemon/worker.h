@@ -43,6 +43,11 @@ int wk_start(wk_t *w);
 /* Stops the thread (in-flight work is abandoned: call after draining). */
 void wk_free(wk_t *w); /* accepts NULL */
 
+/* Adds section name (a string that outlives w) to every stats report: fn(ctx)
+ * runs on the worker thread while it builds one and returns a new object
+ * (NULL: left out); it must be thread-safe. Call before wk_start. */
+void wk_set_report_section(wk_t *w, const char *name, json_t *(*fn)(void *ctx), void *ctx);
+
 /* From the loop thread: */
 void wk_submit(wk_t *w, uint64_t conn, int admin, proto_req_t *req); /* takes req's contents */
 void wk_cancel_conn(wk_t *w, uint64_t conn);  /* the connection is gone */

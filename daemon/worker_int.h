@@ -124,6 +124,9 @@ struct wk {
     int stop;
     wk_notify_fn notify;
     void *notify_ctx;
+    const char *extra_name;          /* (optional) a section the stats report adds: its name, */
+    json_t *(*extra_fn)(void *ctx);  /* the builder (worker thread; returns a new object) */
+    void *extra_ctx;
     char status[256];
     char ready_why[256];    /* readiness reason for wk_readiness, under mu */
     _Atomic int draining_pub; /* a drain was handed over (loop or worker side): wk_draining */

@@ -99,15 +99,26 @@ json_t *wk_report_stats(wk_t *w)
     json_object_set_new(server, #name, json_integer((json_int_t)stats_server.name));
     STATS_SERVER_COUNTERS(SRV_JSON)
 #undef SRV_JSON
-    for (int e = 1; e < PROTO_E_COUNT && e < 16; e++) {
+    for (int e = 1; e < PROTO_E_COUNT; e++) {
         char k[64];
         snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
         json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
     }
-    return json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
-                     "backend", w->be->name, "policy",
-                     cfg_policy_name(w->cfg->scheduler.policy), "pool",
-                     pool, "models", models, "server", server);
+    json_t *rep = json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
+                            "backend", w->be->name, "policy",
+                            cfg_policy_name(w->cfg->scheduler.policy), "pool",
+                            pool, "models", models, "server", server);
+    json_t *extra = rep && w->extra_fn ? w->extra_fn(w->extra_ctx) : NULL;
+    if (extra)
+        json_object_set_new(rep, w->extra_name, extra);
+    return rep;
+}
+
+void wk_set_report_section(wk_t *w, const char *name, json_t *(*fn)(void *ctx), void *ctx)
+{
+    w->extra_name = name;
+    w->extra_fn = fn;
+    w->extra_ctx = ctx;
 }
 
 json_t *wk_report_models(wk_t *w, int admin)

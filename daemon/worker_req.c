@@ -140,13 +140,26 @@ static size_t holdback(const wk_seq_t *s)
 /* The index of the loaded model a request names, or -1 after answering
  * unknown_model: the message lists the configured models, or says why the
  * named one failed. */
+/* Whether req's API key (req->allow, set by the server) may use model name. */
+static int allowed(const proto_req_t *req, const char *name)
+{
+    if (!req->allow)
+        return 1;
+    for (size_t i = 0; name && i < req->n_allow; i++)
+        if (strcmp(req->allow[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* A model the caller's key may not use is answered exactly as one that does
+ * not exist, and the list names only the models it may use. */
 int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
-    int mi = req->model ? wk_find_model(w, req->model) : -1;
+    int mi = req->model && allowed(req, req->model) ? wk_find_model(w, req->model) : -1;
     if (mi < 0) {
         char names[1024] = "";
         for (int i = 0; i < w->n_models; i++) {
-            if (!w->models[i] || w->models[i]->removing)
+            if (!w->models[i] || w->models[i]->removing || !allowed(req, w->models[i]->name))
                 continue;
             if (names[0])
                 strncat(names, ", ", sizeof names - strlen(names) - 1);
@@ -416,9 +429,14 @@ void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t
     case PROTO_OP_CHAT:
         submit_gen(w, conn, req, t_recv);
         return;
-    case PROTO_OP_MODELS:
-        wk_send_ok(w, conn, req->id, wk_report_models(w, 0));
+    case PROTO_OP_MODELS: {
+        json_t *rep = wk_report_models(w, 0), *arr = json_object_get(rep, "models");
+        for (size_t i = json_array_size(arr); i-- > 0;)
+            if (!allowed(req, json_string_value(json_object_get(json_array_get(arr, i), "name"))))
+                json_array_remove(arr, i);
+        wk_send_ok(w, conn, req->id, rep);
         break;
+    }
     case PROTO_OP_CANCEL: {
         int found = wk_cancel_where(w, conn, req->target_id, 0);
         wk_send_ok(w, conn, req->id, json_pack("{s:b}", "found", found > 0));

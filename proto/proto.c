@@ -22,6 +22,8 @@ static const char *const err_codes[PROTO_E_COUNT] = {
     [PROTO_E_SHUTTING_DOWN] = "shutting_down",
     [PROTO_E_INTERNAL] = "internal",
     [PROTO_E_FORBIDDEN] = "forbidden",
+    [PROTO_E_UNAUTHORIZED] = "unauthorized",
+    [PROTO_E_RATE_LIMITED] = "rate_limited",
 };
 
 const char *proto_err_code(proto_err_t e)
@@ -58,6 +60,7 @@ typedef enum pfield {
     F_FAULT,
     F_TIMES,
     F_DELAY_MS,
+    F_KEY,
     F_COUNT
 } pfield_t;
 
@@ -79,6 +82,7 @@ static const char *const field_names[F_COUNT] = {
     [F_FAULT] = "fault",
     [F_TIMES] = "count",
     [F_DELAY_MS] = "delay_ms",
+    [F_KEY] = "key",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -133,6 +137,7 @@ static const struct op_desc {
     [PROTO_OP_RELOAD] = {"reload", SOCK_ADMIN, 0, 0},
     [PROTO_OP_DRAIN] = {"drain", SOCK_ADMIN, 0, 0},
     [PROTO_OP_FAULT] = {"fault", SOCK_ADMIN, FB(F_FAULT) | FB(F_TIMES) | FB(F_DELAY_MS), FB(F_FAULT)},
+    [PROTO_OP_AUTH] = {"auth", SOCK_INFERENCE, FB(F_KEY), FB(F_KEY)},
 };
 #define N_OPS ((int)(sizeof op_table / sizeof op_table[0]))
 
@@ -743,6 +748,10 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
             return rc;
         req->fault_delay_ms = (uint32_t)x;
         return 0;
+    case F_KEY: /* never echoed in a message */
+        if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'key' contains a NUL character");
+        return get_string(name, v, 1, PROTO_MAX_KEY_BYTES, &req->key, err, errlen);
     case F_SAMPLER:
     case F_COUNT:
         break;
@@ -866,6 +875,13 @@ void proto_req_free(proto_req_t *req)
     for (size_t i = 0; i < req->n_stop; i++)
         free(req->stop[i]);
     free(req->stop);
+    if (req->key) {
+        explicit_bzero(req->key, strlen(req->key));
+        free(req->key);
+    }
+    for (size_t i = 0; i < req->n_allow; i++)
+        free(req->allow[i]);
+    free(req->allow);
     memset(req, 0, sizeof *req);
 }
 
@@ -1073,6 +1089,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
     case F_DELAY_MS:
         return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
+    case F_KEY:
+        return req->key ? set_new(root, name, str_new(req->key)) : 0;
     case F_SAMPLER:
     case F_COUNT:
         break;

@@ -12,6 +12,7 @@
 #define PROTO_MAX_DEPTH 32          /* JSON nesting levels */
 #define PROTO_MAX_ID_BYTES 256      /* id and target strings */
 #define PROTO_MAX_NAME_BYTES 256    /* model names */
+#define PROTO_MAX_KEY_BYTES 256     /* API keys (auth) */
 #define PROTO_MAX_TOKENS 1000000    /* entries of "tokens" */
 #define PROTO_MAX_MESSAGES 65536    /* entries of "messages" */
 #define PROTO_MAX_STOP 16           /* entries of "stop" */
@@ -32,6 +33,7 @@ typedef enum proto_op {
     PROTO_OP_RELOAD,
     PROTO_OP_DRAIN,
     PROTO_OP_FAULT,    /* tests only: needs device.fault_injection (sim) */
+    PROTO_OP_AUTH,     /* inference: present an API key (answered by the server, never the worker) */
 } proto_op_t;
 
 typedef enum proto_err {
@@ -45,6 +47,8 @@ typedef enum proto_err {
     PROTO_E_SHUTTING_DOWN,
     PROTO_E_INTERNAL,
     PROTO_E_FORBIDDEN,
+    PROTO_E_UNAUTHORIZED, /* no key, or one the daemon does not know (HTTP 401) */
+    PROTO_E_RATE_LIMITED, /* a key's limit, or the back-off after failed attempts (HTTP 429) */
     PROTO_E_COUNT
 } proto_err_t;
 
@@ -99,6 +103,11 @@ typedef struct proto_req {
     int fault;               /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail (be_fault_kind_t) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy */
+    char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */
+    /* Not on the wire: the models the caller's API key may use, set by the server
+     * (daemon/auth.c); NULL = every model. (n_allow) names, owned. */
+    char **allow;
+    size_t n_allow;
 } proto_req_t;
 
 /* Parses one line (len bytes, without the newline; a trailing '\r' is fine).

@@ -14,6 +14,13 @@
     c.chat("qwen2-7b", [{"role": "user", "content": "Hi"}])["text"]
     c.stats()["models"]["llama3-8b"]["total_page_ins"]
 
+    c = Client(socket_path="10.0.0.5:8401", api_key="gsk_...")  # listen.tcp with an API key
+
+An API key (api_key=, else the GPUSWAP_API_KEY environment variable) is sent in
+an "auth" op first on every inference connection; a refused key raises
+GpuswapError("unauthorized" or "rate_limited", ...). socket_path "HOST:PORT"
+(no '/') connects to listen.tcp instead of a Unix socket.
+
 Sampling keywords are the protocol's field names (max_tokens, temperature, top_k,
 top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, stop)
 and go to the daemon as given; the daemon validates them, and a bad one raises GpuswapError("bad_request", ...).
@@ -55,13 +62,19 @@ class _Conn:
 
     def __init__(self, path, timeout):
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        tcp = "/" not in path and ":" in path
         try:
-            self.sock.connect(path)
-        except OSError as e:
-            self.sock.close()
-            raise ConnectionError("cannot connect to %s: %s" % (path, e.strerror or e)) from e
+            if tcp:
+                host, _, port = path.rpartition(":")
+                self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout)
+            else:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(timeout)
+                self.sock.connect(path)
+        except (OSError, ValueError) as e:
+            if not tcp:
+                self.sock.close()
+            raise ConnectionError("cannot connect to %s: %s" % (path, getattr(e, "strerror", None) or e)) from e
         self.buf = bytearray()
         self.send_lock = threading.Lock()
 
@@ -189,8 +202,9 @@ class Client:
     Connections open on first use and stay open; timeout (seconds, None = wait forever) applies
     to each socket operation."""
 
-    def __init__(self, socket_path=None, admin_socket=None, timeout=None):
+    def __init__(self, socket_path=None, admin_socket=None, timeout=None, api_key=None):
         self.socket_path = socket_path or os.environ.get("GPUSWAP_SOCKET") or DEFAULT_SOCKET
+        self.api_key = api_key or os.environ.get("GPUSWAP_API_KEY") or None
         self.admin_socket = admin_socket or os.environ.get("GPUSWAP_ADMIN_SOCKET") or DEFAULT_ADMIN_SOCKET
         self.timeout = timeout
         self._lock = threading.Lock()  # held by the request in flight (a stream: until it ends)
@@ -205,7 +219,15 @@ class Client:
         path = self.admin_socket if admin else self.socket_path
         c = self._conns.get(path)
         if c is None:
-            c = self._conns[path] = _Conn(path, self.timeout)
+            c = _Conn(path, self.timeout)
+            if not admin and self.api_key:
+                try:
+                    c.send({"op": "auth", "id": "auth", "key": self.api_key})
+                    _raise_if_error(c.recv())
+                except BaseException:
+                    c.close()
+                    raise
+            self._conns[path] = c
         return c
 
     def _drop(self, conn):

@@ -3,12 +3,15 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "auth.h"
+#include "config.h"
 #include "fuzz.h"
 #include "http.h"
 #include "proto.h"
@@ -23,8 +26,11 @@
  *   'p'  a route path up to the first '\n', then the body
  *   'r'  raw HTTP/1.x bytes sent to an evhttp server whose request callback
  *        routes like the daemon's (the two POST routes are mapped and
- *        parsed, the rest answered 404/405)
- * Any other selector byte picks one of these by its value mod 4.
+ *        parsed, the rest answered 404/405; an Authorization header goes
+ *        through auth_parse_bearer, X-Forwarded-For through auth_client_addr)
+ *   'a'  an Authorization header value up to the first '\n', then an
+ *        X-Forwarded-For value (the API key hooks, daemon/auth.c)
+ * Any other selector byte picks one of c, h, p, r by its value mod 4.
  */
 
 /* Maps body for path and checks what comes back; returns an HTTP status. */
@@ -63,6 +69,55 @@ static int fz_map(const char *path, const char *body, size_t len)
     return 200;
 }
 
+/* ------------------------------------------------------------------ API key headers */
+
+static auth_t *fz_auth;
+
+/* A store with one trusted proxy (127.0.0.1) and one key, made once. */
+static auth_t *fz_auth_get(void)
+{
+    if (fz_auth)
+        return fz_auth;
+    static const char yaml[] = "listen:\n  http: 127.0.0.1:8400\nauth:\n  http: true\n  max_failures: 1000000\n"
+                               "  trusted_proxies: [\"127.0.0.1\", \"::1\"]\n  keys:\n    - name: k\n"
+                               "      hash: \"sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"\n"
+                               "      models: [\"*\"]\nmodels:\n  - name: a\n    path: /m/a.gguf\n";
+    char err[256];
+    cfg_t *c = NULL;
+    FUZZ_CHECK(cfg_load_string(yaml, "fuzz.yaml", &c, err, sizeof err) == 0, "%s", err);
+    fz_auth = auth_new(c, err, sizeof err);
+    FUZZ_CHECK(fz_auth, "%s", err);
+    cfg_free(c);
+    return fz_auth;
+}
+
+/* hdr (an Authorization value) and xff (an X-Forwarded-For value, may be NULL), NUL-terminated. */
+static void fz_auth_headers(const char *hdr, const char *xff)
+{
+    const char *tok = NULL;
+    size_t len = 0;
+    if (auth_parse_bearer(hdr, &tok, &len) == 0) {
+        FUZZ_CHECK(hdr && tok >= hdr && tok + len <= hdr + strlen(hdr) && len > 0, "token outside the header");
+        for (size_t i = 0; i < len; i++)
+            FUZZ_CHECK((unsigned char)tok[i] > 0x20 && tok[i] != 0x7f, "blank in the token");
+    }
+    auth_t *a = fz_auth_get();
+    char out[64];
+    memset(out, 'x', sizeof out);
+    auth_client_addr(a, "127.0.0.1", xff, out, sizeof out);
+    FUZZ_CHECK(memchr(out, 0, sizeof out), "address not terminated");
+    unsigned char bin[16];
+    FUZZ_CHECK(inet_pton(AF_INET, out, bin) == 1 || inet_pton(AF_INET6, out, bin) == 1, "not an address: %s", out);
+    auth_client_addr(a, "192.0.2.1", xff, out, sizeof out);
+    FUZZ_CHECK(strcmp(out, "192.0.2.1") == 0, "an untrusted peer's X-Forwarded-For was believed");
+    auth_key_t *k = NULL;
+    uint32_t retry = 0;
+    int rc = auth_check(a, AUTH_LST_HTTP, "198.51.100.1", tok, tok ? len : 0, 1, &k, &retry);
+    FUZZ_CHECK(rc == AUTH_OK ? k != NULL && len == 3 && memcmp(tok, "foo", 3) == 0 : k == NULL,
+               "rc %d for a token of %zu bytes", rc, len);
+    auth_key_unref(k);
+}
+
 /* ------------------------------------------------------------------ raw requests through evhttp */
 
 static struct event_base *fz_base;
@@ -78,6 +133,10 @@ static void fz_on_request(struct evhttp_request *req, void *arg)
     if (!path || !path[0])
         path = "/";
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    struct evkeyvalq *hd = evhttp_request_get_input_headers(req);
+    const char *authz = evhttp_find_header(hd, "Authorization");
+    if (authz)
+        fz_auth_headers(authz, evhttp_find_header(hd, "X-Forwarded-For"));
     int status = 404;
     if (strcmp(path, "/v1/completions") == 0 || strcmp(path, "/v1/chat/completions") == 0) {
         status = 405;
@@ -195,7 +254,7 @@ int fuzz_http(const uint8_t *data, size_t size)
     int sel = data[0];
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
-    if (sel != 'c' && sel != 'h' && sel != 'p' && sel != 'r')
+    if (sel != 'c' && sel != 'h' && sel != 'p' && sel != 'r' && sel != 'a')
         sel = "chpr"[sel % 4];
     switch (sel) {
     case 'c': fz_map("/v1/completions", body, len); break;
@@ -214,6 +273,19 @@ int fuzz_http(const uint8_t *data, size_t size)
         break;
     }
     case 'r': fz_raw(data + 1, len); break;
+    case 'a': {
+        char *copy = malloc(len + 1);
+        if (!copy)
+            return 0;
+        memcpy(copy, body, len);
+        copy[len] = '\0'; /* a NUL inside ends the values, as in a header */
+        char *nl = strchr(copy, '\n');
+        if (nl)
+            *nl = '\0';
+        fz_auth_headers(copy, nl ? nl + 1 : NULL);
+        free(copy);
+        break;
+    }
     }
     return 0;
 }

@@ -888,3 +888,81 @@ Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
     }
     cfg_free(cur);
 }
+
+/* ------------------------------------------------------------------ auth */
+
+#define HASH_A "sha256:" "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define HASH_B "sha256:" "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+#define HTTP_TCP "listen:\n  http: 127.0.0.1:8400\n  tcp: 127.0.0.1:8401\n"
+
+Test(config, auth_keys_load_with_their_models_limits_and_defaults)
+{
+    cfg_t *c = load_ok(HTTP_TCP "auth:\n  http: true\n  trusted_proxies: [\"10.0.0.1\", \"::1\"]\n  keys:\n"
+                       "    - name: t1\n      hash: \"" HASH_A "\"\n      models: [\"*\"]\n"
+                       "    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n      rate: 2.5\n"
+                       "      burst: 5\n      max_concurrent: 3\n      tokens_per_minute: 1000\n" MODELS);
+    cr_assert(c->auth.http);
+    cr_assert_not(c->auth.tcp);
+    cr_assert_eq(c->auth.max_failures, 5);
+    cr_assert_eq(c->auth.backoff_ms, 1000);
+    cr_assert_eq(c->auth.trusted_proxies.n, 2);
+    cr_assert_str_eq(c->auth.trusted_proxies.v[1], "::1");
+    cr_assert_eq(c->auth.n_keys, 2);
+    cr_assert_str_eq(c->auth.keys[0].name, "t1");
+    cr_assert_str_eq(c->auth.keys[0].models.v[0], "*");
+    cr_assert_eq(c->auth.keys[0].rate, 0);
+    cr_assert_eq(c->auth.keys[1].rate, 2.5);
+    cr_assert_eq(c->auth.keys[1].burst, 5);
+    cr_assert_eq(c->auth.keys[1].max_concurrent, 3);
+    cr_assert_eq(c->auth.keys[1].tokens_per_minute, 1000);
+    assert_round_trip(c);
+    cfg_free(c);
+}
+
+Test(config, bad_auth_sections_are_errors_naming_the_place)
+{
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {"auth:\n  http: true\n" MODELS, "t.yaml:2:9: auth.http requires a key on listen.http, which is off"},
+        {"listen:\n  http: 127.0.0.1:8400\nauth:\n  tcp: true\n" MODELS,
+         "t.yaml:4:8: auth.tcp requires a key on listen.tcp, which is off"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"sha256:abc\"\n      models: [a]\n" MODELS,
+         "invalid key hash \"sha256:abc\" for auth.keys[0].hash (use sha256: and 64 lower-case hex digits"},
+        {"auth:\n  keys:\n    - name: k\n      models: [a]\n" MODELS, "missing required key 'hash' in auth.keys[0]"},
+        {"auth:\n  keys:\n    - hash: \"" HASH_A "\"\n      models: [a]\n" MODELS,
+         "missing required key 'name' in auth.keys[0]"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n" MODELS, "lists no models"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [nope]\n" MODELS,
+         "auth.keys[0].models[0] \"nope\" is not a configured model"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n"
+         "    - name: k\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS, "duplicate key name \"k\""},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n"
+         "    - name: j\n      hash: \"" HASH_A "\"\n      models: [a]\n" MODELS, "has the same hash as auth.keys[0]"},
+        {"auth:\n  trusted_proxies: [haproxy.local]\n" MODELS,
+         "invalid address \"haproxy.local\" in auth.trusted_proxies[0] (use an IPv4 or IPv6 address)"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n      rate: -1\n" MODELS,
+         "auth.keys[0].rate"},
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n      rpm: 1\n" MODELS,
+         "unknown key 'rpm' in auth.keys[0]"},
+        {"auth:\n  keys: 3\n" MODELS, "expected a list of keys for auth.keys"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        load_fails_with(cases[i].yaml, cases[i].want);
+}
+
+Test(config, reload_may_change_keys_but_not_which_listeners_require_them)
+{
+    cfg_t *a = load_ok(HTTP_TCP "auth:\n  http: true\n  keys:\n    - name: t1\n      hash: \"" HASH_A
+                       "\"\n      models: [\"*\"]\n" MODELS);
+    cfg_t *b = load_ok(HTTP_TCP "auth:\n  http: true\n  max_failures: 9\n  trusted_proxies: [\"127.0.0.1\"]\n"
+                       "  keys:\n    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS);
+    cfg_t *c = load_ok(HTTP_TCP "auth:\n  tcp: true\n" MODELS);
+    char err[256] = "";
+    cr_assert_eq(cfg_reload_check(a, b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg_reload_check(a, c, err, sizeof err), CFG_ERR_RELOAD);
+    cr_assert(strstr(err, "auth.http cannot change on reload"), "%s", err);
+    cfg_free(a);
+    cfg_free(b);
+    cfg_free(c);
+}

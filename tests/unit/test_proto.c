@@ -885,6 +885,8 @@ Test(proto, error_code_strings_are_exactly_the_documented_ones)
         {PROTO_E_SHUTTING_DOWN, "shutting_down"},
         {PROTO_E_INTERNAL, "internal"},
         {PROTO_E_FORBIDDEN, "forbidden"},
+        {PROTO_E_UNAUTHORIZED, "unauthorized"},
+        {PROTO_E_RATE_LIMITED, "rate_limited"},
     };
     cr_assert_eq(sizeof codes / sizeof codes[0], PROTO_E_COUNT - 1, "every code is listed");
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
@@ -900,11 +902,11 @@ Test(proto, error_code_strings_are_exactly_the_documented_ones)
 Test(proto, op_names_match_the_wire)
 {
     static const char *const names[] = {NULL, "generate", "chat", "tokenize", "models", "cancel", "stats",
-                                        "load", "evict", "pin", "unpin", "reload", "drain", "fault"};
-    for (int op = 1; op <= PROTO_OP_FAULT; op++)
+                                        "load", "evict", "pin", "unpin", "reload", "drain", "fault", "auth"};
+    for (int op = 1; op <= PROTO_OP_AUTH; op++)
         cr_assert_str_eq(proto_op_name((proto_op_t)op), names[op]);
     cr_assert_null(proto_op_name(0));
-    cr_assert_null(proto_op_name(PROTO_OP_FAULT + 1));
+    cr_assert_null(proto_op_name(PROTO_OP_AUTH + 1));
 }
 
 Test(proto, fault_op_is_admin_only_and_typed)
