@@ -18,13 +18,13 @@ endif
 # statically and libcublas is dlopen'ed at run time, so binaries start on
 # machines without a GPU driver or CUDA libraries (the backend then reports
 # itself unavailable and its tests skip).
-CUDA_SRC := $(wildcard daemon/backend/*.cu)
+CUDA_SRC := $(wildcard daemon/backend/cuda/*.cu)
 ifeq ($(CUDA)$(if $(CUDA_SRC),1,0),11)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings \
-             -Idaemon/engine -Idaemon/backend -DGPUSWAPD_CUDA
+             -I$(BUILD)/cuda-inc -DGPUSWAPD_CUDA
 CUDA_DEFS := -DGPUSWAPD_CUDA
 CUDA_LIBS := $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lstdc++
 else
@@ -35,10 +35,12 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev pkg-config \
-            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm
+            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
+            clang-format cppcheck
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test)
-DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test;
+# clang-format, cppcheck: make check / make format)
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm clang-format cppcheck
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -56,14 +58,17 @@ OPT := -O1
 endif
 
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP \
-              -iquote daemon -iquote daemon/engine -iquote tests/tools/lib -iquote daemon/backend -iquote proto -iquote config \
+              -iquote daemon -iquote tests/tools/lib -iquote proto -iquote config \
               -iquote clients $(PKG_CFLAGS) $(SANFLAGS) \
               $(CUDA_DEFS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) $(CUDA_LIBS) -lm -pthread $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-# Everything but main.c goes into one library that the daemon, tools and tests link.
-ENGINE_SRC := $(wildcard daemon/engine/*.c) $(wildcard daemon/backend/*.c) \
+# Everything but main.c goes into one library, libgpuswapd.a, that the daemon, tools and tests
+# link. Its layers (each includes only those before it; make check): daemon/base, daemon/kernels,
+# daemon/backend (CUDA in daemon/backend/cuda), daemon/engine, then daemon/, proto/ and config/.
+ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/kernels/*.c) $(wildcard daemon/backend/*.c) \
+              $(wildcard daemon/engine/*.c) \
               $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
 DAEMON_SRC := daemon/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)
@@ -75,7 +80,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 
-ENGINE_LIB := $(BUILD)/libengine.a
+ENGINE_LIB := $(BUILD)/libgpuswapd.a
 TOOLS_LIB  := $(BUILD)/libtesttools.a
 GPUSWAPD   := $(BUILD)/gpuswapd
 TOOLS      := $(patsubst tests/tools/%.c,$(BUILD)/%,$(TOOL_SRC))
@@ -86,7 +91,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -112,8 +117,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# nvcc has no -iquote and -Idaemon would make <sched.h> daemon/sched.h: it sees the layer
+# folders only, through links ("kernels/quant.h" as the C compiler reads it with -iquote daemon).
 $(BUILD)/obj/%.o: %.cu
-	@mkdir -p $(dir $@)
+	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
+	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)
@@ -146,8 +154,20 @@ $(TRACESIM): $(call obj,$(SIM_SRC)) $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
 $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/clients/fleet.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
+# ---------------------------------------------------------------- source rules
+# `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
+# CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
+# calls beyond tests/tools/check-unused.txt (tests/tools/check.sh says which rule and where).
+# `make format` rewrites every C, header and CUDA file git knows in the house style.
+check:
+	bash tests/tools/check.sh
+
+format:
+	git ls-files -z -- '*.c' '*.h' '*.cu' '*.cuh' | xargs -0 -r clang-format -i
+
 # ---------------------------------------------------------------- tests
 test: deps
+	$(MAKE) check
 	$(MAKE) all $(UNIT_BIN) $(TRACESIM)
 	$(MAKE) test-unit test-integration
 

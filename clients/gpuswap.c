@@ -3,6 +3,7 @@
 #include "auth.h"
 #include "fleet.h"
 #include "proto.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <float.h>
@@ -47,9 +48,7 @@ static void gs_err(const char *fmt, ...)
 
 static int64_t gs_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)util_now_ms();
 }
 
 /* ------------------------------------------------------------------ signals
@@ -568,8 +567,9 @@ static char *gs_join_names(const json_t *arr)
 /* ------------------------------------------------------------------ options */
 
 enum gs_key {
-    K_HELP, K_SOCKET, K_ADMIN, K_JSON, K_MODEL, K_MAX_TOKENS, K_TEMP, K_TOP_K, K_TOP_P, K_MIN_P,
-    K_REPEAT, K_SEED, K_STOP, K_VERBOSE, K_SYSTEM, K_WATCH, K_INTERVAL, K_COUNT, K_API_KEY,
+    K_HELP, K_SOCKET, K_ADMIN, K_JSON, K_MODEL, K_MAX_TOKENS, K_SEED, K_STOP, K_VERBOSE, K_SYSTEM,
+    K_WATCH, K_INTERVAL, K_COUNT, K_API_KEY,
+    K_SAMPLER, /* K_SAMPLER + i: sampling parameter i of sampler_params.h */
 };
 
 /* Which commands take an option. */
@@ -596,12 +596,12 @@ static const gs_optdef_t gs_optdefs[] = {
     {"api-key", 0, 1, S_GLOBAL, K_API_KEY},
     {"model", 'm', 1, S_MODEL, K_MODEL},
     {"max-tokens", 'n', 1, S_SAMPLING, K_MAX_TOKENS},
-    {"temperature", 0, 1, S_SAMPLING, K_TEMP},
-    {"temp", 0, 1, S_SAMPLING, K_TEMP},
-    {"top-k", 0, 1, S_SAMPLING, K_TOP_K},
-    {"top-p", 0, 1, S_SAMPLING, K_TOP_P},
-    {"min-p", 0, 1, S_SAMPLING, K_MIN_P},
-    {"repeat-penalty", 0, 1, S_SAMPLING, K_REPEAT},
+    /* --top-p for top_p: gs_optname_eq takes '-' for '_' */
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    {#name, 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_##name)},
+    SAMPLER_PARAMS(X)
+#undef X
+    {"temp", 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_temperature)},
     {"seed", 0, 1, S_SAMPLING, K_SEED},
     {"stop", 0, 1, S_SAMPLING, K_STOP},
     {"verbose", 'v', 0, S_VERBOSE, K_VERBOSE},
@@ -677,6 +677,21 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
 {
     proto_req_t *s = &o->samp;
     long long v;
+    if (d->key >= K_SAMPLER) {
+        /* only the number is checked here: the daemon checks the range, in one place */
+        int i = (int)(d->key - K_SAMPLER);
+        float f;
+        if (sampler_param_descs[i].kind == SAMPLER_KIND_I32) {
+            if (gs_parse_ll(val, INT32_MIN, INT32_MAX, &v))
+                return gs_usage_error(cmd, "invalid value '%s' for --%s", val, d->lng);
+            proto_req_sampler_set(s, i, (double)v);
+        } else {
+            if (gs_parse_f32(val, &f))
+                return gs_usage_error(cmd, "invalid value '%s' for --%s", val, d->lng);
+            proto_req_sampler_set(s, i, f);
+        }
+        return 0;
+    }
     switch (d->key) {
     case K_HELP: o->help = 1; return 0;
     case K_SOCKET: o->socket = val; return 0;
@@ -693,38 +708,14 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         s->max_tokens = (int32_t)v;
         s->has_max_tokens = 1;
         return 0;
-    case K_TOP_K:
-        if (gs_parse_ll(val, 0, INT32_MAX, &v))
-            break;
-        s->top_k = (int32_t)v;
-        s->has_top_k = 1;
-        return 0;
     case K_SEED:
         if (gs_parse_ll(val, 0, INT64_MAX, &v))
             break;
         s->seed = (uint64_t)v;
         s->has_seed = 1;
         return 0;
-    case K_TEMP:
-        if (gs_parse_f32(val, &s->temperature))
-            break;
-        s->has_temperature = 1;
-        return 0;
-    case K_TOP_P:
-        if (gs_parse_f32(val, &s->top_p))
-            break;
-        s->has_top_p = 1;
-        return 0;
-    case K_MIN_P:
-        if (gs_parse_f32(val, &s->min_p))
-            break;
-        s->has_min_p = 1;
-        return 0;
-    case K_REPEAT:
-        if (gs_parse_f32(val, &s->repeat_penalty))
-            break;
-        s->has_repeat_penalty = 1;
-        return 0;
+    case K_SAMPLER:
+        break;
     case K_STOP:
         if (s->n_stop >= PROTO_MAX_STOP)
             return gs_usage_error(cmd, "at most %d --stop strings", PROTO_MAX_STOP);
@@ -751,6 +742,17 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         return 0;
     }
     return gs_usage_error(cmd, "invalid value '%s' for --%s", val, d->lng);
+}
+
+/* 1 when the nl bytes of name spell the option lng, '-' standing for its '_'. */
+static int gs_optname_eq(const char *lng, const char *name, size_t nl)
+{
+    if (strlen(lng) != nl)
+        return 0;
+    for (size_t i = 0; i < nl; i++)
+        if (lng[i] != name[i] && !(lng[i] == '_' && name[i] == '-'))
+            return 0;
+    return 1;
 }
 
 /* Parses argv[from..argc) as options in the sets allowed (S_GLOBAL always)
@@ -781,7 +783,7 @@ static int gs_opts_parse(const char *cmd, gs_opts_t *o, unsigned allowed, int ar
             const char *eq = strchr(name, '=');
             size_t nl = eq ? (size_t)(eq - name) : strlen(name);
             for (size_t k = 0; k < GS_N_OPTDEFS; k++)
-                if (strlen(gs_optdefs[k].lng) == nl && strncmp(gs_optdefs[k].lng, name, nl) == 0)
+                if (gs_optname_eq(gs_optdefs[k].lng, name, nl))
                     d = &gs_optdefs[k];
             if (d && eq) {
                 if (!d->has_arg)
@@ -820,16 +822,11 @@ static void gs_req_sampling(proto_req_t *req, const gs_opts_t *o)
     const proto_req_t *s = &o->samp;
     req->max_tokens = s->max_tokens;
     req->has_max_tokens = s->has_max_tokens;
-    req->temperature = s->temperature;
-    req->has_temperature = s->has_temperature;
-    req->top_k = s->top_k;
-    req->has_top_k = s->has_top_k;
-    req->top_p = s->top_p;
-    req->has_top_p = s->has_top_p;
-    req->min_p = s->min_p;
-    req->has_min_p = s->has_min_p;
-    req->repeat_penalty = s->repeat_penalty;
-    req->has_repeat_penalty = s->has_repeat_penalty;
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    req->name = s->name;                                                                           \
+    req->has_##name = s->has_##name;
+    SAMPLER_PARAMS(X)
+#undef X
     req->seed = s->seed;
     req->has_seed = s->has_seed;
     req->stop = s->stop;
@@ -1409,15 +1406,29 @@ static int gs_cmd_admin(const gs_cmd_t *cmd, gs_opts_t *o)
 
 /* ------------------------------------------------------------------ help */
 
-#define GS_SAMPLING_HELP                                                                           \
-    "  -n, --max-tokens N     tokens to generate at most (default: the model's)\n"                \
-    "  --temperature, --temp F  0 = greedy (default 0.8)\n"                                      \
-    "  --top-k N              0 = off (default 40)\n"                                            \
-    "  --top-p F              (0, 1], 1 = off (default 0.95)\n"                                  \
-    "  --min-p F              [0, 1], 0 = off (default 0.05)\n"                                  \
-    "  --repeat-penalty F     > 0, 1 = off (default 1.0)\n"                                      \
-    "  --seed N               same request + seed + model = same tokens\n"                       \
-    "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n"
+/* Marks where gs_cmd_help prints the sampling options (gs_sampling_help). */
+#define GS_SAMPLING_HELP "\001"
+
+/* The sampling options, from sampler_params.h. */
+static void gs_sampling_help(FILE *f)
+{
+    fputs("  -n, --max-tokens N     tokens to generate at most (default: the model's)\n", f);
+    for (int i = 0; i < SAMPLER_PARAM_COUNT; i++) {
+        const sampler_param_desc_t *d = &sampler_param_descs[i];
+        char opt[64], range[64];
+        int n = snprintf(opt, sizeof opt, "--%s%s %s", d->name, i == SAMPLER_PARAM_temperature ? ", --temp" : "",
+                         d->kind == SAMPLER_KIND_I32 ? "N" : "F");
+        for (int k = 2; k < n && opt[k] != ' ' && opt[k] != ','; k++)
+            if (opt[k] == '_')
+                opt[k] = '-';
+        fprintf(f, "  %-22s %s\n", opt, d->help);
+        fprintf(f, "  %-22s in %s; default: the model's (built in: %s)\n", "",
+                sampler_param_range_text(d, range, sizeof range), d->def_text);
+    }
+    fputs("  --seed N               same request + seed + model = same tokens\n"
+          "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n",
+          f);
+}
 
 /* Prints a new API key and the config lines that accept it (the daemon stores only the hash). */
 static int gs_cmd_keygen(const gs_cmd_t *cmd, gs_opts_t *o)
@@ -1537,7 +1548,14 @@ static void gs_help(FILE *f)
 
 static void gs_cmd_help(FILE *f, const gs_cmd_t *c)
 {
-    fputs(c->help, f);
+    const char *mark = strchr(c->help, GS_SAMPLING_HELP[0]);
+    if (mark) {
+        fwrite(c->help, 1, (size_t)(mark - c->help), f);
+        gs_sampling_help(f);
+        fputs(mark + 1, f);
+    } else {
+        fputs(c->help, f);
+    }
     fputs("Options of every command: --socket PATH, --admin-socket PATH, --json, --help\n"
           "(see gpuswap --help, which also lists the exit codes).\n",
           f);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "base/log.h"
 #include "chat.h"
 
 /* ------------------------------------------------------------------ option table */
@@ -58,9 +59,24 @@ typedef struct opt {
     const char *what;    /* OPT_STR: noun for messages ("address"); default "value" */
 } opt_t;
 
-static const char *const backend_names[] = {"auto", "cuda", "sim", "cpu", NULL};
-static const char *const policy_names[] = {"swap-aware", "fifo", NULL};
+/* OPT_ENUM tables: one name per value, NULL-terminated */
+static const char *const backend_names[CFG_BACKEND_COUNT + 1] = {
+    [CFG_BACKEND_AUTO] = "auto", [CFG_BACKEND_CUDA] = "cuda", [CFG_BACKEND_SIM] = "sim", [CFG_BACKEND_CPU] = "cpu",
+};
+static const char *const policy_names[CFG_POLICY_COUNT + 1] = {
+    [CFG_POLICY_SWAP_AWARE] = "swap-aware", [CFG_POLICY_FIFO] = "fifo",
+};
 static const char *const kv_type_names[] = {"f16", "f32", NULL};
+
+const char *cfg_backend_name(cfg_backend_t b)
+{
+    return (unsigned)b < CFG_BACKEND_COUNT ? backend_names[b] : NULL;
+}
+
+const char *cfg_policy_name(cfg_policy_t p)
+{
+    return (unsigned)p < CFG_POLICY_COUNT ? policy_names[p] : NULL;
+}
 
 static int check_sockpath(const void *field, char *why, size_t n);
 static int check_hostport(const void *field, char *why, size_t n);
@@ -73,6 +89,8 @@ static int check_ip(const void *field, char *why, size_t n);
 
 #define C(f) offsetof(cfg_t, f)
 #define M(f) offsetof(cfg_model_t, f)
+#define SAMPLER_OPT_F32 OPT_FLOAT
+#define SAMPLER_OPT_I32 OPT_I32
 #define K(f) offsetof(cfg_key_t, f)
 #define KiB 1024.0
 #define MiB (1024.0 * KiB)
@@ -106,6 +124,8 @@ static const opt_t opts[] = {
     {"device", "memory", OPT_SIZE, C(device.memory), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
     {"device", "page_size", OPT_SIZE, C(device.page_size), "2MiB", 4 * KiB, 1 * GiB, 0, NULL, check_pow2, NULL},
     {"device", "sim_bandwidth", OPT_RATE, C(device.sim_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
+    {"device", "sim_load_bandwidth", OPT_RATE, C(device.sim_load_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL,
+     NULL},
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
     {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
     {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},
@@ -134,6 +154,9 @@ static const opt_t opts[] = {
     SECTION("", "metrics"),
     {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
     {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL, NULL},
+
+    SECTION("", "log"),
+    {"log", "level", OPT_ENUM, C(log.level), "info", 0, 0, OPT_RELOAD, log_level_names, NULL, NULL},
 
     SECTION("", "auth"),
     {"auth", "http", OPT_BOOL, C(auth.http), "false", 0, 0, 0, NULL, NULL, NULL},
@@ -165,12 +188,12 @@ static const opt_t opts[] = {
     {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL, check_chat_template,
      "chat template"},
     SECTION("models", "defaults"),
-    {"models.defaults", "temperature", OPT_FLOAT, M(defaults.temperature), "0.8", 0, 100, 0, NULL, NULL, NULL},
-    {"models.defaults", "top_k", OPT_I32, M(defaults.top_k), "40", 0, 1000000, 0, NULL, NULL, NULL},
-    {"models.defaults", "top_p", OPT_FLOAT, M(defaults.top_p), "0.95", 0, 1, OPT_LO_OPEN, NULL, NULL, NULL},
-    {"models.defaults", "min_p", OPT_FLOAT, M(defaults.min_p), "0.05", 0, 1, OPT_HI_OPEN, NULL, NULL, NULL},
-    {"models.defaults", "repeat_penalty", OPT_FLOAT, M(defaults.repeat_penalty), "1", 0, 100, OPT_LO_OPEN, NULL,
-     NULL, NULL},
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    {"models.defaults", #name, SAMPLER_OPT_##kind, M(defaults.name), #def, lo, hi,                 \
+     ((bounds) & SAMPLER_LO_OPEN ? OPT_LO_OPEN : 0) | ((bounds) & SAMPLER_HI_OPEN ? OPT_HI_OPEN : 0), \
+     NULL, NULL, NULL},
+    SAMPLER_PARAMS(X)
+#undef X
     {"models.defaults", "max_tokens", OPT_I32, M(defaults.max_tokens), "256", 1, 1048576, 0, NULL, NULL, NULL},
 };
 

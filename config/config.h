@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/sampler_params.h"
+
 /*
  * Every option, its type, default, bounds and whether SIGHUP may change it
  * lives in one table in config.c; config/gpuswapd.yaml documents them all.
@@ -45,12 +47,16 @@ typedef enum cfg_backend {
     CFG_BACKEND_CUDA,
     CFG_BACKEND_SIM,
     CFG_BACKEND_CPU,
+    CFG_BACKEND_COUNT
 } cfg_backend_t;
+const char *cfg_backend_name(cfg_backend_t b); /* "auto", "cuda", "sim", "cpu"; NULL outside */
 
 typedef enum cfg_policy {
     CFG_POLICY_SWAP_AWARE = 0,
     CFG_POLICY_FIFO,
+    CFG_POLICY_COUNT
 } cfg_policy_t;
+const char *cfg_policy_name(cfg_policy_t p); /* "swap-aware", "fifo"; NULL outside */
 
 typedef enum cfg_kv_type {
     CFG_KV_F16 = 0,
@@ -94,11 +100,7 @@ typedef struct cfg_model {
     char *chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
     struct {             /* sampling defaults for requests that do not set them */
-        float temperature;    /* >= 0, 0 = greedy; default 0.8 */
-        float top_p;          /* (0, 1], 1 = off; default 0.95 */
-        float min_p;          /* [0, 1), 0 = off; default 0.05 */
-        float repeat_penalty; /* > 0, 1 = off; default 1.0 */
-        int32_t top_k;        /* >= 0, 0 = off; default 40 */
+        SAMPLER_PARAMS(SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
         int32_t max_tokens;   /* 1..max_context; default 256 */
     } defaults;
     int line;            /* 1-based line of this model's entry in the file, for later messages */
@@ -129,6 +131,7 @@ typedef struct cfg {
                                    0 = cuda: 90% of free memory at start, cpu: unused */
         uint64_t page_size;     /* bytes per pool page: power of two, >= 4KiB, default 2MiB */
         uint64_t sim_bandwidth; /* bytes/s the sim copy thread is throttled to; 0 = unthrottled */
+        uint64_t sim_load_bandwidth; /* sim: bytes/s a model is read into host RAM at; 0 = unthrottled */
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
         uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
         int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
@@ -152,6 +155,9 @@ typedef struct cfg {
         char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
         int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
     } metrics;
+    struct {
+        int level; /* index into log_level_names (LOG_LEVEL_OF_INDEX); default "info" */
+    } log;
     struct {
         int http;                      /* listen.http requires a key (Bearer), default off */
         int tcp;                       /* listen.tcp requires a key (the auth op), default off */

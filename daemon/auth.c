@@ -13,6 +13,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "base/util.h"
+
 #define AUTH_MAX_ADDRS 1024  /* client addresses remembered for the back-off */
 #define AUTH_ADDR_LEN 64     /* bytes of one address, NUL included */
 #define AUTH_MAX_DOUBLINGS 6 /* back-off grows to at most 64 x auth.backoff */
@@ -68,9 +70,7 @@ static const char *const lst_names[AUTH_LST_COUNT] = {"http", "tcp", "unix"};
 
 double auth_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return util_now_s();
 }
 
 static void sha256(const char *data, size_t len, unsigned char out[32])

@@ -61,9 +61,6 @@ chat_family_t chat_detect(const char *tmpl, size_t len);
  * CHAT_UNKNOWN if it is none (the config's chat_template: key uses this). */
 chat_family_t chat_family_from_name(const char *name);
 
-/* The family's name; "none" and "unknown" for those two. */
-const char *chat_family_name(chat_family_t f);
-
 /* Writes the family names, comma-separated, into buf (for messages). */
 void chat_family_list(char *buf, size_t cap);
 

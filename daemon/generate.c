@@ -10,13 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "quant.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "base/util.h"
 
 typedef struct gen_opts {
     const char *model;
@@ -35,19 +36,33 @@ typedef struct gen_opts {
     int seed_given;
 } gen_opts_t;
 
+/* name with '-' for '_' (the option spelling of a sampler_params.h row). */
+static void gen_opt_name(const char *name, char *out, size_t len)
+{
+    snprintf(out, len, "%s", name);
+    for (char *c = out; *c; c++)
+        if (*c == '_')
+            *c = '-';
+}
+
 static void usage(FILE *f)
 {
     fputs("usage: gpuswapd generate --model FILE [--prompt TEXT | --prompt-ids 1,2,3] [options]\n"
           "  -m, --model FILE        GGUF model to run\n"
           "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary wants it)\n"
           "      --prompt-ids LIST   prompt as comma-separated token ids (no BOS added)\n"
-          "  -n, --n-predict N       tokens to generate (default 64)\n"
-          "      --temp T            temperature; 0 = greedy (default 0.8)\n"
-          "      --top-k K           (default 40; 0 = off)\n"
-          "      --top-p P           (default 0.95; 1 = off)\n"
-          "      --min-p P           (default 0.05; 0 = off)\n"
-          "      --repeat-penalty R  (default 1.0 = off)\n"
-          "      --repeat-last-n N   (default 64)\n"
+          "  -n, --n-predict N       tokens to generate (default 64)\n",
+          f);
+    /* the sampling options, from sampler_params.h */
+    for (int i = 0; i < SAMPLER_PARAM_COUNT; i++) {
+        const sampler_param_desc_t *d = &sampler_param_descs[i];
+        char opt[64], range[64];
+        gen_opt_name(d->name, opt, sizeof opt);
+        fprintf(f, "      --%-17s %s%s\n", opt, i == SAMPLER_PARAM_temperature ? " (--temp)" : "", d->help);
+        fprintf(f, "                          in %s (default %s)\n", sampler_param_range_text(d, range, sizeof range),
+                d->def_text);
+    }
+    fputs("      --repeat-last-n N   (default 64)\n"
           "  -s, --seed S            sampling seed (default: from the clock)\n"
           "  -t, --threads N         CPU threads (default: all cores)\n"
           "  -c, --ctx N             context size (default: the model's, at most 4096)\n"
@@ -89,15 +104,13 @@ static int parse_float(const char *s, float *out)
 
 static int parse_args(int argc, char **argv, gen_opts_t *o)
 {
-    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_NOBOS, O_JSON, O_DUMP, O_IDS,
-           O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT, O_KVTYPE, O_CHUNK };
-    static const struct option lo[] = {
+    enum { O_RLN = 256, O_NOBOS, O_JSON, O_DUMP, O_IDS, O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT,
+           O_KVTYPE, O_CHUNK, O_SAMPLER = 512 /* + sampler_param_id_t */ };
+    static const struct option fixed[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
         {"threads", required_argument, 0, 't'},   {"ctx", required_argument, 0, 'c'},
-        {"temp", required_argument, 0, O_TEMP},   {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP},  {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_RP},
+        {"temp", required_argument, 0, O_SAMPLER + SAMPLER_PARAM_temperature},
         {"repeat-last-n", required_argument, 0, O_RLN},
         {"no-bos", no_argument, 0, O_NOBOS},      {"json", no_argument, 0, O_JSON},
         {"dump-logits", required_argument, 0, O_DUMP},
@@ -107,8 +120,17 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         {"exact", no_argument, 0, O_EXACT},
         {"kv-type", required_argument, 0, O_KVTYPE},
         {"prefill-chunk", required_argument, 0, O_CHUNK},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},
     };
+    enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
+    static char names[SAMPLER_PARAM_COUNT][32];
+    struct option lo[N_FIXED + SAMPLER_PARAM_COUNT + 1];
+    memcpy(lo, fixed, sizeof fixed);
+    for (int i = 0; i < SAMPLER_PARAM_COUNT; i++) {
+        gen_opt_name(sampler_param_descs[i].name, names[i], sizeof names[i]);
+        lo[N_FIXED + i] = (struct option){names[i], required_argument, 0, O_SAMPLER + i};
+    }
+    lo[N_FIXED + SAMPLER_PARAM_COUNT] = (struct option){0, 0, 0, 0};
     memset(o, 0, sizeof *o);
     o->n_predict = 64;
     o->prefill_chunk = FWD_CHUNK_DEFAULT;
@@ -118,6 +140,22 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "m:p:n:s:t:c:qh", lo, NULL)) != -1) {
+        if (c >= O_SAMPLER && c < O_SAMPLER + SAMPLER_PARAM_COUNT) {
+            /* the sampler checks values (it takes a wider range than requests) */
+            float f;
+            switch (c - O_SAMPLER) {
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    case SAMPLER_PARAM_##name:                                                                     \
+        if (SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? parse_long(optarg, INT32_MIN, INT32_MAX, &v)  \
+                                                    : parse_float(optarg, &f))                     \
+            goto bad;                                                                              \
+        o->sp.name = SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? (ctype)v : (ctype)f;                \
+        break;
+                SAMPLER_PARAMS(X)
+#undef X
+            }
+            continue;
+        }
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
@@ -143,15 +181,6 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
             if (parse_long(optarg, 1, 1 << 24, &o->n_ctx))
                 goto bad;
             break;
-        case O_TEMP: if (parse_float(optarg, &o->sp.temperature)) goto bad; break;
-        case O_TOPK:
-            if (parse_long(optarg, 0, 1 << 24, &v))
-                goto bad;
-            o->sp.top_k = (int32_t)v;
-            break;
-        case O_TOPP: if (parse_float(optarg, &o->sp.top_p)) goto bad; break;
-        case O_MINP: if (parse_float(optarg, &o->sp.min_p)) goto bad; break;
-        case O_RP: if (parse_float(optarg, &o->sp.repeat_penalty)) goto bad; break;
         case O_RLN:
             if (parse_long(optarg, 0, 1 << 20, &v))
                 goto bad;
@@ -206,13 +235,6 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
     if (!o->seed_given)
         o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     return 0;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* Parses "1,2,3" into a malloc'ed array; -1 on a bad list. */
@@ -277,13 +299,13 @@ int gen_main(int argc, char **argv)
     char *text = NULL;
     size_t text_len = 0, text_cap = 0;
 
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     m = model_open(o.model, err, sizeof err);
     if (!m) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
-    double t_load = now_ms() - t0;
+    double t_load = util_now_ms() - t0;
     size_t n_prompt = 0;
     if (o.prompt_ids) {
         if (parse_ids(o.prompt_ids, (int32_t)m->hp.n_vocab, &prompt, &n_prompt) || !n_prompt) {
@@ -318,7 +340,7 @@ int gen_main(int argc, char **argv)
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
-    be_params_t bp = {.kind = "cpu", .threads = (int)o.threads};
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = (int)o.threads};
     be = be_open(&bp, err, sizeof err);
     if (!be) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
@@ -353,12 +375,12 @@ int gen_main(int argc, char **argv)
     tok_stream_init(&ts, m->tok, o.special);
     char piece[512];
     fwd_seq_t sq = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)n_prompt, .logits = logits};
-    double t1 = now_ms();
+    double t1 = util_now_ms();
     if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
         fprintf(stderr, "gpuswapd generate: %s\n", err);
         goto done;
     }
-    double t_prompt = now_ms() - t1, t2 = now_ms();
+    double t_prompt = util_now_ms() - t1, t2 = util_now_ms();
     long n_gen = 0;
     const char *finish = "length";
     for (; n_gen < o.n_predict; n_gen++) {
@@ -404,7 +426,7 @@ int gen_main(int argc, char **argv)
         }
     }
     int np = tok_stream_flush(&ts, piece, sizeof piece);
-    double t_gen = now_ms() - t2;
+    double t_gen = util_now_ms() - t2;
     if (np > 0 && !o.json)
         fwrite(piece, 1, (size_t)np, stdout);
     if (o.json) {

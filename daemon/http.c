@@ -443,7 +443,7 @@ static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, 
 
 static const char *finish_of(const char *reason)
 {
-    if (reason && strcmp(reason, "length") == 0)
+    if (reason && strcmp(reason, proto_finish_name(PROTO_FINISH_LENGTH)) == 0)
         return "length";
     return "stop"; /* stop, eos, cancelled */
 }
@@ -804,14 +804,13 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
     for (size_t i = 0; i < sizeof prom_model_extra / sizeof *prom_model_extra; i++)
         prom_model_family(b, models, &prom_model_extra[i]);
 
-    static const char *states[] = {"loading", "host", "partial", "resident", "failed"};
     prom_family(b, "model_state", "gauge", "1 for the model's current state, else 0", NULL);
     json_object_foreach((json_t *)models, model, m)
     {
         const char *st = json_string_value(json_object_get(m, "state"));
-        for (size_t s = 0; s < sizeof states / sizeof *states; s++)
-            prom_sample(b, "model_state", model, "state", states[s],
-                        st && strcmp(st, states[s]) == 0);
+        for (int s = 0; s < WK_STATE_COUNT; s++)
+            prom_sample(b, "model_state", model, "state", wk_state_name((wk_state_t)s),
+                        st && strcmp(st, wk_state_name((wk_state_t)s)) == 0);
     }
     for (int k = 0; k < (int)(sizeof prom_hists / sizeof *prom_hists); k++)
         prom_hist(b, models, k);
@@ -891,7 +890,7 @@ static int gw_compute(const json_t *rep, prom_gw_t *g)
     {
         double queued = json_number_value(json_object_get(m, "curr_queued"));
         const char *st = json_string_value(json_object_get(m, "state"));
-        int resident = st && strcmp(st, "resident") == 0;
+        int resident = st && strcmp(st, wk_state_name(WK_STATE_RESIDENT)) == 0;
         g->waiting += queued;
         g->running += json_number_value(json_object_get(m, "curr_active"));
         kv += json_number_value(json_object_get(m, "curr_kv_bytes"));
@@ -1136,11 +1135,9 @@ static const struct {
     {"messages", NULL, F_MESSAGES, OP_CHAT},
     {"max_tokens", "max_tokens", F_COPY, OP_BOTH},
     {"max_completion_tokens", "max_tokens", F_COPY, OP_CHAT},
-    {"temperature", "temperature", F_COPY, OP_BOTH},
-    {"top_p", "top_p", F_COPY, OP_BOTH},
-    {"top_k", "top_k", F_COPY, OP_BOTH},
-    {"min_p", "min_p", F_COPY, OP_BOTH},
-    {"repeat_penalty", "repeat_penalty", F_COPY, OP_BOTH},
+#define X(name, kind, ctype, lo, hi, bounds, def, help) {#name, #name, F_COPY, OP_BOTH},
+    SAMPLER_PARAMS(X) /* temperature, top_p, ..., presence_penalty, frequency_penalty */
+#undef X
     {"repetition_penalty", "repeat_penalty", F_COPY, OP_BOTH},
     {"seed", "seed", F_COPY, OP_BOTH},
     {"stop", "stop", F_COPY, OP_BOTH},
@@ -1157,8 +1154,6 @@ static const struct {
     {"suffix", NULL, F_OFF, OP_CMPL},
     {"logprobs", NULL, F_OFF, OP_BOTH},
     {"top_logprobs", NULL, F_OFF, OP_CHAT},
-    {"frequency_penalty", NULL, F_OFF, OP_BOTH},
-    {"presence_penalty", NULL, F_OFF, OP_BOTH},
     {"logit_bias", NULL, F_OFF, OP_BOTH},
     {"tools", NULL, F_OFF, OP_CHAT},
     {"functions", NULL, F_OFF, OP_CHAT},

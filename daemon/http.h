@@ -16,9 +16,11 @@
  *   POST /v1/completions        model, prompt (a string, an array of one
  *                               string, or token ids), max_tokens,
  *                               temperature, top_p, stop, seed, stream,
- *                               stream_options.include_usage; extensions
- *                               top_k, min_p, repeat_penalty (alias
- *                               repetition_penalty)
+ *                               stream_options.include_usage,
+ *                               presence_penalty, frequency_penalty;
+ *                               extensions top_k, min_p, repeat_penalty
+ *                               (alias repetition_penalty): every
+ *                               SAMPLER_PARAMS row
  *   POST /v1/chat/completions   the same with messages (content a string or
  *                               text parts; role developer = system) and
  *                               max_completion_tokens (alias of max_tokens)
@@ -45,7 +47,7 @@
  * it is submitted; /metrics there needs a key for every model (others: 404).
  * The metrics listener needs no key.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
- * their "off" value (n and best_of 1, echo false, logprobs off, penalties 0,
+ * their "off" value (n and best_of 1, echo false, logprobs off,
  * logit_bias empty, no tools, response_format text; user, store, metadata,
  * service_tier and parallel_tool_calls always) and are a 400 otherwise, as
  * is any unknown field. max_tokens defaults to the model's configured

@@ -10,11 +10,12 @@
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
+#include "base/log.h"
 #include "config.h"
 #include "generate.h"
 #include "tokenize_cli.h"
 #include "http.h"
-#include "model.h"
+#include "engine/model.h"
 #include "server.h"
 #include "worker.h"
 
@@ -94,7 +95,7 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     if (cfg_load_file(d->config_path, &next, err, sizeof err) ||
         cfg_reload_check(d->cfg, next, err, sizeof err) ||
         (auth_reload(d->auth, next) && snprintf(err, sizeof err, "auth: out of memory"))) {
-        fprintf(stderr, "gpuswapd: reload refused, keeping the running config: %s\n", err);
+        log_warning("reload refused, keeping the running config: %s", err);
         sd_notifyf(0, "READY=1\nSTATUS=reload refused, running the previous config: %s", err);
         cfg_free(next);
         if (conn)
@@ -112,7 +113,8 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     for (size_t i = 0; i < d->cfg->n_models; i++)
         if (!cfg_find_model(next, d->cfg->models[i].name))
             json_array_append_new(removed, json_string(d->cfg->models[i].name));
-    fprintf(stderr, "gpuswapd: reloaded %s (%zu added, %zu removed, %zu changed)\n",
+    log_set_level(LOG_LEVEL_OF_INDEX(next->log.level));
+    log_notice("reloaded %s (%zu added, %zu removed, %zu changed)",
             d->config_path, json_array_size(added), json_array_size(removed),
             json_array_size(changed));
     cfg_t **no = realloc(d->old, (d->n_old + 1) * sizeof *no);
@@ -147,7 +149,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)what;
     daemon_state_t *d = arg;
     if (srv_pending_output(d->srv) == 0 || ++d->flush_ticks > 200) {
-        fprintf(stderr, "gpuswapd: drained, exiting\n");
+        log_notice("drained, exiting");
         event_base_loopexit(d->base, NULL);
         return;
     }
@@ -174,7 +176,7 @@ static int linger_first(daemon_state_t *d, event_callback_fn fn)
     d->linger = evtimer_new(d->base, fn, d);
     if (!d->linger)
         return 0;
-    fprintf(stderr, "gpuswapd: leaving: /ready answers 503, serving %llu ms more before draining\n",
+    log_notice("leaving: /ready answers 503, serving %llu ms more before draining",
             (unsigned long long)ms);
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(d->linger, &tv);
@@ -220,7 +222,7 @@ static void start_drain_now(evutil_socket_t fd, short what, void *arg)
     admin_drain_now(-1, 0, d); /* an admin drain that was lingering too */
     d->draining = 1;
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
-    fprintf(stderr, "gpuswapd: draining (up to %llu ms)\n",
+    log_notice("draining (up to %llu ms)",
             (unsigned long long)d->cfg->scheduler.drain_timeout_ms);
     srv_drain(d->srv);
     wk_drain(d->wk);
@@ -258,7 +260,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     daemon_state_t *d = arg;
-    fprintf(stderr, "gpuswapd: drain timeout: abandoning what is still in flight\n");
+    log_warning("drain timeout: abandoning what is still in flight");
     event_base_loopexit(d->base, NULL);
 }
 
@@ -274,13 +276,13 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     double limit = (double)d->cfg->device.copy_timeout_ms / 1e3 + d->watchdog_s;
     if (stalled > limit) {
         if (!d->stall_logged)
-            fprintf(stderr, "gpuswapd: the worker has made no progress for %.1f s: withholding the "
-                    "watchdog ping\n", stalled);
+            log_warning("the worker has made no progress for %.1f s: withholding the "
+                    "watchdog ping", stalled);
         d->stall_logged = 1;
         return;
     }
     if (d->stall_logged)
-        fprintf(stderr, "gpuswapd: the worker is making progress again\n");
+        log_notice("the worker is making progress again");
     d->stall_logged = 0;
     sd_notify(0, "WATCHDOG=1");
     notify_status(d);
@@ -302,12 +304,12 @@ static void raise_nofile(const cfg_t *c)
         rlim_t was = rl.rlim_cur;
         rl.rlim_cur = to;
         if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-            fprintf(stderr, "gpuswapd: open-file limit raised from %llu to %llu for listen.max_connections %u\n",
+            log_notice("open-file limit raised from %llu to %llu for listen.max_connections %u",
                     (unsigned long long)was, (unsigned long long)to, (unsigned)c->listen.max_connections);
     }
     if (to < want)
-        fprintf(stderr, "gpuswapd: open-file hard limit %llu is below the %llu that listen.max_connections %u "
-                "needs: connections past it are refused (raise LimitNOFILE=)\n",
+        log_warning("open-file hard limit %llu is below the %llu that listen.max_connections %u "
+                "needs: connections past it are refused (raise LimitNOFILE=)",
                 (unsigned long long)to, (unsigned long long)want, (unsigned)c->listen.max_connections);
 }
 
@@ -316,13 +318,14 @@ static int serve(const char *path)
     daemon_state_t d = {.config_path = path};
     char err[1024];
     if (cfg_load_file(path, &d.cfg, err, sizeof err)) {
-        fprintf(stderr, "gpuswapd: %s\n", err);
+        log_error("%s", err);
         return 1;
     }
+    log_set_level(LOG_LEVEL_OF_INDEX(d.cfg->log.level));
     signal(SIGPIPE, SIG_IGN);
     raise_nofile(d.cfg);
     if (evthread_use_pthreads() != 0) {
-        fprintf(stderr, "gpuswapd: libevent without thread support\n");
+        log_error("libevent without thread support");
         cfg_free(d.cfg);
         return 1;
     }
@@ -336,7 +339,7 @@ static int serve(const char *path)
      * create the worker with a trampoline that reads d.srv */
     d.wk = wk_new(d.cfg, srv_notify_tramp, &d, err, sizeof err);
     if (!d.wk) {
-        fprintf(stderr, "gpuswapd: %s\n", err);
+        log_error("%s", err);
         goto out;
     }
     /* signals are caught from before the sockets exist: a SIGTERM that
@@ -351,35 +354,35 @@ static int serve(const char *path)
     srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
     d.auth = auth_new(d.cfg, err, sizeof err);
     if (!d.auth) {
-        fprintf(stderr, "gpuswapd: %s\n", err);
+        log_error("%s", err);
         goto out;
     }
     wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
     if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
-        fprintf(stderr, "gpuswapd: auth: %zu API keys; a key is required on %s\n", d.cfg->auth.n_keys,
+        log_notice("auth: %zu API keys; a key is required on %s", d.cfg->auth.n_keys,
                 d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
                 : d.cfg->auth.http                  ? "listen.http"
                 : d.cfg->auth.tcp                   ? "listen.tcp"
                                                     : "no listener (the auth op is optional)");
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
-        fprintf(stderr, "gpuswapd: %s\n", err);
+        log_error("%s", err);
         goto out;
     }
     srv_set_auth(d.srv, d.auth);
     if (d.cfg->listen.http || d.cfg->metrics.listen) {
         d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
         if (!d.http) {
-            fprintf(stderr, "gpuswapd: %s\n", err);
+            log_error("%s", err);
             goto out;
         }
         if (d.cfg->listen.http)
-            fprintf(stderr, "gpuswapd: http on %s\n", d.cfg->listen.http);
+            log_notice("http on %s", d.cfg->listen.http);
         if (d.cfg->metrics.listen)
-            fprintf(stderr, "gpuswapd: metrics on %s\n", d.cfg->metrics.listen);
+            log_notice("metrics on %s", d.cfg->metrics.listen);
     }
     if (wk_start(d.wk)) {
-        fprintf(stderr, "gpuswapd: cannot start the worker thread\n");
+        log_error("cannot start the worker thread");
         goto out;
     }
     uint64_t wd_us = 0;
@@ -389,7 +392,7 @@ static int serve(const char *path)
         struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
         evtimer_add(d.watchdog, &tv);
     }
-    fprintf(stderr, "gpuswapd: serving on %s (admin %s)%s%s\n",
+    log_notice("serving on %s (admin %s)%s%s",
             d.cfg->listen.socket ? d.cfg->listen.socket : "-",
             d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
             d.cfg->listen.tcp ? d.cfg->listen.tcp : "");

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
+
 /* Reload cost model for the GreedyDual score: seconds = fixed + bytes / bw. */
 #define RES_COST_FIXED_S 1e-3
 #define RES_COST_BW 25e9
@@ -79,13 +81,6 @@ struct res {
     uint64_t landed_q;       /* q_end of the latest copy seen landed (copies land in order) */
     double bw;               /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static size_t pages_of(const res_t *r, size_t bytes)
 {
@@ -463,7 +458,7 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
 {
     const store_seg_t *ss = &m->sm->segs[s];
     res_seg_t *sg = &m->segs[s];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = util_now_ns();
     int brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span);
     /* a failure recovered by evicting is not a device error (the worker
      * watches that counter for failed page-ins): the lowered budget shows it */
@@ -480,7 +475,7 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
                 r->be->name, s, brc);
         return RES_ERR_DEVICE;
     }
-    m->st.total_map_ns += now_ns() - t0;
+    m->st.total_map_ns += util_now_ns() - t0;
     r->free_pages -= ss->span / r->page;
     note_used(r);
     m->weight_bytes += ss->span;

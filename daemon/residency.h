@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
 #include "stats.h"
 #include "store.h"
 

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "proto.h"
+
 /* Per-model residency counters (resettable): X(name, help). */
 #define STATS_RES_COUNTERS(X)                                                                      \
     X(total_page_ins, "segments copied host->device")                                              \
@@ -76,7 +78,7 @@ typedef struct stats_server {
 #define STATS_FIELD(name, help) _Atomic uint64_t name;
     STATS_SERVER_COUNTERS(STATS_FIELD)
 #undef STATS_FIELD
-    _Atomic uint64_t errors_by_code[16]; /* indexed by proto_err_t */
+    _Atomic uint64_t errors_by_code[PROTO_E_COUNT]; /* indexed by proto_err_t */
 } stats_server_t;
 
 extern stats_server_t stats_server;

@@ -6,33 +6,35 @@
 #include <string.h>
 #include <time.h>
 
-#include "forward.h"
+#include "engine/forward.h"
+#include "base/util.h"
 
 /* Tensors inside a segment start on this boundary (kernels like aligned rows). */
 #define STORE_TENSOR_ALIGN 256
 
 /* Models smaller than this load without progress reports. */
 #define STORE_PROGRESS_MIN (256u << 20)
+/* Bytes copied between two waits of a throttled load. */
+#define STORE_THROTTLE_CHUNK (64u << 10)
 
 struct store {
     const backend_t *be;
     size_t budget; /* bytes, 0 = unlimited */
     size_t used;
+    double load_rate;          /* bytes/s a load copies at (store_set_load_rate); 0 = as fast as it can */
     store_progress_fn progress;
     void *progress_ctx;
 };
+
+void store_set_load_rate(store_t *s, double bytes_per_s)
+{
+    s->load_rate = bytes_per_s > 0 ? bytes_per_s : 0;
+}
 
 void store_set_progress(store_t *s, store_progress_fn fn, void *ctx)
 {
     s->progress = fn;
     s->progress_ctx = ctx;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static size_t round_up(size_t x, size_t a)
@@ -56,7 +58,6 @@ void store_free(store_t *s)
 }
 
 size_t store_used(const store_t *s) { return s->used; }
-size_t store_budget(const store_t *s) { return s->budget; }
 
 /* Every weight view of a model with the segment it belongs to; tied output
  * is left out (it aliases the embedding). Returns the count. */
@@ -126,7 +127,7 @@ static void free_model(const store_t *s, store_model_t *m)
 int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
                size_t errlen)
 {
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     int rc = STORE_ERR_NOMEM;
     model_weight_t **v = NULL;
     uint32_t *seg = NULL;
@@ -184,14 +185,28 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     for (uint32_t i = 0; i < m->n_segs; i++)
         memset(m->image + m->segs[i].off, 0, m->segs[i].span);
     size_t copied = 0, next_report = m->image_bytes / 10;
+    double t_copy = util_now_s();
     for (size_t i = 0; i < nw; i++) {
         if (!v[i]->data)
             continue;
-        memcpy(m->image + off[i], v[i]->data, v[i]->nbytes);
-        copied += v[i]->nbytes;
-        if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN && copied >= next_report) {
-            s->progress(s->progress_ctx, name, copied, m->image_bytes);
-            next_report += m->image_bytes / 10;
+        for (size_t done = 0; done < v[i]->nbytes;) {
+            /* throttled: chunks, each no sooner than the rate allows, each reported */
+            size_t n = v[i]->nbytes - done;
+            if (s->load_rate > 0 && n > STORE_THROTTLE_CHUNK)
+                n = STORE_THROTTLE_CHUNK;
+            memcpy(m->image + off[i] + done, (const char *)v[i]->data + done, n);
+            done += n;
+            copied += n;
+            if (s->load_rate > 0) {
+                double wait = t_copy + (double)copied / s->load_rate - util_now_s();
+                if (wait > 0)
+                    nanosleep(&(struct timespec){(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)}, NULL);
+                if (s->progress)
+                    s->progress(s->progress_ctx, name, copied, m->image_bytes);
+            } else if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN && copied >= next_report) {
+                s->progress(s->progress_ctx, name, copied, m->image_bytes);
+                next_report += m->image_bytes / 10;
+            }
         }
     }
     m->woff = off;
@@ -200,7 +215,7 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     if (store_weights_at(m, m->image, &m->host, m->host.layers))
         goto oom;
     s->used += m->image_bytes;
-    m->load_ms = now_ms() - t0;
+    m->load_ms = util_now_ms() - t0;
     free(v);
     free(seg);
     *out = m;

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "engine/model.h"
 
 enum {
     STORE_OK = 0,
@@ -54,7 +54,10 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
                size_t errlen);
 void store_unload(store_t *s, store_model_t *m);
 size_t store_used(const store_t *s);   /* image bytes of loaded models */
-size_t store_budget(const store_t *s);
+/* Loads copy at most bytes_per_s into host RAM (0: unthrottled), reporting
+ * progress after every chunk: the sim backend's slow load, to watch a model
+ * in its `loading` state. */
+void store_set_load_rate(store_t *s, double bytes_per_s);
 
 /* Fill w (layers: caller's array of n_layer) with the model's weights as
  * they sit at base, a copy of the image (the image itself, or a device

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
 
 #define TOKENIZE_CLI_MAX_INPUT (256u << 20) /* bytes read from stdin at most */
 

@@ -9,20 +9,9 @@
 
 double wk_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    return util_now_s();
 }
 
-void wk_log(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gpuswapd: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ outbox */
 
@@ -138,14 +127,12 @@ sched_cfg_t wk_sched_cfg_of(const cfg_t *c)
     };
 }
 
-static const char *backend_kind(cfg_backend_t b)
+/* The backend the config names, by its name (the two tables spell the same names). */
+static be_kind_t backend_kind(cfg_backend_t b)
 {
-    switch (b) {
-    case CFG_BACKEND_CUDA: return "cuda";
-    case CFG_BACKEND_SIM: return "sim";
-    case CFG_BACKEND_CPU: return "cpu";
-    default: return "auto";
-    }
+    be_kind_t k = BE_KIND_AUTO;
+    be_kind_from_name(cfg_backend_name(b), &k);
+    return k;
 }
 
 static void update_status(wk_t *w);
@@ -182,6 +169,8 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     w->store = store_new(w->be, cfg->host.memory);
     if (w->store)
         store_set_progress(w->store, wk_load_progress, w);
+    if (w->store && cfg->device.backend == CFG_BACKEND_SIM)
+        store_set_load_rate(w->store, (double)cfg->device.sim_load_bandwidth);
     w->res = res_new(w->be, berr, sizeof berr);
     if (w->res) {
         res_set_copy_timeout(w->res, (double)cfg->device.copy_timeout_ms / 1e3);
@@ -201,19 +190,21 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     }
     char hostmem[32], a[32], b[32];
     if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
-        wk_log("device.page_size %s changed to %s (the %s backend's granularity)",
+        log_info("device.page_size %s changed to %s (the %s backend's granularity)",
                cfg_format_size(cfg->device.page_size, a, sizeof a), cfg_format_size(w->be->page_size, b, sizeof b),
                w->be->name);
     if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
-        wk_log("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
+        log_info("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
                cfg_format_size(w->be->pool_bytes, b, sizeof b));
-    wk_log("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
+    log_info("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
            w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
            cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
     if (w->be->desc)
-        wk_log("%s backend: %s", w->be->name, w->be->desc);
-    for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++)
-        w->models[w->n_models++] = wk_model_load(w, &cfg->models[i]);
+        log_info("%s backend: %s", w->be->name, w->be->desc);
+    for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++) {
+        wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
+        w->models[w->n_models++] = nm;
+    }
     if (sched_resize(w->sched, w->n_models)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -227,7 +218,22 @@ fail:
 
 /* ------------------------------------------------------------------ the loop */
 
-static void process_inbox(wk_t *w, wk_in_t *in)
+/* Puts list (in order) back at the head of the inbox, before what came since. */
+static void requeue_front(wk_t *w, wk_in_t *list)
+{
+    wk_in_t *tail = list;
+    while (tail->next)
+        tail = tail->next;
+    pthread_mutex_lock(&w->mu);
+    tail->next = w->in_head;
+    w->in_head = list;
+    if (!w->in_tail)
+        w->in_tail = tail;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* stopping: the loop is going away, so everything is handled now. */
+static void process_inbox(wk_t *w, wk_in_t *in, int stopping)
 {
     while (in) {
         wk_in_t *nx = in->next;
@@ -235,6 +241,12 @@ static void process_inbox(wk_t *w, wk_in_t *in)
         case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req, in->t_recv); break;
         case IN_CANCEL_CONN: wk_cancel_where(w, in->conn, NULL, 1); break;
         case IN_RELOAD:
+            /* what came after it waits in the inbox, where a long model load still
+             * answers `models` (wk_load_progress); the next round takes the rest */
+            if (nx && !stopping) {
+                requeue_front(w, nx);
+                nx = NULL;
+            }
             wk_apply_reload(w, in->cfg);
             atomic_fetch_sub(&w->reload_pub, 1);
             break;
@@ -343,10 +355,10 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (stop) {
             /* give back what is still queued: the loop is going away */
-            process_inbox(w, in);
+            process_inbox(w, in, 1);
             break;
         }
-        process_inbox(w, in);
+        process_inbox(w, in, 0);
         if (w->loads)
             wk_admin_poll_loads(w);
         w->nap_s = wk_round(w);

@@ -67,6 +67,18 @@ int wk_draining(wk_t *w);
  * loop's listen.drain_linger). Any thread. */
 void wk_leave(wk_t *w);
 
+/* A model's state in the models list and stats ("state"). */
+typedef enum wk_state {
+    WK_STATE_LOADING,  /* being read into host RAM */
+    WK_STATE_HOST,     /* in host RAM, nothing on the device */
+    WK_STATE_PARTIAL,  /* some of its pages on the device */
+    WK_STATE_RESIDENT, /* every page on the device */
+    WK_STATE_FAILED,   /* could not be loaded (load_error says why) */
+    WK_STATE_COUNT
+} wk_state_t;
+/* "loading", "host", "partial", "resident", "failed"; NULL outside the enum. */
+const char *wk_state_name(wk_state_t s);
+
 /* Readiness for load balancers (HTTP /ready): ready once every configured
  * model is in host RAM and while not draining. */
 typedef enum wk_ready {

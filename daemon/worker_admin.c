@@ -21,16 +21,22 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         return NULL;
     }
     char err[1024];
-    wk_log("loading model '%s' from %s", c->name, c->path);
-    if (store_load(w->store, c->name, c->path, &m->sm, err, sizeof err) != STORE_OK) {
-        wk_log("%s:%d: %s", w->cfg->file, c->line, err);
+    log_info("loading model '%s' from %s", c->name, c->path);
+    m->loading = 1;
+    w->loading = m;
+    w->load_decile = 0;
+    int src = store_load(w->store, c->name, c->path, &m->sm, err, sizeof err);
+    m->loading = 0;
+    w->loading = NULL;
+    if (src != STORE_OK) {
+        log_error("%s:%d: %s", w->cfg->file, c->line, err);
         m->load_error = strdup(err);
         m->sm = NULL;
         return m;
     }
     res_cfg_t rc = wk_res_cfg_of(c);
     if (res_add(w->res, m->sm, &rc, &m->rm, err, sizeof err) != RES_OK) {
-        wk_log("%s:%d: %s", w->cfg->file, c->line, err);
+        log_error("%s:%d: %s", w->cfg->file, c->line, err);
         m->load_error = strdup(err);
         store_unload(w->store, m->sm);
         m->sm = NULL;
@@ -41,10 +47,10 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
     if (c->max_context > m->sm->model->hp.n_ctx_train)
-        wk_log("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
+        log_warning("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
               c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
     char tn[16];
-    wk_log("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
+    log_info("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
           model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
           m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
     return m;
@@ -63,11 +69,47 @@ void wk_model_free(wk_t *w, wk_model_t *m)
     free(m);
 }
 
+/* Answers the inference socket's `models` requests waiting in the inbox
+ * (the loading model shows as 'loading'); everything else waits its turn. */
+static void serve_models_while_loading(wk_t *w)
+{
+    wk_in_t *take = NULL, **tail = &take;
+    pthread_mutex_lock(&w->mu);
+    wk_in_t **pp = &w->in_head, *last = NULL;
+    while (*pp) {
+        wk_in_t *in = *pp;
+        if (in->kind == IN_REQ && !in->admin && in->req.op == PROTO_OP_MODELS) {
+            *pp = in->next;
+            in->next = NULL;
+            *tail = in;
+            tail = &in->next;
+        } else {
+            last = in;
+            pp = &in->next;
+        }
+    }
+    w->in_tail = last;
+    pthread_mutex_unlock(&w->mu);
+    while (take) {
+        wk_in_t *nx = take->next;
+        wk_send_ok(w, take->conn, take->req.id, wk_report_models(w, 0));
+        proto_req_free(&take->req);
+        free(take);
+        take = nx;
+    }
+}
+
 void wk_load_progress(void *ctx, const char *name, size_t done, size_t total)
 {
-    wk_beat(ctx); /* a large load is progress too */
-    wk_log("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
-          done / 1048576.0, total / 1048576.0);
+    wk_t *w = ctx;
+    wk_beat(w); /* a large load is progress too */
+    int decile = total ? (int)(10 * done / total) : 10;
+    if (decile > w->load_decile) {
+        w->load_decile = decile;
+        log_info("loading model '%s': %.0f%% (%.1f of %.1f MiB)", name, 100.0 * done / total,
+                 done / 1048576.0, total / 1048576.0);
+    }
+    serve_models_while_loading(w);
 }
 
 /* ------------------------------------------------------------------ admin */
@@ -94,7 +136,7 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
                       w->be->name);
         return;
     }
-    wk_log("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
+    log_warning("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
            f.count, f.delay_ms);
     wk_send_ok(w, conn, req->id, json_pack("{s:b}", "armed", req->fault != BE_FAULT_OFF));
 }
@@ -141,7 +183,7 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
     char err[512];
     if (res_fully_resident(w->res, m->rm)) {
         wk_send_ok(w, conn, req->id,
-                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", "resident",
+                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
                              "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", 0.0));
         return;
     }
@@ -240,7 +282,7 @@ void wk_admin_poll_loads(wk_t *w)
         } else if (res_fully_resident(w->res, m->rm)) {
             double ms = (wk_now() - l->t0) * 1e3;
             wk_send_ok(w, l->conn, l->id,
-                    json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", "resident",
+                    json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
                               "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", ms));
         } else {
             stats_res_t st;
@@ -304,6 +346,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
         if (!m->sm) {
             /* it failed to load: try again (the file may have been fixed) */
             wk_model_free(w, m);
+            w->models[i] = NULL; /* the report may run while it loads */
             w->models[i] = wk_model_load(w, c);
             continue;
         }
@@ -312,15 +355,18 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             res_cfg_t rc = wk_res_cfg_of(c);
             char err[256];
             if (res_set_cfg(w->res, m->rm, &rc, err, sizeof err) == RES_ERR_QUOTA) {
-                wk_log("reload: %s; model '%s' stays unpinned", err, m->name);
+                log_warning("reload: %s; model '%s' stays unpinned", err, m->name);
                 m->cfg.pinned = rc.pinned = 0;
                 res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
             }
         }
     }
-    for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++)
-        if (wk_find_model(w, next->models[j].name) < 0)
-            w->models[w->n_models++] = wk_model_load(w, &next->models[j]);
+    for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++) {
+        if (wk_find_model(w, next->models[j].name) < 0) {
+            wk_model_t *nm = wk_model_load(w, &next->models[j]); /* listed as loading meanwhile */
+            w->models[w->n_models++] = nm;
+        }
+    }
     sched_resize(w->sched, w->n_models);
     /* the old cfg's strings are no longer referenced: point names at ours */
     for (int i = 0; i < w->n_models; i++)
@@ -336,7 +382,7 @@ void wk_reap_removed(wk_t *w)
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         if (m && m->removing && m->n_active == 0 && sched_queued(w->sched, i) == 0) {
-            wk_log("model '%s' removed", m->name);
+            log_info("model '%s' removed", m->name);
             wk_model_free(w, m);
             w->models[i] = NULL;
         }

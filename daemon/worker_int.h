@@ -6,15 +6,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend/backend.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "chat.h"
-#include "forward.h"
+#include "engine/forward.h"
 #include "residency.h"
-#include "sampler.h"
+#include "engine/sampler.h"
 #include "sched.h"
 #include "stats.h"
 #include "store.h"
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 #include "worker.h"
 
 #define WK_MAX_MODELS 256
@@ -76,6 +78,7 @@ typedef struct wk_model {
     double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
+    int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
     stats_svc_t svc;
     stats_hist_t ttft, latency, queue, swap;
 } wk_model_t;
@@ -115,6 +118,8 @@ struct wk {
     int aside;              /* such a pass is running (steps aside do not nest) */
     wk_model_t *models[WK_MAX_MODELS];
     int n_models;           /* slots used (some may be NULL after reloads) */
+    wk_model_t *loading;    /* the model wk_model_load is reading, maybe not in models[] yet */
+    int load_decile;        /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
     double nap_s;           /* how long the loop may sleep before the next round (0 = none) */
@@ -147,7 +152,6 @@ struct wk {
 /* ------------------------------------------------------------------ worker.c */
 
 double wk_now(void); /* CLOCK_MONOTONIC seconds */
-void wk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
 /* Outbox: each call queues one item for the loop and wakes it. */
 void wk_push_out(wk_t *w, wk_out_t *o);
@@ -166,7 +170,7 @@ uint32_t wk_in_flight(const wk_t *w);
 void wk_seq_free(wk_t *w, wk_seq_t *s); /* accepts NULL */
 void wk_seq_unlink(wk_model_t *m, wk_seq_t *s);
 /* Ends a sequence with a done event (reason: finish_reason) and frees it. */
-void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason);
+void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason);
 /* Ends a sequence with an error and frees it. */
 void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg);
 /* Samples the next token from logits (a pass that ended at time t), streams

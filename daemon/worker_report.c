@@ -5,15 +5,27 @@
 #include <stdio.h>
 #include <string.h>
 
+static const char *const state_names[WK_STATE_COUNT] = {
+    [WK_STATE_LOADING] = "loading", [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
+    [WK_STATE_RESIDENT] = "resident", [WK_STATE_FAILED] = "failed",
+};
+
+const char *wk_state_name(wk_state_t s)
+{
+    return (unsigned)s < WK_STATE_COUNT ? state_names[s] : NULL;
+}
+
 static const char *model_state(wk_t *w, wk_model_t *m)
 {
+    if (m->loading)
+        return wk_state_name(WK_STATE_LOADING);
     if (!m->sm)
-        return "failed";
+        return wk_state_name(WK_STATE_FAILED);
     stats_res_t st;
     res_model_stats(w->res, m->rm, &st);
     if (res_fully_resident(w->res, m->rm))
-        return "resident";
-    return st.curr_resident_bytes ? "partial" : "host";
+        return wk_state_name(WK_STATE_RESIDENT);
+    return wk_state_name(st.curr_resident_bytes ? WK_STATE_PARTIAL : WK_STATE_HOST);
 }
 
 const char *wk_type_name(uint32_t t, char *buf)
@@ -102,14 +114,14 @@ json_t *wk_report_stats(wk_t *w)
     json_object_set_new(server, #name, json_integer((json_int_t)stats_server.name));
     STATS_SERVER_COUNTERS(SRV_JSON)
 #undef SRV_JSON
-    for (int e = 1; e < PROTO_E_COUNT && e < 16; e++) {
+    for (int e = 1; e < PROTO_E_COUNT; e++) {
         char k[64];
         snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
         json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
     }
     json_t *rep = json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
                             "backend", w->be->name, "policy",
-                            w->cfg->scheduler.policy == CFG_POLICY_FIFO ? "fifo" : "swap-aware", "pool",
+                            cfg_policy_name(w->cfg->scheduler.policy), "pool",
                             pool, "models", models, "server", server);
     json_t *extra = rep && w->extra_fn ? w->extra_fn(w->extra_ctx) : NULL;
     if (extra)
@@ -167,5 +179,12 @@ json_t *wk_report_models(wk_t *w, int admin)
         }
         json_array_append_new(arr, o);
     }
+    /* a model a reload adds is not in models[] until it has loaded */
+    int listed = 0;
+    for (int i = 0; w->loading && i < w->n_models; i++)
+        listed |= w->models[i] == w->loading;
+    if (w->loading && !listed)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", w->loading->name, "state",
+                                             wk_state_name(WK_STATE_LOADING)));
     return json_pack("{s:o}", "models", arr);
 }

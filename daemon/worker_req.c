@@ -54,7 +54,7 @@ static int text_append(wk_seq_t *s, const char *p, size_t n)
 }
 
 /* Ends a sequence with a done event (and frees it). */
-void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
+void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
 {
     wk_model_t *m = w->models[s->model];
     double t = wk_now();
@@ -74,9 +74,9 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, const char *reason)
         .total_ms = (t - s->t_arrival) * 1e3,
         .swapped = s->swapped,
     };
-    wk_send_line(w, s->conn, proto_encode_done(s->id, s->text ? s->text : "", reason, s->n_prompt,
+    wk_send_line(w, s->conn, proto_encode_done(s->id, s->text ? s->text : "", proto_finish_name(reason), s->n_prompt,
                                             s->n_gen, &tm));
-    if (strcmp(reason, "cancelled") == 0)
+    if (reason == PROTO_FINISH_CANCELLED)
         m->svc.total_cancelled++;
     else
         m->svc.total_completed++;
@@ -228,11 +228,11 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     if (s->req.stream && !stop)
         seq_stream(w, s, id, t);
     if (stop)
-        wk_seq_finish(w, s, "stop");
+        wk_seq_finish(w, s, PROTO_FINISH_STOP);
     else if (eog)
-        wk_seq_finish(w, s, "eos");
+        wk_seq_finish(w, s, PROTO_FINISH_EOS);
     else if (s->n_gen >= s->max_tokens)
-        wk_seq_finish(w, s, "length");
+        wk_seq_finish(w, s, PROTO_FINISH_LENGTH);
 }
 
 /* The prompt of a request as token ids (chat template, tokenizer, or the
@@ -322,12 +322,10 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     char err[512];
     sampler_params_t sp;
     sampler_params_default(&sp);
-    sp.temperature = s->req.has_temperature ? s->req.temperature : m->cfg.defaults.temperature;
-    sp.top_k = s->req.has_top_k ? s->req.top_k : m->cfg.defaults.top_k;
-    sp.top_p = s->req.has_top_p ? s->req.top_p : m->cfg.defaults.top_p;
-    sp.min_p = s->req.has_min_p ? s->req.min_p : m->cfg.defaults.min_p;
-    sp.repeat_penalty =
-        s->req.has_repeat_penalty ? s->req.repeat_penalty : m->cfg.defaults.repeat_penalty;
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    sp.name = s->req.has_##name ? s->req.name : m->cfg.defaults.name;
+    SAMPLER_PARAMS(X)
+#undef X
     sp.seed = s->req.has_seed ? s->req.seed : (uint64_t)(s->t_arrival * 1e9);
     s->smp = sampler_new(&sp, (int32_t)mod->hp.n_vocab, err, sizeof err);
     if (!s->smp) {
@@ -373,7 +371,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
     if (s->max_tokens == 0) {
         /* nothing to generate: answered at once, never queued */
         m->svc.total_requests++;
-        wk_seq_finish(w, s, "length");
+        wk_seq_finish(w, s, PROTO_FINISH_LENGTH);
         return;
     }
     s->item.model = mi;
@@ -408,7 +406,7 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
                     wk_seq_unlink(m, s);
                     wk_seq_free(w, s);
                 } else {
-                    wk_seq_finish(w, s, "cancelled");
+                    wk_seq_finish(w, s, PROTO_FINISH_CANCELLED);
                 }
             }
         }
@@ -422,7 +420,7 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
                     sched_remove(w->sched, it);
                     wk_seq_free(w, s);
                 } else {
-                    wk_seq_finish(w, s, "cancelled");
+                    wk_seq_finish(w, s, PROTO_FINISH_CANCELLED);
                 }
             }
         }

@@ -53,12 +53,8 @@ typedef enum pfield {
     F_ADD_BOS,
     F_TARGET,
     F_MAX_TOKENS,
-    F_TEMPERATURE,
-    F_TOP_K,
-    F_TOP_P,
-    F_MIN_P,
-    F_REPEAT_PENALTY,
-    F_SEED,
+    F_SAMPLER, /* the first of SAMPLER_PARAM_COUNT fields, in sampler_params.h order */
+    F_SEED = F_SAMPLER + SAMPLER_PARAM_COUNT,
     F_STOP,
     F_STREAM,
     F_FAULT,
@@ -77,11 +73,9 @@ static const char *const field_names[F_COUNT] = {
     [F_ADD_BOS] = "add_bos",
     [F_TARGET] = "target",
     [F_MAX_TOKENS] = "max_tokens",
-    [F_TEMPERATURE] = "temperature",
-    [F_TOP_K] = "top_k",
-    [F_TOP_P] = "top_p",
-    [F_MIN_P] = "min_p",
-    [F_REPEAT_PENALTY] = "repeat_penalty",
+#define X(name, kind, ctype, lo, hi, bounds, def, help) [F_SAMPLER + SAMPLER_PARAM_##name] = #name,
+    SAMPLER_PARAMS(X)
+#undef X
     [F_SEED] = "seed",
     [F_STOP] = "stop",
     [F_STREAM] = "stream",
@@ -90,6 +84,18 @@ static const char *const field_names[F_COUNT] = {
     [F_DELAY_MS] = "delay_ms",
     [F_KEY] = "key",
 };
+
+static const char *const finish_names[PROTO_FINISH_COUNT] = {
+    [PROTO_FINISH_STOP] = "stop",
+    [PROTO_FINISH_EOS] = "eos",
+    [PROTO_FINISH_LENGTH] = "length",
+    [PROTO_FINISH_CANCELLED] = "cancelled",
+};
+
+const char *proto_finish_name(proto_finish_t f)
+{
+    return (unsigned)f < PROTO_FINISH_COUNT ? finish_names[f] : NULL;
+}
 
 /* The kinds the admin "fault" op takes. */
 static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail", "map_short"};
@@ -101,9 +107,9 @@ const char *proto_fault_name(int fault)
 }
 
 #define FB(f) (1u << (f))
-#define F_SAMPLING                                                                                 \
-    (FB(F_MAX_TOKENS) | FB(F_TEMPERATURE) | FB(F_TOP_K) | FB(F_TOP_P) | FB(F_MIN_P) |              \
-     FB(F_REPEAT_PENALTY) | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM))
+#define F_SAMPLER_BITS (((1u << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
+#define F_SAMPLING (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM))
+_Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
 enum { SOCK_INFERENCE = 1, SOCK_ADMIN = 2, SOCK_BOTH = 3 };
 
@@ -603,13 +609,79 @@ static int parse_stop(const json_t *v, proto_req_t *req, char *err, size_t errle
     return 0;
 }
 
+/* Where each sampling parameter and its has_ flag live in a request. */
+static const struct req_sampler_off {
+    size_t val, has;
+} req_sampler_off[SAMPLER_PARAM_COUNT] = {
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    [SAMPLER_PARAM_##name] = {offsetof(proto_req_t, name), offsetof(proto_req_t, has_##name)},
+    SAMPLER_PARAMS(X)
+#undef X
+};
+
+void proto_req_sampler_get(const proto_req_t *req, int i, double *v, int *has)
+{
+    const char *base = (const char *)req;
+    const sampler_param_desc_t *d = &sampler_param_descs[i];
+    if (d->kind == SAMPLER_KIND_I32) {
+        int32_t x;
+        memcpy(&x, base + req_sampler_off[i].val, sizeof x);
+        *v = x;
+    } else {
+        float x;
+        memcpy(&x, base + req_sampler_off[i].val, sizeof x);
+        *v = x;
+    }
+    memcpy(has, base + req_sampler_off[i].has, sizeof *has);
+}
+
+void proto_req_sampler_set(proto_req_t *req, int i, double v)
+{
+    char *base = (char *)req;
+    const sampler_param_desc_t *d = &sampler_param_descs[i];
+    if (d->kind == SAMPLER_KIND_I32) {
+        int32_t x = (int32_t)v;
+        memcpy(base + req_sampler_off[i].val, &x, sizeof x);
+    } else {
+        float x = (float)v;
+        memcpy(base + req_sampler_off[i].val, &x, sizeof x);
+    }
+    int one = 1;
+    memcpy(base + req_sampler_off[i].has, &one, sizeof one);
+}
+
+/* Parses sampling parameter i (sampler_params.h) into req, checking its range. */
+static int parse_sampler(int i, const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    const sampler_param_desc_t *d = &sampler_param_descs[i];
+    int rc;
+    if (d->kind == SAMPLER_KIND_I32) {
+        json_int_t x;
+        if ((rc = get_int(d->name, v, (json_int_t)d->lo, (json_int_t)d->hi, &x, err, errlen)))
+            return rc;
+        proto_req_sampler_set(req, i, (double)x);
+        return 0;
+    }
+    float f = 0;
+    double raw = 0;
+    char range[64];
+    if ((rc = get_float(d->name, v, &f, &raw, err, errlen)))
+        return rc;
+    if (!sampler_param_in_range(d, raw))
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be in %s (got %g)", d->name,
+                    sampler_param_range_text(d, range, sizeof range), raw);
+    proto_req_sampler_set(req, i, raw);
+    return 0;
+}
+
 /* Parses one known field f (already allowed for the op) into req. */
 static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
     const char *name = field_names[f];
     json_int_t x = 0;
-    double d = 0;
     int rc;
+    if (f >= F_SAMPLER && f < F_SAMPLER + SAMPLER_PARAM_COUNT)
+        return parse_sampler((int)(f - F_SAMPLER), v, req, err, errlen);
     switch (f) {
     case F_MODEL:
         return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->model, err, errlen);
@@ -645,45 +717,11 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         req->max_tokens = (int32_t)x;
         req->has_max_tokens = 1;
         return 0;
-    case F_TOP_K:
-        if ((rc = get_int(name, v, 0, INT32_MAX, &x, err, errlen)))
-            return rc;
-        req->top_k = (int32_t)x;
-        req->has_top_k = 1;
-        return 0;
     case F_SEED:
         if ((rc = get_int(name, v, 0, INT64_MAX, &x, err, errlen)))
             return rc;
         req->seed = (uint64_t)x;
         req->has_seed = 1;
-        return 0;
-    case F_TEMPERATURE:
-        if ((rc = get_float(name, v, &req->temperature, &d, err, errlen)))
-            return rc;
-        if (d < 0)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'temperature' must be >= 0 (got %g)", d);
-        req->has_temperature = 1;
-        return 0;
-    case F_TOP_P:
-        if ((rc = get_float(name, v, &req->top_p, &d, err, errlen)))
-            return rc;
-        if (!(d > 0 && d <= 1))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'top_p' must be in (0, 1] (got %g)", d);
-        req->has_top_p = 1;
-        return 0;
-    case F_MIN_P:
-        if ((rc = get_float(name, v, &req->min_p, &d, err, errlen)))
-            return rc;
-        if (!(d >= 0 && d <= 1))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'min_p' must be in [0, 1] (got %g)", d);
-        req->has_min_p = 1;
-        return 0;
-    case F_REPEAT_PENALTY:
-        if ((rc = get_float(name, v, &req->repeat_penalty, &d, err, errlen)))
-            return rc;
-        if (!(d > 0))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'repeat_penalty' must be > 0 (got %g)", d);
-        req->has_repeat_penalty = 1;
         return 0;
     case F_STOP:
         return parse_stop(v, req, err, errlen);
@@ -714,6 +752,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'key' contains a NUL character");
         return get_string(name, v, 1, PROTO_MAX_KEY_BYTES, &req->key, err, errlen);
+    case F_SAMPLER:
     case F_COUNT:
         break;
     }
@@ -969,6 +1008,15 @@ char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes,
 static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
 {
     const char *name = field_names[f];
+    if (f >= F_SAMPLER && f < F_SAMPLER + SAMPLER_PARAM_COUNT) {
+        int i = (int)(f - F_SAMPLER), has;
+        double v;
+        proto_req_sampler_get(req, i, &v, &has);
+        if (!has)
+            return 0;
+        return set_new(root, name, sampler_param_descs[i].kind == SAMPLER_KIND_I32 ? json_integer((json_int_t)v)
+                                                                                  : float_new((float)v));
+    }
     switch (f) {
     case F_MODEL:
         return req->model ? set_new(root, name, str_new(req->model)) : 0;
@@ -1013,16 +1061,6 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         return req->target ? set_new(root, name, str_new(req->target)) : 0;
     case F_MAX_TOKENS:
         return req->has_max_tokens ? set_new(root, name, json_integer(req->max_tokens)) : 0;
-    case F_TEMPERATURE:
-        return req->has_temperature ? set_new(root, name, float_new(req->temperature)) : 0;
-    case F_TOP_K:
-        return req->has_top_k ? set_new(root, name, json_integer(req->top_k)) : 0;
-    case F_TOP_P:
-        return req->has_top_p ? set_new(root, name, float_new(req->top_p)) : 0;
-    case F_MIN_P:
-        return req->has_min_p ? set_new(root, name, float_new(req->min_p)) : 0;
-    case F_REPEAT_PENALTY:
-        return req->has_repeat_penalty ? set_new(root, name, float_new(req->repeat_penalty)) : 0;
     case F_SEED:
         if (!req->has_seed)
             return 0;
@@ -1053,6 +1091,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
     case F_KEY:
         return req->key ? set_new(root, name, str_new(req->key)) : 0;
+    case F_SAMPLER:
     case F_COUNT:
         break;
     }

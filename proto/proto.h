@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sampler_params.h"
+
 /* Limits the parser enforces (PROTOCOL.md section 5). */
 #define PROTO_MAX_DEPTH 32          /* JSON nesting levels */
 #define PROTO_MAX_ID_BYTES 256      /* id and target strings */
@@ -50,6 +52,17 @@ typedef enum proto_err {
     PROTO_E_COUNT
 } proto_err_t;
 
+/* Why a generation ended: the done event's finish_reason. */
+typedef enum proto_finish {
+    PROTO_FINISH_STOP,      /* a stop string matched */
+    PROTO_FINISH_EOS,       /* the model ended it (end-of-generation token) */
+    PROTO_FINISH_LENGTH,    /* max_tokens or the context's end */
+    PROTO_FINISH_CANCELLED, /* cancel op, or the client went away */
+    PROTO_FINISH_COUNT
+} proto_finish_t;
+/* "stop", "eos", "length", "cancelled"; NULL outside the enum. */
+const char *proto_finish_name(proto_finish_t f);
+
 /* The wire code ("bad_json" ...); "internal" for a value outside the enum. */
 const char *proto_err_code(proto_err_t e);
 /* Inverse of proto_err_code; 0 for an unknown string or NULL. */
@@ -80,13 +93,10 @@ typedef struct proto_req {
     json_t *target_id;       /* cancel: owned ref to the target id as sent; match with json_equal */
     /* sampling; has_* flags say which were given so model defaults apply to the rest */
     int32_t max_tokens;      /* >= 0 */
-    float temperature;       /* >= 0; 0 = greedy */
-    float top_p;             /* (0, 1] */
-    float min_p;             /* [0, 1] */
-    float repeat_penalty;    /* > 0; 1 = off */
-    int32_t top_k;           /* >= 0; 0 = off */
+    SAMPLER_PARAMS(SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges in sampler_params.h */
     uint64_t seed;           /* 0 .. 2^63-1 */
-    int has_max_tokens, has_temperature, has_top_p, has_min_p, has_repeat_penalty, has_top_k, has_seed;
+    SAMPLER_PARAMS(SAMPLER_X_HAS)
+    int has_max_tokens, has_seed;
     char **stop;             /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
     int stream;              /* generate/chat: token events; admin load: progress events */
@@ -109,6 +119,10 @@ typedef struct proto_req {
  * else NULL, so the error can be tagged. id_out and err may be NULL. */
 int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *req, json_t **id_out,
                         char *err, size_t errlen);
+/* Sampling parameter i (sampler_param_id_t) of req as a double, and its has_ flag. */
+void proto_req_sampler_get(const proto_req_t *req, int i, double *v, int *has);
+/* Sets sampling parameter i of req to v (converted to its type) and its has_ flag. */
+void proto_req_sampler_set(proto_req_t *req, int i, double v);
 /* Frees everything req owns and zeroes it; accepts NULL. */
 void proto_req_free(proto_req_t *req);
 

@@ -22,8 +22,8 @@ GpuswapError("unauthorized" or "rate_limited", ...). socket_path "HOST:PORT"
 (no '/') connects to listen.tcp instead of a Unix socket.
 
 Sampling keywords are the protocol's field names (max_tokens, temperature, top_k,
-top_p, min_p, repeat_penalty, seed, stop) and go to the daemon as given; the
-daemon validates them, and a bad one raises GpuswapError("bad_request", ...).
+top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, stop)
+and go to the daemon as given; the daemon validates them, and a bad one raises GpuswapError("bad_request", ...).
 
 Errors: an error answer raises GpuswapError(code, message) (code is one of the
 protocol's: "unknown_model", "bad_request", "overloaded", ...). A socket that

@@ -1,10 +1,13 @@
 /* backend: the registry that opens cpu, sim or cuda and supplies fallbacks for optional slots. */
-#include "backend.h"
+#include "backend/backend.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+_Static_assert((int)BE_ERR_NOMEM == (int)KERN_ERR_NOMEM && (int)BE_ERR_ARG == (int)KERN_ERR_ARG, "kernel codes are backend codes");
 
 /* ------------------------------------------------------------------ fallbacks */
 
@@ -89,24 +92,41 @@ backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen)
 }
 #endif
 
-backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
+static const char *const kind_names[BE_KIND_COUNT] = {
+    [BE_KIND_AUTO] = "auto", [BE_KIND_CPU] = "cpu", [BE_KIND_SIM] = "sim", [BE_KIND_CUDA] = "cuda",
+};
+
+const char *be_kind_name(be_kind_t k)
 {
-    const char *kind = p->kind && *p->kind ? p->kind : "auto";
-    backend_t *be;
-    if (strcmp(kind, "auto") == 0)
-        be = be_cuda_available() ? be_cuda_open(p, err, errlen) : be_cpu_open(p, err, errlen);
-    else if (strcmp(kind, "cpu") == 0)
-        be = be_cpu_open(p, err, errlen);
-    else if (strcmp(kind, "sim") == 0)
-        be = be_sim_open(p, err, errlen);
-    else if (strcmp(kind, "cuda") == 0)
-        be = be_cuda_open(p, err, errlen);
-    else {
-        snprintf(err, errlen, "unknown backend '%s' (auto, cpu, sim, cuda)", kind);
-        return NULL;
+    return (unsigned)k < BE_KIND_COUNT ? kind_names[k] : NULL;
+}
+
+int be_kind_from_name(const char *name, be_kind_t *k)
+{
+    for (int i = 0; name && i < BE_KIND_COUNT; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *k = (be_kind_t)i;
+            return 0;
+        }
+    return BE_ERR_ARG;
+}
+
+int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen)
+{
+    if (!ops) {
+        snprintf(err, errlen, "backend %s: no ops table", be->name ? be->name : "?");
+        return BE_ERR_ARG;
     }
-    if (!be)
-        return NULL;
+#define X(slot, required, ret, params)                                                             \
+    if ((required) && !ops->slot) {                                                                \
+        snprintf(err, errlen, "backend %s: required slot '%s' is not set", be->name ? be->name : "?", \
+                 #slot);                                                                           \
+        return BE_ERR_ARG;                                                                         \
+    }                                                                                              \
+    be->slot = ops->slot;
+    BE_OPS(X)
+#undef X
+    be->ops = ops;
     if (!be->host_alloc || !be->host_free) {
         be->host_alloc = fb_host_alloc;
         be->host_free = fb_host_free;
@@ -119,23 +139,42 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
         be->event_times = fb_event_times;
     if (!be->inject)
         be->inject = fb_inject;
+    return 0;
+}
+
+backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
+{
+    backend_t *be;
+    switch (p->kind) {
+    case BE_KIND_AUTO:
+        be = be_cuda_available() ? be_cuda_open(p, err, errlen) : be_cpu_open(p, err, errlen);
+        break;
+    case BE_KIND_CPU: be = be_cpu_open(p, err, errlen); break;
+    case BE_KIND_SIM: be = be_sim_open(p, err, errlen); break;
+    case BE_KIND_CUDA: be = be_cuda_open(p, err, errlen); break;
+    default:
+        snprintf(err, errlen, "unknown backend kind %d (%s, %s, %s, %s)", (int)p->kind, be_kind_name(BE_KIND_AUTO),
+                 be_kind_name(BE_KIND_CPU), be_kind_name(BE_KIND_SIM), be_kind_name(BE_KIND_CUDA));
+        return NULL;
+    }
+    if (!be)
+        return NULL;
+    if (be_ops_install(be, be->ops, err, errlen)) {
+        if (be->ops && be->ops->close)
+            be->ops->close(be->ctx);
+        free(be);
+        return NULL;
+    }
     return be;
 }
 
 /* ------------------------------------------------------------------ helpers */
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s)
 {
     if (!be || !ev)
         return BE_ERR_ARG;
-    double t0 = mono_s();
+    double t0 = util_now_s();
     long pause_ns = 20000;
     for (;;) {
         int d = be->event_done(be->ctx, ev);
@@ -145,7 +184,7 @@ int be_event_sync(backend_t *be, be_event_t *ev, double timeout_s)
             return d;
         if (d != 0)
             return BE_ERR_DEVICE; /* not a value event_done may return */
-        if (mono_s() - t0 > timeout_s)
+        if (util_now_s() - t0 > timeout_s)
             return BE_ERR_TIMEOUT;
         struct timespec ts = {0, pause_ns};
         nanosleep(&ts, NULL);

@@ -5,8 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kv.h"
-#include "model.h"
+#include "kernels/tensor.h"
 
 enum {
     BE_OK = 0,
@@ -25,39 +24,13 @@ typedef struct be_copy_times {
     double queued, start, end;
 } be_copy_times_t;
 
-/* Where one token of a step reads and writes its attention state. The KV
- * cache layout is the kv_seq_t one (kv.h): base pointers in device memory. */
-typedef struct be_tok {
-    void *k_base;      /* kv_seq_t.k of its sequence (device address) */
-    void *v_base;      /* kv_seq_t.v of its sequence */
-    uint32_t n_ctx;    /* that sequence's capacity */
-    uint32_t pos;      /* position of this token */
-} be_tok_t;
-
-/* Operands of the attention op for one layer. */
-typedef struct be_att {
-    const be_tok_t *toks; /* n_tok entries, host memory */
-    uint32_t layer, n_layer;
-    uint32_t n_head, n_head_kv, head_dim;
-    size_t stride;        /* floats between rows of q/out/k/v */
-    float scale;          /* score scale; 0 = 1/sqrt(head_dim) */
-    float softcap;        /* scores become softcap*tanh(s/softcap); 0 = none (gemma2) */
-    uint32_t window;      /* attend to the last `window` positions only; 0 = all */
-    kv_type_t kv_type;    /* element type of every token's cache. F16: rows are
-                             rounded to half on store; q is rounded to half and
-                             the products summed in F32 on read; cpu/sim also
-                             round the softmax weights to half before weighting
-                             V (llama.cpp's F16-KV math), cuda keeps them F32 */
-} be_att_t;
-
-/* A matmul job: y[t][r] = dot(W row r, x[t]) for t < n_tok. Several jobs
- * sharing x may be passed in one call (q/k/v, gate/up) so a backend can fuse
- * them. */
-typedef struct be_mm {
-    const model_weight_t *w; /* data is a device address */
-    float *y;
-    size_t y_stride;
-} be_mm_t;
+/* The kernels' operand types (kernels/tensor.h) under the backend's names: the
+ * interface names tensors and their shapes without including model code. */
+typedef kern_tensor_t be_tensor_t; /* a weight view (the engine's weights are these) */
+typedef kern_tok_t be_tok_t;       /* one token's attention state */
+typedef kern_att_t be_att_t;       /* attention operands of one layer */
+typedef kern_mm_t be_mm_t;         /* one matmul job */
+typedef kern_rope_t be_rope_t;     /* rotary embedding parameters */
 
 /* Failures a backend can be told to produce (sim only; for tests of the
  * daemon's error paths). Each applies to the next count operations of its
@@ -77,6 +50,87 @@ typedef struct be_fault {
     uint32_t delay_ms; /* BE_FAULT_COPY_SLOW */
 } be_fault_t;
 
+/* The slots of a backend, declared once: X(slot, required, return type, (parameters)).
+ * A backend fills a `static const be_ops_t` with designated initializers; be_open checks
+ * that every slot with required 1 is set and supplies fallbacks for the optional ones. */
+#define BE_OPS(X)                                                                                  \
+    /* ---- device memory: reserved virtual ranges backed by pool pages */                        \
+    /* Reserve bytes (multiple of page_size) of address space; *base is the                       \
+     * device address. Nothing is backed yet. */                                                  \
+    X(reserve, 1, int, (void *ctx, size_t bytes, void **base))                                    \
+    /* Back [base+off, base+off+bytes) (page multiples) with physical pages.                      \
+     * Must succeed whenever the pool has that many free pages. */                                \
+    X(map, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                             \
+    X(unmap, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                           \
+    X(release, 1, void, (void *ctx, void *base, size_t bytes))                                    \
+    /* ---- host memory for the model store (optional: NULL = aligned malloc) */                  \
+    X(host_alloc, 0, void *, (void *ctx, size_t bytes))                                           \
+    X(host_free, 0, void, (void *ctx, void *p, size_t bytes))                                     \
+    /* ---- copies and events */                                                                  \
+    X(event_new, 1, int, (void *ctx, be_event_t **ev))                                            \
+    X(event_free, 1, void, (void *ctx, be_event_t *ev))                                           \
+    /* Queue a host->device copy on the copy queue; ev completes after it. */                     \
+    X(copy_h2d, 1, int, (void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev))    \
+    /* Make later compute wait for ev (cpu/sim: block until it completes). */                     \
+    X(wait, 1, int, (void *ctx, be_event_t *ev))                                                  \
+    /* 1 if complete, 0 if pending, negative on error; never blocks. */                           \
+    X(event_done, 1, int, (void *ctx, be_event_t *ev))                                            \
+    /* (optional) copy timestamps of a completed event. */                                        \
+    X(event_times, 0, int, (void *ctx, be_event_t *ev, be_copy_times_t *t))                       \
+    /* Wait for all queued compute. */                                                            \
+    X(sync, 1, int, (void *ctx))                                                                  \
+    /* ---- scratch buffers for activations (not from the page pool) */                           \
+    X(buf_alloc, 1, void *, (void *ctx, size_t bytes))                                            \
+    X(buf_free, 1, void, (void *ctx, void *p))                                                    \
+    /* (optional) device->host and host->device copies on the compute queue,                      \
+     * synchronous; NULL = memcpy (host-addressable device memory). */                            \
+    X(download, 0, int, (void *ctx, void *host, const void *dev, size_t bytes))                   \
+    X(upload, 0, int, (void *ctx, void *dev, const void *host, size_t bytes))                     \
+    /* ---- kernels (compute queue). Pointers are device addresses; ids and                       \
+     * positions are host arrays the backend copies as it needs. */                               \
+    X(embed, 1, int,                                                                              \
+      (void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,        \
+       size_t stride))                                                                            \
+    X(rmsnorm, 1, int,                                                                            \
+      (void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,             \
+       size_t stride, float eps))                                                                 \
+    X(matmul, 1, int,                                                                             \
+      (void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride, size_t n_tok)) \
+    X(add_bias, 1, int, (void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)) \
+    X(rope, 1, int,                                                                               \
+      (void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,    \
+       const be_rope_t *rope))                                                                    \
+    /* Store each token's k/v row into its sequence's cache at its position. */                   \
+    X(kv_store, 1, int, (void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)) \
+    /* Causal attention of each token over positions 0..pos of its sequence. */                   \
+    X(attention, 1, int, (void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)) \
+    X(silu_mul, 1, int, (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)) \
+    /* x += y */                                                                                  \
+    X(add, 1, int, (void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride))  \
+    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */                        \
+    X(gather, 1, int,                                                                             \
+      (void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows, size_t n,    \
+       size_t stride))                                                                            \
+    /* (optional: a backend without them lists no model_feats that need them,                     \
+     * so the pass never calls them there) */                                                     \
+    /* x *= s (MODEL_FEAT_EMB_SCALE) */                                                           \
+    X(scale, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s))      \
+    /* x = cap * tanh(x / cap) (MODEL_FEAT_SOFTCAP) */                                            \
+    X(softcap, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap))  \
+    /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */                                                  \
+    X(gelu_mul, 0, int, (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)) \
+    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */                         \
+    X(inject, 0, int, (void *ctx, const be_fault_t *f))                                           \
+    X(close, 1, void, (void *ctx))
+
+/* Declares one slot as a function pointer member. */
+#define BE_X_SLOT(slot, required, ret, params) ret(*slot) params;
+
+/* A backend's slots; each backend has one `static const` table of them. */
+typedef struct be_ops {
+    BE_OPS(BE_X_SLOT)
+} be_ops_t;
+
 typedef struct backend {
     const char *name;   /* "cpu", "sim", "cuda" */
     /* (optional) one line on the device and the libraries in use, for the
@@ -91,80 +145,27 @@ typedef struct backend {
     uint32_t model_feats; /* MODEL_FEAT_* bits its kernels run; a model needing
                              another is refused at load (model_feats_check) */
 
-    /* ---- device memory: reserved virtual ranges backed by pool pages */
-    /* Reserve bytes (multiple of page_size) of address space; *base is the
-     * device address. Nothing is backed yet. */
-    int (*reserve)(void *ctx, size_t bytes, void **base);
-    /* Back [base+off, base+off+bytes) (page multiples) with physical pages.
-     * Must succeed whenever the pool has that many free pages. */
-    int (*map)(void *ctx, void *base, size_t off, size_t bytes);
-    int (*unmap)(void *ctx, void *base, size_t off, size_t bytes);
-    void (*release)(void *ctx, void *base, size_t bytes);
-
-    /* ---- host memory for the model store (optional: NULL = aligned malloc) */
-    void *(*host_alloc)(void *ctx, size_t bytes);
-    void (*host_free)(void *ctx, void *p, size_t bytes);
-
-    /* ---- copies and events */
-    int (*event_new)(void *ctx, be_event_t **ev);
-    void (*event_free)(void *ctx, be_event_t *ev);
-    /* Queue a host->device copy on the copy queue; ev completes after it. */
-    int (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev);
-    /* Make later compute wait for ev (cpu/sim: block until it completes). */
-    int (*wait)(void *ctx, be_event_t *ev);
-    /* 1 if complete, 0 if pending, negative on error; never blocks. */
-    int (*event_done)(void *ctx, be_event_t *ev);
-    /* (optional) copy timestamps of a completed event. */
-    int (*event_times)(void *ctx, be_event_t *ev, be_copy_times_t *t);
-    /* Wait for all queued compute. */
-    int (*sync)(void *ctx);
-
-    /* ---- scratch buffers for activations (not from the page pool) */
-    void *(*buf_alloc)(void *ctx, size_t bytes);
-    void (*buf_free)(void *ctx, void *p);
-    /* (optional) device->host and host->device copies on the compute queue,
-     * synchronous; NULL = memcpy (host-addressable device memory). */
-    int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
-    int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
-
-    /* ---- kernels (compute queue). Pointers are device addresses; ids and
-     * positions are host arrays the backend copies as it needs. */
-    int (*embed)(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
-                 float *out, size_t stride);
-    int (*rmsnorm)(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
-                   size_t stride, float eps);
-    int (*matmul)(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
-                  size_t n_tok);
-    int (*add_bias)(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride);
-    int (*rope)(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
-                const uint32_t *pos, const model_hparams_t *hp);
-    /* Store each token's k/v row into its sequence's cache at its position. */
-    int (*kv_store)(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok);
-    /* Causal attention of each token over positions 0..pos of its sequence. */
-    int (*attention)(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok);
-    int (*silu_mul)(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
-    /* x += y */
-    int (*add)(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride);
-    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */
-    int (*gather)(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
-                  size_t n, size_t stride);
-    /* (optional: a backend without them lists no model_feats that need them,
-     * so the pass never calls them there) */
-    /* x *= s (MODEL_FEAT_EMB_SCALE) */
-    int (*scale)(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s);
-    /* x = cap * tanh(x / cap) (MODEL_FEAT_SOFTCAP) */
-    int (*softcap)(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap);
-    /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */
-    int (*gelu_mul)(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
-
-    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */
-    int (*inject)(void *ctx, const be_fault_t *f);
-
-    void (*close)(void *ctx);
+    /* ---- the slots, copied from ops by be_open (fallbacks in the optional ones): callers
+     * call be->map(be->ctx, ...) */
+    BE_OPS(BE_X_SLOT)
+    const be_ops_t *ops; /* the backend's own table, as its constructor set it */
 } backend_t;
 
+/* The backends the registry knows. */
+typedef enum be_kind {
+    BE_KIND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
+    BE_KIND_CPU,
+    BE_KIND_SIM,
+    BE_KIND_CUDA,
+    BE_KIND_COUNT
+} be_kind_t;
+/* "auto", "cpu", "sim", "cuda"; NULL outside the enum. */
+const char *be_kind_name(be_kind_t k);
+/* The kind named name into *k: 0, or BE_ERR_ARG for an unknown name. */
+int be_kind_from_name(const char *name, be_kind_t *k);
+
 typedef struct be_params {
-    const char *kind;       /* "auto", "cpu", "sim", "cuda" */
+    be_kind_t kind;
     size_t memory;          /* device pool bytes (sim: exact; cuda: budget) */
     size_t page_size;       /* 0 = 2 MiB */
     double sim_bandwidth;   /* sim copy throttle, bytes/s; 0 = unthrottled */
@@ -172,8 +173,8 @@ typedef struct be_params {
     int gpu;                /* cuda device index */
 } be_params_t;
 
-/* Constructors, called only by the registry (backend.c). Each fills the
- * slots it implements and leaves optional ones NULL. */
+/* Constructors, called only by the registry (backend.c). Each sets ops to
+ * its static const table (optional slots may be NULL) and the plain fields. */
 backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen);
@@ -198,6 +199,12 @@ int be_cuda_probe_status(char *why, size_t whylen); /* cuda.cu */
  * BE_ERR_ARG when GPUSWAPD_CUBLAS names a file that cannot be used. */
 int be_cuda_cublas(char *what, size_t whatlen);
 int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda.cu */
+
+/* Checks that ops sets every required slot and copies its slots into be,
+ * the dispatcher's fallbacks in the optional ones left NULL; be->ops = ops.
+ * 0, or BE_ERR_ARG naming the first missing slot in err. be_open does this
+ * for every backend it opens. */
+int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen);
 
 /* Block the host until ev completes, polling event_done with a growing
  * pause (20 us .. 1 ms). 0 once complete; the backend's negative code if the

@@ -5,25 +5,20 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "backend.h"
-#include "cpu_ops.h"
-#include "pool.h"
+#include "backend/backend.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/pool.h"
+#include "base/util.h"
 
 typedef struct cpu_ctx {
-    cpuk_t *k; /* first: the kernels find their state here */
+    cpuk_ctx_t kc; /* first: the kernels find their state here */
     pool_t *pool;
 } cpu_ctx_t;
+CPUK_CTX_CHECK(cpu_ctx_t, kc);
 
 struct be_event {
     be_copy_times_t t;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Device memory is host memory: a reserved anonymous range whose pages are
  * made accessible on map and inaccessible again on unmap. */
@@ -75,10 +70,10 @@ static void c_event_free(void *ctx, be_event_t *ev)
 static int c_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev)
 {
     (void)ctx;
-    double t0 = now_s();
+    double t0 = util_now_s();
     memcpy(dst, src, bytes);
     if (ev)
-        ev->t = (be_copy_times_t){t0, t0, now_s()};
+        ev->t = (be_copy_times_t){t0, t0, util_now_s()};
     return 0;
 }
 
@@ -108,10 +103,25 @@ static void c_close(void *ctxp)
     cpu_ctx_t *c = ctxp;
     if (!c)
         return;
-    cpuk_free(c->k);
+    cpuk_free(c->kc.k);
     pool_free(c->pool);
     free(c);
 }
+
+static const be_ops_t cpu_ops = {
+    .reserve = c_reserve,
+    .map = c_map,
+    .unmap = c_unmap,
+    .release = c_release,
+    .event_new = c_event_new,
+    .event_free = c_event_free,
+    .copy_h2d = c_copy_h2d,
+    .wait = c_wait,
+    .event_done = c_event_done,
+    .event_times = c_event_times,
+    .close = c_close,
+    CPUK_SLOTS /* kernels and scratch buffers: cpu_ops.c */
+};
 
 backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen)
 {
@@ -120,26 +130,16 @@ backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen)
     if (!be || !c)
         goto fail;
     c->pool = pool_new(p->threads);
-    c->k = c->pool ? cpuk_new(c->pool) : NULL;
-    if (!c->k)
+    c->kc.k = c->pool ? cpuk_new(c->pool) : NULL;
+    if (!c->kc.k)
         goto fail;
     be->name = "cpu";
     be->ctx = c;
     be->page_size = p->page_size ? p->page_size : 2u << 20;
     be->pool_bytes = p->memory;
     be->zero_copy = 1;
-    be->reserve = c_reserve;
-    be->map = c_map;
-    be->unmap = c_unmap;
-    be->release = c_release;
-    be->event_new = c_event_new;
-    be->event_free = c_event_free;
-    be->copy_h2d = c_copy_h2d;
-    be->wait = c_wait;
-    be->event_done = c_event_done;
-    be->event_times = c_event_times;
-    be->close = c_close;
-    cpuk_fill(be);
+    be->model_feats = MODEL_FEAT_ALL; /* the cpu kernels run every feature */
+    be->ops = &cpu_ops;
     return be;
 fail:
     snprintf(err, errlen, "cpu backend: out of memory");

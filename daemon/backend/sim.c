@@ -10,9 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cpu_ops.h"
-#include "pool.h"
+#include "backend/backend.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/pool.h"
+#include "base/util.h"
 
 #define SIM_NO_PAGE UINT32_MAX
 /* Copies are done in chunks so the throttle models a steady link. */
@@ -39,7 +40,7 @@ typedef struct sim_range {
 } sim_range_t;
 
 typedef struct sim_ctx {
-    cpuk_t *k;         /* first: the kernels find their state here */
+    cpuk_ctx_t kc;     /* first: the kernels find their state here */
     pool_t *pool;
     int memfd;
     size_t page, n_pages;
@@ -61,6 +62,7 @@ typedef struct sim_ctx {
     int map_short;     /* BE_FAULT_MAP_SHORT armed (under map_mu): maps fail until an unmap */
     atomic_uint slow_ms;
 } sim_ctx_t;
+CPUK_CTX_CHECK(sim_ctx_t, kc);
 
 /* Takes one unit of an armed fault counter; 1 if this operation is hit. */
 static int take(atomic_uint *n)
@@ -71,16 +73,9 @@ static int take(atomic_uint *n)
     return v > 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void sleep_until(double t)
 {
-    double d = t - now_s();
+    double d = t - util_now_s();
     if (d <= 0)
         return;
     struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
@@ -105,7 +100,7 @@ static void *copy_thread(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
 
-        double t0 = now_s();
+        double t0 = util_now_s();
         int failed = take(&s->fail_copies);
         if (take(&s->slow_copies))
             sleep_until(t0 + atomic_load(&s->slow_ms) / 1e3);
@@ -117,7 +112,7 @@ static void *copy_thread(void *arg)
             if (s->bandwidth > 0)
                 sleep_until(t0 + (double)(off + n) / s->bandwidth);
         }
-        double t1 = now_s();
+        double t1 = util_now_s();
 
         pthread_mutex_lock(&s->mu);
         if (c->ev) {
@@ -165,7 +160,7 @@ static int s_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_ev
     pthread_mutex_lock(&s->mu);
     if (ev) {
         atomic_store(&ev->done, 0);
-        ev->t = (be_copy_times_t){now_s(), 0, 0};
+        ev->t = (be_copy_times_t){util_now_s(), 0, 0};
     }
     if (s->tail)
         s->tail->next = c;
@@ -406,7 +401,7 @@ static void s_close(void *ctxp)
     if (s->memfd >= 0)
         close(s->memfd);
     free(s->free_pages);
-    cpuk_free(s->k);
+    cpuk_free(s->kc.k);
     pool_free(s->pool);
     pthread_mutex_destroy(&s->map_mu);
     pthread_mutex_destroy(&s->mu);
@@ -414,6 +409,22 @@ static void s_close(void *ctxp)
     pthread_cond_destroy(&s->cv_done);
     free(s);
 }
+
+static const be_ops_t sim_ops = {
+    .reserve = s_reserve,
+    .map = s_map,
+    .unmap = s_unmap,
+    .release = s_release,
+    .event_new = s_event_new,
+    .event_free = s_event_free,
+    .copy_h2d = s_copy_h2d,
+    .wait = s_wait,
+    .event_done = s_event_done,
+    .event_times = s_event_times,
+    .inject = s_inject,
+    .close = s_close,
+    CPUK_SLOTS /* kernels and scratch buffers: cpu_ops.c */
+};
 
 backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
 {
@@ -453,8 +464,8 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     }
     s->free_pages = malloc(s->n_pages * sizeof *s->free_pages);
     s->pool = pool_new(p->threads);
-    s->k = s->pool ? cpuk_new(s->pool) : NULL;
-    if (!s->free_pages || !s->k) {
+    s->kc.k = s->pool ? cpuk_new(s->pool) : NULL;
+    if (!s->free_pages || !s->kc.k) {
         snprintf(err, errlen, "sim backend: out of memory");
         goto fail;
     }
@@ -471,19 +482,8 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     be->ctx = s;
     be->page_size = page;
     be->pool_bytes = s->n_pages * page;
-    be->reserve = s_reserve;
-    be->map = s_map;
-    be->unmap = s_unmap;
-    be->release = s_release;
-    be->event_new = s_event_new;
-    be->event_free = s_event_free;
-    be->copy_h2d = s_copy_h2d;
-    be->wait = s_wait;
-    be->event_done = s_event_done;
-    be->event_times = s_event_times;
-    be->inject = s_inject;
-    be->close = s_close;
-    cpuk_fill(be);
+    be->model_feats = MODEL_FEAT_ALL; /* the cpu kernels run every feature */
+    be->ops = &sim_ops;
     return be;
 fail:
     s_close(s);

@@ -1,5 +1,5 @@
 /* forward: the transformer forward pass for a batch of sequences of one model, as a sequence of backend kernels. */
-#include "forward.h"
+#include "engine/forward.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,17 +292,14 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
                 return rc;
         }
         /* sliding layers may have their own, unscaled RoPE (gemma3) */
-        model_hparams_t local;
-        const model_hparams_t *rp = hp;
+        be_rope_t rp = model_rope_of(hp);
         if (hp->rope_base_swa != 0.0f && layer_window(hp, l)) {
-            local = *hp;
-            local.rope_base = hp->rope_base_swa;
-            local.rope_freq_scale = 1.0f;
-            local.rope_freqs = NULL;
-            rp = &local;
+            rp.rope_base = hp->rope_base_swa;
+            rp.rope_freq_scale = 1.0f;
+            rp.rope_freqs = NULL;
         }
-        BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, rp);
-        BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, rp);
+        BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, &rp);
+        BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, &rp);
         be_att_t at = {.toks = f->toks + t0, .layer = l, .n_layer = hp->n_layer,
                        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
                        .stride = W, .scale = hp->att_scale, .softcap = hp->attn_softcap,

@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "kv.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "engine/kv.h"
+#include "engine/model.h"
 
 enum {
     FWD_OK = 0,

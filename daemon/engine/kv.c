@@ -1,5 +1,5 @@
 /* kv: the per-sequence key/value cache of the attention layers (F16 by default, F32 on request). */
-#include "kv.h"
+#include "engine/kv.h"
 
 #include <stdlib.h>
 

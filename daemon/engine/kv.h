@@ -5,14 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "engine/model.h"
 
-/* Element type of a KV cache. F16 halves the bytes per token; F32 keeps the
- * rows exactly as computed. */
-typedef enum kv_type {
-    KV_TYPE_F16 = 0, /* IEEE half, rounded to nearest even (the default) */
-    KV_TYPE_F32 = 1,
-} kv_type_t;
+/* The element type of a KV cache, kv_type_t, is kernels/tensor.h's (the kernels read it):
+ * F16 halves the bytes per token; F32 keeps the rows exactly as computed. */
 
 typedef struct kv_seq {
     uint32_t n_layer;

@@ -1,12 +1,12 @@
 /* model: Llama-family hyperparameters and weight views taken from a GGUF file, read strictly (every tensor and math-changing key understood, or the file is refused). */
-#include "model.h"
+#include "engine/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 /* ------------------------------------------------------------------ architectures */
 

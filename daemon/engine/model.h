@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "kernels/tensor.h"
+#include "engine/tokenizer.h"
 
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
@@ -18,20 +19,10 @@ typedef enum model_arch {
                               their own RoPE base */
 } model_arch_t;
 
-/* Computation features beyond the plain Llama block that a model uses; a
- * backend lists those its kernels run (backend_t.model_feats) and a model
- * needing another is refused at load (model_feats_check). */
-enum {
-    MODEL_FEAT_ROPE_FREQS = 1u << 0,  /* per-pair RoPE frequency factors (llama3 rope_freqs) */
-    MODEL_FEAT_ROPE_LINEAR = 1u << 1, /* linear RoPE scaling: positions times rope_freq_scale */
-    MODEL_FEAT_QK_NORM = 1u << 2,     /* per-head RMSNorm of q and k before RoPE */
-    MODEL_FEAT_EMB_SCALE = 1u << 3,   /* embeddings times sqrt(n_embd) (backend scale) */
-    MODEL_FEAT_SOFTCAP = 1u << 4,     /* attention-score and final-logit soft-capping */
-    MODEL_FEAT_SWA = 1u << 5,         /* sliding-window attention layers */
-    MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
-    MODEL_FEAT_ROPE_MSCALE = 1u << 7, /* RoPE cos/sin times rope_attn_factor (Phi-3 LongRoPE) */
-    MODEL_FEAT_ALL = (1u << 8) - 1,
-};
+/* Computation features beyond the plain Llama block that a model uses
+ * (MODEL_FEAT_*) are declared in kernels/tensor.h: a backend lists those its
+ * kernels run (backend_t.model_feats) and a model needing another is refused
+ * at load (model_feats_check). */
 
 enum {
     MODEL_OK = 0,
@@ -72,14 +63,15 @@ typedef struct model_hparams {
     int gelu;             /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;
 
-/* A view of one tensor: rows of n_in elements of the stored type. */
-typedef struct model_weight {
-    uint32_t type;      /* gguf_ttype_t */
-    uint32_t n_in;      /* elements per row (ne[0]) */
-    uint32_t n_out;     /* rows (ne[1]); 1 for vectors */
-    const void *data;   /* n_out rows of quant_row_bytes(type, n_in); NULL if absent */
-    size_t nbytes;
-} model_weight_t;
+/* The rope parameters of hp, for the backend's rope op. */
+static inline kern_rope_t model_rope_of(const model_hparams_t *hp)
+{
+    return (kern_rope_t){hp->head_dim,        hp->rope_dim,         hp->rope_base, hp->rope_neox,
+                         hp->rope_freq_scale, hp->rope_attn_factor, hp->rope_freqs};
+}
+
+/* A view of one tensor (kernels/tensor.h): rows of n_in elements of the stored type. */
+typedef kern_tensor_t model_weight_t;
 
 typedef struct model_layer {
     model_weight_t attn_norm;          /* (n_embd) F32 */

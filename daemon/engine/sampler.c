@@ -1,5 +1,5 @@
 /* sampler: picks the next token from logits (repetition penalty, greedy or temperature + top-k/top-p/min-p, seeded PRNG). */
-#include "sampler.h"
+#include "engine/sampler.h"
 
 #include <float.h>
 #include <math.h>
@@ -24,6 +24,9 @@ struct sampler {
     int32_t hist_len;       /* ids in the ring, <= repeat_last_n */
     int32_t hist_pos;       /* next slot to write */
     uint8_t *seen;          /* (n_vocab) scratch flags for the penalty, all 0 between calls */
+    uint32_t *count;        /* (n_vocab) times each id was sampled; NULL when both penalties are 0 */
+    int32_t *gen;           /* (n_vocab) distinct sampled ids, in first-seen order */
+    int32_t n_gen;          /* ids in gen */
     sampler_cand_t *cand;   /* (n_vocab) candidate scratch */
     double *w;              /* (n_vocab) unnormalised probabilities, parallel to cand */
 };
@@ -65,13 +68,44 @@ static double sampler_rng_unit(uint64_t s[4])
 
 /* ------------------------------------------------------------------ params */
 
+const sampler_param_desc_t sampler_param_descs[SAMPLER_PARAM_COUNT] = {
+#define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
+    [SAMPLER_PARAM_##name] = {#name, SAMPLER_KIND_##kind, lo, hi, bounds, def, #def, help},
+    SAMPLER_PARAMS(X)
+#undef X
+};
+
+int sampler_param_in_range(const sampler_param_desc_t *d, double v)
+{
+    if (isnan(v))
+        return 0;
+    if ((d->bounds & SAMPLER_LO_OPEN) ? !(v > d->lo) : !(v >= d->lo))
+        return 0;
+    if ((d->bounds & SAMPLER_HI_OPEN) ? !(v < d->hi) : !(v <= d->hi))
+        return 0;
+    return 1;
+}
+
+const char *sampler_param_range_text(const sampler_param_desc_t *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "%c%.10g, %.10g%c", (d->bounds & SAMPLER_LO_OPEN) ? '(' : '[', d->lo, d->hi,
+             (d->bounds & SAMPLER_HI_OPEN) ? ')' : ']');
+    return buf;
+}
+
+const sampler_param_desc_t *sampler_param_find(const char *name)
+{
+    for (int i = 0; i < SAMPLER_PARAM_COUNT; i++)
+        if (strcmp(sampler_param_descs[i].name, name) == 0)
+            return &sampler_param_descs[i];
+    return NULL;
+}
+
 void sampler_params_default(sampler_params_t *p)
 {
-    p->temperature = 0.8f;
-    p->top_k = 40;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.0f;
+#define X(name, kind, ctype, lo, hi, bounds, def, help) p->name = (ctype)(def);
+    SAMPLER_PARAMS(X)
+#undef X
     p->repeat_last_n = 64;
     p->seed = 0;
 }
@@ -97,6 +131,14 @@ static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char
     if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0) {
         snprintf(err, errlen, "sampler: repeat_penalty %g must be a finite number > 0 (1 turns it off)",
                  (double)p->repeat_penalty);
+        return -1;
+    }
+    if (!isfinite(p->presence_penalty)) {
+        snprintf(err, errlen, "sampler: presence_penalty %g is not a finite number", (double)p->presence_penalty);
+        return -1;
+    }
+    if (!isfinite(p->frequency_penalty)) {
+        snprintf(err, errlen, "sampler: frequency_penalty %g is not a finite number", (double)p->frequency_penalty);
         return -1;
     }
     if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLER_MAX_LAST_N) {
@@ -132,6 +174,12 @@ sampler_t *sampler_new(const sampler_params_t *p, int32_t n_vocab, char *err, si
         if (!s->hist || !s->seen)
             goto fail;
     }
+    if (p->presence_penalty != 0 || p->frequency_penalty != 0) {
+        s->count = calloc((size_t)n_vocab, sizeof *s->count);
+        s->gen = malloc((size_t)n_vocab * sizeof *s->gen);
+        if (!s->count || !s->gen)
+            goto fail;
+    }
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
     if (!s->cand || !s->w)
@@ -149,6 +197,8 @@ void sampler_free(sampler_t *s)
         return;
     free(s->hist);
     free(s->seen);
+    free(s->count);
+    free(s->gen);
     free(s->cand);
     free(s->w);
     free(s);
@@ -181,6 +231,27 @@ static void sampler_penalize(sampler_t *s, float *logits)
     }
     for (int32_t i = 0; i < s->hist_len; i++)
         s->seen[s->hist[i]] = 0;
+}
+
+/* OpenAI's penalties over the tokens sampled so far (not the prompt):
+ * logit -= frequency_penalty * count + presence_penalty * (count > 0). */
+static void sampler_penalize_generated(sampler_t *s, float *logits)
+{
+    if (!s->count)
+        return;
+    for (int32_t i = 0; i < s->n_gen; i++) {
+        int32_t id = s->gen[i];
+        logits[id] -= s->p.frequency_penalty * (float)s->count[id] + s->p.presence_penalty;
+    }
+}
+
+/* Counts a sampled id for sampler_penalize_generated. */
+static void sampler_count(sampler_t *s, int32_t id)
+{
+    if (!s->count)
+        return;
+    if (s->count[id]++ == 0)
+        s->gen[s->n_gen++] = id;
 }
 
 /* a ranks before b: higher logit, then lower id (a total order, so every
@@ -257,7 +328,7 @@ static int32_t sampler_sanitize_argmax(float *logits, int32_t n)
     return best;
 }
 
-/* Order: repetition penalty (also in greedy mode, as in llama.cpp's chain),
+/* Order: repetition penalty, then presence/frequency penalties (both also in greedy mode),
  * then greedy argmax, or top-k -> softmax(l / T) -> top-p -> min-p ->
  * renormalise -> one PRNG draw. */
 int32_t sampler_sample(sampler_t *s, float *logits)
@@ -265,9 +336,11 @@ int32_t sampler_sample(sampler_t *s, float *logits)
     const sampler_params_t *p = &s->p;
     int32_t V = s->n_vocab;
     sampler_penalize(s, logits);
+    sampler_penalize_generated(s, logits);
     int32_t best = sampler_sanitize_argmax(logits, V);
     if (p->temperature <= 0 || logits[best] == -INFINITY) {
         sampler_accept(s, best);
+        sampler_count(s, best);
         return best;
     }
 
@@ -342,5 +415,6 @@ int32_t sampler_sample(sampler_t *s, float *logits)
             break;
     }
     sampler_accept(s, pick);
+    sampler_count(s, pick);
     return pick;
 }

@@ -1,22 +1,24 @@
-/* sampler: picks the next token from logits (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded). */
+/* sampler: picks the next token from logits (greedy, temperature, top-k, top-p, min-p, repetition/presence/frequency penalties, seeded). */
 #ifndef SAMPLER_H
 #define SAMPLER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sampler_params.h"
+
+/* The sampler accepts wider values than the table's ranges where they have a
+ * meaning: temperature <= 0 is greedy, top_k <= 0, top_p >= 1 and min_p <= 0
+ * are off; repeat_penalty divides positive logits of recent tokens and
+ * multiplies negative ones; presence_penalty / frequency_penalty are
+ * subtracted (once / once per occurrence) from the logits of generated tokens. */
 typedef struct sampler_params {
-    float temperature;    /* <= 0: greedy argmax */
-    int32_t top_k;        /* <= 0: off */
-    float top_p;          /* >= 1: off */
-    float min_p;          /* <= 0: off */
-    float repeat_penalty; /* 1: off; logits of recent tokens divided (>0) / multiplied (<0) */
+    SAMPLER_PARAMS(SAMPLER_X_FIELD)
     int32_t repeat_last_n;/* window of recent tokens the penalty looks at; 0 = off */
     uint64_t seed;        /* same params + same seed + same logits = same tokens */
 } sampler_params_t;
 
-/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
- * repeat_penalty 1.0, repeat_last_n 64, seed 0. */
+/* Defaults: those of SAMPLER_PARAMS, repeat_last_n 64, seed 0. */
 void sampler_params_default(sampler_params_t *p);
 
 typedef struct sampler sampler_t;

@@ -1,7 +1,7 @@
 /* tokenizer: text <-> token ids from GGUF tokenizer.* metadata, following llama.cpp's SPM and GPT-2 BPE tokenizers. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <limits.h>
 #include <math.h>
@@ -231,12 +231,15 @@ enum {
 
 #define TOK_RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define TOK_RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+/* clang-format settles on no single layout of these two: */
+/* clang-format off */
 #define TOK_RE_LLAMA3                                                                               \
     TOK_RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"    \
                         "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define TOK_RE_QWEN2                                                                                \
     TOK_RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"         \
                         "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* clang-format on */
 #define TOK_RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define TOK_RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 #define TOK_RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 
 typedef struct tok tok_t;
 

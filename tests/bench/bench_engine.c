@@ -4,19 +4,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "pool.h"
-#include "quant.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/pool.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
  * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS). BENCH_EXACT=1 runs the
@@ -53,7 +47,7 @@ int main(int argc, char **argv)
     const char *name = strrchr(argv[1], '/') ? strrchr(argv[1], '/') + 1 : argv[1];
     for (int a = 5; a < argc; a++) {
         int nth = atoi(argv[a]);
-        be_params_t bp = {.kind = "cpu", .threads = nth};
+        be_params_t bp = {.kind = BE_KIND_CPU, .threads = nth};
         backend_t *be = be_open(&bp, err, sizeof err);
         if (!be) {
             fprintf(stderr, "%s\n", err);
@@ -65,12 +59,12 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             kv_seq_reset(kv);
             fwd_seq_t s = {kv, prompt, (uint32_t)np, logits};
-            double t0 = now_s();
+            double t0 = util_now_s();
             if (fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
-            double t1 = now_s();
+            double t1 = util_now_s();
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
                 fwd_seq_t d = {kv, &tok, 1, logits};
@@ -79,7 +73,7 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
-            double t2 = now_s();
+            double t2 = util_now_s();
             if (t1 - t0 < best_p) best_p = t1 - t0;
             if (t2 - t1 < best_d) best_d = t2 - t1;
         }

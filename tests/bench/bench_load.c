@@ -8,21 +8,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "base/util.h"
 
 #define PROMPT "Once upon a time"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 typedef struct client {
     const char *sock, *model;
@@ -75,7 +69,7 @@ static void *client_main(void *arg)
                          "{\"op\":\"generate\",\"id\":%d,\"model\":\"%s\",\"prompt\":\"%s\","
                          "\"max_tokens\":%d,\"temperature\":0}\n",
                          i, c->model, PROMPT, c->max_tokens);
-        double t0 = now_s();
+        double t0 = util_now_s();
         if (write(fd, req, (size_t)n) != n) {
             c->errors++;
             break;
@@ -85,7 +79,7 @@ static void *client_main(void *arg)
             c->errors++;
             break;
         }
-        c->lat[i] = now_s() - t0;
+        c->lat[i] = util_now_s() - t0;
         if (!memmem(buf, (size_t)len, "\"event\":\"done\"", 14))
             c->errors++;
         memmove(buf, buf + len, have - (size_t)len);
@@ -107,7 +101,7 @@ static double direct_call(const char *path, int max_tokens, int reps)
 {
     char err[512];
     model_t *m = model_open(path, err, sizeof err);
-    be_params_t bp = {.kind = "cpu", .threads = 1};
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = 1};
     backend_t *be = be_open(&bp, err, sizeof err);
     if (!m || !be) {
         fprintf(stderr, "bench_load: %s\n", err);
@@ -117,7 +111,7 @@ static double direct_call(const char *path, int max_tokens, int reps)
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = util_now_s();
         int32_t ids[64];
         int n = tok_encode(m->tok, PROMPT, strlen(PROMPT), tok_add_bos(m->tok), 1, ids, 64);
         kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(n + max_tokens), KV_TYPE_F16);
@@ -135,7 +129,7 @@ static double direct_call(const char *path, int max_tokens, int reps)
         sampler_sample(smp, logits);
         sampler_free(smp);
         kv_seq_free(kv);
-        double t = now_s() - t0;
+        double t = util_now_s() - t0;
         if (t < best)
             best = t;
     }
@@ -160,7 +154,7 @@ int main(int argc, char **argv)
         int nc = atoi(argv[a]);
         client_t *cs = calloc((size_t)nc, sizeof *cs);
         pthread_t *th = calloc((size_t)nc, sizeof *th);
-        double t0 = now_s();
+        double t0 = util_now_s();
         for (int i = 0; i < nc; i++) {
             cs[i] = (client_t){argv[1], argv[2], reqs, max_tokens,
                                calloc((size_t)reqs, sizeof(double)), 0};
@@ -174,7 +168,7 @@ int main(int argc, char **argv)
             memcpy(all + (size_t)i * reqs, cs[i].lat, (size_t)reqs * sizeof(double));
             free(cs[i].lat);
         }
-        double wall = now_s() - t0;
+        double wall = util_now_s() - t0;
         size_t n = (size_t)nc * reqs;
         qsort(all, n, sizeof(double), cmp_d);
         double p50 = all[n / 2], p99 = all[(size_t)((double)n * 0.99) < n ? (size_t)((double)n * 0.99) : n - 1];

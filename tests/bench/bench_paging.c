@@ -7,10 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
+#include "base/util.h"
 
 /* How long one raw copy of the whole image may take before the run fails
  * (a 16 GB image at 1 GB/s, with margin). */
@@ -24,13 +25,6 @@
 #define SWEEP_B2 32
 #define SWEEP_P1 512
 #define SWEEP_P2 2048
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, const char *err)
 {
@@ -62,7 +56,7 @@ static double first_token(res_t *res, res_model_t *rm, fwd_t *fw, float *logits)
     static const int32_t prompt[8] = {1, 100, 200, 300, 400, 500, 600, 700};
     char err[256];
     const model_t *m = res_store_model(rm)->model;
-    double t0 = now_s();
+    double t0 = util_now_s();
     if (res_acquire(res, rm, err, sizeof err))
         die("acquire", err);
     kv_seq_t *kv;
@@ -72,7 +66,7 @@ static double first_token(res_t *res, res_model_t *rm, fwd_t *fw, float *logits)
     fwd_seq_t s = {kv, prompt, 8, logits};
     if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
         die("forward", err);
-    double t = now_s() - t0;
+    double t = util_now_s() - t0;
     res_kv_free(res, kv);
     res_release(res, rm);
     return t;
@@ -154,7 +148,7 @@ static double decode_speed(backend_t *be, res_t *res, res_model_t *rm, fwd_t *fw
     float *lb = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
     if (!lb)
         die("decode", "out of memory");
-    double t0 = now_s();
+    double t0 = util_now_s();
     for (int i = 0; i < n; i++) {
         for (int b = 0; b < batch; b++) {
             tok[b] = (int32_t)(1 + ((uint32_t)i * 104729u + (uint32_t)b) % (m->hp.n_vocab - 1));
@@ -163,7 +157,7 @@ static double decode_speed(backend_t *be, res_t *res, res_model_t *rm, fwd_t *fw
         if (fwd_run(fw, &m->hp, res_weights(rm), d, batch, &h, err, sizeof err))
             die("decode", err);
     }
-    double t = now_s() - t0;
+    double t = util_now_s() - t0;
     memcpy(logits, lb, m->hp.n_vocab * sizeof(float));
     free(lb);
     for (int b = 0; b < batch; b++)
@@ -194,10 +188,10 @@ static double prefill_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logit
             res_kv_ensure(res, kv, n_tok, err, sizeof err))
             die("kv", err);
         fwd_seq_t s = {kv, prompt, n_tok, logits};
-        double t0 = now_s();
+        double t0 = util_now_s();
         if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
             die("prefill", err);
-        double t = now_s() - t0; /* the logits were downloaded: the pass is done */
+        double t = util_now_s() - t0; /* the logits were downloaded: the pass is done */
         if (t < best)
             best = t;
         res_kv_free(res, kv);
@@ -296,7 +290,10 @@ int main(int argc, char **argv)
     int threads = n_pos > 3 ? atoi(pos[3]) : 0;
     const char *kind = n_pos > 4 ? pos[4] : "sim";
     char err[512];
-    be_params_t bp = {.kind = kind, .memory = pool, .page_size = page, .threads = threads};
+    be_kind_t k;
+    if (be_kind_from_name(kind, &k))
+        die("backend", "unknown backend kind (auto, cpu, sim, cuda)");
+    be_params_t bp = {.kind = k, .memory = pool, .page_size = page, .threads = threads};
     backend_t *be = be_open(&bp, err, sizeof err);
     if (!be)
         die("backend", err);
@@ -309,11 +306,11 @@ int main(int argc, char **argv)
 
     if (cold_on)
         drop_cache(path);
-    double tc0 = now_s();
+    double tc0 = util_now_s();
     store_model_t *sm;
     if (store_load(st, "bench", path, &sm, err, sizeof err))
         die("load", err);
-    double load_s = now_s() - tc0;
+    double load_s = util_now_s() - tc0;
     res_model_t *rm;
     res_cfg_t cfg = {0};
     if (res_add(res, sm, &cfg, &rm, err, sizeof err))
@@ -382,9 +379,9 @@ int main(int argc, char **argv)
         res_model_stats(res, rm, &a);
         if (res_prefetch(res, rm, 0, err, sizeof err))
             die("prefetch", err);
-        double deadline = now_s() + RAW_COPY_TIMEOUT_S;
+        double deadline = util_now_s() + RAW_COPY_TIMEOUT_S;
         while (!res_fully_resident(res, rm)) {
-            if (now_s() > deadline)
+            if (util_now_s() > deadline)
                 die("page-in", "not fully resident within the timeout");
             usleep(100);
         }
@@ -402,9 +399,9 @@ int main(int argc, char **argv)
         /* plain memcpy of the same bytes into the mapped range (host-addressable
          * device memory only; elsewhere the column repeats the mapped raw copy) */
         if (host_addressable) {
-            double m0 = now_s();
+            double m0 = util_now_s();
             memcpy(res_model_base(rm), sm->image, sm->image_bytes);
-            double mc = now_s() - m0;
+            double mc = util_now_s() - m0;
             if (mc < best_memcpy) best_memcpy = mc;
         }
         /* raw copies of the same bytes, no mapping beside them: into the

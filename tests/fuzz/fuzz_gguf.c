@@ -2,9 +2,9 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "gguf.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
 
 #define FZ_MAX_ELEMS 4096 /* array elements read per value: the rest cost time, not coverage */
 

@@ -2,9 +2,9 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "ggufw.h"
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 /*
  * Input: one flags byte, then UTF-8 (or any) text.

@@ -1,8 +1,8 @@
 /* mkseeds: writes the GGUF seeds of tests/fuzz/corpus/gguf/ with ggufw (run once by hand; the files are committed).
  *
- *   make BUILD=build-fz build-fz/libengine.a build-fz/libtesttools.a
+ *   make BUILD=build-fz build-fz/libgpuswapd.a build-fz/libtesttools.a
  *   cc -std=c11 -D_GNU_SOURCE -iquote daemon/engine -iquote tests/tools/lib tests/fuzz/mkseeds.c \
- *      build-fz/libtesttools.a build-fz/libengine.a $(pkg-config --libs libpcre2-8) -lm -pthread \
+ *      build-fz/libtesttools.a build-fz/libgpuswapd.a $(pkg-config --libs libpcre2-8) -lm -pthread \
  *      -o /tmp/mkseeds && /tmp/mkseeds tests/fuzz/corpus/gguf
  */
 #include <stdio.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ggufw.h"
-#include "model.h"
-#include "quant.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
 
 static const char *dir;
 

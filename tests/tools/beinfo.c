@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 int main(int argc, char **argv)
 {
@@ -20,7 +20,12 @@ int main(int argc, char **argv)
     char blas[1536] = "";
     be_cuda_cublas(blas, sizeof blas);
     printf("cublas: %s\n", blas);
-    be_params_t p = {.kind = kind, .memory = mib << 20};
+    be_kind_t k;
+    if (be_kind_from_name(kind, &k)) {
+        fprintf(stderr, "%s: unknown backend '%s' (auto, cpu, sim, cuda)\n", argv[0], kind);
+        return 2;
+    }
+    be_params_t p = {.kind = k, .memory = mib << 20};
     backend_t *be = be_open(&p, err, sizeof err);
     if (!be) {
         printf("backend: %s: not opened: %s\n", kind, err);

@@ -9,9 +9,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "ggufw.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 /* ---------------------------------------------------------------- options */
 

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
+#include "engine/model.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -157,7 +157,7 @@ static void check_batch_equals_single(const char *args)
     char err[512];
     model_t *m = arch_open(args, err, sizeof err);
     cr_assert_not_null(m, "%s: %s", args, err);
-    be_params_t p = {.kind = "cpu", .threads = 2};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     fwd_t *f = fwd_new(be);
@@ -323,7 +323,7 @@ Test(arch, llama_with_linear_rope_batched_prefilled_and_stepwise_logits_are_iden
 static backend_t *arch_cpu(void)
 {
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = 2};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     return be;
@@ -418,7 +418,7 @@ Test(arch, attention_with_a_window_soft_cap_and_scale_matches_a_double_softmax)
 Test(arch, the_store_refuses_a_model_whose_features_the_backend_lacks_naming_them)
 {
     char err[512], path[256];
-    be_params_t p = {.kind = "sim", .memory = 8u << 20, .page_size = 64u << 10};
+    be_params_t p = {.kind = BE_KIND_SIM, .memory = 8u << 20, .page_size = 64u << 10};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     tu_mkmodel(path, sizeof path, ARCH_SHAPE " --arch gemma2 --window 16");

@@ -5,7 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend/backend.h"
+#include "base/util.h"
 
 #define PAGE (64u << 10)
 #define BYTES (4 * PAGE)
@@ -17,17 +18,10 @@ typedef struct fixture {
     be_event_t *ev;
 } fixture_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void fx_init(fixture_t *f)
 {
     char err[256] = "";
-    be_params_t p = {.kind = "sim", .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+    be_params_t p = {.kind = BE_KIND_SIM, .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
     f->be = be_open(&p, err, sizeof err);
     cr_assert_not_null(f->be, "%s", err);
     cr_assert_eq(f->be->reserve(f->be->ctx, BYTES, &f->base), 0);
@@ -75,16 +69,16 @@ Test(backend, event_sync_times_out_on_a_copy_still_in_flight_then_sees_it_land, 
     be_fault_t slow = {.kind = BE_FAULT_COPY_SLOW, .count = 1, .delay_ms = 400};
     cr_assert_eq(f.be->inject(f.be->ctx, &slow), 0);
     cr_assert_eq(f.be->copy_h2d(f.be->ctx, f.base, f.src, BYTES, f.ev), 0);
-    double t0 = now_s();
+    double t0 = util_now_s();
     cr_assert_eq(be_event_sync(f.be, f.ev, 0.05), BE_ERR_TIMEOUT);
-    double waited = now_s() - t0;
+    double waited = util_now_s() - t0;
     cr_assert(waited >= 0.05 && waited < 0.35, "waited %.3f s for a 0.05 s timeout", waited);
     cr_assert_eq(f.be->event_done(f.be->ctx, f.ev), 0, "the copy landed before its delay");
     be_copy_times_t t;
     cr_assert_neq(f.be->event_times(f.be->ctx, f.ev, &t), 0, "times of a pending copy");
     cr_assert_eq(be_event_sync(f.be, f.ev, 10.0), 0);
     cr_assert_eq(f.be->event_times(f.be->ctx, f.ev, &t), 0);
-    cr_assert_geq(now_s() - t0, 0.4);
+    cr_assert_geq(util_now_s() - t0, 0.4);
     fx_fini(&f);
 }
 
@@ -139,4 +133,73 @@ Test(backend, cublas_is_located_or_the_reason_named_and_none_selects_the_own_ker
     else
         cr_assert(strncmp(what, "none: ", 6) == 0 && strlen(what) > 6, "%s", what);
     cr_log_info("cuBLAS here: %s", what);
+}
+
+/* ------------------------------------------------------------------ ops tables */
+
+Test(backend, every_backend_opens_with_a_complete_static_ops_table)
+{
+    static const be_kind_t kinds[] = {BE_KIND_CPU, BE_KIND_SIM};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        char err[256] = "";
+        be_params_t p = {.kind = kinds[i], .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+        backend_t *be = be_open(&p, err, sizeof err);
+        cr_assert_not_null(be, "%s: %s", be_kind_name(kinds[i]), err);
+        cr_assert_not_null(be->ops);
+        cr_assert_str_eq(be->name, be_kind_name(kinds[i]));
+        /* the slots callers use are the table's, the optional ones filled in */
+        cr_assert_eq(be->matmul, be->ops->matmul);
+        cr_assert_eq(be->reserve, be->ops->reserve);
+        cr_assert_not_null(be->inject);
+        cr_assert_not_null(be->download);
+        be_close(be);
+    }
+}
+
+Test(backend, a_table_missing_a_required_slot_is_rejected_naming_it)
+{
+    char err[256] = "";
+    be_params_t p = {.kind = BE_KIND_SIM, .memory = 8 * PAGE, .page_size = PAGE, .threads = 1};
+    backend_t *sim = be_open(&p, err, sizeof err);
+    cr_assert_not_null(sim, "%s", err);
+    be_ops_t ops = *sim->ops;
+    ops.attention = NULL;
+    backend_t fake = {.name = "fake", .ctx = sim->ctx};
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), BE_ERR_ARG);
+    cr_assert(strstr(err, "fake") && strstr(err, "'attention'"), "%s", err);
+    ops = *sim->ops;
+    ops.close = NULL;
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), BE_ERR_ARG);
+    cr_assert(strstr(err, "'close'"), "%s", err);
+    cr_assert_eq(be_ops_install(&fake, NULL, err, sizeof err), BE_ERR_ARG);
+    /* optional slots may be missing: the dispatcher's fallbacks fill them */
+    ops = *sim->ops;
+    ops.inject = NULL;
+    ops.event_times = NULL;
+    ops.host_alloc = NULL;
+    memset(&fake, 0, sizeof fake);
+    fake.name = "fake";
+    cr_assert_eq(be_ops_install(&fake, &ops, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(fake.inject);
+    cr_assert_not_null(fake.event_times);
+    cr_assert_not_null(fake.host_alloc);
+    cr_assert_eq(fake.ops, &ops);
+    cr_assert_eq(fake.map, sim->map);
+    be_close(sim);
+}
+
+Test(backend, an_unknown_kind_is_refused_and_names_round_trip)
+{
+    char err[256] = "";
+    be_params_t p = {.kind = BE_KIND_COUNT};
+    cr_assert_null(be_open(&p, err, sizeof err));
+    cr_assert(strstr(err, "unknown backend kind"), "%s", err);
+    for (int k = 0; k < BE_KIND_COUNT; k++) {
+        be_kind_t back;
+        cr_assert_eq(be_kind_from_name(be_kind_name((be_kind_t)k), &back), 0);
+        cr_assert_eq(back, (be_kind_t)k);
+    }
+    be_kind_t x;
+    cr_assert_eq(be_kind_from_name("gpu", &x), BE_ERR_ARG);
+    cr_assert_null(be_kind_name(BE_KIND_COUNT));
 }

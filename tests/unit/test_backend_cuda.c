@@ -20,12 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "ggufw.h"
-#include "kv.h"
-#include "model.h"
-#include "quant.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -49,7 +49,7 @@ static backend_t *open_cuda_with(size_t memory, int own_gemm)
         char why[1024] = "";
         be_cuda_status(why, sizeof why);
         /* without a device the backend must still fail politely */
-        be_params_t p = {.kind = "cuda", .memory = memory};
+        be_params_t p = {.kind = BE_KIND_CUDA, .memory = memory};
         backend_t *be = be_open(&p, err, sizeof err);
         cr_assert_null(be, "cuda backend opened without a visible device");
         cr_assert(err[0] != '\0', "no reason given");
@@ -62,7 +62,7 @@ static backend_t *open_cuda_with(size_t memory, int own_gemm)
     char *saved = old ? strdup(old) : NULL;
     if (own_gemm)
         setenv("GPUSWAPD_CUBLAS", "none", 1);
-    be_params_t p = {.kind = "cuda", .memory = memory};
+    be_params_t p = {.kind = BE_KIND_CUDA, .memory = memory};
     backend_t *be = be_open(&p, err, sizeof err);
     if (own_gemm) {
         if (saved)
@@ -102,7 +102,7 @@ static backend_t *open_cpu(void)
     /* the cuda kernels take F32 activations: compare with the cpu's exact path */
     quant_path_set(QUANT_PATH_EXACT);
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = 2};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     return be;
@@ -385,7 +385,7 @@ Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
 static void check_rope(int neox)
 {
     backend_t *cu = open_cuda(), *cp = open_cpu();
-    model_hparams_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
+    be_rope_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
                           .rope_neox = neox};
     const uint32_t n_heads = 3;
     const size_t n_tok = 6, stride = 200;

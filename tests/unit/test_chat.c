@@ -67,12 +67,13 @@ Test(chat, every_recorded_template_is_detected_as_llama_cpp_detects_it)
         const char *want = json_string_value(json_object_get(v, "family"));
         const char *src = json_string_value(json_object_get(v, "source"));
         chat_family_t f = chat_detect(tmpl, strlen(tmpl));
-        const char *got = chat_family_name(f);
 
         if (strcmp(want, "unknown") == 0) /* llama.cpp: no template text or no family */
-            cr_assert(f == CHAT_UNKNOWN || (f == CHAT_NONE && !*tmpl), "%s: got %s, want unknown", src, got);
+            cr_assert(f == CHAT_UNKNOWN || (f == CHAT_NONE && !*tmpl), "%s: got family %d, want unknown", src,
+                      (int)f);
         else
-            cr_assert_str_eq(got, want, "%s (%.60s...): got %s, want %s", src, tmpl, got, want);
+            cr_assert_eq(f, chat_family_from_name(want), "%s (%.60s...): got family %d, want %s", src, tmpl,
+                         (int)f, want);
         n_real += strcmp(src, "synthetic") != 0 && strcmp(src, "the family name") != 0;
     }
     cr_assert_geq(n_real, 30, "the real templates of llama.cpp's test-chat-template are all there");
@@ -94,7 +95,6 @@ Test(chat, every_family_renders_every_recorded_conversation_exactly_as_llama_cpp
         json_t *want;
 
         cr_assert_neq(f, CHAT_UNKNOWN, "llama.cpp family \"%s\" is not in chat.c's table", family);
-        cr_assert_str_eq(chat_family_name(f), family);
         json_object_foreach(per, cname, want) {
             size_t n;
             proto_msg_t *m = conversation(json_object_get(convs, cname), &n);
@@ -122,8 +122,6 @@ Test(chat, family_names_round_trip_and_unknown_names_are_refused)
     cr_assert_eq(chat_family_from_name("Llama3"), CHAT_UNKNOWN);
     cr_assert_eq(chat_family_from_name(""), CHAT_UNKNOWN);
     cr_assert_eq(chat_family_from_name(NULL), CHAT_UNKNOWN);
-    cr_assert_str_eq(chat_family_name(CHAT_NONE), "none");
-    cr_assert_str_eq(chat_family_name(CHAT_UNKNOWN), "unknown");
     chat_family_list(list, sizeof list);
     cr_assert(strstr(list, "chatml, ") != NULL && strstr(list, "gemma") != NULL && strstr(list, "megrez") != NULL,
               "%s", list);

@@ -224,7 +224,7 @@ Test(config, values_of_every_type_are_read)
                        "scheduler:\n  policy: fifo\n  max_wait: 250ms\n  max_stall: 80ms\n  quantum: 2.5\n  drain_timeout: 1m\n"
                        "models:\n  - name: llama3:8b-q8_0\n    path: rel/m.gguf\n    pinned: yes\n    priority: 0.25\n"
                        "    kv_cache: 100MiB\n    gpu_quota: 1GiB\n    defaults: {temperature: 0, top_k: 0, top_p: 1,"
-                       " min_p: 0, repeat_penalty: 1.1, max_tokens: 4096}\n");
+                       " min_p: 0, repeat_penalty: 1.1, presence_penalty: -0.5, frequency_penalty: 2, max_tokens: 4096}\n");
     cr_assert_null(c->listen.socket);
     cr_assert_eq(c->listen.mode, 0644);
     cr_assert_str_eq(c->listen.tcp, "[::1]:9000");
@@ -247,6 +247,8 @@ Test(config, values_of_every_type_are_read)
     cr_assert_not_null(m);
     cr_assert_eq(m->pinned, 1);
     cr_assert_float_eq(m->defaults.repeat_penalty, 1.1f, 1e-7);
+    cr_assert_float_eq(m->defaults.presence_penalty, -0.5f, 1e-7);
+    cr_assert_float_eq(m->defaults.frequency_penalty, 2.0f, 1e-7);
     cr_assert_eq(m->defaults.max_tokens, 4096);
     cr_assert_eq(m->defaults.top_k, 0);
     cr_assert_null(cfg_find_model(c, "llama3"));
@@ -400,8 +402,12 @@ Test(config, a_value_out_of_bounds_is_an_error_naming_the_bounds)
                "t.yaml:4:15: invalid value \"0\" for models[0].priority (must be > 0 and <= 1000)");
     load_fails(MODELS "    priority: -1\n", CFG_ERR_INVALID,
                "t.yaml:4:15: invalid value \"-1\" for models[0].priority (must be > 0 and <= 1000)");
-    load_fails(MODELS "    defaults:\n      min_p: 1\n", CFG_ERR_INVALID,
-               "t.yaml:5:14: invalid value \"1\" for models[0].defaults.min_p (must be >= 0 and < 1)");
+    load_fails(MODELS "    defaults:\n      min_p: 1.5\n", CFG_ERR_INVALID,
+               "t.yaml:5:14: invalid value \"1.5\" for models[0].defaults.min_p (must be between 0 and 1)");
+    load_fails(MODELS "    defaults:\n      presence_penalty: 2.5\n", CFG_ERR_INVALID,
+               "t.yaml:5:25: invalid value \"2.5\" for models[0].defaults.presence_penalty (must be between -2 and 2)");
+    load_fails(MODELS "    defaults:\n      frequency_penalty: -3\n", CFG_ERR_INVALID,
+               "t.yaml:5:26: invalid value \"-3\" for models[0].defaults.frequency_penalty (must be between -2 and 2)");
     load_fails(MODELS "    defaults:\n      top_k: -5\n", CFG_ERR_INVALID,
                "t.yaml:5:14: invalid value \"-5\" for models[0].defaults.top_k (must be between 0 and 1000000)");
     load_fails("listen:\n  max_line: 100B\n" MODELS, CFG_ERR_INVALID,
@@ -822,7 +828,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "listen:\n  socket: \"/run/gpuswapd/gpuswapd.sock\"\n  mode: \"0660\"\n  tcp: ~\n  http: ~\n"
         "  max_line: 1MiB\n  max_connections: 1024\n",
         "admin:\n  socket: \"/run/gpuswapd/admin.sock\"\n  mode: \"0600\"\n  uids: []\n  gids: []\n",
-        "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  threads: 0\n",
+        "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  sim_load_bandwidth: 0\n"
+        "  threads: 0\n",
         "host:\n  memory: 0\n",
         "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  max_stall: 500ms\n  quantum: 4\n"
         "  queue_limit: 256\n"
@@ -830,7 +837,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
         "    pinned: false\n    max_batch: 16\n    max_context: 4096\n    chat_template: ~\n"
         "    defaults:\n      temperature: 0.8\n"
-        "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n      max_tokens: 256\n",
+        "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n"
+        "      presence_penalty: 0\n      frequency_penalty: 0\n      max_tokens: 256\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(p, want[i]), "printed:\n%s\nlacks:\n%s", p, want[i]);

@@ -7,19 +7,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "ggufw.h"
-#include "kv.h"
-#include "model.h"
-#include "pool.h"
-#include "quant.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "kernels/pool.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 static backend_t *cpu_be(int threads)
 {
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = threads};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = threads};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     return be;

@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "ggufw.h"
 
 #define NAME "test.gguf" /* the name hand-built buffers are opened under */

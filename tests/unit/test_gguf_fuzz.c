@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1

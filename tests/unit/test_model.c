@@ -4,9 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 Test(model, refuses_every_unimplemented_weight_type_naming_the_tensor_and_the_type)
@@ -49,15 +49,15 @@ Test(model, opens_a_file_that_mixes_block_types_per_tensor)
 #include <math.h>
 #include <stdlib.h>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv.h"
 
 /* Logits of the last of 8 prompt tokens. */
 static void last_logits(model_t *m, float *out)
 {
     char err[256];
-    be_params_t p = {.kind = "cpu", .threads = 1};
+    be_params_t p = {.kind = BE_KIND_CPU, .threads = 1};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     fwd_t *f = fwd_new(be);

@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 
-#include "pool.h"
+#include "kernels/pool.h"
 
 typedef struct acc {
     atomic_long sum;

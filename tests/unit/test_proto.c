@@ -122,6 +122,10 @@ static void assert_req_eq(const proto_req_t *a, const proto_req_t *b)
     cr_assert_eq(a->has_repeat_penalty, b->has_repeat_penalty);
     cr_assert_eq(a->has_top_k, b->has_top_k);
     cr_assert_eq(a->has_seed, b->has_seed);
+    cr_assert_eq(a->has_presence_penalty, b->has_presence_penalty);
+    cr_assert_eq(a->has_frequency_penalty, b->has_frequency_penalty);
+    cr_assert_eq(a->presence_penalty, b->presence_penalty);
+    cr_assert_eq(a->frequency_penalty, b->frequency_penalty);
     cr_assert_eq(a->max_tokens, b->max_tokens);
     cr_assert_eq(a->temperature, b->temperature);
     cr_assert_eq(a->top_p, b->top_p);
@@ -160,7 +164,8 @@ Test(proto, generate_with_a_prompt_and_every_sampling_field_parses)
     proto_req_t r;
     parse_ok("{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once upon a time\","
              "\"max_tokens\":64,\"temperature\":0,\"top_k\":40,\"top_p\":0.9,\"min_p\":0.05,"
-             "\"repeat_penalty\":1.1,\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
+             "\"repeat_penalty\":1.1,\"presence_penalty\":-0.5,\"frequency_penalty\":2,"
+             "\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
              0, &r);
     cr_assert_eq(r.op, PROTO_OP_GENERATE);
     cr_assert_str_eq(json_string_value(r.id), "r1");
@@ -173,6 +178,8 @@ Test(proto, generate_with_a_prompt_and_every_sampling_field_parses)
     cr_assert(r.has_top_p && r.top_p == 0.9f);
     cr_assert(r.has_min_p && r.min_p == 0.05f);
     cr_assert(r.has_repeat_penalty && r.repeat_penalty == 1.1f);
+    cr_assert(r.has_presence_penalty && r.presence_penalty == -0.5f);
+    cr_assert(r.has_frequency_penalty && r.frequency_penalty == 2.0f);
     cr_assert(r.has_seed && r.seed == 42);
     cr_assert_eq(r.n_stop, 2);
     cr_assert_str_eq(r.stop[0], "\n");
@@ -189,7 +196,7 @@ Test(proto, generate_without_sampling_fields_leaves_every_has_flag_clear)
     cr_assert_null(r.id);
     cr_assert_str_eq(r.prompt, "");
     cr_assert(!r.has_max_tokens && !r.has_temperature && !r.has_top_p && !r.has_min_p && !r.has_repeat_penalty &&
-              !r.has_top_k && !r.has_seed);
+              !r.has_top_k && !r.has_seed && !r.has_presence_penalty && !r.has_frequency_penalty);
     cr_assert_eq(r.n_stop, 0);
     cr_assert_null(r.stop);
     cr_assert_eq(r.stream, 0);
@@ -394,16 +401,21 @@ Test(proto, sampling_values_out_of_range_are_bad_request)
 {
     const char *pre = "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",";
     static const struct { const char *tail, *want; } cases[] = {
-        {"\"temperature\":-0.1}", "field 'temperature' must be >= 0"},
+        {"\"temperature\":-0.1}", "field 'temperature' must be in [0, 100] (got -0.1)"},
+        {"\"temperature\":100.5}", "field 'temperature' must be in [0, 100]"},
+        {"\"presence_penalty\":2.5}", "field 'presence_penalty' must be in [-2, 2] (got 2.5)"},
+        {"\"frequency_penalty\":-2.01}", "field 'frequency_penalty' must be in [-2, 2]"},
+        {"\"presence_penalty\":\"x\"}", "field 'presence_penalty' must be a number"},
         {"\"top_p\":0}", "field 'top_p' must be in (0, 1]"},
         {"\"top_p\":1.5}", "field 'top_p' must be in (0, 1] (got 1.5)"},
         {"\"top_p\":-1}", "field 'top_p'"},
         {"\"min_p\":1.01}", "field 'min_p' must be in [0, 1]"},
         {"\"min_p\":-0.5}", "field 'min_p'"},
-        {"\"repeat_penalty\":0}", "field 'repeat_penalty' must be > 0"},
+        {"\"repeat_penalty\":0}", "field 'repeat_penalty' must be in (0, 100]"},
         {"\"max_tokens\":-1}", "field 'max_tokens' must be in 0 .. 2147483647 (got -1)"},
         {"\"max_tokens\":2147483648}", "field 'max_tokens'"},
         {"\"top_k\":-1}", "field 'top_k'"},
+        {"\"top_k\":1000001}", "field 'top_k' must be in 0 .. 1000000"},
         {"\"seed\":-1}", "field 'seed'"},
     };
     char line[512];
@@ -689,6 +701,9 @@ Test(proto, encode_request_round_trips_every_op)
     round_trip("{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once\\nupon \\u00e9\","
                "\"max_tokens\":64,\"temperature\":0.7,\"top_k\":40,\"top_p\":0.95,\"min_p\":0.05,"
                "\"repeat_penalty\":1.1,\"seed\":9223372036854775807,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
+               0);
+    round_trip("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"presence_penalty\":-1.5,\"frequency_penalty\":0.25}",
                0);
     round_trip("{\"op\":\"generate\",\"id\":2,\"model\":\"m\",\"tokens\":[785,3974,0],\"temperature\":0.123456789}", 0);
     round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\",\"stop\":\"x\",\"temperature\":3e-7}", 0);

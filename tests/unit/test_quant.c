@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "engine/gguf.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 static uint64_t st = 0x9e3779b97f4a7c15ull;

@@ -5,11 +5,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "forward.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
 #include "testutil.h"
+#include "base/util.h"
 
 #define PAGE (64u << 10)
 #define MAX_MODELS 4
@@ -66,7 +67,9 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
 static backend_t *open_be(const char *kind, size_t mem, double bw)
 {
     char err[256];
-    be_params_t p = {.kind = kind, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
+    be_kind_t k;
+    cr_assert_eq(be_kind_from_name(kind, &k), 0, "%s", kind);
+    be_params_t p = {.kind = k, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
                      .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
@@ -270,19 +273,12 @@ typedef struct rec_hooks {
     double t_layer0;
 } rec_hooks_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int rec_wait(void *ctx, uint32_t seg)
 {
     rec_hooks_t *h = ctx;
     int rc = h->inner.wait(h->inner.ctx, seg);
     if (seg == FWD_SEG_LAYER(0) && h->t_layer0 == 0)
-        h->t_layer0 = now_s();
+        h->t_layer0 = util_now_s();
     return rc;
 }
 
@@ -313,9 +309,9 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
         for (int r = 0; r < 3; r++) {
             kv_seq_reset(kv0);
             fwd_seq_t s0 = {kv0, longp, NP, lg};
-            double t = now_s();
+            double t = util_now_s();
             cr_assert_eq(fwd_run(f.fw, &m0->hp, res_weights(f.rm[0]), &s0, 1, &h0, e, sizeof e), 0);
-            t = now_s() - t;
+            t = util_now_s() - t;
             if (r > 0 && t < best)
                 best = t;
         }
@@ -339,9 +335,9 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
     fwd_seq_t s = {kv, longp, NP, logits};
     cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
     kv_seq_reset(kv);
-    double c0 = now_s();
+    double c0 = util_now_s();
     cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
-    double compute = now_s() - c0;
+    double compute = util_now_s() - c0;
     res_release(f.res, f.rm[0]);
     cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
 
@@ -354,10 +350,10 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
         kv_seq_reset(kv);
         rec_hooks_t rh = {.inner = res_hooks(f.rm[0])};
         fwd_hooks_t hh = {.wait = rec_wait, .ctx = &rh};
-        double t0 = now_s();
+        double t0 = util_now_s();
         cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
         cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &hh, err, sizeof err), 0);
-        double ttft = now_s() - t0;
+        double ttft = util_now_s() - t0;
         res_release(f.res, f.rm[0]);
         uint32_t last = f.sm[0]->n_segs - 1;
         be_copy_times_t first_t, last_t;
@@ -703,29 +699,29 @@ Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covere
     cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "only a window is queued: not runnable yet (%d of %u)",
               res_inflight(f.rm[0]), f.sm[0]->n_segs);
     /* queue the rest as the window drains, never blocking */
-    double t0 = now_s();
+    double t0 = util_now_s();
     int polls = 0;
     while (res_ready_in(f.res, f.rm[0], 0) != 0) {
-        double t = now_s();
+        double t = util_now_s();
         cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0);
-        cr_assert_lt(now_s() - t, 0.05, "queueing a window must not wait for copies");
+        cr_assert_lt(util_now_s() - t, 0.05, "queueing a window must not wait for copies");
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
         polls++;
     }
-    double took = now_s() - t0;
+    double took = util_now_s() - t0;
     cr_assert(res_fully_resident(f.res, f.rm[0]), "no compute measured: runnable once all landed");
     cr_assert_gt(polls, 10);
     cr_assert_gt(took, 0.2, "%.3f s", took);
     /* with a pass as long as the copy the last layers need not have landed */
     cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
     cr_assert_eq(res_prefetch(f.res, f.rm[0], RES_EVICT_ANY, err, sizeof err), 0);
-    t0 = now_s();
+    t0 = util_now_s();
     while (res_ready_in(f.res, f.rm[0], 0.5) != 0) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    cr_assert_lt(now_s() - t0, 0.25, "covered before the whole copy landed (%.3f s)", now_s() - t0);
+    cr_assert_lt(util_now_s() - t0, 0.25, "covered before the whole copy landed (%.3f s)", util_now_s() - t0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
     run_and_check(&f, 0); /* the pass waits for what is still in flight, logits exact */
     res_release(f.res, f.rm[0]);

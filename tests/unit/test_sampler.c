@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "engine/sampler.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -276,6 +276,90 @@ Test(sampler, repetition_penalty_applies_once_per_distinct_token)
     float scratch[3];
     cr_assert_eq(sample_copy(s, l, 3, scratch), 0);
     sampler_free(s);
+}
+
+Test(sampler, presence_penalty_is_subtracted_once_from_each_generated_token)
+{
+    sampler_params_t p = plain_params(0.0f, 0);
+    p.presence_penalty = 0.5f;
+    sampler_t *s = new_or_fail(&p, 3);
+    /* prompt tokens do not count: 0 stays ahead of 1 by 0.4 */
+    sampler_accept(s, 0);
+    const float l[3] = {3.0f, 2.6f, 2.2f};
+    float scratch[3];
+    cr_assert_eq(sample_copy(s, l, 3, scratch), 0);
+    /* 0 was generated: 2.5 < 2.6 -> 1; then 1 too: 2.5, 2.1, 2.2 -> 0 */
+    cr_assert_eq(sample_copy(s, l, 3, scratch), 1);
+    cr_assert_eq(sample_copy(s, l, 3, scratch), 0);
+    /* 0 generated twice: still penalised once (2.5 vs 2.1 vs 2.2) */
+    cr_assert_eq(sample_copy(s, l, 3, scratch), 0);
+    /* the logits handed over are the penalised ones */
+    cr_assert_float_eq(scratch[0], 2.5f, 1e-6);
+    cr_assert_float_eq(scratch[1], 2.1f, 1e-6);
+    cr_assert_float_eq(scratch[2], 2.2f, 1e-6);
+    sampler_free(s);
+}
+
+Test(sampler, frequency_penalty_grows_with_each_occurrence)
+{
+    sampler_params_t p = plain_params(0.0f, 0);
+    p.frequency_penalty = 0.3f;
+    sampler_t *s = new_or_fail(&p, 3);
+    const float l[3] = {3.0f, 2.5f, 0.0f};
+    float scratch[3];
+    /* 0 (3.0), 0 (2.7), then 2.4 < 2.5 -> 1, then 2.4 vs 2.2 -> 0, then 2.1 vs 2.2 -> 1 */
+    const int32_t want[5] = {0, 0, 1, 0, 1};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(sample_copy(s, l, 3, scratch), want[i], "step %d", i);
+    /* the last step saw counts 3 and 1: 3.0 - 0.9, 2.5 - 0.3 */
+    cr_assert_float_eq(scratch[0], 2.1f, 1e-6);
+    cr_assert_float_eq(scratch[1], 2.2f, 1e-6);
+    cr_assert_float_eq(scratch[2], 0.0f, 1e-6);
+    sampler_free(s);
+}
+
+Test(sampler, negative_presence_penalty_favours_generated_tokens)
+{
+    sampler_params_t p = plain_params(0.0f, 0);
+    p.presence_penalty = -2.0f;
+    sampler_t *s = new_or_fail(&p, 3);
+    const float l[3] = {1.0f, 2.0f, 2.5f};
+    float scratch[3];
+    cr_assert_eq(sample_copy(s, l, 3, scratch), 2);
+    /* 2 is boosted to 4.5, so it repeats */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sample_copy(s, l, 3, scratch), 2);
+    sampler_free(s);
+}
+
+Test(sampler, non_finite_presence_or_frequency_penalty_is_rejected)
+{
+    sampler_params_t p = plain_params(1.0f, 0);
+    char err[256] = "";
+    p.presence_penalty = NAN;
+    cr_assert_null(sampler_new(&p, 10, err, sizeof err));
+    cr_assert(strstr(err, "presence_penalty"), "%s", err);
+    p.presence_penalty = 0;
+    p.frequency_penalty = INFINITY;
+    cr_assert_null(sampler_new(&p, 10, err, sizeof err));
+    cr_assert(strstr(err, "frequency_penalty"), "%s", err);
+}
+
+Test(sampler, the_table_gives_the_defaults_and_ranges)
+{
+    sampler_params_t p;
+    sampler_params_default(&p);
+    cr_assert_float_eq(p.presence_penalty, 0.0f, 1e-9);
+    cr_assert_float_eq(p.frequency_penalty, 0.0f, 1e-9);
+    const sampler_param_desc_t *d = sampler_param_find("presence_penalty");
+    cr_assert_not_null(d);
+    cr_assert(sampler_param_in_range(d, -2.0) && sampler_param_in_range(d, 2.0));
+    cr_assert(!sampler_param_in_range(d, 2.01) && !sampler_param_in_range(d, NAN));
+    d = sampler_param_find("top_p");
+    cr_assert(!sampler_param_in_range(d, 0.0) && sampler_param_in_range(d, 1.0), "top_p is (0, 1]");
+    char buf[64];
+    cr_assert_str_eq(sampler_param_range_text(d, buf, sizeof buf), "(0, 1]");
+    cr_assert_null(sampler_param_find("presence"));
 }
 
 /* ------------------------------------------------------------------ distribution */

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "ggufw.h"
 #include "testutil.h"
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -58,13 +58,13 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s >/dev/null", tu_build_dir(), path, args);
     cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);
 }
-#include "model.h"
+#include "engine/model.h"
 /* A small random model (dim 64, 2 layers, GQA 4/2, vocab 300) of the given
  * weight type, llama or (qwen = 1) qwen2 with biases; fails the test on error.
  * Free with model_close. (tu_model.c) */
 model_t *tu_tiny_model(uint32_t type, int qwen);
 
-#include "backend.h"
+#include "backend/backend.h"
 /* Pages a generated F16 model (6 layers) through the store and the residency
  * manager on be and asserts that a pass right after evicting everything and
  * passes streamed under a gpu_quota of the minimum to run equal a resident

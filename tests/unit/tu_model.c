@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "ggufw.h"
-#include "model.h"
-#include "quant.h"
+#include "engine/model.h"
+#include "kernels/quant.h"
 #include "testutil.h"
 
 static uint64_t tu_rng_state = 42;

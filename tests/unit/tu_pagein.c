@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "forward.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
 #include "testutil.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "engine/forward.h"
 #include "residency.h"
 #include "store.h"
 #include "vbackend.h"

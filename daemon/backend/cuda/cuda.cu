@@ -37,8 +37,9 @@
 #include <new>
 
 extern "C" {
-#include "backend.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "kernels/quant.h"
+#include "kernels/wtype.h"
 }
 
 /* ------------------------------------------------------------------ tuning */
@@ -1198,13 +1199,13 @@ static int type_ok(uint32_t t)
 }
 
 /* Alignment the kernels' loads need for a weight of this type. */
-static int weight_aligned(const model_weight_t *w)
+static int weight_aligned(const be_tensor_t *w)
 {
     uintptr_t a = (uintptr_t)w->data;
     return w->type == GGUF_T_F32 ? a % 4 == 0 : a % 2 == 0;
 }
 
-static int c_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok,
                    float *out, size_t stride)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
@@ -1261,7 +1262,7 @@ static int c_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
 
 static int gemv_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const size_t rb = quant_row_bytes(w->type, w->n_in);
     const uint8_t *wd = (const uint8_t *)w->data;
     const bool aligned16 = (uintptr_t)wd % 16 == 0 && rb % 16 == 0;
@@ -1338,7 +1339,7 @@ static int to_half(cu_ctx_t *c, uint32_t type, const float *x, size_t xs, uint32
 static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok,
                        uint32_t *xh_type, uint32_t *xh_n_in)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const float one = 1.0f, zero = 0.0f;
     const void *b = x;
     int ldb = (int)xs;
@@ -1367,7 +1368,7 @@ static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
 /* The GEMM without cuBLAS: k_gemm_tiled over tiles of rows and tokens. */
 static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
 {
-    const model_weight_t *w = jb->w;
+    const be_tensor_t *w = jb->w;
     const size_t rb = quant_row_bytes(w->type, w->n_in);
     const uint8_t *wd = (const uint8_t *)w->data;
     const size_t max_tok = (size_t)GRID_Y_MAX * GEMM_TILE;
@@ -1408,7 +1409,7 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
     if (n_tok == 0)
         return 0;
     for (int j = 0; j < n_jobs; j++) {
-        const model_weight_t *w = jobs[j].w;
+        const be_tensor_t *w = jobs[j].w;
         if (!w->data || !type_ok(w->type) || !weight_aligned(w) || !quant_row_bytes(w->type, w->n_in))
             return BE_ERR_ARG;
     }
@@ -1419,7 +1420,7 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
     uint32_t xh_type = UINT32_MAX, xh_n_in = 0;
     for (int j = 0; j < n_jobs && !rc; j++) {
         const be_mm_t *jb = &jobs[j];
-        const model_weight_t *w = jb->w;
+        const be_tensor_t *w = jb->w;
         if (w->n_out == 0)
             continue;
         const bool gemm = n_tok >= MM_GEMM_MIN_TOK && w->type != GGUF_T_Q8_0 && w->n_in > 0 &&
@@ -1472,7 +1473,7 @@ static int c_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
 }
 
 static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
-                  const uint32_t *pos, const model_hparams_t *hp)
+                  const uint32_t *pos, const be_rope_t *hp)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     if (n_tok == 0 || hp->rope_dim < 2 || n_heads == 0)
@@ -1956,6 +1957,42 @@ extern "C" int be_cuda_probe(void)
     return n > 0 ? n : 0;
 }
 
+/* The slots in be_ops_t order (designated initializers in declaration order, as C++ wants). */
+static const be_ops_t cuda_ops = {
+    .reserve = c_reserve,
+    .map = c_map,
+    .unmap = c_unmap,
+    .release = c_release,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .event_new = c_event_new,
+    .event_free = c_event_free,
+    .copy_h2d = c_copy_h2d,
+    .wait = c_wait,
+    .event_done = c_event_done,
+    .event_times = c_event_times,
+    .sync = c_sync,
+    .buf_alloc = c_buf_alloc,
+    .buf_free = c_buf_free,
+    .download = c_download,
+    .upload = c_upload,
+    .embed = c_embed,
+    .rmsnorm = c_rmsnorm,
+    .matmul = c_matmul,
+    .add_bias = c_add_bias,
+    .rope = c_rope,
+    .kv_store = c_kv_store,
+    .attention = c_attention,
+    .silu_mul = c_silu_mul,
+    .add = c_add,
+    .gather = c_gather,
+    .scale = nullptr,    /* no embedding-scale, soft-cap or GELU kernels: model_feats */
+    .softcap = nullptr,  /* lists none of the features that need them */
+    .gelu_mul = nullptr,
+    .inject = nullptr, /* no fault injection: be_open supplies the fallback */
+    .close = c_close,
+};
+
 extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen)
 {
     int n = 0;
@@ -2074,39 +2111,11 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->zero_copy = 0;
     be->needs_pinned = 1;
     /* RoPE factors, linear scaling and attention factor in k_rope, q/k norms
-     * through rmsnorm;
-     * no embedding scale, soft-cap, sliding-window or GELU kernels yet, so
-     * gemma2/gemma3 and windowed phi3 models are refused at load */
+     * through rmsnorm; no embedding scale, soft-cap, sliding-window or GELU
+     * kernels yet, so gemma2/gemma3 and windowed phi3 models are refused at load */
     be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_ROPE_MSCALE |
                       MODEL_FEAT_QK_NORM;
-    be->reserve = c_reserve;
-    be->map = c_map;
-    be->unmap = c_unmap;
-    be->release = c_release;
-    be->host_alloc = c_host_alloc;
-    be->host_free = c_host_free;
-    be->event_new = c_event_new;
-    be->event_free = c_event_free;
-    be->copy_h2d = c_copy_h2d;
-    be->wait = c_wait;
-    be->event_done = c_event_done;
-    be->event_times = c_event_times;
-    be->sync = c_sync;
-    be->buf_alloc = c_buf_alloc;
-    be->buf_free = c_buf_free;
-    be->download = c_download;
-    be->upload = c_upload;
-    be->embed = c_embed;
-    be->rmsnorm = c_rmsnorm;
-    be->matmul = c_matmul;
-    be->add_bias = c_add_bias;
-    be->rope = c_rope;
-    be->kv_store = c_kv_store;
-    be->attention = c_attention;
-    be->silu_mul = c_silu_mul;
-    be->add = c_add;
-    be->gather = c_gather;
-    be->close = c_close;
+    be->ops = &cuda_ops;
     return be;
 fail:
     cudaGetLastError();

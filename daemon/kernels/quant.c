@@ -1,11 +1,11 @@
 /* quant: weight formats (F32, F16, BF16, the legacy, K and IQ4 block quants), their conversions and the dot kernels. */
-#include "quant.h"
+#include "kernels/quant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "kernels/wtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -744,11 +744,6 @@ static quant_path_t path_cur = QUANT_PATH_FAST;
 void quant_path_set(quant_path_t p)
 {
     path_cur = p;
-}
-
-quant_path_t quant_path_get(void)
-{
-    return path_cur;
 }
 
 quant_act_t quant_act_of(uint32_t type)

@@ -107,7 +107,6 @@ typedef enum quant_path {
     QUANT_PATH_EXACT = 1,
 } quant_path_t;
 void quant_path_set(quant_path_t p);
-quant_path_t quant_path_get(void);
 
 /* The activation format the engine uses for weights of this type under the
  * current path (QUANT_ACT_F32: plain F32 vectors, quant_dot_tile). */

@@ -1,5 +1,5 @@
 /* pool: a fixed thread pool that runs one parallel job at a time (fork-join). */
-#include "pool.h"
+#include "kernels/pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,12 +1,12 @@
 /* cpu_ops: the CPU kernels behind the backend vtable, shared by the cpu and sim backends. */
-#include "cpu_ops.h"
+#include "kernels/cpu_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "kernels/quant.h"
+#include "kernels/wtype.h"
 
 /* Tokens per GEMM block: keeps the activations of a block in L2 while the
  * weight rows stream through. */
@@ -20,14 +20,10 @@ struct cpuk {
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
 
-/* Backend contexts start with the kernel state. */
-typedef struct cpuk_holder {
-    cpuk_t *k;
-} cpuk_holder_t;
-
+/* Backend contexts start with the kernel state (CPUK_CTX_CHECK). */
 static cpuk_t *K(void *ctx)
 {
-    return ((cpuk_holder_t *)ctx)->k;
+    return ((cpuk_ctx_t *)ctx)->k;
 }
 
 cpuk_t *cpuk_new(pool_t *pool)
@@ -51,7 +47,7 @@ void cpuk_free(cpuk_t *k)
 /* ------------------------------------------------------------------ matmul */
 
 typedef struct mm_task {
-    const be_mm_t *jobs;
+    const kern_mm_t *jobs;
     int n_jobs;
     const float *x;
     size_t x_stride, n_tok;
@@ -71,7 +67,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
         size_t te = tb + CPUK_TOK_BLOCK < t->n_tok ? tb + CPUK_TOK_BLOCK : t->n_tok;
         long base = 0;
         for (int j = 0; j < t->n_jobs; j++) {
-            const be_mm_t *jb = &t->jobs[j];
+            const kern_mm_t *jb = &t->jobs[j];
             long n_out = jb->w->n_out;
             long r0 = lo > base ? lo - base : 0;
             long r1 = hi - base < n_out ? hi - base : n_out;
@@ -108,7 +104,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
     }
 }
 
-static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
+int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
     cpuk_t *k = K(ctx);
@@ -127,11 +123,11 @@ static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
             continue;
         size_t rb = quant_act_bytes((quant_act_t)a, width[a]);
         if (!rb)
-            return BE_ERR_ARG;
+            return KERN_ERR_ARG;
         if (rb * n_tok > k->xq_cap[a]) {
             void *p = malloc(rb * n_tok);
             if (!p)
-                return BE_ERR_NOMEM;
+                return KERN_ERR_NOMEM;
             free(k->xq[a]);
             k->xq[a] = p;
             k->xq_cap[a] = rb * n_tok;
@@ -148,7 +144,7 @@ static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
 
 /* ------------------------------------------------------------------ small ops */
 
-static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, size_t n_tok,
+int cpuk_embed(void *ctx, const kern_tensor_t *tab, const int32_t *ids, size_t n_tok,
                    float *out, size_t stride)
 {
     (void)ctx;
@@ -159,7 +155,7 @@ static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, siz
     return 0;
 }
 
-static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
                      size_t stride, float eps)
 {
     (void)ctx;
@@ -176,7 +172,7 @@ static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
     return 0;
 }
 
-static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
+int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -187,7 +183,7 @@ static int k_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t 
 
 /* Angle per position of pair i: base^(-2i/rope_dim), times the linear
  * scale, divided by the pair's frequency factor (llama3 rope_freqs). */
-static float k_rope_freq(const model_hparams_t *hp, uint32_t i)
+static float k_rope_freq(const kern_rope_t *hp, uint32_t i)
 {
     float f = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
     if (hp->rope_freq_scale != 0.0f)
@@ -197,8 +193,8 @@ static float k_rope_freq(const model_hparams_t *hp, uint32_t i)
     return f;
 }
 
-static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
-                  const uint32_t *pos, const model_hparams_t *hp)
+int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
+              const uint32_t *pos, const kern_rope_t *hp)
 {
     (void)ctx;
     uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
@@ -230,23 +226,23 @@ static int k_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n
     return 0;
 }
 
-static inline size_t kv_off(const be_att_t *a, uint32_t pos)
+static inline size_t kv_off(const kern_att_t *a, uint32_t pos)
 {
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
 /* Address of element off of a cache of the att's type. */
-static inline void *kv_at(const be_att_t *a, void *base, size_t off)
+static inline void *kv_at(const kern_att_t *a, void *base, size_t off)
 {
-    return (char *)base + off * kv_type_size(a->kv_type);
+    return (char *)base + off * (a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float));
 }
 
-static int k_kv_store(void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)
+int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
 {
     (void)ctx;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
     for (size_t t = 0; t < n_tok; t++) {
-        const be_tok_t *bt = &a->toks[t];
+        const kern_tok_t *bt = &a->toks[t];
         void *kd = kv_at(a, bt->k_base, kv_off(a, bt->pos));
         void *vd = kv_at(a, bt->v_base, kv_off(a, bt->pos));
         if (a->kv_type == KV_TYPE_F16) {
@@ -262,7 +258,7 @@ static int k_kv_store(void *ctx, const be_att_t *a, const float *k, const float 
 
 typedef struct att_task {
     cpuk_t *k;
-    const be_att_t *a;
+    const kern_att_t *a;
     const float *q;
     float *out;
     size_t n_tok;
@@ -278,7 +274,7 @@ static size_t att_slot(const cpuk_t *k)
 static void att_worker(void *ctxp, int tid, int nth)
 {
     const att_task_t *at = ctxp;
-    const be_att_t *a = at->a;
+    const kern_att_t *a = at->a;
     uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
     int f16 = a->kv_type == KV_TYPE_F16;
     float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
@@ -290,7 +286,7 @@ static void att_worker(void *ctxp, int tid, int nth)
     for (long item = lo; item < hi; item++) {
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
-        const be_tok_t *bt = &a->toks[t];
+        const kern_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
         if (f16) { /* as an F16 x F16 product would see it: q rounded to half */
@@ -332,11 +328,11 @@ static void att_worker(void *ctxp, int tid, int nth)
     }
 }
 
-static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
+int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, size_t n_tok)
 {
     cpuk_t *k = K(ctx);
     if (a->kv_type != KV_TYPE_F16 && a->kv_type != KV_TYPE_F32)
-        return BE_ERR_ARG;
+        return KERN_ERR_ARG;
     size_t need = 0;
     for (size_t t = 0; t < n_tok; t++)
         if ((size_t)a->toks[t].pos + 1 > need)
@@ -346,7 +342,7 @@ static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out,
         size_t hd_n = a->head_dim > k->cap_hd ? a->head_dim : k->cap_hd;
         float *s = malloc((size_t)pool_size(k->pool) * (ctx_n + 2 * hd_n) * sizeof(float));
         if (!s)
-            return BE_ERR_NOMEM;
+            return KERN_ERR_NOMEM;
         free(k->scores);
         k->scores = s;
         k->cap_ctx = ctx_n;
@@ -357,7 +353,7 @@ static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     return 0;
 }
 
-static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++) {
@@ -369,7 +365,7 @@ static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
     return 0;
 }
 
-static int k_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
+int cpuk_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -378,7 +374,7 @@ static int k_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, f
     return 0;
 }
 
-static int k_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
+int cpuk_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -388,7 +384,7 @@ static int k_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride,
 }
 
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -403,7 +399,7 @@ static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t 
     return 0;
 }
 
-static int k_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
+int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t t = 0; t < n_tok; t++)
@@ -412,7 +408,7 @@ static int k_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, si
     return 0;
 }
 
-static int k_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
+int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
                     size_t n, size_t stride)
 {
     (void)ctx;
@@ -421,43 +417,20 @@ static int k_gather(void *ctx, float *dst, const float *src, const uint32_t *row
     return 0;
 }
 
-static void *k_buf_alloc(void *ctx, size_t bytes)
+void *cpuk_buf_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
     return malloc(bytes ? bytes : 1);
 }
 
-static void k_buf_free(void *ctx, void *p)
+void cpuk_buf_free(void *ctx, void *p)
 {
     (void)ctx;
     free(p);
 }
 
-static int k_sync(void *ctx)
+int cpuk_sync(void *ctx)
 {
     (void)ctx;
     return 0;
-}
-
-void cpuk_fill(backend_t *be)
-{
-    be->buf_alloc = k_buf_alloc;
-    be->buf_free = k_buf_free;
-    be->download = NULL;
-    be->upload = NULL;
-    be->sync = k_sync;
-    be->embed = k_embed;
-    be->rmsnorm = k_rmsnorm;
-    be->matmul = k_matmul;
-    be->add_bias = k_add_bias;
-    be->rope = k_rope;
-    be->kv_store = k_kv_store;
-    be->attention = k_attention;
-    be->silu_mul = k_silu_mul;
-    be->add = k_add;
-    be->gather = k_gather;
-    be->scale = k_scale;
-    be->softcap = k_softcap;
-    be->gelu_mul = k_gelu_mul;
-    be->model_feats = MODEL_FEAT_ALL;
 }

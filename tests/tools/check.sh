@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `make check`: the source rules the compiler does not enforce. Usage: tests/tools/check.sh [ROOT]
+# (default: the repository). Exits 1 naming every finding of:
+#   layers    a daemon include against the layer order base -> kernels -> backend -> engine ->
+#             daemon/ (a file includes only its own layer or those below; proto/ and config/ count
+#             as daemon/), or a daemon/ header included without its layer's path
+#   cuda      a CUDA header (cuda*.h, cublas*.h, nvml.h, ...) or a .cu/.cuh file outside
+#             daemon/backend/cuda/
+#   format    a `clang-format --dry-run` difference (.clang-format) in a C, header or CUDA file
+#   unused    a `cppcheck --enable=unusedFunction` finding not listed in tests/tools/check-unused.txt
+# CHECK_ONLY="layers cuda" runs some of them.
+set -u
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$root" || exit 2
+only=${CHECK_ONLY:-layers cuda format unused}
+fail=0
+say() { echo "check: $*"; fail=1; }
+
+# The C, header and CUDA files the rules look at: git's when this is a checkout, else all.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ "$(git rev-parse --show-toplevel)" = "$PWD" ]; then
+    files=$(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cu' '*.cuh')
+else
+    files=$(find daemon proto config clients tests -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort)
+fi
+
+layer_of() { # path -> rank, or empty for files outside the daemon's layers
+    case $1 in
+    daemon/base/*) echo 0 ;;
+    daemon/kernels/*) echo 1 ;;
+    daemon/backend/*) echo 2 ;;
+    daemon/engine/*) echo 3 ;;
+    daemon/*/*) echo 9 ;; # a folder not in the order
+    daemon/* | proto/* | config/*) echo 4 ;;
+    esac
+}
+
+if [[ " $only " == *" layers "* ]]; then
+    for f in $files; do
+        me=$(layer_of "$f")
+        [ -n "$me" ] || continue
+        [ "$me" = 9 ] && { say "layers: $f: daemon/$(echo "$f" | cut -d/ -f2)/ is not a layer (base kernels backend engine)"; continue; }
+        dir=$(dirname "$f")
+        while IFS=: read -r line inc; do
+            # resolve as the compiler does: next to the file, then -iquote daemon, proto, config;
+            # a bare name found only inside a layer's folder is one written without its path
+            target= how=
+            if [ -f "$dir/$inc" ]; then target=$dir/$inc how=local
+            elif [ -f "daemon/$inc" ]; then target=daemon/$inc how=path
+            elif [ -f "proto/$inc" ]; then target=proto/$inc how=path
+            elif [ -f "config/$inc" ]; then target=config/$inc how=path
+            else
+                for l in base kernels backend engine backend/cuda; do
+                    [ -f "daemon/$l/$inc" ] && { target=daemon/$l/$inc how=bare; break; }
+                done
+            fi
+            [ -n "$target" ] || continue # a system or generated header
+            target=$(realpath -m --relative-to=. "$target")
+            them=$(layer_of "$target")
+            [ -n "$them" ] || continue
+            if [ "$them" -gt "$me" ]; then
+                say "layers: $f:$line: includes \"$inc\" ($target), a layer above it"
+            elif [ "$how" = bare ] || { [ "$how" = local ] && [ "$(dirname "$target")" != "$dir" ] &&
+                                          [ "$inc" != "${target#daemon/}" ]; }; then
+                say "layers: $f:$line: \"$inc\" must be written with its layer's path (\"${target#daemon/}\")"
+            fi
+        done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | sed -E 's/^([0-9]+):.*"([^"]+)".*/\1:\2/')
+    done
+fi
+
+if [[ " $only " == *" cuda "* ]]; then
+    for f in $files; do
+        case $f in daemon/backend/cuda/*) continue ;; esac
+        case $f in *.cu | *.cuh) say "cuda: $f: CUDA source outside daemon/backend/cuda/" ;; esac
+        grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cublas|cudart|curand|cusparse|nvml|nvrtc|driver_types|vector_types)[A-Za-z0-9_]*\.h[>"]' "$f" |
+            while IFS=: read -r line _; do
+                echo "check: cuda: $f:$line: CUDA header outside daemon/backend/cuda/"
+            done | grep . && fail=1
+    done
+fi
+
+if [[ " $only " == *" format "* ]]; then
+    if ! command -v clang-format >/dev/null; then
+        say "format: clang-format not found (make deps)"
+    else
+        out=$(echo "$files" | xargs -r clang-format --dry-run 2>&1 |
+              grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error): ' | cut -d: -f1,2 | sort -u)
+        if [ -n "$out" ]; then
+            n=$(echo "$out" | wc -l)
+            say "format: $n places differ from .clang-format (make format fixes them), first ones:"
+            echo "$out" | head -10 | sed 's/^/  /'
+        fi
+    fi
+fi
+
+if [[ " $only " == *" unused "* ]]; then
+    if ! command -v cppcheck >/dev/null; then
+        say "unused: cppcheck not found (make deps)"
+    else
+        src=$(echo "$files" | grep -E '^(daemon|proto|config|clients)/.*\.c$')
+        found=$(cppcheck --enable=unusedFunction --quiet --template='{id} {message}' -D__GNUC__ -DGPUSWAPD_CUDA \
+                    --language=c --std=c11 -I daemon -I proto -I config -I clients $src 2>&1 |
+                grep '^unusedFunction' | sed -E "s/.*function '([^']+)'.*/\1/" | sort -u)
+        expected=$(grep -vE '^[[:space:]]*(#|$)' tests/tools/check-unused.txt 2>/dev/null | awk '{print $1}' | sort -u)
+        extra=$(comm -23 <(echo "$found") <(echo "$expected") | grep .)
+        [ -n "$extra" ] && say "unused: functions nothing calls (remove them, or list them in tests/tools/check-unused.txt with why): $(echo $extra)"
+    fi
+fi
+
+[ "$fail" = 0 ] && echo "check: ok ($only)"
+exit "$fail"
