@@ -31,10 +31,20 @@
  *   has landed before it dispatches anything else (no pipelining, no
  *   batching of requests that wait behind it). Models with work run their
  *   steps round robin (separate runners sharing the GPU) while another loads.
+ * - lru-batch (a fair baseline: Ollama with parallel slots, llama-swap's
+ *   by-model collation): every request joins its model's queue at arrival
+ *   (no head of line across models). A model not loaded is loaded whole on
+ *   demand, one load at a time, the cold model whose oldest request is
+ *   oldest first; at most lru_batch_n models hold weights, so the least
+ *   recently used idle one (nothing running or queued) is evicted first,
+ *   and more while the pages are short. Loaded models with work step round
+ *   robin, each step admitting every queued request of the model up to
+ *   max_batch; a load overlaps the others' steps.
  * - belady: no run; the fewest whole-model loads that can serve the arrival
  *   order with room for k models (Belady's furthest-next-use eviction). */
 
-static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "belady"};
+static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "lru-batch",
+                                                      "belady"};
 
 const char *sim_policy_name(sim_policy_t p)
 {
@@ -591,9 +601,14 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 }
 
 /* The next waiting request of model mi (sched queue, or lru pending list). */
+static int pol_pending(const sim_t *S)
+{
+    return S->pol == SIM_POL_LRU || S->pol == SIM_POL_LRU_BATCH;
+}
+
 static sim_seq_t *peek_waiting(sim_t *S, int mi)
 {
-    if (S->pol == SIM_POL_LRU)
+    if (pol_pending(S))
         return S->m[mi]->pend_head;
     sched_item_t *it = sched_peek(S->sched, mi);
     return it ? it->user : NULL;
@@ -602,7 +617,7 @@ static sim_seq_t *peek_waiting(sim_t *S, int mi)
 static void pop_waiting(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    if (S->pol == SIM_POL_LRU) {
+    if (pol_pending(S)) {
         m->pend_head = m->pend_head->next;
         if (!m->pend_head)
             m->pend_tail = NULL;
@@ -679,6 +694,9 @@ static void step(sim_t *S, int mi, uint32_t admit)
         *fresh_tail = s;
         fresh_tail = &s->next;
     }
+    /* end the admitted list: the last one's link still points into the
+     * pending list when only some pending requests were admitted */
+    *fresh_tail = NULL;
     for (sim_seq_t *s = m->active, *nx; s; s = nx) {
         nx = s->next;
         if (res_kv_ensure(S->res, s->kv, s->kv->n_past + 1, err, sizeof err))
@@ -960,6 +978,74 @@ static int round_lru(sim_t *S)
     return 0;
 }
 
+/* Models holding weights (resident or in flight), other than except. */
+static int lrub_holding(sim_t *S, int except)
+{
+    int n = 0;
+    for (int i = 0; i < S->n_m; i++)
+        if (i != except && res_weight_bytes(S->m[i]->rm) > 0)
+            n++;
+    return n;
+}
+
+static void lrub_dispatch(sim_t *S)
+{
+    /* one load at a time: the next starts once the last has landed */
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        if (!m->loading)
+            continue;
+        if (fully_resident(S, m) || !all_mapped(S, m))
+            m->loading = 0; /* landed, or lost pages meanwhile (loaded again when wanted) */
+        else
+            return;
+    }
+    /* the cold model with the oldest waiting request */
+    int pick = -1;
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        if (m->n_pend && !all_mapped(S, m) &&
+            (pick < 0 || m->pend_head->rq->t < S->m[pick]->pend_head->rq->t))
+            pick = i;
+    }
+    if (pick < 0)
+        return;
+    vmodel_t *m = S->m[pick];
+    uint32_t n_max = S->c->lru_batch_n ? S->c->lru_batch_n : UINT32_MAX;
+    size_t need = missing_pages(S, m);
+    int holding = lrub_holding(S, pick);
+    while ((uint32_t)holding >= n_max || free_pages(S) < need) {
+        int v = lru_victim(S, pick);
+        if (v < 0)
+            return; /* the rest is held by models with work: wait */
+        res_evict(S->res, S->m[v]->rm, RES_CAUSE_CAPACITY, 0);
+        holding = lrub_holding(S, pick);
+    }
+    char err[256];
+    res_prefetch(S->res, m->rm, RES_EVICT_NONE, err, sizeof err);
+    if (all_mapped(S, m)) {
+        S->loads++;
+        m->loading = 1;
+    }
+}
+
+static int round_lrub(sim_t *S)
+{
+    lrub_dispatch(S);
+    int n = S->n_m;
+    for (int k = 0; k < n; k++) {
+        int mi = (S->rr + 1 + k) % n;
+        vmodel_t *m = S->m[mi];
+        if (m->loading || (m->n_active == 0 && (m->n_pend == 0 || !fully_resident(S, m))))
+            continue;
+        uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
+        S->rr = mi;
+        step(S, mi, m->n_pend < room ? m->n_pend : room);
+        return 1;
+    }
+    return 0;
+}
+
 static int any_loading(const sim_t *S)
 {
     for (int i = 0; i < S->n_m; i++)
@@ -1076,7 +1162,17 @@ static int vhost_submit(sim_t *S, sim_seq_t *s, double t, size_t *rejected, char
     int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[lm]->ctx;
     if (S->pol == SIM_POL_LRU)
         S->gq_n = (size_t)(s - S->seqs) + 1;
-    if (!refuse && S->pol != SIM_POL_LRU && sched_submit(S->sched, &s->item) != SCHED_OK)
+    if (!refuse && S->pol == SIM_POL_LRU_BATCH) {
+        vmodel_t *m = S->m[lm];
+        s->next = NULL;
+        if (m->pend_tail)
+            m->pend_tail->next = s;
+        else
+            m->pend_head = s;
+        m->pend_tail = s;
+        m->n_pend++;
+    }
+    if (!refuse && !pol_pending(S) && sched_submit(S->sched, &s->item) != SCHED_OK)
         refuse = 1;
     if (refuse) {
         s->state = SEQ_FAILED;
@@ -1097,7 +1193,9 @@ static void vhost_round(sim_t *S)
     vb_advance_to(S->vb, S->wake);
     vb_advance(S->vb, c->cost.t_round_s);
     double nap = INFINITY;
-    int stepped = S->pol == SIM_POL_LRU ? round_lru(S) : round_sched(S, &nap);
+    int stepped = S->pol == SIM_POL_LRU         ? round_lru(S)
+                  : S->pol == SIM_POL_LRU_BATCH ? round_lrub(S)
+                                                : round_sched(S, &nap);
     S->firm = 0;
     if (stepped) {
         S->wake = now(S);
@@ -1109,7 +1207,7 @@ static void vhost_round(sim_t *S)
         S->wake = now(S) + (nap > 0 ? nap : c->cost.t_round_s);
         S->firm = nap <= 0;
     }
-    if (S->pol == SIM_POL_LRU && any_loading(S)) {
+    if (pol_pending(S) && any_loading(S)) {
         double tail = vb_copy_tail(S->vb);
         if (tail > now(S) && tail < S->wake)
             S->wake = tail;

@@ -62,6 +62,7 @@ typedef struct sim_cfg {
     uint32_t max_batch;    /* per model */
     uint32_t max_context;  /* per sequence */
     sched_cfg_t sched;     /* policy is set per run */
+    uint32_t lru_batch_n;  /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;
     double slo_ttft_s;     /* a request meets the SLO when its TTFT is below this */
     FILE *dump;            /* (optional) one CSV line per request and run: borrowed */
@@ -71,6 +72,8 @@ typedef enum sim_policy {
     SIM_POL_DEFAULT = 0, /* gpuswapd: sched swap-aware + prefetch into free pages */
     SIM_POL_FIFO,        /* gpuswapd with policy: fifo */
     SIM_POL_LRU,         /* Ollama-like load on demand, LRU eviction (see sim.c) */
+    SIM_POL_LRU_BATCH,   /* fair baseline: keep up to lru_batch_n models loaded, LRU eviction,
+                            batch every queued request of a loaded model (see sim.c) */
     SIM_POL_BELADY,      /* offline bound on model loads for the arrival order */
     SIM_POL_COUNT
 } sim_policy_t;

@@ -123,7 +123,7 @@ static const opt_t opts[] = {
     {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
     {"replicas", OPT_UINT, A(replicas), "2", "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
     {"balance-factor", OPT_UINT, A(balance_factor), "150", "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
-    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
+    {"policies", OPT_STR, A(policies), "default,fifo,lru,lru-batch,belady", "policies to compare (lru-batch: N = 1 up to the models the pool holds, and the best per metric; lru-batch-N: one N)"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
     {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
@@ -266,6 +266,8 @@ static wl_len_t len_of(double median, double sigma, unsigned max)
 typedef struct row {
     double load, rate;
     sim_policy_t pol;
+    uint32_t lrub_n;        /* lru-batch: models kept loaded; 0 with best set: the best row */
+    int best;               /* the best lru-batch N per metric (page-ins, TTFT, end-to-end) */
     int route;              /* fleet: its simfleet_route_t; -1: one host */
     int hosts;              /* fleet: hosts */
     int host_models;        /* fleet: most models a host is configured with */
@@ -351,17 +353,113 @@ static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double *
     return 0;
 }
 
-static int parse_policies(const char *s, sim_policy_t *out, int *n)
+#define MAX_POLS 64
+
+/* A policy to run: lru-batch with its N (0: every N from 1 to the models
+ * the pool holds, and the best of them). */
+typedef struct pol_spec {
+    sim_policy_t pol;
+    uint32_t n;
+} pol_spec_t;
+
+/* "default,fifo,lru,lru-batch,lru-batch-3,belady" */
+static int parse_policies(const char *s, pol_spec_t *out, int *n)
 {
-    char buf[256];
+    char buf[512];
     snprintf(buf, sizeof buf, "%s", s);
     *n = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n >= SIM_POL_COUNT || sim_policy_parse(t, &out[*n]))
+        if (*n >= MAX_POLS)
             return -1;
+        out[*n].n = 0;
+        if (strncmp(t, "lru-batch-", 10) == 0) {
+            char *end;
+            long k = strtol(t + 10, &end, 10);
+            if (*end || k < 1 || k > 1000)
+                return -1;
+            out[*n].pol = SIM_POL_LRU_BATCH;
+            out[*n].n = (uint32_t)k;
+        } else if (sim_policy_parse(t, &out[*n].pol)) {
+            return -1;
+        }
         (*n)++;
     }
     return *n ? 0 : -1;
+}
+
+/* Models that fit the pool at once (Belady's k): lru-batch's N runs to it. */
+static uint32_t pool_holds(const sim_cfg_t *c)
+{
+    size_t img = 0;
+    for (int i = 0; i < c->n_models; i++) {
+        size_t b = c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
+                             : sim_model_bytes(&c->shape, c->page_size);
+        if (b > img)
+            img = b;
+    }
+    uint32_t k = img ? (uint32_t)(c->pool_bytes / img) : 1;
+    if (k > (uint32_t)c->n_models)
+        k = (uint32_t)c->n_models;
+    return k ? k : 1;
+}
+
+/* Expand the specs into the runs: lru-batch without N is N = 1..k plus the
+ * best row (filled after the runs). */
+static int expand_policies(const pol_spec_t *in, int n_in, const sim_cfg_t *c, pol_spec_t *out,
+                           int *best, int *n)
+{
+    *n = 0;
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].pol != SIM_POL_LRU_BATCH || in[i].n) {
+            if (*n >= MAX_POLS)
+                return -1;
+            best[*n] = 0;
+            out[(*n)++] = in[i];
+            continue;
+        }
+        uint32_t k = pool_holds(c);
+        for (uint32_t j = 1; j <= k + 1; j++) {
+            if (*n >= MAX_POLS)
+                return -1;
+            best[*n] = j == k + 1;
+            out[(*n)++] = (pol_spec_t){SIM_POL_LRU_BATCH, j == k + 1 ? 0 : j};
+        }
+    }
+    return 0;
+}
+
+/* The best lru-batch N per metric over rows[from..to): page-ins, p50/p99
+ * TTFT, p50/p99 end-to-end and the SLO share each take the best row's
+ * figure; the rest are those of the row with the best p99 TTFT. */
+static void best_row(row_t *dst, const row_t *rows, int from, int to)
+{
+    int bi = -1;
+    for (int i = from; i < to; i++)
+        if (rows[i].pol == SIM_POL_LRU_BATCH && !rows[i].best &&
+            (bi < 0 || rows[i].r.ttft_p99 < rows[bi].r.ttft_p99))
+            bi = i;
+    if (bi < 0)
+        return;
+    sim_result_t r = rows[bi].r;
+    for (int i = from; i < to; i++) {
+        const sim_result_t *x = &rows[i].r;
+        if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best)
+            continue;
+#define BEST_MIN(f) if (x->f < r.f) r.f = x->f
+        BEST_MIN(page_ins);
+        BEST_MIN(model_loads);
+        BEST_MIN(bytes_in);
+        BEST_MIN(ttft_p50);
+        BEST_MIN(ttft_p99);
+        BEST_MIN(ttft_max);
+        BEST_MIN(e2e_p50);
+        BEST_MIN(e2e_p99);
+        BEST_MIN(e2e_max);
+#undef BEST_MIN
+        if (x->slo_frac > r.slo_frac)
+            r.slo_frac = x->slo_frac;
+    }
+    dst->r = r;
 }
 
 static int parse_loads(const args_t *a, double *loads, int *n)
@@ -394,8 +492,16 @@ static const char *const csv_header =
 /* What a row compares: the policy, or in a fleet the router. */
 static const char *row_name(const row_t *w)
 {
-    return w->route >= 0 ? simfleet_route_name((simfleet_route_t)w->route)
-                         : sim_policy_name(w->pol);
+    static char buf[32]; /* one name at a time: printed before the next call */
+    if (w->route >= 0)
+        return simfleet_route_name((simfleet_route_t)w->route);
+    if (w->pol == SIM_POL_LRU_BATCH) {
+        if (w->best)
+            return "lru-batch-best";
+        snprintf(buf, sizeof buf, "lru-batch-%u", w->lrub_n);
+        return buf;
+    }
+    return sim_policy_name(w->pol);
 }
 
 static void csv_row(FILE *f, const char *wl, const row_t *w)
@@ -436,14 +542,15 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
 {
     sim_cfg_t c;
     build_cfg(a, &c);
-    sim_policy_t pols[SIM_POL_COUNT];
-    int np;
+    pol_spec_t specs[MAX_POLS], pols[MAX_POLS];
+    int best[MAX_POLS] = {0};
+    int np, ns;
     double loads[MAX_LOADS];
     int nl;
     simfleet_route_t routes[SIMFLEET_ROUTE_COUNT];
     int nr = 0;
-    if (parse_policies(a->policies, pols, &np) || parse_loads(a, loads, &nl) ||
-        (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
+    if (parse_policies(a->policies, specs, &ns) || expand_policies(specs, ns, &c, pols, best, &np) ||
+        parse_loads(a, loads, &nl) || (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
         snprintf(err, errlen, "bad --policies, --routing or --sweep");
         return -1;
     }
@@ -492,9 +599,17 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
                                   errlen) ? -1 : 0;
                 continue;
             }
-            rows[k].pol = pols[pi];
+            rows[k].pol = pols[pi].pol;
+            rows[k].lrub_n = pols[pi].n;
+            rows[k].best = best[pi];
             rows[k].host_models = c.n_models;
-            rc = sim_run(&c, pols[pi], reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
+            if (best[pi]) {
+                best_row(&rows[k], rows, k - pi, k);
+                continue;
+            }
+            sim_cfg_t cp = c;
+            cp.lru_batch_n = pols[pi].n;
+            rc = sim_run(&cp, pols[pi].pol, reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
         }
         free(ml);
         free(reqs);
@@ -584,7 +699,7 @@ static void check_rows(const char *what, const row_t *rows, int n)
         const row_t *w = &rows[i];
         const sim_result_t *r = &w->r;
         const row_t *bel = find_row(rows, n, SIM_POL_BELADY, w->load);
-        if (w->pol == SIM_POL_BELADY)
+        if (w->pol == SIM_POL_BELADY || w->best)
             continue;
         const char *pn = sim_policy_name(w->pol);
         check(r->violations == 0 && r->max_mapped_pages <= r->pool_pages,
@@ -598,7 +713,7 @@ static void check_rows(const char *what, const row_t *rows, int n)
               "loads (%llu)", what, w->load, pn, (unsigned long long)r->belady_own,
               (unsigned long long)r->model_loads);
         /* fifo and lru serve in arrival order, so Belady on that order bounds them */
-        if (bel && w->pol != SIM_POL_DEFAULT)
+        if (bel && (w->pol == SIM_POL_FIFO || w->pol == SIM_POL_LRU))
             check(bel->r.model_loads <= r->model_loads,
                   "%s load %.3g %s: Belady on the arrival order (%llu) <= its model loads (%llu)",
                   what, w->load, pn, (unsigned long long)bel->r.model_loads,
