@@ -339,6 +339,7 @@ typedef struct sim {
     double busy_s;
     uint64_t loads, steps;
     size_t failed;
+    int inconsistent;           /* a model's active count disagreed with its list */
 } sim_t;
 
 static double now(const sim_t *S) { return vb_now(S->vb); }
@@ -711,6 +712,14 @@ static void step(sim_t *S, int mi, uint32_t admit)
     }
     m->n_active += n_fresh;
     S->n_active += n_fresh;
+    uint32_t n_list = 0;
+    for (sim_seq_t *s = m->active; s; s = s->next)
+        n_list++;
+    if (n_list != m->n_active) {
+        S->inconsistent = 1; /* the run stops with an error */
+        res_release(S->res, m->rm);
+        return;
+    }
     if (m->n_active == 0) {
         res_release(S->res, m->rm);
         return;
@@ -1309,6 +1318,12 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         }
         if (hmin >= 0) {
             vhost_round(F->h[hmin]);
+            if (F->h[hmin]->inconsistent) {
+                snprintf(err, errlen, "%s: host %d: a model's active sequences and their count "
+                         "disagree at t = %.3f s", sim_policy_name(pol), hmin, now(F->h[hmin]));
+                rc = SIM_ERR_STUCK;
+                goto fail;
+            }
             wake_tree_set(&wt, hmin, vhost_wake(F->h[hmin]));
             continue;
         }
@@ -1381,6 +1396,9 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
             out->max_mapped_pages = vs.max_mapped;
         out->violations += vs.violations + (vs.max_mapped > out->pool_pages);
         out->host_blocks += vs.host_blocks;
+        out->active_left += S->n_active;
+        for (int i = 0; i < S->n_m; i++)
+            out->active_left += S->m[i]->n_active;
         out->belady_own += sim_belady(S->uses, S->n_uses, S->n_m, out->belady_k);
     }
     double span = out->makespan_s * H;

@@ -100,6 +100,7 @@ typedef struct sim_result {
     uint64_t violations;    /* virtual device misuse (over-commit, bad maps): must be 0 */
     uint64_t host_blocks;   /* evictions that waited for a copy in flight */
     uint64_t preempted;     /* segments evicted from models with paused sequences (live KV) */
+    uint64_t active_left;   /* sequences still counted active at the end (must be 0) */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device

@@ -708,6 +708,8 @@ static void check_rows(const char *what, const row_t *rows, int n)
               (unsigned long long)r->pool_pages, (unsigned long long)r->violations);
         check(r->completed == r->requests, "%s load %.3g %s: every request completes (%zu/%zu)",
               what, w->load, pn, r->completed, r->requests);
+        check(r->active_left == 0, "%s load %.3g %s: no sequence left counted active (%llu)",
+              what, w->load, pn, (unsigned long long)r->active_left);
         check(r->belady_own <= r->model_loads,
               "%s load %.3g %s: Belady on its own order of model uses (%llu) <= its model "
               "loads (%llu)", what, w->load, pn, (unsigned long long)r->belady_own,
@@ -829,6 +831,35 @@ static void test_requests(const args_t *base)
     remove(path);
 }
 
+/* lru and lru-batch admit a model's pending requests in one step; when the
+ * KV caches of only some of them fit, the admitted list must end there (the
+ * rest stay pending, and the active counts match the lists). */
+static void test_partial_admit(const args_t *base)
+{
+    char err[512];
+    args_t a = *base;
+    a.models = 2;
+    a.pool_models = 1;
+    a.kv_headroom_gib = 0.6; /* KV for one or two 2000-token prompts (F32 or F16), not four */
+    sim_cfg_t c;
+    build_cfg(&a, &c);
+    wl_req_t rq[8];
+    for (int i = 0; i < 8; i++)
+        rq[i] = (wl_req_t){.t = 1.0 + (i >= 4) * 0.5, .model = i >= 4, .prompt = 2000,
+                           .output = 8};
+    static const sim_policy_t pols[] = {SIM_POL_LRU, SIM_POL_LRU_BATCH};
+    for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+        sim_result_t r;
+        c.lru_batch_n = 1;
+        int ok = sim_run(&c, pols[p], rq, 8, &r, err, sizeof err) == 0;
+        check(ok && r.completed == 8 && r.failed == 0 && r.active_left == 0 && r.violations == 0,
+              "%s: four requests whose KV caches do not all fit at once are admitted in parts, "
+              "all complete (%zu of 8, %zu failed, %llu left active)%s%s", sim_policy_name(pols[p]),
+              ok ? r.completed : 0, ok ? r.failed : 0,
+              ok ? (unsigned long long)r.active_left : 0, ok ? "" : ": ", ok ? "" : err);
+    }
+}
+
 static int self_test(const args_t *base)
 {
     char err[512];
@@ -929,6 +960,7 @@ static int self_test(const args_t *base)
     free(ra);
     remove(path);
     test_requests(base);
+    test_partial_admit(base);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
