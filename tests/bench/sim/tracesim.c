@@ -29,6 +29,7 @@ typedef struct args {
     unsigned seed;
     const char *trace;            /* Azure Functions 2019 file */
     const char *requests;         /* recorded request list */
+    const char *llm_trace;        /* recorded LLM requests (Azure LLM inference 2023 CSV) */
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
@@ -88,6 +89,7 @@ static const opt_t opts[] = {
     {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
     {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
     {"trace-scale", OPT_DBL, A(trace_scale), "1", "trace: time compression (x load); the sweep multiplies it"},
+    {"llm-trace", OPT_STR, A(llm_trace), NULL, "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
     {"requests", OPT_STR, A(requests), NULL, "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
     {"gguf", OPT_FILES, A(gguf), NULL, "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
@@ -295,6 +297,17 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         }
         return rc;
     }
+    if (a->llm_trace) {
+        wl_llm_trace_t lt = {.n_models = a->models, .zipf_s = a->zipf,
+                             .time_scale = a->trace_scale * load, .max_ctx = a->max_context,
+                             .seed = (uint64_t)a->seed};
+        int rc = wl_llm_trace_read(a->llm_trace, &lt, reqs, n, err, errlen);
+        if (rc == 0) {
+            double span = *n ? (*reqs)[*n - 1].t : 0;
+            *rate = span > 0 ? (double)*n / span : 0;
+        }
+        return rc;
+    }
     if (a->trace) {
         wl_azure_t az = {.n_models = a->models, .start_min = a->trace_start,
                          .n_min = a->trace_minutes, .time_scale = a->trace_scale * load,
@@ -339,7 +352,7 @@ static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double *
     double *l = calloc((size_t)a->models, sizeof *l);
     if (!l)
         return -1;
-    if (!a->trace && !a->requests) {
+    if (!a->trace && !a->requests && !a->llm_trace) {
         wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf};
         for (int m = 0; m < a->models; m++)
             l[m] = wl_popularity(&wp, m);
@@ -468,7 +481,7 @@ static int parse_loads(const args_t *a, double *loads, int *n)
     if (!a->sweep) {
         sim_cfg_t c;
         build_cfg(a, &c);
-        loads[(*n)++] = a->trace || a->requests ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
+        loads[(*n)++] = a->trace || a->requests || a->llm_trace ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
         return 0;
     }
     char buf[1024];
@@ -631,6 +644,8 @@ static const char *workload_name(const args_t *a, char *buf, size_t len)
         snprintf(buf, len, "%s", a->label);
     else if (a->requests)
         snprintf(buf, len, "requests");
+    else if (a->llm_trace)
+        snprintf(buf, len, "llm-trace");
     else if (a->trace)
         snprintf(buf, len, "azure");
     else
