@@ -561,6 +561,7 @@ static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, c
     S->res = res_new(S->be, err, errlen);
     if (!S->res)
         goto fail;
+    res_set_max_stall(S->res, c->sched.max_stall_s); /* as the worker does */
     sched_cfg_t sc = c->sched;
     sc.policy = pol == SIM_POL_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE;
     S->sched = sched_new(&sc, 0);
@@ -841,10 +842,52 @@ static int pagein_start(sim_t *S, int mi)
     return pagein_poll(S, mi) == 0;
 }
 
+/* Pages the KV caches of the work queued will take when admitted (each
+ * model's next max_batch - n_active requests, counted at its head's size). */
+static size_t kv_reserve_pages(sim_t *S)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        uint32_t q = sched_queued(S->sched, i);
+        uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
+        sim_seq_t *h = q ? peek_waiting(S, i) : NULL;
+        if (h)
+            bytes += (q < room ? q : room) *
+                     res_kv_bytes_for(S->res, &m->sm->model->hp, h->rq->prompt + h->rq->output);
+    }
+    return (bytes + S->c->page_size - 1) / S->c->page_size;
+}
+
+/* The view's fits for cold model mi: its missing pages fit in the free
+ * pages plus those of models nobody has work for, beside the KV reserve. */
+static int pagein_fits(sim_t *S, int mi, size_t spare)
+{
+    return missing_pages(S, S->m[mi]) <= spare ? 1 : -1;
+}
+
 /* The worker's round: page-ins, views, sched_next, one step or a page-in
  * start, prefetch. 1 if it stepped; *nap: when a page-in may end. */
+static int round_plan(sim_t *S, double *nap, int *started);
+
+/* The worker naps at most WK_NAP_MAX_S (2 ms) after a round that stepped
+ * nothing, and its next round finds the model whose page-in just started
+ * loading and steps a resident one: one round that started a page-in is
+ * followed at once by another (the copies run meanwhile). */
 static int round_sched(sim_t *S, double *nap)
 {
+    int started = 0;
+    int stepped = round_plan(S, nap, &started);
+    if (!stepped && started) {
+        vb_advance(S->vb, S->c->cost.t_round_s);
+        stepped = round_plan(S, nap, &started);
+    }
+    return stepped;
+}
+
+static int round_plan(sim_t *S, double *nap, int *started)
+{
+    *started = 0;
     for (int i = 0; i < S->n_m; i++)
         if (S->m[i]->paging_since > 0)
             pagein_poll(S, i);
@@ -875,12 +918,24 @@ static int round_sched(sim_t *S, double *nap)
         };
         res_set_wanted(m->rm, work);
     }
+    /* fits, for the cold models with work: pages free or held by models without work */
+    size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)
+            spare += res_weight_bytes(S->m[i]->rm) / S->c->page_size;
+    spare = spare > reserve ? spare - reserve : 0;
+    for (int i = 0; i < S->n_m; i++)
+        if (!S->views[i].resident && !S->views[i].loading &&
+            (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
+            S->views[i].fits = pagein_fits(S, i, spare);
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
     int stepped = 0;
     if (plan.model >= 0 && (S->views[plan.model].resident || pagein_start(S, plan.model))) {
         step(S, plan.model, plan.admit);
         stepped = 1;
+    } else if (plan.model >= 0) {
+        *started = S->m[plan.model]->paging_since > 0;
     }
     if (plan.prefetch >= 0 && S->m[plan.prefetch]->paging_since == 0) {
         vmodel_t *pm = S->m[plan.prefetch];

@@ -44,7 +44,7 @@ typedef struct args {
     double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib;
     unsigned max_batch, max_context;
     /* scheduler */
-    double max_wait, quantum, min_quantum;
+    double max_wait, max_stall, quantum, min_quantum;
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
@@ -53,6 +53,9 @@ typedef struct args {
     int hosts;
     const char *routing;
     unsigned replicas, balance_factor;
+    /* models per GPU */
+    double mpg_rate;
+    int mpg_max, mpg_step;
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
@@ -108,6 +111,7 @@ static const opt_t opts[] = {
     {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
+    {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
@@ -125,6 +129,9 @@ static const opt_t opts[] = {
     {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
     {"replicas", OPT_UINT, A(replicas), "2", "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
     {"balance-factor", OPT_UINT, A(balance_factor), "150", "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
+    {"models-per-gpu", OPT_DBL, A(mpg_rate), "0", "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
+    {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
+    {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
     {"policies", OPT_STR, A(policies), "default,fifo,lru,lru-batch,belady", "policies to compare (lru-batch: N = 1 up to the models the pool holds, and the best per metric; lru-batch-N: one N)"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
@@ -248,7 +255,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
-    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .quantum = a->quantum,
+    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .max_stall_s = a->max_stall, .quantum = a->quantum,
                              .min_quantum_s = a->min_quantum, .queue_limit = a->queue_limit,
                              .max_queued = a->max_queued};
     c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9, .copy_lat_s = a->copy_lat_us * 1e-6,
@@ -667,6 +674,118 @@ static void write_rows(FILE *f, const args_t *a, const row_t *rows, int n)
         csv_row(f, wl, &rows[i]);
 }
 
+/* ------------------------------------------------------------------ models per GPU */
+
+/* p99 TTFT of policy ps with m models at a->mpg_rate req/s each (uniform,
+ * --duration s of arrivals); INFINITY when a request failed. */
+static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, char *err,
+                   size_t errlen)
+{
+    args_t b = *a;
+    b.models = m;
+    b.zipf = 0;
+    sim_cfg_t c;
+    build_cfg(&b, &c);
+    wl_len_t pl = len_of(b.prompt_median, b.prompt_sigma, b.prompt_max);
+    wl_len_t ol = len_of(b.output_median, b.output_sigma, b.output_max);
+    wl_params_t wp = {.n_models = m, .zipf_s = 0, .rate = a->mpg_rate * m,
+                      .duration_s = b.duration, .arrival = WL_ARRIVAL_POISSON, .prompt = pl,
+                      .output = ol, .seed = (uint64_t)b.seed};
+    wl_req_t *reqs = NULL;
+    size_t n = 0;
+    if (wl_generate(&wp, &reqs, &n)) {
+        snprintf(err, errlen, "cannot generate the workload");
+        return -1;
+    }
+    c.lru_batch_n = ps->n;
+    sim_result_t r;
+    int rc = sim_run(&c, ps->pol, reqs, n, &r, err, errlen);
+    free(reqs);
+    if (rc)
+        return -1;
+    *p99 = r.completed == r.requests ? r.ttft_p99 : INFINITY;
+    return 0;
+}
+
+/* Per policy: the most models within the TTFT target, by bisection over
+ * multiples of mpg_step (p99 TTFT taken to grow with the model count). */
+static int models_per_gpu(const args_t *a)
+{
+    char err[512];
+    sim_cfg_t c;
+    build_cfg(a, &c);
+    c.n_models = a->mpg_max;
+    pol_spec_t specs[MAX_POLS], pols[MAX_POLS];
+    int best[MAX_POLS], ns, np;
+    if (parse_policies(a->policies, specs, &ns)) {
+        fprintf(stderr, "tracesim: bad --policies\n");
+        return 2;
+    }
+    FILE *f = a->csv ? fopen(a->csv, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tracesim: cannot write %s\n", a->csv);
+        return 1;
+    }
+    if (!a->no_header)
+        fputs("workload,policy,models,ttft_p99_s,next_models,next_ttft_p99_s\n", f);
+    int step = a->mpg_step > 0 ? a->mpg_step : 1;
+    int hi_k = a->mpg_max / step, rc = 0;
+    char wl[128];
+    snprintf(wl, sizeof wl, "%s", a->label ? a->label : "models-per-gpu");
+    for (int si = 0; si < ns && !rc; si++) {
+        /* lru-batch without N: every N the pool holds at the largest count, the best reported */
+        pol_spec_t one[1] = {specs[si]};
+        if (expand_policies(one, 1, &c, pols, best, &np)) {
+            rc = 1;
+            break;
+        }
+        int best_k = 0;
+        double best_p99 = NAN, best_next = NAN;
+        int have = 0;
+        row_t nm = {0};
+        for (int pi = 0; pi < np && !rc; pi++) {
+            if (best[pi] || pols[pi].pol == SIM_POL_BELADY)
+                continue;
+            /* largest k with p99(k * step) within target: lo passes (0 trivially), hi fails */
+            int lo = 0, hi = hi_k + 1;
+            double p_lo = 0, p_hi = INFINITY;
+            while (hi - lo > 1) {
+                int mid = (lo + hi) / 2;
+                double p;
+                if (mpg_try(a, &pols[pi], mid * step, &p, err, sizeof err)) {
+                    fprintf(stderr, "tracesim: %s\n", err);
+                    rc = 1;
+                    break;
+                }
+                if (p <= a->slo_ttft)
+                    lo = mid, p_lo = p;
+                else
+                    hi = mid, p_hi = p;
+            }
+            nm.pol = pols[pi].pol;
+            nm.lrub_n = pols[pi].n;
+            nm.route = -1;
+            if (!a->quiet)
+                fprintf(stderr, "%-16s %4d models (p99 TTFT %.3f s), %d: %.3f s\n", row_name(&nm),
+                        lo * step, p_lo, hi * step, p_hi);
+            fprintf(f, "%s,%s,%d,%.6f,%d,%.6f\n", wl, row_name(&nm), lo * step, p_lo, hi * step,
+                    p_hi);
+            if (!have || lo > best_k) {
+                have = 1;
+                best_k = lo;
+                best_p99 = p_lo;
+                best_next = p_hi;
+            }
+        }
+        if (np > 1 && !rc)
+            fprintf(f, "%s,lru-batch-best,%d,%.6f,%d,%.6f\n", wl, best_k * step, best_p99,
+                    (best_k + 1) * step, best_next);
+    }
+    if (f != stdout)
+        fclose(f);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ self-test */
 
 static int n_pass, n_fail;
@@ -1017,6 +1136,10 @@ int main(int argc, char **argv)
     }
     if (a.self_test) {
         rc = self_test(&a);
+        goto done;
+    }
+    if (a.mpg_rate > 0) {
+        rc = models_per_gpu(&a);
         goto done;
     }
     int n = 0;
