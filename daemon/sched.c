@@ -330,8 +330,10 @@ static int drain_pick(sched_t *s, const sched_model_view_t *v)
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int loading = any_loading(s, v);
-    /* measured step time: between two plans that stepped a resident model */
-    if (s->last_model >= 0 && now > s->last_now) {
+    /* measured step time: between a plan that stepped a resident model and
+     * the next, while that model still has sequences running (the caller
+     * steps on without a nap then, so the gap is the step) */
+    if (s->last_model >= 0 && v[s->last_model].n_active > 0 && now > s->last_now) {
         double dt = now - s->last_now;
         s->step_s = s->step_s > 0 ? 0.8 * s->step_s + 0.2 * dt : dt;
     }
