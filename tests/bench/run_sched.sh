@@ -68,6 +68,6 @@ echo "== models per GPU within p99 TTFT 2 s (H200 settings, 8B at 0.1 req/s each
     --csv "$OUT/sched_mpg_bf16.csv" --quiet
 "$SIM" $H200 --wbytes 0.60625 --mpg-max 120 --label mpg-q4km --policies default,fifo,lru,lru-batch \
     --csv "$OUT/sched_mpg_q4km.csv" --quiet
-awk -F, 'NR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-10s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \
+awk -F, 'FNR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-10s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \
     "$OUT/sched_mpg_bf16.csv" "$OUT/sched_mpg_q4km.csv"
 echo "results: $OUT/sched_*.csv ($(( $(date +%s) - t0 )) s)"

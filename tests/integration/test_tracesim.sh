@@ -28,7 +28,8 @@ END {
 # workload (4 models, Zipf 1.0, load 0.2, 60 s of arrivals).
 csv2=$(mktemp)
 trap 'rm -f "$csv" "$csv2"' EXIT
-"$SIM" --zipf 1.0 --models 4 --duration 60 --load 0.2 --quiet --csv "$csv2"
+"$SIM" --zipf 1.0 --models 4 --duration 60 --load 0.2 --policies default,fifo,lru,lru-batch \
+    --quiet --csv "$csv2"
 awk -F, 'NR > 1 {
     pi[$4] = $8; t99[$4] = $16; e99[$4] = $19; done_[$4] = ($5 == $6 && $7 == 0)
     if ($4 ~ /^lru-batch-[0-9]+$/) { nb++; if (!(1 in mpi) || $8 + 0 < mpi[1]) mpi[1] = $8 + 0

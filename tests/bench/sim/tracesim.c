@@ -132,7 +132,7 @@ static const opt_t opts[] = {
     {"models-per-gpu", OPT_DBL, A(mpg_rate), "0", "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
     {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
     {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
-    {"policies", OPT_STR, A(policies), "default,fifo,lru,lru-batch,belady", "policies to compare (lru-batch: N = 1 up to the models the pool holds, and the best per metric; lru-batch-N: one N)"},
+    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
     {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
@@ -1002,6 +1002,7 @@ static int self_test(const args_t *base)
     args_t a = *base;
     a.duration = 60;
     a.sweep = "0.3,0.6";
+    a.policies = "default,fifo,lru,lru-batch,belady";
     a.csv = NULL;
     a.label = "selftest";
     row_t *r1 = NULL, *r2 = NULL;
@@ -1084,6 +1085,7 @@ static int self_test(const args_t *base)
     a.trace_minutes = 10;
     a.trace_scale = 4;
     a.sweep = NULL;
+    a.policies = "default,fifo,lru,lru-batch,belady";
     a.label = "azure-sample";
     row_t *ra = NULL;
     int na = 0;
