@@ -28,6 +28,15 @@ for z in 1.0 0; do
 done
 # Bursty arrivals (Gamma, CV 3), Zipf 1.0, 12 models, load 0.6.
 run bursty-zipf1.0-m12 --arrival gamma --cv 3 --models 12 --duration "$DUR" --load 0.6
+# Mixed sizes (H200 copy and HBM bandwidth): Llama-3-8B, 3.2-3B and 3-70B shapes,
+# 6 models (8B, 3B, 70B, 8B, 3B, 70B), Zipf 1.0, 1 req/s for 60 s. Q4_K_M-sized with
+# a 60 GiB pool; Q4_K_M-sized with a 40 GiB pool and a 24 GiB quota, below the 70B's
+# 42.5 GB; BF16 with a 120 GiB pool and a 60 GiB quota, below the 70B's 141 GB (its
+# steps stream what the quota leaves out). lru loads only whole models: not with quotas.
+MIX="--h2d-gbs 55 --hbm-gbs 4800 --models 6 --rate 1 --duration 60"
+run mix-q4 $MIX --mix 8b-q4,3b-q4,70b-q4 --pool-gib 60
+POL=default,fifo,lru-batch,belady run mix-q4-70b-quota $MIX --mix 8b-q4,3b-q4,70b-q4 --pool-gib 40 --quota-gib 24
+POL=default,fifo,lru-batch,belady run mix-bf16-70b-quota $MIX --mix 8b-bf16,3b-bf16,70b-bf16 --pool-gib 120 --quota-gib 60
 # The real hour of LLM requests (Azure LLM inference 2023, code): real arrivals and
 # token counts, 12 models by a seeded Zipf 1.0 draw, context 8192.
 if [ -f "$TRACE" ]; then

@@ -93,6 +93,11 @@ static shape_info_t shape_info(const sim_shape_t *sh)
     return s;
 }
 
+const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i)
+{
+    return c->shapes && c->n_shapes > 0 ? &c->shapes[i % c->n_shapes] : &c->shape;
+}
+
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page)
 {
     shape_info_t s = shape_info(sh);
@@ -314,6 +319,7 @@ typedef struct vmodel {
     uint32_t n_pend;
     int loading;
     double last_use;
+    size_t quota;               /* its gpu_quota, below its size (0 = none) */
 } vmodel_t;
 
 typedef struct sim {
@@ -407,7 +413,7 @@ static void note_use(sim_t *S, int mi)
  * nothing to rebase). */
 static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
 {
-    const sim_shape_t *sh = &S->c->shape;
+    const sim_shape_t *sh = sim_cfg_shape(S->c, i);
     size_t page = S->c->page_size;
     store_model_t *sm = &m->own;
     model_hparams_t *hp = &m->mod.hp;
@@ -465,7 +471,7 @@ static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
         m->si = shape_info(&sh);
         m->sm = S->c->models->sm[f]; /* residency only reads it: shared by models of one file */
     } else {
-        m->si = shape_info(&S->c->shape);
+        m->si = shape_info(sim_cfg_shape(S->c, gm));
         int rc = vmodel_build(S, m, gm, err, errlen);
         if (rc)
             return rc;
@@ -476,6 +482,8 @@ static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
     m->ctx = S->c->max_context < train ? S->c->max_context : train;
     m->swap_in_s = (double)m->sm->image_bytes / 10e9; /* the worker's first guess */
     res_cfg_t rc = {.gpu_quota = 0, .pinned = 0, .priority = 1.0};
+    if (S->c->quota_bytes && m->sm->image_bytes > S->c->quota_bytes)
+        rc.gpu_quota = m->quota = S->c->quota_bytes; /* it streams what does not fit */
     int rc2 = res_add(S->res, m->sm, &rc, &m->rm, err, errlen);
     return rc2 ? SIM_ERR_SETUP : SIM_OK;
 }
@@ -1052,6 +1060,16 @@ static int lrub_holding(sim_t *S, int except)
     return n;
 }
 
+/* Loaded for lru-batch: every segment mapped, or for a model with a quota
+ * below its size what the quota holds (its steps stream the rest). */
+static int lrub_loaded(sim_t *S, vmodel_t *m)
+{
+    if (m->quota)
+        return res_weight_bytes(m->rm) + m->sm->segs[1].span > m->quota ||
+               all_mapped(S, m);
+    return all_mapped(S, m);
+}
+
 static void lrub_dispatch(sim_t *S)
 {
     /* one load at a time: the next starts once the last has landed */
@@ -1059,7 +1077,7 @@ static void lrub_dispatch(sim_t *S)
         vmodel_t *m = S->m[i];
         if (!m->loading)
             continue;
-        if (fully_resident(S, m) || !all_mapped(S, m))
+        if (fully_resident(S, m) || !all_mapped(S, m) || res_inflight(m->rm) == 0)
             m->loading = 0; /* landed, or lost pages meanwhile (loaded again when wanted) */
         else
             return;
@@ -1068,7 +1086,7 @@ static void lrub_dispatch(sim_t *S)
     int pick = -1;
     for (int i = 0; i < S->n_m; i++) {
         vmodel_t *m = S->m[i];
-        if (m->n_pend && !all_mapped(S, m) &&
+        if (m->n_pend && !lrub_loaded(S, m) &&
             (pick < 0 || m->pend_head->rq->t < S->m[pick]->pend_head->rq->t))
             pick = i;
     }
@@ -1077,6 +1095,11 @@ static void lrub_dispatch(sim_t *S)
     vmodel_t *m = S->m[pick];
     uint32_t n_max = S->c->lru_batch_n ? S->c->lru_batch_n : UINT32_MAX;
     size_t need = missing_pages(S, m);
+    if (m->quota) { /* what its quota holds, no more */
+        size_t page = S->c->page_size, held = res_weight_bytes(m->rm) / page;
+        size_t q = m->quota / page > held ? m->quota / page - held : 0;
+        need = need < q ? need : q;
+    }
     int holding = lrub_holding(S, pick);
     while ((uint32_t)holding >= n_max || free_pages(S) < need) {
         int v = lru_victim(S, pick);
@@ -1087,9 +1110,9 @@ static void lrub_dispatch(sim_t *S)
     }
     char err[256];
     res_prefetch(S->res, m->rm, RES_EVICT_NONE, err, sizeof err);
-    if (all_mapped(S, m)) {
+    if (lrub_loaded(S, m)) {
         S->loads++;
-        m->loading = 1;
+        m->loading = res_inflight(m->rm) > 0;
     }
 }
 
@@ -1100,7 +1123,9 @@ static int round_lrub(sim_t *S)
     for (int k = 0; k < n; k++) {
         int mi = (S->rr + 1 + k) % n;
         vmodel_t *m = S->m[mi];
-        if (m->loading || (m->n_active == 0 && (m->n_pend == 0 || !fully_resident(S, m))))
+        if (m->loading ||
+            (m->n_active == 0 && (m->n_pend == 0 || !(m->quota ? lrub_loaded(S, m)
+                                                                 : fully_resident(S, m)))))
             continue;
         uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
         S->rr = mi;
@@ -1138,13 +1163,13 @@ static double quantile(const double *v, size_t n, double q)
 static size_t cfg_image_bytes(const sim_cfg_t *c, int i)
 {
     return c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
-                     : sim_model_bytes(&c->shape, c->page_size);
+                     : sim_model_bytes(sim_cfg_shape(c, i), c->page_size);
 }
 
 static uint32_t cfg_segs(const sim_cfg_t *c, int i)
 {
     return c->models ? sim_models_segs(c->models, i % sim_models_count(c->models))
-                     : c->shape.n_layer + 2;
+                     : sim_cfg_shape(c, i)->n_layer + 2;
 }
 
 /* Models that fit the pool at once, for Belady: counted with the largest. */

@@ -55,7 +55,10 @@ typedef struct sim_models sim_models_t;
 
 typedef struct sim_cfg {
     int n_models;
-    sim_shape_t shape;     /* every model's, unless models is set */
+    sim_shape_t shape;     /* every model's, unless models or shapes is set */
+    const sim_shape_t *shapes; /* (optional) model i has shapes[i % n_shapes]: borrowed */
+    int n_shapes;
+    size_t quota_bytes;    /* a model larger than this gets it as its gpu_quota (0 = none) */
     const sim_models_t *models; /* (optional) model i is file i % count: borrowed */
     size_t page_size;      /* bytes */
     size_t pool_bytes;     /* device pool, bytes (see sim_pool_bytes) */
@@ -118,6 +121,8 @@ size_t sim_models_image_bytes(const sim_models_t *ms, int i);
 /* Segments of file i (n_layer + 2). */
 uint32_t sim_models_segs(const sim_models_t *ms, int i);
 
+/* The shape of model i of a configuration without GGUF files. */
+const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i);
 /* Image bytes of one model of this shape with this page size. */
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);
 /* A pool holding n_models whole models plus kv_headroom bytes, in pages. */

@@ -41,7 +41,10 @@ typedef struct args {
     sim_models_t *files;          /* the files loaded (main owns) */
     unsigned layers, dim, ff, heads, kv_heads, vocab;
     int tied;
-    double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib;
+    double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib, quota_gib;
+    const char *mix;              /* model shapes by name, model i has entry i % count */
+    sim_shape_t mix_shapes[MAX_FILES];
+    int n_mix;
     unsigned max_batch, max_context;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
@@ -104,6 +107,8 @@ static const opt_t opts[] = {
     {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
     {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
     {"wbytes", OPT_DBL, A(wbytes), "1.0625", "model: bytes per weight (Q8_0 1.0625, F16 2)"},
+    {"mix", OPT_STR, A(mix), NULL, "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
+    {"quota-gib", OPT_DBL, A(quota_gib), "0", "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
     {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
     {"pool-models", OPT_DBL, A(pool_models), "3", "pool holds this many whole models ..."},
     {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4", "... plus this much, GiB (KV caches)"},
@@ -224,6 +229,37 @@ static int parse_args(args_t *a, int argc, char **argv)
     return 0;
 }
 
+/* --mix: "3b-q4,8b-bf16,70b-q4": Llama-3.2-3B, Llama-3-8B and Llama-3-70B shapes. */
+static int parse_mix(args_t *a)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", a->mix);
+    a->n_mix = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        sim_shape_t sh;
+        char *dash = strchr(t, '-');
+        if (!dash || a->n_mix == MAX_FILES)
+            return -1;
+        *dash = 0;
+        if (strcmp(t, "3b") == 0)
+            sh = (sim_shape_t){28, 3072, 8192, 24, 8, 128256, 0, 1};
+        else if (strcmp(t, "8b") == 0)
+            sh = (sim_shape_t){32, 4096, 14336, 32, 8, 128256, 0, 0};
+        else if (strcmp(t, "70b") == 0)
+            sh = (sim_shape_t){80, 8192, 28672, 64, 8, 128256, 0, 0};
+        else
+            return -1;
+        if (strcmp(dash + 1, "q4") == 0)
+            sh.wbytes = 4.85 / 8;
+        else if (strcmp(dash + 1, "bf16") == 0)
+            sh.wbytes = 2;
+        else
+            return -1;
+        a->mix_shapes[a->n_mix++] = sh;
+    }
+    return a->n_mix ? 0 : -1;
+}
+
 static void args_free(args_t *a)
 {
     for (int i = 0; i < a->n_gguf_arg; i++)
@@ -244,6 +280,12 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->models = a->files;
         sim_models_shape(a->files, 0, &c->shape); /* pool sizing and the summary */
     }
+    if (a->n_mix) {
+        c->shapes = a->mix_shapes;
+        c->n_shapes = a->n_mix;
+        c->shape = a->mix_shapes[0];
+    }
+    c->quota_bytes = (size_t)(a->quota_gib * GIB);
     c->page_size = (size_t)(a->page_mib * 1048576.0);
     size_t headroom = (size_t)(a->kv_headroom_gib * GIB);
     if (a->pool_gib > 0)
@@ -407,16 +449,23 @@ static int parse_policies(const char *s, pol_spec_t *out, int *n)
     return *n ? 0 : -1;
 }
 
-/* Models that fit the pool at once (Belady's k): lru-batch's N runs to it. */
+/* Models that fit the pool at once, lru-batch's N runs to it: counted with
+ * the largest model, or with mixed shapes the mean (each at most its quota). */
 static uint32_t pool_holds(const sim_cfg_t *c)
 {
     size_t img = 0;
+    double sum = 0;
     for (int i = 0; i < c->n_models; i++) {
         size_t b = c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
-                             : sim_model_bytes(&c->shape, c->page_size);
+                             : sim_model_bytes(sim_cfg_shape(c, i), c->page_size);
+        if (c->quota_bytes && b > c->quota_bytes)
+            b = c->quota_bytes;
+        sum += (double)b;
         if (b > img)
             img = b;
     }
+    if (c->n_shapes > 1 && c->n_models > 0)
+        img = (size_t)(sum / c->n_models);
     uint32_t k = img ? (uint32_t)(c->pool_bytes / img) : 1;
     if (k > (uint32_t)c->n_models)
         k = (uint32_t)c->n_models;
@@ -1123,6 +1172,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "tracesim: cannot write %s\n", a.write_sample);
             rc = 1;
         }
+        goto done;
+    }
+    if (a.mix && (parse_mix(&a) || a.pool_gib <= 0 || a.n_gguf)) {
+        fprintf(stderr, "tracesim: bad --mix '%s' (3b, 8b, 70b with -q4 or -bf16; needs --pool-gib, "
+                "no --gguf)\n", a.mix);
+        rc = 2;
         goto done;
     }
     if (a.models <= 0)
