@@ -186,7 +186,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tracesim [--option value ...]\n"
                "Runs gpuswapd's scheduler and residency manager on a virtual device and compares\n"
-               "policies (default, fifo, lru, belady) on the same trace. Options:\n");
+               "policies (default, fifo, lru, lru-batch N, belady) on the same trace. Options:\n");
     for (size_t i = 0; i < N_OPTS; i++)
         fprintf(f, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help, opts[i].def ? " [" : "",
                 opts[i].def ? opts[i].def : "", opts[i].def ? "]" : "");
