@@ -1014,6 +1014,58 @@ static void test_requests(const args_t *base)
     remove(path);
 }
 
+/* The LLM request trace format: arrivals from the first, token counts kept
+ * (cut to the context), models a seeded Zipf draw; a bad file is refused. */
+static void test_llm_trace(const args_t *base)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/tracesim-llm-%d.csv", base->self_test_dir, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:59.5000000,100,10\n"
+              "2023-11-17 00:00:01.0000000,7000,0\n2023-11-17 00:00:03.5000000,20,5000\n", f);
+        fclose(f);
+    }
+    wl_llm_trace_t lt = {.n_models = 4, .zipf_s = 1.0, .time_scale = 2, .max_ctx = 4096, .seed = 1};
+    wl_req_t *r = NULL;
+    size_t n = 0;
+    int ok = f && wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err) == 0;
+    check(ok && n == 3 && r[0].t == 0 && fabs(r[1].t - 0.75) < 1e-9 && fabs(r[2].t - 2.0) < 1e-9 &&
+              r[0].prompt == 100 && r[0].output == 10 && r[1].output == 1 &&
+              r[1].prompt == 4095 && r[2].output == 2048 && r[2].prompt == 20,
+          "LLM trace read back: arrivals across midnight from the first (time / 2), zero "
+          "output counted as 1, prompt + output cut to the context%s%s", ok ? "" : ": ",
+          ok ? "" : err);
+    int in_range = ok;
+    for (size_t i = 0; ok && i < n; i++)
+        in_range &= r[i].model >= 0 && r[i].model < 4;
+    wl_req_t *r2 = NULL;
+    size_t n2 = 0;
+    int same = ok && wl_llm_trace_read(path, &lt, &r2, &n2, err, sizeof err) == 0 && n2 == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = r2[i].model == r[i].model;
+    check(in_range && same, "LLM trace: models drawn in range, the same for the same seed");
+    free(r);
+    free(r2);
+    static const char *const bad[] = {"TIMESTAMP,Context,Generated\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                      "2023-11-16 18:17:03.5,12,3\n2023-11-16 18:17:02.5,12,3\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        if (f) {
+            fputs(bad[i], f);
+            fclose(f);
+        }
+        r = NULL;
+        int rc = wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err);
+        free(r);
+        check(rc == WL_ERR_FORMAT, "LLM trace refused: %s", err);
+    }
+    remove(path);
+}
+
 /* lru and lru-batch admit a model's pending requests in one step; when the
  * KV caches of only some of them fit, the admitted list must end there (the
  * rest stay pending, and the active counts match the lists). */
@@ -1146,6 +1198,7 @@ static int self_test(const args_t *base)
     remove(path);
     test_requests(base);
     test_partial_admit(base);
+    test_llm_trace(base);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
