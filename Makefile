@@ -207,6 +207,7 @@ run: all
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
+	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 
 # On a GPU machine: make gpu-check (builds, then runs tests/tools/gpu-check.sh: 6 minutes at most,
 # report in $(BUILD)/gpu-check.txt or $$OUT/). From a machine without one: make gpu-bundle, then carry

@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How long a cold model's request may wait for a drain before its page-in
+ * preempts running sequences: this many max_waits, or this many measured
+ * steps (EWMA) where steps are slow (memcheck: 20-50x). */
+#define SCHED_HOLD_WAITS 4.0
+#define SCHED_HOLD_STEPS 100.0
+
 typedef struct mqueue {
     sched_item_t *head, *tail;
     uint32_t n;
@@ -20,6 +26,10 @@ struct sched {
     double cur_since;   /* when */
     double cur_quantum; /* how long it is protected from being switched away from */
     int rr;             /* round-robin cursor over resident models */
+    int gate;           /* resident model admitting nothing so that it drains for a page-in, -1 none */
+    int last_model;     /* model the last plan stepped while resident, -1 none */
+    double last_now;    /* when that plan was made */
+    double step_s;      /* EWMA of a resident step's duration, measured between plans (0 = none yet) */
 };
 
 sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
@@ -29,6 +39,8 @@ sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
         return NULL;
     s->cfg = *cfg;
     s->cur = -1;
+    s->gate = -1;
+    s->last_model = -1;
     if (sched_resize(s, n_models)) {
         free(s);
         return NULL;
@@ -65,6 +77,10 @@ int sched_resize(sched_t *s, int n_models)
     s->n = n_models;
     if (s->cur >= n_models)
         s->cur = -1;
+    if (s->gate >= n_models)
+        s->gate = -1;
+    if (s->last_model >= n_models)
+        s->last_model = -1;
     return SCHED_OK;
 }
 
@@ -239,6 +255,63 @@ static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now
     s->cur_quantum = q > s->cfg.min_quantum_s ? q : s->cfg.min_quantum_s;
 }
 
+/* A resident model that could be evicted without pausing running sequences
+ * (no sequences admitted), other than except; -1 if none. */
+static int idle_resident(const sched_t *s, const sched_model_view_t *v, int except)
+{
+    for (int m = 0; m < s->n; m++)
+        if (m != except && v[m].resident && v[m].n_active == 0)
+            return m;
+    return -1;
+}
+
+/* Whether a page-in of cold model c now would preempt running sequences:
+ * the caller says it does not fit beside the work queued, and every resident
+ * model has sequences running (none can go without pausing them); within
+ * the hold bound only. */
+static int switch_preempts(const sched_t *s, double now, const sched_model_view_t *v, int c)
+{
+    if (v[c].fits >= 0)
+        return 0;
+    /* the hold is bounded: past it the page-in preempts (SCHED_HOLD_WAITS
+     * max_waits, or SCHED_HOLD_STEPS measured steps where steps are slow) */
+    const sched_item_t *h = s->q[c].head;
+    double hold = s->cfg.max_wait_s * SCHED_HOLD_WAITS;
+    if (s->step_s * SCHED_HOLD_STEPS > hold)
+        hold = s->step_s * SCHED_HOLD_STEPS;
+    if (h && now - h->t_arrival > hold)
+        return 0;
+    int running = 0;
+    for (int m = 0; m < s->n; m++)
+        running |= m != c && v[m].resident && v[m].n_active > 0;
+    return running && idle_resident(s, v, c) < 0;
+}
+
+/* Instead of a page-in that would preempt running sequences: drain one
+ * resident model (it admits nothing more; the one with fewest sequences,
+ * so the soonest done) and step a resident model with work meanwhile.
+ * Its sequences finish, it becomes the idle victim, and the page-in starts
+ * then without pausing anyone. -1 if no resident model has work. */
+static int drain_pick(sched_t *s, const sched_model_view_t *v)
+{
+    if (s->gate < 0 || !v[s->gate].resident || v[s->gate].n_active == 0) {
+        s->gate = -1;
+        for (int m = 0; m < s->n; m++)
+            if (v[m].resident && v[m].n_active > 0 &&
+                (s->gate < 0 || v[m].n_active < v[s->gate].n_active))
+                s->gate = m;
+    }
+    int model = -1;
+    for (int k = 0; k < s->n && model < 0; k++) {
+        int m = (s->rr + 1 + k) % s->n;
+        if (v[m].resident && has_work(s, v, m) && (m != s->gate || v[m].n_active > 0)) {
+            model = m;
+            s->rr = m;
+        }
+    }
+    return model;
+}
+
 /* Swap-aware: keep the device on resident models as long as they have work;
  * page a model in only when nothing resident can progress, or when a request
  * has waited past max_wait; a freshly swapped-in model keeps the device for
@@ -248,10 +321,24 @@ static void switch_to(sched_t *s, const sched_model_view_t *v, int m, double now
  * others are, and no second page-in starts until it can run; the prefetch
  * suggestion starts one early where the caller finds room. Waiting is so
  * bounded by max_wait plus one quantum (plus a page-in under way), and a
- * resident model with running sequences by max_stall plus one step. */
+ * resident model with running sequences by max_stall plus one step.
+ * Where the caller says a page-in would not fit beside the work queued
+ * (view.fits < 0) and every resident model has sequences running, the
+ * page-in waits instead of preempting them: one resident model is drained
+ * (admits nothing) until it is idle and can go, for at most the hold bound
+ * (SCHED_HOLD_*); prefetch suggestions go only to models that fit. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int loading = any_loading(s, v);
+    /* measured step time: between a plan that stepped a resident model and
+     * the next, while that model still has sequences running (the caller
+     * steps on without a nap then, so the gap is the step) */
+    if (s->last_model >= 0 && v[s->last_model].n_active > 0 && now > s->last_now) {
+        double dt = now - s->last_now;
+        s->step_s = s->step_s > 0 ? 0.8 * s->step_s + 0.2 * dt : dt;
+    }
+    s->last_model = -1;
+    s->last_now = now;
     /* the quantum of a model being paged in starts when it can run */
     if (s->cur >= 0 && v[s->cur].loading)
         s->cur_since = now;
@@ -302,17 +389,29 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     }
     if (model < 0)
         return;
-    if (!v[model].resident && model != s->cur)
-        switch_to(s, v, model, now);
+    if (!v[model].resident && switch_preempts(s, now, v, model)) {
+        int alt = drain_pick(s, v);
+        if (alt >= 0)
+            model = alt;
+    }
+    if (!v[model].resident) {
+        s->gate = -1; /* the page-in starts: nobody drains for it any more */
+        if (model != s->cur)
+            switch_to(s, v, model, now);
+    } else {
+        s->last_model = model;
+    }
     p->model = model;
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);
-    p->admit = v[model].can_admit ? (s->q[model].n < cap ? s->q[model].n : cap) : 0;
+    p->admit = v[model].can_admit && model != s->gate ? (s->q[model].n < cap ? s->q[model].n : cap)
+                                                       : 0;
     /* prefetch the next most urgent cold model (the caller pages it in where
      * that evicts nobody with work) */
     double best = -1;
     for (int m = 0; m < s->n; m++) {
-        if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit)
+        if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit ||
+            v[m].fits < 0)
             continue;
         double u = urgency(s, v, m, now);
         if (u > best) {

@@ -48,6 +48,10 @@ typedef struct sched_model_view {
     int can_admit;       /* its next queued request would get a KV cache now */
     int loading;         /* its page-in is on the copy engine and it cannot run yet */
     double last_step;    /* when its last pass ended (caller's clock; 0 = never or unknown) */
+    int fits;            /* (optional) not resident: its page-in fits in free pages and pages of
+                            models nobody has work for, with room left for the KV caches of the
+                            work queued: 1 yes, -1 no (it would evict models with work), 0 the
+                            caller does not say (switches are then planned as if it fits) */
 } sched_model_view_t;
 
 typedef struct sched_plan {

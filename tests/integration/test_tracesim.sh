@@ -22,3 +22,39 @@ END {
         p99["affinity"], p99["round-robin"], p99["least-loaded"]
     exit (bad || !ok)
 }' "$csv"
+
+# Fair baselines (issue 14): lru-batch N for N = 1 .. the models the pool holds (3
+# here), and the best of them per metric; the default beside them on a small
+# workload (4 models, Zipf 1.0, load 0.2, 60 s of arrivals).
+csv2=$(mktemp)
+trap 'rm -f "$csv" "$csv2"' EXIT
+"$SIM" --zipf 1.0 --models 4 --duration 60 --load 0.2 --policies default,fifo,lru,lru-batch \
+    --quiet --csv "$csv2"
+awk -F, 'NR > 1 {
+    pi[$4] = $8; t99[$4] = $16; e99[$4] = $19; done_[$4] = ($5 == $6 && $7 == 0)
+    if ($4 ~ /^lru-batch-[0-9]+$/) { nb++; if (!(1 in mpi) || $8 + 0 < mpi[1]) mpi[1] = $8 + 0
+        if (!(2 in mpi) || $16 + 0 < mpi[2]) mpi[2] = $16 + 0; if (!(3 in mpi) || $19 + 0 < mpi[3]) mpi[3] = $19 + 0 }
+}
+function ok(c, msg) { printf "%s %s\n", c ? "ok  " : "FAIL", msg; if (!c) bad = 1 }
+END {
+    ok(nb == 3 && ("lru-batch-best" in pi), "lru-batch: N = 1, 2, 3 (the pool holds 3) and a best row (" nb " rows)")
+    ok(pi["lru-batch-best"] == mpi[1] && t99["lru-batch-best"] == mpi[2] && e99["lru-batch-best"] == mpi[3],
+       sprintf("lru-batch-best takes the best N per metric (page-ins %d, p99 TTFT %.2f s, p99 e2e %.2f s)",
+               mpi[1], mpi[2], mpi[3]))
+    ok(done_["default"] && done_["lru-batch-1"] && done_["lru-batch-2"] && done_["lru-batch-3"],
+       "default and every lru-batch N complete every request")
+    ok(pi["default"] < pi["lru-batch-best"] && pi["default"] < pi["lru"],
+       sprintf("default pages in less than the best lru-batch N and lru (%d < %d, %d; fifo %d)",
+               pi["default"], pi["lru-batch-best"], pi["lru"], pi["fifo"]))
+    exit bad
+}' "$csv2"
+
+# Models per GPU: the search answers the most models (a multiple of the step) whose
+# p99 TTFT is within the target, and the next count over it.
+"$SIM" --h2d-gbs 55 --hbm-gbs 4800 --pool-gib 120 --wbytes 2 --models-per-gpu 0.1 --mpg-step 5 \
+    --mpg-max 30 --duration 60 --policies default,lru --quiet --csv "$csv2"
+awk -F, 'NR > 1 { n++
+    c = ($3 % 5 == 0) && $4 <= 2 && ($6 > 2 || $5 > 30)
+    printf "%s models per GPU, %s: %d within p99 TTFT 2 s (%.2f s), %d over it (%.2f s)\n", c ? "ok  " : "FAIL", $2, $3, $4, $5, $6
+    if (!c) bad = 1 }
+END { if (n != 2) { print "FAIL models per GPU: want 2 rows, got " n; bad = 1 } exit bad }' "$csv2"

@@ -260,3 +260,101 @@ Test(sched, a_running_model_steps_within_max_stall_even_in_another_models_quantu
     drain(s, 2);
     sched_free(s);
 }
+
+/* Models 0 and 1 resident with sequences running, model 2 cold with a
+ * request that arrived at 0; model 1 also has one queued (at 1). */
+static sched_t *drain_setup(sched_item_t **its, sched_model_view_t *v, int fits)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    its[0] = item(2, 0.0);
+    its[1] = item(1, 1.0);
+    sched_submit(s, its[0]);
+    sched_submit(s, its[1]);
+    views_init(v, 3);
+    v[0].resident = v[1].resident = 1;
+    v[0].n_active = 3;
+    v[1].n_active = 1;
+    v[2].fits = fits;
+    return s;
+}
+
+static void drain_teardown(sched_t *s, sched_item_t **its)
+{
+    for (int i = 0; i < 2; i++)
+        sched_remove(s, its[i]), free(its[i]);
+    sched_free(s);
+}
+
+Test(sched, a_page_in_that_would_preempt_running_sequences_drains_a_resident_model_first)
+{
+    sched_item_t *its[2];
+    sched_model_view_t v[3];
+    sched_t *s = drain_setup(its, v, -1);
+    sched_plan_t p;
+    sched_next(s, 2.5, v, &p); /* model 2's request is past max_wait */
+    cr_assert_neq(p.model, 2, "no page-in while it would pause running sequences");
+    cr_assert(v[p.model].resident);
+    cr_assert_eq(p.prefetch, -1, "no prefetch of a model that does not fit");
+    /* model 1 (fewest sequences) drains: it admits nothing */
+    for (int k = 0; k < 4; k++) {
+        sched_next(s, 2.6 + 0.01 * k, v, &p);
+        if (p.model == 1)
+            cr_assert_eq(p.admit, 0, "the drained model admits nothing");
+    }
+    /* once it is idle the page-in goes ahead (it evicts no running sequence) */
+    v[1].n_active = 0;
+    sched_next(s, 3.0, v, &p);
+    cr_assert_eq(p.model, 2);
+    cr_assert_eq(p.switched, 1);
+    drain_teardown(s, its);
+}
+
+Test(sched, the_drain_is_bounded_by_the_hold_then_the_page_in_preempts)
+{
+    sched_item_t *its[2];
+    sched_model_view_t v[3];
+    sched_t *s = drain_setup(its, v, -1);
+    sched_plan_t p;
+    /* steps of 10 ms (the plans come one a step): 8 s is 4 max_waits */
+    double t = 2.5;
+    for (; t < 7.9; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 2, "%.2f s: within the hold", t);
+    }
+    for (; t < 8.2 && p.model != 2; t += 0.01)
+        sched_next(s, t, v, &p);
+    cr_assert_eq(p.model, 2, "past the hold the page-in starts anyway");
+    drain_teardown(s, its);
+}
+
+Test(sched, a_page_in_that_fits_or_that_the_caller_does_not_size_switches_at_max_wait)
+{
+    for (int fits = 0; fits <= 1; fits++) {
+        sched_item_t *its[2];
+        sched_model_view_t v[3];
+        sched_t *s = drain_setup(its, v, fits);
+        sched_plan_t p;
+        sched_next(s, 2.5, v, &p);
+        cr_assert_eq(p.model, 2, "fits %d: the switch at max_wait as before", fits);
+        drain_teardown(s, its);
+    }
+}
+
+Test(sched, the_hold_grows_with_the_measured_step_time)
+{
+    sched_item_t *its[2];
+    sched_model_view_t v[3];
+    sched_t *s = drain_setup(its, v, -1);
+    sched_plan_t p;
+    /* steps of 0.2 s (a slow machine): the hold is 100 steps, 20 s, not 8 s */
+    double t = 0.1;
+    for (; t < 19.5; t += 0.2) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 2, "%.1f s: within 100 measured steps", t);
+    }
+    for (; t < 21.0 && p.model != 2; t += 0.2)
+        sched_next(s, t, v, &p);
+    cr_assert_eq(p.model, 2, "past them (%.1f s)", t);
+    drain_teardown(s, its);
+}

@@ -31,10 +31,20 @@
  *   has landed before it dispatches anything else (no pipelining, no
  *   batching of requests that wait behind it). Models with work run their
  *   steps round robin (separate runners sharing the GPU) while another loads.
+ * - lru-batch (a fair baseline: Ollama with parallel slots, llama-swap's
+ *   by-model collation): every request joins its model's queue at arrival
+ *   (no head of line across models). A model not loaded is loaded whole on
+ *   demand, one load at a time, the cold model whose oldest request is
+ *   oldest first; at most lru_batch_n models hold weights, so the least
+ *   recently used idle one (nothing running or queued) is evicted first,
+ *   and more while the pages are short. Loaded models with work step round
+ *   robin, each step admitting every queued request of the model up to
+ *   max_batch; a load overlaps the others' steps.
  * - belady: no run; the fewest whole-model loads that can serve the arrival
  *   order with room for k models (Belady's furthest-next-use eviction). */
 
-static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "belady"};
+static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "lru-batch",
+                                                      "belady"};
 
 const char *sim_policy_name(sim_policy_t p)
 {
@@ -81,6 +91,11 @@ static shape_info_t shape_info(const sim_shape_t *sh)
     s.head_store_bytes = d * 4 + (sh->tied ? 0 : s.head_params * sh->wbytes);
     s.kv_pos_layer = 2 * kvd * 4;
     return s;
+}
+
+const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i)
+{
+    return c->shapes && c->n_shapes > 0 ? &c->shapes[i % c->n_shapes] : &c->shape;
 }
 
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page)
@@ -304,6 +319,7 @@ typedef struct vmodel {
     uint32_t n_pend;
     int loading;
     double last_use;
+    size_t quota;               /* its gpu_quota, below its size (0 = none) */
 } vmodel_t;
 
 typedef struct sim {
@@ -329,6 +345,7 @@ typedef struct sim {
     double busy_s;
     uint64_t loads, steps;
     size_t failed;
+    int inconsistent;           /* a model's active count disagreed with its list */
 } sim_t;
 
 static double now(const sim_t *S) { return vb_now(S->vb); }
@@ -396,7 +413,7 @@ static void note_use(sim_t *S, int mi)
  * nothing to rebase). */
 static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
 {
-    const sim_shape_t *sh = &S->c->shape;
+    const sim_shape_t *sh = sim_cfg_shape(S->c, i);
     size_t page = S->c->page_size;
     store_model_t *sm = &m->own;
     model_hparams_t *hp = &m->mod.hp;
@@ -454,7 +471,7 @@ static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
         m->si = shape_info(&sh);
         m->sm = S->c->models->sm[f]; /* residency only reads it: shared by models of one file */
     } else {
-        m->si = shape_info(&S->c->shape);
+        m->si = shape_info(sim_cfg_shape(S->c, gm));
         int rc = vmodel_build(S, m, gm, err, errlen);
         if (rc)
             return rc;
@@ -465,6 +482,8 @@ static int vmodel_init(sim_t *S, vmodel_t *m, int gm, char *err, size_t errlen)
     m->ctx = S->c->max_context < train ? S->c->max_context : train;
     m->swap_in_s = (double)m->sm->image_bytes / 10e9; /* the worker's first guess */
     res_cfg_t rc = {.gpu_quota = 0, .pinned = 0, .priority = 1.0};
+    if (S->c->quota_bytes && m->sm->image_bytes > S->c->quota_bytes)
+        rc.gpu_quota = m->quota = S->c->quota_bytes; /* it streams what does not fit */
     int rc2 = res_add(S->res, m->sm, &rc, &m->rm, err, errlen);
     return rc2 ? SIM_ERR_SETUP : SIM_OK;
 }
@@ -550,6 +569,7 @@ static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, c
     S->res = res_new(S->be, err, errlen);
     if (!S->res)
         goto fail;
+    res_set_max_stall(S->res, c->sched.max_stall_s); /* as the worker does */
     sched_cfg_t sc = c->sched;
     sc.policy = pol == SIM_POL_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE;
     S->sched = sched_new(&sc, 0);
@@ -591,9 +611,14 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 }
 
 /* The next waiting request of model mi (sched queue, or lru pending list). */
+static int pol_pending(const sim_t *S)
+{
+    return S->pol == SIM_POL_LRU || S->pol == SIM_POL_LRU_BATCH;
+}
+
 static sim_seq_t *peek_waiting(sim_t *S, int mi)
 {
-    if (S->pol == SIM_POL_LRU)
+    if (pol_pending(S))
         return S->m[mi]->pend_head;
     sched_item_t *it = sched_peek(S->sched, mi);
     return it ? it->user : NULL;
@@ -602,7 +627,7 @@ static sim_seq_t *peek_waiting(sim_t *S, int mi)
 static void pop_waiting(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    if (S->pol == SIM_POL_LRU) {
+    if (pol_pending(S)) {
         m->pend_head = m->pend_head->next;
         if (!m->pend_head)
             m->pend_tail = NULL;
@@ -679,6 +704,9 @@ static void step(sim_t *S, int mi, uint32_t admit)
         *fresh_tail = s;
         fresh_tail = &s->next;
     }
+    /* end the admitted list: the last one's link still points into the
+     * pending list when only some pending requests were admitted */
+    *fresh_tail = NULL;
     for (sim_seq_t *s = m->active, *nx; s; s = nx) {
         nx = s->next;
         if (res_kv_ensure(S->res, s->kv, s->kv->n_past + 1, err, sizeof err))
@@ -693,6 +721,14 @@ static void step(sim_t *S, int mi, uint32_t admit)
     }
     m->n_active += n_fresh;
     S->n_active += n_fresh;
+    uint32_t n_list = 0;
+    for (sim_seq_t *s = m->active; s; s = s->next)
+        n_list++;
+    if (n_list != m->n_active) {
+        S->inconsistent = 1; /* the run stops with an error */
+        res_release(S->res, m->rm);
+        return;
+    }
     if (m->n_active == 0) {
         res_release(S->res, m->rm);
         return;
@@ -814,10 +850,52 @@ static int pagein_start(sim_t *S, int mi)
     return pagein_poll(S, mi) == 0;
 }
 
+/* Pages the KV caches of the work queued will take when admitted (each
+ * model's next max_batch - n_active requests, counted at its head's size). */
+static size_t kv_reserve_pages(sim_t *S)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        uint32_t q = sched_queued(S->sched, i);
+        uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
+        sim_seq_t *h = q ? peek_waiting(S, i) : NULL;
+        if (h)
+            bytes += (q < room ? q : room) *
+                     res_kv_bytes_for(S->res, &m->sm->model->hp, h->rq->prompt + h->rq->output);
+    }
+    return (bytes + S->c->page_size - 1) / S->c->page_size;
+}
+
+/* The view's fits for cold model mi: its missing pages fit in the free
+ * pages plus those of models nobody has work for, beside the KV reserve. */
+static int pagein_fits(sim_t *S, int mi, size_t spare)
+{
+    return missing_pages(S, S->m[mi]) <= spare ? 1 : -1;
+}
+
 /* The worker's round: page-ins, views, sched_next, one step or a page-in
  * start, prefetch. 1 if it stepped; *nap: when a page-in may end. */
+static int round_plan(sim_t *S, double *nap, int *started);
+
+/* The worker naps at most WK_NAP_MAX_S (2 ms) after a round that stepped
+ * nothing, and its next round finds the model whose page-in just started
+ * loading and steps a resident one: one round that started a page-in is
+ * followed at once by another (the copies run meanwhile). */
 static int round_sched(sim_t *S, double *nap)
 {
+    int started = 0;
+    int stepped = round_plan(S, nap, &started);
+    if (!stepped && started) {
+        vb_advance(S->vb, S->c->cost.t_round_s);
+        stepped = round_plan(S, nap, &started);
+    }
+    return stepped;
+}
+
+static int round_plan(sim_t *S, double *nap, int *started)
+{
+    *started = 0;
     for (int i = 0; i < S->n_m; i++)
         if (S->m[i]->paging_since > 0)
             pagein_poll(S, i);
@@ -848,12 +926,24 @@ static int round_sched(sim_t *S, double *nap)
         };
         res_set_wanted(m->rm, work);
     }
+    /* fits, for the cold models with work: pages free or held by models without work */
+    size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)
+            spare += res_weight_bytes(S->m[i]->rm) / S->c->page_size;
+    spare = spare > reserve ? spare - reserve : 0;
+    for (int i = 0; i < S->n_m; i++)
+        if (!S->views[i].resident && !S->views[i].loading &&
+            (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
+            S->views[i].fits = pagein_fits(S, i, spare);
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
     int stepped = 0;
     if (plan.model >= 0 && (S->views[plan.model].resident || pagein_start(S, plan.model))) {
         step(S, plan.model, plan.admit);
         stepped = 1;
+    } else if (plan.model >= 0) {
+        *started = S->m[plan.model]->paging_since > 0;
     }
     if (plan.prefetch >= 0 && S->m[plan.prefetch]->paging_since == 0) {
         vmodel_t *pm = S->m[plan.prefetch];
@@ -960,6 +1050,91 @@ static int round_lru(sim_t *S)
     return 0;
 }
 
+/* Models holding weights (resident or in flight), other than except. */
+static int lrub_holding(sim_t *S, int except)
+{
+    int n = 0;
+    for (int i = 0; i < S->n_m; i++)
+        if (i != except && res_weight_bytes(S->m[i]->rm) > 0)
+            n++;
+    return n;
+}
+
+/* Loaded for lru-batch: every segment mapped, or for a model with a quota
+ * below its size what the quota holds (its steps stream the rest). */
+static int lrub_loaded(sim_t *S, vmodel_t *m)
+{
+    if (m->quota)
+        return res_weight_bytes(m->rm) + m->sm->segs[1].span > m->quota ||
+               all_mapped(S, m);
+    return all_mapped(S, m);
+}
+
+static void lrub_dispatch(sim_t *S)
+{
+    /* one load at a time: the next starts once the last has landed */
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        if (!m->loading)
+            continue;
+        if (fully_resident(S, m) || !all_mapped(S, m) || res_inflight(m->rm) == 0)
+            m->loading = 0; /* landed, or lost pages meanwhile (loaded again when wanted) */
+        else
+            return;
+    }
+    /* the cold model with the oldest waiting request */
+    int pick = -1;
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        if (m->n_pend && !lrub_loaded(S, m) &&
+            (pick < 0 || m->pend_head->rq->t < S->m[pick]->pend_head->rq->t))
+            pick = i;
+    }
+    if (pick < 0)
+        return;
+    vmodel_t *m = S->m[pick];
+    uint32_t n_max = S->c->lru_batch_n ? S->c->lru_batch_n : UINT32_MAX;
+    size_t need = missing_pages(S, m);
+    if (m->quota) { /* what its quota holds, no more */
+        size_t page = S->c->page_size, held = res_weight_bytes(m->rm) / page;
+        size_t q = m->quota / page > held ? m->quota / page - held : 0;
+        need = need < q ? need : q;
+    }
+    int holding = lrub_holding(S, pick);
+    while ((uint32_t)holding >= n_max || free_pages(S) < need) {
+        int v = lru_victim(S, pick);
+        if (v < 0)
+            return; /* the rest is held by models with work: wait */
+        res_evict(S->res, S->m[v]->rm, RES_CAUSE_CAPACITY, 0);
+        holding = lrub_holding(S, pick);
+    }
+    char err[256];
+    res_prefetch(S->res, m->rm, RES_EVICT_NONE, err, sizeof err);
+    if (lrub_loaded(S, m)) {
+        S->loads++;
+        m->loading = res_inflight(m->rm) > 0;
+    }
+}
+
+static int round_lrub(sim_t *S)
+{
+    lrub_dispatch(S);
+    int n = S->n_m;
+    for (int k = 0; k < n; k++) {
+        int mi = (S->rr + 1 + k) % n;
+        vmodel_t *m = S->m[mi];
+        if (m->loading ||
+            (m->n_active == 0 && (m->n_pend == 0 || !(m->quota ? lrub_loaded(S, m)
+                                                                 : fully_resident(S, m)))))
+            continue;
+        uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
+        S->rr = mi;
+        step(S, mi, m->n_pend < room ? m->n_pend : room);
+        return 1;
+    }
+    return 0;
+}
+
 static int any_loading(const sim_t *S)
 {
     for (int i = 0; i < S->n_m; i++)
@@ -988,13 +1163,13 @@ static double quantile(const double *v, size_t n, double q)
 static size_t cfg_image_bytes(const sim_cfg_t *c, int i)
 {
     return c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
-                     : sim_model_bytes(&c->shape, c->page_size);
+                     : sim_model_bytes(sim_cfg_shape(c, i), c->page_size);
 }
 
 static uint32_t cfg_segs(const sim_cfg_t *c, int i)
 {
     return c->models ? sim_models_segs(c->models, i % sim_models_count(c->models))
-                     : c->shape.n_layer + 2;
+                     : sim_cfg_shape(c, i)->n_layer + 2;
 }
 
 /* Models that fit the pool at once, for Belady: counted with the largest. */
@@ -1076,7 +1251,17 @@ static int vhost_submit(sim_t *S, sim_seq_t *s, double t, size_t *rejected, char
     int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[lm]->ctx;
     if (S->pol == SIM_POL_LRU)
         S->gq_n = (size_t)(s - S->seqs) + 1;
-    if (!refuse && S->pol != SIM_POL_LRU && sched_submit(S->sched, &s->item) != SCHED_OK)
+    if (!refuse && S->pol == SIM_POL_LRU_BATCH) {
+        vmodel_t *m = S->m[lm];
+        s->next = NULL;
+        if (m->pend_tail)
+            m->pend_tail->next = s;
+        else
+            m->pend_head = s;
+        m->pend_tail = s;
+        m->n_pend++;
+    }
+    if (!refuse && !pol_pending(S) && sched_submit(S->sched, &s->item) != SCHED_OK)
         refuse = 1;
     if (refuse) {
         s->state = SEQ_FAILED;
@@ -1097,7 +1282,9 @@ static void vhost_round(sim_t *S)
     vb_advance_to(S->vb, S->wake);
     vb_advance(S->vb, c->cost.t_round_s);
     double nap = INFINITY;
-    int stepped = S->pol == SIM_POL_LRU ? round_lru(S) : round_sched(S, &nap);
+    int stepped = S->pol == SIM_POL_LRU         ? round_lru(S)
+                  : S->pol == SIM_POL_LRU_BATCH ? round_lrub(S)
+                                                : round_sched(S, &nap);
     S->firm = 0;
     if (stepped) {
         S->wake = now(S);
@@ -1109,7 +1296,7 @@ static void vhost_round(sim_t *S)
         S->wake = now(S) + (nap > 0 ? nap : c->cost.t_round_s);
         S->firm = nap <= 0;
     }
-    if (S->pol == SIM_POL_LRU && any_loading(S)) {
+    if (pol_pending(S) && any_loading(S)) {
         double tail = vb_copy_tail(S->vb);
         if (tail > now(S) && tail < S->wake)
             S->wake = tail;
@@ -1211,6 +1398,12 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         }
         if (hmin >= 0) {
             vhost_round(F->h[hmin]);
+            if (F->h[hmin]->inconsistent) {
+                snprintf(err, errlen, "%s: host %d: a model's active sequences and their count "
+                         "disagree at t = %.3f s", sim_policy_name(pol), hmin, now(F->h[hmin]));
+                rc = SIM_ERR_STUCK;
+                goto fail;
+            }
             wake_tree_set(&wt, hmin, vhost_wake(F->h[hmin]));
             continue;
         }
@@ -1283,6 +1476,9 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
             out->max_mapped_pages = vs.max_mapped;
         out->violations += vs.violations + (vs.max_mapped > out->pool_pages);
         out->host_blocks += vs.host_blocks;
+        out->active_left += S->n_active;
+        for (int i = 0; i < S->n_m; i++)
+            out->active_left += S->m[i]->n_active;
         out->belady_own += sim_belady(S->uses, S->n_uses, S->n_m, out->belady_k);
     }
     double span = out->makespan_s * H;

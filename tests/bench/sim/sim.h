@@ -55,13 +55,17 @@ typedef struct sim_models sim_models_t;
 
 typedef struct sim_cfg {
     int n_models;
-    sim_shape_t shape;     /* every model's, unless models is set */
+    sim_shape_t shape;     /* every model's, unless models or shapes is set */
+    const sim_shape_t *shapes; /* (optional) model i has shapes[i % n_shapes]: borrowed */
+    int n_shapes;
+    size_t quota_bytes;    /* a model larger than this gets it as its gpu_quota (0 = none) */
     const sim_models_t *models; /* (optional) model i is file i % count: borrowed */
     size_t page_size;      /* bytes */
     size_t pool_bytes;     /* device pool, bytes (see sim_pool_bytes) */
     uint32_t max_batch;    /* per model */
     uint32_t max_context;  /* per sequence */
     sched_cfg_t sched;     /* policy is set per run */
+    uint32_t lru_batch_n;  /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;
     double slo_ttft_s;     /* a request meets the SLO when its TTFT is below this */
     FILE *dump;            /* (optional) one CSV line per request and run: borrowed */
@@ -71,6 +75,8 @@ typedef enum sim_policy {
     SIM_POL_DEFAULT = 0, /* gpuswapd: sched swap-aware + prefetch into free pages */
     SIM_POL_FIFO,        /* gpuswapd with policy: fifo */
     SIM_POL_LRU,         /* Ollama-like load on demand, LRU eviction (see sim.c) */
+    SIM_POL_LRU_BATCH,   /* fair baseline: keep up to lru_batch_n models loaded, LRU eviction,
+                            batch every queued request of a loaded model (see sim.c) */
     SIM_POL_BELADY,      /* offline bound on model loads for the arrival order */
     SIM_POL_COUNT
 } sim_policy_t;
@@ -97,6 +103,7 @@ typedef struct sim_result {
     uint64_t violations;    /* virtual device misuse (over-commit, bad maps): must be 0 */
     uint64_t host_blocks;   /* evictions that waited for a copy in flight */
     uint64_t preempted;     /* segments evicted from models with paused sequences (live KV) */
+    uint64_t active_left;   /* sequences still counted active at the end (must be 0) */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device
@@ -114,6 +121,8 @@ size_t sim_models_image_bytes(const sim_models_t *ms, int i);
 /* Segments of file i (n_layer + 2). */
 uint32_t sim_models_segs(const sim_models_t *ms, int i);
 
+/* The shape of model i of a configuration without GGUF files. */
+const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i);
 /* Image bytes of one model of this shape with this page size. */
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);
 /* A pool holding n_models whole models plus kv_headroom bytes, in pages. */

@@ -109,7 +109,7 @@ static uint64_t ring_pos(int m, int h)
 static uint64_t model_bytes_of(const sim_cfg_t *c, int m)
 {
     return c->models ? sim_models_image_bytes(c->models, m % sim_models_count(c->models))
-                     : sim_model_bytes(&c->shape, c->page_size);
+                     : sim_model_bytes(sim_cfg_shape(c, m), c->page_size);
 }
 
 /* The placement fleet_place makes for this fleet: hosts h0000.. with the

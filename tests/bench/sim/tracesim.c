@@ -29,6 +29,7 @@ typedef struct args {
     unsigned seed;
     const char *trace;            /* Azure Functions 2019 file */
     const char *requests;         /* recorded request list */
+    const char *llm_trace;        /* recorded LLM requests (Azure LLM inference 2023 CSV) */
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
@@ -40,10 +41,13 @@ typedef struct args {
     sim_models_t *files;          /* the files loaded (main owns) */
     unsigned layers, dim, ff, heads, kv_heads, vocab;
     int tied;
-    double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib;
+    double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib, quota_gib;
+    const char *mix;              /* model shapes by name, model i has entry i % count */
+    sim_shape_t mix_shapes[MAX_FILES];
+    int n_mix;
     unsigned max_batch, max_context;
     /* scheduler */
-    double max_wait, quantum, min_quantum;
+    double max_wait, max_stall, quantum, min_quantum;
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
@@ -52,6 +56,9 @@ typedef struct args {
     int hosts;
     const char *routing;
     unsigned replicas, balance_factor;
+    /* models per GPU */
+    double mpg_rate;
+    int mpg_max, mpg_step;
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
@@ -88,6 +95,7 @@ static const opt_t opts[] = {
     {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
     {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
     {"trace-scale", OPT_DBL, A(trace_scale), "1", "trace: time compression (x load); the sweep multiplies it"},
+    {"llm-trace", OPT_STR, A(llm_trace), NULL, "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
     {"requests", OPT_STR, A(requests), NULL, "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
     {"gguf", OPT_FILES, A(gguf), NULL, "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
@@ -99,6 +107,8 @@ static const opt_t opts[] = {
     {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
     {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
     {"wbytes", OPT_DBL, A(wbytes), "1.0625", "model: bytes per weight (Q8_0 1.0625, F16 2)"},
+    {"mix", OPT_STR, A(mix), NULL, "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
+    {"quota-gib", OPT_DBL, A(quota_gib), "0", "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
     {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
     {"pool-models", OPT_DBL, A(pool_models), "3", "pool holds this many whole models ..."},
     {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4", "... plus this much, GiB (KV caches)"},
@@ -106,6 +116,7 @@ static const opt_t opts[] = {
     {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
+    {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
@@ -123,7 +134,10 @@ static const opt_t opts[] = {
     {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
     {"replicas", OPT_UINT, A(replicas), "2", "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
     {"balance-factor", OPT_UINT, A(balance_factor), "150", "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
-    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare"},
+    {"models-per-gpu", OPT_DBL, A(mpg_rate), "0", "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
+    {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
+    {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
+    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
     {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
@@ -172,7 +186,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tracesim [--option value ...]\n"
                "Runs gpuswapd's scheduler and residency manager on a virtual device and compares\n"
-               "policies (default, fifo, lru, belady) on the same trace. Options:\n");
+               "policies (default, fifo, lru, lru-batch N, belady) on the same trace. Options:\n");
     for (size_t i = 0; i < N_OPTS; i++)
         fprintf(f, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help, opts[i].def ? " [" : "",
                 opts[i].def ? opts[i].def : "", opts[i].def ? "]" : "");
@@ -215,6 +229,37 @@ static int parse_args(args_t *a, int argc, char **argv)
     return 0;
 }
 
+/* --mix: "3b-q4,8b-bf16,70b-q4": Llama-3.2-3B, Llama-3-8B and Llama-3-70B shapes. */
+static int parse_mix(args_t *a)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", a->mix);
+    a->n_mix = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        sim_shape_t sh;
+        char *dash = strchr(t, '-');
+        if (!dash || a->n_mix == MAX_FILES)
+            return -1;
+        *dash = 0;
+        if (strcmp(t, "3b") == 0)
+            sh = (sim_shape_t){28, 3072, 8192, 24, 8, 128256, 0, 1};
+        else if (strcmp(t, "8b") == 0)
+            sh = (sim_shape_t){32, 4096, 14336, 32, 8, 128256, 0, 0};
+        else if (strcmp(t, "70b") == 0)
+            sh = (sim_shape_t){80, 8192, 28672, 64, 8, 128256, 0, 0};
+        else
+            return -1;
+        if (strcmp(dash + 1, "q4") == 0)
+            sh.wbytes = 4.85 / 8;
+        else if (strcmp(dash + 1, "bf16") == 0)
+            sh.wbytes = 2;
+        else
+            return -1;
+        a->mix_shapes[a->n_mix++] = sh;
+    }
+    return a->n_mix ? 0 : -1;
+}
+
 static void args_free(args_t *a)
 {
     for (int i = 0; i < a->n_gguf_arg; i++)
@@ -235,6 +280,12 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->models = a->files;
         sim_models_shape(a->files, 0, &c->shape); /* pool sizing and the summary */
     }
+    if (a->n_mix) {
+        c->shapes = a->mix_shapes;
+        c->n_shapes = a->n_mix;
+        c->shape = a->mix_shapes[0];
+    }
+    c->quota_bytes = (size_t)(a->quota_gib * GIB);
     c->page_size = (size_t)(a->page_mib * 1048576.0);
     size_t headroom = (size_t)(a->kv_headroom_gib * GIB);
     if (a->pool_gib > 0)
@@ -246,7 +297,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
-    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .quantum = a->quantum,
+    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .max_stall_s = a->max_stall, .quantum = a->quantum,
                              .min_quantum_s = a->min_quantum, .queue_limit = a->queue_limit,
                              .max_queued = a->max_queued};
     c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9, .copy_lat_s = a->copy_lat_us * 1e-6,
@@ -266,6 +317,8 @@ static wl_len_t len_of(double median, double sigma, unsigned max)
 typedef struct row {
     double load, rate;
     sim_policy_t pol;
+    uint32_t lrub_n;        /* lru-batch: models kept loaded; 0 with best set: the best row */
+    int best;               /* the best lru-batch N per metric (page-ins, TTFT, end-to-end) */
     int route;              /* fleet: its simfleet_route_t; -1: one host */
     int hosts;              /* fleet: hosts */
     int host_models;        /* fleet: most models a host is configured with */
@@ -289,6 +342,17 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         int rc = wl_requests_read(a->requests, a->models, reqs, n, err, errlen);
         if (rc == 0) {
             double span = *n ? (*reqs)[*n - 1].t - (*reqs)[0].t : 0;
+            *rate = span > 0 ? (double)*n / span : 0;
+        }
+        return rc;
+    }
+    if (a->llm_trace) {
+        wl_llm_trace_t lt = {.n_models = a->models, .zipf_s = a->zipf,
+                             .time_scale = a->trace_scale * load, .max_ctx = a->max_context,
+                             .seed = (uint64_t)a->seed};
+        int rc = wl_llm_trace_read(a->llm_trace, &lt, reqs, n, err, errlen);
+        if (rc == 0) {
+            double span = *n ? (*reqs)[*n - 1].t : 0;
             *rate = span > 0 ? (double)*n / span : 0;
         }
         return rc;
@@ -337,7 +401,7 @@ static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double *
     double *l = calloc((size_t)a->models, sizeof *l);
     if (!l)
         return -1;
-    if (!a->trace && !a->requests) {
+    if (!a->trace && !a->requests && !a->llm_trace) {
         wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf};
         for (int m = 0; m < a->models; m++)
             l[m] = wl_popularity(&wp, m);
@@ -351,17 +415,120 @@ static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double *
     return 0;
 }
 
-static int parse_policies(const char *s, sim_policy_t *out, int *n)
+#define MAX_POLS 64
+
+/* A policy to run: lru-batch with its N (0: every N from 1 to the models
+ * the pool holds, and the best of them). */
+typedef struct pol_spec {
+    sim_policy_t pol;
+    uint32_t n;
+} pol_spec_t;
+
+/* "default,fifo,lru,lru-batch,lru-batch-3,belady" */
+static int parse_policies(const char *s, pol_spec_t *out, int *n)
 {
-    char buf[256];
+    char buf[512];
     snprintf(buf, sizeof buf, "%s", s);
     *n = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n >= SIM_POL_COUNT || sim_policy_parse(t, &out[*n]))
+        if (*n >= MAX_POLS)
             return -1;
+        out[*n].n = 0;
+        if (strncmp(t, "lru-batch-", 10) == 0) {
+            char *end;
+            long k = strtol(t + 10, &end, 10);
+            if (*end || k < 1 || k > 1000)
+                return -1;
+            out[*n].pol = SIM_POL_LRU_BATCH;
+            out[*n].n = (uint32_t)k;
+        } else if (sim_policy_parse(t, &out[*n].pol)) {
+            return -1;
+        }
         (*n)++;
     }
     return *n ? 0 : -1;
+}
+
+/* Models that fit the pool at once, lru-batch's N runs to it: counted with
+ * the largest model, or with mixed shapes the mean (each at most its quota). */
+static uint32_t pool_holds(const sim_cfg_t *c)
+{
+    size_t img = 0;
+    double sum = 0;
+    for (int i = 0; i < c->n_models; i++) {
+        size_t b = c->models ? sim_models_image_bytes(c->models, i % sim_models_count(c->models))
+                             : sim_model_bytes(sim_cfg_shape(c, i), c->page_size);
+        if (c->quota_bytes && b > c->quota_bytes)
+            b = c->quota_bytes;
+        sum += (double)b;
+        if (b > img)
+            img = b;
+    }
+    if (c->n_shapes > 1 && c->n_models > 0)
+        img = (size_t)(sum / c->n_models);
+    uint32_t k = img ? (uint32_t)(c->pool_bytes / img) : 1;
+    if (k > (uint32_t)c->n_models)
+        k = (uint32_t)c->n_models;
+    return k ? k : 1;
+}
+
+/* Expand the specs into the runs: lru-batch without N is N = 1..k plus the
+ * best row (filled after the runs). */
+static int expand_policies(const pol_spec_t *in, int n_in, const sim_cfg_t *c, pol_spec_t *out,
+                           int *best, int *n)
+{
+    *n = 0;
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].pol != SIM_POL_LRU_BATCH || in[i].n) {
+            if (*n >= MAX_POLS)
+                return -1;
+            best[*n] = 0;
+            out[(*n)++] = in[i];
+            continue;
+        }
+        uint32_t k = pool_holds(c);
+        for (uint32_t j = 1; j <= k + 1; j++) {
+            if (*n >= MAX_POLS)
+                return -1;
+            best[*n] = j == k + 1;
+            out[(*n)++] = (pol_spec_t){SIM_POL_LRU_BATCH, j == k + 1 ? 0 : j};
+        }
+    }
+    return 0;
+}
+
+/* The best lru-batch N per metric over rows[from..to): page-ins, p50/p99
+ * TTFT, p50/p99 end-to-end and the SLO share each take the best row's
+ * figure; the rest are those of the row with the best p99 TTFT. */
+static void best_row(row_t *dst, const row_t *rows, int from, int to)
+{
+    int bi = -1;
+    for (int i = from; i < to; i++)
+        if (rows[i].pol == SIM_POL_LRU_BATCH && !rows[i].best &&
+            (bi < 0 || rows[i].r.ttft_p99 < rows[bi].r.ttft_p99))
+            bi = i;
+    if (bi < 0)
+        return;
+    sim_result_t r = rows[bi].r;
+    for (int i = from; i < to; i++) {
+        const sim_result_t *x = &rows[i].r;
+        if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best)
+            continue;
+#define BEST_MIN(f) if (x->f < r.f) r.f = x->f
+        BEST_MIN(page_ins);
+        BEST_MIN(model_loads);
+        BEST_MIN(bytes_in);
+        BEST_MIN(ttft_p50);
+        BEST_MIN(ttft_p99);
+        BEST_MIN(ttft_max);
+        BEST_MIN(e2e_p50);
+        BEST_MIN(e2e_p99);
+        BEST_MIN(e2e_max);
+#undef BEST_MIN
+        if (x->slo_frac > r.slo_frac)
+            r.slo_frac = x->slo_frac;
+    }
+    dst->r = r;
 }
 
 static int parse_loads(const args_t *a, double *loads, int *n)
@@ -370,7 +537,7 @@ static int parse_loads(const args_t *a, double *loads, int *n)
     if (!a->sweep) {
         sim_cfg_t c;
         build_cfg(a, &c);
-        loads[(*n)++] = a->trace || a->requests ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
+        loads[(*n)++] = a->trace || a->requests || a->llm_trace ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
         return 0;
     }
     char buf[1024];
@@ -394,8 +561,16 @@ static const char *const csv_header =
 /* What a row compares: the policy, or in a fleet the router. */
 static const char *row_name(const row_t *w)
 {
-    return w->route >= 0 ? simfleet_route_name((simfleet_route_t)w->route)
-                         : sim_policy_name(w->pol);
+    static char buf[32]; /* one name at a time: printed before the next call */
+    if (w->route >= 0)
+        return simfleet_route_name((simfleet_route_t)w->route);
+    if (w->pol == SIM_POL_LRU_BATCH) {
+        if (w->best)
+            return "lru-batch-best";
+        snprintf(buf, sizeof buf, "lru-batch-%u", w->lrub_n);
+        return buf;
+    }
+    return sim_policy_name(w->pol);
 }
 
 static void csv_row(FILE *f, const char *wl, const row_t *w)
@@ -436,14 +611,15 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
 {
     sim_cfg_t c;
     build_cfg(a, &c);
-    sim_policy_t pols[SIM_POL_COUNT];
-    int np;
+    pol_spec_t specs[MAX_POLS], pols[MAX_POLS];
+    int best[MAX_POLS] = {0};
+    int np, ns;
     double loads[MAX_LOADS];
     int nl;
     simfleet_route_t routes[SIMFLEET_ROUTE_COUNT];
     int nr = 0;
-    if (parse_policies(a->policies, pols, &np) || parse_loads(a, loads, &nl) ||
-        (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
+    if (parse_policies(a->policies, specs, &ns) || expand_policies(specs, ns, &c, pols, best, &np) ||
+        parse_loads(a, loads, &nl) || (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
         snprintf(err, errlen, "bad --policies, --routing or --sweep");
         return -1;
     }
@@ -492,9 +668,17 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
                                   errlen) ? -1 : 0;
                 continue;
             }
-            rows[k].pol = pols[pi];
+            rows[k].pol = pols[pi].pol;
+            rows[k].lrub_n = pols[pi].n;
+            rows[k].best = best[pi];
             rows[k].host_models = c.n_models;
-            rc = sim_run(&c, pols[pi], reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
+            if (best[pi]) {
+                best_row(&rows[k], rows, k - pi, k);
+                continue;
+            }
+            sim_cfg_t cp = c;
+            cp.lru_batch_n = pols[pi].n;
+            rc = sim_run(&cp, pols[pi].pol, reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
         }
         free(ml);
         free(reqs);
@@ -516,6 +700,8 @@ static const char *workload_name(const args_t *a, char *buf, size_t len)
         snprintf(buf, len, "%s", a->label);
     else if (a->requests)
         snprintf(buf, len, "requests");
+    else if (a->llm_trace)
+        snprintf(buf, len, "llm-trace");
     else if (a->trace)
         snprintf(buf, len, "azure");
     else
@@ -535,6 +721,118 @@ static void write_rows(FILE *f, const args_t *a, const row_t *rows, int n)
         fputs(csv_header, f);
     for (int i = 0; i < n; i++)
         csv_row(f, wl, &rows[i]);
+}
+
+/* ------------------------------------------------------------------ models per GPU */
+
+/* p99 TTFT of policy ps with m models at a->mpg_rate req/s each (uniform,
+ * --duration s of arrivals); INFINITY when a request failed. */
+static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, char *err,
+                   size_t errlen)
+{
+    args_t b = *a;
+    b.models = m;
+    b.zipf = 0;
+    sim_cfg_t c;
+    build_cfg(&b, &c);
+    wl_len_t pl = len_of(b.prompt_median, b.prompt_sigma, b.prompt_max);
+    wl_len_t ol = len_of(b.output_median, b.output_sigma, b.output_max);
+    wl_params_t wp = {.n_models = m, .zipf_s = 0, .rate = a->mpg_rate * m,
+                      .duration_s = b.duration, .arrival = WL_ARRIVAL_POISSON, .prompt = pl,
+                      .output = ol, .seed = (uint64_t)b.seed};
+    wl_req_t *reqs = NULL;
+    size_t n = 0;
+    if (wl_generate(&wp, &reqs, &n)) {
+        snprintf(err, errlen, "cannot generate the workload");
+        return -1;
+    }
+    c.lru_batch_n = ps->n;
+    sim_result_t r;
+    int rc = sim_run(&c, ps->pol, reqs, n, &r, err, errlen);
+    free(reqs);
+    if (rc)
+        return -1;
+    *p99 = r.completed == r.requests ? r.ttft_p99 : INFINITY;
+    return 0;
+}
+
+/* Per policy: the most models within the TTFT target, by bisection over
+ * multiples of mpg_step (p99 TTFT taken to grow with the model count). */
+static int models_per_gpu(const args_t *a)
+{
+    char err[512];
+    sim_cfg_t c;
+    build_cfg(a, &c);
+    c.n_models = a->mpg_max;
+    pol_spec_t specs[MAX_POLS], pols[MAX_POLS];
+    int best[MAX_POLS], ns, np;
+    if (parse_policies(a->policies, specs, &ns)) {
+        fprintf(stderr, "tracesim: bad --policies\n");
+        return 2;
+    }
+    FILE *f = a->csv ? fopen(a->csv, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tracesim: cannot write %s\n", a->csv);
+        return 1;
+    }
+    if (!a->no_header)
+        fputs("workload,policy,models,ttft_p99_s,next_models,next_ttft_p99_s\n", f);
+    int step = a->mpg_step > 0 ? a->mpg_step : 1;
+    int hi_k = a->mpg_max / step, rc = 0;
+    char wl[128];
+    snprintf(wl, sizeof wl, "%s", a->label ? a->label : "models-per-gpu");
+    for (int si = 0; si < ns && !rc; si++) {
+        /* lru-batch without N: every N the pool holds at the largest count, the best reported */
+        pol_spec_t one[1] = {specs[si]};
+        if (expand_policies(one, 1, &c, pols, best, &np)) {
+            rc = 1;
+            break;
+        }
+        int best_k = 0;
+        double best_p99 = NAN, best_next = NAN;
+        int have = 0;
+        row_t nm = {0};
+        for (int pi = 0; pi < np && !rc; pi++) {
+            if (best[pi] || pols[pi].pol == SIM_POL_BELADY)
+                continue;
+            /* largest k with p99(k * step) within target: lo passes (0 trivially), hi fails */
+            int lo = 0, hi = hi_k + 1;
+            double p_lo = 0, p_hi = INFINITY;
+            while (hi - lo > 1) {
+                int mid = (lo + hi) / 2;
+                double p;
+                if (mpg_try(a, &pols[pi], mid * step, &p, err, sizeof err)) {
+                    fprintf(stderr, "tracesim: %s\n", err);
+                    rc = 1;
+                    break;
+                }
+                if (p <= a->slo_ttft)
+                    lo = mid, p_lo = p;
+                else
+                    hi = mid, p_hi = p;
+            }
+            nm.pol = pols[pi].pol;
+            nm.lrub_n = pols[pi].n;
+            nm.route = -1;
+            if (!a->quiet)
+                fprintf(stderr, "%-16s %4d models (p99 TTFT %.3f s), %d: %.3f s\n", row_name(&nm),
+                        lo * step, p_lo, hi * step, p_hi);
+            fprintf(f, "%s,%s,%d,%.6f,%d,%.6f\n", wl, row_name(&nm), lo * step, p_lo, hi * step,
+                    p_hi);
+            if (!have || lo > best_k) {
+                have = 1;
+                best_k = lo;
+                best_p99 = p_lo;
+                best_next = p_hi;
+            }
+        }
+        if (np > 1 && !rc)
+            fprintf(f, "%s,lru-batch-best,%d,%.6f,%d,%.6f\n", wl, best_k * step, best_p99,
+                    (best_k + 1) * step, best_next);
+    }
+    if (f != stdout)
+        fclose(f);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ self-test */
@@ -584,7 +882,7 @@ static void check_rows(const char *what, const row_t *rows, int n)
         const row_t *w = &rows[i];
         const sim_result_t *r = &w->r;
         const row_t *bel = find_row(rows, n, SIM_POL_BELADY, w->load);
-        if (w->pol == SIM_POL_BELADY)
+        if (w->pol == SIM_POL_BELADY || w->best)
             continue;
         const char *pn = sim_policy_name(w->pol);
         check(r->violations == 0 && r->max_mapped_pages <= r->pool_pages,
@@ -593,12 +891,14 @@ static void check_rows(const char *what, const row_t *rows, int n)
               (unsigned long long)r->pool_pages, (unsigned long long)r->violations);
         check(r->completed == r->requests, "%s load %.3g %s: every request completes (%zu/%zu)",
               what, w->load, pn, r->completed, r->requests);
+        check(r->active_left == 0, "%s load %.3g %s: no sequence left counted active (%llu)",
+              what, w->load, pn, (unsigned long long)r->active_left);
         check(r->belady_own <= r->model_loads,
               "%s load %.3g %s: Belady on its own order of model uses (%llu) <= its model "
               "loads (%llu)", what, w->load, pn, (unsigned long long)r->belady_own,
               (unsigned long long)r->model_loads);
         /* fifo and lru serve in arrival order, so Belady on that order bounds them */
-        if (bel && w->pol != SIM_POL_DEFAULT)
+        if (bel && (w->pol == SIM_POL_FIFO || w->pol == SIM_POL_LRU))
             check(bel->r.model_loads <= r->model_loads,
                   "%s load %.3g %s: Belady on the arrival order (%llu) <= its model loads (%llu)",
                   what, w->load, pn, (unsigned long long)bel->r.model_loads,
@@ -714,6 +1014,87 @@ static void test_requests(const args_t *base)
     remove(path);
 }
 
+/* The LLM request trace format: arrivals from the first, token counts kept
+ * (cut to the context), models a seeded Zipf draw; a bad file is refused. */
+static void test_llm_trace(const args_t *base)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/tracesim-llm-%d.csv", base->self_test_dir, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:59.5000000,100,10\n"
+              "2023-11-17 00:00:01.0000000,7000,0\n2023-11-17 00:00:03.5000000,20,5000\n", f);
+        fclose(f);
+    }
+    wl_llm_trace_t lt = {.n_models = 4, .zipf_s = 1.0, .time_scale = 2, .max_ctx = 4096, .seed = 1};
+    wl_req_t *r = NULL;
+    size_t n = 0;
+    int ok = f && wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err) == 0;
+    check(ok && n == 3 && r[0].t == 0 && fabs(r[1].t - 0.75) < 1e-9 && fabs(r[2].t - 2.0) < 1e-9 &&
+              r[0].prompt == 100 && r[0].output == 10 && r[1].output == 1 &&
+              r[1].prompt == 4095 && r[2].output == 2048 && r[2].prompt == 20,
+          "LLM trace read back: arrivals across midnight from the first (time / 2), zero "
+          "output counted as 1, prompt + output cut to the context%s%s", ok ? "" : ": ",
+          ok ? "" : err);
+    int in_range = ok;
+    for (size_t i = 0; ok && i < n; i++)
+        in_range &= r[i].model >= 0 && r[i].model < 4;
+    wl_req_t *r2 = NULL;
+    size_t n2 = 0;
+    int same = ok && wl_llm_trace_read(path, &lt, &r2, &n2, err, sizeof err) == 0 && n2 == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = r2[i].model == r[i].model;
+    check(in_range && same, "LLM trace: models drawn in range, the same for the same seed");
+    free(r);
+    free(r2);
+    static const char *const bad[] = {"TIMESTAMP,Context,Generated\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                      "2023-11-16 18:17:03.5,12,3\n2023-11-16 18:17:02.5,12,3\n",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        if (f) {
+            fputs(bad[i], f);
+            fclose(f);
+        }
+        r = NULL;
+        int rc = wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err);
+        free(r);
+        check(rc == WL_ERR_FORMAT, "LLM trace refused: %s", err);
+    }
+    remove(path);
+}
+
+/* lru and lru-batch admit a model's pending requests in one step; when the
+ * KV caches of only some of them fit, the admitted list must end there (the
+ * rest stay pending, and the active counts match the lists). */
+static void test_partial_admit(const args_t *base)
+{
+    char err[512];
+    args_t a = *base;
+    a.models = 2;
+    a.pool_models = 1;
+    a.kv_headroom_gib = 0.6; /* KV for one or two 2000-token prompts (F32 or F16), not four */
+    sim_cfg_t c;
+    build_cfg(&a, &c);
+    wl_req_t rq[8];
+    for (int i = 0; i < 8; i++)
+        rq[i] = (wl_req_t){.t = 1.0 + (i >= 4) * 0.5, .model = i >= 4, .prompt = 2000,
+                           .output = 8};
+    static const sim_policy_t pols[] = {SIM_POL_LRU, SIM_POL_LRU_BATCH};
+    for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+        sim_result_t r;
+        c.lru_batch_n = 1;
+        int ok = sim_run(&c, pols[p], rq, 8, &r, err, sizeof err) == 0;
+        check(ok && r.completed == 8 && r.failed == 0 && r.active_left == 0 && r.violations == 0,
+              "%s: four requests whose KV caches do not all fit at once are admitted in parts, "
+              "all complete (%zu of 8, %zu failed, %llu left active)%s%s", sim_policy_name(pols[p]),
+              ok ? r.completed : 0, ok ? r.failed : 0,
+              ok ? (unsigned long long)r.active_left : 0, ok ? "" : ": ", ok ? "" : err);
+    }
+}
+
 static int self_test(const args_t *base)
 {
     char err[512];
@@ -722,6 +1103,7 @@ static int self_test(const args_t *base)
     args_t a = *base;
     a.duration = 60;
     a.sweep = "0.3,0.6";
+    a.policies = "default,fifo,lru,lru-batch,belady";
     a.csv = NULL;
     a.label = "selftest";
     row_t *r1 = NULL, *r2 = NULL;
@@ -804,6 +1186,7 @@ static int self_test(const args_t *base)
     a.trace_minutes = 10;
     a.trace_scale = 4;
     a.sweep = NULL;
+    a.policies = "default,fifo,lru,lru-batch,belady";
     a.label = "azure-sample";
     row_t *ra = NULL;
     int na = 0;
@@ -814,6 +1197,8 @@ static int self_test(const args_t *base)
     free(ra);
     remove(path);
     test_requests(base);
+    test_partial_admit(base);
+    test_llm_trace(base);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
@@ -842,6 +1227,12 @@ int main(int argc, char **argv)
         }
         goto done;
     }
+    if (a.mix && (parse_mix(&a) || a.pool_gib <= 0 || a.n_gguf)) {
+        fprintf(stderr, "tracesim: bad --mix '%s' (3b, 8b, 70b with -q4 or -bf16; needs --pool-gib, "
+                "no --gguf)\n", a.mix);
+        rc = 2;
+        goto done;
+    }
     if (a.models <= 0)
         a.models = a.n_gguf ? a.n_gguf : a.hosts > 0 ? 10 * a.hosts : 12;
     if (a.n_gguf) {
@@ -855,6 +1246,10 @@ int main(int argc, char **argv)
     }
     if (a.self_test) {
         rc = self_test(&a);
+        goto done;
+    }
+    if (a.mpg_rate > 0) {
+        rc = models_per_gpu(&a);
         goto done;
     }
     int n = 0;

@@ -6,7 +6,7 @@
 
 /* A reservation's device address is (slot + 1) << VB_SHIFT: distinct, never
  * dereferenced, and the slot is found again from any address inside it. */
-#define VB_SHIFT 36
+#define VB_SHIFT 40
 #define VB_MAX_RANGE ((size_t)1 << VB_SHIFT)
 
 typedef struct vb_range {

@@ -524,3 +524,113 @@ int wl_azure_write_sample(const char *path, int n_func, double per_min, uint64_t
         return WL_ERR_IO;
     return WL_OK;
 }
+
+/* ------------------------------------------------------------------ recorded LLM requests */
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's civil algorithm). */
+static long days_from_civil(long y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    long era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (long)doe - 719468;
+}
+
+int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out, size_t *n,
+                      char *err, size_t errlen)
+{
+    if (a->n_models < 1 || !(a->time_scale > 0)) {
+        snprintf(err, errlen, "bad trace parameters");
+        return WL_ERR_ARG;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return WL_ERR_IO;
+    }
+    double *cdf = malloc((size_t)a->n_models * sizeof *cdf);
+    int rc = WL_OK;
+    char *line = NULL;
+    size_t lcap = 0, nv = 0, cap = 0;
+    wl_req_t *v = NULL;
+    double t0 = 0;
+    wl_rng_t rng;
+    wl_rng_seed(&rng, a->seed);
+    if (!cdf) {
+        snprintf(err, errlen, "out of memory");
+        rc = WL_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < a->n_models; i++)
+        cdf[i] = (i ? cdf[i - 1] : 0) + zipf_weight(i, a->zipf_s);
+    for (int lineno = 1; getline(&line, &lcap, f) >= 0; lineno++) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (lineno == 1) {
+            if (strcmp(line, "TIMESTAMP,ContextTokens,GeneratedTokens")) {
+                snprintf(err, errlen, "%s:1: not an LLM request trace (want the header "
+                         "TIMESTAMP,ContextTokens,GeneratedTokens)", path);
+                rc = WL_ERR_FORMAT;
+                break;
+            }
+            continue;
+        }
+        if (line[0] == 0)
+            continue;
+        int Y, M, D, h, mi, used = 0;
+        double sec;
+        long long ctx, gen;
+        if (sscanf(line, "%d-%d-%d %d:%d:%lf,%lld,%lld%n", &Y, &M, &D, &h, &mi, &sec, &ctx,
+                   &gen, &used) != 8 || line[used] != 0 || M < 1 || M > 12 || D < 1 || D > 31 ||
+            h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61) || ctx < 0 ||
+            gen < 0 || ctx > UINT32_MAX || gen > UINT32_MAX) {
+            snprintf(err, errlen, "%s:%d: want \"YYYY-MM-DD HH:MM:SS.frac,context_tokens,"
+                     "generated_tokens\"", path, lineno);
+            rc = WL_ERR_FORMAT;
+            break;
+        }
+        double t = (double)days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400.0 +
+                   h * 3600.0 + mi * 60.0 + sec;
+        if (nv == 0)
+            t0 = t;
+        t = (t - t0) / a->time_scale;
+        if (nv && t < v[nv - 1].t) {
+            snprintf(err, errlen, "%s:%d: request out of time order", path, lineno);
+            rc = WL_ERR_FORMAT;
+            break;
+        }
+        uint32_t o = gen > 0 ? (uint32_t)gen : 1, p = ctx > 0 ? (uint32_t)ctx : 1;
+        if (a->max_ctx && o >= a->max_ctx)
+            o = a->max_ctx / 2;
+        if (a->max_ctx && p + o > a->max_ctx)
+            p = a->max_ctx - o;
+        if (nv == cap) {
+            cap = cap ? 2 * cap : 1024;
+            wl_req_t *nw = realloc(v, cap * sizeof *nw);
+            if (!nw) {
+                snprintf(err, errlen, "out of memory");
+                rc = WL_ERR_NOMEM;
+                break;
+            }
+            v = nw;
+        }
+        v[nv++] = (wl_req_t){.t = t, .model = zipf_draw(&rng, cdf, a->n_models), .prompt = p,
+                             .output = o};
+    }
+done:
+    free(cdf);
+    free(line);
+    fclose(f);
+    if (rc == WL_OK && nv == 0) {
+        snprintf(err, errlen, "%s: no requests", path);
+        rc = WL_ERR_FORMAT;
+    }
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n = nv;
+    return WL_OK;
+}

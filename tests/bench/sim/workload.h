@@ -73,6 +73,24 @@ int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n);
 int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, char *err,
                      size_t errlen);
 
+/* A recorded LLM request trace, Azure LLM inference 2023 format: CSV with the
+ * header TIMESTAMP,ContextTokens,GeneratedTokens and one request a line
+ * ("2023-11-16 18:17:03.9799600,4808,10"), in time order. Arrival times are
+ * kept (from the first request, divided by time_scale), token counts too
+ * (at least 1 each; a prompt is cut so prompt + output fits max_ctx); each
+ * request's model is a seeded Zipf(zipf_s) draw over n_models. */
+typedef struct wl_llm_trace {
+    int n_models;
+    double zipf_s;
+    double time_scale;    /* > 1 compresses time */
+    uint32_t max_ctx;     /* prompt + output at most (0 = no cut) */
+    uint64_t seed;
+} wl_llm_trace_t;
+
+/* *out malloc'ed (caller frees), sorted by t; err names the file and line on failure. */
+int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out, size_t *n,
+                      char *err, size_t errlen);
+
 /* Azure Functions 2019 invocation counts: CSV with the header
  * HashOwner,HashApp,HashFunction,Trigger,1,...,1440 and one row per
  * function with its invocations in each minute of a day. */
