@@ -60,8 +60,8 @@ void store_free(store_t *s)
 size_t store_used(const store_t *s) { return s->used; }
 
 /* Every weight view of a model with the segment it belongs to; tied output
- * is left out (it aliases the embedding). Returns the count. */
-#define STORE_PER_LAYER 16
+ * is left out (it aliases the embedding). Returns the count
+ * (store_weight_count). */
 static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t **v, uint32_t *seg)
 {
     size_t n = 0;

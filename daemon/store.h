@@ -17,6 +17,11 @@ enum {
 };
 
 /* One segment of a model image: the embedding, one per layer, or the head. */
+/* Weight views per layer the store lays out (norms, projections, biases,
+ * q/k norms, post-norms; absent ones are empty). A model has
+ * 1 + STORE_PER_LAYER * n_layer + 1 views, plus the output head unless tied. */
+#define STORE_PER_LAYER 16
+
 typedef struct store_seg {
     size_t off;   /* bytes from the image start; a multiple of the page size */
     size_t bytes; /* bytes of tensor data in it */

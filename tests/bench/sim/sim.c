@@ -427,9 +427,9 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     hp->head_dim = sh->n_embd / sh->n_head;
     hp->rope_dim = hp->head_dim;
     hp->n_vocab = sh->n_vocab;
-    m->mod.w.tied = 1; /* no separate output view: list_weights then yields 2 + 12 n_layer */
+    m->mod.w.tied = 1; /* no separate output view: the store then lists 2 + STORE_PER_LAYER n_layer */
     m->mod.w.layers = calloc(sh->n_layer, sizeof *m->mod.w.layers);
-    sm->n_w = 2 + 12 * (size_t)sh->n_layer;
+    sm->n_w = 2 + STORE_PER_LAYER * (size_t)sh->n_layer;
     m->woff = calloc(sm->n_w, sizeof *m->woff);
     sm->n_segs = sh->n_layer + 2;
     sm->segs = calloc(sm->n_segs, sizeof *sm->segs);
