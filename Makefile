@@ -34,7 +34,7 @@ CUDA_LIBS :=
 endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
-DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev pkg-config \
+DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev libseccomp-dev pkg-config \
             python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
             clang-format cppcheck
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
@@ -72,6 +72,12 @@ ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/kernels/*.c) $(wildc
               $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
 DAEMON_SRC := daemon/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)
+# syscage (the systemd unit's W^X and system-call filter around a test run) needs libseccomp-dev;
+# without it the other tools still build and gpu-check's unit stage says it ran unwrapped.
+SECCOMP_LIBS := $(shell pkg-config --libs libseccomp 2>/dev/null)
+ifeq ($(strip $(SECCOMP_LIBS)),)
+TOOL_SRC   := $(filter-out tests/tools/syscage.c,$(TOOL_SRC))
+endif
 TLIB_SRC   := $(wildcard tests/tools/lib/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 BENCH_SRC  := $(wildcard tests/bench/*.c)
@@ -91,7 +97,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps check format test test-unit test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format test test-unit test-unit-caged test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -99,7 +105,7 @@ all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 # Installs Debian packages only when something is missing.
 deps:
 	@missing=0; \
-	for p in $(PKGS) criterion; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
+	for p in $(PKGS) criterion libseccomp; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
 	$(PY) -c 'import numpy, yaml' 2>/dev/null || missing=1; \
 	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || [ -x /usr/sbin/$$c ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
@@ -141,6 +147,9 @@ $(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(BUILD)/obj/clients/fleet.o $(
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
+$(BUILD)/syscage: $(BUILD)/obj/tests/tools/syscage.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(SECCOMP_LIBS) $(LDLIBS_ALL)
+
 $(BUILD)/bench_%: $(BUILD)/obj/tests/bench/bench_%.o $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
@@ -173,6 +182,13 @@ test: deps
 
 test-unit: $(UNIT_BIN) $(TOOLS)
 	GPUSWAPD_BUILD=$(BUILD) bash tests/unit/run.sh $(UNIT_BIN)
+
+# The unit tests with each Criterion worker under the systemd unit's MemoryDenyWriteExecute= and
+# SystemCallFilter= (tests/tools/syscage.c, tests/unit/test_cage.c); gpu-check runs the CUDA ones so.
+# No leak check there (SAN=1): LeakSanitizer needs ptrace, which the filter refuses; test-asan has it.
+test-unit-caged: $(UNIT_BIN) $(TOOLS)
+	ASAN_OPTIONS="$${ASAN_OPTIONS:+$$ASAN_OPTIONS:}detect_leaks=0" GPUSWAPD_BUILD=$(BUILD) \
+	  GPUSWAPD_UNIT_WRAP="$(BUILD)/syscage -v --in-workers --" bash tests/unit/run.sh $(UNIT_BIN)
 
 test-integration: all $(TRACESIM)
 	GPUSWAPD_BUILD=$(BUILD) bash tests/integration/run.sh
@@ -215,7 +231,7 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 # `BUILD=build-gpu bash tests/tools/gpu-check.sh`. `bash tests/tools/gpu-check.sh --dry-run` prints the plan.
 GPU_BUILD ?= build-gpu
 GPU_OBJ   ?= $(BUILD)/gpu-obj
-GPU_BINS  := gpuswapd unit_tests bench_paging mkmodel beinfo
+GPU_BINS  := gpuswapd unit_tests bench_paging mkmodel beinfo $(if $(SECCOMP_LIBS),syscage)
 GPU_BUNDLE_MAX_MIB := 64
 gpu-check:
 	@if [ -x $(GPU_BUILD)/unit_tests ] && [ -x $(GPU_BUILD)/beinfo ]; then b=$(GPU_BUILD); else \

@@ -22,6 +22,15 @@ VALGRIND = os.environ.get("GPUSWAPD_VALGRIND") == "1"
 # memcheck runs the daemon 20-50 times slower.
 TIMEOUT_FACTOR = float(os.environ.get("GPUSWAPD_TIMEOUT_FACTOR") or (20 if VALGRIND else 1))
 VALGRIND_SUPP = os.path.join(ROOT, "tests", "valgrind.supp")
+# GPUSWAPD_CAGE=1: every daemon a Daemon starts runs under build/syscage, the systemd unit's
+# MemoryDenyWriteExecute= and SystemCallFilter= (tests/tools/syscage.c).
+CAGE = os.environ.get("GPUSWAPD_CAGE") == "1"
+
+
+def cage_prefix():
+    return [os.path.abspath(os.path.join(BUILD, "syscage")),
+            "--unit", os.path.join(ROOT, "systemd", "gpuswapd.service.in"),
+            "--groups", os.path.join(ROOT, "tests", "data", "systemd-syscall-groups.txt"), "--"]
 VG_BEGIN, VG_END = "==VGERROR-BEGIN==", "==VGERROR-END=="
 
 _TMPDIRS = []  # every tmpdir() of this process, removed at exit
@@ -160,7 +169,7 @@ class Daemon:
         self.log = open(self.log_path, "w")
         self.vg_log = os.path.join(self.tmp, "valgrind.log") if VALGRIND else None
         self.vg_checked = False
-        prefix = valgrind_prefix(self.vg_log) if VALGRIND else []
+        prefix = valgrind_prefix(self.vg_log) if VALGRIND else cage_prefix() if CAGE else []
         config = os.path.relpath(self.config, cwd) if cwd else self.config
         self.proc = subprocess.Popen(prefix + [GPUSWAPD, "--config", config], stdout=self.log,
                                      stderr=subprocess.STDOUT, cwd=cwd)

@@ -19,7 +19,7 @@ TOTAL_S=360
 # name|box seconds|what it does
 PLAN=(
     "env|10|environment: driver, runtime, cuBLAS file, GPU, PCIe generation and width, VMM granularity"
-    "unit|70|CUDA unit tests (backend_cuda/*) under GPUSWAPD_REQUIRE_CUDA=1: a missing GPU fails them"
+    "unit|70|CUDA unit tests (backend_cuda/*) under GPUSWAPD_REQUIRE_CUDA=1 (a missing GPU fails them), run under syscage: the unit's MemoryDenyWriteExecute (PR_SET_MDWE and systemd 252's seccomp form) and SystemCallFilter"
     "pagein|25|page-in correctness, store -> VMM -> copy -> forward: swapped-in and quota-streamed passes equal a resident pass bit for bit (cuda, and sim for reference)"
     "paging|45|paging bench, 1.1 GB F16 model: page-in GB/s against raw copies into a VMM-mapped range and a plain cudaMalloc buffer; map vs copy GB/s"
     "ttft8b|135|8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, ff 14336, vocab 128256; 16 GB): generate it, then swapped-out vs resident time to first token"
@@ -54,7 +54,7 @@ if [ "$DRY" = 1 ]; then
         printf "  %d. %-9s %4d s  %s\n" "$i" "$name" "$box" "$what"
     done
     printf "  total of the boxes: %d s (limit %d s)\n" "$box_sum" "$TOTAL_S"
-    for b in unit_tests bench_paging mkmodel beinfo; do
+    for b in unit_tests bench_paging mkmodel beinfo syscage; do
         [ -x "$BUILD/$b" ] || echo "  note: $BUILD/$b is missing: make gpu-bundle (or make all $BUILD/unit_tests $BUILD/bench_paging) first"
     done
     [ "$box_sum" -le "$TOTAL_S" ] || { echo "gpu-check: the boxes exceed $TOTAL_S s" >&2; exit 1; }
@@ -239,12 +239,38 @@ criterion_verdict() {
 }
 
 # ------------------------------------------------------------------ 2. unit tests
+# The tests run under syscage (the systemd unit's W^X and system-call filter, as the service would
+# run); GPU_CHECK_NO_CAGE=1 runs them bare. When they fail caged and time is left, a bare rerun says
+# whether the restrictions are the cause.
 st_unit() {
-    local log=$LOGS/unit.log
+    local log=$LOGS/unit.log cage=()
     : > "$log"
     need_bins unit_tests mkmodel || return
-    GPUSWAPD_REQUIRE_CUDA=1 tmo "$log" "$BUILD/unit_tests" --filter 'backend_cuda/*' --verbose --jobs 4
-    criterion_verdict "$log" $? backend_cuda
+    if [ "${GPU_CHECK_NO_CAGE:-0}" = 1 ]; then
+        note "unit tests without the unit's restrictions (GPU_CHECK_NO_CAGE=1)"
+    elif [ -x "$BUILD/syscage" ]; then
+        cage=("$BUILD/syscage" -v --in-workers --)
+        tmo "$log" "$BUILD/syscage" -- "$BUILD/syscage" --probe denied denied
+        local prc=$?
+        sed -n 's/^probe: /  syscage probe: /p' "$log" >> "$BODY"
+        [ "$prc" = 0 ] || note "  syscage probe: the restrictions did not all hold (exit $prc)"
+    else
+        note "skip: syscage not in $BUILD (no libseccomp-dev where it was built): unit tests ran without the unit's restrictions"
+    fi
+    GPUSWAPD_REQUIRE_CUDA=1 tmo "$log" "${cage[@]}" "$BUILD/unit_tests" --filter 'backend_cuda/*' --verbose --jobs 4
+    local rc=$?
+    grep -a '^syscage: ' "$log" | sort -u | sed 's/^/  /' >> "$BODY"
+    criterion_verdict "$log" "$rc" backend_cuda
+    [ "${#cage[@]}" -gt 0 ] && S_LINE="$S_LINE (under syscage)"
+    if [ "$S_STATUS" != PASS ] && [ "${#cage[@]}" -gt 0 ] && [ "$rc" != 124 ] && [ "$(stage_left)" -ge 20 ]; then
+        local blog=$LOGS/unit-bare.log syn
+        : > "$blog"
+        GPUSWAPD_REQUIRE_CUDA=1 tmo "$blog" "$BUILD/unit_tests" --filter 'backend_cuda/*' --verbose --jobs 4
+        local brc=$?
+        syn=$(grep -a 'Synthesis:' "$blog" | tail -1)
+        note "rerun without syscage (exit $brc): ${syn:-no synthesis line}; log $blog"
+        S_LINE="$S_LINE; without syscage: ${syn#*Synthesis: }"
+    fi
 }
 
 # ------------------------------------------------------------------ 3. page-in correctness

@@ -12,6 +12,7 @@ ALLOWED = [
     ("no GPU", re.compile(r"no CUDA|no GPU|CUDA driver|nvidia", re.I)),
     ("CPU lacks the path", re.compile(r"CPU (lacks|has no)", re.I)),
     ("tool not installed", re.compile(r"not installed|not on PATH", re.I)),
+    ("kernel lacks the feature", re.compile(r"kernel lacks", re.I)),
 ]
 
 

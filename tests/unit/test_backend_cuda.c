@@ -2,7 +2,7 @@
 /*
  * Tolerances (max |cuda - cpu| over a result, relative to max |cpu|):
  *   exact conversions (embed, kv_store, gather, add, add_bias)    0
- *   F32 elementwise kernels, rmsnorm, rope, attention              1e-5 .. 1e-4
+ *   F32 elementwise kernels, rmsnorm, rope, attention (split too)  1e-5 .. 1e-4
  *   matmul through the GEMV kernel (<= 8 tokens, every type) and
  *   F32 GEMM (cuBLAS, F32 compute)                                 1e-4
  *   F16/BF16 GEMM through cuBLAS (> 8 tokens: activations rounded
@@ -483,6 +483,21 @@ Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .tim
     be_close(cp);
 }
 
+Test(backend_cuda, gemv_with_several_loads_in_flight_matches_cpu_with_and_without_a_tail, .timeout = 120)
+{
+    /* F16/BF16 lanes load 4 x 16 bytes (4 x 256 weights a warp) before using them, F32 4 x 128:
+     * whole groups only (4096), groups and a tail of single loads (1280, 4096 + 384) */
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const uint32_t n_in[3] = {4096, 1280, 4096 + 384};
+    const size_t toks[2] = {1, 3};
+    for (int ti = 0; ti < 3; ti++)
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 2; j++)
+                check_matmul(cu, cp, all_types[ti], n_in[k], toks[j], 1e-4);
+    be_close(cu);
+    be_close(cp);
+}
+
 /* Over MM_GEMM_MIN_TOK tokens F32/F16/BF16 go through the GEMM: cuBLAS
  * (half types: activations rounded to the weight type) or, without it, the
  * own tiled kernel (F32 activations, so as close to the cpu as the GEMV). */
@@ -525,9 +540,9 @@ Test(backend_cuda, matmul_for_many_tokens_on_the_own_gemm_kernel_matches_cpu_for
 
 /* Fills a sequence's cache at positions 0..n_pos-1 of layer `layer` with
  * kv_store, then runs attention for tokens at the given positions. */
-static float *run_attention(backend_t *be, uint32_t hd, uint32_t n_head, uint32_t n_head_kv,
-                            uint32_t n_ctx, uint32_t n_pos, const float *kv_rows,
-                            const float *q_rows, const uint32_t *qpos, size_t n_q)
+static float *run_attention_kv(backend_t *be, uint32_t hd, uint32_t n_head, uint32_t n_head_kv,
+                               uint32_t n_ctx, uint32_t n_pos, const float *kv_rows,
+                               const float *q_rows, const uint32_t *qpos, size_t n_q, int kv_type)
 {
     const uint32_t n_layer = 2, layer = 1;
     const size_t kvd = (size_t)n_head_kv * hd, stride = (size_t)n_head * hd;
@@ -538,7 +553,7 @@ static float *run_attention(backend_t *be, uint32_t hd, uint32_t n_head, uint32_
     for (uint32_t p = 0; p < n_pos; p++)
         toks[p] = (be_tok_t){k, v, n_ctx, p};
     be_att_t a = {.toks = toks, .layer = layer, .n_layer = n_layer, .n_head = n_head,
-                  .n_head_kv = n_head_kv, .head_dim = hd, .stride = stride};
+                  .n_head_kv = n_head_kv, .head_dim = hd, .stride = stride, .kv_type = kv_type};
     cr_assert_eq(be->kv_store(be->ctx, &a, dkv, dkv + (size_t)n_pos * stride, n_pos), 0);
     for (size_t t = 0; t < n_q; t++)
         toks[t] = (be_tok_t){k, v, n_ctx, qpos[t]};
@@ -553,6 +568,51 @@ static float *run_attention(backend_t *be, uint32_t hd, uint32_t n_head, uint32_
     be->buf_free(be->ctx, dout);
     free(toks);
     return out;
+}
+
+static float *run_attention(backend_t *be, uint32_t hd, uint32_t n_head, uint32_t n_head_kv,
+                            uint32_t n_ctx, uint32_t n_pos, const float *kv_rows,
+                            const float *q_rows, const uint32_t *qpos, size_t n_q)
+{
+    return run_attention_kv(be, hd, n_head, n_head_kv, n_ctx, n_pos, kv_rows, q_rows, qpos, n_q,
+                            KV_TYPE_F16);
+}
+
+/* Decode at a long context: n_q tokens (sequences) at the given positions of one cache, few
+ * (token, head) blocks, so the cuda backend splits the positions over several blocks per head
+ * and merges the partial softmaxes in a second kernel. */
+static void check_split_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_kv, uint32_t n_pos,
+                                  const uint32_t *qpos, size_t n_q, int kv_type)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t stride = (size_t)n_head * hd;
+    float *kv = rand_vec(2 * (size_t)n_pos * stride, 2.0f);
+    float *q = rand_vec(n_q * stride, 2.0f);
+    float *a = run_attention_kv(cu, hd, n_head, n_head_kv, n_pos, n_pos, kv, q, qpos, n_q, kv_type);
+    float *b = run_attention_kv(cp, hd, n_head, n_head_kv, n_pos, n_pos, kv, q, qpos, n_q, kv_type);
+    char what[128];
+    snprintf(what, sizeof what, "split attention hd %u heads %u/%u, %zu tokens over %u positions, %s KV",
+             hd, n_head, n_head_kv, n_q, n_pos, kv_type == KV_TYPE_F16 ? "F16" : "F32");
+    check_rows(what, a, b, n_q, stride, stride, 1e-4);
+    free(a);
+    free(b);
+    free(kv);
+    free(q);
+    be_close(cu);
+    be_close(cp);
+}
+
+Test(backend_cuda, split_decode_attention_matches_cpu_at_context_4096_on_f16_and_f32_kv, .timeout = 120)
+{
+    /* the 8B shape at batch 1: 32 blocks, split into 32 ranges of 128 positions */
+    const uint32_t last[1] = {4095};
+    check_split_attention(128, 32, 8, 4096, last, 1, KV_TYPE_F16);
+    check_split_attention(128, 32, 8, 4096, last, 1, KV_TYPE_F32);
+    /* batch 4 at unequal positions: ranges past a short sequence's end are empty; position
+     * 130 has one full range and one of 3 positions; a range cut mid-way (4000) */
+    const uint32_t mixed[4] = {4095, 130, 4000, 1};
+    check_split_attention(128, 8, 2, 4096, mixed, 4, KV_TYPE_F16);
+    check_split_attention(64, 8, 8, 4096, mixed, 4, KV_TYPE_F32);
 }
 
 static void check_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_kv, uint32_t n_pos)

@@ -62,6 +62,16 @@ extern "C" {
 /* Attention: warps per (token, head) block, largest head_dim supported. */
 #define ATT_WARPS 4
 #define ATT_MAX_HD 256
+/* Split attention (decode, long contexts): when the (token, head) blocks are
+ * fewer than ATT_SPLIT_BLOCKS, the positions are cut into up to
+ * ATT_MAX_SPLIT ranges of at least ATT_SPLIT_MIN_POS, one block each; their
+ * partial softmax maxima, sums and weighted V go to c->att_part and a second
+ * kernel merges them. */
+#define ATT_SPLIT_BLOCKS 1024
+#define ATT_MAX_SPLIT 32
+#define ATT_SPLIT_MIN_POS 128
+/* GEMV: independent 16-byte weight loads in flight per lane (VEC paths). */
+#define MM_LOADS 4
 #define EW_THREADS 256
 #define GRID_Y_MAX 65535u
 
@@ -162,6 +172,8 @@ typedef struct cu_ctx {
     cu_stage_t stage[STAGE_N];
     void *xh;                /* activations rounded to F16/BF16 for cuBLAS */
     size_t xh_cap;           /* bytes */
+    float *att_part;         /* split attention partials: (token, head, split) x (m, l, acc[head_dim]) */
+    size_t att_part_cap;     /* bytes */
     char desc[2048];         /* be->desc */
 } cu_ctx_t;
 
@@ -854,6 +866,38 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, size_t n_t
     }
 }
 
+/* acc[j] += dot(the E weights in raw, x[j][i .. i + E)) for the first nt
+ * tokens: raw is one 16-byte load of F32 (E = 4) or F16/BF16 (E = 8). */
+template <int WT>
+__device__ __forceinline__ void gemv_acc16(const uint4 raw, const float *xt, size_t xs, size_t i,
+                                           uint32_t nt, float *acc)
+{
+    constexpr int E = WT == GGUF_T_F32 ? 4 : 8;
+    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+    float wv[E];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if constexpr (WT == GGUF_T_F32) {
+            wv[k] = __uint_as_float(u[k]);
+        } else {
+            const uint16_t a = (uint16_t)(u[k] & 0xffff), b = (uint16_t)(u[k] >> 16);
+            wv[2 * k] = WT == GGUF_T_F16 ? f16_to_f32(a) : bf16_to_f32(a);
+            wv[2 * k + 1] = WT == GGUF_T_F16 ? f16_to_f32(b) : bf16_to_f32(b);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MM_TOK; j++) {
+        if ((uint32_t)j < nt) {
+            const float *xp = xt + (size_t)j * xs + i;
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < E; k++)
+                s += wv[k] * xp[k];
+            acc[j] += s;
+        }
+    }
+}
+
 /* y[t][r] = dot(W row r, x[t]): one warp per output row and MM_TOK tokens,
  * the row dequantised on the fly, F32 accumulation. VEC: 16-byte weight
  * loads (rows 16-byte aligned, n_in a multiple of 16 bytes' worth). */
@@ -894,40 +938,22 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
                 }
             }
         }
-    } else if constexpr (VEC && WT == GGUF_T_F32) {
-        for (size_t i = (size_t)lane * 4; i < n_in; i += 128) {
-            const float4 wv = *(const float4 *)(row + i * 4);
-#pragma unroll
-            for (int j = 0; j < MM_TOK; j++) {
-                if ((uint32_t)j < nt) {
-                    const float *xp = xt + (size_t)j * xs + i;
-                    acc[j] += wv.x * xp[0] + wv.y * xp[1] + wv.z * xp[2] + wv.w * xp[3];
-                }
-            }
-        }
     } else if constexpr (VEC) {
-        for (size_t i = (size_t)lane * 8; i < n_in; i += 256) {
-            const uint4 raw = *(const uint4 *)(row + i * 2);
-            const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-            float wv[8];
+        /* a 16-byte load covers E elements; the warp steps 32 E of them; each
+         * lane issues MM_LOADS independent loads before it uses any */
+        constexpr size_t E = WT == GGUF_T_F32 ? 4 : 8, STEP = 32 * E;
+        size_t i = (size_t)lane * E;
+        for (; i + (MM_LOADS - 1) * STEP < n_in; i += MM_LOADS * STEP) {
+            uint4 raw[MM_LOADS];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint16_t a = (uint16_t)(u[k] & 0xffff), b = (uint16_t)(u[k] >> 16);
-                wv[2 * k] = WT == GGUF_T_F16 ? f16_to_f32(a) : bf16_to_f32(a);
-                wv[2 * k + 1] = WT == GGUF_T_F16 ? f16_to_f32(b) : bf16_to_f32(b);
-            }
+            for (int u = 0; u < MM_LOADS; u++)
+                raw[u] = __ldg((const uint4 *)(row + (i + u * STEP) * (16 / E)));
 #pragma unroll
-            for (int j = 0; j < MM_TOK; j++) {
-                if ((uint32_t)j < nt) {
-                    const float *xp = xt + (size_t)j * xs + i;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        s += wv[k] * xp[k];
-                    acc[j] += s;
-                }
-            }
+            for (int u = 0; u < MM_LOADS; u++)
+                gemv_acc16<WT>(raw[u], xt, xs, i + u * STEP, nt, acc);
         }
+        for (; i < n_in; i += STEP)
+            gemv_acc16<WT>(__ldg((const uint4 *)(row + i * (16 / E))), xt, xs, i, nt, acc);
     } else {
         for (size_t i = lane; i < n_in; i += 32) {
             const float wv = row_elem<WT>(row, i);
@@ -1163,6 +1189,125 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         float v = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++)
             v += sm_acc[w][i] * f[w];
+        o[i] = v * inv;
+    }
+}
+
+/* Split attention, part 1: block (t * n_head + h, s) covers positions
+ * [s * chunk, min((s + 1) * chunk, pos + 1)) of token t, head h, as
+ * k_attention does the whole range, and writes the range's softmax maximum
+ * m, sum l (over exp(score - m)) and unnormalised weighted V to
+ * part[((t * n_head + h) * n_split + s) * (hd + 2) ...] = m, l, acc[hd].
+ * An empty range writes m = -inf, l = 0. */
+template <typename KV>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_att_part(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
+               uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float scale,
+               uint32_t chunk, float *part)
+{
+    constexpr int NJ = ATT_MAX_HD / 32;
+    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+    __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
+    const size_t t = blockIdx.x / n_head;
+    const uint32_t h = blockIdx.x % n_head, s = blockIdx.y, n_split = gridDim.y;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const be_tok_t bt = toks[t];
+    const uint32_t kvh = h / (n_head / n_head_kv);
+    const size_t kvd = (size_t)n_head_kv * hd;
+    const float *qh = q + t * stride + (size_t)h * hd;
+    const uint32_t p0 = s * chunk, p1 = min(p0 + chunk, bt.pos + 1); /* p1 <= p0: empty */
+
+    float qv[NJ], acc[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const uint32_t i = lane + 32 * j;
+        qv[j] = i < hd ? kv_q((const KV *)nullptr, qh[i]) : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (uint32_t p = p0 + warp; p < p1; p += ATT_WARPS) {
+        const KV *kp = (const KV *)bt.k_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
+        const KV *vp = (const KV *)bt.v_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
+        float sc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const uint32_t i = lane + 32 * j;
+            if (i < hd)
+                sc += qv[j] * kv_ld(kp, i);
+        }
+        sc = warp_sum(sc) * scale;
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn);
+        const float e = expf(sc - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const uint32_t i = lane + 32 * j;
+            if (i < hd)
+                acc[j] = acc[j] * corr + e * kv_ld(vp, i);
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const uint32_t i = lane + 32 * j;
+        if (i < hd)
+            sm_acc[warp][i] = acc[j];
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++)
+        mx = fmaxf(mx, sm_m[w]);
+    float f[ATT_WARPS], sum = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - mx) : 0.0f;
+        sum += sm_l[w] * f[w];
+    }
+    float *o = part + ((size_t)blockIdx.x * n_split + s) * (hd + 2);
+    if (threadIdx.x == 0) {
+        o[0] = mx;
+        o[1] = sum;
+    }
+    for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++)
+            v += sm_acc[w][i] * f[w];
+        o[2 + i] = v;
+    }
+}
+
+/* Split attention, part 2: one block per (token, head) merges its n_split
+ * partials: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M the
+ * largest m_s of a non-empty range (range 0 never is: it holds position 0). */
+__global__ void k_att_merge(const float *part, uint32_t n_split, uint32_t n_head, uint32_t hd,
+                            size_t stride, float *out)
+{
+    const size_t t = blockIdx.x / n_head;
+    const uint32_t h = blockIdx.x % n_head;
+    const float *ps = part + (size_t)blockIdx.x * n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (uint32_t s = 0; s < n_split; s++)
+        if (ps[s * (hd + 2) + 1] > 0.0f)
+            mx = fmaxf(mx, ps[s * (hd + 2)]);
+    float sum = 0.0f;
+    for (uint32_t s = 0; s < n_split; s++) {
+        const float l = ps[s * (hd + 2) + 1];
+        if (l > 0.0f)
+            sum += l * expf(ps[s * (hd + 2)] - mx);
+    }
+    const float inv = 1.0f / sum;
+    float *o = out + t * stride + (size_t)h * hd;
+    for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = 0.0f;
+        for (uint32_t s = 0; s < n_split; s++) {
+            const float *p = ps + s * (hd + 2);
+            if (p[1] > 0.0f)
+                v += p[2 + i] * expf(p[0] - mx);
+        }
         o[i] = v * inv;
     }
 }
@@ -1539,6 +1684,27 @@ static int c_kv_store(void *ctx, const be_att_t *a, const float *k, const float 
     return launch_rc();
 }
 
+/* How many position ranges split attention cuts each (token, head) into (1:
+ * no split, k_attention), and *chunk, positions per range: few (token, head)
+ * blocks over a long context are split so the device has blocks enough to
+ * fill it (decode), many are not (prefill). */
+static uint32_t att_splits(const be_att_t *a, size_t n_tok, uint32_t *chunk)
+{
+    const size_t nb = n_tok * a->n_head;
+    uint32_t max_pos = 0;
+    for (size_t t = 0; t < n_tok; t++)
+        max_pos = a->toks[t].pos > max_pos ? a->toks[t].pos : max_pos;
+    const size_t n_pos = (size_t)max_pos + 1;
+    size_t n = nb >= ATT_SPLIT_BLOCKS ? 1 : (ATT_SPLIT_BLOCKS + nb - 1) / nb;
+    const size_t by_len = n_pos / ATT_SPLIT_MIN_POS; /* every range at least ATT_SPLIT_MIN_POS */
+    n = n < by_len ? n : by_len;
+    n = n < ATT_MAX_SPLIT ? n : ATT_MAX_SPLIT;
+    if (n <= 1)
+        return 1;
+    *chunk = (uint32_t)((n_pos + n - 1) / n);
+    return (uint32_t)((n_pos + *chunk - 1) / *chunk);
+}
+
 static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
@@ -1553,6 +1719,36 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     const float scale = 1.0f / sqrtf((float)a->head_dim);
     const unsigned nb = (unsigned)(n_tok * a->n_head);
     const be_tok_t *dt = (const be_tok_t *)d_toks;
+    uint32_t chunk = 0;
+    const uint32_t n_split = att_splits(a, n_tok, &chunk);
+    if (n_split > 1) {
+        const size_t need = (size_t)nb * n_split * (a->head_dim + 2) * sizeof(float);
+        if (need > c->att_part_cap) {
+            if ((rc = rt_rc(cudaStreamSynchronize(c->compute))))
+                return rc;
+            if (c->att_part)
+                cudaFree(c->att_part);
+            c->att_part = NULL;
+            c->att_part_cap = 0;
+            if ((rc = rt_rc(cudaMalloc((void **)&c->att_part, need))))
+                return rc;
+            c->att_part_cap = need;
+        }
+        const dim3 grid(nb, n_split);
+        if (a->kv_type == KV_TYPE_F16)
+            k_att_part<__half><<<grid, ATT_WARPS * 32, 0, c->compute>>>(
+                dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, scale,
+                chunk, c->att_part);
+        else
+            k_att_part<float><<<grid, ATT_WARPS * 32, 0, c->compute>>>(
+                dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, scale,
+                chunk, c->att_part);
+        if ((rc = launch_rc()))
+            return rc;
+        k_att_merge<<<nb, 128, 0, c->compute>>>(c->att_part, n_split, a->n_head, a->head_dim,
+                                                a->stride, out);
+        return launch_rc();
+    }
     if (a->kv_type == KV_TYPE_F16)
         k_attention<__half><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
             dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out, scale);
@@ -1618,6 +1814,8 @@ static void c_close(void *ctxp)
     }
     if (c->xh)
         cudaFree(c->xh);
+    if (c->att_part)
+        cudaFree(c->att_part);
     if (c->blas.h)
         c->blas.destroy(c->blas.h);
     blas_unload(&c->blas);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "costs.h"
 #include "sim.h"
 #include "simfleet.h"
 #include "vbackend.h"
@@ -52,6 +53,8 @@ typedef struct args {
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
         slo_ttft;
+    const char *costs;            /* h200 | a gpu-check report */
+    int print_costs;
     /* fleet */
     int hosts;
     const char *routing;
@@ -129,6 +132,8 @@ static const opt_t opts[] = {
     {"t-step-ms", OPT_DBL, A(t_step_ms), "0", "cost: measured compute per step, ms (spread over the layers)"},
     {"t-token-ms", OPT_DBL, A(t_token_ms), "0", "cost: measured compute per token of a step, ms (spread over the layers)"},
     {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
+    {"costs", OPT_STR, A(costs), NULL, "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or a gpu-check report (gpu-check.txt): its measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
+    {"print-costs", OPT_FLAG, A(print_costs), NULL, "print the cost model's device figures (and where they came from) and exit"},
     {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
     {"hosts", OPT_INT, A(hosts), "0", "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
     {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
@@ -1225,6 +1230,30 @@ int main(int argc, char **argv)
             fprintf(stderr, "tracesim: cannot write %s\n", a.write_sample);
             rc = 1;
         }
+        goto done;
+    }
+    if (a.costs) {
+        sim_cost_t k = {.t_fixed_s = a.t_fixed_ms * 1e-3};
+        costs_src_t src;
+        if (costs_load(a.costs, &k, &src, err, sizeof err)) {
+            fprintf(stderr, "tracesim: --costs: %s\n", err);
+            rc = 1;
+            goto done;
+        }
+        a.h2d_gbs = k.h2d_bw / 1e9;
+        a.hbm_gbs = k.hbm_bw / 1e9;
+        a.tflops = k.flops / 1e12;
+        a.t_fixed_ms = k.t_fixed_s * 1e3;
+        a.t_step_ms = k.t_step_s * 1e3;
+        a.t_token_ms = k.t_token_s * 1e3;
+        fprintf(stderr, "tracesim: costs from %s: %d of 4 figures measured\n"
+                        "  host->device %.4g GB/s: %s\n  HBM %.4g GB/s: %s\n  step: %s\n  matmul %.4g TFLOP/s: %s\n",
+                strcmp(a.costs, "h200") ? a.costs : "the H200 datasheet", src.n_measured, a.h2d_gbs, src.h2d,
+                a.hbm_gbs, src.hbm, src.step, a.tflops, src.flops);
+    }
+    if (a.print_costs) {
+        printf("h2d_gbs=%.6g hbm_gbs=%.6g tflops=%.6g t_fixed_ms=%.6g t_step_ms=%.6g t_token_ms=%.6g\n",
+               a.h2d_gbs, a.hbm_gbs, a.tflops, a.t_fixed_ms, a.t_step_ms, a.t_token_ms);
         goto done;
     }
     if (a.mix && (parse_mix(&a) || a.pool_gib <= 0 || a.n_gguf)) {
