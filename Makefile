@@ -185,7 +185,7 @@ run: all
 	bash tests/tools/demo.sh $(BUILD)
 
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
-	bash tests/bench/run.sh $(BUILD)
+	LLAMA_CPP=$(LLAMA_CPP) bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 
 # On a GPU machine: make gpu-check (builds, then runs tests/tools/gpu-check.sh: 6 minutes at most,
