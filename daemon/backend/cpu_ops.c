@@ -77,10 +77,25 @@ static void mm_worker(void *ctxp, int tid, int nth)
             long r1 = hi - base < n_out ? hi - base : n_out;
             size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
             quant_act_t act = quant_act_for(jb->w->type);
-            /* tiles of rows x tokens: 2 x 4 in prefill, 1 x 1 in decode (measured
-             * faster than multi-row decode tiles on this machine); rows
+            if (te - tb == 1) {
+                /* decode: one row at a time (measured faster than multi-row
+                 * decode tiles), the whole range in one call */
+                if (r1 <= r0)
+                    goto next;
+                const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
+                float *y = jb->y + tb * jb->y_stride + (size_t)r0;
+                if (act != QUANT_ACT_F32) {
+                    const void *xq = t->xq[act] + tb * t->xq_stride[act];
+                    quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
+                } else {
+                    const float *xs = t->x + tb * t->x_stride;
+                    quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
+                }
+                goto next;
+            }
+            /* prefill: tiles of rows x tokens, quant_tile_rows() x 4; rows
              * outer, so a row tile stays in L1 across the token block */
-            int step = te - tb > 1 ? 2 : 1;
+            int step = quant_tile_rows();
             for (long r = r0; r < r1; r += step) {
                 int nr = (int)(r1 - r < step ? r1 - r : step);
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
@@ -103,6 +118,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
                             jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
                 }
             }
+        next:
             base += n_out;
         }
     }

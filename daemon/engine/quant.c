@@ -94,6 +94,13 @@ uint16_t quant_f32_to_bf16(float fv)
     return (uint16_t)(x >> 16);
 }
 
+/* F16 rows by F16C when the kernels are SIMD ones (the same values: the
+ * conversions are exact one way and round to nearest even the other; only
+ * a NaN's payload may differ). Defined with the dispatch. */
+static int f16_rows_simd(void);
+static void f16_to_f32_row_simd(const uint16_t *s, float *d, size_t n);
+static void f32_to_f16_row_simd(const float *s, uint16_t *d, size_t n);
+
 /* ------------------------------------------------------------------ block formats
  * Every block type decodes ("unpacks") into one common form, qblk_t: small
  * integer values, integer scales and mins per sub-block and two float
@@ -903,6 +910,10 @@ void quant_row_from_f32(uint32_t type, const float *x, void *dst, size_t n)
     case GGUF_T_F32: memcpy(dst, x, n * 4); break;
     case GGUF_T_F16: {
         uint16_t *d = dst;
+        if (f16_rows_simd()) {
+            f32_to_f16_row_simd(x, d, n);
+            break;
+        }
         for (size_t i = 0; i < n; i++)
             d[i] = quant_f32_to_f16(x[i]);
         break;
@@ -947,6 +958,10 @@ void quant_row_to_f32(uint32_t type, const void *src, float *dst, size_t n)
     case GGUF_T_F32: memcpy(dst, src, n * 4); break;
     case GGUF_T_F16: {
         const uint16_t *s = src;
+        if (f16_rows_simd()) {
+            f16_to_f32_row_simd(s, dst, n);
+            break;
+        }
         for (size_t i = 0; i < n; i++)
             dst[i] = quant_f16_to_f32(s[i]);
         break;
@@ -1737,6 +1752,265 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
     default: return NULL;
     }
 }
+
+/* ------------------------------------------------------------------ AVX-512 kernels
+ * 64 bytes an instruction (AVX-512 F, BW, VL and VNNI): the F32/F16/BF16
+ * tile with 16-lane accumulators in register tiles of up to 4 rows x 4
+ * vectors, and the integer dots of Q8_0, Q4_K and Q6_K (the other block
+ * types keep their AVX2 kernels). The K-quant dots sum the very integers of
+ * the portable ones (maddubs, then vpdpwssd by the sub-block scales: every
+ * product and sum exact) and share its float terms, so they equal it bit
+ * for bit; Q8_0 sums float lanes, two blocks a vector (within the 32-value
+ * types' tolerance). The float tile keeps one 16-lane chain per (row,
+ * vector) in one order whatever the tile shape. */
+#define AVX512_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define AVX512 __attribute__((target(AVX512_TARGET)))
+#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
+
+AVX512_INLINE __m512 load16(uint32_t type, const uint8_t *w, size_t i)
+{
+    switch (type) {
+    case GGUF_T_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+    case GGUF_T_BF16: {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    default:
+        return _mm512_loadu_ps((const float *)w + i);
+    }
+}
+
+AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, int nr,
+                                    const float *const *x, int nx, size_t n, float *out)
+{
+    __m512 acc[16];
+    #pragma GCC unroll 16
+    for (int p = 0; p < nr * nx; p++)
+        acc[p] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 xv[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++)
+            xv[t] = _mm512_loadu_ps(x[t] + i);
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m512 wv = load16(type, w + (size_t)r * rb, i);
+            #pragma GCC unroll 4
+            for (int t = 0; t < nx; t++)
+                acc[r * nx + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * nx + t]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            float s = _mm512_reduce_add_ps(acc[r * nx + t]);
+            for (size_t j = i; j < n; j++)
+                s += w_at(type, w + (size_t)r * rb, j) * x[t][j];
+            out[r * nx + t] = s;
+        }
+    }
+}
+
+/* Specialise on (nr, nx), up to 4 x 4, so the loops unroll into registers. */
+#define TILE16_CASE(R, X, type)                                                                    \
+    case R * 8 + X: tile_avx512_body(type, w, rb, R, x, X, n, out); break;
+#define TILE16_SHAPES(type)                                                                        \
+    switch (nr * 8 + nx) {                                                                         \
+    TILE16_CASE(1, 1, type) TILE16_CASE(1, 2, type) TILE16_CASE(1, 3, type) TILE16_CASE(1, 4, type) \
+    TILE16_CASE(2, 1, type) TILE16_CASE(2, 2, type) TILE16_CASE(2, 3, type) TILE16_CASE(2, 4, type) \
+    TILE16_CASE(3, 1, type) TILE16_CASE(3, 2, type) TILE16_CASE(3, 3, type) TILE16_CASE(3, 4, type) \
+    TILE16_CASE(4, 1, type) TILE16_CASE(4, 2, type) TILE16_CASE(4, 3, type) TILE16_CASE(4, 4, type) \
+    default:                                                                                       \
+        for (int r_ = 0; r_ < nr; r_++)                                                            \
+            for (int t_ = 0; t_ < nx; t_++)                                                        \
+                tile_avx512_body(type, w + (size_t)r_ * rb, rb, 1, &x[t_], 1, n,                  \
+                                 &out[r_ * nx + t_]);                                              \
+        break;                                                                                     \
+    }
+
+AVX512 static void tile_avx512(uint32_t type, const void *wv, size_t rb, int nr,
+                               const float *const *x, int nx, size_t n, float *out)
+{
+    const uint8_t *w = wv;
+    switch (type) {
+    case GGUF_T_Q8_0: tile_avx2(type, wv, rb, nr, x, nx, n, out); break; /* the exact path */
+    case GGUF_T_F16: TILE16_SHAPES(GGUF_T_F16) break;
+    case GGUF_T_BF16: TILE16_SHAPES(GGUF_T_BF16) break;
+    default: TILE16_SHAPES(GGUF_T_F32) break;
+    }
+}
+
+/* Q8_0: two blocks a vector; |q| x (x with q's sign) by vpdpbusd (exact),
+ * each block's eight int32 lanes scaled by d_w x d_a; a last odd block has
+ * a zero upper half. */
+AVX512_INLINE void vdot_q8_0_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    __m512 acc[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (size_t k = 0; k < nblk; k += 2, w += 68) {
+        int two = k + 1 < nblk;
+        __m512i q = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2)));
+        if (two)
+            q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)(w + 36)), 1);
+        __m512i aq = _mm512_abs_epi8(q);
+        __mmask64 neg = _mm512_movepi8_mask(q);
+        float d0 = rd_f16c(w), d1 = two ? rd_f16c(w + 34) : 0.0f;
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
+            __m512i xv = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)a[0].qs));
+            if (two)
+                xv = _mm512_inserti64x4(xv, _mm256_loadu_si256((const __m256i *)a[1].qs), 1);
+            xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, xv);
+            __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d0 * a[0].d),
+                                             _mm512_set1_ps(two ? d1 * a[1].d : 0.0f));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+/* Q4_K: per 64 values, the low nibbles of 32 bytes (sub-block 2c) then
+ * their high nibbles (2c + 1) in one vector, against 64 activations. */
+AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    float acc[QUANT_DOTN_MAX] = {0};
+    for (size_t k = 0; k < nblk; k++, w += 144) {
+        uint8_t sc[8], mn[8];
+        k4_scales_bytes(w + 4, sc, mn);
+        uint64_t sc64, mn64;
+        memcpy(&sc64, sc, 8);
+        memcpy(&mn64, mn, 8);
+        __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+        __m256i mnv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
+        __m512i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c)));
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi16(b, shv), m4);
+            /* int16 lanes 0..15: scale 2c, 16..31: scale 2c + 1 */
+            __m512i s = _mm512_permutexvar_epi16(
+                _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1),
+                sc16);
+            #pragma GCC unroll 4
+            for (int t = 0; t < nx; t++) {
+                const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * c;
+                __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)aq));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p, s);
+            }
+        }
+        float d = rd_f16c(w), dm = rd_f16c(w + 2);
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            int32_t sm = hsum_i32(_mm256_madd_epi16(bs, mnv));
+            acc[t] += k_term(d, dm, _mm512_reduce_add_epi32(sum[t]), sm, a);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = acc[t];
+}
+
+/* Q6_K: per half (128 values), the low nibbles of its 64 ql bytes with qh
+ * bits 0-1 / 2-3 (values 0..63), then the high nibbles with bits 4-5 / 6-7
+ * (64..127), each as value + 32; the offset comes back with the
+ * activation sums, as in the AVX2 kernel. */
+AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    /* int16 lane i of the 64 values [h]alf-quarter pair: scale 8n + 4h + i / 8 */
+    __m512i idx[2][2];
+    for (int n = 0; n < 2; n++)
+        for (int h = 0; h < 2; h++) {
+            int16_t v[32];
+            for (int i = 0; i < 32; i++)
+                v[i] = (int16_t)(8 * n + 4 * h + i / 8);
+            idx[n][h] = _mm512_loadu_si512((const void *)v);
+        }
+    float acc[QUANT_DOTN_MAX] = {0};
+    for (size_t k = 0; k < nblk; k++, w += 210) {
+        __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
+        __m512i sc16 = _mm512_zextsi256_si512(sc16y);
+        __m512i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm512_setzero_si512();
+        #pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m512i ql = _mm512_loadu_si512((const void *)(w + 64 * n));
+            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * n)));
+            __m512i q01 = _mm512_or_si512(
+                _mm512_and_si512(ql, m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+            __m512i q23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+            __m512i s01 = _mm512_permutexvar_epi16(idx[n][0], sc16);
+            __m512i s23 = _mm512_permutexvar_epi16(idx[n][1], sc16);
+            #pragma GCC unroll 4
+            for (int t = 0; t < nx; t++) {
+                const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n;
+                __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)aq));
+                __m512i p23 = _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(aq + 64)));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p01, s01);
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p23, s23);
+            }
+        }
+        float d = rd_f16c(w + 208);
+        #pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            int32_t off = hsum_i32(_mm256_madd_epi16(bs, sc16y));
+            acc[t] += k_term(d, 0.0f, _mm512_reduce_add_epi32(sum[t]) - 32 * off, 0, a);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = acc[t];
+}
+
+#define VDOT512_SHAPES(body)                                                                       \
+    AVX512 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,    \
+                                 float *out)                                                       \
+    {                                                                                              \
+        switch (nx) {                                                                              \
+        case 1: body##_body(w, xq, 1, nblk, out); break;                                           \
+        case 2: body##_body(w, xq, 2, nblk, out); break;                                           \
+        case 3: body##_body(w, xq, 3, nblk, out); break;                                           \
+        default: body##_body(w, xq, 4, nblk, out); break;                                          \
+        }                                                                                          \
+    }
+VDOT512_SHAPES(vdot_q8_0_avx512)
+VDOT512_SHAPES(vdot_q4_k_avx512)
+VDOT512_SHAPES(vdot_q6_k_avx512)
+
+static int vnni_ok; /* the CPU has AVX-VNNI too (set by quant_isa_set) */
+
+static vdot_row_fn vdot_for_avx512(uint32_t type)
+{
+    switch (type) {
+    case GGUF_T_Q8_0: return vdot_q8_0_avx512_nx;
+    case GGUF_T_Q4_K: return vdot_q4_k_avx512_nx;
+    case GGUF_T_Q6_K: return vdot_q6_k_avx512_nx;
+    default: return vnni_ok ? vdot_for_vnni(type) : vdot_for_avx2(type);
+    }
+}
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
@@ -1759,6 +2033,7 @@ static const kernels_t k_portable = {tile_portable, dot_f32_portable, axpy_porta
 #if QUANT_HAVE_X86
 static const kernels_t k_avx2 = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_avx2};
 static const kernels_t k_vnni = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_vnni};
+static const kernels_t k_avx512 = {tile_avx512, dot_f32_avx2, axpy_avx2, vdot_for_avx512};
 #endif
 
 static const kernels_t *k_cur;
@@ -1787,10 +2062,28 @@ static int cpu_has_avxvnni(void)
 #endif
 }
 
+static int cpu_has_avx512(void)
+{
+#if QUANT_HAVE_X86
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 quant_isa_t quant_isa_set(quant_isa_t want)
 {
 #if QUANT_HAVE_X86
-    if ((want == QUANT_ISA_AUTO || want == QUANT_ISA_AVX2_VNNI) && cpu_has_avxvnni()) {
+    vnni_ok = cpu_has_avxvnni();
+    if ((want == QUANT_ISA_AUTO || want == QUANT_ISA_AVX512) && cpu_has_avx512()) {
+        k_cur = &k_avx512;
+        isa_cur = QUANT_ISA_AVX512;
+        return isa_cur;
+    }
+    if ((want == QUANT_ISA_AUTO || want == QUANT_ISA_AVX512 || want == QUANT_ISA_AVX2_VNNI) &&
+        vnni_ok) {
         k_cur = &k_vnni;
         isa_cur = QUANT_ISA_AVX2_VNNI;
         return isa_cur;
@@ -1815,6 +2108,53 @@ static inline const kernels_t *kern(void)
     return k_cur;
 }
 
+int quant_tile_rows(void)
+{
+#if QUANT_HAVE_X86
+    if (kern() == &k_avx512)
+        return 4;
+#endif
+    return 2;
+}
+
+static int f16_rows_simd(void)
+{
+    return kern() != &k_portable;
+}
+
+#if QUANT_HAVE_X86
+AVX2 static void f16_to_f32_row_simd(const uint16_t *s, float *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (; i < n; i++)
+        d[i] = quant_f16_to_f32(s[i]);
+}
+
+AVX2 static void f32_to_f16_row_simd(const float *s, uint16_t *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        d[i] = quant_f32_to_f16(s[i]);
+}
+#else
+static void f16_to_f32_row_simd(const uint16_t *s, float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = quant_f16_to_f32(s[i]);
+}
+
+static void f32_to_f16_row_simd(const float *s, uint16_t *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = quant_f32_to_f16(s[i]);
+}
+#endif
+
 quant_isa_t quant_isa_get(void)
 {
     kern();
@@ -1826,6 +2166,7 @@ const char *quant_isa_name(quant_isa_t isa)
     switch (isa) {
     case QUANT_ISA_AVX2: return "avx2";
     case QUANT_ISA_AVX2_VNNI: return "avx2-vnni";
+    case QUANT_ISA_AVX512: return "avx512";
     case QUANT_ISA_PORTABLE: return "portable";
     default: return "auto";
     }

@@ -14,18 +14,19 @@ typedef struct quant_block_q8_0 {
 } quant_block_q8_0_t;
 
 /* Instruction-set choice for the kernels. AUTO picks the best the CPU has
- * (AVX2+FMA+F16C, then AVX-VNNI on top) at first use; PORTABLE forces the
+ * (AVX-512, else AVX2+FMA+F16C with AVX-VNNI, else AVX2) at first use; PORTABLE forces the
  * plain C kernels. */
 typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_PORTABLE = 1,
     QUANT_ISA_AVX2 = 2,
     QUANT_ISA_AVX2_VNNI = 3, /* AVX2 plus AVX-VNNI's vpdpbusd for the int8 dots */
+    QUANT_ISA_AVX512 = 4,    /* AVX-512 F/BW/VL/VNNI: the float tile and the Q8_0, Q4_K, Q6_K dots */
 } quant_isa_t;
 
 /* Select kernels; returns the ISA actually in use (one the CPU lacks falls
- * back to the next: AVX2_VNNI to AVX2 to PORTABLE). Not thread-safe: call
- * before work starts. */
+ * back to the next: AVX512 to AVX2_VNNI to AVX2 to PORTABLE; AUTO starts at
+ * AVX512). Not thread-safe: call before work starts. */
 quant_isa_t quant_isa_set(quant_isa_t want);
 quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);
@@ -61,7 +62,10 @@ void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, siz
  * vectors, out[r * nx + t]; nr * nx <= QUANT_TILE_MAX is the fast path
  * (larger shapes work, pair by pair). Every out[r * nx + t] is bit-identical
  * to quant_dot of that row and vector. */
-#define QUANT_TILE_MAX 8
+#define QUANT_TILE_MAX 16
+/* Rows per tile the current kernels serve best in prefill (float tiles:
+ * 2 x 4 on AVX2, 4 x 4 on AVX-512); results never depend on it. */
+int quant_tile_rows(void);
 void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
                     int nx, size_t n, float *out);
 

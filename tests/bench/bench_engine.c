@@ -28,11 +28,12 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
-    const char *isa = getenv("BENCH_ISA"); /* portable, avx2 or vnni (default: the best) */
+    const char *isa = getenv("BENCH_ISA"); /* portable, avx2, vnni or avx512 (default: the best) */
     if (isa && *isa)
         quant_isa_set(!strcmp(isa, "portable") ? QUANT_ISA_PORTABLE
                       : !strcmp(isa, "avx2")   ? QUANT_ISA_AVX2
-                                               : QUANT_ISA_AVX2_VNNI);
+                      : !strcmp(isa, "vnni")   ? QUANT_ISA_AVX2_VNNI
+                                               : QUANT_ISA_AVX512);
     const char *exact = getenv("BENCH_EXACT");
     if (exact && *exact && strcmp(exact, "0") != 0)
         quant_path_set(QUANT_PATH_EXACT);
