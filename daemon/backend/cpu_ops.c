@@ -309,9 +309,11 @@ static void att_worker(void *ctxp, int tid, int nth)
         const be_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
-        if (f16) { /* as an F16 x F16 product would see it: q rounded to half */
-            for (uint32_t i = 0; i < hd; i++)
-                qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+        if (f16) { /* as an F16 x F16 product would see it: q rounded to half
+                    * (through vrow's room, free until the V rows) */
+            uint16_t *qb = (uint16_t *)vrow;
+            quant_row_from_f32(GGUF_T_F16, q, qb, hd);
+            quant_row_to_f32(GGUF_T_F16, qb, qh, hd);
             q = qh;
         }
         /* a sliding window sees the last `window` positions */

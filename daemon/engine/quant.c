@@ -100,6 +100,10 @@ uint16_t quant_f32_to_bf16(float fv)
 static int f16_rows_simd(void);
 static void f16_to_f32_row_simd(const uint16_t *s, float *d, size_t n);
 static void f32_to_f16_row_simd(const float *s, uint16_t *d, size_t n);
+/* The activation quantizers by AVX2 (the same values: products, round to
+ * nearest even and maxima as the portable ones take them). */
+static void act_q8_simd(const float *x, quant_act_q8_t *a, size_t nb);
+static void act_q8k_simd(const float *x, quant_act_q8k_t *a, size_t nb);
 
 /* ------------------------------------------------------------------ block formats
  * Every block type decodes ("unpacks") into one common form, qblk_t: small
@@ -691,8 +695,8 @@ static void act_q8(const float *x, quant_act_q8_t *a, size_t nb)
 {
     for (size_t k = 0; k < nb; k++, x += QUANT_Q8_0_BLOCK) {
         float amax = 0.0f;
-        for (int j = 0; j < QUANT_Q8_0_BLOCK; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QUANT_Q8_0_BLOCK; j++) /* fmaxf, without the call */
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
         /* the scale is kept as F16 (rounded after the values are) */
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
@@ -740,8 +744,12 @@ size_t quant_act_bytes(quant_act_t act, size_t n)
 void quant_act_from_f32(quant_act_t act, const float *x, void *dst, size_t n)
 {
     switch (act) {
-    case QUANT_ACT_Q8: act_q8(x, dst, n / QUANT_Q8_0_BLOCK); break;
-    case QUANT_ACT_Q8K: act_q8k(x, dst, n / QUANT_K_BLOCK); break;
+    case QUANT_ACT_Q8:
+        (f16_rows_simd() ? act_q8_simd : act_q8)(x, dst, n / QUANT_Q8_0_BLOCK);
+        break;
+    case QUANT_ACT_Q8K:
+        (f16_rows_simd() ? act_q8k_simd : act_q8k)(x, dst, n / QUANT_K_BLOCK);
+        break;
     default: memcpy(dst, x, n * sizeof(float)); break;
     }
 }
@@ -1757,12 +1765,13 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
  * 64 bytes an instruction (AVX-512 F, BW, VL and VNNI): the F32/F16/BF16
  * tile with 16-lane accumulators in register tiles of up to 4 rows x 4
  * vectors, and the integer dots of Q8_0, Q4_K and Q6_K (the other block
- * types keep their AVX2 kernels). The K-quant dots sum the very integers of
- * the portable ones (maddubs, then vpdpwssd by the sub-block scales: every
- * product and sum exact) and share its float terms, so they equal it bit
- * for bit; Q8_0 sums float lanes, two blocks a vector (within the 32-value
- * types' tolerance). The float tile keeps one 16-lane chain per (row,
- * vector) in one order whatever the tile shape. */
+ * types keep their AVX2 kernels). Within a block every product and sum is
+ * exact (maddubs, then vpdpwssd by the sub-block scales); across blocks
+ * they sum in float lanes, as llama.cpp does (one horizontal sum a row,
+ * not one a block): they differ from the portable dot by float rounding
+ * only (tested within 1e-5 of the sum of |products|). Every kernel keeps
+ * one chain per (row, vector) in one order whatever the tile shape, so
+ * batched, prefilled and token-by-token results stay identical. */
 #define AVX512_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define AVX512 __attribute__((target(AVX512_TARGET)))
 #define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
@@ -1885,7 +1894,12 @@ AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    float acc[QUANT_DOTN_MAX] = {0};
+    __m512 acc[QUANT_DOTN_MAX];
+    __m256 accm[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++) {
+        acc[t] = _mm512_setzero_ps();
+        accm[t] = _mm256_setzero_ps();
+    }
     for (size_t k = 0; k < nblk; k++, w += 144) {
         uint8_t sc[8], mn[8];
         k4_scales_bytes(w + 4, sc, mn);
@@ -1917,12 +1931,13 @@ AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            int32_t sm = hsum_i32(_mm256_madd_epi16(bs, mnv));
-            acc[t] += k_term(d, dm, _mm512_reduce_add_epi32(sum[t]), sm, a);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(a->d * d), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mnv)),
+                                      _mm256_set1_ps(a->d * dm), accm[t]);
         }
     }
     for (int t = 0; t < nx; t++)
-        out[t] = acc[t];
+        out[t] = _mm512_reduce_add_ps(acc[t]) - hsum256(accm[t]);
 }
 
 /* Q6_K: per half (128 values), the low nibbles of its 64 ql bytes with qh
@@ -1944,7 +1959,9 @@ AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq
                 v[i] = (int16_t)(8 * n + 4 * h + i / 8);
             idx[n][h] = _mm512_loadu_si512((const void *)v);
         }
-    float acc[QUANT_DOTN_MAX] = {0};
+    __m512 acc[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++)
+        acc[t] = _mm512_setzero_ps();
     for (size_t k = 0; k < nblk; k++, w += 210) {
         __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
         __m512i sc16 = _mm512_zextsi256_si512(sc16y);
@@ -1977,12 +1994,14 @@ AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            int32_t off = hsum_i32(_mm256_madd_epi16(bs, sc16y));
-            acc[t] += k_term(d, 0.0f, _mm512_reduce_add_epi32(sum[t]) - 32 * off, 0, a);
+            /* the offset: 32 x activation sums x scales, off the first 8 lanes */
+            __m512i off = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bs, sc16y), 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], off)),
+                                     _mm512_set1_ps(a->d * d), acc[t]);
         }
     }
     for (int t = 0; t < nx; t++)
-        out[t] = acc[t];
+        out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
 #define VDOT512_SHAPES(body)                                                                       \
@@ -2141,7 +2160,86 @@ AVX2 static void f32_to_f16_row_simd(const float *s, uint16_t *d, size_t n)
     for (; i < n; i++)
         d[i] = quant_f32_to_f16(s[i]);
 }
+/* 8 products x * id rounded to nearest even (lrintf's default mode) */
+AVX2_INLINE __m256i round8(const float *x, __m256 id)
+{
+    return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+}
+
+/* 32 int32 (four vectors) to int8, in order */
+AVX2_INLINE __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i v = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2_INLINE float hmax256(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static void act_q8_simd(const float *x, quant_act_q8_t *a, size_t nb)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (size_t k = 0; k < nb; k++, x += QUANT_Q8_0_BLOCK) {
+        __m256 m = _mm256_and_ps(_mm256_loadu_ps(x), abs);
+        for (int j = 8; j < QUANT_Q8_0_BLOCK; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs));
+        float amax = hmax256(m);
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 idv = _mm256_set1_ps(id);
+        __m256i q0 = round8(x, idv), q1 = round8(x + 8, idv);
+        __m256i q2 = round8(x + 16, idv), q3 = round8(x + 24, idv);
+        _mm256_storeu_si256((__m256i *)a[k].qs, pack32(q0, q1, q2, q3));
+        int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3)));
+        a[k].d = f16_round(d);
+        a[k].s = f16_round(d * (float)sum);
+    }
+}
+
+AVX2 static void act_q8k_simd(const float *x, quant_act_q8k_t *a, size_t nb)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i lim = _mm256_set1_epi32(127);
+    for (size_t k = 0; k < nb; k++, x += QUANT_K_BLOCK) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QUANT_K_BLOCK; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs));
+        float amax = hmax256(m), v = 0.0f;
+        for (int j = 0; j < QUANT_K_BLOCK && amax != 0.0f; j++) /* the first of largest magnitude */
+            if (fabsf(x[j]) == amax) {
+                v = x[j];
+                break;
+            }
+        float id = v != 0.0f ? -127.0f / v : 0.0f, d = v != 0.0f ? 1.0f / id : 0.0f;
+        __m256 idv = _mm256_set1_ps(id);
+        for (int j = 0; j < QUANT_K_BLOCK; j += 32) {
+            __m256i q0 = _mm256_min_epi32(round8(x + j, idv), lim);
+            __m256i q1 = _mm256_min_epi32(round8(x + j + 8, idv), lim);
+            __m256i q2 = _mm256_min_epi32(round8(x + j + 16, idv), lim);
+            __m256i q3 = _mm256_min_epi32(round8(x + j + 24, idv), lim);
+            _mm256_storeu_si256((__m256i *)(a[k].qs + j), pack32(q0, q1, q2, q3));
+            a[k].bsums[j / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q0, q1));
+            a[k].bsums[j / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q2, q3));
+        }
+        a[k].d = d;
+    }
+}
 #else
+static void act_q8_simd(const float *x, quant_act_q8_t *a, size_t nb)
+{
+    act_q8(x, a, nb);
+}
+
+static void act_q8k_simd(const float *x, quant_act_q8k_t *a, size_t nb)
+{
+    act_q8k(x, a, nb);
+}
+
 static void f16_to_f32_row_simd(const uint16_t *s, float *d, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -219,6 +219,38 @@ Test(quant, f16_rows_convert_as_the_scalar_conversions_on_every_isa)
     free(f);
 }
 
+/* The SIMD activation quantizers give the portable one's bytes: values,
+ * scales, sums (random rows, rows with ties of magnitude, zeros). */
+Test(quant, activations_quantize_to_the_same_bytes_on_every_isa)
+{
+    const size_t n = 2048;
+    float *x = malloc(n * sizeof(float));
+    for (int a = QUANT_ACT_Q8; a <= QUANT_ACT_Q8K; a++) {
+        size_t ab = quant_act_bytes((quant_act_t)a, n);
+        uint8_t *ref = malloc(ab), *got = malloc(ab);
+        for (int trial = 0; trial < 6; trial++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = trial == 0   ? 0.0f
+                       : trial == 1 ? (i % 7 == 3 ? -2.0f : i % 7 == 5 ? 2.0f : frand())
+                                    : frand() * (float)trial * (i % 97 == 0 ? 50.0f : 1.0f);
+            quant_isa_set(QUANT_ISA_PORTABLE);
+            quant_act_from_f32((quant_act_t)a, x, ref, n);
+            for (int isa = 2; isa <= 4; isa++) {
+                if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+                    continue;
+                memset(got, 0x55, ab);
+                quant_act_from_f32((quant_act_t)a, x, got, n);
+                cr_assert_eq(memcmp(ref, got, ab), 0, "%s act %d trial %d",
+                             quant_isa_name((quant_isa_t)isa), a, trial);
+            }
+        }
+        free(ref);
+        free(got);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+    free(x);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
     for (int isa = 1; isa <= 4; isa++) {
@@ -544,7 +576,10 @@ static void check_simd_vdots(quant_isa_t isa)
                     cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s %s: tile != single",
                                  quant_isa_name(isa), gguf_ttype_name(t));
                     float p = quant_vdot_portable(t, w + r * rb, xs[j], n);
-                    if (!ts[ti].lanes) {
+                    /* AVX-512 sums Q4_K and Q6_K blocks in float lanes too */
+                    int lanes = ts[ti].lanes || (isa == QUANT_ISA_AVX512 &&
+                                                 (t == GGUF_T_Q4_K || t == GGUF_T_Q6_K));
+                    if (!lanes) {
                         cr_assert_eq(memcmp(&p, &one, 4), 0, "%s %s trial %d: %.9g vs %.9g",
                                      quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,
                                      (double)p);
@@ -556,6 +591,11 @@ static void check_simd_vdots(quant_isa_t isa)
                     quant_row_to_f32(t, w + r * rb, wd, n);
                     double mag = 0;
                     for (size_t i = 0; i < n; i++) {
+                        if (act == QUANT_ACT_Q8K) { /* |dequantized value x activation| */
+                            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xs[j] + i / 256;
+                            mag += fabs((double)wd[i] * a->d * a->qs[i % 256]);
+                            continue;
+                        }
                         const quant_act_q8_t *a = (const quant_act_q8_t *)xs[j] + i / 32;
                         mag += fabs((double)wd[i] * a->d * a->qs[i % 32]);
                         if (ts[ti].two && i % 32 == 0) {
