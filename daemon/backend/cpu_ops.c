@@ -8,9 +8,9 @@
 #include "gguf.h"
 #include "quant.h"
 
-/* Tokens per GEMM block: keeps the activations of a block in L2 while the
- * weight rows stream through. */
-#define CPUK_TOK_BLOCK 32
+/* Tokens per GEMM block (a multiple of the tiles' 4 and 6 tokens): keeps the
+ * activations of a block in L2 while the weight rows stream through. */
+#define CPUK_TOK_BLOCK 48
 
 struct cpuk {
     pool_t *pool;
@@ -93,22 +93,23 @@ static void mm_worker(void *ctxp, int tid, int nth)
                 }
                 goto next;
             }
-            /* prefill: tiles of rows x tokens, quant_tile_rows() x 4; rows
+            /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
              * outer, so a row tile stays in L1 across the token block */
-            int step = quant_tile_rows();
+            int step, cols;
+            quant_tile_shape(act, &step, &cols);
             for (long r = r0; r < r1; r += step) {
                 int nr = (int)(r1 - r < step ? r1 - r : step);
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
-                for (size_t ti = tb; ti < te; ti += QUANT_DOTN_MAX) {
-                    int nx = (int)(te - ti < QUANT_DOTN_MAX ? te - ti : QUANT_DOTN_MAX);
+                for (size_t ti = tb; ti < te; ti += (size_t)cols) {
+                    int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
                     float out[QUANT_TILE_MAX];
                     if (act != QUANT_ACT_F32) {
-                        const void *xq[QUANT_DOTN_MAX];
+                        const void *xq[QUANT_TILE_MAX];
                         for (int i = 0; i < nx; i++)
                             xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
                         quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
                     } else {
-                        const float *xs[QUANT_DOTN_MAX];
+                        const float *xs[QUANT_TILE_MAX];
                         for (int i = 0; i < nx; i++)
                             xs[i] = t->x + (ti + i) * t->x_stride;
                         quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);

@@ -1763,7 +1763,7 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
 
 /* ------------------------------------------------------------------ AVX-512 kernels
  * 64 bytes an instruction (AVX-512 F, BW, VL and VNNI): the F32/F16/BF16
- * tile with 16-lane accumulators in register tiles of up to 4 rows x 4
+ * tile with 16-lane accumulators in register tiles of up to 4 rows x 6
  * vectors, and the integer dots of Q8_0, Q4_K and Q6_K (the other block
  * types keep their AVX2 kernels). Within a block every product and sum is
  * exact (maddubs, then vpdpwssd by the sub-block scales); across blocks
@@ -1793,27 +1793,27 @@ AVX512_INLINE __m512 load16(uint32_t type, const uint8_t *w, size_t i)
 AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, int nr,
                                     const float *const *x, int nx, size_t n, float *out)
 {
-    __m512 acc[16];
-    #pragma GCC unroll 16
+    __m512 acc[24];
+    #pragma GCC unroll 24
     for (int p = 0; p < nr * nx; p++)
         acc[p] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 xv[4];
-        #pragma GCC unroll 4
+        __m512 xv[6];
+        #pragma GCC unroll 6
         for (int t = 0; t < nx; t++)
             xv[t] = _mm512_loadu_ps(x[t] + i);
         #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             __m512 wv = load16(type, w + (size_t)r * rb, i);
-            #pragma GCC unroll 4
+            #pragma GCC unroll 6
             for (int t = 0; t < nx; t++)
                 acc[r * nx + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * nx + t]);
         }
     }
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        #pragma GCC unroll 4
+        #pragma GCC unroll 6
         for (int t = 0; t < nx; t++) {
             float s = _mm512_reduce_add_ps(acc[r * nx + t]);
             for (size_t j = i; j < n; j++)
@@ -1823,7 +1823,7 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
     }
 }
 
-/* Specialise on (nr, nx), up to 4 x 4, so the loops unroll into registers. */
+/* Specialise on (nr, nx), up to 4 x 6, so the loops unroll into registers. */
 #define TILE16_CASE(R, X, type)                                                                    \
     case R * 8 + X: tile_avx512_body(type, w, rb, R, x, X, n, out); break;
 #define TILE16_SHAPES(type)                                                                        \
@@ -1832,6 +1832,8 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
     TILE16_CASE(2, 1, type) TILE16_CASE(2, 2, type) TILE16_CASE(2, 3, type) TILE16_CASE(2, 4, type) \
     TILE16_CASE(3, 1, type) TILE16_CASE(3, 2, type) TILE16_CASE(3, 3, type) TILE16_CASE(3, 4, type) \
     TILE16_CASE(4, 1, type) TILE16_CASE(4, 2, type) TILE16_CASE(4, 3, type) TILE16_CASE(4, 4, type) \
+    TILE16_CASE(1, 5, type) TILE16_CASE(2, 5, type) TILE16_CASE(3, 5, type) TILE16_CASE(4, 5, type) \
+    TILE16_CASE(1, 6, type) TILE16_CASE(2, 6, type) TILE16_CASE(3, 6, type) TILE16_CASE(4, 6, type) \
     default:                                                                                       \
         for (int r_ = 0; r_ < nr; r_++)                                                            \
             for (int t_ = 0; t_ < nx; t_++)                                                        \
@@ -2127,13 +2129,16 @@ static inline const kernels_t *kern(void)
     return k_cur;
 }
 
-int quant_tile_rows(void)
+void quant_tile_shape(quant_act_t act, int *rows, int *cols)
 {
+    *rows = 2;
+    *cols = QUANT_DOTN_MAX;
 #if QUANT_HAVE_X86
-    if (kern() == &k_avx512)
-        return 4;
+    if (kern() == &k_avx512 && act == QUANT_ACT_F32) {
+        *rows = 4;
+        *cols = 6;
+    }
 #endif
-    return 2;
 }
 
 static int f16_rows_simd(void)

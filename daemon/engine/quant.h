@@ -62,10 +62,7 @@ void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, siz
  * vectors, out[r * nx + t]; nr * nx <= QUANT_TILE_MAX is the fast path
  * (larger shapes work, pair by pair). Every out[r * nx + t] is bit-identical
  * to quant_dot of that row and vector. */
-#define QUANT_TILE_MAX 16
-/* Rows per tile the current kernels serve best in prefill (float tiles:
- * 2 x 4 on AVX2, 4 x 4 on AVX-512); results never depend on it. */
-int quant_tile_rows(void);
+#define QUANT_TILE_MAX 24
 void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
                     int nx, size_t n, float *out);
 
@@ -118,6 +115,11 @@ quant_path_t quant_path_get(void);
 quant_act_t quant_act_for(uint32_t type);
 /* The activation format a type's integer dot takes (QUANT_ACT_F32 if none). */
 quant_act_t quant_act_of(uint32_t type);
+/* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
+ * serve best in prefill for activations of format act: float tiles 2 x 4 on
+ * AVX2 and 4 x 6 on AVX-512, integer dots one row x 4; results never depend
+ * on it. */
+void quant_tile_shape(quant_act_t act, int *rows, int *cols);
 /* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
 size_t quant_act_bytes(quant_act_t act, size_t n);
 /* Quantize n floats into format act (n a multiple of its block). */

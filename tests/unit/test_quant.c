@@ -153,20 +153,20 @@ Test(quant, float_tiles_of_every_shape_equal_single_dots)
             for (int ni = 0; ni < 3; ni++) {
                 size_t n = ns[ni];
                 uint8_t *w = malloc(5 * n * 4);
-                float *x[4], *wf = malloc(n * sizeof(float));
+                float *x[6], *wf = malloc(n * sizeof(float));
                 for (int r = 0; r < 5; r++) {
                     for (size_t i = 0; i < n; i++)
                         wf[i] = frand();
                     quant_row_from_f32(types[ti], wf, w + (size_t)r * n * 4, n);
                 }
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < 6; j++) {
                     x[j] = malloc(n * sizeof(float));
                     for (size_t i = 0; i < n; i++)
                         x[j][i] = frand();
                 }
                 for (int nr = 1; nr <= 5; nr++)
-                    for (int nx = 1; nx <= 4; nx++) {
-                        float out[20];
+                    for (int nx = 1; nx <= 6; nx++) {
+                        float out[30];
                         quant_dot_tile(types[ti], w, n * 4, nr, (const float *const *)x, nx, n, out);
                         for (int r = 0; r < nr; r++)
                             for (int j = 0; j < nx; j++) {
@@ -180,7 +180,7 @@ Test(quant, float_tiles_of_every_shape_equal_single_dots)
                     }
                 free(w);
                 free(wf);
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < 6; j++)
                     free(x[j]);
             }
     }
