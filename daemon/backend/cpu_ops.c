@@ -339,14 +339,11 @@ static void att_worker(void *ctxp, int tid, int nth)
         memset(o, 0, hd * sizeof(float));
         for (uint32_t p = p0; p <= bt->pos; p++) {
             const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
-            if (f16) {
-                quant_row_to_f32(GGUF_T_F16, vr, vrow, hd);
-                vr = vrow;
-            }
             float pw = sc[p] * inv;
             if (f16) /* the weights as an F16 V x P product sees them */
-                pw = quant_f16_to_f32(quant_f32_to_f16(pw));
-            quant_axpy_f32(o, pw, vr, hd);
+                quant_axpy_f16(o, quant_f16_to_f32(quant_f32_to_f16(pw)), vr, hd);
+            else
+                quant_axpy_f32(o, pw, vr, hd);
         }
     }
 }

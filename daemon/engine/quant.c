@@ -2280,7 +2280,7 @@ const char *quant_isa_name(quant_isa_t isa)
 static void tile_any(uint32_t type, const void *w, size_t rb, int nr, const float *const *x, int nx,
                      size_t n, float *out)
 {
-    if (type != GGUF_T_Q8_0) {
+    if (type != GGUF_T_Q8_0 && type != GGUF_T_F16 && type != GGUF_T_F32 && type != GGUF_T_BF16) {
         const qfmt_t *f = qfmt_of(type);
         if (f) {
             tile_blocks_exact(f, w, rb, nr, x, nx, n, out);
@@ -2316,6 +2316,36 @@ float quant_dot_f32(const float *a, const float *b, size_t n)
 void quant_axpy_f32(float *y, float a, const float *x, size_t n)
 {
     kern()->axpy(y, a, x, n);
+}
+
+#if QUANT_HAVE_X86
+/* as f16_to_f32_row_simd then axpy_avx2, without the row in between */
+AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, size_t n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * quant_f16_to_f32(x[i]);
+}
+#endif
+
+void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n)
+{
+#if QUANT_HAVE_X86
+    if (kern() != &k_portable) {
+        axpy_f16_avx2(y, a, x, n);
+        return;
+    }
+#endif
+    float v[64];
+    for (size_t i = 0; i < n; i += 64) {
+        size_t m = n - i < 64 ? n - i : 64;
+        quant_row_to_f32(GGUF_T_F16, x + i, v, m);
+        kern()->axpy(y + i, a, v, m);
+    }
 }
 
 void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr,

@@ -140,5 +140,8 @@ float quant_vdot_portable(uint32_t type, const void *w, const void *xq, size_t n
 float quant_dot_f32(const float *a, const float *b, size_t n);
 /* y[i] += a * x[i] */
 void quant_axpy_f32(float *y, float a, const float *x, size_t n);
+/* y[i] += a * x[i] for an F16 row x: the same results as expanding x with
+ * quant_row_to_f32 and calling quant_axpy_f32. */
+void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
 
 #endif

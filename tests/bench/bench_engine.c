@@ -19,7 +19,8 @@ static double now_s(void)
 }
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
- * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS). BENCH_EXACT=1 runs the
+ * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS; the prompt's prefill, then
+ * DECODE_TOKENS single-token steps from an empty cache, as llama-bench's pp and tg tests). BENCH_EXACT=1 runs the
  * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels. */
 int main(int argc, char **argv)
 {
@@ -71,6 +72,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
+            /* decode from an empty cache, as llama-bench's tg test does */
+            kv_seq_reset(kv);
             double t1 = now_s();
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));

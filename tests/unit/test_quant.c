@@ -251,6 +251,26 @@ Test(quant, activations_quantize_to_the_same_bytes_on_every_isa)
     free(x);
 }
 
+Test(quant, f16_axpy_equals_expanding_the_row_then_axpy_on_every_isa)
+{
+    const size_t n = 203;
+    uint16_t h[203];
+    float x[203], y1[203], y2[203];
+    for (size_t i = 0; i < n; i++)
+        h[i] = quant_f32_to_f16(frand() * 4.0f);
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            y1[i] = y2[i] = frand();
+        quant_row_to_f32(GGUF_T_F16, h, x, n);
+        quant_axpy_f32(y1, 0.37f, x, n);
+        quant_axpy_f16(y2, 0.37f, h, n);
+        cr_assert_eq(memcmp(y1, y2, sizeof y1), 0, "%s", quant_isa_name((quant_isa_t)isa));
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
     for (int isa = 1; isa <= 4; isa++) {
