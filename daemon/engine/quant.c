@@ -1799,16 +1799,18 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
         acc[p] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 xv[6];
-        #pragma GCC unroll 6
-        for (int t = 0; t < nx; t++)
-            xv[t] = _mm512_loadu_ps(x[t] + i);
+        /* the rows' weights held, one activation vector at a time: 24
+         * accumulators + 4 + 1 of the 32 registers */
+        __m512 wv[4];
         #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            __m512 wv = load16(type, w + (size_t)r * rb, i);
-            #pragma GCC unroll 6
-            for (int t = 0; t < nx; t++)
-                acc[r * nx + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * nx + t]);
+        for (int r = 0; r < nr; r++)
+            wv[r] = load16(type, w + (size_t)r * rb, i);
+        #pragma GCC unroll 6
+        for (int t = 0; t < nx; t++) {
+            __m512 xv = _mm512_loadu_ps(x[t] + i);
+            #pragma GCC unroll 4
+            for (int r = 0; r < nr; r++)
+                acc[r * nx + t] = _mm512_fmadd_ps(wv[r], xv, acc[r * nx + t]);
         }
     }
     #pragma GCC unroll 4
