@@ -30,6 +30,36 @@ static cpuk_t *K(void *ctx)
     return ((cpuk_holder_t *)ctx)->k;
 }
 
+/* Token-parallel small ops: fn(arg, t0, t1) handles tokens [t0, t1); each
+ * token's result does not depend on the split. Serial for one token (a
+ * fork-join would cost more than the op). */
+typedef void (*rows_fn)(const void *arg, size_t t0, size_t t1);
+
+typedef struct rows_task {
+    rows_fn fn;
+    const void *arg;
+    size_t n;
+} rows_task_t;
+
+static void rows_worker(void *ctxp, int tid, int nth)
+{
+    const rows_task_t *rt = ctxp;
+    long lo, hi;
+    pool_range(tid, nth, (long)rt->n, &lo, &hi);
+    if (hi > lo)
+        rt->fn(rt->arg, (size_t)lo, (size_t)hi);
+}
+
+static void par_rows(cpuk_t *k, size_t n_tok, rows_fn fn, const void *arg)
+{
+    if (n_tok < 2 || pool_size(k->pool) < 2) {
+        fn(arg, 0, n_tok);
+        return;
+    }
+    rows_task_t rt = {fn, arg, n_tok};
+    pool_run(k->pool, rows_worker, &rt);
+}
+
 cpuk_t *cpuk_new(pool_t *pool)
 {
     cpuk_t *k = calloc(1, sizeof *k);
@@ -125,6 +155,21 @@ static void mm_worker(void *ctxp, int tid, int nth)
     }
 }
 
+typedef struct act_job {
+    quant_act_t act;
+    const float *x;
+    size_t x_stride;
+    void *dst;
+    size_t rb, width; /* bytes per quantized row, values quantized per row */
+} act_job_t;
+
+static void act_rows(const void *argp, size_t t0, size_t t1)
+{
+    const act_job_t *j = argp;
+    for (size_t i = t0; i < t1; i++)
+        quant_act_from_f32(j->act, j->x + i * j->x_stride, (uint8_t *)j->dst + i * j->rb, j->width);
+}
+
 static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                     size_t n_tok)
 {
@@ -153,9 +198,8 @@ static int k_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
             k->xq[a] = p;
             k->xq_cap[a] = rb * n_tok;
         }
-        for (size_t i = 0; i < n_tok; i++)
-            quant_act_from_f32((quant_act_t)a, x + i * x_stride, (uint8_t *)k->xq[a] + i * rb,
-                               width[a]);
+        act_job_t aj = {(quant_act_t)a, x, x_stride, k->xq[a], rb, width[a]};
+        par_rows(k, n_tok, act_rows, &aj);
         t.xq[a] = k->xq[a];
         t.xq_stride[a] = rb;
     }
@@ -176,11 +220,22 @@ static int k_embed(void *ctx, const model_weight_t *tab, const int32_t *ids, siz
     return 0;
 }
 
-static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
-                     size_t stride, float eps)
+/* the arguments of the token-parallel element-wise ops */
+typedef struct ew_job {
+    float *out;
+    const float *x, *w;
+    size_t n, stride;
+    float eps;
+} ew_job_t;
+
+static void rmsnorm_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++) {
+    const ew_job_t *j = argp;
+    float *out = j->out;
+    const float *x = j->x, *w = j->w;
+    size_t n = j->n, stride = j->stride;
+    float eps = j->eps;
+    for (size_t t = t0; t < t1; t++) {
         const float *xi = x + t * stride;
         float *o = out + t * stride;
         float ss = 0.0f;
@@ -190,6 +245,13 @@ static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
         for (size_t i = 0; i < n; i++)
             o[i] = xi[i] * s * w[i];
     }
+}
+
+static int k_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+                     size_t stride, float eps)
+{
+    ew_job_t j = {out, x, w, n, stride, eps};
+    par_rows(K(ctx), n_tok, rmsnorm_rows, &j);
     return 0;
 }
 
@@ -373,15 +435,21 @@ static int k_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     return 0;
 }
 
-static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+static void silu_mul_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++) {
-        float *gi = g + t * stride;
-        const float *ui = u + t * stride;
-        for (size_t i = 0; i < n; i++)
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++) {
+        float *gi = j->out + t * j->stride;
+        const float *ui = j->x + t * j->stride;
+        for (size_t i = 0; i < j->n; i++)
             gi[i] = gi[i] / (1.0f + expf(-gi[i])) * ui[i];
     }
+}
+
+static int k_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    ew_job_t j = {g, u, NULL, n, stride, 0.0f};
+    par_rows(K(ctx), n_tok, silu_mul_rows, &j);
     return 0;
 }
 
@@ -403,19 +471,26 @@ static int k_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride,
     return 0;
 }
 
-/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+static void gelu_mul_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const ew_job_t *j = argp;
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t t = 0; t < n_tok; t++) {
-        float *gi = g + t * stride;
-        const float *ui = u + t * stride;
+    size_t n = j->n;
+    for (size_t t = t0; t < t1; t++) {
+        float *gi = j->out + t * j->stride;
+        const float *ui = j->x + t * j->stride;
         for (size_t i = 0; i < n; i++) {
             float x = gi[i];
             gi[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * ui[i];
         }
     }
+}
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static int k_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    ew_job_t j = {g, u, NULL, n, stride, 0.0f};
+    par_rows(K(ctx), n_tok, gelu_mul_rows, &j);
     return 0;
 }
 
