@@ -1764,7 +1764,7 @@ static vdot_row_fn vdot_for_avx2(uint32_t type)
 /* ------------------------------------------------------------------ AVX-512 kernels
  * 64 bytes an instruction (AVX-512 F, BW, VL and VNNI): the F32/F16/BF16
  * tile with 16-lane accumulators in register tiles of up to 4 rows x 6
- * vectors, and the integer dots of Q8_0, Q4_K and Q6_K (the other block
+ * vectors (prefill uses 4 x 4), and the integer dots of Q8_0, Q4_K and Q6_K (the other block
  * types keep their AVX2 kernels). Within a block every product and sum is
  * exact (maddubs, then vpdpwssd by the sub-block scales); across blocks
  * they sum in float lanes, as llama.cpp does (one horizontal sum a row,
@@ -1799,8 +1799,8 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
         acc[p] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        /* the rows' weights held, one activation vector at a time: 24
-         * accumulators + 4 + 1 of the 32 registers */
+        /* the rows' weights held, one activation vector at a time (at 4 x 6,
+         * 24 accumulators + 4 + 1 of the 32 registers: GCC spills some) */
         __m512 wv[4];
         #pragma GCC unroll 4
         for (int r = 0; r < nr; r++)
@@ -2138,7 +2138,7 @@ void quant_tile_shape(quant_act_t act, int *rows, int *cols)
 #if QUANT_HAVE_X86
     if (kern() == &k_avx512 && act == QUANT_ACT_F32) {
         *rows = 4;
-        *cols = 6;
+        *cols = 4;
     }
 #endif
 }
