@@ -221,7 +221,7 @@ run: all
 	bash tests/tools/demo.sh $(BUILD)
 
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
-	bash tests/bench/run.sh $(BUILD)
+	LLAMA_CPP=$(LLAMA_CPP) bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 

@@ -69,7 +69,7 @@ static void usage(FILE *f)
           "      --no-bos            do not add BOS to the prompt\n"
           "      --ignore-eos        keep generating after an end-of-generation token\n"
           "      --special           print special tokens' text\n"
-          "      --isa auto|vnni|avx2|portable  CPU kernels (default auto)\n"
+          "      --isa auto|avx512|vnni|avx2|portable  CPU kernels (default auto)\n"
           "      --exact             F32 activations for quantized weights (the reference\n"
           "                          path; default: activations quantized to 8 bits)\n"
           "      --kv-type f16|f32   KV cache element type (default f16)\n"
@@ -205,6 +205,7 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         case O_ISA:
             if (strcmp(optarg, "auto") == 0) o->isa = QUANT_ISA_AUTO;
             else if (strcmp(optarg, "avx2") == 0) o->isa = QUANT_ISA_AVX2;
+            else if (strcmp(optarg, "avx512") == 0) o->isa = QUANT_ISA_AVX512;
             else if (strcmp(optarg, "vnni") == 0) o->isa = QUANT_ISA_AVX2_VNNI;
             else if (strcmp(optarg, "portable") == 0) o->isa = QUANT_ISA_PORTABLE;
             else goto bad;

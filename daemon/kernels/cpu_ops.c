@@ -8,9 +8,9 @@
 #include "kernels/quant.h"
 #include "kernels/wtype.h"
 
-/* Tokens per GEMM block: keeps the activations of a block in L2 while the
- * weight rows stream through. */
-#define CPUK_TOK_BLOCK 32
+/* Tokens per GEMM block (a multiple of the tiles' 4 and 6 tokens): keeps the
+ * activations of a block in L2 while the weight rows stream through. */
+#define CPUK_TOK_BLOCK 48
 
 struct cpuk {
     pool_t *pool;
@@ -24,6 +24,36 @@ struct cpuk {
 static cpuk_t *K(void *ctx)
 {
     return ((cpuk_ctx_t *)ctx)->k;
+}
+
+/* Token-parallel small ops: fn(arg, t0, t1) handles tokens [t0, t1); each
+ * token's result does not depend on the split. Serial for one token (a
+ * fork-join would cost more than the op). */
+typedef void (*rows_fn)(const void *arg, size_t t0, size_t t1);
+
+typedef struct rows_task {
+    rows_fn fn;
+    const void *arg;
+    size_t n;
+} rows_task_t;
+
+static void rows_worker(void *ctxp, int tid, int nth)
+{
+    const rows_task_t *rt = ctxp;
+    long lo, hi;
+    pool_range(tid, nth, (long)rt->n, &lo, &hi);
+    if (hi > lo)
+        rt->fn(rt->arg, (size_t)lo, (size_t)hi);
+}
+
+static void par_rows(cpuk_t *k, size_t n_tok, rows_fn fn, const void *arg)
+{
+    if (n_tok < 2 || pool_size(k->pool) < 2) {
+        fn(arg, 0, n_tok);
+        return;
+    }
+    rows_task_t rt = {fn, arg, n_tok};
+    pool_run(k->pool, rows_worker, &rt);
 }
 
 cpuk_t *cpuk_new(pool_t *pool)
@@ -73,23 +103,39 @@ static void mm_worker(void *ctxp, int tid, int nth)
             long r1 = hi - base < n_out ? hi - base : n_out;
             size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
             quant_act_t act = quant_act_for(jb->w->type);
-            /* tiles of rows x tokens: 2 x 4 in prefill, 1 x 1 in decode (measured
-             * faster than multi-row decode tiles on this machine); rows
+            if (te - tb == 1) {
+                /* decode: one row at a time (measured faster than multi-row
+                 * decode tiles), the whole range in one call */
+                if (r1 <= r0)
+                    goto next;
+                const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
+                float *y = jb->y + tb * jb->y_stride + (size_t)r0;
+                if (act != QUANT_ACT_F32) {
+                    const void *xq = t->xq[act] + tb * t->xq_stride[act];
+                    quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
+                } else {
+                    const float *xs = t->x + tb * t->x_stride;
+                    quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
+                }
+                goto next;
+            }
+            /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
              * outer, so a row tile stays in L1 across the token block */
-            int step = te - tb > 1 ? 2 : 1;
+            int step, cols;
+            quant_tile_shape(act, &step, &cols);
             for (long r = r0; r < r1; r += step) {
                 int nr = (int)(r1 - r < step ? r1 - r : step);
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
-                for (size_t ti = tb; ti < te; ti += QUANT_DOTN_MAX) {
-                    int nx = (int)(te - ti < QUANT_DOTN_MAX ? te - ti : QUANT_DOTN_MAX);
+                for (size_t ti = tb; ti < te; ti += (size_t)cols) {
+                    int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
                     float out[QUANT_TILE_MAX];
                     if (act != QUANT_ACT_F32) {
-                        const void *xq[QUANT_DOTN_MAX];
+                        const void *xq[QUANT_TILE_MAX];
                         for (int i = 0; i < nx; i++)
                             xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
                         quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
                     } else {
-                        const float *xs[QUANT_DOTN_MAX];
+                        const float *xs[QUANT_TILE_MAX];
                         for (int i = 0; i < nx; i++)
                             xs[i] = t->x + (ti + i) * t->x_stride;
                         quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
@@ -99,9 +145,25 @@ static void mm_worker(void *ctxp, int tid, int nth)
                             jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
                 }
             }
+        next:
             base += n_out;
         }
     }
+}
+
+typedef struct act_job {
+    quant_act_t act;
+    const float *x;
+    size_t x_stride;
+    void *dst;
+    size_t rb, width; /* bytes per quantized row, values quantized per row */
+} act_job_t;
+
+static void act_rows(const void *argp, size_t t0, size_t t1)
+{
+    const act_job_t *j = argp;
+    for (size_t i = t0; i < t1; i++)
+        quant_act_from_f32(j->act, j->x + i * j->x_stride, (uint8_t *)j->dst + i * j->rb, j->width);
 }
 
 int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
@@ -132,9 +194,8 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
             k->xq[a] = p;
             k->xq_cap[a] = rb * n_tok;
         }
-        for (size_t i = 0; i < n_tok; i++)
-            quant_act_from_f32((quant_act_t)a, x + i * x_stride, (uint8_t *)k->xq[a] + i * rb,
-                               width[a]);
+        act_job_t aj = {(quant_act_t)a, x, x_stride, k->xq[a], rb, width[a]};
+        par_rows(k, n_tok, act_rows, &aj);
         t.xq[a] = k->xq[a];
         t.xq_stride[a] = rb;
     }
@@ -155,11 +216,22 @@ int cpuk_embed(void *ctx, const kern_tensor_t *tab, const int32_t *ids, size_t n
     return 0;
 }
 
-int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
-                     size_t stride, float eps)
+/* the arguments of the token-parallel element-wise ops */
+typedef struct ew_job {
+    float *out;
+    const float *x, *w;
+    size_t n, stride;
+    float eps;
+} ew_job_t;
+
+static void rmsnorm_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++) {
+    const ew_job_t *j = argp;
+    float *out = j->out;
+    const float *x = j->x, *w = j->w;
+    size_t n = j->n, stride = j->stride;
+    float eps = j->eps;
+    for (size_t t = t0; t < t1; t++) {
         const float *xi = x + t * stride;
         float *o = out + t * stride;
         float ss = 0.0f;
@@ -169,6 +241,13 @@ int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n
         for (size_t i = 0; i < n; i++)
             o[i] = xi[i] * s * w[i];
     }
+}
+
+int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
+                     size_t stride, float eps)
+{
+    ew_job_t j = {out, x, w, n, stride, eps};
+    par_rows(K(ctx), n_tok, rmsnorm_rows, &j);
     return 0;
 }
 
@@ -289,9 +368,11 @@ static void att_worker(void *ctxp, int tid, int nth)
         const kern_tok_t *bt = &a->toks[t];
         uint32_t kvh = h / group;
         const float *q = at->q + t * a->stride + (size_t)h * hd;
-        if (f16) { /* as an F16 x F16 product would see it: q rounded to half */
-            for (uint32_t i = 0; i < hd; i++)
-                qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+        if (f16) { /* as an F16 x F16 product would see it: q rounded to half
+                    * (through vrow's room, free until the V rows) */
+            uint16_t *qb = (uint16_t *)vrow;
+            quant_row_from_f32(GGUF_T_F16, q, qb, hd);
+            quant_row_to_f32(GGUF_T_F16, qb, qh, hd);
             q = qh;
         }
         /* a sliding window sees the last `window` positions */
@@ -316,14 +397,11 @@ static void att_worker(void *ctxp, int tid, int nth)
         memset(o, 0, hd * sizeof(float));
         for (uint32_t p = p0; p <= bt->pos; p++) {
             const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
-            if (f16) {
-                quant_row_to_f32(GGUF_T_F16, vr, vrow, hd);
-                vr = vrow;
-            }
             float pw = sc[p] * inv;
             if (f16) /* the weights as an F16 V x P product sees them */
-                pw = quant_f16_to_f32(quant_f32_to_f16(pw));
-            quant_axpy_f32(o, pw, vr, hd);
+                quant_axpy_f16(o, quant_f16_to_f32(quant_f32_to_f16(pw)), vr, hd);
+            else
+                quant_axpy_f32(o, pw, vr, hd);
         }
     }
 }
@@ -353,15 +431,21 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
     return 0;
 }
 
-int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+static void silu_mul_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++) {
-        float *gi = g + t * stride;
-        const float *ui = u + t * stride;
-        for (size_t i = 0; i < n; i++)
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++) {
+        float *gi = j->out + t * j->stride;
+        const float *ui = j->x + t * j->stride;
+        for (size_t i = 0; i < j->n; i++)
             gi[i] = gi[i] / (1.0f + expf(-gi[i])) * ui[i];
     }
+}
+
+int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    ew_job_t j = {g, u, NULL, n, stride, 0.0f};
+    par_rows(K(ctx), n_tok, silu_mul_rows, &j);
     return 0;
 }
 
@@ -383,19 +467,26 @@ int cpuk_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, flo
     return 0;
 }
 
-/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+static void gelu_mul_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const ew_job_t *j = argp;
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t t = 0; t < n_tok; t++) {
-        float *gi = g + t * stride;
-        const float *ui = u + t * stride;
+    size_t n = j->n;
+    for (size_t t = t0; t < t1; t++) {
+        float *gi = j->out + t * j->stride;
+        const float *ui = j->x + t * j->stride;
         for (size_t i = 0; i < n; i++) {
             float x = gi[i];
             gi[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * ui[i];
         }
     }
+}
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+{
+    ew_job_t j = {g, u, NULL, n, stride, 0.0f};
+    par_rows(K(ctx), n_tok, gelu_mul_rows, &j);
     return 0;
 }
 

@@ -14,18 +14,19 @@ typedef struct quant_block_q8_0 {
 } quant_block_q8_0_t;
 
 /* Instruction-set choice for the kernels. AUTO picks the best the CPU has
- * (AVX2+FMA+F16C, then AVX-VNNI on top) at first use; PORTABLE forces the
+ * (AVX-512, else AVX2+FMA+F16C with AVX-VNNI, else AVX2) at first use; PORTABLE forces the
  * plain C kernels. */
 typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_PORTABLE = 1,
     QUANT_ISA_AVX2 = 2,
     QUANT_ISA_AVX2_VNNI = 3, /* AVX2 plus AVX-VNNI's vpdpbusd for the int8 dots */
+    QUANT_ISA_AVX512 = 4,    /* AVX-512 F/BW/VL/VNNI: the float tile and the Q8_0, Q4_K, Q6_K dots */
 } quant_isa_t;
 
 /* Select kernels; returns the ISA actually in use (one the CPU lacks falls
- * back to the next: AVX2_VNNI to AVX2 to PORTABLE). Not thread-safe: call
- * before work starts. */
+ * back to the next: AVX512 to AVX2_VNNI to AVX2 to PORTABLE; AUTO starts at
+ * AVX512). Not thread-safe: call before work starts. */
 quant_isa_t quant_isa_set(quant_isa_t want);
 quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);
@@ -61,7 +62,7 @@ void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, siz
  * vectors, out[r * nx + t]; nr * nx <= QUANT_TILE_MAX is the fast path
  * (larger shapes work, pair by pair). Every out[r * nx + t] is bit-identical
  * to quant_dot of that row and vector. */
-#define QUANT_TILE_MAX 8
+#define QUANT_TILE_MAX 24
 void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
                     int nx, size_t n, float *out);
 
@@ -113,6 +114,11 @@ void quant_path_set(quant_path_t p);
 quant_act_t quant_act_for(uint32_t type);
 /* The activation format a type's integer dot takes (QUANT_ACT_F32 if none). */
 quant_act_t quant_act_of(uint32_t type);
+/* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
+ * serve best in prefill for activations of format act: float tiles 2 x 4 on
+ * AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators and measured 20%
+ * slower), integer dots one row x 4; results never depend on it. */
+void quant_tile_shape(quant_act_t act, int *rows, int *cols);
 /* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
 size_t quant_act_bytes(quant_act_t act, size_t n);
 /* Quantize n floats into format act (n a multiple of its block). */
@@ -133,5 +139,8 @@ float quant_vdot_portable(uint32_t type, const void *w, const void *xq, size_t n
 float quant_dot_f32(const float *a, const float *b, size_t n);
 /* y[i] += a * x[i] */
 void quant_axpy_f32(float *y, float a, const float *x, size_t n);
+/* y[i] += a * x[i] for an F16 row x: the same results as expanding x with
+ * quant_row_to_f32 and calling quant_axpy_f32. */
+void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
 
 #endif

@@ -13,7 +13,8 @@
 #include "base/util.h"
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
- * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS). BENCH_EXACT=1 runs the
+ * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS; the prompt's prefill, then
+ * DECODE_TOKENS single-token steps from an empty cache, as llama-bench's pp and tg tests). BENCH_EXACT=1 runs the
  * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels. */
 int main(int argc, char **argv)
 {
@@ -22,11 +23,12 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
-    const char *isa = getenv("BENCH_ISA"); /* portable, avx2 or vnni (default: the best) */
+    const char *isa = getenv("BENCH_ISA"); /* portable, avx2, vnni or avx512 (default: the best) */
     if (isa && *isa)
         quant_isa_set(!strcmp(isa, "portable") ? QUANT_ISA_PORTABLE
                       : !strcmp(isa, "avx2")   ? QUANT_ISA_AVX2
-                                               : QUANT_ISA_AVX2_VNNI);
+                      : !strcmp(isa, "vnni")   ? QUANT_ISA_AVX2_VNNI
+                                               : QUANT_ISA_AVX512);
     const char *exact = getenv("BENCH_EXACT");
     if (exact && *exact && strcmp(exact, "0") != 0)
         quant_path_set(QUANT_PATH_EXACT);
@@ -64,6 +66,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
+            /* decode from an empty cache, as llama-bench's tg test does */
+            kv_seq_reset(kv);
             double t1 = util_now_s();
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));

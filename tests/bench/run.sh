@@ -1,24 +1,12 @@
 #!/usr/bin/env bash
-# make bench: engine throughput on a generated 134M Llama, and paging on a generated ~1 GB model (sim backend).
+# make bench: engine throughput on a generated 134M Llama (beside llama.cpp with LLAMA_CPP=DIR), and paging on a generated ~1 GB model (sim backend).
 set -euo pipefail
 BUILD=${1:-build}
 OUT=$BUILD/bench
 mkdir -p "$OUT"
 REPS=${BENCH_REPS:-2}
 
-echo "== engine: 134M-parameter Llama (dim 768, 12 layers, 12 heads, FFN 2048, vocab 32000)"
-csv=$OUT/engine.csv
-echo "model,type,threads,isa,prefill_tok_s,decode_tok_s" > "$csv"
-for t in f32 f16 q8_0 q4_k_m q6_k; do
-    m=$OUT/llama134m-$t.gguf
-    [ -f "$m" ] || "$BUILD/mkmodel" --out "$m" --type $t --dim 768 --layers 12 --heads 12 \
-        --kv-heads 12 --ff 2048 --vocab 32000 --ctx 2048 --seed 7 >/dev/null
-    "$BUILD/bench_engine" "$m" 128 32 "$REPS" 1 2 >> "$csv"
-done
-printf "%-6s %-8s %-16s %-16s\n" type threads "prefill tok/s" "decode tok/s"
-tail -n +2 "$csv" | while IFS=, read -r model type th isa pf dc; do
-    printf "%-6s %-8s %-16s %-16s\n" "$type" "$th" "$pf" "$dc"
-done
+bash tests/bench/run_engine.sh "$BUILD"
 
 echo
 echo "== paging: ~1.1 GB F16 model (dim 2048, 8 layers, FFN 5632, vocab 32000), sim backend, 2 MiB pages"

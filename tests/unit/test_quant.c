@@ -132,9 +132,148 @@ Test(quant, avx2_dotn_equals_dot_bit_for_bit_and_matches_float64)
     check_dotn_consistency(QUANT_ISA_AVX2);
 }
 
+Test(quant, avx512_dotn_equals_dot_bit_for_bit_and_matches_float64)
+{
+    if (quant_isa_set(QUANT_ISA_AVX512) != QUANT_ISA_AVX512)
+        cr_skip_test("CPU lacks AVX-512 (F, BW, VL, VNNI)");
+    check_dotn_consistency(QUANT_ISA_AVX512);
+}
+
+/* Every float tile shape the prefill uses (up to 4 rows x 4 vectors, and
+ * the pair-by-pair fallback beyond) gives each (row, vector) the result of
+ * a single dot, on every ISA; lengths with a tail past the vector width. */
+Test(quant, float_tiles_of_every_shape_equal_single_dots)
+{
+    const uint32_t types[3] = {GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16};
+    const size_t ns[3] = {64, 776, 2051};
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (int ti = 0; ti < 3; ti++)
+            for (int ni = 0; ni < 3; ni++) {
+                size_t n = ns[ni];
+                uint8_t *w = malloc(5 * n * 4);
+                float *x[6], *wf = malloc(n * sizeof(float));
+                for (int r = 0; r < 5; r++) {
+                    for (size_t i = 0; i < n; i++)
+                        wf[i] = frand();
+                    quant_row_from_f32(types[ti], wf, w + (size_t)r * n * 4, n);
+                }
+                for (int j = 0; j < 6; j++) {
+                    x[j] = malloc(n * sizeof(float));
+                    for (size_t i = 0; i < n; i++)
+                        x[j][i] = frand();
+                }
+                for (int nr = 1; nr <= 5; nr++)
+                    for (int nx = 1; nx <= 6; nx++) {
+                        float out[30];
+                        quant_dot_tile(types[ti], w, n * 4, nr, (const float *const *)x, nx, n, out);
+                        for (int r = 0; r < nr; r++)
+                            for (int j = 0; j < nx; j++) {
+                                float one = quant_dot(types[ti], w + (size_t)r * n * 4, x[j], n);
+                                cr_assert_eq(memcmp(&one, &out[r * nx + j], 4), 0,
+                                             "%s %s n=%zu %dx%d (%d,%d): %.9g vs %.9g",
+                                             quant_isa_name((quant_isa_t)isa),
+                                             gguf_ttype_name(types[ti]), n, nr, nx, r, j,
+                                             (double)one, (double)out[r * nx + j]);
+                            }
+                    }
+                free(w);
+                free(wf);
+                for (int j = 0; j < 6; j++)
+                    free(x[j]);
+            }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
+Test(quant, f16_rows_convert_as_the_scalar_conversions_on_every_isa)
+{
+    uint16_t *h = malloc(65536 * 2), *h2 = malloc(65536 * 2);
+    float *f = malloc(65536 * sizeof(float));
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (uint32_t i = 0; i < 65536; i++)
+            h[i] = (uint16_t)i;
+        quant_row_to_f32(GGUF_T_F16, h, f, 65535); /* odd: a tail */
+        for (uint32_t i = 0; i < 65535; i++) {
+            float e = quant_f16_to_f32(h[i]);
+            if (!isnan(e))
+                cr_assert_eq(memcmp(&e, &f[i], 4), 0, "%s: %04x", quant_isa_name((quant_isa_t)isa), i);
+        }
+        for (uint32_t i = 0; i < 65536; i++) { /* every half value, the ties to its next, beside */
+            float lo = quant_f16_to_f32((uint16_t)(i >> 2)), hi = quant_f16_to_f32((uint16_t)((i >> 2) + 1));
+            float mid = isfinite(hi) && isfinite(lo) ? lo + (hi - lo) / 2 : lo;
+            f[i] = (i & 3) == 0 ? lo : (i & 3) == 1 ? mid : (i & 3) == 2 ? nextafterf(mid, hi) : nextafterf(mid, lo);
+        }
+        quant_row_from_f32(GGUF_T_F16, f, h2, 65533);
+        for (uint32_t i = 0; i < 65533; i++)
+            if (!isnan(f[i]))
+                cr_assert_eq(h2[i], quant_f32_to_f16(f[i]), "%s: %.9g", quant_isa_name((quant_isa_t)isa),
+                             (double)f[i]);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+    free(h);
+    free(h2);
+    free(f);
+}
+
+/* The SIMD activation quantizers give the portable one's bytes: values,
+ * scales, sums (random rows, rows with ties of magnitude, zeros). */
+Test(quant, activations_quantize_to_the_same_bytes_on_every_isa)
+{
+    const size_t n = 2048;
+    float *x = malloc(n * sizeof(float));
+    for (int a = QUANT_ACT_Q8; a <= QUANT_ACT_Q8K; a++) {
+        size_t ab = quant_act_bytes((quant_act_t)a, n);
+        uint8_t *ref = malloc(ab), *got = malloc(ab);
+        for (int trial = 0; trial < 6; trial++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = trial == 0   ? 0.0f
+                       : trial == 1 ? (i % 7 == 3 ? -2.0f : i % 7 == 5 ? 2.0f : frand())
+                                    : frand() * (float)trial * (i % 97 == 0 ? 50.0f : 1.0f);
+            quant_isa_set(QUANT_ISA_PORTABLE);
+            quant_act_from_f32((quant_act_t)a, x, ref, n);
+            for (int isa = 2; isa <= 4; isa++) {
+                if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+                    continue;
+                memset(got, 0x55, ab);
+                quant_act_from_f32((quant_act_t)a, x, got, n);
+                cr_assert_eq(memcmp(ref, got, ab), 0, "%s act %d trial %d",
+                             quant_isa_name((quant_isa_t)isa), a, trial);
+            }
+        }
+        free(ref);
+        free(got);
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+    free(x);
+}
+
+Test(quant, f16_axpy_equals_expanding_the_row_then_axpy_on_every_isa)
+{
+    const size_t n = 203;
+    uint16_t h[203];
+    float x[203], y1[203], y2[203];
+    for (size_t i = 0; i < n; i++)
+        h[i] = quant_f32_to_f16(frand() * 4.0f);
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            y1[i] = y2[i] = frand();
+        quant_row_to_f32(GGUF_T_F16, h, x, n);
+        quant_axpy_f32(y1, 0.37f, x, n);
+        quant_axpy_f16(y2, 0.37f, h, n);
+        cr_assert_eq(memcmp(y1, y2, sizeof y1), 0, "%s", quant_isa_name((quant_isa_t)isa));
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
-    for (int isa = 1; isa <= 2; isa++) {
+    for (int isa = 1; isa <= 4; isa++) {
         quant_isa_set((quant_isa_t)isa);
         float a[37], b[37], y[37];
         for (int i = 0; i < 37; i++) {
@@ -221,7 +360,7 @@ Test(quant, exact_dots_of_block_types_match_float64_whatever_the_tile)
     uint8_t *wq = malloc(2 * n * 4);
     for (int j = 0; j < 4; j++)
         x[j] = malloc(n * sizeof(float));
-    for (int isa = 1; isa <= 2; isa++) {
+    for (int isa = 1; isa <= 4; isa++) {
         quant_isa_set((quant_isa_t)isa);
         for (size_t ti = 0; ti < N_BTYPES; ti++) {
             uint32_t t = btypes[ti].type;
@@ -430,10 +569,10 @@ static void check_simd_vdots(quant_isa_t isa)
               {GGUF_T_Q4_1, 0, 1, 1},   {GGUF_T_Q5_0, 0, 0, 1},   {GGUF_T_Q5_1, 0, 1, 1},
               {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},   {GGUF_T_Q6_K, 208, 0, 0},
               {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0},   {GGUF_T_Q3_K, 108, 0, 0}};
-    const size_t n = 2048;
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         uint32_t t = ts[ti].type, blck, bytes;
         gguf_ttype_traits(t, &blck, &bytes);
+        const size_t n = blck == 32 ? 2016 : 2048; /* 63 blocks: an odd last one */
         quant_act_t act = quant_act_of(t);
         size_t rb = quant_row_bytes(t, n), ab = quant_act_bytes(act, n);
         uint8_t *w = malloc(2 * rb), *xq = malloc(4 * ab);
@@ -457,7 +596,10 @@ static void check_simd_vdots(quant_isa_t isa)
                     cr_assert_eq(memcmp(&one, &tile[r * 4 + j], 4), 0, "%s %s: tile != single",
                                  quant_isa_name(isa), gguf_ttype_name(t));
                     float p = quant_vdot_portable(t, w + r * rb, xs[j], n);
-                    if (!ts[ti].lanes) {
+                    /* AVX-512 sums Q4_K and Q6_K blocks in float lanes too */
+                    int lanes = ts[ti].lanes || (isa == QUANT_ISA_AVX512 &&
+                                                 (t == GGUF_T_Q4_K || t == GGUF_T_Q6_K));
+                    if (!lanes) {
                         cr_assert_eq(memcmp(&p, &one, 4), 0, "%s %s trial %d: %.9g vs %.9g",
                                      quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,
                                      (double)p);
@@ -469,6 +611,11 @@ static void check_simd_vdots(quant_isa_t isa)
                     quant_row_to_f32(t, w + r * rb, wd, n);
                     double mag = 0;
                     for (size_t i = 0; i < n; i++) {
+                        if (act == QUANT_ACT_Q8K) { /* |dequantized value x activation| */
+                            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xs[j] + i / 256;
+                            mag += fabs((double)wd[i] * a->d * a->qs[i % 256]);
+                            continue;
+                        }
                         const quant_act_q8_t *a = (const quant_act_q8_t *)xs[j] + i / 32;
                         mag += fabs((double)wd[i] * a->d * a->qs[i % 32]);
                         if (ts[ti].two && i % 32 == 0) {
@@ -495,6 +642,13 @@ Test(quant, avx2_integer_dots_equal_the_portable_ones)
     if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
         cr_skip_test("CPU lacks AVX2/FMA/F16C");
     check_simd_vdots(QUANT_ISA_AVX2);
+}
+
+Test(quant, avx512_integer_dots_equal_the_portable_ones)
+{
+    if (quant_isa_set(QUANT_ISA_AVX512) != QUANT_ISA_AVX512)
+        cr_skip_test("CPU lacks AVX-512 (F, BW, VL, VNNI)");
+    check_simd_vdots(QUANT_ISA_AVX512);
 }
 
 Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
