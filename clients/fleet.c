@@ -14,10 +14,10 @@
 
 #include "config.h"
 
-#define FLEET_SLACK 1.5 /* a host carries at most this multiple of its share */
-#define FLEET_HEADER_BYTES 16384  /* bytes of request headers HAProxy's buffer leaves room for */
-#define FLEET_MAXREWRITE 1024     /* HAProxy's tune.maxrewrite default, reserved in the buffer */
-#define FLEET_EPP_PORT 9002       /* the endpoint picker's ext-proc gRPC port (GIE v1.0.0) */
+#define FLEET_SLACK 1.5          /* a host carries at most this multiple of its share */
+#define FLEET_HEADER_BYTES 16384 /* bytes of request headers HAProxy's buffer leaves room for */
+#define FLEET_MAXREWRITE 1024    /* HAProxy's tune.maxrewrite default, reserved in the buffer */
+#define FLEET_EPP_PORT 9002      /* the endpoint picker's ext-proc gRPC port (GIE v1.0.0) */
 #define FLEET_EPP_HEALTH_PORT 9003
 #define FLEET_GIE_VERSION "v1.0.0" /* the Gateway API Inference Extension release we target */
 
@@ -67,8 +67,8 @@ static int get_size(ld_t *ld, const yaml_node_t *v, const char *key, uint64_t *o
     const char *s = scalar(v);
     char why[128] = "";
     if (!s || cfg_parse_size(s, out, why, sizeof why))
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid size \"%s\" for %s (%s)", s ? s : "",
-                       key, why[0] ? why : "a scalar like 80GiB");
+        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid size \"%s\" for %s (%s)", s ? s : "", key,
+                       why[0] ? why : "a scalar like 80GiB");
     return 0;
 }
 
@@ -93,8 +93,8 @@ static int get_ms(ld_t *ld, const yaml_node_t *v, const char *key, uint64_t *out
     const char *s = scalar(v);
     char why[128] = "";
     if (!s || cfg_parse_duration_ms(s, out, why, sizeof why))
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid duration \"%s\" for %s (%s)",
-                       s ? s : "", key, why);
+        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid duration \"%s\" for %s (%s)", s ? s : "",
+                       key, why);
     return 0;
 }
 
@@ -157,7 +157,8 @@ static int ld_map(ld_t *ld, const yaml_node_t *map, const char *what, void *ctx,
 {
     if (!map || map->type != YAML_MAPPING_NODE)
         return ld_fail(ld, map, FLEET_ERR_INVALID, "%s must be a mapping", what);
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         const yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
         const yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
         const char *key = scalar(k);
@@ -195,7 +196,8 @@ static int proxy_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
         return 0;
     }
     if (!strcmp(key, "addresses")) {
-        if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top == v->data.sequence.items.start)
+        if (v->type != YAML_SEQUENCE_NODE ||
+            v->data.sequence.items.top == v->data.sequence.items.start)
             return ld_fail(ld, v, FLEET_ERR_INVALID,
                            "proxy.addresses must be a non-empty list of addresses");
         size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -278,7 +280,8 @@ static int defaults_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t
     return unknown(ld, k, key, "defaults");
 }
 
-static int k8s_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k, const yaml_node_t *v)
+static int k8s_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
+                    const yaml_node_t *v)
 {
     fleet_t *f = ctx;
     if (!strcmp(key, "namespace"))
@@ -300,7 +303,7 @@ typedef struct item_ctx {
     fleet_t *f;
     size_t i;
     char what[64];
-    unsigned seen;  /* bit per required key */
+    unsigned seen; /* bit per required key */
 } item_ctx_t;
 
 static int host_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
@@ -341,9 +344,9 @@ static int host_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
     if (!strcmp(key, "pool")) {
         if ((rc = get_str(ld, v, nm, &h->pool)))
             return rc;
-        return name_ok(h->pool, 0) ? 0
-                                   : ld_fail(ld, v, FLEET_ERR_INVALID, "invalid pool name \"%s\"",
-                                             h->pool);
+        return name_ok(h->pool, 0)
+                   ? 0
+                   : ld_fail(ld, v, FLEET_ERR_INVALID, "invalid pool name \"%s\"", h->pool);
     }
     return unknown(ld, k, key, c->what);
 }
@@ -361,9 +364,10 @@ static int model_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
         c->seen |= 1;
         if ((rc = get_str(ld, v, nm, &m->name)))
             return rc;
-        return name_ok(m->name, 1) ? 0
-                                   : ld_fail(ld, v, FLEET_ERR_INVALID,
-                                             "invalid model name \"%s\" ([A-Za-z0-9._:-]+)", m->name);
+        return name_ok(m->name, 1)
+                   ? 0
+                   : ld_fail(ld, v, FLEET_ERR_INVALID,
+                             "invalid model name \"%s\" ([A-Za-z0-9._:-]+)", m->name);
     }
     if (!strcmp(key, "path")) {
         c->seen |= 2;
@@ -420,7 +424,8 @@ static int ld_items(ld_t *ld, const yaml_node_t *v, const char *what, size_t max
     return 0;
 }
 
-static int top_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k, const yaml_node_t *v)
+static int top_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
+                    const yaml_node_t *v)
 {
     fleet_t *f = ctx;
     static const char *const host_req[] = {"name", "http", "device_memory", "host_memory"};
@@ -452,11 +457,14 @@ static int set_default(char **field, const char *value)
 static int ld_finish(ld_t *ld, fleet_t *f, const yaml_node_t *root)
 {
     if (!f->proxy.listen || !f->proxy.n_addresses)
-        return ld_fail(ld, root, FLEET_ERR_INVALID, "proxy.listen and proxy.addresses are required");
+        return ld_fail(ld, root, FLEET_ERR_INVALID,
+                       "proxy.listen and proxy.addresses are required");
     if (!f->n_hosts || !f->n_models)
         return ld_fail(ld, root, FLEET_ERR_INVALID, "hosts and models are required");
-    if (set_default(&f->defaults.backend, "auto") || set_default(&f->defaults.run_dir, "/run/gpuswapd") ||
-        set_default(&f->k8s.namespace_, "gpuswapd") || set_default(&f->k8s.image, "gpuswapd:latest") ||
+    if (set_default(&f->defaults.backend, "auto") ||
+        set_default(&f->defaults.run_dir, "/run/gpuswapd") ||
+        set_default(&f->k8s.namespace_, "gpuswapd") ||
+        set_default(&f->k8s.image, "gpuswapd:latest") ||
         set_default(&f->k8s.models_dir, "/var/lib/gpuswapd/models"))
         return FLEET_ERR_NOMEM;
     for (size_t i = 0; i < f->n_hosts; i++) {
@@ -465,11 +473,15 @@ static int ld_finish(ld_t *ld, fleet_t *f, const yaml_node_t *root)
             return FLEET_ERR_NOMEM;
         for (size_t j = 0; j < i; j++) {
             if (!strcmp(f->hosts[j].name, h->name))
-                return ld_fail(ld, NULL, FLEET_ERR_INVALID, "hosts[%zu] (line %d): host '%s' is "
-                               "also hosts[%zu]", i, h->line, h->name, j);
+                return ld_fail(ld, NULL, FLEET_ERR_INVALID,
+                               "hosts[%zu] (line %d): host '%s' is "
+                               "also hosts[%zu]",
+                               i, h->line, h->name, j);
             if (!strcmp(f->hosts[j].http, h->http))
-                return ld_fail(ld, NULL, FLEET_ERR_INVALID, "hosts[%zu] (line %d): http %s is "
-                               "also hosts[%zu]'s", i, h->line, h->http, j);
+                return ld_fail(ld, NULL, FLEET_ERR_INVALID,
+                               "hosts[%zu] (line %d): http %s is "
+                               "also hosts[%zu]'s",
+                               i, h->line, h->http, j);
         }
     }
     for (size_t i = 0; i < f->n_models; i++) {
@@ -479,13 +491,16 @@ static int ld_finish(ld_t *ld, fleet_t *f, const yaml_node_t *root)
         if (m->load == 0)
             m->load = 1;
         if (m->replicas > f->n_hosts)
-            return ld_fail(ld, NULL, FLEET_ERR_INVALID, "models[%zu] (line %d): '%s' wants %u "
-                           "replicas, the fleet has %zu hosts", i, m->line, m->name, m->replicas,
-                           f->n_hosts);
+            return ld_fail(ld, NULL, FLEET_ERR_INVALID,
+                           "models[%zu] (line %d): '%s' wants %u "
+                           "replicas, the fleet has %zu hosts",
+                           i, m->line, m->name, m->replicas, f->n_hosts);
         for (size_t j = 0; j < i; j++)
             if (!strcmp(f->models[j].name, m->name))
-                return ld_fail(ld, NULL, FLEET_ERR_INVALID, "models[%zu] (line %d): model '%s' "
-                               "is also models[%zu]", i, m->line, m->name, j);
+                return ld_fail(ld, NULL, FLEET_ERR_INVALID,
+                               "models[%zu] (line %d): model '%s' "
+                               "is also models[%zu]",
+                               i, m->line, m->name, j);
     }
     return 0;
 }
@@ -685,8 +700,8 @@ int fleet_place(const fleet_t *f, unsigned char *place, char *err, size_t errlen
      * the costs add up to 2, and a host's fair part is its share of memory */
     for (size_t m = 0; m < M; m++) {
         ord[m].m = m;
-        ord[m].cost = (double)f->models[m].size / bytes +
-                      f->models[m].load / f->models[m].replicas / load;
+        ord[m].cost =
+            (double)f->models[m].size / bytes + f->models[m].load / f->models[m].replicas / load;
     }
     for (size_t h = 0; h < H; h++)
         share[h] = mem > 0 ? 2.0 * (double)f->hosts[h].device_memory / mem : 2.0 / (double)H;
@@ -726,9 +741,11 @@ int fleet_place(const fleet_t *f, unsigned char *place, char *err, size_t errlen
     for (size_t h = 0; h < H && !rc; h++)
         if (f->hosts[h].host_memory && held[h] > f->hosts[h].host_memory) {
             char a[32], b[32];
-            snprintf(err, errlen, "%s:%d: host '%s' must hold %s of models, more than its "
-                     "host_memory %s: add hosts or memory, or lower replicas", f->file,
-                     f->hosts[h].line, f->hosts[h].name, cfg_format_size(held[h], a, sizeof a),
+            snprintf(err, errlen,
+                     "%s:%d: host '%s' must hold %s of models, more than its "
+                     "host_memory %s: add hosts or memory, or lower replicas",
+                     f->file, f->hosts[h].line, f->hosts[h].name,
+                     cfg_format_size(held[h], a, sizeof a),
                      cfg_format_size(f->hosts[h].host_memory, b, sizeof b));
             rc = FLEET_ERR_PLACE;
         }
@@ -830,7 +847,8 @@ static const char *sz(uint64_t v, char *buf, size_t n)
 
 /* One host's gpuswapd.yaml. k8s: the pod's variant (listens on every
  * address of the pod, sockets in /run/gpuswapd). */
-static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *place, size_t h, int k8s)
+static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *place, size_t h,
+                            int k8s)
 {
     const fleet_host_t *ho = &f->hosts[h];
     size_t H = f->n_hosts, n = 0;
@@ -844,8 +862,9 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
             load += f->models[m].load / f->models[m].replicas;
         }
     const char *run = k8s ? "/run/gpuswapd" : ho->run_dir;
-    fprintf(fp, "# gpuswapd on %s, rendered by `gpuswap fleet render %s`: re-render, do not edit.\n"
-                "# %zu models, %s of weights, expected load %.3g (the fleet's units).\n",
+    fprintf(fp,
+            "# gpuswapd on %s, rendered by `gpuswap fleet render %s`: re-render, do not edit.\n"
+            "# %zu models, %s of weights, expected load %.3g (the fleet's units).\n",
             ho->name, src_name(f), n, sz(bytes, a, sizeof a), load);
     char sock[4200];
     snprintf(sock, sizeof sock, "%s/gpuswapd.sock", run);
@@ -869,13 +888,17 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
             sz(f->defaults.page_size, b, sizeof b), f->defaults.threads);
     if (f->defaults.sim_bandwidth)
         fprintf(fp, "  sim_bandwidth: %s\n", sz(f->defaults.sim_bandwidth, a, sizeof a));
-    fprintf(fp, "host:\n  memory: %s\nscheduler:\n  drain_timeout: %s\nmetrics:\n  vllm_compat: %s\n",
-            sz(ho->host_memory, a, sizeof a), cfg_format_duration_ms(f->defaults.drain_timeout_ms, b, sizeof b),
+    fprintf(fp,
+            "host:\n  memory: %s\nscheduler:\n  drain_timeout: %s\nmetrics:\n  vllm_compat: %s\n",
+            sz(ho->host_memory, a, sizeof a),
+            cfg_format_duration_ms(f->defaults.drain_timeout_ms, b, sizeof b),
             f->defaults.vllm_compat ? "true" : "false");
     if (!k8s)
-        fprintf(fp, "# API keys: add an auth: section (README \"API keys\"; http: true, keys from `gpuswap keygen`)\n"
-                "# with this host's HAProxy addresses in auth.trusted_proxies, so that its back-off after\n"
-                "# failed keys counts per client (X-Forwarded-For) rather than per proxy.\n");
+        fprintf(
+            fp,
+            "# API keys: add an auth: section (README \"API keys\"; http: true, keys from `gpuswap keygen`)\n"
+            "# with this host's HAProxy addresses in auth.trusted_proxies, so that its back-off after\n"
+            "# failed keys counts per client (X-Forwarded-For) rather than per proxy.\n");
     fprintf(fp, "models:\n");
     for (size_t m = 0; m < f->n_models; m++)
         if (place[m * H + h]) {
@@ -900,10 +923,11 @@ static int render_hosts(wr_t *w, const fleet_t *f, const unsigned char *place)
         snprintf(rel, sizeof rel, "hosts/%s/gpuswapd.service.d/fleet.conf", ho->name);
         if (!(fp = wr_open(w, rel, tmp, sizeof tmp)))
             return FLEET_ERR_IO;
-        fprintf(fp, "# /etc/systemd/system/gpuswapd.service.d/fleet.conf on %s, rendered by\n"
-                    "# `gpuswap fleet render %s`: the unit allows only localhost; the fleet's\n"
-                    "# proxy connects to listen.http (%s) from these addresses.\n"
-                    "[Service]\nIPAddressAllow=",
+        fprintf(fp,
+                "# /etc/systemd/system/gpuswapd.service.d/fleet.conf on %s, rendered by\n"
+                "# `gpuswap fleet render %s`: the unit allows only localhost; the fleet's\n"
+                "# proxy connects to listen.http (%s) from these addresses.\n"
+                "[Service]\nIPAddressAllow=",
                 ho->name, src_name(f), ho->http);
         for (size_t i = 0; i < f->proxy.n_addresses; i++)
             fprintf(fp, "%s%s", i ? " " : "", f->proxy.addresses[i]);
@@ -943,61 +967,62 @@ static int render_haproxy(wr_t *w, const fleet_t *f, const unsigned char *place)
     if (maxconn < 256)
         maxconn = 256;
     unsigned long long inter = (unsigned long long)f->proxy.check_ms;
-    fprintf(fp,
-            "# HAProxy (>= 2.6) in front of the gpuswapd fleet, rendered by `gpuswap fleet render %s`:\n"
-            "# re-render, do not edit. Each request goes to a backend of its model's replicas,\n"
-            "# the model read from the JSON body; within it consistent hashing of the model name\n"
-            "# keeps it on one replica until that one has more than %u%% of the average load, so\n"
-            "# a hot model spills to its other replicas. Hosts leave rotation when /ready fails\n"
-            "# (draining, models not loaded), and requests are retried on another replica when\n"
-            "# the connection fails or the host answers 503 before any response started.\n"
-            "global\n"
-            "    maxconn %llu\n"
-            "    # the whole request must fit one buffer to be read as JSON and to be retried:\n"
-            "    # proxy.max_request %s + %u of headers + the %u-byte rewrite reserve\n"
-            "    tune.bufsize %llu\n"
-            "\n"
-            "defaults\n"
-            "    mode http\n"
-            "    option http-buffer-request\n"
-            "    # a fresh connection to the host per request: a generation is never retried once\n"
-            "    # sent, so never send one on a pooled connection the host may have closed\n"
-            "    option http-server-close\n"
-            "    timeout connect 2s\n"
-            "    timeout http-request 30s\n"
-            "    timeout queue 30s\n"
-            "    # a generation may be silent this long between two streamed chunks (and until\n"
-            "    # the answer of a request that does not stream)\n"
-            "    timeout client %llus\n"
-            "    timeout server %llus\n"
-            "    timeout http-keep-alive 10s\n"
-            "    timeout check 2s\n"
-            "    retries 3\n"
-            "    retry-on conn-failure 503\n"
-            "    option redispatch 1\n"
-            "    # the client's address for the hosts' back-off after failed API keys (they believe\n"
-            "    # it from this proxy only when it is in their auth.trusted_proxies)\n"
-            "    option forwardfor\n"
-            "    option httpchk GET /ready\n"
-            "    http-check expect status 200\n"
-            "    # a refused connection or a 5xx (a draining host answers 503) takes the host out at\n"
-            "    # once, so the retry goes to another replica; /ready checks bring it back\n"
-            "    default-server check inter %llums fastinter %llums downinter %llums fall 1 rise 1 "
-            "observe layer7 error-limit 1 on-error mark-down\n"
-            "\n"
-            "frontend gpuswapd\n"
-            "    # TLS ends here: for clients outside a trusted network bind with a certificate\n"
-            "    # (the PEM holds the chain and the key), e.g.\n"
-            "    #   bind :443 ssl crt /etc/haproxy/certs/gpuswapd.pem alpn h2,http/1.1\n"
-            "    # API keys (auth: in each host's gpuswapd.yaml, http: true) pass through untouched in\n"
-            "    # the Authorization header: never expose a keyed port without TLS\n"
-            "    bind %s\n"
-            "    http-request set-var(txn.model) req.body,json_query('$.model') if { method POST }\n",
-            src_name(f), f->proxy.balance_factor, (unsigned long long)maxconn,
-            sz(f->proxy.max_request, a, sizeof a), FLEET_HEADER_BYTES, FLEET_MAXREWRITE,
-            (unsigned long long)bufsize, (unsigned long long)(f->proxy.stream_timeout_ms / 1000),
-            (unsigned long long)(f->proxy.stream_timeout_ms / 1000), inter, inter, inter,
-            f->proxy.listen);
+    fprintf(
+        fp,
+        "# HAProxy (>= 2.6) in front of the gpuswapd fleet, rendered by `gpuswap fleet render %s`:\n"
+        "# re-render, do not edit. Each request goes to a backend of its model's replicas,\n"
+        "# the model read from the JSON body; within it consistent hashing of the model name\n"
+        "# keeps it on one replica until that one has more than %u%% of the average load, so\n"
+        "# a hot model spills to its other replicas. Hosts leave rotation when /ready fails\n"
+        "# (draining, models not loaded), and requests are retried on another replica when\n"
+        "# the connection fails or the host answers 503 before any response started.\n"
+        "global\n"
+        "    maxconn %llu\n"
+        "    # the whole request must fit one buffer to be read as JSON and to be retried:\n"
+        "    # proxy.max_request %s + %u of headers + the %u-byte rewrite reserve\n"
+        "    tune.bufsize %llu\n"
+        "\n"
+        "defaults\n"
+        "    mode http\n"
+        "    option http-buffer-request\n"
+        "    # a fresh connection to the host per request: a generation is never retried once\n"
+        "    # sent, so never send one on a pooled connection the host may have closed\n"
+        "    option http-server-close\n"
+        "    timeout connect 2s\n"
+        "    timeout http-request 30s\n"
+        "    timeout queue 30s\n"
+        "    # a generation may be silent this long between two streamed chunks (and until\n"
+        "    # the answer of a request that does not stream)\n"
+        "    timeout client %llus\n"
+        "    timeout server %llus\n"
+        "    timeout http-keep-alive 10s\n"
+        "    timeout check 2s\n"
+        "    retries 3\n"
+        "    retry-on conn-failure 503\n"
+        "    option redispatch 1\n"
+        "    # the client's address for the hosts' back-off after failed API keys (they believe\n"
+        "    # it from this proxy only when it is in their auth.trusted_proxies)\n"
+        "    option forwardfor\n"
+        "    option httpchk GET /ready\n"
+        "    http-check expect status 200\n"
+        "    # a refused connection or a 5xx (a draining host answers 503) takes the host out at\n"
+        "    # once, so the retry goes to another replica; /ready checks bring it back\n"
+        "    default-server check inter %llums fastinter %llums downinter %llums fall 1 rise 1 "
+        "observe layer7 error-limit 1 on-error mark-down\n"
+        "\n"
+        "frontend gpuswapd\n"
+        "    # TLS ends here: for clients outside a trusted network bind with a certificate\n"
+        "    # (the PEM holds the chain and the key), e.g.\n"
+        "    #   bind :443 ssl crt /etc/haproxy/certs/gpuswapd.pem alpn h2,http/1.1\n"
+        "    # API keys (auth: in each host's gpuswapd.yaml, http: true) pass through untouched in\n"
+        "    # the Authorization header: never expose a keyed port without TLS\n"
+        "    bind %s\n"
+        "    http-request set-var(txn.model) req.body,json_query('$.model') if { method POST }\n",
+        src_name(f), f->proxy.balance_factor, (unsigned long long)maxconn,
+        sz(f->proxy.max_request, a, sizeof a), FLEET_HEADER_BYTES, FLEET_MAXREWRITE,
+        (unsigned long long)bufsize, (unsigned long long)(f->proxy.stream_timeout_ms / 1000),
+        (unsigned long long)(f->proxy.stream_timeout_ms / 1000), inter, inter, inter,
+        f->proxy.listen);
     for (size_t m = 0; m < f->n_models; m++)
         fprintf(fp, "    use_backend model_%s if { var(txn.model) -m str %s }\n", f->models[m].name,
                 f->models[m].name);
@@ -1068,10 +1093,11 @@ static int render_k8s_pool(wr_t *w, const fleet_t *f, const unsigned char *place
         return FLEET_ERR_IO;
     const char *ns = f->k8s.namespace_;
     size_t n = 0;
-    fprintf(fp, "# Node pool '%s': its hosts' configs (ConfigMap, one key per pod ordinal) and the\n"
-                "# StatefulSet running them; rendered by `gpuswap fleet render %s`.\n"
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gpuswapd-%s-config\n"
-                "  namespace: %s\n  labels:\n",
+    fprintf(fp,
+            "# Node pool '%s': its hosts' configs (ConfigMap, one key per pod ordinal) and the\n"
+            "# StatefulSet running them; rendered by `gpuswap fleet render %s`.\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gpuswapd-%s-config\n"
+            "  namespace: %s\n  labels:\n",
             pool, src_name(f), pool, ns);
     put_labels(fp, 4, pool);
     fprintf(fp, "data:\n");
@@ -1099,11 +1125,12 @@ static int render_k8s_pool(wr_t *w, const fleet_t *f, const unsigned char *place
         n++;
     }
     uint64_t grace = f->defaults.drain_timeout_ms / 1000 + 15;
-    fprintf(fp,
-            "---\n"
-            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: gpuswapd-%s\n  namespace: %s\n"
-            "  labels:\n",
-            pool, ns);
+    fprintf(
+        fp,
+        "---\n"
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: gpuswapd-%s\n  namespace: %s\n"
+        "  labels:\n",
+        pool, ns);
     put_labels(fp, 4, pool);
     fprintf(fp,
             "spec:\n"
@@ -1115,49 +1142,50 @@ static int render_k8s_pool(wr_t *w, const fleet_t *f, const unsigned char *place
     put_labels(fp, 6, pool);
     fprintf(fp, "  template:\n    metadata:\n      labels:\n");
     put_labels(fp, 8, pool);
-    fprintf(fp,
-            "      annotations:\n"
-            "        prometheus.io/scrape: \"true\"\n"
-            "        prometheus.io/port: \"%u\"\n"
-            "        prometheus.io/path: /metrics\n"
-            "    spec:\n"
-            "      # SIGTERM drains: /ready fails at once, running requests finish\n"
-            "      terminationGracePeriodSeconds: %llu\n"
-            "      nodeSelector:\n"
-            "        gpuswapd/pool: %s\n"
-            "      containers:\n"
-            "        - name: gpuswapd\n"
-            "          image: %s\n"
-            "          # the pod's ordinal picks its host's config\n"
-            "          command: [\"/bin/sh\", \"-c\", \"exec gpuswapd --config /etc/gpuswapd/${HOSTNAME##*-}.yaml\"]\n"
-            "          ports:\n"
-            "            - name: http\n"
-            "              containerPort: %u\n"
-            "          readinessProbe:\n"
-            "            httpGet:\n              path: /ready\n              port: http\n"
-            "            periodSeconds: 2\n"
-            "            failureThreshold: 1\n"
-            "          livenessProbe:\n"
-            "            httpGet:\n              path: /health\n              port: http\n"
-            "            periodSeconds: 10\n"
-            "            failureThreshold: 3\n"
-            "          startupProbe:\n"
-            "            httpGet:\n              path: /health\n              port: http\n"
-            "            periodSeconds: 5\n"
-            "            failureThreshold: 120\n"
-            "          resources:\n"
-            "            limits:\n"
-            "              nvidia.com/gpu: 1\n"
-            "          volumeMounts:\n"
-            "            - name: config\n              mountPath: /etc/gpuswapd\n              readOnly: true\n"
-            "            - name: models\n              mountPath: %s\n              readOnly: true\n"
-            "            - name: run\n              mountPath: /run/gpuswapd\n"
-            "      volumes:\n"
-            "        - name: config\n          configMap:\n            name: gpuswapd-%s-config\n"
-            "        - name: models\n          hostPath:\n            path: %s\n            type: Directory\n"
-            "        - name: run\n          emptyDir: {}\n",
-            port, (unsigned long long)grace, pool, f->k8s.image, port, f->k8s.models_dir, pool,
-            f->k8s.models_dir);
+    fprintf(
+        fp,
+        "      annotations:\n"
+        "        prometheus.io/scrape: \"true\"\n"
+        "        prometheus.io/port: \"%u\"\n"
+        "        prometheus.io/path: /metrics\n"
+        "    spec:\n"
+        "      # SIGTERM drains: /ready fails at once, running requests finish\n"
+        "      terminationGracePeriodSeconds: %llu\n"
+        "      nodeSelector:\n"
+        "        gpuswapd/pool: %s\n"
+        "      containers:\n"
+        "        - name: gpuswapd\n"
+        "          image: %s\n"
+        "          # the pod's ordinal picks its host's config\n"
+        "          command: [\"/bin/sh\", \"-c\", \"exec gpuswapd --config /etc/gpuswapd/${HOSTNAME##*-}.yaml\"]\n"
+        "          ports:\n"
+        "            - name: http\n"
+        "              containerPort: %u\n"
+        "          readinessProbe:\n"
+        "            httpGet:\n              path: /ready\n              port: http\n"
+        "            periodSeconds: 2\n"
+        "            failureThreshold: 1\n"
+        "          livenessProbe:\n"
+        "            httpGet:\n              path: /health\n              port: http\n"
+        "            periodSeconds: 10\n"
+        "            failureThreshold: 3\n"
+        "          startupProbe:\n"
+        "            httpGet:\n              path: /health\n              port: http\n"
+        "            periodSeconds: 5\n"
+        "            failureThreshold: 120\n"
+        "          resources:\n"
+        "            limits:\n"
+        "              nvidia.com/gpu: 1\n"
+        "          volumeMounts:\n"
+        "            - name: config\n              mountPath: /etc/gpuswapd\n              readOnly: true\n"
+        "            - name: models\n              mountPath: %s\n              readOnly: true\n"
+        "            - name: run\n              mountPath: /run/gpuswapd\n"
+        "      volumes:\n"
+        "        - name: config\n          configMap:\n            name: gpuswapd-%s-config\n"
+        "        - name: models\n          hostPath:\n            path: %s\n            type: Directory\n"
+        "        - name: run\n          emptyDir: {}\n",
+        port, (unsigned long long)grace, pool, f->k8s.image, port, f->k8s.models_dir, pool,
+        f->k8s.models_dir);
     return wr_close(w, fp, tmp);
 }
 
@@ -1180,10 +1208,11 @@ static int render_k8s(wr_t *w, const fleet_t *f, const unsigned char *place)
     FILE *fp = wr_open(w, "k8s/service.yaml", tmp, sizeof tmp);
     if (!fp)
         return FLEET_ERR_IO;
-    fprintf(fp, "# The pods' stable DNS names (gpuswapd-<pool>-<n>.gpuswapd.%s.svc), rendered by\n"
-                "# `gpuswap fleet render %s`.\n"
-                "apiVersion: v1\nkind: Service\nmetadata:\n  name: gpuswapd\n  namespace: %s\n"
-                "  labels:\n",
+    fprintf(fp,
+            "# The pods' stable DNS names (gpuswapd-<pool>-<n>.gpuswapd.%s.svc), rendered by\n"
+            "# `gpuswap fleet render %s`.\n"
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: gpuswapd\n  namespace: %s\n"
+            "  labels:\n",
             ns, src_name(f), ns);
     put_labels(fp, 4, NULL);
     fprintf(fp, "spec:\n  clusterIP: None\n  publishNotReadyAddresses: false\n  selector:\n");
@@ -1195,7 +1224,8 @@ static int render_k8s(wr_t *w, const fleet_t *f, const unsigned char *place)
     if (!(fp = wr_open(w, "k8s/inferencepool.yaml", tmp, sizeof tmp)))
         return FLEET_ERR_IO;
     fprintf(fp,
-            "# The Gateway API Inference Extension (" FLEET_GIE_VERSION ") over the fleet, rendered by\n"
+            "# The Gateway API Inference Extension (" FLEET_GIE_VERSION
+            ") over the fleet, rendered by\n"
             "# `gpuswap fleet render %s`: an InferencePool of every gpuswapd pod and its\n"
             "# endpoint picker, which scrapes each pod's /metrics (metrics.vllm_compat names) and\n"
             "# prefers pods where the request's model is resident (lora-affinity-scorer), then\n"
@@ -1205,88 +1235,90 @@ static int render_k8s(wr_t *w, const fleet_t *f, const unsigned char *place)
             "spec:\n  targetPorts:\n    - number: %u\n  selector:\n    matchLabels:\n",
             src_name(f), ns, port0);
     put_labels(fp, 6, NULL);
-    fprintf(fp,
-            "  endpointPickerRef:\n    name: gpuswapd-epp\n    kind: Service\n    port:\n"
-            "      number: %u\n"
-            "---\n"
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
-            "spec:\n  selector:\n    app.kubernetes.io/name: gpuswapd-epp\n  ports:\n"
-            "    - name: grpc\n      protocol: TCP\n      port: %u\n      targetPort: %u\n"
-            "      appProtocol: http2\n  type: ClusterIP\n"
-            "---\n"
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gpuswapd-epp-config\n  namespace: %s\n"
-            "data:\n  plugins.yaml: |\n"
-            "    apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
-            "    kind: EndpointPickerConfig\n"
-            "    plugins:\n"
-            "      - type: lora-affinity-scorer\n"
-            "      - type: queue-scorer\n"
-            "      - type: kv-cache-utilization-scorer\n"
-            "      - type: max-score-picker\n"
-            "    schedulingProfiles:\n"
-            "      - name: default\n"
-            "        plugins:\n"
-            "          - pluginRef: lora-affinity-scorer\n"
-            "            weight: 4\n"
-            "          - pluginRef: queue-scorer\n"
-            "            weight: 1\n"
-            "          - pluginRef: kv-cache-utilization-scorer\n"
-            "            weight: 1\n"
-            "          - pluginRef: max-score-picker\n"
-            "---\n"
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
-            "spec:\n  replicas: 1\n  selector:\n    matchLabels:\n"
-            "      app.kubernetes.io/name: gpuswapd-epp\n"
-            "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: gpuswapd-epp\n"
-            "    spec:\n      serviceAccountName: gpuswapd-epp\n"
-            "      terminationGracePeriodSeconds: 130\n"
-            "      containers:\n"
-            "        - name: epp\n"
-            "          image: registry.k8s.io/gateway-api-inference-extension/epp:" FLEET_GIE_VERSION "\n"
-            "          args:\n"
-            "            - --pool-name=gpuswapd\n"
-            "            - --pool-namespace=%s\n"
-            "            - --grpc-port=%u\n"
-            "            - --grpc-health-port=%u\n"
-            "            - --config-file=/config/plugins.yaml\n"
-            "            # gpuswapd's metrics.vllm_compat names (these are also the defaults)\n"
-            "            - --total-queued-requests-metric=vllm:num_requests_waiting\n"
-            "            - --kv-cache-usage-percentage-metric=vllm:gpu_cache_usage_perc\n"
-            "            - --lora-info-metric=vllm:lora_requests_info\n"
-            "          ports:\n"
-            "            - containerPort: %u\n"
-            "            - containerPort: %u\n"
-            "            - name: metrics\n              containerPort: 9090\n"
-            "          livenessProbe:\n"
-            "            grpc:\n              port: %u\n              service: inference-extension\n"
-            "            periodSeconds: 10\n"
-            "          readinessProbe:\n"
-            "            grpc:\n              port: %u\n              service: inference-extension\n"
-            "            periodSeconds: 10\n"
-            "          volumeMounts:\n"
-            "            - name: config\n              mountPath: /config\n"
-            "      volumes:\n"
-            "        - name: config\n          configMap:\n            name: gpuswapd-epp-config\n"
-            "---\n"
-            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
-            "---\n"
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: gpuswapd-epp\n"
-            "  namespace: %s\n"
-            "rules:\n"
-            "  - apiGroups: [\"inference.networking.k8s.io\"]\n"
-            "    resources: [\"inferencepools\"]\n    verbs: [\"get\", \"watch\", \"list\"]\n"
-            "  - apiGroups: [\"inference.networking.x-k8s.io\"]\n"
-            "    resources: [\"inferenceobjectives\", \"inferencepools\"]\n"
-            "    verbs: [\"get\", \"watch\", \"list\"]\n"
-            "  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: [\"get\", \"watch\", \"list\"]\n"
-            "---\n"
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n"
-            "  name: gpuswapd-epp\n  namespace: %s\n"
-            "subjects:\n  - kind: ServiceAccount\n    name: gpuswapd-epp\n    namespace: %s\n"
-            "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: gpuswapd-epp\n",
-            FLEET_EPP_PORT, ns, FLEET_EPP_PORT, FLEET_EPP_PORT, ns, ns, ns, FLEET_EPP_PORT,
-            FLEET_EPP_HEALTH_PORT, FLEET_EPP_PORT, FLEET_EPP_HEALTH_PORT, FLEET_EPP_HEALTH_PORT,
-            FLEET_EPP_HEALTH_PORT, ns, ns, ns, ns);
+    fprintf(
+        fp,
+        "  endpointPickerRef:\n    name: gpuswapd-epp\n    kind: Service\n    port:\n"
+        "      number: %u\n"
+        "---\n"
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
+        "spec:\n  selector:\n    app.kubernetes.io/name: gpuswapd-epp\n  ports:\n"
+        "    - name: grpc\n      protocol: TCP\n      port: %u\n      targetPort: %u\n"
+        "      appProtocol: http2\n  type: ClusterIP\n"
+        "---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gpuswapd-epp-config\n  namespace: %s\n"
+        "data:\n  plugins.yaml: |\n"
+        "    apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
+        "    kind: EndpointPickerConfig\n"
+        "    plugins:\n"
+        "      - type: lora-affinity-scorer\n"
+        "      - type: queue-scorer\n"
+        "      - type: kv-cache-utilization-scorer\n"
+        "      - type: max-score-picker\n"
+        "    schedulingProfiles:\n"
+        "      - name: default\n"
+        "        plugins:\n"
+        "          - pluginRef: lora-affinity-scorer\n"
+        "            weight: 4\n"
+        "          - pluginRef: queue-scorer\n"
+        "            weight: 1\n"
+        "          - pluginRef: kv-cache-utilization-scorer\n"
+        "            weight: 1\n"
+        "          - pluginRef: max-score-picker\n"
+        "---\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
+        "spec:\n  replicas: 1\n  selector:\n    matchLabels:\n"
+        "      app.kubernetes.io/name: gpuswapd-epp\n"
+        "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: gpuswapd-epp\n"
+        "    spec:\n      serviceAccountName: gpuswapd-epp\n"
+        "      terminationGracePeriodSeconds: 130\n"
+        "      containers:\n"
+        "        - name: epp\n"
+        "          image: registry.k8s.io/gateway-api-inference-extension/epp:" FLEET_GIE_VERSION
+        "\n"
+        "          args:\n"
+        "            - --pool-name=gpuswapd\n"
+        "            - --pool-namespace=%s\n"
+        "            - --grpc-port=%u\n"
+        "            - --grpc-health-port=%u\n"
+        "            - --config-file=/config/plugins.yaml\n"
+        "            # gpuswapd's metrics.vllm_compat names (these are also the defaults)\n"
+        "            - --total-queued-requests-metric=vllm:num_requests_waiting\n"
+        "            - --kv-cache-usage-percentage-metric=vllm:gpu_cache_usage_perc\n"
+        "            - --lora-info-metric=vllm:lora_requests_info\n"
+        "          ports:\n"
+        "            - containerPort: %u\n"
+        "            - containerPort: %u\n"
+        "            - name: metrics\n              containerPort: 9090\n"
+        "          livenessProbe:\n"
+        "            grpc:\n              port: %u\n              service: inference-extension\n"
+        "            periodSeconds: 10\n"
+        "          readinessProbe:\n"
+        "            grpc:\n              port: %u\n              service: inference-extension\n"
+        "            periodSeconds: 10\n"
+        "          volumeMounts:\n"
+        "            - name: config\n              mountPath: /config\n"
+        "      volumes:\n"
+        "        - name: config\n          configMap:\n            name: gpuswapd-epp-config\n"
+        "---\n"
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: gpuswapd-epp\n  namespace: %s\n"
+        "---\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: gpuswapd-epp\n"
+        "  namespace: %s\n"
+        "rules:\n"
+        "  - apiGroups: [\"inference.networking.k8s.io\"]\n"
+        "    resources: [\"inferencepools\"]\n    verbs: [\"get\", \"watch\", \"list\"]\n"
+        "  - apiGroups: [\"inference.networking.x-k8s.io\"]\n"
+        "    resources: [\"inferenceobjectives\", \"inferencepools\"]\n"
+        "    verbs: [\"get\", \"watch\", \"list\"]\n"
+        "  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: [\"get\", \"watch\", \"list\"]\n"
+        "---\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n"
+        "  name: gpuswapd-epp\n  namespace: %s\n"
+        "subjects:\n  - kind: ServiceAccount\n    name: gpuswapd-epp\n    namespace: %s\n"
+        "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: gpuswapd-epp\n",
+        FLEET_EPP_PORT, ns, FLEET_EPP_PORT, FLEET_EPP_PORT, ns, ns, ns, FLEET_EPP_PORT,
+        FLEET_EPP_HEALTH_PORT, FLEET_EPP_PORT, FLEET_EPP_HEALTH_PORT, FLEET_EPP_HEALTH_PORT,
+        FLEET_EPP_HEALTH_PORT, ns, ns, ns, ns);
     return wr_close(w, fp, tmp);
 }
 

@@ -11,60 +11,60 @@ enum {
     FLEET_ERR_SYNTAX = -2,  /* not well-formed YAML */
     FLEET_ERR_INVALID = -3, /* well-formed, but not a valid fleet */
     FLEET_ERR_NOMEM = -4,
-    FLEET_ERR_PLACE = -5,   /* the models do not fit the hosts */
+    FLEET_ERR_PLACE = -5, /* the models do not fit the hosts */
 };
 
 #define FLEET_MAX_HOSTS 1024
 #define FLEET_MAX_MODELS 4096
 
 typedef struct fleet_host {
-    char *name;          /* [A-Za-z0-9._-]+, unique; owned */
-    char *http;          /* "host:port" its HTTP listener binds and the proxy connects to; owned */
-    char *run_dir;       /* directory of its sockets; owned (defaults.run_dir when unset) */
-    char *pool;          /* Kubernetes node pool (one StatefulSet each), default "gpuswapd"; owned */
+    char *name;    /* [A-Za-z0-9._-]+, unique; owned */
+    char *http;    /* "host:port" its HTTP listener binds and the proxy connects to; owned */
+    char *run_dir; /* directory of its sockets; owned (defaults.run_dir when unset) */
+    char *pool;    /* Kubernetes node pool (one StatefulSet each), default "gpuswapd"; owned */
     uint64_t device_memory; /* bytes of the device pool (gpuswapd device.memory) */
     uint64_t host_memory;   /* bytes of host RAM for the model store (host.memory) */
-    int line;            /* 1-based line of its entry in fleet.yaml */
+    int line;               /* 1-based line of its entry in fleet.yaml */
 } fleet_host_t;
 
 typedef struct fleet_model {
-    char *name;          /* the "model" of requests, [A-Za-z0-9._:-]+, unique; owned */
-    char *path;          /* GGUF file on every host that serves it; owned */
-    uint64_t size;       /* bytes of weights, what placement balances */
-    double load;         /* expected requests/s (relative weights are enough), > 0, default 1 */
-    uint32_t replicas;   /* hosts that serve it, 1..hosts, default 2 */
+    char *name;        /* the "model" of requests, [A-Za-z0-9._:-]+, unique; owned */
+    char *path;        /* GGUF file on every host that serves it; owned */
+    uint64_t size;     /* bytes of weights, what placement balances */
+    double load;       /* expected requests/s (relative weights are enough), > 0, default 1 */
+    uint32_t replicas; /* hosts that serve it, 1..hosts, default 2 */
     int line;
 } fleet_model_t;
 
 typedef struct fleet {
-    char *file;                /* name it was loaded under, for messages; owned */
+    char *file; /* name it was loaded under, for messages; owned */
     struct {
-        char *listen;          /* HAProxy frontend "host:port"; owned */
-        char **addresses;      /* n_addresses addresses the proxy connects from; owned */
+        char *listen;     /* HAProxy frontend "host:port"; owned */
+        char **addresses; /* n_addresses addresses the proxy connects from; owned */
         size_t n_addresses;
-        uint64_t max_request;  /* bytes: largest request body accepted, default 1MiB */
-        uint32_t balance_factor; /* hash-balance-factor, percent > 100, default 150 */
-        uint64_t check_ms;     /* /ready check interval, default 1s */
+        uint64_t max_request;       /* bytes: largest request body accepted, default 1MiB */
+        uint32_t balance_factor;    /* hash-balance-factor, percent > 100, default 150 */
+        uint64_t check_ms;          /* /ready check interval, default 1s */
         uint64_t stream_timeout_ms; /* longest silence on a connection, default 10m */
     } proxy;
-    struct {                   /* what every host's gpuswapd.yaml gets */
-        char *backend;         /* device.backend, default "auto"; owned */
-        uint64_t page_size;    /* device.page_size, default 2MiB */
-        uint32_t threads;      /* device.threads, default 0 (all cores) */
-        uint64_t sim_bandwidth; /* device.sim_bandwidth in bytes/s, default 0 */
-        char *run_dir;         /* default socket directory, default /run/gpuswapd; owned */
-        int vllm_compat;       /* metrics.vllm_compat, default true */
+    struct {                       /* what every host's gpuswapd.yaml gets */
+        char *backend;             /* device.backend, default "auto"; owned */
+        uint64_t page_size;        /* device.page_size, default 2MiB */
+        uint32_t threads;          /* device.threads, default 0 (all cores) */
+        uint64_t sim_bandwidth;    /* device.sim_bandwidth in bytes/s, default 0 */
+        char *run_dir;             /* default socket directory, default /run/gpuswapd; owned */
+        int vllm_compat;           /* metrics.vllm_compat, default true */
         uint64_t drain_timeout_ms; /* scheduler.drain_timeout, default 30s */
     } defaults;
     struct {
-        char *namespace_;      /* default "gpuswapd"; owned */
-        char *image;           /* default "gpuswapd:latest"; owned */
-        char *models_dir;      /* node directory mounted read-only where model paths point, owned */
-        unsigned port;         /* every pod's listen.http port, default 8400 */
+        char *namespace_; /* default "gpuswapd"; owned */
+        char *image;      /* default "gpuswapd:latest"; owned */
+        char *models_dir; /* node directory mounted read-only where model paths point, owned */
+        unsigned port;    /* every pod's listen.http port, default 8400 */
     } k8s;
-    fleet_host_t *hosts;       /* n_hosts >= 1, in file order; owned */
+    fleet_host_t *hosts; /* n_hosts >= 1, in file order; owned */
     size_t n_hosts;
-    fleet_model_t *models;     /* n_models >= 1, in file order; owned */
+    fleet_model_t *models; /* n_models >= 1, in file order; owned */
     size_t n_models;
 } fleet_t;
 

@@ -31,7 +31,12 @@
 #define GS_MIB 1048576.0
 
 /* Exit codes (documented in the top-level --help). */
-enum { GS_EXIT_OK = 0, GS_EXIT_ERROR = 1, GS_EXIT_USAGE = 2, GS_EXIT_CONN = 3 };
+enum {
+    GS_EXIT_OK = 0,
+    GS_EXIT_ERROR = 1,
+    GS_EXIT_USAGE = 2,
+    GS_EXIT_CONN = 3
+};
 
 /* ------------------------------------------------------------------ messages */
 
@@ -104,9 +109,9 @@ enum {
 
 typedef struct gs_lines {
     int fd;
-    char *buf;    /* (cap) bytes; unread data is [start, end); one byte always spare for a NUL */
+    char *buf; /* (cap) bytes; unread data is [start, end); one byte always spare for a NUL */
     size_t start, end, cap;
-    size_t scan;  /* bytes after start already searched for '\n' */
+    size_t scan; /* bytes after start already searched for '\n' */
     int eof;
 } gs_lines_t;
 
@@ -220,16 +225,17 @@ typedef struct gs_answer gs_answer_t;
 typedef void (*gs_partial_fn)(const proto_event_t *ev, void *ctx);
 
 typedef struct gs_conn {
-    const char *path;  /* the socket path (borrowed) */
+    const char *path; /* the socket path (borrowed) */
     int fd;
-    gs_lines_t in;     /* lines from the daemon */
+    gs_lines_t in; /* lines from the daemon */
     json_int_t next_id;
 } gs_conn_t;
 
-static const char *g_api_key; /* --api-key or GPUSWAP_API_KEY: authenticates inference connections */
+static const char
+    *g_api_key; /* --api-key or GPUSWAP_API_KEY: authenticates inference connections */
 
-static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn, void *ctx,
-                        struct gs_answer *ans);
+static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn,
+                        void *ctx, struct gs_answer *ans);
 static int gs_conn_auth(gs_conn_t *c);
 
 /* Connects to listen.tcp at "host:port". Returns the fd, or -1 with a message printed. */
@@ -386,8 +392,8 @@ static int gs_conn_cancel(gs_conn_t *c, const json_t *target)
  * or at a second signal, it gives up. Returns 0 with *ans filled (caller frees
  * with gs_answer_free), 128+signal when interrupted without an answer, or
  * GS_EXIT_CONN (message printed) when the connection failed. */
-static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn, void *ctx,
-                        gs_answer_t *ans)
+static int gs_conn_call(gs_conn_t *c, proto_req_t *req, int cancellable, gs_partial_fn fn,
+                        void *ctx, gs_answer_t *ans)
 {
     memset(ans, 0, sizeof *ans);
     json_t *id = json_integer(++c->next_id);
@@ -545,16 +551,14 @@ static char *gs_join_names(const json_t *arr)
 {
     size_t n = 5, i;
     const json_t *v;
-    json_array_foreach(arr, i, v)
-    {
+    json_array_foreach (arr, i, v) {
         n += strlen(json_string_value(v) ? json_string_value(v) : "") + 2;
     }
     char *s = malloc(n);
     if (!s)
         return NULL;
     s[0] = '\0';
-    json_array_foreach(arr, i, v)
-    {
+    json_array_foreach (arr, i, v) {
         if (i)
             strcat(s, ", ");
         strcat(s, json_string_value(v) ? json_string_value(v) : "");
@@ -567,8 +571,20 @@ static char *gs_join_names(const json_t *arr)
 /* ------------------------------------------------------------------ options */
 
 enum gs_key {
-    K_HELP, K_SOCKET, K_ADMIN, K_JSON, K_MODEL, K_MAX_TOKENS, K_SEED, K_STOP, K_VERBOSE, K_SYSTEM,
-    K_WATCH, K_INTERVAL, K_COUNT, K_API_KEY,
+    K_HELP,
+    K_SOCKET,
+    K_ADMIN,
+    K_JSON,
+    K_MODEL,
+    K_MAX_TOKENS,
+    K_SEED,
+    K_STOP,
+    K_VERBOSE,
+    K_SYSTEM,
+    K_WATCH,
+    K_INTERVAL,
+    K_COUNT,
+    K_API_KEY,
     K_SAMPLER, /* K_SAMPLER + i: sampling parameter i of sampler_params.h */
 };
 
@@ -581,10 +597,10 @@ enum gs_key {
 #define S_WATCH 0x20u
 
 typedef struct gs_optdef {
-    const char *lng;  /* --long */
-    char shrt;        /* -s, or 0 */
+    const char *lng; /* --long */
+    char shrt;       /* -s, or 0 */
     int has_arg;
-    unsigned set;     /* S_* */
+    unsigned set; /* S_* */
     enum gs_key key;
 } gs_optdef_t;
 
@@ -596,12 +612,12 @@ static const gs_optdef_t gs_optdefs[] = {
     {"api-key", 0, 1, S_GLOBAL, K_API_KEY},
     {"model", 'm', 1, S_MODEL, K_MODEL},
     {"max-tokens", 'n', 1, S_SAMPLING, K_MAX_TOKENS},
-    /* --top-p for top_p: gs_optname_eq takes '-' for '_' */
+/* --top-p for top_p: gs_optname_eq takes '-' for '_' */
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     {#name, 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_##name)},
     SAMPLER_PARAMS(X)
 #undef X
-    {"temp", 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_temperature)},
+        {"temp", 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_temperature)},
     {"seed", 0, 1, S_SAMPLING, K_SEED},
     {"stop", 0, 1, S_SAMPLING, K_STOP},
     {"verbose", 'v', 0, S_VERBOSE, K_VERBOSE},
@@ -615,16 +631,16 @@ static const gs_optdef_t gs_optdefs[] = {
 /* Everything the command line says. Strings are borrowed from argv or the environment. */
 typedef struct gs_opts {
     const char *socket, *admin_socket;
-    const char *api_key;         /* sent in an auth op on the inference socket; NULL = none */
+    const char *api_key; /* sent in an auth op on the inference socket; NULL = none */
     int json, verbose, help;
     const char *model;
     const char *system;
-    proto_req_t samp;            /* sampling fields and has_* flags; stop points into stop[] */
-    char *stop[PROTO_MAX_STOP];  /* borrowed */
+    proto_req_t samp;           /* sampling fields and has_* flags; stop points into stop[] */
+    char *stop[PROTO_MAX_STOP]; /* borrowed */
     int watch;
-    double interval;             /* s between stats refreshes */
-    long count;                  /* refreshes, 0 = until interrupted */
-    char **pos;                  /* (n_pos) positional arguments */
+    double interval; /* s between stats refreshes */
+    long count;      /* refreshes, 0 = until interrupted */
+    char **pos;      /* (n_pos) positional arguments */
     int n_pos;
 } gs_opts_t;
 
@@ -637,7 +653,8 @@ struct gs_cmd {
     const char *help;    /* full text for CMD --help */
 };
 
-static int gs_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int gs_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static int gs_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -714,8 +731,7 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         s->seed = (uint64_t)v;
         s->has_seed = 1;
         return 0;
-    case K_SAMPLER:
-        break;
+    case K_SAMPLER: break;
     case K_STOP:
         if (s->n_stop >= PROTO_MAX_STOP)
             return gs_usage_error(cmd, "at most %d --stop strings", PROTO_MAX_STOP);
@@ -758,8 +774,8 @@ static int gs_optname_eq(const char *lng, const char *name, size_t nl)
 /* Parses argv[from..argc) as options in the sets allowed (S_GLOBAL always)
  * and positional arguments; stops at the first positional when stop_at_pos.
  * Returns the index it stopped at, or -GS_EXIT_USAGE. */
-static int gs_opts_parse(const char *cmd, gs_opts_t *o, unsigned allowed, int argc, char **argv, int from,
-                         int stop_at_pos)
+static int gs_opts_parse(const char *cmd, gs_opts_t *o, unsigned allowed, int argc, char **argv,
+                         int from, int stop_at_pos)
 {
     allowed |= S_GLOBAL;
     int only_pos = 0;
@@ -803,7 +819,8 @@ static int gs_opts_parse(const char *cmd, gs_opts_t *o, unsigned allowed, int ar
         if (!d || !(d->set & allowed)) {
             if (!cmd && d)
                 return -gs_usage_error(cmd, "option '%s' goes after the command", a);
-            return -gs_usage_error(cmd, "unknown option '%s'%s%s", a, cmd ? " for " : "", cmd ? cmd : "");
+            return -gs_usage_error(cmd, "unknown option '%s'%s%s", a, cmd ? " for " : "",
+                                   cmd ? cmd : "");
         }
         if (d->has_arg && !val) {
             if (i + 1 >= argc)
@@ -861,9 +878,9 @@ static void gs_print_timing(const gs_answer_t *a)
     fprintf(stderr,
             "gpuswap: %.0f prompt + %.0f generated tokens (%s); queue %.1f ms, swap %.1f ms%s, "
             "ttft %.1f ms, total %.1f ms",
-            gs_num(u, "prompt_tokens", 0), gen, gs_str(r, "finish_reason"), gs_num(t, "queue_ms", 0),
-            gs_num(t, "swap_ms", 0), json_is_true(json_object_get(t, "swapped")) ? " (swapped)" : "",
-            ttft, total);
+            gs_num(u, "prompt_tokens", 0), gen, gs_str(r, "finish_reason"),
+            gs_num(t, "queue_ms", 0), gs_num(t, "swap_ms", 0),
+            json_is_true(json_object_get(t, "swapped")) ? " (swapped)" : "", ttft, total);
     if (gen > 1 && total > ttft)
         fprintf(stderr, ", %.1f tokens/s after the first", (gen - 1) * 1e3 / (total - ttft));
     fputc('\n', stderr);
@@ -1031,8 +1048,10 @@ static int gs_cmd_chat(const gs_cmd_t *cmd, gs_opts_t *o)
     }
     int tty = isatty(0);
     if (tty)
-        fprintf(stderr, "Chatting with %s. /exit or Ctrl-D ends, /reset forgets the history, "
-                        "Ctrl-C stops an answer.\n", o->model);
+        fprintf(stderr,
+                "Chatting with %s. /exit or Ctrl-D ends, /reset forgets the history, "
+                "Ctrl-C stops an answer.\n",
+                o->model);
     gs_lines_t in;
     gs_lines_init(&in, 0);
     rc = GS_EXIT_OK;
@@ -1056,7 +1075,8 @@ static int gs_cmd_chat(const gs_cmd_t *cmd, gs_opts_t *o)
             break;
         }
         if (r != GS_LINE_OK && r != GS_LINE_PARTIAL) {
-            gs_err("cannot read stdin: %s", r == GS_LINE_TOOLONG ? "line too long" : strerror(errno));
+            gs_err("cannot read stdin: %s",
+                   r == GS_LINE_TOOLONG ? "line too long" : strerror(errno));
             rc = GS_EXIT_ERROR;
             break;
         }
@@ -1164,20 +1184,18 @@ static int gs_cmd_models(const gs_cmd_t *cmd, gs_opts_t *o)
             const json_t *models = json_object_get(a.ev.root, "models"), *m;
             size_t i;
             int w = 5;
-            json_array_foreach(models, i, m)
-            {
+            json_array_foreach (models, i, m) {
                 if ((int)strlen(gs_str(m, "name")) > w)
                     w = (int)strlen(gs_str(m, "name"));
             }
-            printf("%-*s  %-9s %-6s %-6s %5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE", "BITS",
-                   "PARAMS", "CONTEXT");
-            json_array_foreach(models, i, m)
-            {
+            printf("%-*s  %-9s %-6s %-6s %5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE",
+                   "BITS", "PARAMS", "CONTEXT");
+            json_array_foreach (models, i, m) {
                 char params[32];
                 gs_fmt_count(params, sizeof params, gs_num(m, "params", 0));
-                printf("%-*s  %-9s %-6s %-6s %5.2f %8s %8.0f\n", w, gs_str(m, "name"), gs_str(m, "state"),
-                       gs_str(m, "arch"), gs_str(m, "type"), 8 * gs_num(m, "bytes_per_param", 0), params,
-                       gs_num(m, "context", 0));
+                printf("%-*s  %-9s %-6s %-6s %5.2f %8s %8.0f\n", w, gs_str(m, "name"),
+                       gs_str(m, "state"), gs_str(m, "arch"), gs_str(m, "type"),
+                       8 * gs_num(m, "bytes_per_param", 0), params, gs_num(m, "context", 0));
             }
         }
     }
@@ -1189,23 +1207,23 @@ static void gs_print_stats(const json_t *r)
 {
     double up = gs_num(r, "uptime_s", 0);
     printf("gpuswapd: up %.0fh%02.0fm%02.0fs, backend %s, policy %s\n", floor(up / 3600),
-           floor(fmod(up, 3600) / 60), floor(fmod(up, 60)), gs_str(r, "backend"), gs_str(r, "policy"));
+           floor(fmod(up, 3600) / 60), floor(fmod(up, 60)), gs_str(r, "backend"),
+           gs_str(r, "policy"));
     const json_t *models = json_object_get(r, "models"), *m;
     const char *name;
     int w = 5;
-    json_object_foreach((json_t *)models, name, m)
-    {
+    json_object_foreach ((json_t *)models, name, m) {
         if ((int)strlen(name) > w)
             w = (int)strlen(name);
     }
     printf("%-*s  %-9s %18s %9s %9s %8s %6s %16s\n", w, "MODEL", "STATE", "RESIDENT/QUOTA MiB",
            "PAGE-INS", "EVICTIONS", "HIT RATE", "QUEUE", "TTFT p50/p99 ms");
-    json_object_foreach((json_t *)models, name, m)
-    {
+    json_object_foreach ((json_t *)models, name, m) {
         char res[48], hit[16], ttft[48];
         double quota = gs_num(m, "gpu_quota", 0);
         if (quota > 0)
-            snprintf(res, sizeof res, "%.1f/%.1f", gs_num(m, "curr_resident_bytes", 0) / GS_MIB, quota / GS_MIB);
+            snprintf(res, sizeof res, "%.1f/%.1f", gs_num(m, "curr_resident_bytes", 0) / GS_MIB,
+                     quota / GS_MIB);
         else
             snprintf(res, sizeof res, "%.1f/-", gs_num(m, "curr_resident_bytes", 0) / GS_MIB);
         double hits = gs_num(m, "total_hits", 0), misses = gs_num(m, "total_misses", 0);
@@ -1214,9 +1232,11 @@ static void gs_print_stats(const json_t *r)
         else
             snprintf(hit, sizeof hit, "-");
         const json_t *hist = json_object_get(m, "hist_ttft_ms");
-        int have_ttft = hist ? gs_num(hist, "count", 0) > 0 : json_object_get(m, "ttft_ms_p50") != NULL;
+        int have_ttft =
+            hist ? gs_num(hist, "count", 0) > 0 : json_object_get(m, "ttft_ms_p50") != NULL;
         if (have_ttft)
-            snprintf(ttft, sizeof ttft, "%.1f/%.1f", gs_num(m, "ttft_ms_p50", 0), gs_num(m, "ttft_ms_p99", 0));
+            snprintf(ttft, sizeof ttft, "%.1f/%.1f", gs_num(m, "ttft_ms_p50", 0),
+                     gs_num(m, "ttft_ms_p99", 0));
         else
             snprintf(ttft, sizeof ttft, "-");
         double ev = gs_num(m, "evictions_capacity", 0) + gs_num(m, "evictions_quota", 0) +
@@ -1227,21 +1247,20 @@ static void gs_print_stats(const json_t *r)
     const json_t *p = json_object_get(r, "pool");
     double page = gs_num(p, "page_size", 0), used = gs_num(p, "curr_pool_used", 0),
            fr = gs_num(p, "curr_pool_free", 0);
-    printf("pool: %.0f/%.0f pages used, %.0f free; %.1f MiB used, %.1f MiB free (%.0f KiB pages)\n", used,
-           gs_num(p, "curr_pool_pages", 0), fr, used * page / GS_MIB, fr * page / GS_MIB, page / 1024);
+    printf("pool: %.0f/%.0f pages used, %.0f free; %.1f MiB used, %.1f MiB free (%.0f KiB pages)\n",
+           used, gs_num(p, "curr_pool_pages", 0), fr, used * page / GS_MIB, fr * page / GS_MIB,
+           page / 1024);
     /* API keys (auth:): usage per key, failed attempts per listener that requires keys */
     const json_t *auth = json_object_get(r, "auth"), *keys = json_object_get(auth, "keys"), *k;
     if (json_object_size(keys)) {
         int kw = 7;
-        json_object_foreach((json_t *)keys, name, k)
-        {
+        json_object_foreach ((json_t *)keys, name, k) {
             if ((int)strlen(name) > kw)
                 kw = (int)strlen(name);
         }
-        printf("%-*s  %10s %12s %24s %9s\n", kw, "API KEY", "REQUESTS", "TOKENS", "REJECTED RATE/CONC/TPM",
-               "IN FLIGHT");
-        json_object_foreach((json_t *)keys, name, k)
-        {
+        printf("%-*s  %10s %12s %24s %9s\n", kw, "API KEY", "REQUESTS", "TOKENS",
+               "REJECTED RATE/CONC/TPM", "IN FLIGHT");
+        json_object_foreach ((json_t *)keys, name, k) {
             char rej[64];
             snprintf(rej, sizeof rej, "%.0f/%.0f/%.0f", gs_num(k, "rejected_rate", 0),
                      gs_num(k, "rejected_concurrency", 0), gs_num(k, "rejected_tokens", 0));
@@ -1250,12 +1269,12 @@ static void gs_print_stats(const json_t *r)
         }
     }
     const json_t *lst = json_object_get(auth, "listeners"), *l;
-    json_object_foreach((json_t *)lst, name, l)
-    {
+    json_object_foreach ((json_t *)lst, name, l) {
         if (json_is_true(json_object_get(l, "required")))
-            printf("auth on %s: %.0f ok, %.0f without a key, %.0f wrong keys, %.0f refused while backing off\n", name,
-                   gs_num(l, "total_auth_ok", 0), gs_num(l, "total_auth_missing", 0),
-                   gs_num(l, "total_auth_invalid", 0), gs_num(l, "total_auth_backoff", 0));
+            printf(
+                "auth on %s: %.0f ok, %.0f without a key, %.0f wrong keys, %.0f refused while backing off\n",
+                name, gs_num(l, "total_auth_ok", 0), gs_num(l, "total_auth_missing", 0),
+                gs_num(l, "total_auth_invalid", 0), gs_num(l, "total_auth_backoff", 0));
     }
 }
 
@@ -1322,7 +1341,8 @@ static void gs_on_progress(const proto_event_t *ev, void *ctx)
     for (int i = 0; i < 30; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[30] = '\0';
-    fprintf(stderr, "\r%s [%s] %3.0f%% %.1f/%.1f MiB", p->model, bar, f * 100, b / GS_MIB, t / GS_MIB);
+    fprintf(stderr, "\r%s [%s] %3.0f%% %.1f/%.1f MiB", p->model, bar, f * 100, b / GS_MIB,
+            t / GS_MIB);
     fflush(stderr);
     p->drawn = 1;
 }
@@ -1381,17 +1401,19 @@ static int gs_cmd_admin(const gs_cmd_t *cmd, gs_opts_t *o)
         if (o->json) {
             /* printed already */
         } else if (req.op == PROTO_OP_LOAD) {
-            printf("%s %s (%.1f MiB in %.1f ms)\n", model, gs_str(r, "state"), gs_num(r, "bytes", 0) / GS_MIB,
-                   gs_num(r, "swap_ms", 0));
+            printf("%s %s (%.1f MiB in %.1f ms)\n", model, gs_str(r, "state"),
+                   gs_num(r, "bytes", 0) / GS_MIB, gs_num(r, "swap_ms", 0));
         } else if (req.op == PROTO_OP_EVICT) {
             printf("%s evicted (%.1f MiB freed)\n", model, gs_num(r, "bytes_evicted", 0) / GS_MIB);
         } else if (req.op == PROTO_OP_PIN || req.op == PROTO_OP_UNPIN) {
-            printf("%s %s\n", model, json_is_true(json_object_get(r, "pinned")) ? "pinned" : "unpinned");
+            printf("%s %s\n", model,
+                   json_is_true(json_object_get(r, "pinned")) ? "pinned" : "unpinned");
         } else if (req.op == PROTO_OP_RELOAD) {
             char *ad = gs_join_names(json_object_get(r, "added"));
             char *rm = gs_join_names(json_object_get(r, "removed"));
             char *ch = gs_join_names(json_object_get(r, "changed"));
-            printf("reloaded: added %s; removed %s; changed %s\n", ad ? ad : "?", rm ? rm : "?", ch ? ch : "?");
+            printf("reloaded: added %s; removed %s; changed %s\n", ad ? ad : "?", rm ? rm : "?",
+                   ch ? ch : "?");
             free(ad);
             free(rm);
             free(ch);
@@ -1416,7 +1438,8 @@ static void gs_sampling_help(FILE *f)
     for (int i = 0; i < SAMPLER_PARAM_COUNT; i++) {
         const sampler_param_desc_t *d = &sampler_param_descs[i];
         char opt[64], range[64];
-        int n = snprintf(opt, sizeof opt, "--%s%s %s", d->name, i == SAMPLER_PARAM_temperature ? ", --temp" : "",
+        int n = snprintf(opt, sizeof opt, "--%s%s %s", d->name,
+                         i == SAMPLER_PARAM_temperature ? ", --temp" : "",
                          d->kind == SAMPLER_KIND_I32 ? "N" : "F");
         for (int k = 2; k < n && opt[k] != ' ' && opt[k] != ','; k++)
             if (opt[k] == '_')
@@ -1444,18 +1467,20 @@ static int gs_cmd_keygen(const gs_cmd_t *cmd, gs_opts_t *o)
     if (o->json)
         printf("{\"key\":\"%s\",\"hash\":\"%s\",\"name\":\"%s\"}\n", key, hash, name);
     else
-        printf("%s\n"
-               "# the API key above, shown once; paste this entry under auth.keys in gpuswapd.yaml:\n"
-               "  - name: %s\n"
-               "    hash: \"%s\"\n"
-               "    models: [\"*\"]\n",
-               key, name, hash);
+        printf(
+            "%s\n"
+            "# the API key above, shown once; paste this entry under auth.keys in gpuswapd.yaml:\n"
+            "  - name: %s\n"
+            "    hash: \"%s\"\n"
+            "    models: [\"*\"]\n",
+            key, name, hash);
     explicit_bzero(key, sizeof key);
     return GS_EXIT_OK;
 }
 
 static const gs_cmd_t gs_cmds[] = {
-    {"generate", gs_cmd_generate, S_MODEL | S_SAMPLING | S_VERBOSE, "complete a prompt, streaming tokens",
+    {"generate", gs_cmd_generate, S_MODEL | S_SAMPLING | S_VERBOSE,
+     "complete a prompt, streaming tokens",
      "usage: gpuswap generate -m MODEL [options] PROMPT...\n"
      "       gpuswap generate -m MODEL [options] < prompt.txt\n"
      "Streams the completion to stdout as it is generated, then a newline. The\n"
@@ -1465,7 +1490,8 @@ static const gs_cmd_t gs_cmds[] = {
      "  -m, --model MODEL      a configured model (see gpuswap models)\n" GS_SAMPLING_HELP
      "  -v, --verbose          print token counts and timing to stderr\n"
      "  --json                 print only the done event, one JSON line\n"},
-    {"chat", gs_cmd_chat, S_MODEL | S_SAMPLING | S_VERBOSE | S_SYSTEM, "chat with a model (reads stdin)",
+    {"chat", gs_cmd_chat, S_MODEL | S_SAMPLING | S_VERBOSE | S_SYSTEM,
+     "chat with a model (reads stdin)",
      "usage: gpuswap chat -m MODEL [--system TEXT] [options]\n"
      "Reads one user message per line from stdin (a terminal or a pipe), sends\n"
      "the whole conversation so far with the model's chat template, streams the\n"
@@ -1529,21 +1555,23 @@ static void gs_help(FILE *f)
     for (size_t i = 0; i < GS_N_CMDS; i++)
         fprintf(f, "  %-9s %s\n", gs_cmds[i].name, gs_cmds[i].summary);
     fprintf(f, "  %-9s %s\n", "fleet", "render a fleet's configs (gpuswap fleet --help)");
-    fputs("\n'gpuswap COMMAND --help' describes a command. Options of every command:\n"
-          "  --socket PATH          inference socket (env GPUSWAP_SOCKET, default " GS_DEFAULT_SOCKET ")\n"
-          "  --admin-socket PATH    admin socket, for stats load evict pin unpin reload drain\n"
-          "                         (env GPUSWAP_ADMIN_SOCKET, default " GS_DEFAULT_ADMIN ")\n"
-          "  --api-key KEY          authenticate inference connections with an API key\n"
-          "                         (env GPUSWAP_API_KEY); --socket HOST:PORT uses listen.tcp\n"
-          "  --json                 print the daemon's answer as one JSON line (errors too)\n"
-          "  -h, --help             this help\n"
-          "\nExit status:\n"
-          "  0    success\n"
-          "  1    the daemon answered an error (its code and message are printed on stderr)\n"
-          "  2    usage error\n"
-          "  3    cannot connect to the daemon, or the connection was lost\n"
-          "  130  interrupted (Ctrl-C; 143 for SIGTERM)\n",
-          f);
+    fputs(
+        "\n'gpuswap COMMAND --help' describes a command. Options of every command:\n"
+        "  --socket PATH          inference socket (env GPUSWAP_SOCKET, default " GS_DEFAULT_SOCKET
+        ")\n"
+        "  --admin-socket PATH    admin socket, for stats load evict pin unpin reload drain\n"
+        "                         (env GPUSWAP_ADMIN_SOCKET, default " GS_DEFAULT_ADMIN ")\n"
+        "  --api-key KEY          authenticate inference connections with an API key\n"
+        "                         (env GPUSWAP_API_KEY); --socket HOST:PORT uses listen.tcp\n"
+        "  --json                 print the daemon's answer as one JSON line (errors too)\n"
+        "  -h, --help             this help\n"
+        "\nExit status:\n"
+        "  0    success\n"
+        "  1    the daemon answered an error (its code and message are printed on stderr)\n"
+        "  2    usage error\n"
+        "  3    cannot connect to the daemon, or the connection was lost\n"
+        "  130  interrupted (Ctrl-C; 143 for SIGTERM)\n",
+        f);
 }
 
 static void gs_cmd_help(FILE *f, const gs_cmd_t *c)

@@ -43,28 +43,34 @@ enum {
     OPT_NULLABLE = 1u << 1, /* ~, null or "" turns it off (NULL) */
     OPT_LO_OPEN = 1u << 2,  /* value must be > lo rather than >= lo */
     OPT_HI_OPEN = 1u << 3,  /* value must be < hi rather than <= hi */
-    OPT_PATH = 1u << 4,     /* OPT_STR naming a file: a relative value is taken from the config file's directory */
+    OPT_PATH =
+        1u
+        << 4, /* OPT_STR naming a file: a relative value is taken from the config file's directory */
 };
 
 typedef struct opt {
     const char *section; /* "" (top level), "listen", ..., "models", "models.defaults" */
     const char *key;
     opt_type_t type;
-    size_t off;          /* into cfg_t, or into cfg_model_t when section starts with "models" */
-    const char *def;     /* default, in config syntax; NULL = zero / NULL / empty */
-    double lo, hi;       /* bounds of numeric types, in the stored unit */
-    unsigned flags;      /* OPT_* */
+    size_t off;      /* into cfg_t, or into cfg_model_t when section starts with "models" */
+    const char *def; /* default, in config syntax; NULL = zero / NULL / empty */
+    double lo, hi;   /* bounds of numeric types, in the stored unit */
+    unsigned flags;  /* OPT_* */
     const char *const *names; /* OPT_ENUM: value i is names[i]; NULL-terminated */
     int (*check)(const void *field, char *why, size_t n); /* extra check after parsing */
-    const char *what;    /* OPT_STR: noun for messages ("address"); default "value" */
+    const char *what; /* OPT_STR: noun for messages ("address"); default "value" */
 } opt_t;
 
 /* OPT_ENUM tables: one name per value, NULL-terminated */
 static const char *const backend_names[CFG_BACKEND_COUNT + 1] = {
-    [CFG_BACKEND_AUTO] = "auto", [CFG_BACKEND_CUDA] = "cuda", [CFG_BACKEND_SIM] = "sim", [CFG_BACKEND_CPU] = "cpu",
+    [CFG_BACKEND_AUTO] = "auto",
+    [CFG_BACKEND_CUDA] = "cuda",
+    [CFG_BACKEND_SIM] = "sim",
+    [CFG_BACKEND_CPU] = "cpu",
 };
 static const char *const policy_names[CFG_POLICY_COUNT + 1] = {
-    [CFG_POLICY_SWAP_AWARE] = "swap-aware", [CFG_POLICY_FIFO] = "fifo",
+    [CFG_POLICY_SWAP_AWARE] = "swap-aware",
+    [CFG_POLICY_FIFO] = "fifo",
 };
 static const char *const kv_type_names[] = {"f16", "f32", NULL};
 
@@ -96,7 +102,10 @@ static int check_ip(const void *field, char *why, size_t n);
 #define MiB (1024.0 * KiB)
 #define GiB (1024.0 * MiB)
 #define UNBOUNDED HUGE_VAL
-#define SECTION(parent, name) {parent, name, OPT_SECTION, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL}
+#define SECTION(parent, name)                                                                      \
+    {                                                                                              \
+        parent, name, OPT_SECTION, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL                     \
+    }
 
 /* Every option gpuswapd reads. The order here is the order cfg_print writes. */
 static const opt_t opts[] = {
@@ -104,16 +113,20 @@ static const opt_t opts[] = {
     {"listen", "socket", OPT_STR, C(listen.socket), "/run/gpuswapd/gpuswapd.sock", 0, 0,
      OPT_NULLABLE | OPT_PATH, NULL, check_sockpath, "socket path"},
     {"listen", "mode", OPT_MODE, C(listen.mode), "0660", 0, 0, 0, NULL, NULL, NULL},
-    {"listen", "tcp", OPT_STR, C(listen.tcp), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
-    {"listen", "http", OPT_STR, C(listen.http), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
-    {"listen", "max_line", OPT_SIZE, C(listen.max_line), "1MiB", 1 * KiB, 1 * GiB, 0, NULL, NULL, NULL},
-    {"listen", "max_connections", OPT_U32, C(listen.max_connections), "1024", 1, 1000000, 0, NULL, NULL, NULL},
-    {"listen", "drain_linger", OPT_DURATION, C(listen.drain_linger_ms), "0", 0, 3600000, OPT_RELOAD, NULL, NULL,
+    {"listen", "tcp", OPT_STR, C(listen.tcp), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport,
+     "address"},
+    {"listen", "http", OPT_STR, C(listen.http), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport,
+     "address"},
+    {"listen", "max_line", OPT_SIZE, C(listen.max_line), "1MiB", 1 * KiB, 1 * GiB, 0, NULL, NULL,
      NULL},
+    {"listen", "max_connections", OPT_U32, C(listen.max_connections), "1024", 1, 1000000, 0, NULL,
+     NULL, NULL},
+    {"listen", "drain_linger", OPT_DURATION, C(listen.drain_linger_ms), "0", 0, 3600000, OPT_RELOAD,
+     NULL, NULL, NULL},
 
     SECTION("", "admin"),
-    {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0, OPT_NULLABLE | OPT_PATH,
-     NULL, check_sockpath, "socket path"},
+    {"admin", "socket", OPT_STR, C(admin.socket), "/run/gpuswapd/admin.sock", 0, 0,
+     OPT_NULLABLE | OPT_PATH, NULL, check_sockpath, "socket path"},
     {"admin", "mode", OPT_MODE, C(admin.mode), "0600", 0, 0, 0, NULL, NULL, NULL},
     {"admin", "uids", OPT_IDLIST, C(admin.uids), NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"admin", "gids", OPT_IDLIST, C(admin.gids), NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
@@ -122,38 +135,46 @@ static const opt_t opts[] = {
     {"device", "backend", OPT_ENUM, C(device.backend), "auto", 0, 0, 0, backend_names, NULL, NULL},
     {"device", "gpu", OPT_I32, C(device.gpu), "0", 0, 1023, 0, NULL, NULL, NULL},
     {"device", "memory", OPT_SIZE, C(device.memory), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
-    {"device", "page_size", OPT_SIZE, C(device.page_size), "2MiB", 4 * KiB, 1 * GiB, 0, NULL, check_pow2, NULL},
-    {"device", "sim_bandwidth", OPT_RATE, C(device.sim_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL},
-    {"device", "sim_load_bandwidth", OPT_RATE, C(device.sim_load_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL,
+    {"device", "page_size", OPT_SIZE, C(device.page_size), "2MiB", 4 * KiB, 1 * GiB, 0, NULL,
+     check_pow2, NULL},
+    {"device", "sim_bandwidth", OPT_RATE, C(device.sim_bandwidth), "0", 0, UNBOUNDED, 0, NULL, NULL,
      NULL},
+    {"device", "sim_load_bandwidth", OPT_RATE, C(device.sim_load_bandwidth), "0", 0, UNBOUNDED, 0,
+     NULL, NULL, NULL},
     {"device", "threads", OPT_U32, C(device.threads), "0", 0, 4096, 0, NULL, NULL, NULL},
-    {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL, NULL, NULL},
-    {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL, NULL},
-    {"device", "prefill_chunk", OPT_U32, C(device.prefill_chunk), "512", 1, 1048576, 0, NULL, NULL, NULL},
+    {"device", "copy_timeout", OPT_DURATION, C(device.copy_timeout_ms), "30s", 1, 3600000, 0, NULL,
+     NULL, NULL},
+    {"device", "fault_injection", OPT_BOOL, C(device.fault_injection), "false", 0, 0, 0, NULL, NULL,
+     NULL},
+    {"device", "prefill_chunk", OPT_U32, C(device.prefill_chunk), "512", 1, 1048576, 0, NULL, NULL,
+     NULL},
 
     SECTION("", "host"),
     {"host", "memory", OPT_SIZE, C(host.memory), "0", 0, UNBOUNDED, OPT_RELOAD, NULL, NULL, NULL},
 
     SECTION("", "scheduler"),
-    {"scheduler", "policy", OPT_ENUM, C(scheduler.policy), "swap-aware", 0, 0, OPT_RELOAD, policy_names, NULL,
-     NULL},
-    {"scheduler", "max_batch", OPT_U32, C(scheduler.max_batch), "16", 1, 4096, OPT_RELOAD, NULL, NULL, NULL},
-    {"scheduler", "max_wait", OPT_DURATION, C(scheduler.max_wait_ms), "2s", 1, 3600000, OPT_RELOAD, NULL, NULL,
-     NULL},
-    {"scheduler", "max_stall", OPT_DURATION, C(scheduler.max_stall_ms), "500ms", 1, 3600000, OPT_RELOAD, NULL,
+    {"scheduler", "policy", OPT_ENUM, C(scheduler.policy), "swap-aware", 0, 0, OPT_RELOAD,
+     policy_names, NULL, NULL},
+    {"scheduler", "max_batch", OPT_U32, C(scheduler.max_batch), "16", 1, 4096, OPT_RELOAD, NULL,
      NULL, NULL},
-    {"scheduler", "quantum", OPT_DOUBLE, C(scheduler.quantum), "4", 0, 1000, OPT_RELOAD | OPT_LO_OPEN, NULL,
-     NULL, NULL},
-    {"scheduler", "queue_limit", OPT_U32, C(scheduler.queue_limit), "256", 1, 1000000, OPT_RELOAD, NULL, NULL,
-     NULL},
-    {"scheduler", "max_queued", OPT_U32, C(scheduler.max_queued), "4096", 1, 10000000, OPT_RELOAD, NULL, NULL,
-     NULL},
-    {"scheduler", "drain_timeout", OPT_DURATION, C(scheduler.drain_timeout_ms), "30s", 0, 3600000, OPT_RELOAD,
+    {"scheduler", "max_wait", OPT_DURATION, C(scheduler.max_wait_ms), "2s", 1, 3600000, OPT_RELOAD,
      NULL, NULL, NULL},
+    {"scheduler", "max_stall", OPT_DURATION, C(scheduler.max_stall_ms), "500ms", 1, 3600000,
+     OPT_RELOAD, NULL, NULL, NULL},
+    {"scheduler", "quantum", OPT_DOUBLE, C(scheduler.quantum), "4", 0, 1000,
+     OPT_RELOAD | OPT_LO_OPEN, NULL, NULL, NULL},
+    {"scheduler", "queue_limit", OPT_U32, C(scheduler.queue_limit), "256", 1, 1000000, OPT_RELOAD,
+     NULL, NULL, NULL},
+    {"scheduler", "max_queued", OPT_U32, C(scheduler.max_queued), "4096", 1, 10000000, OPT_RELOAD,
+     NULL, NULL, NULL},
+    {"scheduler", "drain_timeout", OPT_DURATION, C(scheduler.drain_timeout_ms), "30s", 0, 3600000,
+     OPT_RELOAD, NULL, NULL, NULL},
 
     SECTION("", "metrics"),
-    {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL, check_hostport, "address"},
-    {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL, NULL},
+    {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL,
+     check_hostport, "address"},
+    {"metrics", "vllm_compat", OPT_BOOL, C(metrics.vllm_compat), "false", 0, 0, 0, NULL, NULL,
+     NULL},
 
     SECTION("", "log"),
     {"log", "level", OPT_ENUM, C(log.level), "info", 0, 0, OPT_RELOAD, log_level_names, NULL, NULL},
@@ -161,18 +182,22 @@ static const opt_t opts[] = {
     SECTION("", "auth"),
     {"auth", "http", OPT_BOOL, C(auth.http), "false", 0, 0, 0, NULL, NULL, NULL},
     {"auth", "tcp", OPT_BOOL, C(auth.tcp), "false", 0, 0, 0, NULL, NULL, NULL},
-    {"auth", "trusted_proxies", OPT_STRLIST, C(auth.trusted_proxies), NULL, 0, 0, OPT_RELOAD, NULL, check_ip,
-     "address"},
-    {"auth", "max_failures", OPT_U32, C(auth.max_failures), "5", 1, 1000000, OPT_RELOAD, NULL, NULL, NULL},
-    {"auth", "backoff", OPT_DURATION, C(auth.backoff_ms), "1s", 1, 3600000, OPT_RELOAD, NULL, NULL, NULL},
+    {"auth", "trusted_proxies", OPT_STRLIST, C(auth.trusted_proxies), NULL, 0, 0, OPT_RELOAD, NULL,
+     check_ip, "address"},
+    {"auth", "max_failures", OPT_U32, C(auth.max_failures), "5", 1, 1000000, OPT_RELOAD, NULL, NULL,
+     NULL},
+    {"auth", "backoff", OPT_DURATION, C(auth.backoff_ms), "1s", 1, 3600000, OPT_RELOAD, NULL, NULL,
+     NULL},
     {"auth", "keys", OPT_KEYS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"auth.keys", "name", OPT_STR, K(name), NULL, 0, 0, 0, NULL, check_name, "key name"},
     {"auth.keys", "hash", OPT_STR, K(hash), NULL, 0, 0, 0, NULL, check_key_hash, "key hash"},
     {"auth.keys", "models", OPT_STRLIST, K(models), NULL, 0, 0, 0, NULL, NULL, "model name"},
     {"auth.keys", "rate", OPT_DOUBLE, K(rate), "0", 0, 1000000, 0, NULL, NULL, NULL},
     {"auth.keys", "burst", OPT_U32, K(burst), "0", 0, 1000000, 0, NULL, NULL, NULL},
-    {"auth.keys", "max_concurrent", OPT_U32, K(max_concurrent), "0", 0, 1000000, 0, NULL, NULL, NULL},
-    {"auth.keys", "tokens_per_minute", OPT_U32, K(tokens_per_minute), "0", 0, 1000000000, 0, NULL, NULL, NULL},
+    {"auth.keys", "max_concurrent", OPT_U32, K(max_concurrent), "0", 0, 1000000, 0, NULL, NULL,
+     NULL},
+    {"auth.keys", "tokens_per_minute", OPT_U32, K(tokens_per_minute), "0", 0, 1000000000, 0, NULL,
+     NULL, NULL},
 
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, OPT_RELOAD, NULL, NULL, NULL},
     {"models", "name", OPT_STR, M(name), NULL, 0, 0, 0, NULL, check_name, "model name"},
@@ -182,19 +207,28 @@ static const opt_t opts[] = {
     {"models", "kv_type", OPT_ENUM, M(kv_type), "f16", 0, 0, 0, kv_type_names, NULL, NULL},
     {"models", "priority", OPT_DOUBLE, M(priority), "1", 0, 1000, OPT_LO_OPEN, NULL, NULL, NULL},
     {"models", "pinned", OPT_BOOL, M(pinned), "false", 0, 0, 0, NULL, NULL, NULL},
-    {"models", "max_batch", OPT_U32, M(max_batch), NULL /* scheduler.max_batch */, 1, 4096, 0, NULL, NULL,
-     NULL},
+    {"models", "max_batch", OPT_U32, M(max_batch), NULL /* scheduler.max_batch */, 1, 4096, 0, NULL,
+     NULL, NULL},
     {"models", "max_context", OPT_U32, M(max_context), "4096", 1, 1048576, 0, NULL, NULL, NULL},
-    {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL, check_chat_template,
-     "chat template"},
+    {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL,
+     check_chat_template, "chat template"},
     SECTION("models", "defaults"),
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
-    {"models.defaults", #name, SAMPLER_OPT_##kind, M(defaults.name), #def, lo, hi,                 \
-     ((bounds) & SAMPLER_LO_OPEN ? OPT_LO_OPEN : 0) | ((bounds) & SAMPLER_HI_OPEN ? OPT_HI_OPEN : 0), \
-     NULL, NULL, NULL},
+    {"models.defaults",                                                                            \
+     #name,                                                                                        \
+     SAMPLER_OPT_##kind,                                                                           \
+     M(defaults.name),                                                                             \
+     #def,                                                                                         \
+     lo,                                                                                           \
+     hi,                                                                                           \
+     ((bounds)&SAMPLER_LO_OPEN ? OPT_LO_OPEN : 0) | ((bounds)&SAMPLER_HI_OPEN ? OPT_HI_OPEN : 0),  \
+     NULL,                                                                                         \
+     NULL,                                                                                         \
+     NULL},
     SAMPLER_PARAMS(X)
 #undef X
-    {"models.defaults", "max_tokens", OPT_I32, M(defaults.max_tokens), "256", 1, 1048576, 0, NULL, NULL, NULL},
+        {"models.defaults", "max_tokens", OPT_I32, M(defaults.max_tokens), "256", 1, 1048576, 0,
+         NULL, NULL, NULL},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -209,7 +243,11 @@ static bool opt_is_model(const opt_t *o)
 }
 
 /* Which struct an option lives in: cfg_t, a cfg_model_t or a cfg_key_t. */
-enum { OPT_KIND_TOP = 0, OPT_KIND_MODEL = 1, OPT_KIND_KEY = 2 };
+enum {
+    OPT_KIND_TOP = 0,
+    OPT_KIND_MODEL = 1,
+    OPT_KIND_KEY = 2
+};
 static int opt_kind(const opt_t *o)
 {
     if (opt_is_model(o))
@@ -240,7 +278,8 @@ static const char *sanitize(const char *s, char *buf, size_t n)
     return buf;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen)
@@ -257,17 +296,26 @@ static const struct unit {
     const char *name;
     uint64_t mult;
 } size_units[] = {
-    {"", 1}, {"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
+    {"", 1},
+    {"B", 1},
+    {"KiB", 1ull << 10},
+    {"MiB", 1ull << 20},
+    {"GiB", 1ull << 30},
+    {"TiB", 1ull << 40},
 };
 
 static const struct unit duration_units[] = {
-    {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+    {"ms", 1},
+    {"s", 1000},
+    {"m", 60000},
+    {"h", 3600000},
 };
 
 /* Parses "<digits>[.<digits>]<unit>" with units from a table into an exact
  * integer count of the base unit. Returns 0, or CFG_ERR_INVALID with why set:
  * 1 = syntax or unit, 2 = negative, 3 = too large, 4 = not whole, 5 = no unit. */
-static int parse_scaled(const char *s, const struct unit *units, size_t n_units, uint64_t *out, int *why)
+static int parse_scaled(const char *s, const struct unit *units, size_t n_units, uint64_t *out,
+                        int *why)
 {
     const char *p = s;
     if (*p == '-') {
@@ -353,15 +401,9 @@ int cfg_parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
     while (*unit == '-' || *unit == '.' || (*unit >= '0' && *unit <= '9') || *unit == ' ')
         unit++;
     switch (why) {
-    case 2:
-        set_err(err, errlen, "sizes cannot be negative");
-        break;
-    case 3:
-        set_err(err, errlen, "too large: at most 16EiB - 1");
-        break;
-    case 4:
-        set_err(err, errlen, "not a whole number of bytes");
-        break;
+    case 2: set_err(err, errlen, "sizes cannot be negative"); break;
+    case 3: set_err(err, errlen, "too large: at most 16EiB - 1"); break;
+    case 4: set_err(err, errlen, "not a whole number of bytes"); break;
     default:
         if (unit != s && size_unit_ambiguous(unit))
             set_err(err, errlen, "use B, KiB, MiB, GiB, TiB; '%.8s' is ambiguous", unit);
@@ -376,9 +418,11 @@ int cfg_parse_duration_ms(const char *s, uint64_t *out_ms, char *err, size_t err
     int why = 0;
     static const struct unit zero[] = {{"", 0}};
     uint64_t v = 0;
-    if (parse_scaled(s, duration_units, sizeof duration_units / sizeof duration_units[0], out_ms, &why) == 0)
+    if (parse_scaled(s, duration_units, sizeof duration_units / sizeof duration_units[0], out_ms,
+                     &why) == 0)
         return 0;
-    if (why == 1 && parse_scaled(s, zero, 1, &v, &why) == 0) { /* a bare number: only 0 needs no unit */
+    if (why == 1 &&
+        parse_scaled(s, zero, 1, &v, &why) == 0) { /* a bare number: only 0 needs no unit */
         if (strspn(s, "0.") == strlen(s)) {
             *out_ms = 0;
             return 0;
@@ -386,20 +430,11 @@ int cfg_parse_duration_ms(const char *s, uint64_t *out_ms, char *err, size_t err
         why = 5;
     }
     switch (why) {
-    case 2:
-        set_err(err, errlen, "durations cannot be negative");
-        break;
-    case 3:
-        set_err(err, errlen, "too large");
-        break;
-    case 4:
-        set_err(err, errlen, "not a whole number of milliseconds");
-        break;
-    case 5:
-        set_err(err, errlen, "missing unit: use ms, s, m, h, e.g. 250ms, 1.5s");
-        break;
-    default:
-        set_err(err, errlen, "use ms, s, m, h, e.g. 250ms, 1.5s");
+    case 2: set_err(err, errlen, "durations cannot be negative"); break;
+    case 3: set_err(err, errlen, "too large"); break;
+    case 4: set_err(err, errlen, "not a whole number of milliseconds"); break;
+    case 5: set_err(err, errlen, "missing unit: use ms, s, m, h, e.g. 250ms, 1.5s"); break;
+    default: set_err(err, errlen, "use ms, s, m, h, e.g. 250ms, 1.5s");
     }
     return CFG_ERR_INVALID;
 }
@@ -489,7 +524,8 @@ static int check_hostport(const void *field, char *why, size_t n)
         const char *colon = strrchr(s, ':');
         if (!colon || colon == s)
             goto bad;
-        if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != (size_t)(colon - s)) {
+        if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+            (size_t)(colon - s)) {
             snprintf(why, n, "use host:port; write an IPv6 address as [addr]:port");
             return -1;
         }
@@ -541,7 +577,8 @@ static int check_path(const void *field, char *why, size_t n)
 static int check_key_hash(const void *field, char *why, size_t n)
 {
     const char *s = *(char *const *)field;
-    if (strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 || strspn(s + 7, "0123456789abcdef") != 64) {
+    if (strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 ||
+        strspn(s + 7, "0123456789abcdef") != 64) {
         snprintf(why, n, "use sha256: and 64 lower-case hex digits, as `gpuswap keygen` prints");
         return -1;
     }
@@ -565,8 +602,9 @@ static int check_chat_template(const void *field, char *why, size_t n)
 
     if (chat_family_from_name(s) != CHAT_UNKNOWN)
         return 0;
-    snprintf(why, n, "not a template name such as chatml, llama3, mistral-v7, gemma, phi3; "
-                     "config/gpuswapd.yaml lists them all");
+    snprintf(why, n,
+             "not a template name such as chatml, llama3, mistral-v7, gemma, phi3; "
+             "config/gpuswapd.yaml lists them all");
     return -1;
 }
 
@@ -577,14 +615,9 @@ static void fmt_bound(const opt_t *o, double v, char *buf, size_t n)
 {
     switch (o->type) {
     case OPT_SIZE:
-    case OPT_RATE:
-        cfg_format_size((uint64_t)v, buf, n);
-        break;
-    case OPT_DURATION:
-        cfg_format_duration_ms((uint64_t)v, buf, n);
-        break;
-    default:
-        snprintf(buf, n, "%.15g", v);
+    case OPT_RATE: cfg_format_size((uint64_t)v, buf, n); break;
+    case OPT_DURATION: cfg_format_duration_ms((uint64_t)v, buf, n); break;
+    default: snprintf(buf, n, "%.15g", v);
     }
 }
 
@@ -593,7 +626,8 @@ static void fmt_bounds(const opt_t *o, char *buf, size_t n)
     char lo[32], hi[32];
     fmt_bound(o, o->lo, lo, sizeof lo);
     fmt_bound(o, o->hi, hi, sizeof hi);
-    const char *lop = o->flags & OPT_LO_OPEN ? ">" : ">=", *hip = o->flags & OPT_HI_OPEN ? "<" : "<=";
+    const char *lop = o->flags & OPT_LO_OPEN ? ">" : ">=",
+               *hip = o->flags & OPT_HI_OPEN ? "<" : "<=";
     if (o->hi == UNBOUNDED)
         snprintf(buf, n, "must be %s %s", lop, lo);
     else if (!(o->flags & (OPT_LO_OPEN | OPT_HI_OPEN)))
@@ -624,8 +658,8 @@ static char *opt_path_join(const opt_t *o, const char *dir, const char *text)
  * messages). null: the YAML value was empty/~/null. dir: the directory that
  * relative OPT_PATH values are taken from (NULL: as written). Returns 0, or an
  * error code with the reason (no location) in msg. */
-static int opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name, const char *dir,
-                   char *msg, size_t n)
+static int opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name,
+                   const char *dir, char *msg, size_t n)
 {
     char val[64], why[160];
     sanitize(text, val, sizeof val);
@@ -653,7 +687,8 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
             return CFG_ERR_NOMEM;
         }
         if (o->check && o->check(&copy, why, sizeof why)) {
-            snprintf(msg, n, "invalid %s \"%s\" for %s (%s)", o->what ? o->what : "value", val, name, why);
+            snprintf(msg, n, "invalid %s \"%s\" for %s (%s)", o->what ? o->what : "value", val,
+                     name, why);
             free(copy);
             return CFG_ERR_INVALID;
         }
@@ -664,7 +699,8 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
     case OPT_MODE: {
         size_t len = strlen(text);
         if (len == 0 || len > 4 || strspn(text, "01234567") != len) {
-            snprintf(msg, n, "invalid mode \"%s\" for %s (use an octal string such as \"0660\")", val, name);
+            snprintf(msg, n, "invalid mode \"%s\" for %s (use an octal string such as \"0660\")",
+                     val, name);
             return CFG_ERR_INVALID;
         }
         unsigned m = (unsigned)strtoul(text, NULL, 8);
@@ -680,15 +716,17 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
         char buf[80];
         const char *t = text;
         size_t len = strlen(text);
-        if (o->type == OPT_RATE && len >= 2 && len < sizeof buf && strcmp(text + len - 2, "/s") == 0) {
+        if (o->type == OPT_RATE && len >= 2 && len < sizeof buf &&
+            strcmp(text + len - 2, "/s") == 0) {
             memcpy(buf, text, len - 2);
             buf[len - 2] = 0;
             t = buf;
         }
         uint64_t v;
         if (cfg_parse_size(t, &v, why, sizeof why)) {
-            snprintf(msg, n, "invalid %s \"%s\" for %s (%s%s)", o->type == OPT_RATE ? "rate" : "size", val, name,
-                     why, o->type == OPT_RATE ? ", per second" : "");
+            snprintf(msg, n, "invalid %s \"%s\" for %s (%s%s)",
+                     o->type == OPT_RATE ? "rate" : "size", val, name, why,
+                     o->type == OPT_RATE ? ", per second" : "");
             return CFG_ERR_INVALID;
         }
         memcpy(field, &v, sizeof v);
@@ -766,13 +804,12 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
         char list[96];
         list[0] = 0;
         for (int i = 0; o->names[i]; i++)
-            len += snprintf(list + len, sizeof list - (size_t)len, "%s%s", i ? ", " : "", o->names[i]);
+            len +=
+                snprintf(list + len, sizeof list - (size_t)len, "%s%s", i ? ", " : "", o->names[i]);
         snprintf(msg, n, "invalid value \"%s\" for %s (use %s)", val, name, list);
         return CFG_ERR_INVALID;
     }
-    default:
-        snprintf(msg, n, "internal: %s is not a scalar option", name);
-        return CFG_ERR_INVALID;
+    default: snprintf(msg, n, "internal: %s is not a scalar option", name); return CFG_ERR_INVALID;
     }
     if (!in_bounds(o, num)) {
         char b[96];
@@ -838,17 +875,18 @@ typedef struct mark {
 
 typedef struct ld {
     const char *file;
-    const char *dir;     /* the config file's directory, absolute: relative paths start there; NULL = cwd */
+    const char
+        *dir; /* the config file's directory, absolute: relative paths start there; NULL = cwd */
     yaml_document_t *doc;
     cfg_t *c;
     char *err;
     size_t errlen;
     mark_t root;
-    mark_t top[N_OPTS];  /* where each top-level option's value is */
-    mark_t *model;       /* n_models x N_OPTS: where each model option's value is */
-    mark_t *model_at;    /* n_models: where each model entry starts */
-    mark_t *key;         /* n_keys x N_OPTS: where each key option's value is */
-    mark_t *key_at;      /* n_keys: where each key entry starts */
+    mark_t top[N_OPTS]; /* where each top-level option's value is */
+    mark_t *model;      /* n_models x N_OPTS: where each model option's value is */
+    mark_t *model_at;   /* n_models: where each model entry starts */
+    mark_t *key;        /* n_keys x N_OPTS: where each key option's value is */
+    mark_t *key_at;     /* n_keys: where each key entry starts */
 } ld_t;
 
 static mark_t mark_of(const yaml_node_t *n)
@@ -856,7 +894,8 @@ static mark_t mark_of(const yaml_node_t *n)
     return (mark_t){(int)n->start_mark.line + 1, (int)n->start_mark.column + 1};
 }
 
-static int ld_fail(ld_t *ld, mark_t m, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int ld_fail(ld_t *ld, mark_t m, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int ld_fail(ld_t *ld, mark_t m, int code, const char *fmt, ...)
 {
     if (!ld->err || !ld->errlen)
@@ -912,7 +951,8 @@ static size_t edit_distance(const char *a, const char *b)
                 v = d[i][j - 1] + 1;
             if (d[i - 1][j - 1] + cost < v)
                 v = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
                 v = d[i - 2][j - 2] + 1;
             d[i][j] = v;
         }
@@ -970,8 +1010,8 @@ static int load_idlist(ld_t *ld, yaml_node_t *v, const char *name, cfg_idlist_t 
     if (node_is_null(v))
         return 0;
     if (v->type != YAML_SEQUENCE_NODE)
-        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list of ids for %s, got %s", name,
-                       describe(v, d, sizeof d));
+        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list of ids for %s, got %s",
+                       name, describe(v, d, sizeof d));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
     uint32_t *ids = n ? calloc(n, sizeof *ids) : NULL;
     if (n && !ids)
@@ -979,10 +1019,11 @@ static int load_idlist(ld_t *ld, yaml_node_t *v, const char *name, cfg_idlist_t 
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *it = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
         int64_t x = -1;
-        if (it->type != YAML_SCALAR_NODE || parse_i64((const char *)it->data.scalar.value, &x) || x < 0 ||
-            x > 4294967294LL) {
+        if (it->type != YAML_SCALAR_NODE || parse_i64((const char *)it->data.scalar.value, &x) ||
+            x < 0 || x > 4294967294LL) {
             free(ids);
-            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid id %s in %s[%zu] (use a number 0..4294967294)",
+            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID,
+                           "invalid id %s in %s[%zu] (use a number 0..4294967294)",
                            describe(it, d, sizeof d), name, i);
         }
         ids[i] = (uint32_t)x;
@@ -993,7 +1034,8 @@ static int load_idlist(ld_t *ld, yaml_node_t *v, const char *name, cfg_idlist_t 
     return 0;
 }
 
-static int load_strlist(ld_t *ld, yaml_node_t *v, const opt_t *o, const char *name, cfg_strlist_t *l)
+static int load_strlist(ld_t *ld, yaml_node_t *v, const opt_t *o, const char *name,
+                        cfg_strlist_t *l)
 {
     char d[80], val[64], why[160];
     if (node_is_null(v))
@@ -1008,15 +1050,18 @@ static int load_strlist(ld_t *ld, yaml_node_t *v, const opt_t *o, const char *na
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         yaml_node_t *it = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
-        const char *text = it->type == YAML_SCALAR_NODE ? (const char *)it->data.scalar.value : NULL;
+        const char *text =
+            it->type == YAML_SCALAR_NODE ? (const char *)it->data.scalar.value : NULL;
         if (!text || node_is_null(it) || !*text || strlen(text) != it->data.scalar.length) {
-            rc = ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid %s %s in %s[%zu] (use a non-empty string)",
+            rc = ld_fail(ld, mark_of(it), CFG_ERR_INVALID,
+                         "invalid %s %s in %s[%zu] (use a non-empty string)",
                          o->what ? o->what : "value", describe(it, d, sizeof d), name, i);
         } else if (!(strs[i] = strdup(text))) {
             rc = ld_fail(ld, mark_of(it), CFG_ERR_NOMEM, "out of memory");
         } else if (o->check && o->check(&strs[i], why, sizeof why)) {
-            rc = ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid %s \"%s\" in %s[%zu] (%s)",
-                         o->what ? o->what : "value", sanitize(text, val, sizeof val), name, i, why);
+            rc =
+                ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "invalid %s \"%s\" in %s[%zu] (%s)",
+                        o->what ? o->what : "value", sanitize(text, val, sizeof val), name, i, why);
         }
     }
     if (rc) {
@@ -1040,8 +1085,8 @@ static int load_keys(ld_t *ld, yaml_node_t *v)
     if (node_is_null(v))
         return 0;
     if (v->type != YAML_SEQUENCE_NODE)
-        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list of keys for auth.keys, got %s",
-                       describe(v, d, sizeof d));
+        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID,
+                       "expected a list of keys for auth.keys, got %s", describe(v, d, sizeof d));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
     if (n == 0)
         return 0;
@@ -1059,8 +1104,8 @@ static int load_keys(ld_t *ld, yaml_node_t *v)
         ld->key_at[i] = mark_of(it);
         k->line = ld->key_at[i].line;
         if (it->type != YAML_MAPPING_NODE)
-            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "expected a mapping for %s, got %s", where,
-                           describe(it, d, sizeof d));
+            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "expected a mapping for %s, got %s",
+                           where, describe(it, d, sizeof d));
         int rc = apply_defaults(OPT_KIND_KEY, k, ld->err, ld->errlen);
         if (rc)
             return rc;
@@ -1076,8 +1121,8 @@ static int load_models(ld_t *ld, yaml_node_t *v)
     char d[80];
     cfg_t *c = ld->c;
     if (v->type != YAML_SEQUENCE_NODE)
-        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a list of models for models, got %s",
-                       describe(v, d, sizeof d));
+        return ld_fail(ld, mark_of(v), CFG_ERR_INVALID,
+                       "expected a list of models for models, got %s", describe(v, d, sizeof d));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
     if (n == 0)
         return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "models must list at least one model");
@@ -1095,8 +1140,8 @@ static int load_models(ld_t *ld, yaml_node_t *v)
         ld->model_at[i] = mark_of(it);
         m->line = ld->model_at[i].line;
         if (it->type != YAML_MAPPING_NODE)
-            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "expected a mapping for %s, got %s", where,
-                           describe(it, d, sizeof d));
+            return ld_fail(ld, mark_of(it), CFG_ERR_INVALID, "expected a mapping for %s, got %s",
+                           where, describe(it, d, sizeof d));
         int rc = apply_defaults(true, m, ld->err, ld->errlen);
         if (rc)
             return rc;
@@ -1114,7 +1159,8 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
                     mark_t *marks)
 {
     char d[80];
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
         if (k->type != YAML_SCALAR_NODE)
@@ -1127,8 +1173,9 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
         char name[96];
         snprintf(name, sizeof name, "%s%s%s", where, *where ? "." : "", o->key);
         if (marks[i].line)
-            return ld_fail(ld, mark_of(k), CFG_ERR_INVALID, "duplicate key '%s' %s%s (first set at line %d)",
-                           o->key, *where ? "in " : "at the top level", where, marks[i].line);
+            return ld_fail(ld, mark_of(k), CFG_ERR_INVALID,
+                           "duplicate key '%s' %s%s (first set at line %d)", o->key,
+                           *where ? "in " : "at the top level", where, marks[i].line);
         marks[i] = mark_of(v);
         int rc;
         switch (o->type) {
@@ -1136,8 +1183,8 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
             if (node_is_null(v))
                 break;
             if (v->type != YAML_MAPPING_NODE)
-                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a mapping for %s, got %s", name,
-                               describe(v, d, sizeof d));
+                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a mapping for %s, got %s",
+                               name, describe(v, d, sizeof d));
             char child[64];
             snprintf(child, sizeof child, "%s%s%s", section, *section ? "." : "", o->key);
             rc = load_map(ld, v, child, name, base, marks);
@@ -1167,13 +1214,16 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
             break;
         default: {
             if (v->type != YAML_SCALAR_NODE)
-                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "expected a single value for %s, got %s", name,
+                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID,
+                               "expected a single value for %s, got %s", name,
                                describe(v, d, sizeof d));
             const char *text = (const char *)v->data.scalar.value;
             if (strlen(text) != v->data.scalar.length)
-                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "value for %s contains a NUL byte", name);
+                return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "value for %s contains a NUL byte",
+                               name);
             char msg[384];
-            rc = opt_set(o, text, node_is_null(v), (char *)base + o->off, name, ld->dir, msg, sizeof msg);
+            rc = opt_set(o, text, node_is_null(v), (char *)base + o->off, name, ld->dir, msg,
+                         sizeof msg);
             if (rc)
                 return ld_fail(ld, mark_of(v), rc, "%s", msg);
         }
@@ -1225,24 +1275,28 @@ static int validate_keys(ld_t *ld)
     for (size_t i = 0; i < c->auth.n_keys; i++) {
         cfg_key_t *k = &c->auth.keys[i];
         if (!k->name)
-            return ld_fail(ld, ld->key_at[i], CFG_ERR_INVALID, "missing required key 'name' in auth.keys[%zu]", i);
-        if (!k->hash)
             return ld_fail(ld, ld->key_at[i], CFG_ERR_INVALID,
-                           "missing required key 'hash' in auth.keys[%zu] ('%s'; `gpuswap keygen` prints one)", i,
-                           k->name);
+                           "missing required key 'name' in auth.keys[%zu]", i);
+        if (!k->hash)
+            return ld_fail(
+                ld, ld->key_at[i], CFG_ERR_INVALID,
+                "missing required key 'hash' in auth.keys[%zu] ('%s'; `gpuswap keygen` prints one)",
+                i, k->name);
         if (k->models.n == 0)
-            return ld_fail(ld, at_key(ld, i, "models"), CFG_ERR_INVALID,
-                           "auth.keys[%zu] ('%s') lists no models (name them, or use [\"*\"] for every model)", i,
-                           k->name);
+            return ld_fail(
+                ld, at_key(ld, i, "models"), CFG_ERR_INVALID,
+                "auth.keys[%zu] ('%s') lists no models (name them, or use [\"*\"] for every model)",
+                i, k->name);
         for (size_t j = 0; j < i; j++) {
             if (strcmp(c->auth.keys[j].name, k->name) == 0)
-                return ld_fail(ld, at_key(ld, i, "name"), CFG_ERR_INVALID,
-                               "duplicate key name \"%s\" in auth.keys[%zu] (auth.keys[%zu], line %d, has it too)",
-                               k->name, i, j, c->auth.keys[j].line);
+                return ld_fail(
+                    ld, at_key(ld, i, "name"), CFG_ERR_INVALID,
+                    "duplicate key name \"%s\" in auth.keys[%zu] (auth.keys[%zu], line %d, has it too)",
+                    k->name, i, j, c->auth.keys[j].line);
             if (strcmp(c->auth.keys[j].hash, k->hash) == 0)
                 return ld_fail(ld, at_key(ld, i, "hash"), CFG_ERR_INVALID,
-                               "auth.keys[%zu] ('%s') has the same hash as auth.keys[%zu] ('%s')", i, k->name, j,
-                               c->auth.keys[j].name);
+                               "auth.keys[%zu] ('%s') has the same hash as auth.keys[%zu] ('%s')",
+                               i, k->name, j, c->auth.keys[j].name);
         }
         for (size_t m = 0; m < k->models.n; m++) {
             const char *name = k->models.v[m];
@@ -1262,8 +1316,9 @@ static int validate(ld_t *ld)
     cfg_t *c = ld->c;
     char a[32], b[32], s[64];
     if (c->n_models == 0)
-        return ld_fail(ld, ld->root, CFG_ERR_INVALID,
-                       "missing required key 'models' (a list of at least one model, each with a name and a path)");
+        return ld_fail(
+            ld, ld->root, CFG_ERR_INVALID,
+            "missing required key 'models' (a list of at least one model, each with a name and a path)");
 
     /* listeners */
     if (!c->listen.socket && !c->listen.tcp && !c->listen.http)
@@ -1271,13 +1326,15 @@ static int validate(ld_t *ld)
                        "no listener: set listen.socket, listen.tcp or listen.http");
     if (c->listen.tcp && c->listen.http && strcmp(c->listen.tcp, c->listen.http) == 0)
         return ld_fail(ld, at_top(ld, "listen", "http"), CFG_ERR_INVALID,
-                       "listen.http \"%s\" is the same address as listen.tcp", sanitize(c->listen.http, s, sizeof s));
+                       "listen.http \"%s\" is the same address as listen.tcp",
+                       sanitize(c->listen.http, s, sizeof s));
     for (int k = 0; c->metrics.listen && k < 2; k++) {
         const char *other = k ? c->listen.tcp : c->listen.http;
         if (other && strcmp(other, c->metrics.listen) == 0)
             return ld_fail(ld, at_top(ld, "metrics", "listen"), CFG_ERR_INVALID,
                            "metrics.listen \"%s\" is the same address as %s",
-                           sanitize(c->metrics.listen, s, sizeof s), k ? "listen.tcp" : "listen.http");
+                           sanitize(c->metrics.listen, s, sizeof s),
+                           k ? "listen.tcp" : "listen.http");
     }
     if (c->auth.http && !c->listen.http)
         return ld_fail(ld, at_top(ld, "auth", "http"), CFG_ERR_INVALID,
@@ -1295,15 +1352,17 @@ static int validate(ld_t *ld)
     if (c->device.backend == CFG_BACKEND_SIM && mem == 0) {
         int i = opt_find("device", "memory");
         mark_t m = ld->top[i].line ? ld->top[i] : at_top(ld, "device", "backend");
-        return ld_fail(ld, m, CFG_ERR_INVALID,
-                       "device.memory is required for backend sim (the size of the simulated device)");
+        return ld_fail(
+            ld, m, CFG_ERR_INVALID,
+            "device.memory is required for backend sim (the size of the simulated device)");
     }
     if (c->device.fault_injection && c->device.backend != CFG_BACKEND_SIM)
         return ld_fail(ld, at_top(ld, "device", "fault_injection"), CFG_ERR_INVALID,
                        "device.fault_injection is for testing and needs backend sim");
     if (mem && mem % c->device.page_size)
         return ld_fail(ld, at_top(ld, "device", "memory"), CFG_ERR_INVALID,
-                       "device.memory %s is not a multiple of device.page_size %s", cfg_format_size(mem, a, sizeof a),
+                       "device.memory %s is not a multiple of device.page_size %s",
+                       cfg_format_size(mem, a, sizeof a),
                        cfg_format_size(c->device.page_size, b, sizeof b));
 
     /* models */
@@ -1311,35 +1370,42 @@ static int validate(ld_t *ld)
     for (size_t i = 0; i < c->n_models; i++) {
         cfg_model_t *m = &c->models[i];
         if (!m->name)
-            return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID, "missing required key 'name' in models[%zu]", i);
+            return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID,
+                           "missing required key 'name' in models[%zu]", i);
         if (!m->path)
-            return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID, "missing required key 'path' in models[%zu] ('%s')",
-                           i, m->name);
+            return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID,
+                           "missing required key 'path' in models[%zu] ('%s')", i, m->name);
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->models[j].name, m->name) == 0)
-                return ld_fail(ld, at_model(ld, i, "models", "name"), CFG_ERR_INVALID,
-                               "duplicate model name \"%s\" in models[%zu] (models[%zu], line %d, has it too)", m->name,
-                               i, j, c->models[j].line);
+                return ld_fail(
+                    ld, at_model(ld, i, "models", "name"), CFG_ERR_INVALID,
+                    "duplicate model name \"%s\" in models[%zu] (models[%zu], line %d, has it too)",
+                    m->name, i, j, c->models[j].line);
         if (!model_set(ld, i, "models", "max_batch"))
             m->max_batch = c->scheduler.max_batch;
         if (m->gpu_quota && m->kv_cache > m->gpu_quota)
-            return ld_fail(ld, at_model(ld, i, "models", "kv_cache"), CFG_ERR_INVALID,
-                           "models[%zu].kv_cache %s exceeds its gpu_quota %s (the quota covers weights and KV)", i,
-                           cfg_format_size(m->kv_cache, a, sizeof a), cfg_format_size(m->gpu_quota, b, sizeof b));
+            return ld_fail(
+                ld, at_model(ld, i, "models", "kv_cache"), CFG_ERR_INVALID,
+                "models[%zu].kv_cache %s exceeds its gpu_quota %s (the quota covers weights and KV)",
+                i, cfg_format_size(m->kv_cache, a, sizeof a),
+                cfg_format_size(m->gpu_quota, b, sizeof b));
         if (mem && m->gpu_quota > mem)
             return ld_fail(ld, at_model(ld, i, "models", "gpu_quota"), CFG_ERR_INVALID,
                            "models[%zu].gpu_quota %s exceeds device.memory %s", i,
-                           cfg_format_size(m->gpu_quota, a, sizeof a), cfg_format_size(mem, b, sizeof b));
+                           cfg_format_size(m->gpu_quota, a, sizeof a),
+                           cfg_format_size(mem, b, sizeof b));
         if (mem && m->kv_cache > mem)
             return ld_fail(ld, at_model(ld, i, "models", "kv_cache"), CFG_ERR_INVALID,
                            "models[%zu].kv_cache %s exceeds device.memory %s", i,
-                           cfg_format_size(m->kv_cache, a, sizeof a), cfg_format_size(mem, b, sizeof b));
+                           cfg_format_size(m->kv_cache, a, sizeof a),
+                           cfg_format_size(mem, b, sizeof b));
         if ((uint32_t)m->defaults.max_tokens > m->max_context) {
             mark_t at = model_set(ld, i, "models.defaults", "max_tokens")
                             ? at_model(ld, i, "models.defaults", "max_tokens")
                             : at_model(ld, i, "models", "max_context");
-            return ld_fail(ld, at, CFG_ERR_INVALID, "models[%zu].defaults.max_tokens %d exceeds its max_context %u",
-                           i, (int)m->defaults.max_tokens, (unsigned)m->max_context);
+            return ld_fail(ld, at, CFG_ERR_INVALID,
+                           "models[%zu].defaults.max_tokens %d exceeds its max_context %u", i,
+                           (int)m->defaults.max_tokens, (unsigned)m->max_context);
         }
         if (mem && m->pinned && m->gpu_quota) {
             pinned += m->gpu_quota; /* each <= mem, so no overflow for any sane count */
@@ -1347,7 +1413,8 @@ static int validate(ld_t *ld)
                 return ld_fail(ld, at_model(ld, i, "models", "pinned"), CFG_ERR_INVALID,
                                "the gpu_quota of the pinned models up to models[%zu] add up to %s, "
                                "more than device.memory %s",
-                               i, cfg_format_size(pinned, a, sizeof a), cfg_format_size(mem, b, sizeof b));
+                               i, cfg_format_size(pinned, a, sizeof a),
+                               cfg_format_size(mem, b, sizeof b));
         }
     }
     return validate_keys(ld);
@@ -1385,11 +1452,13 @@ static int load_document(ld_t *ld, yaml_parser_t *parser, const char *yaml)
     mark_t extra_at = extra ? mark_of(extra) : ld->root;
     yaml_document_delete(&doc2);
     if (extra)
-        return ld_fail(ld, extra_at, CFG_ERR_INVALID, "a second YAML document; the config is one document");
+        return ld_fail(ld, extra_at, CFG_ERR_INVALID,
+                       "a second YAML document; the config is one document");
 
     yaml_node_t *root = yaml_document_get_root_node(ld->doc);
     if (!root || node_is_null(root))
-        return ld_fail(ld, ld->root, CFG_ERR_INVALID, "the config is empty (at least 'models' is required)");
+        return ld_fail(ld, ld->root, CFG_ERR_INVALID,
+                       "the config is empty (at least 'models' is required)");
     ld->root = mark_of(root);
     if (root->type != YAML_MAPPING_NODE) {
         char d[80];
@@ -1412,13 +1481,14 @@ syntax:
     mark_t m = {(int)parser->problem_mark.line + 1, (int)parser->problem_mark.column + 1};
     if (parser->error == YAML_READER_ERROR)
         m = mark_at_offset(yaml, parser->problem_offset);
-    return ld_fail(ld, m, CFG_ERR_SYNTAX, "YAML syntax error: %s%s%s", parser->problem ? parser->problem : "unknown",
-                   parser->context ? " " : "", parser->context ? parser->context : "");
+    return ld_fail(ld, m, CFG_ERR_SYNTAX, "YAML syntax error: %s%s%s",
+                   parser->problem ? parser->problem : "unknown", parser->context ? " " : "",
+                   parser->context ? parser->context : "");
 }
 
 /* cfg_load_string with relative paths taken from dir (NULL: the working directory). */
-static int load_string_in(const char *yaml, const char *name, const char *dir, cfg_t **out, char *err,
-                          size_t errlen)
+static int load_string_in(const char *yaml, const char *name, const char *dir, cfg_t **out,
+                          char *err, size_t errlen)
 {
     *out = NULL;
     if (err && errlen)
@@ -1464,7 +1534,8 @@ static char *dir_of(const char *path)
     char *dir = slash ? strndup(path, (size_t)(slash - path)) : NULL, *cwd = NULL, *abs = NULL;
     if (dir && dir[0] == '/')
         return dir;
-    if ((cwd = getcwd(NULL, 0)) && asprintf(&abs, "%s%s%s", cwd, dir ? "/" : "", dir ? dir : "") < 0)
+    if ((cwd = getcwd(NULL, 0)) &&
+        asprintf(&abs, "%s%s%s", cwd, dir ? "/" : "", dir ? dir : "") < 0)
         abs = NULL;
     free(dir);
     free(cwd);
@@ -1473,7 +1544,9 @@ static char *dir_of(const char *path)
 
 int cfg_load_file(const char *path, cfg_t **out, char *err, size_t errlen)
 {
-    enum { MAX_FILE = 16 << 20 };
+    enum {
+        MAX_FILE = 16 << 20
+    };
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -1593,7 +1666,8 @@ static void print_value(FILE *f, const opt_t *o, const void *field)
     case OPT_RATE: {
         uint64_t v;
         memcpy(&v, field, sizeof v);
-        fprintf(f, "%s%s", cfg_format_size(v, buf, sizeof buf), o->type == OPT_RATE && v ? "/s" : "");
+        fprintf(f, "%s%s", cfg_format_size(v, buf, sizeof buf),
+                o->type == OPT_RATE && v ? "/s" : "");
         break;
     }
     case OPT_DURATION: {
@@ -1667,13 +1741,13 @@ static void print_value(FILE *f, const opt_t *o, const void *field)
         fputc(']', f);
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
 /* Writes the options of section at indent; dash: the first line opens a list item. */
-static void print_section(FILE *f, const cfg_t *c, const char *section, const void *base, int indent, bool dash)
+static void print_section(FILE *f, const cfg_t *c, const char *section, const void *base,
+                          int indent, bool dash)
 {
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt_t *o = &opts[i];
@@ -1734,14 +1808,10 @@ static bool value_equal(const opt_t *o, const void *a, const void *b)
     }
     case OPT_SIZE:
     case OPT_RATE:
-    case OPT_DURATION:
-        return memcmp(a, b, sizeof(uint64_t)) == 0;
-    case OPT_DOUBLE:
-        return *(const double *)a == *(const double *)b;
-    case OPT_FLOAT:
-        return *(const float *)a == *(const float *)b;
-    default: /* every remaining type is 4 bytes wide */
-        return memcmp(a, b, 4) == 0;
+    case OPT_DURATION: return memcmp(a, b, sizeof(uint64_t)) == 0;
+    case OPT_DOUBLE: return *(const double *)a == *(const double *)b;
+    case OPT_FLOAT: return *(const float *)a == *(const float *)b;
+    default: /* every remaining type is 4 bytes wide */ return memcmp(a, b, 4) == 0;
     }
 }
 
@@ -1769,9 +1839,10 @@ int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errl
         if (fn)
             fclose(fn);
         char sw[64], sn[64];
-        set_err(err, errlen, "%s: %s.%s cannot change on reload (%s -> %s); restart gpuswapd to apply it",
-                next->file ? next->file : "<config>", o->section, o->key, sanitize(was ? was : "?", sw, sizeof sw),
-                sanitize(now ? now : "?", sn, sizeof sn));
+        set_err(err, errlen,
+                "%s: %s.%s cannot change on reload (%s -> %s); restart gpuswapd to apply it",
+                next->file ? next->file : "<config>", o->section, o->key,
+                sanitize(was ? was : "?", sw, sizeof sw), sanitize(now ? now : "?", sn, sizeof sn));
         free(was);
         free(now);
         return CFG_ERR_RELOAD;

@@ -39,7 +39,7 @@ enum {
     CFG_ERR_SYNTAX = -2,  /* not well-formed YAML */
     CFG_ERR_INVALID = -3, /* well-formed, but not a valid configuration */
     CFG_ERR_NOMEM = -4,
-    CFG_ERR_RELOAD = -5,  /* cfg_reload_check: a key that needs a restart changed */
+    CFG_ERR_RELOAD = -5, /* cfg_reload_check: a key that needs a restart changed */
 };
 
 typedef enum cfg_backend {
@@ -77,33 +77,35 @@ typedef struct cfg_strlist {
 
 /* An API key (daemon/auth.c): the key itself is never stored, only its hash. */
 typedef struct cfg_key {
-    char *name;                 /* unique, [A-Za-z0-9._:-]+: the label in stats and metrics; owned */
-    char *hash;                 /* "sha256:" + 64 lower-case hex digits of SHA-256(key); owned */
-    cfg_strlist_t models;       /* configured model names it may use, or "*" for every model */
-    double rate;                /* requests per second, 0 = unlimited */
-    uint32_t burst;             /* requests at once on top of the rate; 0 = max(1, ceil(rate)) */
-    uint32_t max_concurrent;    /* generate/chat requests in flight, 0 = unlimited */
+    char *name;              /* unique, [A-Za-z0-9._:-]+: the label in stats and metrics; owned */
+    char *hash;              /* "sha256:" + 64 lower-case hex digits of SHA-256(key); owned */
+    cfg_strlist_t models;    /* configured model names it may use, or "*" for every model */
+    double rate;             /* requests per second, 0 = unlimited */
+    uint32_t burst;          /* requests at once on top of the rate; 0 = max(1, ceil(rate)) */
+    uint32_t max_concurrent; /* generate/chat requests in flight, 0 = unlimited */
     uint32_t tokens_per_minute; /* prompt + completion tokens, 0 = unlimited */
     int line;                   /* 1-based line of this key's entry in the file */
 } cfg_key_t;
 
 typedef struct cfg_model {
-    char *name;          /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
-    char *path;          /* GGUF file; a relative path in a file is taken from its directory; owned */
-    uint64_t gpu_quota;  /* bytes of weights + KV cache on the device; 0 = no quota */
-    uint64_t kv_cache;   /* bytes of KV cache reserved on the device; 0 = as needed */
+    char *name; /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
+    char *path; /* GGUF file; a relative path in a file is taken from its directory; owned */
+    uint64_t gpu_quota;    /* bytes of weights + KV cache on the device; 0 = no quota */
+    uint64_t kv_cache;     /* bytes of KV cache reserved on the device; 0 = as needed */
     cfg_kv_type_t kv_type; /* element type of its KV caches; default f16 */
-    double priority;     /* > 0, default 1; scales urgency and the worth of keeping it */
-    int pinned;          /* 1: never evicted once paged in */
-    uint32_t max_batch;  /* sequences per step; default scheduler.max_batch */
-    uint32_t max_context;/* positions per sequence (prompt + generated), default 4096 */
-    char *chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
+    double priority;       /* > 0, default 1; scales urgency and the worth of keeping it */
+    int pinned;            /* 1: never evicted once paged in */
+    uint32_t max_batch;    /* sequences per step; default scheduler.max_batch */
+    uint32_t max_context;  /* positions per sequence (prompt + generated), default 4096 */
+    char *
+        chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
-    struct {             /* sampling defaults for requests that do not set them */
-        SAMPLER_PARAMS(SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
-        int32_t max_tokens;   /* 1..max_context; default 256 */
+    struct {           /* sampling defaults for requests that do not set them */
+        SAMPLER_PARAMS(
+            SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
+        int32_t max_tokens;  /* 1..max_context; default 256 */
     } defaults;
-    int line;            /* 1-based line of this model's entry in the file, for later messages */
+    int line; /* 1-based line of this model's entry in the file, for later messages */
 } cfg_model_t;
 
 typedef struct cfg {
@@ -131,10 +133,12 @@ typedef struct cfg {
                                    0 = cuda: 90% of free memory at start, cpu: unused */
         uint64_t page_size;     /* bytes per pool page: power of two, >= 4KiB, default 2MiB */
         uint64_t sim_bandwidth; /* bytes/s the sim copy thread is throttled to; 0 = unthrottled */
-        uint64_t sim_load_bandwidth; /* sim: bytes/s a model is read into host RAM at; 0 = unthrottled */
+        uint64_t
+            sim_load_bandwidth; /* sim: bytes/s a model is read into host RAM at; 0 = unthrottled */
         uint32_t threads;       /* CPU kernel threads; 0 = all cores */
-        uint64_t copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
-        int fault_injection;    /* sim only: the admin `fault` op may inject failures, default off */
+        uint64_t
+            copy_timeout_ms; /* a host->device copy not done by then fails its pass, default 30000 */
+        int fault_injection; /* sim only: the admin `fault` op may inject failures, default off */
         uint32_t prefill_chunk; /* tokens per pass over the layers (long prompts run in chunks,
                                    scratch sized by it), default 512 */
     } device;
@@ -142,17 +146,18 @@ typedef struct cfg {
         uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */
     } host;
     struct {
-        cfg_policy_t policy;       /* default swap-aware */
-        uint32_t max_batch;        /* default per-model batch size, default 16 */
-        uint64_t max_wait_ms;      /* a request waiting this long forces a switch, default 2000 */
-        uint64_t max_stall_ms;     /* running sequences go at most this long without a step, default 500 */
-        double quantum;            /* stay on a busy model this many swap-in times, default 4 */
+        cfg_policy_t policy;  /* default swap-aware */
+        uint32_t max_batch;   /* default per-model batch size, default 16 */
+        uint64_t max_wait_ms; /* a request waiting this long forces a switch, default 2000 */
+        uint64_t
+            max_stall_ms; /* running sequences go at most this long without a step, default 500 */
+        double quantum;   /* stay on a busy model this many swap-in times, default 4 */
         uint32_t queue_limit;      /* queued requests per model, default 256 */
         uint32_t max_queued;       /* queued requests in all, default 4096 */
         uint64_t drain_timeout_ms; /* SIGTERM waits this long for running work, default 30000 */
     } scheduler;
     struct {
-        char *listen;    /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
+        char *listen; /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */
         int vllm_compat; /* also emit the gateway gauges under vLLM's names, default off */
     } metrics;
     struct {
@@ -162,9 +167,10 @@ typedef struct cfg {
         int http;                      /* listen.http requires a key (Bearer), default off */
         int tcp;                       /* listen.tcp requires a key (the auth op), default off */
         cfg_strlist_t trusted_proxies; /* peer IP addresses whose X-Forwarded-For is believed */
-        uint32_t max_failures;         /* failed attempts from one address before back-off, default 5 */
-        uint64_t backoff_ms;           /* the first back-off; doubles per further failure, at most 64x; default 1s */
-        cfg_key_t *keys;               /* n_keys entries, in file order; owned */
+        uint32_t max_failures; /* failed attempts from one address before back-off, default 5 */
+        uint64_t
+            backoff_ms; /* the first back-off; doubles per further failure, at most 64x; default 1s */
+        cfg_key_t *keys; /* n_keys entries, in file order; owned */
         size_t n_keys;
     } auth;
     cfg_model_t *models; /* n_models >= 1 entries, in file order; owned */

@@ -20,19 +20,19 @@
 #define AUTH_MAX_DOUBLINGS 6 /* back-off grows to at most 64 x auth.backoff */
 
 struct auth_key {
-    int refs;                 /* the store's reference plus every holder's */
-    int revoked;              /* gone from the config: holders close */
-    char *name;               /* owned */
-    unsigned char hash[32];   /* SHA-256 of the key */
-    char **models;            /* (n_models) allowed names, owned; all = 1 when "*" */
+    int refs;               /* the store's reference plus every holder's */
+    int revoked;            /* gone from the config: holders close */
+    char *name;             /* owned */
+    unsigned char hash[32]; /* SHA-256 of the key */
+    char **models;          /* (n_models) allowed names, owned; all = 1 when "*" */
     size_t n_models;
     int all;
-    double rate;              /* requests/s, 0 = unlimited */
-    double burst;             /* bucket size */
-    uint32_t max_concurrent;  /* 0 = unlimited */
-    double tpm;               /* tokens per minute, 0 = unlimited */
-    double bucket, bucket_t;  /* requests available, at time bucket_t */
-    double budget, budget_t;  /* tokens available (may be negative), at time budget_t */
+    double rate;             /* requests/s, 0 = unlimited */
+    double burst;            /* bucket size */
+    uint32_t max_concurrent; /* 0 = unlimited */
+    double tpm;              /* tokens per minute, 0 = unlimited */
+    double bucket, bucket_t; /* requests available, at time bucket_t */
+    double budget, budget_t; /* tokens available (may be negative), at time budget_t */
 #define AUTH_FIELD(name, help) uint64_t name;
     AUTH_KEY_COUNTERS(AUTH_FIELD)
 #undef AUTH_FIELD
@@ -52,14 +52,14 @@ typedef struct auth_lst_stats {
 } auth_lst_stats_t;
 
 struct auth {
-    pthread_mutex_t mu;       /* guards everything below */
+    pthread_mutex_t mu; /* guards everything below */
     int required[AUTH_LST_COUNT];
-    auth_key_t **keys;        /* (n_keys) live keys, the store holds one reference each */
+    auth_key_t **keys; /* (n_keys) live keys, the store holds one reference each */
     size_t n_keys;
-    char **proxies;           /* (n_proxies) trusted proxy addresses, canonical text */
+    char **proxies; /* (n_proxies) trusted proxy addresses, canonical text */
     size_t n_proxies;
     uint32_t max_failures;
-    double backoff;           /* seconds */
+    double backoff; /* seconds */
     auth_addr_t addrs[AUTH_MAX_ADDRS];
     auth_lst_stats_t lst[AUTH_LST_COUNT];
 };
@@ -483,8 +483,8 @@ static auth_addr_t *do_addr_claim(auth_t *a, const char *addr)
     return best;
 }
 
-int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, size_t len, double now,
-               auth_key_t **out, uint32_t *retry_s)
+int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, size_t len,
+               double now, auth_key_t **out, uint32_t *retry_s)
 {
     *out = NULL;
     *retry_s = 0;
@@ -523,7 +523,8 @@ int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, 
         ad->last = now;
         if (ad->fails >= a->max_failures) {
             uint32_t d = ad->fails - a->max_failures;
-            ad->until = now + a->backoff * (double)(1u << (d > AUTH_MAX_DOUBLINGS ? AUTH_MAX_DOUBLINGS : d));
+            ad->until = now + a->backoff *
+                                  (double)(1u << (d > AUTH_MAX_DOUBLINGS ? AUTH_MAX_DOUBLINGS : d));
         }
         pthread_mutex_unlock(&a->mu);
         return AUTH_E_UNAUTHORIZED;
@@ -537,7 +538,8 @@ int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, 
     return AUTH_OK;
 }
 
-int auth_admit(auth_t *a, auth_key_t *k, int gen, double now, auth_cause_t *cause, uint32_t *retry_s)
+int auth_admit(auth_t *a, auth_key_t *k, int gen, double now, auth_cause_t *cause,
+               uint32_t *retry_s)
 {
     *retry_s = 0;
     pthread_mutex_lock(&a->mu);
@@ -611,7 +613,8 @@ json_t *auth_report(auth_t *a)
     for (int l = 0; l < AUTH_LST_COUNT; l++) {
         json_t *o = json_object();
         json_object_set_new(o, "required", json_boolean(a->required[l]));
-#define AUTH_JSON(name, help) json_object_set_new(o, #name, json_integer((json_int_t)a->lst[l].name));
+#define AUTH_JSON(name, help)                                                                      \
+    json_object_set_new(o, #name, json_integer((json_int_t)a->lst[l].name));
         AUTH_LISTENER_COUNTERS(AUTH_JSON)
 #undef AUTH_JSON
         json_object_set_new(lst, lst_names[l], o);

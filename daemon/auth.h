@@ -48,7 +48,7 @@ enum {
 typedef enum auth_listener {
     AUTH_LST_HTTP = 0, /* listen.http */
     AUTH_LST_TCP,      /* listen.tcp (JSON lines) */
-    AUTH_LST_UNIX,     /* listen.socket: keys optional (an auth op narrows the connection to its key) */
+    AUTH_LST_UNIX, /* listen.socket: keys optional (an auth op narrows the connection to its key) */
     AUTH_LST_COUNT
 } auth_listener_t;
 
@@ -93,12 +93,13 @@ void auth_client_addr(auth_t *a, const char *peer, const char *xff, char *out, s
 /* Authenticates key (len bytes; NULL or len 0 = none sent) from client address
  * addr on listener l at time now. AUTH_OK with *out a new reference (the
  * caller unrefs); AUTH_E_UNAUTHORIZED; AUTH_E_BACKOFF with *retry_s set. */
-int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, size_t len, double now,
-               auth_key_t **out, uint32_t *retry_s);
+int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, size_t len,
+               double now, auth_key_t **out, uint32_t *retry_s);
 /* Admits one request of key k: gen = generate or chat (counts against
  * max_concurrent and tokens_per_minute). AUTH_OK (a gen request then holds a
  * slot until auth_finish), or AUTH_E_LIMIT with *cause and *retry_s set. */
-int auth_admit(auth_t *a, auth_key_t *k, int gen, double now, auth_cause_t *cause, uint32_t *retry_s);
+int auth_admit(auth_t *a, auth_key_t *k, int gen, double now, auth_cause_t *cause,
+               uint32_t *retry_s);
 /* An admitted gen request of k ended having used tokens (prompt + completion). */
 void auth_finish(auth_t *a, auth_key_t *k, uint64_t tokens, double now);
 

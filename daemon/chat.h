@@ -70,6 +70,7 @@ void chat_family_list(char *buf, size_t cap);
  * must be parsed (tok_encode parse_special = 1). *out is malloc'ed (caller
  * frees). CHAT_ERR_TEMPLATE with the reason in err for CHAT_NONE and
  * CHAT_UNKNOWN. */
-int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, char *err, size_t errlen);
+int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, char *err,
+                size_t errlen);
 
 #endif

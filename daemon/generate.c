@@ -58,9 +58,10 @@ static void usage(FILE *f)
         const sampler_param_desc_t *d = &sampler_param_descs[i];
         char opt[64], range[64];
         gen_opt_name(d->name, opt, sizeof opt);
-        fprintf(f, "      --%-17s %s%s\n", opt, i == SAMPLER_PARAM_temperature ? " (--temp)" : "", d->help);
-        fprintf(f, "                          in %s (default %s)\n", sampler_param_range_text(d, range, sizeof range),
-                d->def_text);
+        fprintf(f, "      --%-17s %s%s\n", opt, i == SAMPLER_PARAM_temperature ? " (--temp)" : "",
+                d->help);
+        fprintf(f, "                          in %s (default %s)\n",
+                sampler_param_range_text(d, range, sizeof range), d->def_text);
     }
     fputs("      --repeat-last-n N   (default 64)\n"
           "  -s, --seed S            sampling seed (default: from the clock)\n"
@@ -104,25 +105,45 @@ static int parse_float(const char *s, float *out)
 
 static int parse_args(int argc, char **argv, gen_opts_t *o)
 {
-    enum { O_RLN = 256, O_NOBOS, O_JSON, O_DUMP, O_IDS, O_IGNEOS, O_SPECIAL, O_ISA, O_EXACT,
-           O_KVTYPE, O_CHUNK, O_SAMPLER = 512 /* + sampler_param_id_t */ };
+    enum {
+        O_RLN = 256,
+        O_NOBOS,
+        O_JSON,
+        O_DUMP,
+        O_IDS,
+        O_IGNEOS,
+        O_SPECIAL,
+        O_ISA,
+        O_EXACT,
+        O_KVTYPE,
+        O_CHUNK,
+        O_SAMPLER = 512 /* + sampler_param_id_t */
+    };
     static const struct option fixed[] = {
-        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
-        {"n-predict", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},   {"ctx", required_argument, 0, 'c'},
+        {"model", required_argument, 0, 'm'},
+        {"prompt", required_argument, 0, 'p'},
+        {"n-predict", required_argument, 0, 'n'},
+        {"seed", required_argument, 0, 's'},
+        {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},
         {"temp", required_argument, 0, O_SAMPLER + SAMPLER_PARAM_temperature},
         {"repeat-last-n", required_argument, 0, O_RLN},
-        {"no-bos", no_argument, 0, O_NOBOS},      {"json", no_argument, 0, O_JSON},
+        {"no-bos", no_argument, 0, O_NOBOS},
+        {"json", no_argument, 0, O_JSON},
         {"dump-logits", required_argument, 0, O_DUMP},
         {"prompt-ids", required_argument, 0, O_IDS},
-        {"ignore-eos", no_argument, 0, O_IGNEOS}, {"special", no_argument, 0, O_SPECIAL},
-        {"isa", required_argument, 0, O_ISA},     {"quiet", no_argument, 0, 'q'},
+        {"ignore-eos", no_argument, 0, O_IGNEOS},
+        {"special", no_argument, 0, O_SPECIAL},
+        {"isa", required_argument, 0, O_ISA},
+        {"quiet", no_argument, 0, 'q'},
         {"exact", no_argument, 0, O_EXACT},
         {"kv-type", required_argument, 0, O_KVTYPE},
         {"prefill-chunk", required_argument, 0, O_CHUNK},
         {"help", no_argument, 0, 'h'},
     };
-    enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
+    enum {
+        N_FIXED = sizeof fixed / sizeof fixed[0]
+    };
     static char names[SAMPLER_PARAM_COUNT][32];
     struct option lo[N_FIXED + SAMPLER_PARAM_COUNT + 1];
     memcpy(lo, fixed, sizeof fixed);
@@ -146,7 +167,7 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
             switch (c - O_SAMPLER) {
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     case SAMPLER_PARAM_##name:                                                                     \
-        if (SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? parse_long(optarg, INT32_MIN, INT32_MAX, &v)  \
+        if (SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? parse_long(optarg, INT32_MIN, INT32_MAX, &v) \
                                                     : parse_float(optarg, &f))                     \
             goto bad;                                                                              \
         o->sp.name = SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? (ctype)v : (ctype)f;                \
@@ -194,21 +215,30 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
         case O_SPECIAL: o->special = 1; break;
         case O_EXACT: o->path = QUANT_PATH_EXACT; break;
         case O_KVTYPE:
-            if (strcmp(optarg, "f16") == 0) o->kv_type = KV_TYPE_F16;
-            else if (strcmp(optarg, "f32") == 0) o->kv_type = KV_TYPE_F32;
-            else goto bad;
+            if (strcmp(optarg, "f16") == 0)
+                o->kv_type = KV_TYPE_F16;
+            else if (strcmp(optarg, "f32") == 0)
+                o->kv_type = KV_TYPE_F32;
+            else
+                goto bad;
             break;
         case O_CHUNK:
             if (parse_long(optarg, 0, 1 << 24, &o->prefill_chunk))
                 goto bad;
             break;
         case O_ISA:
-            if (strcmp(optarg, "auto") == 0) o->isa = QUANT_ISA_AUTO;
-            else if (strcmp(optarg, "avx2") == 0) o->isa = QUANT_ISA_AVX2;
-            else if (strcmp(optarg, "avx512") == 0) o->isa = QUANT_ISA_AVX512;
-            else if (strcmp(optarg, "vnni") == 0) o->isa = QUANT_ISA_AVX2_VNNI;
-            else if (strcmp(optarg, "portable") == 0) o->isa = QUANT_ISA_PORTABLE;
-            else goto bad;
+            if (strcmp(optarg, "auto") == 0)
+                o->isa = QUANT_ISA_AUTO;
+            else if (strcmp(optarg, "avx2") == 0)
+                o->isa = QUANT_ISA_AVX2;
+            else if (strcmp(optarg, "avx512") == 0)
+                o->isa = QUANT_ISA_AVX512;
+            else if (strcmp(optarg, "vnni") == 0)
+                o->isa = QUANT_ISA_AVX2_VNNI;
+            else if (strcmp(optarg, "portable") == 0)
+                o->isa = QUANT_ISA_PORTABLE;
+            else
+                goto bad;
             break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 1;
@@ -332,8 +362,8 @@ int gen_main(int argc, char **argv)
             goto done;
         }
     }
-    uint32_t n_ctx = o.n_ctx ? (uint32_t)o.n_ctx
-                             : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    uint32_t n_ctx =
+        o.n_ctx ? (uint32_t)o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (n_prompt + (size_t)o.n_predict > n_ctx) {
         fprintf(stderr,
                 "gpuswapd generate: %zu prompt + %ld new tokens exceed the context of %u "
@@ -446,10 +476,10 @@ int gen_main(int argc, char **argv)
             json_array_append_new(jp, json_integer(prompt[i]));
         for (long i = 0; i < n_gen; i++)
             json_array_append_new(jids, json_integer(out_ids[i]));
-        json_t *root = json_pack("{s:o, s:O, s:s%, s:s, s:{s:f, s:f, s:f}}", "prompt_ids", jp,
-                                 "ids", jids, "text", text ? text : "", text_len, "finish_reason",
-                                 finish, "timing", "load_ms", t_load, "prompt_ms", t_prompt,
-                                 "gen_ms", t_gen);
+        json_t *root =
+            json_pack("{s:o, s:O, s:s%, s:s, s:{s:f, s:f, s:f}}", "prompt_ids", jp, "ids", jids,
+                      "text", text ? text : "", text_len, "finish_reason", finish, "timing",
+                      "load_ms", t_load, "prompt_ms", t_prompt, "gen_ms", t_gen);
         if (!root)
             goto oom;
         char *s = json_dumps(root, JSON_COMPACT);
@@ -465,7 +495,8 @@ int gen_main(int argc, char **argv)
         fprintf(stderr,
                 "gpuswapd generate: %s %s, %u threads, %s kernels; prompt %zu tokens in %.1f ms "
                 "(%.1f tok/s); generated %ld tokens in %.1f ms (%.1f tok/s)\n",
-                model_arch_name(m->hp.arch), gguf_ttype_name(m->wtype), o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                model_arch_name(m->hp.arch), gguf_ttype_name(m->wtype),
+                o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 quant_isa_name(quant_isa_get()), n_prompt, t_prompt,
                 t_prompt > 0 ? n_prompt * 1e3 / t_prompt : 0.0, n_gen, t_gen,
                 t_gen > 0 ? n_gen * 1e3 / t_gen : 0.0);

@@ -38,25 +38,25 @@ typedef enum hkind {
 /* One HTTP request from arrival until its answer is written or its connection
  * goes away; evhttp serves one request per connection at a time. */
 typedef struct hreq {
-    uint64_t conn;                 /* id in the server's space: the worker's routing key */
+    uint64_t conn; /* id in the server's space: the worker's routing key */
     http_t *h;
-    struct evhttp_request *req;    /* owned by evhttp */
+    struct evhttp_request *req; /* owned by evhttp */
     struct evhttp_connection *evcon;
-    struct hconn *hc;              /* its connection; NULL if untracked */
-    struct event *closed;          /* EV_CLOSED on the socket while the worker has it; NULL if none */
+    struct hconn *hc;     /* its connection; NULL if untracked */
+    struct event *closed; /* EV_CLOSED on the socket while the worker has it; NULL if none */
     hkind_t kind;
-    int stream;                    /* SSE answer */
-    int include_usage;             /* stream_options.include_usage */
-    int started;                   /* SSE headers sent */
-    int answered;                  /* final reply handed to evhttp: ignore further lines */
-    int submitted;                 /* the worker has (had) it: cancel on disconnect */
-    int status;                    /* status for the next error instead of the code's; 0 = by code */
-    char rid[64];                  /* "cmpl-..." / "chatcmpl-...": the OpenAI id and our request id */
-    char *model;                   /* requested model name (owned), NULL for non-inference */
-    auth_key_t *key;               /* its Authorization's key (a reference); NULL if none needed */
-    int admitted;                  /* a generate/chat slot of key is held until it ends */
-    uint32_t retry_after;          /* Retry-After seconds of its 429; 0 = the default 1 */
-    time_t created;                /* unix seconds at arrival */
+    int stream;           /* SSE answer */
+    int include_usage;    /* stream_options.include_usage */
+    int started;          /* SSE headers sent */
+    int answered;         /* final reply handed to evhttp: ignore further lines */
+    int submitted;        /* the worker has (had) it: cancel on disconnect */
+    int status;           /* status for the next error instead of the code's; 0 = by code */
+    char rid[64];         /* "cmpl-..." / "chatcmpl-...": the OpenAI id and our request id */
+    char *model;          /* requested model name (owned), NULL for non-inference */
+    auth_key_t *key;      /* its Authorization's key (a reference); NULL if none needed */
+    int admitted;         /* a generate/chat slot of key is held until it ends */
+    uint32_t retry_after; /* Retry-After seconds of its 429; 0 = the default 1 */
+    time_t created;       /* unix seconds at arrival */
     struct hreq *hnext;
 } hreq_t;
 
@@ -82,18 +82,18 @@ struct http {
     srv_t *srv;
     struct evhttp *eh;
     struct evhttp_bound_socket *bound;
-    struct evhttp *eh_metrics;     /* metrics.listen: GET /metrics and /health only; NULL if off */
+    struct evhttp *eh_metrics; /* metrics.listen: GET /metrics and /health only; NULL if off */
     hreq_t *buckets[HTTP_BUCKETS];
-    hconn_t *conns[HTTP_BUCKETS];  /* adopted connections, by evcon */
-    hconn_t *pending;              /* accepted, not yet adopted */
-    struct event *adopt;           /* runs conn_adopt right after the accept */
-    uint32_t n_conns;              /* open connections within the limit */
-    uint32_t n_refused;            /* open connections over it, waiting for their 503 */
-    uint32_t salt;                 /* makes ids differ between daemon runs */
-    time_t t_start;                /* "created" of /v1/models entries */
-    int early_close;               /* the event backend reports peer close (EV_CLOSED) */
-    int freeing;                   /* in http_free: the worker is gone */
-    auth_t *auth;                  /* the server's API keys (srv_auth); NULL = none */
+    hconn_t *conns[HTTP_BUCKETS]; /* adopted connections, by evcon */
+    hconn_t *pending;             /* accepted, not yet adopted */
+    struct event *adopt;          /* runs conn_adopt right after the accept */
+    uint32_t n_conns;             /* open connections within the limit */
+    uint32_t n_refused;           /* open connections over it, waiting for their 503 */
+    uint32_t salt;                /* makes ids differ between daemon runs */
+    time_t t_start;               /* "created" of /v1/models entries */
+    int early_close;              /* the event backend reports peer close (EV_CLOSED) */
+    int freeing;                  /* in http_free: the worker is gone */
+    auth_t *auth;                 /* the server's API keys (srv_auth); NULL = none */
 };
 
 /* ------------------------------------------------------------------ request table */
@@ -512,7 +512,8 @@ static void gen_done(hreq_t *r, const json_t *root)
         json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
         json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
         r->admitted = 0;
-        auth_finish(r->h->auth, r->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(c > 0 ? c : 0), auth_now());
+        auth_finish(r->h->auth, r->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(c > 0 ? c : 0),
+                    auth_now());
     }
     const char *finish = finish_of(json_string_value(json_object_get(root, "finish_reason")));
     if (r->stream) {
@@ -529,8 +530,9 @@ static void gen_done(hreq_t *r, const json_t *root)
     const char *text = json_string_value(json_object_get(root, "text"));
     json_t *choice = json_pack("{s:i}", "index", 0);
     if (r->kind == HK_CHAT)
-        json_object_set_new(choice, "message",
-                            json_pack("{s:s, s:s}", "role", "assistant", "content", text ? text : ""));
+        json_object_set_new(
+            choice, "message",
+            json_pack("{s:s, s:s}", "role", "assistant", "content", text ? text : ""));
     else
         json_object_set_new(choice, "text", json_string(text ? text : ""));
     json_object_set_new(choice, "logprobs", json_null());
@@ -565,8 +567,7 @@ static void models_ok(hreq_t *r, const json_t *root)
     json_t *data = json_array();
     size_t i;
     const json_t *m;
-    json_array_foreach(json_object_get(root, "models"), i, m)
-    {
+    json_array_foreach (json_object_get(root, "models"), i, m) {
         const char *name = json_string_value(json_object_get(m, "name"));
         if (!name)
             continue;
@@ -647,7 +648,7 @@ static void prom_sample(struct evbuffer *b, const char *name, const char *model,
 }
 
 typedef struct prom_def {
-    const char *key;  /* field of the stats report */
+    const char *key; /* field of the stats report */
     const char *help;
 } prom_def_t;
 
@@ -669,8 +670,10 @@ static const struct {
     const char *key, *name, *help;
 } prom_hists[] = {
     {"hist_ttft_ms", "ttft_seconds", "time from receiving a request to its first token"},
-    {"hist_queue_ms", "queue_seconds", "time a request waited for its first step, swap-in excluded"},
-    {"hist_swap_ms", "swap_in_seconds", "time a request's first token waited for its model's page-in (swap_ms)"},
+    {"hist_queue_ms", "queue_seconds",
+     "time a request waited for its first step, swap-in excluded"},
+    {"hist_swap_ms", "swap_in_seconds",
+     "time a request's first token waited for its model's page-in (swap_ms)"},
 };
 
 /* Stats key -> metric name and kind: total_x -> x_total (counter; x_ns ->
@@ -711,8 +714,7 @@ static void prom_model_family(struct evbuffer *b, const json_t *models, const pr
     prom_family(b, name, counter ? "counter" : "gauge", help, ns ? ", seconds" : NULL);
     const char *model;
     const json_t *m;
-    json_object_foreach((json_t *)models, model, m)
-    {
+    json_object_foreach ((json_t *)models, model, m) {
         const json_t *v = json_object_get(m, d->key);
         if (json_is_number(v))
             prom_sample(b, name, model, NULL, NULL, json_number_value(v) * scale);
@@ -726,8 +728,7 @@ static void prom_hist(struct evbuffer *b, const json_t *models, int k)
     snprintf(bucket, sizeof bucket, "%s_bucket", prom_hists[k].name);
     const char *model;
     const json_t *m;
-    json_object_foreach((json_t *)models, model, m)
-    {
+    json_object_foreach ((json_t *)models, model, m) {
         const json_t *h = json_object_get(m, prom_hists[k].key);
         const json_t *bs = json_object_get(h, "buckets");
         if (!json_is_array(bs))
@@ -743,7 +744,8 @@ static void prom_hist(struct evbuffer *b, const json_t *models, int k)
         prom_sample(b, bucket, model, "le", "+Inf", (double)count);
         char nm[96];
         snprintf(nm, sizeof nm, "%s_sum", prom_hists[k].name);
-        prom_sample(b, nm, model, NULL, NULL, json_number_value(json_object_get(h, "sum_ms")) / 1e3);
+        prom_sample(b, nm, model, NULL, NULL,
+                    json_number_value(json_object_get(h, "sum_ms")) / 1e3);
         snprintf(nm, sizeof nm, "%s_count", prom_hists[k].name);
         prom_sample(b, nm, model, NULL, NULL, (double)count);
     }
@@ -793,11 +795,11 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
             const char *key = prom_model_stats[j].key;
             if (strncmp(key, "evictions_", 10) != 0)
                 continue;
-            json_object_foreach((json_t *)models, model, m)
-            {
+            json_object_foreach ((json_t *)models, model, m) {
                 const json_t *v = json_object_get(m, key);
                 if (json_is_number(v))
-                    prom_sample(b, "evictions_total", model, "cause", key + 10, json_number_value(v));
+                    prom_sample(b, "evictions_total", model, "cause", key + 10,
+                                json_number_value(v));
             }
         }
     }
@@ -805,8 +807,7 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
         prom_model_family(b, models, &prom_model_extra[i]);
 
     prom_family(b, "model_state", "gauge", "1 for the model's current state, else 0", NULL);
-    json_object_foreach((json_t *)models, model, m)
-    {
+    json_object_foreach ((json_t *)models, model, m) {
         const char *st = json_string_value(json_object_get(m, "state"));
         for (int s = 0; s < WK_STATE_COUNT; s++)
             prom_sample(b, "model_state", model, "state", wk_state_name((wk_state_t)s),
@@ -847,10 +848,10 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
  * models as running, queued-but-not-resident ones as waiting and how many
  * models fit in the pool as max. */
 typedef struct prom_gw {
-    double waiting;     /* requests queued, all models */
-    double running;     /* sequences in running batches, all models */
-    double kv_usage;    /* KV-cache bytes / device pool bytes, 0..1 */
-    unsigned max_fit;   /* most models whose weights fit in the pool together (smallest first) */
+    double waiting;   /* requests queued, all models */
+    double running;   /* sequences in running batches, all models */
+    double kv_usage;  /* KV-cache bytes / device pool bytes, 0..1 */
+    unsigned max_fit; /* most models whose weights fit in the pool together (smallest first) */
     struct evbuffer *running_models, *waiting_models; /* comma-separated names, no spaces */
 } prom_gw_t;
 
@@ -886,8 +887,7 @@ static int gw_compute(const json_t *rep, prom_gw_t *g)
     double kv = 0;
     const char *model;
     const json_t *m;
-    json_object_foreach((json_t *)models, model, m)
-    {
+    json_object_foreach ((json_t *)models, model, m) {
         double queued = json_number_value(json_object_get(m, "curr_queued"));
         const char *st = json_string_value(json_object_get(m, "state"));
         int resident = st && strcmp(st, wk_state_name(WK_STATE_RESIDENT)) == 0;
@@ -963,7 +963,8 @@ static void prom_gateway(struct evbuffer *b, const json_t *rep, int vllm)
     prom_family(b, "models_info", "gauge",
                 "models resident on the device (running_models), queued but not resident "
                 "(waiting_models) and how many fit in the pool (max_models); the value is the unix "
-                "time of this report", NULL);
+                "time of this report",
+                NULL);
     gw_info(b, "gpuswapd_models_info", "running_models", "waiting_models", "max_models", &g, now);
     if (vllm) {
         /* the names the endpoint picker (Gateway API Inference Extension v1.0.0) reads by
@@ -971,11 +972,14 @@ static void prom_gateway(struct evbuffer *b, const json_t *rep, int vllm)
         static const char *const fam[][3] = {
             {"vllm:num_requests_waiting", "requests queued (gpuswapd_requests_waiting)", "w"},
             {"vllm:num_requests_running", "sequences running (gpuswapd_requests_running)", "r"},
-            {"vllm:gpu_cache_usage_perc", "KV-cache use, 0..1 (gpuswapd_kv_cache_usage_ratio)", "k"},
+            {"vllm:gpu_cache_usage_perc", "KV-cache use, 0..1 (gpuswapd_kv_cache_usage_ratio)",
+             "k"},
             {"vllm:kv_cache_usage_perc", "KV-cache use, 0..1 (gpuswapd_kv_cache_usage_ratio)", "k"},
         };
         for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
-            double v = fam[i][2][0] == 'w' ? g.waiting : fam[i][2][0] == 'r' ? g.running : g.kv_usage;
+            double v = fam[i][2][0] == 'w'   ? g.waiting
+                       : fam[i][2][0] == 'r' ? g.running
+                                             : g.kv_usage;
             evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", fam[i][0], fam[i][1],
                                 fam[i][0], fam[i][0], v);
         }
@@ -1001,38 +1005,41 @@ static void prom_auth(struct evbuffer *b, const json_t *auth)
     static const char *const causes[][2] = {{"rate", "rejected_rate"},
                                             {"concurrency", "rejected_concurrency"},
                                             {"tokens", "rejected_tokens"}};
-    const json_t *lst = json_object_get(auth, "listeners"), *keys = json_object_get(auth, "keys"), *v;
+    const json_t *lst = json_object_get(auth, "listeners"), *keys = json_object_get(auth, "keys"),
+                 *v;
     const char *name;
     if (!auth)
         return;
     prom_family(b, "auth_attempts_total", "counter",
                 "API key checks by listener and result (ok, missing, invalid, backoff)", NULL);
-    json_object_foreach((json_t *)lst, name, v)
-    {
+    json_object_foreach ((json_t *)lst, name, v) {
         for (size_t i = 0; i < sizeof results / sizeof results[0]; i++)
-            evbuffer_add_printf(b, "gpuswapd_auth_attempts_total{listener=\"%s\",result=\"%s\"} %lld\n", name,
-                                results[i][0], (long long)json_integer_value(json_object_get(v, results[i][1])));
+            evbuffer_add_printf(
+                b, "gpuswapd_auth_attempts_total{listener=\"%s\",result=\"%s\"} %lld\n", name,
+                results[i][0], (long long)json_integer_value(json_object_get(v, results[i][1])));
     }
     static const struct {
         const char *metric, *field, *type, *help;
     } per_key[] = {
         {"key_requests_total", "total_requests", "counter", "requests admitted under the API key"},
-        {"key_tokens_total", "total_tokens", "counter", "prompt + completion tokens of the key's finished requests"},
+        {"key_tokens_total", "total_tokens", "counter",
+         "prompt + completion tokens of the key's finished requests"},
         {"key_inflight", "curr_inflight", "gauge", "generate/chat requests of the key in flight"},
     };
     for (size_t f = 0; f < sizeof per_key / sizeof per_key[0]; f++) {
         prom_family(b, per_key[f].metric, per_key[f].type, per_key[f].help, NULL);
-        json_object_foreach((json_t *)keys, name, v)
-        {
+        json_object_foreach ((json_t *)keys, name, v) {
             evbuffer_add_printf(b, "gpuswapd_%s{key=\"", per_key[f].metric);
             prom_escape(b, name);
-            evbuffer_add_printf(b, "\"} %lld\n", (long long)json_integer_value(json_object_get(v, per_key[f].field)));
+            evbuffer_add_printf(
+                b, "\"} %lld\n",
+                (long long)json_integer_value(json_object_get(v, per_key[f].field)));
         }
     }
     prom_family(b, "key_rejections_total", "counter",
-                "requests of the API key refused by a limit, by cause (rate, concurrency, tokens)", NULL);
-    json_object_foreach((json_t *)keys, name, v)
-    {
+                "requests of the API key refused by a limit, by cause (rate, concurrency, tokens)",
+                NULL);
+    json_object_foreach ((json_t *)keys, name, v) {
         for (size_t i = 0; i < sizeof causes / sizeof causes[0]; i++) {
             evbuffer_add_printf(b, "gpuswapd_key_rejections_total{key=\"");
             prom_escape(b, name);
@@ -1111,13 +1118,17 @@ static int is_off(const json_t *v)
            (json_is_object(v) && json_object_size(v) == 0);
 }
 
-enum { OP_CMPL = 1, OP_CHAT = 2, OP_BOTH = 3 };
+enum {
+    OP_CMPL = 1,
+    OP_CHAT = 2,
+    OP_BOTH = 3
+};
 
 typedef enum fkind {
-    F_COPY = 1,   /* copied under `as` (null = absent), validated by the codec */
-    F_IGNORE,     /* accepted and ignored */
-    F_OFF,        /* accepted while off (is_off), else not supported */
-    F_ONE,        /* n, best_of: null or 1 */
+    F_COPY = 1, /* copied under `as` (null = absent), validated by the codec */
+    F_IGNORE,   /* accepted and ignored */
+    F_OFF,      /* accepted while off (is_off), else not supported */
+    F_ONE,      /* n, best_of: null or 1 */
     F_PROMPT,
     F_MESSAGES,
     F_STREAM_OPTIONS,
@@ -1203,13 +1214,14 @@ static json_t *map_content(size_t i, const json_t *c, char *err, size_t errlen)
         return json_incref((json_t *)c); /* a string, or the codec names the type */
     size_t len = 0, k;
     const json_t *part;
-    json_array_foreach(c, k, part)
-    {
+    json_array_foreach (c, k, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
         const json_t *text = json_object_get(part, "text");
         if (!type || strcmp(type, "text") != 0 || !json_is_string(text)) {
-            snprintf(err, errlen, "messages[%zu].content[%zu]: only {\"type\":\"text\",\"text\":...} "
-                     "parts are supported", i, k);
+            snprintf(err, errlen,
+                     "messages[%zu].content[%zu]: only {\"type\":\"text\",\"text\":...} "
+                     "parts are supported",
+                     i, k);
             return NULL;
         }
         len += json_string_length(text) + 1;
@@ -1219,8 +1231,7 @@ static json_t *map_content(size_t i, const json_t *c, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    json_array_foreach(c, k, part)
-    {
+    json_array_foreach (c, k, part) {
         const json_t *text = json_object_get(part, "text");
         if (k)
             *p++ = '\n';
@@ -1244,8 +1255,7 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
     json_object_set_new(out, "messages", arr);
     size_t i;
     json_t *m;
-    json_array_foreach(v, i, m)
-    {
+    json_array_foreach (v, i, m) {
         if (!json_is_object(m)) {
             json_array_append(arr, m); /* the codec names the type */
             continue;
@@ -1254,13 +1264,12 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
         json_array_append_new(arr, o);
         const char *key;
         json_t *x;
-        json_object_foreach(m, key, x)
-        {
+        json_object_foreach (m, key, x) {
             if (strcmp(key, "role") == 0) {
                 const char *role = json_string_value(x);
-                json_object_set_new(o, "role", role && strcmp(role, "developer") == 0
-                                                   ? json_string("system")
-                                                   : json_incref(x));
+                json_object_set_new(o, "role",
+                                    role && strcmp(role, "developer") == 0 ? json_string("system")
+                                                                           : json_incref(x));
             } else if (strcmp(key, "content") == 0) {
                 json_t *c = map_content(i, x, err, errlen);
                 if (!c)
@@ -1269,7 +1278,8 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
             } else if (strcmp(key, "name") == 0) {
                 /* ignored */
             } else if ((strcmp(key, "tool_calls") == 0 || strcmp(key, "refusal") == 0 ||
-                        strcmp(key, "function_call") == 0) && is_off(x)) {
+                        strcmp(key, "function_call") == 0) &&
+                       is_off(x)) {
                 /* off */
             } else {
                 snprintf(err, errlen, "messages[%zu]: field '%s' is not supported", i, key);
@@ -1290,8 +1300,7 @@ static json_t *map_request(int op, const char *rid, json_t *body, int *include_u
     json_t *out = json_pack("{s:s, s:s}", "op", op == OP_CHAT ? "chat" : "generate", "id", rid);
     const char *key;
     json_t *v;
-    json_object_foreach(body, key, v)
-    {
+    json_object_foreach (body, key, v) {
         size_t f = 0, nf = sizeof http_fields / sizeof *http_fields;
         while (f < nf && !((http_fields[f].ops & op) && strcmp(http_fields[f].name, key) == 0))
             f++;
@@ -1431,7 +1440,9 @@ static int key_check(hreq_t *r)
     }
     if (xff)
         evbuffer_add(xff, "", 1);
-    auth_client_addr(h->auth, peer, xff && evbuffer_get_length(xff) > 1 ? (const char *)evbuffer_pullup(xff, -1) : NULL,
+    auth_client_addr(h->auth, peer,
+                     xff && evbuffer_get_length(xff) > 1 ? (const char *)evbuffer_pullup(xff, -1)
+                                                         : NULL,
                      addr, sizeof addr);
     if (xff)
         evbuffer_free(xff);
@@ -1441,15 +1452,16 @@ static int key_check(hreq_t *r)
     int rc = auth_check(h->auth, AUTH_LST_HTTP, addr, tok, len, auth_now(), &r->key, &retry);
     if (rc == AUTH_E_BACKOFF) {
         r->retry_after = retry;
-        http_fail(r, 429, PROTO_E_RATE_LIMITED, "too many failed API key attempts from this address: retry in %u s",
-                  retry);
+        http_fail(r, 429, PROTO_E_RATE_LIMITED,
+                  "too many failed API key attempts from this address: retry in %u s", retry);
         return -1;
     }
     if (rc) {
-        http_fail(r, 401, PROTO_E_UNAUTHORIZED, "%s",
-                  tok ? "Incorrect API key provided."
-                      : hdr ? "The Authorization header is not of the form 'Bearer KEY'."
-                            : "You didn't provide an API key: send the header 'Authorization: Bearer KEY'.");
+        http_fail(
+            r, 401, PROTO_E_UNAUTHORIZED, "%s",
+            tok   ? "Incorrect API key provided."
+            : hdr ? "The Authorization header is not of the form 'Bearer KEY'."
+                  : "You didn't provide an API key: send the header 'Authorization: Bearer KEY'.");
         return -1;
     }
     return 0;
@@ -1597,8 +1609,11 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     switch (kind) {
     case HK_NONE: return; /* not reached: answered above */
-    case HK_HEALTH: /* liveness: the loop answers, draining or not */
-        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
+    case HK_HEALTH:       /* liveness: the loop answers, draining or not */
+        reply_json(
+            r, 200,
+            json_pack("{s:s}", "status",
+                      wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
         return;
     case HK_READY: { /* readiness: every model in host RAM and not draining */
         char why[256];
@@ -1626,7 +1641,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     case HK_MODELS: do_worker_op(r, PROTO_OP_MODELS, 0); return;
     case HK_METRICS:
-        if (r->key && !auth_key_allows(r->key, NULL)) { /* it names every model: keys for all only */
+        if (r->key &&
+            !auth_key_allows(r->key, NULL)) { /* it names every model: keys for all only */
             http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
             return;
         }
@@ -1648,10 +1664,13 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    int metrics = path && strcmp(path, "/metrics") == 0, health = path && strcmp(path, "/health") == 0;
+    int metrics = path && strcmp(path, "/metrics") == 0,
+        health = path && strcmp(path, "/health") == 0;
     if (!metrics && !health) {
-        http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path on metrics.listen: %s (only /metrics "
-                  "and /health)", path ? path : "");
+        http_fail(r, 404, PROTO_E_BAD_REQUEST,
+                  "no such path on metrics.listen: %s (only /metrics "
+                  "and /health)",
+                  path ? path : "");
         return;
     }
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
@@ -1661,7 +1680,10 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
     }
     if (health) {
         r->kind = HK_HEALTH;
-        reply_json(r, 200, json_pack("{s:s}", "status", wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
+        reply_json(
+            r, 200,
+            json_pack("{s:s}", "status",
+                      wk_readiness(h->wk, NULL, 0) == WK_READY_DRAINING ? "draining" : "ok"));
         return;
     }
     r->kind = HK_METRICS;
@@ -1734,8 +1756,8 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
     evhttp_set_max_headers_size(h->eh, HTTP_MAX_HEADERS);
     evhttp_set_flags(h->eh, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                          EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->eh, on_request, h);
     evhttp_set_bevcb(h->eh, conn_bev_new, h);
     if (cfg->listen.http &&
@@ -1750,8 +1772,8 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
         }
         evhttp_set_max_body_size(h->eh_metrics, 4096); /* bodies are read and refused */
         evhttp_set_max_headers_size(h->eh_metrics, HTTP_MAX_HEADERS);
-        evhttp_set_allowed_methods(h->eh_metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
-                                                      EVHTTP_REQ_POST);
+        evhttp_set_allowed_methods(h->eh_metrics,
+                                   EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
         evhttp_set_gencb(h->eh_metrics, on_metrics_request, h);
         if (bind_hostport(h->eh_metrics, cfg, "metrics.listen", cfg->metrics.listen, &mb, err,
                           errlen))

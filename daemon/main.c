@@ -25,35 +25,36 @@
 typedef struct daemon_state {
     struct event_base *base;
     const char *config_path;
-    cfg_t *cfg;          /* current */
-    cfg_t **old;         /* configs replaced by reloads: kept until exit */
+    cfg_t *cfg;  /* current */
+    cfg_t **old; /* configs replaced by reloads: kept until exit */
     size_t n_old;
     wk_t *wk;
     srv_t *srv;
-    http_t *http;        /* NULL unless listen.http */
-    auth_t *auth;        /* API keys (auth:), reloaded with the config */
+    http_t *http; /* NULL unless listen.http */
+    auth_t *auth; /* API keys (auth:), reloaded with the config */
     struct event *sig_term, *sig_int, *sig_hup, *watchdog, *drain_timer;
     int draining;
     int exit_code;
     struct event *flush_timer;
     int flush_ticks;
     struct event *linger; /* listen.drain_linger before a drain starts; NULL if none yet */
-    int term_seen;       /* SIGTERM/SIGINT handled once */
-    int drain_req_set;   /* an admin drain waits in drain_req for the linger to end */
-    uint64_t drain_conn; /* its admin connection */
+    int term_seen;        /* SIGTERM/SIGINT handled once */
+    int drain_req_set;    /* an admin drain waits in drain_req for the linger to end */
+    uint64_t drain_conn;  /* its admin connection */
     proto_req_t drain_req;
-    double watchdog_s;   /* WATCHDOG_USEC in seconds, 0 when off */
-    int stall_logged;    /* the current worker stall has been logged */
+    double watchdog_s; /* WATCHDOG_USEC in seconds, 0 when off */
+    int stall_logged;  /* the current worker stall has been logged */
 } daemon_state_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: gpuswapd [serve] [--config FILE]   run the daemon (default " DEFAULT_CONFIG ")\n"
-          "       gpuswapd --check-config FILE       validate a config and print it in full\n"
-          "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
-          "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
-          "       gpuswapd version\n",
-          f);
+    fputs(
+        "usage: gpuswapd [serve] [--config FILE]   run the daemon (default " DEFAULT_CONFIG ")\n"
+        "       gpuswapd --check-config FILE       validate a config and print it in full\n"
+        "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
+        "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
+        "       gpuswapd version\n",
+        f);
 }
 
 /* The worker's wake-up: the server exists before the worker thread starts. */
@@ -83,8 +84,8 @@ static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
 {
     return strcmp(a->path, b->path) || a->gpu_quota != b->gpu_quota || a->pinned != b->pinned ||
            a->priority != b->priority || a->max_batch != b->max_batch ||
-           a->max_context != b->max_context || a->kv_cache != b->kv_cache || a->kv_type != b->kv_type ||
-           memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
+           a->max_context != b->max_context || a->kv_cache != b->kv_cache ||
+           a->kv_type != b->kv_type || memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
 }
 
 /* Re-reads the config; answers an admin reload when conn != 0. */
@@ -114,9 +115,8 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
         if (!cfg_find_model(next, d->cfg->models[i].name))
             json_array_append_new(removed, json_string(d->cfg->models[i].name));
     log_set_level(LOG_LEVEL_OF_INDEX(next->log.level));
-    log_notice("reloaded %s (%zu added, %zu removed, %zu changed)",
-            d->config_path, json_array_size(added), json_array_size(removed),
-            json_array_size(changed));
+    log_notice("reloaded %s (%zu added, %zu removed, %zu changed)", d->config_path,
+               json_array_size(added), json_array_size(removed), json_array_size(changed));
     cfg_t **no = realloc(d->old, (d->n_old + 1) * sizeof *no);
     if (no) {
         d->old = no;
@@ -177,7 +177,7 @@ static int linger_first(daemon_state_t *d, event_callback_fn fn)
     if (!d->linger)
         return 0;
     log_notice("leaving: /ready answers 503, serving %llu ms more before draining",
-            (unsigned long long)ms);
+               (unsigned long long)ms);
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(d->linger, &tv);
     return 1;
@@ -222,8 +222,7 @@ static void start_drain_now(evutil_socket_t fd, short what, void *arg)
     admin_drain_now(-1, 0, d); /* an admin drain that was lingering too */
     d->draining = 1;
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
-    log_notice("draining (up to %llu ms)",
-            (unsigned long long)d->cfg->scheduler.drain_timeout_ms);
+    log_notice("draining (up to %llu ms)", (unsigned long long)d->cfg->scheduler.drain_timeout_ms);
     srv_drain(d->srv);
     wk_drain(d->wk);
     struct timeval tv = {(time_t)(d->cfg->scheduler.drain_timeout_ms / 1000),
@@ -277,7 +276,8 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     if (stalled > limit) {
         if (!d->stall_logged)
             log_warning("the worker has made no progress for %.1f s: withholding the "
-                    "watchdog ping", stalled);
+                        "watchdog ping",
+                        stalled);
         d->stall_logged = 1;
         return;
     }
@@ -305,12 +305,14 @@ static void raise_nofile(const cfg_t *c)
         rl.rlim_cur = to;
         if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
             log_notice("open-file limit raised from %llu to %llu for listen.max_connections %u",
-                    (unsigned long long)was, (unsigned long long)to, (unsigned)c->listen.max_connections);
+                       (unsigned long long)was, (unsigned long long)to,
+                       (unsigned)c->listen.max_connections);
     }
     if (to < want)
         log_warning("open-file hard limit %llu is below the %llu that listen.max_connections %u "
-                "needs: connections past it are refused (raise LimitNOFILE=)",
-                (unsigned long long)to, (unsigned long long)want, (unsigned)c->listen.max_connections);
+                    "needs: connections past it are refused (raise LimitNOFILE=)",
+                    (unsigned long long)to, (unsigned long long)want,
+                    (unsigned)c->listen.max_connections);
 }
 
 static int serve(const char *path)
@@ -351,7 +353,8 @@ static int serve(const char *path)
     evsignal_add(d.sig_term, NULL);
     evsignal_add(d.sig_int, NULL);
     evsignal_add(d.sig_hup, NULL);
-    srv_hooks_t hooks = {.reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
+    srv_hooks_t hooks = {
+        .reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
     d.auth = auth_new(d.cfg, err, sizeof err);
     if (!d.auth) {
         log_error("%s", err);
@@ -360,10 +363,10 @@ static int serve(const char *path)
     wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
     if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
         log_notice("auth: %zu API keys; a key is required on %s", d.cfg->auth.n_keys,
-                d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
-                : d.cfg->auth.http                  ? "listen.http"
-                : d.cfg->auth.tcp                   ? "listen.tcp"
-                                                    : "no listener (the auth op is optional)");
+                   d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
+                   : d.cfg->auth.http                  ? "listen.http"
+                   : d.cfg->auth.tcp                   ? "listen.tcp"
+                                                       : "no listener (the auth op is optional)");
     d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
     if (!d.srv) {
         log_error("%s", err);
@@ -392,10 +395,9 @@ static int serve(const char *path)
         struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
         evtimer_add(d.watchdog, &tv);
     }
-    log_notice("serving on %s (admin %s)%s%s",
-            d.cfg->listen.socket ? d.cfg->listen.socket : "-",
-            d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
-            d.cfg->listen.tcp ? d.cfg->listen.tcp : "");
+    log_notice("serving on %s (admin %s)%s%s", d.cfg->listen.socket ? d.cfg->listen.socket : "-",
+               d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
+               d.cfg->listen.tcp ? d.cfg->listen.tcp : "");
     sd_notify(0, "READY=1");
     notify_status(&d);
     event_base_dispatch(d.base);
@@ -406,14 +408,22 @@ out:
     http_free(d.http);
     srv_free(d.srv);
     auth_free(d.auth);
-    if (d.sig_term) event_free(d.sig_term);
-    if (d.sig_int) event_free(d.sig_int);
-    if (d.sig_hup) event_free(d.sig_hup);
-    if (d.drain_timer) event_free(d.drain_timer);
-    if (d.watchdog) event_free(d.watchdog);
-    if (d.flush_timer) event_free(d.flush_timer);
-    if (d.linger) event_free(d.linger);
-    if (d.drain_req_set) proto_req_free(&d.drain_req);
+    if (d.sig_term)
+        event_free(d.sig_term);
+    if (d.sig_int)
+        event_free(d.sig_int);
+    if (d.sig_hup)
+        event_free(d.sig_hup);
+    if (d.drain_timer)
+        event_free(d.drain_timer);
+    if (d.watchdog)
+        event_free(d.watchdog);
+    if (d.flush_timer)
+        event_free(d.flush_timer);
+    if (d.linger)
+        event_free(d.linger);
+    if (d.drain_req_set)
+        proto_req_free(&d.drain_req);
     event_base_free(d.base);
     for (size_t i = 0; i < d.n_old; i++)
         cfg_free(d.old[i]);
@@ -442,9 +452,9 @@ static int check_config(const char *path)
             bad++;
             continue;
         }
-        fprintf(stderr, "%s:%d: model '%s': %s %s, %u layers, context %u\n", c->file, m->line, m->name,
-                model_arch_name(mo->hp.arch), gguf_ttype_name(mo->wtype), (unsigned)mo->hp.n_layer,
-                (unsigned)mo->hp.n_ctx_train);
+        fprintf(stderr, "%s:%d: model '%s': %s %s, %u layers, context %u\n", c->file, m->line,
+                m->name, model_arch_name(mo->hp.arch), gguf_ttype_name(mo->wtype),
+                (unsigned)mo->hp.n_layer, (unsigned)mo->hp.n_ctx_train);
         model_close(mo);
     }
     cfg_print(c, stdout);

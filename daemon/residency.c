@@ -18,15 +18,16 @@
 
 typedef struct res_seg {
     res_seg_state_t state;
-    be_event_t *ev;      /* copy completion */
-    int timed;           /* copy time already added to the counters */
+    be_event_t *ev; /* copy completion */
+    int timed;      /* copy time already added to the counters */
     be_copy_times_t t;
-    uint64_t q_end;      /* bytes ever queued on the copy engine when its copy was queued, itself included */
-    size_t q_span;       /* bytes of that copy */
+    uint64_t
+        q_end; /* bytes ever queued on the copy engine when its copy was queued, itself included */
+    size_t q_span; /* bytes of that copy */
 } res_seg_t;
 
 typedef struct res_kv {
-    kv_seq_t kv;         /* first: kv_seq_t pointers are res_kv pointers */
+    kv_seq_t kv; /* first: kv_seq_t pointers are res_kv pointers */
     res_model_t *m;
     size_t range_bytes;  /* reserved per array (k and v) */
     size_t mapped_bytes; /* mapped per array */
@@ -36,27 +37,27 @@ struct res_model {
     res_t *r;
     store_model_t *sm;
     res_cfg_t cfg;
-    void *base;              /* device range holding the image layout */
-    res_seg_t *segs;         /* sm->n_segs */
-    model_weights_t dev;     /* weights at base */
+    void *base;          /* device range holding the image layout */
+    res_seg_t *segs;     /* sm->n_segs */
+    model_weights_t dev; /* weights at base */
     model_layer_t *dev_layers;
-    size_t weight_bytes;     /* spans mapped (resident or in flight) */
-    size_t kv_bytes;         /* KV pages mapped */
+    size_t weight_bytes; /* spans mapped (resident or in flight) */
+    size_t kv_bytes;     /* KV pages mapped */
     int running;
     int n_kv;
-    kv_type_t kv_live_type;  /* type of its live KV caches (while n_kv > 0): a reload's
+    kv_type_t kv_live_type; /* type of its live KV caches (while n_kv > 0): a reload's
                                 new kv_type applies once they are gone, so one
                                 pass never mixes types */
-    int n_inflight;          /* segments whose copy is queued and not settled */
-    size_t inflight_bytes;   /* their spans */
-    int wanted;              /* the caller has work queued for it (res_set_wanted) */
-    int prefetch_touched;    /* a prefetch counted as a use since its last pass */
-    size_t stolen;           /* bytes evicted while it had live KV caches, since its last pass */
-    double freq;             /* uses, for the GreedyDual score */
-    double h;                /* GreedyDual value: lowest goes first */
+    int n_inflight;         /* segments whose copy is queued and not settled */
+    size_t inflight_bytes;  /* their spans */
+    int wanted;             /* the caller has work queued for it (res_set_wanted) */
+    int prefetch_touched;   /* a prefetch counted as a use since its last pass */
+    size_t stolen;          /* bytes evicted while it had live KV caches, since its last pass */
+    double freq;            /* uses, for the GreedyDual score */
+    double h;               /* GreedyDual value: lowest goes first */
     stats_res_t st;
-    int err_code;            /* RES_ERR_* of the last failure since acquire, 0 if none */
-    char err[192];           /* its message */
+    int err_code;  /* RES_ERR_* of the last failure since acquire, 0 if none */
+    char err[192]; /* its message */
     struct res_model *next;
 };
 
@@ -64,22 +65,22 @@ struct res {
     backend_t *be;
     size_t page;
     size_t n_pages, free_pages;
-    size_t scratch_bytes;    /* device scratch outside the pool (res_scratch_note) */
-    size_t cut_pages;        /* pages taken off the budget because the device could not map them */
-    size_t peak_used;        /* most device bytes in use at once: pool pages and scratch */
-    double L;                /* GreedyDual inflation value */
+    size_t scratch_bytes; /* device scratch outside the pool (res_scratch_note) */
+    size_t cut_pages;     /* pages taken off the budget because the device could not map them */
+    size_t peak_used;     /* most device bytes in use at once: pool pages and scratch */
+    double L;             /* GreedyDual inflation value */
     res_model_t *models;
-    size_t kv_bytes;         /* KV pages mapped, all models */
-    size_t headroom;         /* bytes kept free of KV: the largest model wholly resident
+    size_t kv_bytes;       /* KV pages mapped, all models */
+    size_t headroom;       /* bytes kept free of KV: the largest model wholly resident
                                 (image, or its gpu_quota when smaller) */
-    size_t headroom_min;     /* the most any model needs to run at all (embedding +
+    size_t headroom_min;   /* the most any model needs to run at all (embedding +
                                 largest other segment, streaming the rest) */
-    double copy_timeout_s;   /* a pass waits this long for one segment's copy */
-    double max_stall_s;      /* a model with live KV caches loses at most what the copy
+    double copy_timeout_s; /* a pass waits this long for one segment's copy */
+    double max_stall_s;    /* a model with live KV caches loses at most what the copy
                                 engine brings back in this long (0 = no bound) */
-    uint64_t q_bytes;        /* bytes ever queued on the copy engine (FIFO) */
-    uint64_t landed_q;       /* q_end of the latest copy seen landed (copies land in order) */
-    double bw;               /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
+    uint64_t q_bytes;      /* bytes ever queued on the copy engine (FIFO) */
+    uint64_t landed_q;     /* q_end of the latest copy seen landed (copies land in order) */
+    double bw;             /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
 };
 
 static size_t pages_of(const res_t *r, size_t bytes)
@@ -138,8 +139,7 @@ size_t res_kv_available_for(const res_t *r, const res_model_t *m)
     return avail > own ? avail : own;
 }
 
-static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos,
-                             kv_type_t t)
+static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos, kv_type_t t)
 {
     return 2 * pages_of(r, kv_seq_bytes(hp, n_pos, t) / 2) * r->page;
 }
@@ -191,13 +191,34 @@ void res_free(res_t *r)
     free(r);
 }
 
-size_t res_page_size(const res_t *r) { return r->page; }
-void *res_model_base(const res_model_t *m) { return m->base; }
-const res_cfg_t *res_cfg(const res_model_t *m) { return &m->cfg; }
-store_model_t *res_store_model(const res_model_t *m) { return m->sm; }
-const model_weights_t *res_weights(const res_model_t *m) { return &m->dev; }
-size_t res_model_bytes(const res_model_t *m) { return m->weight_bytes + m->kv_bytes; }
-size_t res_weight_bytes(const res_model_t *m) { return m->weight_bytes; }
+size_t res_page_size(const res_t *r)
+{
+    return r->page;
+}
+void *res_model_base(const res_model_t *m)
+{
+    return m->base;
+}
+const res_cfg_t *res_cfg(const res_model_t *m)
+{
+    return &m->cfg;
+}
+store_model_t *res_store_model(const res_model_t *m)
+{
+    return m->sm;
+}
+const model_weights_t *res_weights(const res_model_t *m)
+{
+    return &m->dev;
+}
+size_t res_model_bytes(const res_model_t *m)
+{
+    return m->weight_bytes + m->kv_bytes;
+}
+size_t res_weight_bytes(const res_model_t *m)
+{
+    return m->weight_bytes;
+}
 
 static void update_gauges(res_model_t *m)
 {
@@ -207,7 +228,8 @@ static void update_gauges(res_model_t *m)
     m->st.curr_kv_seqs = (uint64_t)m->n_kv;
 }
 
-static void set_err(res_model_t *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(res_model_t *m, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void set_err(res_model_t *m, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -218,12 +240,14 @@ static void set_err(res_model_t *m, int code, const char *fmt, ...)
 }
 
 /* The message for a failed acquire or prefetch (what): the recorded cause if any. */
-static void err_report(const res_t *r, const res_model_t *m, const char *what, char *err, size_t errlen)
+static void err_report(const res_t *r, const res_model_t *m, const char *what, char *err,
+                       size_t errlen)
 {
     if (m->err_code)
         snprintf(err, errlen, "%s", m->err);
     else
-        snprintf(err, errlen, "model '%s': %s failed on the %s backend", m->sm->name, what, r->be->name);
+        snprintf(err, errlen, "model '%s': %s failed on the %s backend", m->sm->name, what,
+                 r->be->name);
 }
 
 /* A copy that failed left garbage: unmap the segment so the next pass
@@ -391,7 +415,8 @@ static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers, 
     res_model_t *best = NULL;
     for (int tier = 0; tier < tiers && !best; tier++)
         for (res_model_t *v = r->models; v; v = v->next)
-            if (v != except && evictable(v) && in_tier(r, v, tier, ahead) && (!best || v->h < best->h))
+            if (v != except && evictable(v) && in_tier(r, v, tier, ahead) &&
+                (!best || v->h < best->h))
                 best = v;
     return best;
 }
@@ -410,8 +435,8 @@ static int make_room_others(res_t *r, const res_model_t *m, size_t need, int tie
          * that is preemption (their caches stay; the weights come back) */
         if (v->n_kv > 0)
             v->stolen += v->sm->segs[s].span;
-        int rc = evict_seg(r, v, (uint32_t)s,
-                           v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
+        int rc =
+            evict_seg(r, v, (uint32_t)s, v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
         if (rc)
             return rc;
     }
@@ -467,12 +492,14 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     if (brc) {
         m->st.total_device_errors++;
         if (brc == BE_ERR_NOMEM) {
-            set_err(m, RES_ERR_NOMEM, "model '%s': device memory exhausted (the %s backend could not map "
-                    "%.1f MiB)", m->sm->name, r->be->name, ss->span / 1048576.0);
+            set_err(m, RES_ERR_NOMEM,
+                    "model '%s': device memory exhausted (the %s backend could not map "
+                    "%.1f MiB)",
+                    m->sm->name, r->be->name, ss->span / 1048576.0);
             return RES_ERR_NOMEM;
         }
-        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend failed to map segment %u (%d)", m->sm->name,
-                r->be->name, s, brc);
+        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend failed to map segment %u (%d)",
+                m->sm->name, r->be->name, s, brc);
         return RES_ERR_DEVICE;
     }
     m->st.total_map_ns += util_now_ns() - t0;
@@ -485,8 +512,8 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
         r->free_pages += ss->span / r->page;
         m->weight_bytes -= ss->span;
         m->st.total_device_errors++;
-        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend refused to queue a copy", m->sm->name,
-                r->be->name);
+        set_err(m, RES_ERR_DEVICE, "model '%s': the %s backend refused to queue a copy",
+                m->sm->name, r->be->name);
         return RES_ERR_DEVICE;
     }
     sg->state = RES_SEG_INFLIGHT;
@@ -656,7 +683,8 @@ static int pin_check(const res_t *r, const res_model_t *m, char *err, size_t err
     size_t need = pinned + run + 2 * r->page, pool = r->n_pages * r->page;
     if (need <= pool)
         return RES_OK;
-    snprintf(err, errlen, "model '%s': pinning it would hold %.1f MiB of pinned weights, which with "
+    snprintf(err, errlen,
+             "model '%s': pinning it would hold %.1f MiB of pinned weights, which with "
              "%.1f MiB for other models to run and the KV minimum exceeds the %.1f MiB pool",
              m->sm->name, pinned / 1048576.0, run / 1048576.0, pool / 1048576.0);
     return RES_ERR_QUOTA;
@@ -785,8 +813,10 @@ int res_seg_request(res_t *r, res_model_t *m, uint32_t seg)
         if (own < 0)
             own = tail_seg(m, seg + 1, m->sm->n_segs);
         if (own < 0) {
-            set_err(m, RES_ERR_NOSPACE, "model '%s': no device memory for segment %u now (the "
-                    "pool is held by running or pinned models)", m->sm->name, seg);
+            set_err(m, RES_ERR_NOSPACE,
+                    "model '%s': no device memory for segment %u now (the "
+                    "pool is held by running or pinned models)",
+                    m->sm->name, seg);
             return RES_ERR_NOSPACE;
         }
         int rc = evict_seg(r, m, (uint32_t)own, over_quota ? RES_CAUSE_QUOTA : RES_CAUSE_CAPACITY);
@@ -842,14 +872,17 @@ static int hook_wait(void *ctx, uint32_t seg)
          * stays in flight and lands, or fails, on its own */
         if (copy_sync(r, sg, r->copy_timeout_s)) {
             m->st.total_device_errors++;
-            set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
-                    "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+            set_err(m, RES_ERR_TIMEOUT,
+                    "model '%s': the copy of segment %u to the device did not "
+                    "complete within %.3g s",
+                    m->sm->name, seg, r->copy_timeout_s);
             return RES_ERR_TIMEOUT;
         }
         if (r->be->wait(r->be->ctx, sg->ev)) {
             settle_seg(r, m, seg);
             if (!m->err_code)
-                set_err(m, RES_ERR_DEVICE, "model '%s': the copy of segment %u failed", m->sm->name, seg);
+                set_err(m, RES_ERR_DEVICE, "model '%s': the copy of segment %u failed", m->sm->name,
+                        seg);
             return RES_ERR_DEVICE;
         }
         settle_seg(r, m, seg);
@@ -910,8 +943,10 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
     while (seg + 1 < m->sm->n_segs && m->segs[seg].state != RES_SEG_INFLIGHT)
         seg++;
     m->st.total_device_errors++;
-    set_err(m, RES_ERR_TIMEOUT, "model '%s': the copy of segment %u to the device did not "
-            "complete within %.3g s", m->sm->name, seg, r->copy_timeout_s);
+    set_err(m, RES_ERR_TIMEOUT,
+            "model '%s': the copy of segment %u to the device did not "
+            "complete within %.3g s",
+            m->sm->name, seg, r->copy_timeout_s);
     snprintf(err, errlen, "%s", m->err);
     return RES_ERR_TIMEOUT;
 }
@@ -965,8 +1000,7 @@ fwd_hooks_t res_hooks(res_model_t *m)
 
 /* ------------------------------------------------------------------ KV caches */
 
-int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err,
-               size_t errlen)
+int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err, size_t errlen)
 {
     const model_hparams_t *hp = &m->sm->model->hp;
     res_kv_t *k = calloc(1, sizeof *k);
@@ -997,7 +1031,7 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
             return RES_ERR_NOMEM;
         }
     } else if (r->be->reserve(r->be->ctx, k->range_bytes, &kb) ||
-        r->be->reserve(r->be->ctx, k->range_bytes, &vb)) {
+               r->be->reserve(r->be->ctx, k->range_bytes, &vb)) {
         if (kb)
             r->be->release(r->be->ctx, kb, k->range_bytes);
         free(k);
@@ -1043,10 +1077,11 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     size_t extra = 2 * (want - k->mapped_bytes);
     /* KV may never take the room a model needs to run (it is not evictable) */
     if (extra > res_kv_available_for(r, m)) {
-        snprintf(err, errlen, "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
+        snprintf(err, errlen,
+                 "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
                  "%.1f MiB of the pool stay free for weights, %.1f MiB more reserved by other "
-                 "models' kv_cache)", m->sm->name, r->kv_bytes / 1048576.0,
-                 r->headroom / 1048576.0,
+                 "models' kv_cache)",
+                 m->sm->name, r->kv_bytes / 1048576.0, r->headroom / 1048576.0,
                  (res_kv_available(r) - res_kv_available_for(r, m)) / 1048576.0);
         return RES_ERR_NOSPACE;
     }
@@ -1054,19 +1089,24 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     while (res_model_bytes(m) + extra > quota_of(r, m)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
-            snprintf(err, errlen, "model '%s': its KV cache cannot grow to %u positions within "
-                     "its gpu_quota", m->sm->name, n_pos);
+            snprintf(err, errlen,
+                     "model '%s': its KV cache cannot grow to %u positions within "
+                     "its gpu_quota",
+                     m->sm->name, n_pos);
             return RES_ERR_QUOTA;
         }
         if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_QUOTA))
             goto device;
     }
     /* capacity: idle models first, then this model's own tail (it streams) */
-    while (r->free_pages < extra / r->page && make_room_others(r, m, extra / r->page, RES_TIERS, 0)) {
+    while (r->free_pages < extra / r->page &&
+           make_room_others(r, m, extra / r->page, RES_TIERS, 0)) {
         int64_t s = tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
-            snprintf(err, errlen, "model '%s': no device memory for the KV cache (the pool is "
-                     "held by running or pinned models)", m->sm->name);
+            snprintf(err, errlen,
+                     "model '%s': no device memory for the KV cache (the pool is "
+                     "held by running or pinned models)",
+                     m->sm->name);
             return RES_ERR_NOSPACE;
         }
         if (evict_seg(r, m, (uint32_t)s, RES_CAUSE_CAPACITY))
@@ -1078,8 +1118,10 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
         brc = kv_map(r, kv, off, len); /* once more, after evicting */
     if (brc == BE_ERR_NOMEM) {
         m->st.total_device_errors++;
-        snprintf(err, errlen, "model '%s': device memory exhausted (the %s backend could not map "
-                 "%.1f MiB of KV cache)", m->sm->name, r->be->name, extra / 1048576.0);
+        snprintf(err, errlen,
+                 "model '%s': device memory exhausted (the %s backend could not map "
+                 "%.1f MiB of KV cache)",
+                 m->sm->name, r->be->name, extra / 1048576.0);
         return RES_ERR_NOMEM;
     }
     if (brc)
@@ -1092,7 +1134,8 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     update_gauges(m);
     return RES_OK;
 device: /* every error return says why: callers pass err on to the client */
-    snprintf(err, errlen, "model '%s': the device failed to map or unmap KV cache memory", m->sm->name);
+    snprintf(err, errlen, "model '%s': the device failed to map or unmap KV cache memory",
+             m->sm->name);
     return RES_ERR_DEVICE;
 }
 

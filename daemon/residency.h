@@ -30,16 +30,16 @@ typedef enum res_cause {
 
 typedef enum res_seg_state {
     RES_SEG_ABSENT = 0,
-    RES_SEG_INFLIGHT,  /* mapped, copy queued */
-    RES_SEG_RESIDENT,  /* mapped, copy completed */
+    RES_SEG_INFLIGHT, /* mapped, copy queued */
+    RES_SEG_RESIDENT, /* mapped, copy completed */
 } res_seg_state_t;
 
 typedef struct res_cfg {
-    size_t gpu_quota; /* bytes of weights + KV the model may hold; 0 = the whole pool */
-    int pinned;       /* never evicted */
-    double priority;  /* > 0; scales how much the model is worth keeping (default 1) */
-    kv_type_t kv_type;/* element type of its KV caches (0 = KV_TYPE_F16) */
-    size_t kv_reserve;/* bytes of KV only this model may map (config kv_cache): other
+    size_t gpu_quota;  /* bytes of weights + KV the model may hold; 0 = the whole pool */
+    int pinned;        /* never evicted */
+    double priority;   /* > 0; scales how much the model is worth keeping (default 1) */
+    kv_type_t kv_type; /* element type of its KV caches (0 = KV_TYPE_F16) */
+    size_t kv_reserve; /* bytes of KV only this model may map (config kv_cache): other
                          models' caches never take them; 0 = none */
 } res_cfg_t;
 
@@ -144,8 +144,7 @@ int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes);
 int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs);
 
 /* KV caches in device pages, counted against the model's quota. */
-int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err,
-               size_t errlen);
+int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err, size_t errlen);
 /* Map pages so positions [0, n_pos) fit; may evict (own tail for quota,
  * idle models for capacity). RES_ERR_NOSPACE / RES_ERR_QUOTA otherwise. */
 int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen);
@@ -174,7 +173,8 @@ void res_scratch_note(res_t *r, size_t bytes);
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);
 int res_seg_times(res_t *r, res_model_t *m, uint32_t seg, be_copy_times_t *t);
 size_t res_model_bytes(const res_model_t *m); /* resident weights + KV */
-size_t res_weight_bytes(const res_model_t *m); /* weight spans mapped (resident or in flight); settles nothing */
+size_t res_weight_bytes(
+    const res_model_t *m); /* weight spans mapped (resident or in flight); settles nothing */
 int res_fully_resident(res_t *r, res_model_t *m);
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
 void res_pool_stats(const res_t *r, stats_pool_t *out);

@@ -26,10 +26,10 @@ struct sched {
     double cur_since;   /* when */
     double cur_quantum; /* how long it is protected from being switched away from */
     int rr;             /* round-robin cursor over resident models */
-    int gate;           /* resident model admitting nothing so that it drains for a page-in, -1 none */
-    int last_model;     /* model the last plan stepped while resident, -1 none */
-    double last_now;    /* when that plan was made */
-    double step_s;      /* EWMA of a resident step's duration, measured between plans (0 = none yet) */
+    int gate;        /* resident model admitting nothing so that it drains for a page-in, -1 none */
+    int last_model;  /* model the last plan stepped while resident, -1 none */
+    double last_now; /* when that plan was made */
+    double step_s;   /* EWMA of a resident step's duration, measured between plans (0 = none yet) */
 };
 
 sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
@@ -404,8 +404,8 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     p->model = model;
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);
-    p->admit = v[model].can_admit && model != s->gate ? (s->q[model].n < cap ? s->q[model].n : cap)
-                                                       : 0;
+    p->admit =
+        v[model].can_admit && model != s->gate ? (s->q[model].n < cap ? s->q[model].n : cap) : 0;
     /* prefetch the next most urgent cold model (the caller pages it in where
      * that evicts nobody with work) */
     double best = -1;

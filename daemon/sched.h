@@ -12,12 +12,13 @@ typedef enum sched_policy {
 
 typedef struct sched_cfg {
     sched_policy_t policy;
-    double max_wait_s;     /* a request waiting longer forces a switch to its model */
-    double max_stall_s;    /* a model with running sequences steps at least this often (0 = no bound) */
-    double quantum;        /* stay on a swapped-in model this many times its swap-in time */
-    double min_quantum_s;  /* floor for the quantum (tiny models swap in microseconds) */
-    uint32_t queue_limit;  /* queued requests per model */
-    uint32_t max_queued;   /* queued requests in all */
+    double max_wait_s; /* a request waiting longer forces a switch to its model */
+    double
+        max_stall_s; /* a model with running sequences steps at least this often (0 = no bound) */
+    double quantum;  /* stay on a swapped-in model this many times its swap-in time */
+    double min_quantum_s; /* floor for the quantum (tiny models swap in microseconds) */
+    uint32_t queue_limit; /* queued requests per model */
+    uint32_t max_queued;  /* queued requests in all */
 } sched_cfg_t;
 
 enum {
@@ -30,8 +31,8 @@ enum {
  * keeps it alive until it is finished or cancelled. */
 typedef struct sched_item {
     int model;
-    double t_arrival;   /* seconds, caller's clock */
-    uint64_t seq;       /* arrival order, set by sched_submit */
+    double t_arrival; /* seconds, caller's clock */
+    uint64_t seq;     /* arrival order, set by sched_submit */
     void *user;
     struct sched_item *next, *prev; /* queue links (scheduler's) */
     int queued;
@@ -39,26 +40,26 @@ typedef struct sched_item {
 
 /* What the caller tells the scheduler about a model at decision time. */
 typedef struct sched_model_view {
-    int resident;        /* it can run without a page-in: every segment on the device, or the
+    int resident;       /* it can run without a page-in: every segment on the device, or the
                             copies still in flight covered by its compute (res_ready_in) */
-    uint32_t n_active;   /* sequences admitted and not finished */
-    uint32_t max_batch;  /* sequences it may run at once */
-    double swap_in_s;    /* measured (or estimated) time to page it in */
-    double priority;     /* > 0 */
-    int can_admit;       /* its next queued request would get a KV cache now */
-    int loading;         /* its page-in is on the copy engine and it cannot run yet */
-    double last_step;    /* when its last pass ended (caller's clock; 0 = never or unknown) */
-    int fits;            /* (optional) not resident: its page-in fits in free pages and pages of
+    uint32_t n_active;  /* sequences admitted and not finished */
+    uint32_t max_batch; /* sequences it may run at once */
+    double swap_in_s;   /* measured (or estimated) time to page it in */
+    double priority;    /* > 0 */
+    int can_admit;      /* its next queued request would get a KV cache now */
+    int loading;        /* its page-in is on the copy engine and it cannot run yet */
+    double last_step;   /* when its last pass ended (caller's clock; 0 = never or unknown) */
+    int fits;           /* (optional) not resident: its page-in fits in free pages and pages of
                             models nobody has work for, with room left for the KV caches of the
                             work queued: 1 yes, -1 no (it would evict models with work), 0 the
                             caller does not say (switches are then planned as if it fits) */
 } sched_model_view_t;
 
 typedef struct sched_plan {
-    int model;           /* model to step (or, not resident, to start paging in), -1 = nothing to do */
-    uint32_t admit;      /* queued requests of it to admit before the step */
-    int prefetch;        /* a model to page into free pages meanwhile, -1 = none */
-    int switched;        /* this plan pages in a model that was not resident */
+    int model;      /* model to step (or, not resident, to start paging in), -1 = nothing to do */
+    uint32_t admit; /* queued requests of it to admit before the step */
+    int prefetch;   /* a model to page into free pages meanwhile, -1 = none */
+    int switched;   /* this plan pages in a model that was not resident */
 } sched_plan_t;
 
 typedef struct sched sched_t;
@@ -69,8 +70,8 @@ void sched_set_cfg(sched_t *s, const sched_cfg_t *cfg);
 /* Grow or shrink the model table (reload); queues of removed models must be empty. */
 int sched_resize(sched_t *s, int n_models);
 
-int sched_submit(sched_t *s, sched_item_t *it);   /* SCHED_ERR_OVERLOADED when full */
-void sched_remove(sched_t *s, sched_item_t *it);  /* unqueue (cancel); no-op if not queued */
+int sched_submit(sched_t *s, sched_item_t *it);  /* SCHED_ERR_OVERLOADED when full */
+void sched_remove(sched_t *s, sched_item_t *it); /* unqueue (cancel); no-op if not queued */
 /* The next queued item of a model (oldest first), NULL if none; pop removes it. */
 sched_item_t *sched_peek(sched_t *s, int model);
 sched_item_t *sched_pop(sched_t *s, int model);

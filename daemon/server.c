@@ -26,12 +26,12 @@ typedef struct conn {
     int admin;
     struct bufferevent *bev;
     srv_t *s;
-    int closing;         /* close once the output is flushed */
-    uint32_t inflight;   /* requests handed to the worker (approximate) */
+    int closing;           /* close once the output is flushed */
+    uint32_t inflight;     /* requests handed to the worker (approximate) */
     auth_listener_t lkind; /* which listener accepted it (auth.tcp applies to AUTH_LST_TCP) */
-    char addr[64];       /* the peer's address, for the back-off after failed keys */
-    auth_key_t *key;     /* the key of its auth op (a reference), NULL before one */
-    json_t **gen;        /* (n_gen) ids of its generate/chat requests in flight under key */
+    char addr[64];         /* the peer's address, for the back-off after failed keys */
+    auth_key_t *key;       /* the key of its auth op (a reference), NULL before one */
+    json_t **gen;          /* (n_gen) ids of its generate/chat requests in flight under key */
     size_t n_gen, cap_gen;
     struct conn *hnext;
 } conn_t;
@@ -44,7 +44,7 @@ typedef struct lst {
     srv_t *s;
     int admin;
     auth_listener_t lkind; /* unix or tcp (admin: unused) */
-    char *unlink_path;   /* unix socket we created */
+    char *unlink_path;     /* unix socket we created */
 } lst_t;
 
 struct srv {
@@ -105,7 +105,8 @@ static void conn_auth_line(conn_t *c, const char *line)
         const json_t *u = json_object_get(root, "usage");
         json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
         json_int_t g = json_integer_value(json_object_get(u, "completion_tokens"));
-        auth_finish(c->s->auth, c->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(g > 0 ? g : 0), auth_now());
+        auth_finish(c->s->auth, c->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(g > 0 ? g : 0),
+                    auth_now());
         json_decref(c->gen[i]);
         c->gen[i] = c->gen[--c->n_gen];
         break;
@@ -180,16 +181,19 @@ static void conn_auth_op(conn_t *c, const proto_req_t *req)
         return;
     }
     if (c->n_gen) {
-        srv_send_error(s, c->id, req->id, PROTO_E_BAD_REQUEST,
-                       "this connection has requests in flight under its key: authenticate before sending them");
+        srv_send_error(
+            s, c->id, req->id, PROTO_E_BAD_REQUEST,
+            "this connection has requests in flight under its key: authenticate before sending them");
         return;
     }
     auth_key_t *k = NULL;
     uint32_t retry = 0;
-    int rc = auth_check(s->auth, c->lkind, c->addr, req->key, strlen(req->key), auth_now(), &k, &retry);
+    int rc =
+        auth_check(s->auth, c->lkind, c->addr, req->key, strlen(req->key), auth_now(), &k, &retry);
     if (rc == AUTH_E_BACKOFF) {
         char msg[128];
-        snprintf(msg, sizeof msg, "too many failed API key attempts from this address: retry in %u s", retry);
+        snprintf(msg, sizeof msg,
+                 "too many failed API key attempts from this address: retry in %u s", retry);
         srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
         return;
     }
@@ -210,8 +214,9 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
     if (!c->key) {
         if (!auth_required(s->auth, c->lkind))
             return 0;
-        srv_send_error(s, c->id, req->id, PROTO_E_UNAUTHORIZED,
-                       "this listener requires an API key: send {\"op\":\"auth\",\"key\":\"...\"} first");
+        srv_send_error(
+            s, c->id, req->id, PROTO_E_UNAUTHORIZED,
+            "this listener requires an API key: send {\"op\":\"auth\",\"key\":\"...\"} first");
         return -1;
     }
     if (req->op == PROTO_OP_CANCEL)
@@ -220,11 +225,11 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
     auth_cause_t cause = AUTH_CAUSE_RATE;
     uint32_t retry = 0;
     if (auth_admit(s->auth, c->key, gen, auth_now(), &cause, &retry)) {
-        static const char *const what[AUTH_CAUSE_COUNT] = {"requests-per-second", "concurrent-requests",
-                                                           "tokens-per-minute"};
+        static const char *const what[AUTH_CAUSE_COUNT] = {
+            "requests-per-second", "concurrent-requests", "tokens-per-minute"};
         char msg[160];
-        snprintf(msg, sizeof msg, "API key '%s' is over its %s limit: retry in %u s", auth_key_name(c->key),
-                 what[cause], retry);
+        snprintf(msg, sizeof msg, "API key '%s' is over its %s limit: retry in %u s",
+                 auth_key_name(c->key), what[cause], retry);
         srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
         return -1;
     }
@@ -271,8 +276,7 @@ static void handle_line(conn_t *c, const char *line, size_t len)
         proto_req_free(&req);
         return;
     }
-    if (s->draining && !c->admin &&
-        (req.op == PROTO_OP_GENERATE || req.op == PROTO_OP_CHAT)) {
+    if (s->draining && !c->admin && (req.op == PROTO_OP_GENERATE || req.op == PROTO_OP_CHAT)) {
         srv_send_error(s, c->id, req.id, PROTO_E_SHUTTING_DOWN,
                        "the daemon is shutting down and accepts no new requests");
         proto_req_free(&req);
@@ -310,8 +314,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
         size_t len = (size_t)eol.pos;
         if (len > max) {
             char msg[128];
-            snprintf(msg, sizeof msg, "request line of %zu bytes is longer than %zu: closing",
-                     len, max);
+            snprintf(msg, sizeof msg, "request line of %zu bytes is longer than %zu: closing", len,
+                     max);
             srv_send_error(s, c->id, NULL, PROTO_E_TOO_LARGE, msg);
             close_after_flush(c);
             return;
@@ -383,8 +387,7 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
     const lst_t *lc = arg;
     srv_t *s = lc->s;
     conn_t *c = calloc(1, sizeof *c);
-    struct bufferevent *bev =
-        c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    struct bufferevent *bev = c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
     if (!c || !bev) {
         free(c);
         evutil_closesocket(fd);
@@ -409,8 +412,7 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
     bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (c->admin && !peer_allowed(s->cfg, fd)) {
-        srv_send_error(s, c->id, NULL, PROTO_E_FORBIDDEN,
-                       "this user may not use the admin socket");
+        srv_send_error(s, c->id, NULL, PROTO_E_FORBIDDEN, "this user may not use the admin socket");
         close_after_flush(c);
         return;
     }
@@ -505,8 +507,10 @@ static int tcp_listen(const char *hostport, int backlog, char *err, size_t errle
     }
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE},
+                    *ai;
     int g = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
     if (g) {
         snprintf(err, errlen, "%s: %s", hostport, gai_strerror(g));
@@ -533,7 +537,8 @@ static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, ch
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     auth_listener_t lkind = AUTH_LST_UNIX;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
         lkind = AUTH_LST_TCP;
     if (s->n_lst == SRV_MAX_LISTENERS) {
         close(fd);
@@ -543,8 +548,8 @@ static int add_listener(srv_t *s, int fd, int admin, const char *unlink_path, ch
     lst_t *ls = &s->lst[s->n_lst];
     *ls = (lst_t){.s = s, .admin = admin, .lkind = lkind};
     /* backlog 0: the socket listens already (ours with srv_backlog, systemd's with Backlog=) */
-    ls->l = evconnlistener_new(s->base, accept2_cb, ls, LEV_OPT_CLOSE_ON_FREE |
-                               LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    ls->l = evconnlistener_new(s->base, accept2_cb, ls,
+                               LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (!ls->l) {
         close(fd);
         snprintf(err, errlen, "cannot listen");
@@ -714,7 +719,8 @@ void srv_set_cfg(srv_t *s, const cfg_t *cfg)
             nx = c->hnext;
             if (!c->key || !auth_key_revoked(c->key) || c->closing)
                 continue;
-            srv_send_error(s, c->id, NULL, PROTO_E_UNAUTHORIZED, "the API key was revoked: closing");
+            srv_send_error(s, c->id, NULL, PROTO_E_UNAUTHORIZED,
+                           "the API key was revoked: closing");
             close_after_flush(c);
         }
     }

@@ -10,8 +10,8 @@
 #define STATS_RES_COUNTERS(X)                                                                      \
     X(total_page_ins, "segments copied host->device")                                              \
     X(total_bytes_in, "bytes copied host->device")                                                 \
-    X(total_copy_ns, "time the copy queue spent on this model's segments, ns")                    \
-    X(total_map_ns, "time spent mapping device pages for this model, ns")                         \
+    X(total_copy_ns, "time the copy queue spent on this model's segments, ns")                     \
+    X(total_map_ns, "time spent mapping device pages for this model, ns")                          \
     X(total_hits, "acquires that found every segment resident")                                    \
     X(total_misses, "acquires that had to page something in")                                      \
     X(evictions_capacity, "segments evicted to make room for another model")                       \
@@ -20,7 +20,7 @@
     X(evictions_preemption, "segments evicted to preempt running work")                            \
     X(total_bytes_evicted, "bytes of segments unmapped")                                           \
     X(total_kv_allocs, "KV caches created")                                                        \
-    X(total_kv_frees, "KV caches freed")                                                          \
+    X(total_kv_frees, "KV caches freed")                                                           \
     X(total_device_errors, "failed or timed-out device maps and copies")
 
 /* Per-model gauges (state, never reset): X(name, help). */
@@ -39,12 +39,14 @@ typedef struct stats_res {
 
 /* Pool-wide gauges. */
 typedef struct stats_pool {
-    uint64_t curr_pool_pages;  /* pages in the pool */
-    uint64_t curr_pool_used;   /* pages mapped */
-    uint64_t curr_pool_free;   /* pages free */
-    uint64_t page_size;        /* bytes */
-    uint64_t curr_scratch_bytes; /* device scratch of the forward pass (activations), beside the pool */
-    uint64_t peak_device_bytes; /* most device bytes in use at once: pool pages (weights, KV) + scratch */
+    uint64_t curr_pool_pages; /* pages in the pool */
+    uint64_t curr_pool_used;  /* pages mapped */
+    uint64_t curr_pool_free;  /* pages free */
+    uint64_t page_size;       /* bytes */
+    uint64_t
+        curr_scratch_bytes; /* device scratch of the forward pass (activations), beside the pool */
+    uint64_t
+        peak_device_bytes; /* most device bytes in use at once: pool pages (weights, KV) + scratch */
     uint64_t curr_budget_cut_bytes; /* taken off the pool because the device could not map them */
 } stats_pool_t;
 
@@ -58,7 +60,8 @@ typedef struct stats_pool {
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
     X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \
-    X(total_kv_recomputes, "sequences whose KV cache was given back when the pool ran short, then recomputed")
+    X(total_kv_recomputes,                                                                         \
+      "sequences whose KV cache was given back when the pool ran short, then recomputed")
 
 typedef struct stats_svc {
 #define STATS_FIELD(name, help) uint64_t name;
@@ -69,7 +72,7 @@ typedef struct stats_svc {
 /* Server-wide counters, updated on the loop thread and read by the report
  * builder on the worker thread: atomics, the only state the two share. */
 #define STATS_SERVER_COUNTERS(X)                                                                   \
-    X(total_connections, "client connections accepted (inference and admin)")                     \
+    X(total_connections, "client connections accepted (inference and admin)")                      \
     X(curr_connections, "client connections open")                                                 \
     X(total_lines, "request lines read")                                                           \
     X(total_errors, "error answers sent")

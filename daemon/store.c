@@ -21,7 +21,7 @@ struct store {
     const backend_t *be;
     size_t budget; /* bytes, 0 = unlimited */
     size_t used;
-    double load_rate;          /* bytes/s a load copies at (store_set_load_rate); 0 = as fast as it can */
+    double load_rate; /* bytes/s a load copies at (store_set_load_rate); 0 = as fast as it can */
     store_progress_fn progress;
     void *progress_ctx;
 };
@@ -57,7 +57,10 @@ void store_free(store_t *s)
     free(s);
 }
 
-size_t store_used(const store_t *s) { return s->used; }
+size_t store_used(const store_t *s)
+{
+    return s->used;
+}
 
 /* Every weight view of a model with the segment it belongs to; tied output
  * is left out (it aliases the embedding). Returns the count
@@ -69,10 +72,11 @@ static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t 
     seg[n++] = FWD_SEG_EMBED;
     for (uint32_t l = 0; l < n_layer; l++) {
         model_layer_t *L = &w->layers[l];
-        model_weight_t *lw[STORE_PER_LAYER] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
-                                               &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
-                                               &L->w_up, &L->w_down, &L->q_norm, &L->k_norm,
-                                               &L->post_attn_norm, &L->post_ffn_norm};
+        model_weight_t *lw[STORE_PER_LAYER] = {
+            &L->attn_norm,    &L->wq,     &L->wk,     &L->wv,       &L->bq,
+            &L->bk,           &L->bv,     &L->wo,     &L->ffn_norm, &L->w_gate,
+            &L->w_up,         &L->w_down, &L->q_norm, &L->k_norm,   &L->post_attn_norm,
+            &L->post_ffn_norm};
         for (int i = 0; i < STORE_PER_LAYER; i++) {
             v[n] = lw[i];
             seg[n++] = FWD_SEG_LAYER(l);
@@ -200,10 +204,13 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
             if (s->load_rate > 0) {
                 double wait = t_copy + (double)copied / s->load_rate - util_now_s();
                 if (wait > 0)
-                    nanosleep(&(struct timespec){(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)}, NULL);
+                    nanosleep(&(struct timespec){(time_t)wait,
+                                                 (long)((wait - (double)(time_t)wait) * 1e9)},
+                              NULL);
                 if (s->progress)
                     s->progress(s->progress_ctx, name, copied, m->image_bytes);
-            } else if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN && copied >= next_report) {
+            } else if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN &&
+                       copied >= next_report) {
                 s->progress(s->progress_ctx, name, copied, m->image_bytes);
                 next_report += m->image_bytes / 10;
             }

@@ -29,17 +29,17 @@ typedef struct store_seg {
 } store_seg_t;
 
 typedef struct store_model {
-    char *name;             /* owned */
-    char *path;             /* owned */
-    model_t *model;         /* owned: hyperparameters, tokenizer, file mapping */
-    uint8_t *image;         /* host copy of all segments, host_alloc'ed (pinned if wanted) */
-    size_t image_bytes;     /* sum of spans */
-    uint32_t n_segs;        /* n_layer + 2: FWD_SEG_EMBED, layers, FWD_SEG_HEAD */
-    store_seg_t *segs;      /* n_segs */
-    model_weights_t host;   /* weights pointing into image */
-    size_t n_w;             /* weight views (store.c's list order) */
-    size_t *woff;           /* n_w image offsets, one per view (0 for absent ones) */
-    double load_ms;         /* wall time of the load */
+    char *name;           /* owned */
+    char *path;           /* owned */
+    model_t *model;       /* owned: hyperparameters, tokenizer, file mapping */
+    uint8_t *image;       /* host copy of all segments, host_alloc'ed (pinned if wanted) */
+    size_t image_bytes;   /* sum of spans */
+    uint32_t n_segs;      /* n_layer + 2: FWD_SEG_EMBED, layers, FWD_SEG_HEAD */
+    store_seg_t *segs;    /* n_segs */
+    model_weights_t host; /* weights pointing into image */
+    size_t n_w;           /* weight views (store.c's list order) */
+    size_t *woff;         /* n_w image offsets, one per view (0 for absent ones) */
+    double load_ms;       /* wall time of the load */
 } store_model_t;
 
 typedef struct store store_t;
@@ -58,7 +58,7 @@ void store_set_progress(store_t *s, store_progress_fn fn, void *ctx);
 int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
                size_t errlen);
 void store_unload(store_t *s, store_model_t *m);
-size_t store_used(const store_t *s);   /* image bytes of loaded models */
+size_t store_used(const store_t *s); /* image bytes of loaded models */
 /* Loads copy at most bytes_per_s into host RAM (0: unthrottled), reporting
  * progress after every chunk: the sim backend's slow load, to watch a model
  * in its `loading` state. */

@@ -35,11 +35,15 @@ static void tokenize_cli_usage(FILE *f)
 /* 0 ok, 1 --help was printed, -1 usage error (already reported). */
 static int tokenize_cli_parse(int argc, char **argv, tokenize_cli_opts_t *o)
 {
-    enum { O_NOBOS = 256, O_SPECIAL, O_PIECES };
+    enum {
+        O_NOBOS = 256,
+        O_SPECIAL,
+        O_PIECES
+    };
     static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'}, {"no-bos", no_argument, 0, O_NOBOS},
+        {"model", required_argument, 0, 'm'},   {"no-bos", no_argument, 0, O_NOBOS},
         {"special", no_argument, 0, O_SPECIAL}, {"pieces", no_argument, 0, O_PIECES},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     int c;
 

@@ -12,7 +12,6 @@ double wk_now(void)
     return util_now_s();
 }
 
-
 /* ------------------------------------------------------------------ outbox */
 
 void wk_out_free(wk_out_t *o)
@@ -53,8 +52,7 @@ void wk_send_line(wk_t *w, uint64_t conn, char *line)
     wk_push_out(w, o);
 }
 
-void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code,
-                       const char *fmt, ...)
+void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
 {
     wk_out_t *o = calloc(1, sizeof *o);
     if (!o)
@@ -106,7 +104,9 @@ uint32_t wk_model_context(const wk_model_t *m)
 
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c)
 {
-    return (res_cfg_t){.gpu_quota = c->gpu_quota, .pinned = c->pinned, .priority = c->priority,
+    return (res_cfg_t){.gpu_quota = c->gpu_quota,
+                       .pinned = c->pinned,
+                       .priority = c->priority,
                        .kv_type = c->kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16,
                        .kv_reserve = c->kv_cache};
 }
@@ -117,7 +117,8 @@ void wk_beat(wk_t *w)
 sched_cfg_t wk_sched_cfg_of(const cfg_t *c)
 {
     return (sched_cfg_t){
-        .policy = c->scheduler.policy == CFG_POLICY_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE,
+        .policy =
+            c->scheduler.policy == CFG_POLICY_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE,
         .max_wait_s = c->scheduler.max_wait_ms / 1e3,
         .max_stall_s = c->scheduler.max_stall_ms / 1e3,
         .quantum = c->scheduler.quantum,
@@ -191,14 +192,16 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     char hostmem[32], a[32], b[32];
     if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
         log_info("device.page_size %s changed to %s (the %s backend's granularity)",
-               cfg_format_size(cfg->device.page_size, a, sizeof a), cfg_format_size(w->be->page_size, b, sizeof b),
-               w->be->name);
+                 cfg_format_size(cfg->device.page_size, a, sizeof a),
+                 cfg_format_size(w->be->page_size, b, sizeof b), w->be->name);
     if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
-        log_info("device.memory %s lowered to %s (whole pages)", cfg_format_size(cfg->device.memory, a, sizeof a),
-               cfg_format_size(w->be->pool_bytes, b, sizeof b));
+        log_info("device.memory %s lowered to %s (whole pages)",
+                 cfg_format_size(cfg->device.memory, a, sizeof a),
+                 cfg_format_size(w->be->pool_bytes, b, sizeof b));
     log_info("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
-           w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
-           cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem) : "unlimited");
+             w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
+             cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem)
+                              : "unlimited");
     if (w->be->desc)
         log_info("%s backend: %s", w->be->name, w->be->desc);
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++) {
@@ -305,7 +308,8 @@ static void update_status(wk_t *w)
     char buf[256], why[256];
     snprintf(buf, sizeof buf, "%d models (%d resident), pool %llu/%llu pages used, %u in flight%s",
              loaded, resident, (unsigned long long)ps.curr_pool_used,
-             (unsigned long long)ps.curr_pool_pages, wk_in_flight(w), w->draining ? ", draining" : "");
+             (unsigned long long)ps.curr_pool_pages, wk_in_flight(w),
+             w->draining ? ", draining" : "");
     wk_ready_t ready = ready_of(w, loaded, why, sizeof why);
     pthread_mutex_lock(&w->mu);
     memcpy(w->status, buf, sizeof buf);

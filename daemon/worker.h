@@ -16,19 +16,19 @@ typedef struct wk wk_t;
 typedef void (*wk_notify_fn)(void *ctx);
 
 typedef enum wk_out_kind {
-    WK_OUT_LINE = 1,   /* send line to conn */
-    WK_OUT_ERROR,      /* send an error (through the loop's one emitter) */
-    WK_OUT_RELOAD,     /* the admin asked for a config reload */
-    WK_OUT_IDLE,       /* draining and nothing is left in flight */
+    WK_OUT_LINE = 1, /* send line to conn */
+    WK_OUT_ERROR,    /* send an error (through the loop's one emitter) */
+    WK_OUT_RELOAD,   /* the admin asked for a config reload */
+    WK_OUT_IDLE,     /* draining and nothing is left in flight */
 } wk_out_kind_t;
 
 typedef struct wk_out {
     wk_out_kind_t kind;
-    uint64_t conn;      /* target connection */
-    char *line;         /* LINE: malloc'ed, ends in '\n' */
-    json_t *id;         /* ERROR: request id (owned ref, may be NULL) */
-    proto_err_t code;   /* ERROR */
-    char *message;      /* ERROR: malloc'ed */
+    uint64_t conn;    /* target connection */
+    char *line;       /* LINE: malloc'ed, ends in '\n' */
+    json_t *id;       /* ERROR: request id (owned ref, may be NULL) */
+    proto_err_t code; /* ERROR */
+    char *message;    /* ERROR: malloc'ed */
     struct wk_out *next;
 } wk_out_t;
 
@@ -50,10 +50,10 @@ void wk_set_report_section(wk_t *w, const char *name, json_t *(*fn)(void *ctx), 
 
 /* From the loop thread: */
 void wk_submit(wk_t *w, uint64_t conn, int admin, proto_req_t *req); /* takes req's contents */
-void wk_cancel_conn(wk_t *w, uint64_t conn);  /* the connection is gone */
-void wk_reload(wk_t *w, const cfg_t *next);    /* apply a validated config (loop keeps it alive) */
-void wk_drain(wk_t *w);                        /* finish in-flight work, then WK_OUT_IDLE */
-wk_out_t *wk_take(wk_t *w);                    /* outbox items in order, caller frees */
+void wk_cancel_conn(wk_t *w, uint64_t conn);                         /* the connection is gone */
+void wk_reload(wk_t *w, const cfg_t *next); /* apply a validated config (loop keeps it alive) */
+void wk_drain(wk_t *w);                     /* finish in-flight work, then WK_OUT_IDLE */
+wk_out_t *wk_take(wk_t *w);                 /* outbox items in order, caller frees */
 /* One-line summary for sd_notify STATUS (thread-safe snapshot). */
 void wk_status(wk_t *w, char *buf, size_t len);
 /* Seconds since the worker last showed progress (a loop turn or a segment of
@@ -82,10 +82,10 @@ const char *wk_state_name(wk_state_t s);
 /* Readiness for load balancers (HTTP /ready): ready once every configured
  * model is in host RAM and while not draining. */
 typedef enum wk_ready {
-    WK_READY_OK = 0,       /* every configured model is in host RAM, not draining */
-    WK_READY_LOADING,      /* a reload is loading models (or the worker has not reported) */
-    WK_READY_FAILED,       /* a configured model could not be loaded */
-    WK_READY_DRAINING,     /* draining: finishing in-flight work, accepting none */
+    WK_READY_OK = 0,   /* every configured model is in host RAM, not draining */
+    WK_READY_LOADING,  /* a reload is loading models (or the worker has not reported) */
+    WK_READY_FAILED,   /* a configured model could not be loaded */
+    WK_READY_DRAINING, /* draining: finishing in-flight work, accepting none */
 } wk_ready_t;
 /* The current readiness, and a sentence saying why (reason may be NULL). Any
  * thread: a drain or a reload flips it from the loop at once, the worker

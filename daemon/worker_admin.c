@@ -47,12 +47,13 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
     if (c->max_context > m->sm->model->hp.n_ctx_train)
-        log_warning("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length", w->cfg->file,
-              c->line, c->name, (unsigned)c->max_context, (unsigned)m->sm->model->hp.n_ctx_train);
+        log_warning("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length",
+                    w->cfg->file, c->line, c->name, (unsigned)c->max_context,
+                    (unsigned)m->sm->model->hp.n_ctx_train);
     char tn[16];
     log_info("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
-          model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
-          m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
+             model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
+             m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
     return m;
 }
 
@@ -119,7 +120,7 @@ void wk_load_progress(void *ctx, const char *name, size_t done, size_t total)
 proto_err_t wk_device_error_code(int res_err)
 {
     return res_err == RES_ERR_NOMEM || res_err == RES_ERR_NOSPACE ? PROTO_E_OVERLOADED
-                                                                   : PROTO_E_INTERNAL;
+                                                                  : PROTO_E_INTERNAL;
 }
 
 static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
@@ -136,8 +137,8 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
                       w->be->name);
         return;
     }
-    log_warning("fault injection: %s, next %u operations, delay %u ms", proto_fault_name(req->fault),
-           f.count, f.delay_ms);
+    log_warning("fault injection: %s, next %u operations, delay %u ms",
+                proto_fault_name(req->fault), f.count, f.delay_ms);
     wk_send_ok(w, conn, req->id, json_pack("{s:b}", "armed", req->fault != BE_FAULT_OFF));
 }
 
@@ -145,12 +146,8 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
 static int admin_global(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
     switch (req->op) {
-    case PROTO_OP_STATS:
-        wk_send_ok(w, conn, req->id, wk_report_stats(w));
-        return 1;
-    case PROTO_OP_MODELS:
-        wk_send_ok(w, conn, req->id, wk_report_models(w, 1));
-        return 1;
+    case PROTO_OP_STATS: wk_send_ok(w, conn, req->id, wk_report_stats(w)); return 1;
+    case PROTO_OP_MODELS: wk_send_ok(w, conn, req->id, wk_report_models(w, 1)); return 1;
     case PROTO_OP_DRAIN:
         if (!w->draining) {
             w->draining = 1;
@@ -158,9 +155,7 @@ static int admin_global(wk_t *w, uint64_t conn, const proto_req_t *req)
             w->drain_id = req->id ? json_incref(req->id) : NULL;
         }
         return 1;
-    case PROTO_OP_FAULT:
-        admin_fault(w, conn, req);
-        return 1;
+    case PROTO_OP_FAULT: admin_fault(w, conn, req); return 1;
     case PROTO_OP_RELOAD: {
         /* the loop owns config files: ask it, it answers */
         wk_out_t *o = calloc(1, sizeof *o);
@@ -172,8 +167,7 @@ static int admin_global(wk_t *w, uint64_t conn, const proto_req_t *req)
         }
         return 1;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -183,8 +177,9 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
     char err[512];
     if (res_fully_resident(w->res, m->rm)) {
         wk_send_ok(w, conn, req->id,
-                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
-                             "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", 0.0));
+                   json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state",
+                             wk_state_name(WK_STATE_RESIDENT), "bytes",
+                             (json_int_t)m->sm->image_bytes, "swap_ms", 0.0));
         return;
     }
     size_t q = m->cfg.gpu_quota;
@@ -195,7 +190,8 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
         return;
     }
     wk_pagein_begin(w, mi, t_recv, RES_EVICT_ANY);
-    int prc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err, sizeof err);
+    int prc =
+        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err, sizeof err);
     if (prc) {
         m->paging_since = 0;
         wk_send_error(w, conn, req->id, wk_device_error_code(prc), "%s", err);
@@ -226,8 +222,7 @@ static void admin_evict(wk_t *w, uint64_t conn, const proto_req_t *req, wk_model
     stats_res_t a, b;
     res_model_stats(w->res, m->rm, &a);
     if (res_evict(w->res, m->rm, RES_CAUSE_ADMIN, 0) == RES_ERR_BUSY) {
-        wk_send_error(w, conn, req->id, PROTO_E_OVERLOADED, "model '%s' has running work",
-                      m->name);
+        wk_send_error(w, conn, req->id, PROTO_E_OVERLOADED, "model '%s' has running work", m->name);
         return;
     }
     res_model_stats(w->res, m->rm, &b);
@@ -244,12 +239,14 @@ static void admin_pin(wk_t *w, uint64_t conn, const proto_req_t *req, wk_model_t
     res_cfg_t rc = wk_res_cfg_of(&c);
     int src = res_set_cfg(w->res, m->rm, &rc, err, sizeof err);
     if (src) {
-        wk_send_error(w, conn, req->id, src == RES_ERR_QUOTA ? PROTO_E_BAD_REQUEST
-                      : wk_device_error_code(src), "%s", err);
+        wk_send_error(w, conn, req->id,
+                      src == RES_ERR_QUOTA ? PROTO_E_BAD_REQUEST : wk_device_error_code(src), "%s",
+                      err);
         return;
     }
     m->cfg.pinned = c.pinned;
-    wk_send_ok(w, conn, req->id, json_pack("{s:s, s:b}", "model", m->name, "pinned", m->cfg.pinned));
+    wk_send_ok(w, conn, req->id,
+               json_pack("{s:s, s:b}", "model", m->name, "pinned", m->cfg.pinned));
 }
 
 void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
@@ -282,15 +279,17 @@ void wk_admin_poll_loads(wk_t *w)
         } else if (res_fully_resident(w->res, m->rm)) {
             double ms = (wk_now() - l->t0) * 1e3;
             wk_send_ok(w, l->conn, l->id,
-                    json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state", wk_state_name(WK_STATE_RESIDENT),
-                              "bytes", (json_int_t)m->sm->image_bytes, "swap_ms", ms));
+                       json_pack("{s:s, s:s, s:I, s:f}", "model", m->name, "state",
+                                 wk_state_name(WK_STATE_RESIDENT), "bytes",
+                                 (json_int_t)m->sm->image_bytes, "swap_ms", ms));
         } else {
             stats_res_t st;
             res_model_stats(w->res, m->rm, &st);
             if (l->stream && st.curr_resident_bytes != l->last_bytes) {
                 l->last_bytes = st.curr_resident_bytes;
-                wk_send_line(w, l->conn, proto_encode_progress(l->id, m->name, l->last_bytes,
-                                                            m->sm->image_bytes));
+                wk_send_line(
+                    w, l->conn,
+                    proto_encode_progress(l->id, m->name, l->last_bytes, m->sm->image_bytes));
             }
             /* not all queued (pool held by others, or a copy failed and
              * was dropped): try again, a few times for device failures */
@@ -302,7 +301,8 @@ void wk_admin_poll_loads(wk_t *w)
                                         sizeof err))
                 res_last_error(m->rm, &why);
             else if (!m->paging_since && res_inflight(m->rm) > 0)
-                wk_pagein_begin(w, l->model, wk_now(), RES_EVICT_ANY); /* requests now wait for it */
+                wk_pagein_begin(w, l->model, wk_now(),
+                                RES_EVICT_ANY); /* requests now wait for it */
             if (!why) {
                 pp = &l->next;
                 continue;
@@ -336,8 +336,8 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
                 wk_seq_t *sq = it->user;
                 m->svc.total_cancelled++;
                 wk_send_error(w, sq->conn, sq->id, PROTO_E_CANCELLED,
-                           "model '%s' was removed by a reload before this request started",
-                           m->name);
+                              "model '%s' was removed by a reload before this request started",
+                              m->name);
                 sched_remove(w->sched, it);
                 wk_seq_free(w, sq);
             }

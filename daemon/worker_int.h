@@ -22,11 +22,14 @@
 #define WK_MAX_MODELS 256
 #define WK_IDLE_WAIT_MS 200
 
-
-typedef enum seq_state { SEQ_NEW = 0, SEQ_QUEUED, SEQ_ACTIVE } seq_state_t;
+typedef enum seq_state {
+    SEQ_NEW = 0,
+    SEQ_QUEUED,
+    SEQ_ACTIVE
+} seq_state_t;
 
 typedef struct wk_seq {
-    sched_item_t item;      /* first: sched items are sequences */
+    sched_item_t item; /* first: sched items are sequences */
     uint64_t conn;
     json_t *id;
     proto_req_t req;
@@ -37,36 +40,36 @@ typedef struct wk_seq {
     kv_seq_t *kv;
     sampler_t *smp;
     tok_stream_t ts;
-    char *text;             /* generated text so far (NUL-terminated) */
+    char *text; /* generated text so far (NUL-terminated) */
     size_t text_len, text_cap;
-    size_t sent;            /* bytes of text already streamed */
-    int32_t last;           /* token to feed next step */
-    int32_t *gen;           /* the n_gen ids generated so far (gen_cap room): a parked
+    size_t sent;  /* bytes of text already streamed */
+    int32_t last; /* token to feed next step */
+    int32_t *gen; /* the n_gen ids generated so far (gen_cap room): a parked
                                sequence's cache is rebuilt by prefilling prompt + gen */
     uint32_t gen_cap;
-    int32_t *redo;          /* prompt + gen (n_redo ids) for the pass that rebuilds its cache */
+    int32_t *redo; /* prompt + gen (n_redo ids) for the pass that rebuilds its cache */
     uint32_t n_redo;
-    int parked;             /* its KV cache was given back when the pool ran short: it
+    int parked; /* its KV cache was given back when the pool ran short: it
                                stays active, without a cache, until the pages are back */
     int stopped_on_string;
-    double t_arrival;       /* wk_now() when the loop received the request */
-    double t_admit;         /* when its first pass started (it got its KV cache) */
-    double t_first;         /* when its first token was sampled */
-    double swap_s;          /* s its first token was held up by its model's page-in: waiting
+    double t_arrival;   /* wk_now() when the loop received the request */
+    double t_admit;     /* when its first pass started (it got its KV cache) */
+    double t_first;     /* when its first token was sampled */
+    double swap_s;      /* s its first token was held up by its model's page-in: waiting
                                for it before the first pass, and on copies within that pass */
-    double swap_wait_s;     /* the part of swap_s before its first pass */
-    int swapped;            /* it waited for a page-in (swap_s counts) */
+    double swap_wait_s; /* the part of swap_s before its first pass */
+    int swapped;        /* it waited for a page-in (swap_s counts) */
     struct wk_seq *next_active;
 } wk_seq_t;
 
 typedef struct wk_model {
     char *name;
-    cfg_model_t cfg;        /* copy; strings point into the worker's current cfg */
+    cfg_model_t cfg; /* copy; strings point into the worker's current cfg */
     store_model_t *sm;
     res_model_t *rm;
     chat_family_t chat;
-    char *load_error;       /* why it is 'failed' */
-    wk_seq_t *active;       /* admitted sequences */
+    char *load_error; /* why it is 'failed' */
+    wk_seq_t *active; /* admitted sequences */
     uint32_t n_active;
     double swap_in_s;       /* last measured full page-in time */
     double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on
@@ -83,11 +86,16 @@ typedef struct wk_model {
     stats_hist_t ttft, latency, queue, swap;
 } wk_model_t;
 
-typedef enum in_kind { IN_REQ = 1, IN_CANCEL_CONN, IN_RELOAD, IN_DRAIN } in_kind_t;
+typedef enum in_kind {
+    IN_REQ = 1,
+    IN_CANCEL_CONN,
+    IN_RELOAD,
+    IN_DRAIN
+} in_kind_t;
 
 typedef struct wk_in {
     in_kind_t kind;
-    double t_recv;          /* wk_now() when the loop handed it over */
+    double t_recv; /* wk_now() when the loop handed it over */
     uint64_t conn;
     int admin;
     proto_req_t req;
@@ -100,7 +108,7 @@ typedef struct wk_load {
     uint64_t conn;
     json_t *id;
     int stream;
-    double t0;              /* when the load request was received */
+    double t0; /* when the load request was received */
     size_t last_bytes;
     uint64_t device_errors; /* the model's count when the load began */
     struct wk_load *next;
@@ -114,34 +122,34 @@ struct wk {
     res_t *res;
     sched_t *sched;
     fwd_t *fwd;
-    fwd_t *fwd_aside;       /* for passes stepped while another pass waits for a copy */
-    int aside;              /* such a pass is running (steps aside do not nest) */
+    fwd_t *fwd_aside; /* for passes stepped while another pass waits for a copy */
+    int aside;        /* such a pass is running (steps aside do not nest) */
     wk_model_t *models[WK_MAX_MODELS];
-    int n_models;           /* slots used (some may be NULL after reloads) */
-    wk_model_t *loading;    /* the model wk_model_load is reading, maybe not in models[] yet */
-    int load_decile;        /* tenths of it logged so far */
+    int n_models;        /* slots used (some may be NULL after reloads) */
+    wk_model_t *loading; /* the model wk_model_load is reading, maybe not in models[] yet */
+    int load_decile;     /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
-    double nap_s;           /* how long the loop may sleep before the next round (0 = none) */
+    double nap_s; /* how long the loop may sleep before the next round (0 = none) */
 
     pthread_t thread;
     int started;
-    pthread_mutex_t mu;     /* inbox, outbox, stop, status */
+    pthread_mutex_t mu; /* inbox, outbox, stop, status */
     pthread_cond_t cv;
     wk_in_t *in_head, *in_tail;
     wk_out_t *out_head, *out_tail;
     int stop;
     wk_notify_fn notify;
     void *notify_ctx;
-    const char *extra_name;          /* (optional) a section the stats report adds: its name, */
-    json_t *(*extra_fn)(void *ctx);  /* the builder (worker thread; returns a new object) */
+    const char *extra_name;         /* (optional) a section the stats report adds: its name, */
+    json_t *(*extra_fn)(void *ctx); /* the builder (worker thread; returns a new object) */
     void *extra_ctx;
     char status[256];
-    char ready_why[256];    /* readiness reason for wk_readiness, under mu */
+    char ready_why[256];      /* readiness reason for wk_readiness, under mu */
     _Atomic int draining_pub; /* a drain was handed over (loop or worker side): wk_draining */
     _Atomic int leaving_pub;  /* readiness off ahead of the drain: wk_leave */
-    _Atomic int ready_pub;  /* wk_ready_t published by the worker after each round */
-    _Atomic int reload_pub; /* reloads handed over by the loop, not yet applied by the worker */
+    _Atomic int ready_pub;    /* wk_ready_t published by the worker after each round */
+    _Atomic int reload_pub;   /* reloads handed over by the loop, not yet applied by the worker */
 
     int draining;
     uint64_t drain_conn;
@@ -151,7 +159,7 @@ struct wk {
 };
 /* ------------------------------------------------------------------ worker.c */
 
-double wk_now(void); /* CLOCK_MONOTONIC seconds */
+double wk_now(void);   /* CLOCK_MONOTONIC seconds */
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
 /* Outbox: each call queues one item for the loop and wakes it. */
 void wk_push_out(wk_t *w, wk_out_t *o);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const char *const state_names[WK_STATE_COUNT] = {
-    [WK_STATE_LOADING] = "loading", [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
+    [WK_STATE_LOADING] = "loading",   [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
     [WK_STATE_RESIDENT] = "resident", [WK_STATE_FAILED] = "failed",
 };
 
@@ -68,8 +68,8 @@ static json_t *hist_json(const stats_hist_t *h)
     json_t *b = json_array();
     for (int i = 0; i < STATS_HIST_BUCKETS; i++)
         json_array_append_new(b, json_integer((json_int_t)h->b[i]));
-    return json_pack("{s:I, s:f, s:o}", "count", (json_int_t)h->n, "sum_ms", h->sum_ms,
-                     "buckets", b);
+    return json_pack("{s:I, s:f, s:o}", "count", (json_int_t)h->n, "sum_ms", h->sum_ms, "buckets",
+                     b);
 }
 
 /* The stats report (one builder for the admin socket, the CLI and /metrics). */
@@ -77,13 +77,13 @@ json_t *wk_report_stats(wk_t *w)
 {
     stats_pool_t ps;
     res_pool_stats(w->res, &ps);
-    json_t *pool = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
-                             "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
-                             (json_int_t)ps.curr_pool_used, "curr_pool_free",
-                             (json_int_t)ps.curr_pool_free, "curr_scratch_bytes",
-                             (json_int_t)ps.curr_scratch_bytes, "peak_device_bytes",
-                             (json_int_t)ps.peak_device_bytes, "curr_budget_cut_bytes",
-                             (json_int_t)ps.curr_budget_cut_bytes);
+    json_t *pool =
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
+                  "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
+                  (json_int_t)ps.curr_pool_used, "curr_pool_free", (json_int_t)ps.curr_pool_free,
+                  "curr_scratch_bytes", (json_int_t)ps.curr_scratch_bytes, "peak_device_bytes",
+                  (json_int_t)ps.peak_device_bytes, "curr_budget_cut_bytes",
+                  (json_int_t)ps.curr_budget_cut_bytes);
     json_t *models = json_object();
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
@@ -119,10 +119,10 @@ json_t *wk_report_stats(wk_t *w)
         snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
         json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
     }
-    json_t *rep = json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start,
-                            "backend", w->be->name, "policy",
-                            cfg_policy_name(w->cfg->scheduler.policy), "pool",
-                            pool, "models", models, "server", server);
+    json_t *rep =
+        json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start, "backend",
+                  w->be->name, "policy", cfg_policy_name(w->cfg->scheduler.policy), "pool", pool,
+                  "models", models, "server", server);
     json_t *extra = rep && w->extra_fn ? w->extra_fn(w->extra_ctx) : NULL;
     if (extra)
         json_object_set_new(rep, w->extra_name, extra);
@@ -152,10 +152,12 @@ json_t *wk_report_models(wk_t *w, int admin)
             json_t *tt = json_object();
             for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
                 if (mod->n_tensors_of[t])
-                    json_object_set_new(tt, wk_type_name(t, tn), json_integer(mod->n_tensors_of[t]));
+                    json_object_set_new(tt, wk_type_name(t, tn),
+                                        json_integer(mod->n_tensors_of[t]));
             json_object_set_new(o, "tensor_types", tt);
-            json_object_set_new(o, "bytes_per_param",
-                                json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
+            json_object_set_new(
+                o, "bytes_per_param",
+                json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
             json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
             json_object_set_new(o, "context", json_integer(wk_model_context(m)));
         }
@@ -166,7 +168,8 @@ json_t *wk_report_models(wk_t *w, int admin)
             if (m->sm) {
                 stats_res_t st;
                 res_model_stats(w->res, m->rm, &st);
-                json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
+                json_object_set_new(o, "weight_bytes",
+                                    json_integer((json_int_t)m->sm->image_bytes));
                 json_object_set_new(o, "curr_resident_bytes",
                                     json_integer((json_int_t)st.curr_resident_bytes));
                 json_object_set_new(o, "curr_kv_bytes", json_integer((json_int_t)st.curr_kv_bytes));

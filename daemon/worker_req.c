@@ -74,8 +74,9 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         .total_ms = (t - s->t_arrival) * 1e3,
         .swapped = s->swapped,
     };
-    wk_send_line(w, s->conn, proto_encode_done(s->id, s->text ? s->text : "", proto_finish_name(reason), s->n_prompt,
-                                            s->n_gen, &tm));
+    wk_send_line(w, s->conn,
+                 proto_encode_done(s->id, s->text ? s->text : "", proto_finish_name(reason),
+                                   s->n_prompt, s->n_gen, &tm));
     if (reason == PROTO_FINISH_CANCELLED)
         m->svc.total_cancelled++;
     else
@@ -168,13 +169,13 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
             strncat(names, w->models[i]->name, sizeof names - strlen(names) - 1);
         }
         wk_send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no model '%s' (configured: %s)",
-                   req->model ? req->model : "", names);
+                      req->model ? req->model : "", names);
         return -1;
     }
     wk_model_t *m = w->models[mi];
     if (!m->sm) {
         wk_send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "model '%s' failed to load: %s",
-                   m->name, m->load_error ? m->load_error : "?");
+                      m->name, m->load_error ? m->load_error : "?");
         return -1;
     }
     return mi;
@@ -245,7 +246,8 @@ static int seq_prompt_text(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     char *text = s->req.prompt;
     int add_bos = tok_add_bos(mod->tok), owned = 0;
     if (s->req.op == PROTO_OP_CHAT) {
-        if (chat_render(m->cfg.chat_template ? chat_family_from_name(m->cfg.chat_template) : m->chat,
+        if (chat_render(m->cfg.chat_template ? chat_family_from_name(m->cfg.chat_template)
+                                             : m->chat,
                         s->req.messages, s->req.n_messages, &text, err, sizeof err)) {
             wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST, "model '%s': %s", m->name, err);
             return -1;
@@ -299,14 +301,15 @@ static int seq_prompt(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 /* max_tokens against the context; 0, or -1 after answering the error. */
 static int seq_limits(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 {
-    s->max_tokens = s->req.has_max_tokens ? (uint32_t)s->req.max_tokens
-                                          : (uint32_t)m->cfg.defaults.max_tokens;
+    s->max_tokens =
+        s->req.has_max_tokens ? (uint32_t)s->req.max_tokens : (uint32_t)m->cfg.defaults.max_tokens;
     uint32_t ctx = wk_model_context(m);
     if ((uint64_t)s->n_prompt + s->max_tokens > ctx) {
         if (s->n_prompt >= ctx || s->req.has_max_tokens) {
-            wk_send_error(w, s->conn, s->id, PROTO_E_CONTEXT_OVERFLOW,
-                          "%u prompt tokens + %u max_tokens exceed the context of %u for model '%s'",
-                          s->n_prompt, s->max_tokens, ctx, m->name);
+            wk_send_error(
+                w, s->conn, s->id, PROTO_E_CONTEXT_OVERFLOW,
+                "%u prompt tokens + %u max_tokens exceed the context of %u for model '%s'",
+                s->n_prompt, s->max_tokens, ctx, m->name);
             return -1;
         }
         s->max_tokens = ctx - s->n_prompt; /* the default shrinks to what fits */
@@ -439,9 +442,7 @@ void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t
     }
     switch (req->op) {
     case PROTO_OP_GENERATE:
-    case PROTO_OP_CHAT:
-        submit_gen(w, conn, req, t_recv);
-        return;
+    case PROTO_OP_CHAT: submit_gen(w, conn, req, t_recv); return;
     case PROTO_OP_MODELS: {
         json_t *rep = wk_report_models(w, 0), *arr = json_object_get(rep, "models");
         for (size_t i = json_array_size(arr); i-- > 0;)

@@ -28,7 +28,8 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
         return 1; /* nothing to wait for: admission decides */
     const wk_seq_t *s = it->user;
     /* the cache grows page by page: admission needs the prompt's pages */
-    return res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1) <= res_kv_available_for(w->res, m->rm);
+    return res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1) <=
+           res_kv_available_for(w->res, m->rm);
 }
 
 /* views[].fits of the cold models with work (the scheduler drains a busy
@@ -49,7 +50,8 @@ static void fill_fits(wk_t *w, sched_model_view_t *views)
         uint32_t q = sched_queued(w->sched, i), mb = views[i].max_batch;
         uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
         const wk_seq_t *s = it->user;
-        reserve += (size_t)(q < room ? q : room) * res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1);
+        reserve +=
+            (size_t)(q < room ? q : room) * res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1);
     }
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
@@ -319,9 +321,9 @@ typedef struct step_pass {
     float *logits;
     timed_hooks_t th;
     stats_res_t before;
-    int cold;       /* the model was not wholly resident when the pass began */
-    int streams;    /* nor were its copies covered by its compute (res_ready_in) */
-    double t_end;   /* when the pass ended */
+    int cold;     /* the model was not wholly resident when the pass began */
+    int streams;  /* nor were its copies covered by its compute (res_ready_in) */
+    double t_end; /* when the pass ended */
     int rc;
     char err[512];
 } step_pass_t;
@@ -357,7 +359,8 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
             m->svc.total_prompt_tokens += s->n_prompt;
         i++;
     }
-    fwd_t *f = w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
+    fwd_t *f =
+        w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
     /* the pass's activation scratch is device memory too: counted beside the pool (both
      * forward scratches: an aside step's and the waiting pass's) */
     size_t n_tok = 0;
@@ -368,7 +371,8 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi, .streams = p->streams};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();
-    p->rc = fwd_run(f, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err, sizeof p->err);
+    p->rc =
+        fwd_run(f, &mod->hp, res_weights(m->rm), p->fs, (int)p->n, &hooks, p->err, sizeof p->err);
     p->t_end = wk_now();
     for (uint32_t k = 0; k < p->n; k++) { /* rebuilt (or failed with the pass) */
         free(p->order[k]->redo);
@@ -390,8 +394,9 @@ static int step_account(wk_t *w, wk_model_t *m, const step_pass_t *p)
     const stats_res_t *b = &p->before;
     int paged = after.total_bytes_in != b->total_bytes_in;
     if (paged && res_fully_resident(w->res, m->rm) && after.total_copy_ns > b->total_copy_ns)
-        m->swap_in_s = (double)m->sm->image_bytes / (double)(after.total_bytes_in -
-                       b->total_bytes_in) * (after.total_copy_ns - b->total_copy_ns) / 1e9;
+        m->swap_in_s = (double)m->sm->image_bytes /
+                       (double)(after.total_bytes_in - b->total_bytes_in) *
+                       (after.total_copy_ns - b->total_copy_ns) / 1e9;
     m->svc.total_steps++;
     return paged;
 }
@@ -407,8 +412,11 @@ static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
             int rerr = res_last_error(m->rm, &why);
             if (rerr && i == 0)
                 snprintf(p->err, sizeof p->err, "%s", why);
-            wk_seq_fail(w, s, p->rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW
-                        : rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, p->err);
+            wk_seq_fail(w, s,
+                        p->rc == FWD_ERR_CONTEXT ? PROTO_E_CONTEXT_OVERFLOW
+                        : rerr                   ? wk_device_error_code(rerr)
+                                                 : PROTO_E_INTERNAL,
+                        p->err);
             continue;
         }
         if (s->n_gen == 0) {
@@ -553,7 +561,8 @@ static double pagein_poll(wk_t *w, int mi, double now)
     }
     double timeout = (double)w->cfg->device.copy_timeout_ms / 1e3;
     if (in > 0 && n > 0 && now - m->paging_moved > timeout) {
-        pagein_fail(w, mi, wk_device_error_code(res_copy_overdue(w->res, m->rm, err, sizeof err)), err);
+        pagein_fail(w, mi, wk_device_error_code(res_copy_overdue(w->res, m->rm, err, sizeof err)),
+                    err);
         return -1;
     }
     if (in == 0)
@@ -571,8 +580,8 @@ static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
         return 1;
     char err[512];
     wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
-    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err,
-                                sizeof err);
+    int rc =
+        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err, sizeof err);
     if (rc) {
         m->paging_since = 0;
         step_failed(w, mi, admit, wk_device_error_code(rc), err);
@@ -620,7 +629,8 @@ double wk_round(wk_t *w)
     sched_plan_t plan;
     sched_next(w->sched, now, views, &plan);
     int stepped = 0;
-    if (plan.model >= 0 && (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
+    if (plan.model >= 0 &&
+        (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
         step(w, plan.model, plan.admit);
         stepped = 1;
     }

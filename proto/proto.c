@@ -12,18 +12,12 @@
 /* ------------------------------------------------------------------ names */
 
 static const char *const err_codes[PROTO_E_COUNT] = {
-    [PROTO_E_BAD_JSON] = "bad_json",
-    [PROTO_E_BAD_REQUEST] = "bad_request",
-    [PROTO_E_UNKNOWN_MODEL] = "unknown_model",
-    [PROTO_E_TOO_LARGE] = "too_large",
-    [PROTO_E_OVERLOADED] = "overloaded",
-    [PROTO_E_CONTEXT_OVERFLOW] = "context_overflow",
-    [PROTO_E_CANCELLED] = "cancelled",
-    [PROTO_E_SHUTTING_DOWN] = "shutting_down",
-    [PROTO_E_INTERNAL] = "internal",
-    [PROTO_E_FORBIDDEN] = "forbidden",
-    [PROTO_E_UNAUTHORIZED] = "unauthorized",
-    [PROTO_E_RATE_LIMITED] = "rate_limited",
+    [PROTO_E_BAD_JSON] = "bad_json",           [PROTO_E_BAD_REQUEST] = "bad_request",
+    [PROTO_E_UNKNOWN_MODEL] = "unknown_model", [PROTO_E_TOO_LARGE] = "too_large",
+    [PROTO_E_OVERLOADED] = "overloaded",       [PROTO_E_CONTEXT_OVERFLOW] = "context_overflow",
+    [PROTO_E_CANCELLED] = "cancelled",         [PROTO_E_SHUTTING_DOWN] = "shutting_down",
+    [PROTO_E_INTERNAL] = "internal",           [PROTO_E_FORBIDDEN] = "forbidden",
+    [PROTO_E_UNAUTHORIZED] = "unauthorized",   [PROTO_E_RATE_LIMITED] = "rate_limited",
 };
 
 const char *proto_err_code(proto_err_t e)
@@ -76,7 +70,7 @@ static const char *const field_names[F_COUNT] = {
 #define X(name, kind, ctype, lo, hi, bounds, def, help) [F_SAMPLER + SAMPLER_PARAM_##name] = #name,
     SAMPLER_PARAMS(X)
 #undef X
-    [F_SEED] = "seed",
+        [F_SEED] = "seed",
     [F_STOP] = "stop",
     [F_STREAM] = "stream",
     [F_FAULT] = "fault",
@@ -111,7 +105,11 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLING (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM))
 _Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
-enum { SOCK_INFERENCE = 1, SOCK_ADMIN = 2, SOCK_BOTH = 3 };
+enum {
+    SOCK_INFERENCE = 1,
+    SOCK_ADMIN = 2,
+    SOCK_BOTH = 3
+};
 
 /* One row per op: the sockets that take it, the fields it allows and those it requires.
  * generate's "prompt or tokens" rule is checked separately. */
@@ -121,8 +119,8 @@ static const struct op_desc {
     uint32_t allowed;
     uint32_t required;
 } op_table[] = {
-    [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE, FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING,
-                           FB(F_MODEL)},
+    [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE,
+                           FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING, FB(F_MODEL)},
     [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE, FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING,
                        FB(F_MODEL) | FB(F_MESSAGES)},
     [PROTO_OP_TOKENIZE] = {"tokenize", SOCK_INFERENCE, FB(F_MODEL) | FB(F_TEXT) | FB(F_ADD_BOS),
@@ -136,7 +134,8 @@ static const struct op_desc {
     [PROTO_OP_UNPIN] = {"unpin", SOCK_ADMIN, FB(F_MODEL), FB(F_MODEL)},
     [PROTO_OP_RELOAD] = {"reload", SOCK_ADMIN, 0, 0},
     [PROTO_OP_DRAIN] = {"drain", SOCK_ADMIN, 0, 0},
-    [PROTO_OP_FAULT] = {"fault", SOCK_ADMIN, FB(F_FAULT) | FB(F_TIMES) | FB(F_DELAY_MS), FB(F_FAULT)},
+    [PROTO_OP_FAULT] = {"fault", SOCK_ADMIN, FB(F_FAULT) | FB(F_TIMES) | FB(F_DELAY_MS),
+                        FB(F_FAULT)},
     [PROTO_OP_AUTH] = {"auth", SOCK_INFERENCE, FB(F_KEY), FB(F_KEY)},
 };
 #define N_OPS ((int)(sizeof op_table / sizeof op_table[0]))
@@ -232,10 +231,20 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
         return 1;
     size_t len;
     uint32_t cp, min;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
+    if ((c & 0xE0) == 0xC0) {
+        len = 2;
+        cp = c & 0x1F;
+        min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        len = 3;
+        cp = c & 0x0F;
+        min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        len = 4;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else
+        return 0;
     if (len > n)
         return 0;
     for (size_t i = 1; i < len; i++) {
@@ -382,7 +391,8 @@ static int depth_ok(const char *line, size_t len)
 }
 
 /* Parses line as one JSON value; NULL with the error in err. */
-static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, char *err, size_t errlen)
+static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, char *err,
+                         size_t errlen)
 {
     size_t i = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
@@ -392,13 +402,15 @@ static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, ch
         return NULL;
     }
     if (!depth_ok(line, len)) {
-        *rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "JSON nested deeper than %d levels", PROTO_MAX_DEPTH);
+        *rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "JSON nested deeper than %d levels",
+                   PROTO_MAX_DEPTH);
         return NULL;
     }
     json_error_t je;
     json_t *root = json_loadb(line, len, flags | JSON_DECODE_ANY, &je);
     if (!root) {
-        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position, je.text);
+        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position,
+                   je.text);
         return NULL;
     }
     return root;
@@ -423,25 +435,27 @@ static int check_id(const char *name, const json_t *v, char *err, size_t errlen)
         return 0;
     if (json_is_string(v)) {
         if (json_string_length(v) > PROTO_MAX_ID_BYTES)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %d bytes", name,
-                        PROTO_MAX_ID_BYTES);
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %d bytes",
+                        name, PROTO_MAX_ID_BYTES);
         return 0;
     }
-    return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string or an integer (got %s)", name,
-                type_word(v));
+    return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                "field '%s' must be a string or an integer (got %s)", name, type_word(v));
 }
 
 /* A string field of min..max bytes into a new heap copy (*out). */
-static int get_string(const char *name, const json_t *v, size_t min, size_t max, char **out, char *err,
-                      size_t errlen)
+static int get_string(const char *name, const json_t *v, size_t min, size_t max, char **out,
+                      char *err, size_t errlen)
 {
     if (!json_is_string(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name, type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name,
+                    type_word(v));
     size_t n = json_string_length(v);
     if (n < min)
         return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must not be empty", name);
     if (n > max)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %zu bytes", name, max);
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %zu bytes", name,
+                    max);
     char *s = malloc(n + 1);
     if (!s)
         return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
@@ -450,11 +464,12 @@ static int get_string(const char *name, const json_t *v, size_t min, size_t max,
     return 0;
 }
 
-static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t hi, json_int_t *out, char *err,
-                   size_t errlen)
+static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t hi, json_int_t *out,
+                   char *err, size_t errlen)
 {
     if (!json_is_integer(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be an integer (got %s)", name, type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be an integer (got %s)",
+                    name, type_word(v));
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -468,20 +483,23 @@ static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t 
 static int get_bool(const char *name, const json_t *v, int *out, char *err, size_t errlen)
 {
     if (!json_is_boolean(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be true or false (got %s)", name,
-                    type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be true or false (got %s)",
+                    name, type_word(v));
     *out = json_is_true(v);
     return 0;
 }
 
 /* A number that fits a float; the range is the caller's. */
-static int get_float(const char *name, const json_t *v, float *out, double *raw, char *err, size_t errlen)
+static int get_float(const char *name, const json_t *v, float *out, double *raw, char *err,
+                     size_t errlen)
 {
     if (!json_is_number(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a number (got %s)", name, type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a number (got %s)", name,
+                    type_word(v));
     double d = json_number_value(v);
     if (!isfinite(d) || fabs(d) > FLT_MAX)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is out of range (got %g)", name, d);
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is out of range (got %g)", name,
+                    d);
     *out = (float)d;
     *raw = d;
     return 0;
@@ -490,8 +508,8 @@ static int get_float(const char *name, const json_t *v, float *out, double *raw,
 static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
     if (!json_is_array(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must be an array of token ids (got %s)",
-                    type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                    "field 'tokens' must be an array of token ids (got %s)", type_word(v));
     size_t n = json_array_size(v);
     if (n == 0)
         return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must not be empty");
@@ -504,13 +522,15 @@ static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t err
     for (size_t i = 0; i < n; i++) {
         const json_t *t = json_array_get(v, i);
         if (!json_is_integer(t))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens[%zu]' must be an integer token id (got %s)",
-                        i, type_word(t));
+            return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "field 'tokens[%zu]' must be an integer token id (got %s)", i,
+                        type_word(t));
         json_int_t x = json_integer_value(t);
         if (x < 0 || x > INT32_MAX)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                        "field 'tokens[%zu]' must be a token id in 0 .. %d (got %" JSON_INTEGER_FORMAT ")", i,
-                        INT32_MAX, x);
+            return fail(
+                err, errlen, PROTO_E_BAD_REQUEST,
+                "field 'tokens[%zu]' must be a token id in 0 .. %d (got %" JSON_INTEGER_FORMAT ")",
+                i, INT32_MAX, x);
         req->tokens[i] = (int32_t)x;
     }
     req->n_tokens = n;
@@ -520,13 +540,14 @@ static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t err
 static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
     if (!json_is_array(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must be an array (got %s)", type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must be an array (got %s)",
+                    type_word(v));
     size_t n = json_array_size(v);
     if (n == 0)
         return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must not be empty");
     if (n > PROTO_MAX_MESSAGES)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' has %zu entries (max %d)", n,
-                    PROTO_MAX_MESSAGES);
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' has %zu entries (max %d)",
+                    n, PROTO_MAX_MESSAGES);
     req->messages = calloc(n, sizeof *req->messages);
     if (!req->messages)
         return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
@@ -536,16 +557,17 @@ static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t e
         proto_msg_t *pm = &req->messages[i];
         char name[48];
         if (!json_is_object(m))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages[%zu]' must be an object (got %s)", i,
-                        type_word(m));
+            return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "field 'messages[%zu]' must be an object (got %s)", i, type_word(m));
         const char *key;
         json_t *val;
-        json_object_foreach((json_t *)m, key, val) {
+        json_object_foreach ((json_t *)m, key, val) {
             if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0) {
                 char q[72];
                 quote_short(q, sizeof q, key);
                 return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                            "unknown field %s in 'messages[%zu]' (a message has role and content)", q, i);
+                            "unknown field %s in 'messages[%zu]' (a message has role and content)",
+                            q, i);
             }
         }
         const json_t *role = json_object_get(m, "role");
@@ -554,8 +576,8 @@ static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t e
         if (!role)
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
         if (!json_is_string(role))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name,
-                        type_word(role));
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)",
+                        name, type_word(role));
         const char *r = json_string_value(role);
         size_t k = 0;
         while (k < sizeof roles / sizeof roles[0] && strcmp(roles[k], r) != 0)
@@ -585,10 +607,11 @@ static int parse_stop(const json_t *v, proto_req_t *req, char *err, size_t errle
     else if (json_is_array(v))
         n = json_array_size(v);
     else
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' must be a string or an array of strings (got %s)",
-                    type_word(v));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                    "field 'stop' must be a string or an array of strings (got %s)", type_word(v));
     if (n > PROTO_MAX_STOP)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' has %zu entries (max %d)", n, PROTO_MAX_STOP);
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' has %zu entries (max %d)", n,
+                    PROTO_MAX_STOP);
     if (n == 0)
         return 0;
     req->stop = calloc(n, sizeof *req->stop);
@@ -683,18 +706,12 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     if (f >= F_SAMPLER && f < F_SAMPLER + SAMPLER_PARAM_COUNT)
         return parse_sampler((int)(f - F_SAMPLER), v, req, err, errlen);
     switch (f) {
-    case F_MODEL:
-        return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->model, err, errlen);
-    case F_PROMPT:
-        return get_string(name, v, 0, SIZE_MAX, &req->prompt, err, errlen);
-    case F_TOKENS:
-        return parse_tokens(v, req, err, errlen);
-    case F_MESSAGES:
-        return parse_messages(v, req, err, errlen);
-    case F_TEXT:
-        return get_string(name, v, 0, SIZE_MAX, &req->text, err, errlen);
-    case F_ADD_BOS:
-        return get_bool(name, v, &req->add_bos, err, errlen);
+    case F_MODEL: return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->model, err, errlen);
+    case F_PROMPT: return get_string(name, v, 0, SIZE_MAX, &req->prompt, err, errlen);
+    case F_TOKENS: return parse_tokens(v, req, err, errlen);
+    case F_MESSAGES: return parse_messages(v, req, err, errlen);
+    case F_TEXT: return get_string(name, v, 0, SIZE_MAX, &req->text, err, errlen);
+    case F_ADD_BOS: return get_bool(name, v, &req->add_bos, err, errlen);
     case F_TARGET: {
         if ((rc = check_id(name, v, err, errlen)))
             return rc;
@@ -723,13 +740,12 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         req->seed = (uint64_t)x;
         req->has_seed = 1;
         return 0;
-    case F_STOP:
-        return parse_stop(v, req, err, errlen);
-    case F_STREAM:
-        return get_bool(name, v, &req->stream, err, errlen);
+    case F_STOP: return parse_stop(v, req, err, errlen);
+    case F_STREAM: return get_bool(name, v, &req->stream, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'fault' must be a string (got %s)", type_word(v));
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'fault' must be a string (got %s)",
+                        type_word(v));
         for (int k = 0; k < N_FAULTS; k++)
             if (strcmp(json_string_value(v), fault_names[k]) == 0) {
                 req->fault = k;
@@ -753,8 +769,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'key' contains a NUL character");
         return get_string(name, v, 1, PROTO_MAX_KEY_BYTES, &req->key, err, errlen);
     case F_SAMPLER:
-    case F_COUNT:
-        break;
+    case F_COUNT: break;
     }
     return fail(err, errlen, PROTO_E_INTERNAL, "field table out of step");
 }
@@ -776,7 +791,8 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
     if (!op)
         return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'op'");
     if (!json_is_string(op))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'op' must be a string (got %s)", type_word(op));
+        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'op' must be a string (got %s)",
+                    type_word(op));
     const char *opname = json_string_value(op);
     int o = 1;
     while (o < N_OPS && strcmp(op_table[o].name, opname) != 0)
@@ -787,15 +803,16 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
         return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown op %s", q);
     const struct op_desc *od = &op_table[o];
     if (!(od->sockets & (admin ? SOCK_ADMIN : SOCK_INFERENCE)))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, admin ? "op %s is not an admin op (use the inference socket)"
-                                                            : "op %s is only valid on the admin socket",
+        return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                    admin ? "op %s is not an admin op (use the inference socket)"
+                          : "op %s is only valid on the admin socket",
                     q);
     req->op = (proto_op_t)o;
 
     uint32_t seen = 0;
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)root, key, val) {
+    json_object_foreach ((json_t *)root, key, val) {
         if (strcmp(key, "op") == 0 || strcmp(key, "id") == 0)
             continue;
         int f = 0;
@@ -805,11 +822,13 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
         if (f == F_COUNT) {
             const char *s = suggest_field(key);
             if (s)
-                return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s (did you mean '%s'?)", q, s);
+                return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                            "unknown field %s (did you mean '%s'?)", q, s);
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s", q);
         }
         if (!(od->allowed & FB(f)))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field %s is not valid for op '%s'", q, od->name);
+            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field %s is not valid for op '%s'", q,
+                        od->name);
         if ((rc = parse_field((pfield_t)f, val, req, err, errlen)))
             return rc;
         seen |= FB(f);
@@ -821,7 +840,8 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
     if (req->op == PROTO_OP_GENERATE) {
         int np = !!(seen & FB(F_PROMPT)), nt = !!(seen & FB(F_TOKENS));
         if (np && nt)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "give either 'prompt' or 'tokens', not both");
+            return fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "give either 'prompt' or 'tokens', not both");
         if (!np && !nt)
             return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'prompt' (or 'tokens')");
     }
@@ -842,7 +862,8 @@ int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *re
     if (!root)
         return rc;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "a request must be a JSON object (got %s)", type_word(root));
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "a request must be a JSON object (got %s)",
+                  type_word(root));
         json_decref(root);
         return rc;
     }
@@ -903,8 +924,8 @@ static json_t *answer_new(const json_t *id)
 char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts)
 {
     json_t *root = answer_new(id);
-    if (!root || set_new(root, "event", json_string("token")) || set_new(root, "text", str_new(text)) ||
-        set_new(root, "token", json_integer(token)) ||
+    if (!root || set_new(root, "event", json_string("token")) ||
+        set_new(root, "text", str_new(text)) || set_new(root, "token", json_integer(token)) ||
         (ts >= 0 && set_new(root, "ts", json_real(round(ts * 1e6) / 1e6)))) {
         json_decref(root);
         return NULL;
@@ -919,13 +940,16 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
     json_t *usage = json_object();
     json_t *timing = t ? json_object() : NULL;
     int bad = !root || !usage || (t && !timing);
-    bad = bad || set_new(root, "event", json_string("done")) || set_new(root, "text", str_new(text)) ||
+    bad = bad || set_new(root, "event", json_string("done")) ||
+          set_new(root, "text", str_new(text)) ||
           set_new(root, "finish_reason", str_new(finish_reason ? finish_reason : "stop"));
     bad = bad || set_new(usage, "prompt_tokens", json_integer(prompt_tokens)) ||
           set_new(usage, "completion_tokens", json_integer(completion_tokens));
     if (!bad && t)
-        bad = set_new(timing, "queue_ms", ms_new(t->queue_ms)) || set_new(timing, "swap_ms", ms_new(t->swap_ms)) ||
-              set_new(timing, "ttft_ms", ms_new(t->ttft_ms)) || set_new(timing, "total_ms", ms_new(t->total_ms)) ||
+        bad = set_new(timing, "queue_ms", ms_new(t->queue_ms)) ||
+              set_new(timing, "swap_ms", ms_new(t->swap_ms)) ||
+              set_new(timing, "ttft_ms", ms_new(t->ttft_ms)) ||
+              set_new(timing, "total_ms", ms_new(t->total_ms)) ||
               set_new(timing, "swapped", json_boolean(t->swapped));
     if (bad) {
         json_decref(root);
@@ -948,7 +972,8 @@ char *proto_encode_error(const json_t *id, proto_err_t code, const char *message
     const char *c = proto_err_code(code);
     json_t *root = answer_new(id);
     json_t *e = json_object();
-    if (!root || !e || set_new(e, "code", json_string(c)) || set_new(e, "message", str_new(message ? message : c)) ||
+    if (!root || !e || set_new(e, "code", json_string(c)) ||
+        set_new(e, "message", str_new(message ? message : c)) ||
         set_new(root, "event", json_string("error")) || set_new(root, "ok", json_false())) {
         json_decref(root);
         json_decref(e);
@@ -976,7 +1001,7 @@ char *proto_encode_ok(const json_t *id, json_t *body)
     if (body) {
         const char *key;
         json_t *val;
-        json_object_foreach(body, key, val) {
+        json_object_foreach (body, key, val) {
             if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
                 continue;
             if (json_object_set(root, key, val)) {
@@ -993,7 +1018,8 @@ char *proto_encode_ok(const json_t *id, json_t *body)
 char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total)
 {
     json_t *root = answer_new(id);
-    if (!root || set_new(root, "event", json_string("progress")) || set_new(root, "model", str_new(model)) ||
+    if (!root || set_new(root, "event", json_string("progress")) ||
+        set_new(root, "model", str_new(model)) ||
         set_new(root, "bytes", json_integer((json_int_t)(bytes > INT64_MAX ? INT64_MAX : bytes))) ||
         set_new(root, "total", json_integer((json_int_t)(total > INT64_MAX ? INT64_MAX : total)))) {
         json_decref(root);
@@ -1014,14 +1040,13 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         proto_req_sampler_get(req, i, &v, &has);
         if (!has)
             return 0;
-        return set_new(root, name, sampler_param_descs[i].kind == SAMPLER_KIND_I32 ? json_integer((json_int_t)v)
-                                                                                  : float_new((float)v));
+        return set_new(root, name,
+                       sampler_param_descs[i].kind == SAMPLER_KIND_I32 ? json_integer((json_int_t)v)
+                                                                       : float_new((float)v));
     }
     switch (f) {
-    case F_MODEL:
-        return req->model ? set_new(root, name, str_new(req->model)) : 0;
-    case F_PROMPT:
-        return req->prompt ? set_new(root, name, str_new(req->prompt)) : 0;
+    case F_MODEL: return req->model ? set_new(root, name, str_new(req->model)) : 0;
+    case F_PROMPT: return req->prompt ? set_new(root, name, str_new(req->prompt)) : 0;
     case F_TOKENS: {
         if (!req->tokens)
             return 0;
@@ -1044,17 +1069,16 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         for (size_t i = 0; i < req->n_messages; i++) {
             json_t *m = json_object();
             if (!m || set_new(m, "role", str_new(req->messages[i].role)) ||
-                set_new(m, "content", str_new(req->messages[i].content)) || json_array_append_new(a, m)) {
+                set_new(m, "content", str_new(req->messages[i].content)) ||
+                json_array_append_new(a, m)) {
                 json_decref(a);
                 return -1;
             }
         }
         return set_new(root, name, a);
     }
-    case F_TEXT:
-        return req->text ? set_new(root, name, str_new(req->text)) : 0;
-    case F_ADD_BOS:
-        return set_new(root, name, json_boolean(req->add_bos));
+    case F_TEXT: return req->text ? set_new(root, name, str_new(req->text)) : 0;
+    case F_ADD_BOS: return set_new(root, name, json_boolean(req->add_bos));
     case F_TARGET:
         if (req->target_id)
             return set_new(root, name, json_deep_copy(req->target_id));
@@ -1080,20 +1104,17 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
             }
         return set_new(root, name, a);
     }
-    case F_STREAM:
-        return req->stream ? set_new(root, name, json_true()) : 0;
+    case F_STREAM: return req->stream ? set_new(root, name, json_true()) : 0;
     case F_FAULT:
-        return proto_fault_name(req->fault) ? set_new(root, name, json_string(proto_fault_name(req->fault)))
-                                            : -1;
-    case F_TIMES:
-        return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
+        return proto_fault_name(req->fault)
+                   ? set_new(root, name, json_string(proto_fault_name(req->fault)))
+                   : -1;
+    case F_TIMES: return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
     case F_DELAY_MS:
         return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
-    case F_KEY:
-        return req->key ? set_new(root, name, str_new(req->key)) : 0;
+    case F_KEY: return req->key ? set_new(root, name, str_new(req->key)) : 0;
     case F_SAMPLER:
-    case F_COUNT:
-        break;
+    case F_COUNT: break;
     }
     return -1;
 }
@@ -1104,7 +1125,8 @@ char *proto_encode_request(const proto_req_t *req)
     if (!opname)
         return NULL;
     json_t *root = json_object();
-    if (!root || set_new(root, "op", json_string(opname)) || (req->id && set_new(root, "id", id_new(req->id)))) {
+    if (!root || set_new(root, "op", json_string(opname)) ||
+        (req->id && set_new(root, "id", id_new(req->id)))) {
         json_decref(root);
         return NULL;
     }
@@ -1127,7 +1149,8 @@ int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err
     if (!root)
         return rc;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "an answer must be a JSON object (got %s)", type_word(root));
+        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "an answer must be a JSON object (got %s)",
+                  type_word(root));
         goto fail;
     }
     const json_t *event = json_object_get(root, "event");
@@ -1136,7 +1159,8 @@ int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err
     if (event) {
         const char *e = json_string_value(event);
         if (!e) {
-            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'event' must be a string (got %s)", type_word(event));
+            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'event' must be a string (got %s)",
+                      type_word(event));
             goto fail;
         }
         if (strcmp(e, "token") == 0)
@@ -1184,13 +1208,12 @@ int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err
         else if (!json_is_integer(json_object_get(root, "total")))
             missing = "total";
         break;
-    default:
-        break;
+    default: break;
     }
     if (missing) {
         rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "%s event without a valid '%s'",
-                  kind == PROTO_EV_TOKEN  ? "token"
-                  : kind == PROTO_EV_DONE ? "done"
+                  kind == PROTO_EV_TOKEN   ? "token"
+                  : kind == PROTO_EV_DONE  ? "done"
                   : kind == PROTO_EV_ERROR ? "error"
                                            : "progress",
                   missing);

@@ -9,20 +9,20 @@
 #include "engine/sampler_params.h"
 
 /* Limits the parser enforces (PROTOCOL.md section 5). */
-#define PROTO_MAX_DEPTH 32          /* JSON nesting levels */
-#define PROTO_MAX_ID_BYTES 256      /* id and target strings */
-#define PROTO_MAX_NAME_BYTES 256    /* model names */
-#define PROTO_MAX_KEY_BYTES 256     /* API keys (auth) */
-#define PROTO_MAX_TOKENS 1000000    /* entries of "tokens" */
-#define PROTO_MAX_MESSAGES 65536    /* entries of "messages" */
-#define PROTO_MAX_STOP 16           /* entries of "stop" */
-#define PROTO_MAX_STOP_BYTES 256    /* bytes of one stop string */
+#define PROTO_MAX_DEPTH 32       /* JSON nesting levels */
+#define PROTO_MAX_ID_BYTES 256   /* id and target strings */
+#define PROTO_MAX_NAME_BYTES 256 /* model names */
+#define PROTO_MAX_KEY_BYTES 256  /* API keys (auth) */
+#define PROTO_MAX_TOKENS 1000000 /* entries of "tokens" */
+#define PROTO_MAX_MESSAGES 65536 /* entries of "messages" */
+#define PROTO_MAX_STOP 16        /* entries of "stop" */
+#define PROTO_MAX_STOP_BYTES 256 /* bytes of one stop string */
 
 typedef enum proto_op {
     PROTO_OP_GENERATE = 1,
     PROTO_OP_CHAT,
     PROTO_OP_TOKENIZE,
-    PROTO_OP_MODELS,   /* both sockets */
+    PROTO_OP_MODELS, /* both sockets */
     PROTO_OP_CANCEL,
     /* admin */
     PROTO_OP_STATS,
@@ -32,8 +32,8 @@ typedef enum proto_op {
     PROTO_OP_UNPIN,
     PROTO_OP_RELOAD,
     PROTO_OP_DRAIN,
-    PROTO_OP_FAULT,    /* tests only: needs device.fault_injection (sim) */
-    PROTO_OP_AUTH,     /* inference: present an API key (answered by the server, never the worker) */
+    PROTO_OP_FAULT, /* tests only: needs device.fault_injection (sim) */
+    PROTO_OP_AUTH,  /* inference: present an API key (answered by the server, never the worker) */
 } proto_op_t;
 
 typedef enum proto_err {
@@ -73,34 +73,34 @@ const char *proto_op_name(proto_op_t op);
 const char *proto_fault_name(int fault);
 
 typedef struct proto_msg {
-    char role[16];  /* "system" | "user" | "assistant" */
-    char *content;  /* UTF-8, owned */
+    char role[16]; /* "system" | "user" | "assistant" */
+    char *content; /* UTF-8, owned */
 } proto_msg_t;
 
 /* A parsed request: plain data, every pointer owned by it (proto_req_free). */
 typedef struct proto_req {
     proto_op_t op;
-    json_t *id;              /* owned ref (string or integer), NULL if absent */
-    char *model;             /* generate/chat/tokenize, and admin load/evict/pin/unpin */
-    char *prompt;            /* generate: text, or NULL when tokens are given */
-    int32_t *tokens;         /* generate: (n_tokens) ids, or NULL when prompt is given */
+    json_t *id;      /* owned ref (string or integer), NULL if absent */
+    char *model;     /* generate/chat/tokenize, and admin load/evict/pin/unpin */
+    char *prompt;    /* generate: text, or NULL when tokens are given */
+    int32_t *tokens; /* generate: (n_tokens) ids, or NULL when prompt is given */
     size_t n_tokens;
-    proto_msg_t *messages;   /* chat: (n_messages) */
+    proto_msg_t *messages; /* chat: (n_messages) */
     size_t n_messages;
-    char *text;              /* tokenize */
-    int add_bos;             /* tokenize: 1 unless "add_bos":false */
-    char *target;            /* cancel: the target id as text (a string as is, an integer in decimal) */
-    json_t *target_id;       /* cancel: owned ref to the target id as sent; match with json_equal */
+    char *text;        /* tokenize */
+    int add_bos;       /* tokenize: 1 unless "add_bos":false */
+    char *target;      /* cancel: the target id as text (a string as is, an integer in decimal) */
+    json_t *target_id; /* cancel: owned ref to the target id as sent; match with json_equal */
     /* sampling; has_* flags say which were given so model defaults apply to the rest */
-    int32_t max_tokens;      /* >= 0 */
+    int32_t max_tokens;             /* >= 0 */
     SAMPLER_PARAMS(SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges in sampler_params.h */
-    uint64_t seed;           /* 0 .. 2^63-1 */
+    uint64_t seed;                  /* 0 .. 2^63-1 */
     SAMPLER_PARAMS(SAMPLER_X_HAS)
     int has_max_tokens, has_seed;
-    char **stop;             /* (n_stop) non-empty strings; "stop":"x" gives one entry */
+    char **stop; /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
-    int stream;              /* generate/chat: token events; admin load: progress events */
-    int fault;               /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short (be_fault_kind_t) */
+    int stream; /* generate/chat: token events; admin load: progress events */
+    int fault; /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short (be_fault_kind_t) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy */
     char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */
@@ -143,7 +143,8 @@ typedef struct proto_timing {
 /* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
  * t NULL omits "timing". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t);
+                        uint32_t prompt_tokens, uint32_t completion_tokens,
+                        const proto_timing_t *t);
 /* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
  * shape of error on both sockets (the server's error emitter calls this).
  * message NULL uses the code itself. */
@@ -163,7 +164,13 @@ char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes,
 char *proto_encode_request(const proto_req_t *req);
 
 typedef struct proto_event {
-    enum { PROTO_EV_TOKEN = 1, PROTO_EV_DONE, PROTO_EV_ERROR, PROTO_EV_OK, PROTO_EV_PROGRESS } kind;
+    enum {
+        PROTO_EV_TOKEN = 1,
+        PROTO_EV_DONE,
+        PROTO_EV_ERROR,
+        PROTO_EV_OK,
+        PROTO_EV_PROGRESS
+    } kind;
     json_t *root; /* owned: the whole line */
     json_t *id;   /* borrowed from root; NULL when absent or null */
 } proto_event_t;

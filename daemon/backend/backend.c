@@ -7,7 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-_Static_assert((int)BE_ERR_NOMEM == (int)KERN_ERR_NOMEM && (int)BE_ERR_ARG == (int)KERN_ERR_ARG, "kernel codes are backend codes");
+_Static_assert((int)BE_ERR_NOMEM == (int)KERN_ERR_NOMEM && (int)BE_ERR_ARG == (int)KERN_ERR_ARG,
+               "kernel codes are backend codes");
 
 /* ------------------------------------------------------------------ fallbacks */
 
@@ -74,7 +75,8 @@ int be_cuda_available(void)
 
 int be_cuda_status(char *why, size_t whylen)
 {
-    snprintf(why, whylen, "this gpuswapd was built without CUDA (nvcc not found at build time, or CUDA=0)");
+    snprintf(why, whylen,
+             "this gpuswapd was built without CUDA (nvcc not found at build time, or CUDA=0)");
     return 0;
 }
 
@@ -93,7 +95,10 @@ backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen)
 #endif
 
 static const char *const kind_names[BE_KIND_COUNT] = {
-    [BE_KIND_AUTO] = "auto", [BE_KIND_CPU] = "cpu", [BE_KIND_SIM] = "sim", [BE_KIND_CUDA] = "cuda",
+    [BE_KIND_AUTO] = "auto",
+    [BE_KIND_CPU] = "cpu",
+    [BE_KIND_SIM] = "sim",
+    [BE_KIND_CUDA] = "cuda",
 };
 
 const char *be_kind_name(be_kind_t k)
@@ -119,8 +124,8 @@ int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen)
     }
 #define X(slot, required, ret, params)                                                             \
     if ((required) && !ops->slot) {                                                                \
-        snprintf(err, errlen, "backend %s: required slot '%s' is not set", be->name ? be->name : "?", \
-                 #slot);                                                                           \
+        snprintf(err, errlen, "backend %s: required slot '%s' is not set",                         \
+                 be->name ? be->name : "?", #slot);                                                \
         return BE_ERR_ARG;                                                                         \
     }                                                                                              \
     be->slot = ops->slot;
@@ -153,8 +158,9 @@ backend_t *be_open(const be_params_t *p, char *err, size_t errlen)
     case BE_KIND_SIM: be = be_sim_open(p, err, errlen); break;
     case BE_KIND_CUDA: be = be_cuda_open(p, err, errlen); break;
     default:
-        snprintf(err, errlen, "unknown backend kind %d (%s, %s, %s, %s)", (int)p->kind, be_kind_name(BE_KIND_AUTO),
-                 be_kind_name(BE_KIND_CPU), be_kind_name(BE_KIND_SIM), be_kind_name(BE_KIND_CUDA));
+        snprintf(err, errlen, "unknown backend kind %d (%s, %s, %s, %s)", (int)p->kind,
+                 be_kind_name(BE_KIND_AUTO), be_kind_name(BE_KIND_CPU), be_kind_name(BE_KIND_SIM),
+                 be_kind_name(BE_KIND_CUDA));
         return NULL;
     }
     if (!be)

@@ -9,11 +9,11 @@
 
 enum {
     BE_OK = 0,
-    BE_ERR_NOMEM = -1,     /* device or host memory exhausted */
-    BE_ERR_DEVICE = -2,    /* driver/kernel failure */
+    BE_ERR_NOMEM = -1,  /* device or host memory exhausted */
+    BE_ERR_DEVICE = -2, /* driver/kernel failure */
     BE_ERR_ARG = -3,
     BE_ERR_UNAVAILABLE = -4, /* backend not built in or no device visible */
-    BE_ERR_TIMEOUT = -5,   /* an event did not complete in time (be_event_sync) */
+    BE_ERR_TIMEOUT = -5,     /* an event did not complete in time (be_event_sync) */
 };
 
 typedef struct be_event be_event_t; /* completion of one async copy */
@@ -53,74 +53,78 @@ typedef struct be_fault {
 /* The slots of a backend, declared once: X(slot, required, return type, (parameters)).
  * A backend fills a `static const be_ops_t` with designated initializers; be_open checks
  * that every slot with required 1 is set and supplies fallbacks for the optional ones. */
-#define BE_OPS(X)                                                                                  \
-    /* ---- device memory: reserved virtual ranges backed by pool pages */                        \
+#define BE_OPS(X)                                                                                   \
+    /* ---- device memory: reserved virtual ranges backed by pool pages */                          \
     /* Reserve bytes (multiple of page_size) of address space; *base is the                       \
-     * device address. Nothing is backed yet. */                                                  \
-    X(reserve, 1, int, (void *ctx, size_t bytes, void **base))                                    \
+     * device address. Nothing is backed yet. */ \
+    X(reserve, 1, int, (void *ctx, size_t bytes, void **base))                                      \
     /* Back [base+off, base+off+bytes) (page multiples) with physical pages.                      \
-     * Must succeed whenever the pool has that many free pages. */                                \
-    X(map, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                             \
-    X(unmap, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                           \
-    X(release, 1, void, (void *ctx, void *base, size_t bytes))                                    \
-    /* ---- host memory for the model store (optional: NULL = aligned malloc) */                  \
-    X(host_alloc, 0, void *, (void *ctx, size_t bytes))                                           \
-    X(host_free, 0, void, (void *ctx, void *p, size_t bytes))                                     \
-    /* ---- copies and events */                                                                  \
-    X(event_new, 1, int, (void *ctx, be_event_t **ev))                                            \
-    X(event_free, 1, void, (void *ctx, be_event_t *ev))                                           \
-    /* Queue a host->device copy on the copy queue; ev completes after it. */                     \
-    X(copy_h2d, 1, int, (void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev))    \
-    /* Make later compute wait for ev (cpu/sim: block until it completes). */                     \
-    X(wait, 1, int, (void *ctx, be_event_t *ev))                                                  \
-    /* 1 if complete, 0 if pending, negative on error; never blocks. */                           \
-    X(event_done, 1, int, (void *ctx, be_event_t *ev))                                            \
-    /* (optional) copy timestamps of a completed event. */                                        \
-    X(event_times, 0, int, (void *ctx, be_event_t *ev, be_copy_times_t *t))                       \
-    /* Wait for all queued compute. */                                                            \
-    X(sync, 1, int, (void *ctx))                                                                  \
-    /* ---- scratch buffers for activations (not from the page pool) */                           \
-    X(buf_alloc, 1, void *, (void *ctx, size_t bytes))                                            \
-    X(buf_free, 1, void, (void *ctx, void *p))                                                    \
+     * Must succeed whenever the pool has that many free pages. */ \
+    X(map, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                               \
+    X(unmap, 1, int, (void *ctx, void *base, size_t off, size_t bytes))                             \
+    X(release, 1, void, (void *ctx, void *base, size_t bytes))                                      \
+    /* ---- host memory for the model store (optional: NULL = aligned malloc) */                    \
+    X(host_alloc, 0, void *, (void *ctx, size_t bytes))                                             \
+    X(host_free, 0, void, (void *ctx, void *p, size_t bytes))                                       \
+    /* ---- copies and events */                                                                    \
+    X(event_new, 1, int, (void *ctx, be_event_t **ev))                                              \
+    X(event_free, 1, void, (void *ctx, be_event_t *ev))                                             \
+    /* Queue a host->device copy on the copy queue; ev completes after it. */                       \
+    X(copy_h2d, 1, int, (void *ctx, void *dst, const void *src, size_t bytes, be_event_t *ev))      \
+    /* Make later compute wait for ev (cpu/sim: block until it completes). */                       \
+    X(wait, 1, int, (void *ctx, be_event_t *ev))                                                    \
+    /* 1 if complete, 0 if pending, negative on error; never blocks. */                             \
+    X(event_done, 1, int, (void *ctx, be_event_t *ev))                                              \
+    /* (optional) copy timestamps of a completed event. */                                          \
+    X(event_times, 0, int, (void *ctx, be_event_t *ev, be_copy_times_t *t))                         \
+    /* Wait for all queued compute. */                                                              \
+    X(sync, 1, int, (void *ctx))                                                                    \
+    /* ---- scratch buffers for activations (not from the page pool) */                             \
+    X(buf_alloc, 1, void *, (void *ctx, size_t bytes))                                              \
+    X(buf_free, 1, void, (void *ctx, void *p))                                                      \
     /* (optional) device->host and host->device copies on the compute queue,                      \
-     * synchronous; NULL = memcpy (host-addressable device memory). */                            \
-    X(download, 0, int, (void *ctx, void *host, const void *dev, size_t bytes))                   \
-    X(upload, 0, int, (void *ctx, void *dev, const void *host, size_t bytes))                     \
+     * synchronous; NULL = memcpy (host-addressable device memory). */ \
+    X(download, 0, int, (void *ctx, void *host, const void *dev, size_t bytes))                     \
+    X(upload, 0, int, (void *ctx, void *dev, const void *host, size_t bytes))                       \
     /* ---- kernels (compute queue). Pointers are device addresses; ids and                       \
-     * positions are host arrays the backend copies as it needs. */                               \
-    X(embed, 1, int,                                                                              \
-      (void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,        \
-       size_t stride))                                                                            \
-    X(rmsnorm, 1, int,                                                                            \
-      (void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,             \
-       size_t stride, float eps))                                                                 \
-    X(matmul, 1, int,                                                                             \
-      (void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride, size_t n_tok)) \
-    X(add_bias, 1, int, (void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)) \
-    X(rope, 1, int,                                                                               \
-      (void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,    \
-       const be_rope_t *rope))                                                                    \
-    /* Store each token's k/v row into its sequence's cache at its position. */                   \
-    X(kv_store, 1, int, (void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok)) \
-    /* Causal attention of each token over positions 0..pos of its sequence. */                   \
-    X(attention, 1, int, (void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok)) \
-    X(silu_mul, 1, int, (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)) \
-    /* x += y */                                                                                  \
-    X(add, 1, int, (void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride))  \
-    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */                        \
-    X(gather, 1, int,                                                                             \
-      (void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows, size_t n,    \
-       size_t stride))                                                                            \
+     * positions are host arrays the backend copies as it needs. */ \
+    X(embed, 1, int,                                                                                \
+      (void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,             \
+       size_t stride))                                                                              \
+    X(rmsnorm, 1, int,                                                                              \
+      (void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,               \
+       size_t stride, float eps))                                                                   \
+    X(matmul, 1, int,                                                                               \
+      (void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride, size_t n_tok))  \
+    X(add_bias, 1, int,                                                                             \
+      (void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride))                 \
+    X(rope, 1, int,                                                                                 \
+      (void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,     \
+       const be_rope_t *rope))                                                                      \
+    /* Store each token's k/v row into its sequence's cache at its position. */                     \
+    X(kv_store, 1, int,                                                                             \
+      (void *ctx, const be_att_t *a, const float *k, const float *v, size_t n_tok))                 \
+    /* Causal attention of each token over positions 0..pos of its sequence. */                     \
+    X(attention, 1, int, (void *ctx, const be_att_t *a, const float *q, float *out, size_t n_tok))  \
+    X(silu_mul, 1, int,                                                                             \
+      (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride))                 \
+    /* x += y */                                                                                    \
+    X(add, 1, int, (void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride))    \
+    /* Copy rows[] of src (n floats each, stride apart) to dst rows 0.. */                          \
+    X(gather, 1, int,                                                                               \
+      (void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows, size_t n,      \
+       size_t stride))                                                                              \
     /* (optional: a backend without them lists no model_feats that need them,                     \
-     * so the pass never calls them there) */                                                     \
-    /* x *= s (MODEL_FEAT_EMB_SCALE) */                                                           \
-    X(scale, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s))      \
-    /* x = cap * tanh(x / cap) (MODEL_FEAT_SOFTCAP) */                                            \
-    X(softcap, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap))  \
-    /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */                                                  \
-    X(gelu_mul, 0, int, (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)) \
-    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */                         \
-    X(inject, 0, int, (void *ctx, const be_fault_t *f))                                           \
+     * so the pass never calls them there) */ \
+    /* x *= s (MODEL_FEAT_EMB_SCALE) */                                                             \
+    X(scale, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s))         \
+    /* x = cap * tanh(x / cap) (MODEL_FEAT_SOFTCAP) */                                              \
+    X(softcap, 0, int, (void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap))     \
+    /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */                                                    \
+    X(gelu_mul, 0, int,                                                                             \
+      (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride))                 \
+    /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */                           \
+    X(inject, 0, int, (void *ctx, const be_fault_t *f))                                             \
     X(close, 1, void, (void *ctx))
 
 /* Declares one slot as a function pointer member. */
@@ -132,16 +136,16 @@ typedef struct be_ops {
 } be_ops_t;
 
 typedef struct backend {
-    const char *name;   /* "cpu", "sim", "cuda" */
+    const char *name; /* "cpu", "sim", "cuda" */
     /* (optional) one line on the device and the libraries in use, for the
      * startup log (cuda: GPU, driver/runtime, cuBLAS path and version or the
      * fallback kernels); owned by the backend, valid until close. */
     const char *desc;
     void *ctx;
-    size_t page_size;   /* device page size in bytes (pool granularity) */
-    size_t pool_bytes;  /* device memory available to the pool */
-    int zero_copy;      /* 1: weights are used in place from host memory (cpu) */
-    int needs_pinned;   /* 1: the store should use host_alloc (pinned) */
+    size_t page_size;     /* device page size in bytes (pool granularity) */
+    size_t pool_bytes;    /* device memory available to the pool */
+    int zero_copy;        /* 1: weights are used in place from host memory (cpu) */
+    int needs_pinned;     /* 1: the store should use host_alloc (pinned) */
     uint32_t model_feats; /* MODEL_FEAT_* bits its kernels run; a model needing
                              another is refused at load (model_feats_check) */
 
@@ -166,11 +170,11 @@ int be_kind_from_name(const char *name, be_kind_t *k);
 
 typedef struct be_params {
     be_kind_t kind;
-    size_t memory;          /* device pool bytes (sim: exact; cuda: budget) */
-    size_t page_size;       /* 0 = 2 MiB */
-    double sim_bandwidth;   /* sim copy throttle, bytes/s; 0 = unthrottled */
-    int threads;            /* CPU threads for cpu/sim kernels; 0 = all cores */
-    int gpu;                /* cuda device index */
+    size_t memory;        /* device pool bytes (sim: exact; cuda: budget) */
+    size_t page_size;     /* 0 = 2 MiB */
+    double sim_bandwidth; /* sim copy throttle, bytes/s; 0 = unthrottled */
+    int threads;          /* CPU threads for cpu/sim kernels; 0 = all cores */
+    int gpu;              /* cuda device index */
 } be_params_t;
 
 /* Constructors, called only by the registry (backend.c). Each sets ops to

@@ -20,7 +20,7 @@
 #define SIM_COPY_CHUNK (1u << 20)
 
 struct be_event {
-    atomic_int done;   /* 1 once the copy has landed, -1 if it failed, 0 while queued */
+    atomic_int done; /* 1 once the copy has landed, -1 if it failed, 0 while queued */
     be_copy_times_t t;
 };
 
@@ -35,12 +35,12 @@ typedef struct sim_copy {
 typedef struct sim_range {
     char *base;
     size_t bytes;
-    uint32_t *page;    /* pool page behind each range page, SIM_NO_PAGE if unmapped */
+    uint32_t *page; /* pool page behind each range page, SIM_NO_PAGE if unmapped */
     struct sim_range *next;
 } sim_range_t;
 
 typedef struct sim_ctx {
-    cpuk_ctx_t kc;     /* first: the kernels find their state here */
+    cpuk_ctx_t kc; /* first: the kernels find their state here */
     pool_t *pool;
     int memfd;
     size_t page, n_pages;
@@ -49,17 +49,17 @@ typedef struct sim_ctx {
     sim_range_t *ranges;
     pthread_mutex_t map_mu; /* free list and ranges */
 
-    double bandwidth;  /* bytes/s, 0 = unthrottled */
+    double bandwidth; /* bytes/s, 0 = unthrottled */
     pthread_t thread;
     int thread_started;
-    pthread_mutex_t mu;    /* copy queue and event completion */
+    pthread_mutex_t mu; /* copy queue and event completion */
     pthread_cond_t cv_work, cv_done;
     sim_copy_t *head, *tail;
     int stop;
 
     /* armed faults (be_fault_t), taken by the next operations of each kind */
     atomic_uint fail_copies, slow_copies, fail_maps;
-    int map_short;     /* BE_FAULT_MAP_SHORT armed (under map_mu): maps fail until an unmap */
+    int map_short; /* BE_FAULT_MAP_SHORT armed (under map_mu): maps fail until an unmap */
     atomic_uint slow_ms;
 } sim_ctx_t;
 CPUK_CTX_CHECK(sim_ctx_t, kc);
@@ -244,7 +244,8 @@ static int s_reserve(void *ctx, size_t bytes, void **base)
 /* Replace [p, p+len) with inaccessible anonymous memory. */
 static int guard(void *p, size_t len)
 {
-    void *q = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    void *q =
+        mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     return q == MAP_FAILED ? BE_ERR_DEVICE : 0;
 }
 
@@ -297,8 +298,8 @@ static int s_map(void *ctx, void *base, size_t off, size_t bytes)
         while (i + run < n && s->free_pages[s->n_free - 1 - i - run] == p0 + run)
             run++;
         void *want = r->base + (first + i) * s->page;
-        void *got = mmap(want, run * s->page, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_FIXED, s->memfd, (off_t)p0 * (off_t)s->page);
+        void *got = mmap(want, run * s->page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                         s->memfd, (off_t)p0 * (off_t)s->page);
         if (got == MAP_FAILED) {
             for (size_t j = 0; j < i; j++) /* undo what this call mapped */
                 r->page[first + j] = SIM_NO_PAGE;
@@ -431,8 +432,9 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     size_t page = p->page_size ? p->page_size : 2u << 20;
     long sys = sysconf(_SC_PAGESIZE);
     if (page % (size_t)sys) {
-        snprintf(err, errlen, "sim backend: page size %zu is not a multiple of the %ld-byte system page",
-                 page, sys);
+        snprintf(err, errlen,
+                 "sim backend: page size %zu is not a multiple of the %ld-byte system page", page,
+                 sys);
         return NULL;
     }
     if (p->memory < page || p->memory / page > UINT32_MAX - 1) {

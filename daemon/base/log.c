@@ -9,12 +9,13 @@
 const char *const log_level_names[] = {"error", "warning", "notice", "info", "debug", NULL};
 
 static _Atomic int log_level = LOG_LEVEL_INFO;
-static FILE *log_out;         /* NULL: stderr */
+static FILE *log_out;                /* NULL: stderr */
 static _Atomic int log_journal = -1; /* -1: not decided yet */
 
 const char *log_level_name(log_level_t l)
 {
-    return l >= LOG_LEVEL_ERROR && l <= LOG_LEVEL_DEBUG ? log_level_names[l - LOG_LEVEL_ERROR] : NULL;
+    return l >= LOG_LEVEL_ERROR && l <= LOG_LEVEL_DEBUG ? log_level_names[l - LOG_LEVEL_ERROR]
+                                                        : NULL;
 }
 
 void log_set_level(log_level_t l)
@@ -49,7 +50,8 @@ void log_msg(log_level_t level, const char *fmt, ...)
         atomic_store(&log_journal, j);
     }
     char line[2048];
-    int n = j ? snprintf(line, sizeof line, "<%d>gpuswapd: ", (int)level) : snprintf(line, sizeof line, "gpuswapd: ");
+    int n = j ? snprintf(line, sizeof line, "<%d>gpuswapd: ", (int)level)
+              : snprintf(line, sizeof line, "gpuswapd: ");
     va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);

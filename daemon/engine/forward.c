@@ -7,15 +7,15 @@
 
 struct fwd {
     const backend_t *be;
-    uint32_t chunk;   /* most tokens one pass over the layers takes; 0 = all */
+    uint32_t chunk; /* most tokens one pass over the layers takes; 0 = all */
     size_t cap_tok, cap_out, cap_width, cap_ff, cap_vocab;
-    size_t n_host;    /* entries of the host arrays */
+    size_t n_host;        /* entries of the host arrays */
     size_t scratch, peak; /* device scratch bytes allocated now, and the most ever */
     /* device scratch, (cap_tok, width) unless noted */
     float *x, *xb, *q, *k, *v, *att;
-    float *hb, *hb2;  /* (cap_tok, cap_ff) */
-    float *fin;       /* (cap_out, width) last hidden state of the rows returned */
-    float *out;       /* (cap_out, cap_vocab) logits of the rows returned */
+    float *hb, *hb2; /* (cap_tok, cap_ff) */
+    float *fin;      /* (cap_out, width) last hidden state of the rows returned */
+    float *out;      /* (cap_out, cap_vocab) logits of the rows returned */
     /* host, n_host entries: the whole step's tokens */
     be_tok_t *toks;
     uint32_t *pos, *sel;
@@ -83,7 +83,8 @@ size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok
 static void free_dev(fwd_t *f)
 {
     const backend_t *be = f->be;
-    float **dev[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->hb, &f->hb2, &f->fin, &f->out};
+    float **dev[] = {&f->x,   &f->xb, &f->q,   &f->k,   &f->v,
+                     &f->att, &f->hb, &f->hb2, &f->fin, &f->out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
         if (*dev[i])
             be->buf_free(be->ctx, *dev[i]);
@@ -177,8 +178,8 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_o
     do {                                                                                           \
         int rc_ = be->op(be->ctx, __VA_ARGS__);                                                    \
         if (rc_) {                                                                                 \
-            snprintf(err, errlen, "%s backend: %s failed (%d)", be->name, #op, rc_);              \
-            return rc_ == BE_ERR_NOMEM ? FWD_ERR_NOMEM : FWD_ERR_DEVICE;                          \
+            snprintf(err, errlen, "%s backend: %s failed (%d)", be->name, #op, rc_);               \
+            return rc_ == BE_ERR_NOMEM ? FWD_ERR_NOMEM : FWD_ERR_DEVICE;                           \
         }                                                                                          \
     } while (0)
 
@@ -235,8 +236,9 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
             return FWD_ERR_ARG;
         }
         if (sq->kv->type != seqs[0].kv->type) {
-            snprintf(err, errlen, "sequence %d: KV cache is %s, sequence 0's is %s (one type per step)",
-                     s, kv_type_name(sq->kv->type), kv_type_name(seqs[0].kv->type));
+            snprintf(err, errlen,
+                     "sequence %d: KV cache is %s, sequence 0's is %s (one type per step)", s,
+                     kv_type_name(sq->kv->type), kv_type_name(seqs[0].kv->type));
             return FWD_ERR_ARG;
         }
         if ((uint64_t)sq->kv->n_past + sq->n_tokens > sq->kv->n_ctx) {
@@ -259,9 +261,8 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
 /* One pass over the layers for tokens [t0, t0 + nt) of the step: their k/v
  * rows land in their caches, so a later chunk attends to them. The last
  * hidden state of each returned row in the chunk is kept in f->fin. */
-static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w,
-                     kv_type_t kt, size_t t0, size_t nt, const fwd_hooks_t *hooks, char *err,
-                     size_t errlen)
+static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, kv_type_t kt,
+                     size_t t0, size_t nt, const fwd_hooks_t *hooks, char *err, size_t errlen)
 {
     const backend_t *be = f->be;
     const uint32_t d = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
@@ -300,10 +301,17 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
         }
         BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, &rp);
         BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, &rp);
-        be_att_t at = {.toks = f->toks + t0, .layer = l, .n_layer = hp->n_layer,
-                       .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-                       .stride = W, .scale = hp->att_scale, .softcap = hp->attn_softcap,
-                       .window = layer_window(hp, l), .kv_type = kt};
+        be_att_t at = {.toks = f->toks + t0,
+                       .layer = l,
+                       .n_layer = hp->n_layer,
+                       .n_head = hp->n_head,
+                       .n_head_kv = hp->n_head_kv,
+                       .head_dim = hd,
+                       .stride = W,
+                       .scale = hp->att_scale,
+                       .softcap = hp->attn_softcap,
+                       .window = layer_window(hp, l),
+                       .kv_type = kt};
         BE_CALL(kv_store, &at, f->k, f->v, nt);
         BE_CALL(attention, &at, f->q, f->att, nt);
         be_mm_t o = {&L->wo, f->xb, W};

@@ -15,7 +15,7 @@ enum {
     FWD_ERR_TOKEN = -2,   /* token id outside the vocabulary */
     FWD_ERR_NOMEM = -3,
     FWD_ERR_ARG = -4,
-    FWD_ERR_DEVICE = -5,  /* a backend kernel or copy failed */
+    FWD_ERR_DEVICE = -5, /* a backend kernel or copy failed */
 };
 
 /* Segments of a model, in the order the pass needs them. */
@@ -35,7 +35,7 @@ typedef struct fwd_seq {
     kv_seq_t *kv;          /* tokens land at positions kv->n_past.. ; n_past advances */
     const int32_t *tokens; /* n_tokens ids */
     uint32_t n_tokens;
-    float *logits;         /* n_vocab floats for the last token; NULL = not wanted (only
+    float *logits; /* n_vocab floats for the last token; NULL = not wanted (only
                               the rows wanted go through the output head) */
 } fwd_seq_t;
 

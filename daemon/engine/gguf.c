@@ -35,8 +35,8 @@ struct gguf {
 _Static_assert(GGUF_ERR_TYPE == WTYPE_ERR_UNKNOWN, "gguf_ttype_traits answers GGUF_ERR_TYPE");
 
 static const char *const vtype_names[GGUF_VT_COUNT] = {
-    "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-    "bool", "string", "array", "uint64", "int64", "float64",
+    "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+    "bool",  "string", "array",  "uint64", "int64",  "float64",
 };
 
 const char *gguf_vtype_name(uint32_t type)
@@ -47,10 +47,17 @@ const char *gguf_vtype_name(uint32_t type)
 size_t gguf_vtype_size(uint32_t type)
 {
     switch (type) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
+    case GGUF_VT_UINT8:
+    case GGUF_VT_INT8:
+    case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16:
+    case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32:
+    case GGUF_VT_INT32:
+    case GGUF_VT_FLOAT32: return 4;
+    case GGUF_VT_UINT64:
+    case GGUF_VT_INT64:
+    case GGUF_VT_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -104,8 +111,14 @@ static int crd(cursor_t *c, void *dst, size_t n, const char *what)
     return 0;
 }
 
-static int crd_u32(cursor_t *c, uint32_t *v, const char *what) { return crd(c, v, 4, what); }
-static int crd_u64(cursor_t *c, uint64_t *v, const char *what) { return crd(c, v, 8, what); }
+static int crd_u32(cursor_t *c, uint32_t *v, const char *what)
+{
+    return crd(c, v, 4, what);
+}
+static int crd_u64(cursor_t *c, uint64_t *v, const char *what)
+{
+    return crd(c, v, 8, what);
+}
 
 static int crd_str(cursor_t *c, gguf_str_t *s, const char *what)
 {
@@ -165,14 +178,54 @@ static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, co
             v->v.u64 = raw[0];
             break;
         case GGUF_VT_INT8: v->v.i64 = (int8_t)raw[0]; break;
-        case GGUF_VT_UINT16: { uint16_t x; memcpy(&x, raw, 2); v->v.u64 = x; break; }
-        case GGUF_VT_INT16: { int16_t x; memcpy(&x, raw, 2); v->v.i64 = x; break; }
-        case GGUF_VT_UINT32: { uint32_t x; memcpy(&x, raw, 4); v->v.u64 = x; break; }
-        case GGUF_VT_INT32: { int32_t x; memcpy(&x, raw, 4); v->v.i64 = x; break; }
-        case GGUF_VT_FLOAT32: { float x; memcpy(&x, raw, 4); v->v.f64 = x; break; }
-        case GGUF_VT_UINT64: { uint64_t x; memcpy(&x, raw, 8); v->v.u64 = x; break; }
-        case GGUF_VT_INT64: { int64_t x; memcpy(&x, raw, 8); v->v.i64 = x; break; }
-        case GGUF_VT_FLOAT64: { double x; memcpy(&x, raw, 8); v->v.f64 = x; break; }
+        case GGUF_VT_UINT16: {
+            uint16_t x;
+            memcpy(&x, raw, 2);
+            v->v.u64 = x;
+            break;
+        }
+        case GGUF_VT_INT16: {
+            int16_t x;
+            memcpy(&x, raw, 2);
+            v->v.i64 = x;
+            break;
+        }
+        case GGUF_VT_UINT32: {
+            uint32_t x;
+            memcpy(&x, raw, 4);
+            v->v.u64 = x;
+            break;
+        }
+        case GGUF_VT_INT32: {
+            int32_t x;
+            memcpy(&x, raw, 4);
+            v->v.i64 = x;
+            break;
+        }
+        case GGUF_VT_FLOAT32: {
+            float x;
+            memcpy(&x, raw, 4);
+            v->v.f64 = x;
+            break;
+        }
+        case GGUF_VT_UINT64: {
+            uint64_t x;
+            memcpy(&x, raw, 8);
+            v->v.u64 = x;
+            break;
+        }
+        case GGUF_VT_INT64: {
+            int64_t x;
+            memcpy(&x, raw, 8);
+            v->v.i64 = x;
+            break;
+        }
+        case GGUF_VT_FLOAT64: {
+            double x;
+            memcpy(&x, raw, 8);
+            v->v.f64 = x;
+            break;
+        }
         }
         return 0;
     }
@@ -556,14 +609,38 @@ void gguf_close(gguf_t *g)
 
 /* ------------------------------------------------------------------ accessors */
 
-uint32_t gguf_version(const gguf_t *g) { return g->version; }
-size_t gguf_alignment(const gguf_t *g) { return (size_t)g->alignment; }
-uint64_t gguf_data_offset(const gguf_t *g) { return g->data_offset; }
-uint64_t gguf_file_size(const gguf_t *g) { return g->size; }
-const char *gguf_path(const gguf_t *g) { return g->path; }
-const void *gguf_base(const gguf_t *g) { return g->base; }
-size_t gguf_kv_count(const gguf_t *g) { return g->n_kv; }
-size_t gguf_tensor_count(const gguf_t *g) { return g->n_tensors; }
+uint32_t gguf_version(const gguf_t *g)
+{
+    return g->version;
+}
+size_t gguf_alignment(const gguf_t *g)
+{
+    return (size_t)g->alignment;
+}
+uint64_t gguf_data_offset(const gguf_t *g)
+{
+    return g->data_offset;
+}
+uint64_t gguf_file_size(const gguf_t *g)
+{
+    return g->size;
+}
+const char *gguf_path(const gguf_t *g)
+{
+    return g->path;
+}
+const void *gguf_base(const gguf_t *g)
+{
+    return g->base;
+}
+size_t gguf_kv_count(const gguf_t *g)
+{
+    return g->n_kv;
+}
+size_t gguf_tensor_count(const gguf_t *g)
+{
+    return g->n_tensors;
+}
 
 const gguf_kv_t *gguf_kv_at(const gguf_t *g, size_t i)
 {
@@ -702,16 +779,49 @@ int64_t gguf_arr_i64(const gguf_value_t *a, uint64_t i)
 {
     const uint8_t *p = a->v.arr.data + i * gguf_vtype_size(a->v.arr.type);
     switch (a->v.arr.type) {
-    case GGUF_VT_UINT8: case GGUF_VT_BOOL: return p[0];
+    case GGUF_VT_UINT8:
+    case GGUF_VT_BOOL: return p[0];
     case GGUF_VT_INT8: return (int8_t)p[0];
-    case GGUF_VT_UINT16: { uint16_t x; memcpy(&x, p, 2); return x; }
-    case GGUF_VT_INT16: { int16_t x; memcpy(&x, p, 2); return x; }
-    case GGUF_VT_UINT32: { uint32_t x; memcpy(&x, p, 4); return x; }
-    case GGUF_VT_INT32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case GGUF_VT_UINT64: { uint64_t x; memcpy(&x, p, 8); return (int64_t)x; }
-    case GGUF_VT_INT64: { int64_t x; memcpy(&x, p, 8); return x; }
-    case GGUF_VT_FLOAT32: { float x; memcpy(&x, p, 4); return f64_to_i64(x); }
-    case GGUF_VT_FLOAT64: { double x; memcpy(&x, p, 8); return f64_to_i64(x); }
+    case GGUF_VT_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return x;
+    }
+    case GGUF_VT_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        return x;
+    }
+    case GGUF_VT_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case GGUF_VT_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case GGUF_VT_UINT64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        return (int64_t)x;
+    }
+    case GGUF_VT_INT64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        return x;
+    }
+    case GGUF_VT_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        return f64_to_i64(x);
+    }
+    case GGUF_VT_FLOAT64: {
+        double x;
+        memcpy(&x, p, 8);
+        return f64_to_i64(x);
+    }
     default: return 0;
     }
 }
@@ -720,9 +830,21 @@ double gguf_arr_f64(const gguf_value_t *a, uint64_t i)
 {
     const uint8_t *p = a->v.arr.data + i * gguf_vtype_size(a->v.arr.type);
     switch (a->v.arr.type) {
-    case GGUF_VT_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
-    case GGUF_VT_FLOAT64: { double x; memcpy(&x, p, 8); return x; }
-    case GGUF_VT_UINT64: { uint64_t x; memcpy(&x, p, 8); return (double)x; }
+    case GGUF_VT_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case GGUF_VT_FLOAT64: {
+        double x;
+        memcpy(&x, p, 8);
+        return x;
+    }
+    case GGUF_VT_UINT64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        return (double)x;
+    }
     default: return (double)gguf_arr_i64(a, i);
     }
 }

@@ -34,11 +34,11 @@ typedef enum gguf_vtype {
 /* Error codes (negative returns). */
 enum {
     GGUF_OK = 0,
-    GGUF_ERR_IO = -1,      /* open/stat/mmap failed */
-    GGUF_ERR_FORMAT = -2,  /* malformed or hostile file */
+    GGUF_ERR_IO = -1,     /* open/stat/mmap failed */
+    GGUF_ERR_FORMAT = -2, /* malformed or hostile file */
     GGUF_ERR_NOMEM = -3,
     GGUF_ERR_NOTFOUND = -4,
-    GGUF_ERR_TYPE = -5,    /* key exists with an incompatible type */
+    GGUF_ERR_TYPE = -5, /* key exists with an incompatible type */
 };
 
 /* A string inside the mapped file: not NUL-terminated. */
@@ -53,15 +53,15 @@ typedef struct gguf_str {
 typedef struct gguf_value {
     gguf_vtype_t type;
     union {
-        uint64_t u64;  /* UINT8..UINT64, BOOL */
-        int64_t i64;   /* INT8..INT64 */
-        double f64;    /* FLOAT32, FLOAT64 */
+        uint64_t u64; /* UINT8..UINT64, BOOL */
+        int64_t i64;  /* INT8..INT64 */
+        double f64;   /* FLOAT32, FLOAT64 */
         gguf_str_t str;
         struct {
-            gguf_vtype_t type;         /* element type */
-            uint64_t n;                /* element count */
-            const uint8_t *data;       /* raw elements (numeric types) */
-            struct gguf_value *items;  /* parsed elements (STRING/ARRAY), n of them */
+            gguf_vtype_t type;        /* element type */
+            uint64_t n;               /* element count */
+            const uint8_t *data;      /* raw elements (numeric types) */
+            struct gguf_value *items; /* parsed elements (STRING/ARRAY), n of them */
         } arr;
     } v;
 } gguf_value_t;
@@ -72,13 +72,13 @@ typedef struct gguf_kv {
 } gguf_kv_t;
 
 typedef struct gguf_tensor {
-    char *name;                  /* NUL-terminated copy (owned by the gguf_t) */
+    char *name; /* NUL-terminated copy (owned by the gguf_t) */
     uint32_t n_dims;
-    uint64_t ne[GGUF_MAX_DIMS];  /* elements per dim, innermost first; unused = 1 */
+    uint64_t ne[GGUF_MAX_DIMS]; /* elements per dim, innermost first; unused = 1 */
     gguf_ttype_t type;
-    uint64_t offset;             /* bytes from the data section start */
-    uint64_t nbytes;             /* bytes of tensor data */
-    const void *data;            /* points into the mapping */
+    uint64_t offset;  /* bytes from the data section start */
+    uint64_t nbytes;  /* bytes of tensor data */
+    const void *data; /* points into the mapping */
 } gguf_tensor_t;
 
 typedef struct gguf gguf_t;

@@ -12,14 +12,14 @@
 
 typedef struct kv_seq {
     uint32_t n_layer;
-    uint32_t n_ctx;   /* positions this sequence may hold */
-    uint32_t kv_dim;  /* n_head_kv * head_dim */
-    uint32_t n_past;  /* positions filled so far */
-    kv_type_t type;   /* element type of k and v */
-    void *k;          /* (n_ctx, n_layer, kv_dim) elements of type: position-major,
+    uint32_t n_ctx;  /* positions this sequence may hold */
+    uint32_t kv_dim; /* n_head_kv * head_dim */
+    uint32_t n_past; /* positions filled so far */
+    kv_type_t type;  /* element type of k and v */
+    void *k;         /* (n_ctx, n_layer, kv_dim) elements of type: position-major,
                          so a growing sequence only ever needs more memory at the end */
-    void *v;          /* (n_ctx, n_layer, kv_dim) */
-    void *owner;      /* NULL: k/v are malloc'ed by kv_seq_new; else whoever
+    void *v;         /* (n_ctx, n_layer, kv_dim) */
+    void *owner;     /* NULL: k/v are malloc'ed by kv_seq_new; else whoever
                          mapped them (the residency manager) */
 } kv_seq_t;
 

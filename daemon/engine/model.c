@@ -13,22 +13,22 @@
 /* What distinguishes one architecture from the plain Llama block, as data:
  * read_hparams and read_weights consult this table and nothing else. */
 typedef struct model_arch_desc {
-    const char *name;  /* general.architecture */
+    const char *name; /* general.architecture */
     model_arch_t arch;
-    int rope_neox;     /* NeoX RoPE pairs */
-    int qkv_bias;      /* attn_{q,k,v}.bias: 0 absent, 1 optional, 2 required */
-    int qk_norm;       /* attn_q_norm / attn_k_norm (head_dim) required */
-    int rope_freqs;    /* rope_freqs.weight allowed (llama3 RoPE scaling) */
-    int gemma;         /* Gemma block: sqrt(n_embd) embedding scale, post-attention and
+    int rope_neox;           /* NeoX RoPE pairs */
+    int qkv_bias;            /* attn_{q,k,v}.bias: 0 absent, 1 optional, 2 required */
+    int qk_norm;             /* attn_q_norm / attn_k_norm (head_dim) required */
+    int rope_freqs;          /* rope_freqs.weight allowed (llama3 RoPE scaling) */
+    int gemma;               /* Gemma block: sqrt(n_embd) embedding scale, post-attention and
                           post-FFN norms, GELU gate, sliding-window layers */
-    uint32_t swa_pattern; /* sliding-window layer pattern (gemma2: every other layer) */
+    uint32_t swa_pattern;    /* sliding-window layer pattern (gemma2: every other layer) */
     const char *const *keys; /* "<arch>." keys beyond model_known_keys; NULL-terminated */
-    int softcaps;      /* gemma: attention and final soft-caps (gemma2) */
-    int tied_only;     /* the head is token_embd; an output.weight is refused (gemma2) */
-    float rope_base_swa; /* gemma: RoPE base of the sliding layers (gemma3: 10000); 0 = same */
-    uint32_t big_layers; /* gemma: the layer count of the largest model, whose query scale is
+    int softcaps;            /* gemma: attention and final soft-caps (gemma2) */
+    int tied_only;           /* the head is token_embd; an output.weight is refused (gemma2) */
+    float rope_base_swa;     /* gemma: RoPE base of the sliding layers (gemma3: 10000); 0 = same */
+    uint32_t big_layers;     /* gemma: the layer count of the largest model, whose query scale is
                             1/sqrt(n_embd/n_head) (its query_pre_attn_scalar) */
-    int phi3;          /* attn_qkv and ffn_up (gate then up) fused, rope_factors_short/long,
+    int phi3;                /* attn_qkv and ffn_up (gate then up) fused, rope_factors_short/long,
                           every layer sliding (attention.sliding_window) */
 } model_arch_desc_t;
 
@@ -41,10 +41,24 @@ static const model_arch_desc_t model_archs[] = {
     {.name = "llama", .arch = MODEL_ARCH_LLAMA, .qkv_bias = 1, .rope_freqs = 1},
     {.name = "qwen2", .arch = MODEL_ARCH_QWEN2, .rope_neox = 1, .qkv_bias = 2},
     {.name = "qwen3", .arch = MODEL_ARCH_QWEN3, .rope_neox = 1, .qk_norm = 1},
-    {.name = "gemma2", .arch = MODEL_ARCH_GEMMA2, .rope_neox = 1, .gemma = 1, .swa_pattern = 2,
-     .keys = model_gemma2_keys, .softcaps = 1, .tied_only = 1, .big_layers = 46},
-    {.name = "gemma3", .arch = MODEL_ARCH_GEMMA3, .rope_neox = 1, .qk_norm = 1, .gemma = 1,
-     .swa_pattern = 6, .keys = model_gemma3_keys, .rope_base_swa = 10000.0f, .big_layers = 62},
+    {.name = "gemma2",
+     .arch = MODEL_ARCH_GEMMA2,
+     .rope_neox = 1,
+     .gemma = 1,
+     .swa_pattern = 2,
+     .keys = model_gemma2_keys,
+     .softcaps = 1,
+     .tied_only = 1,
+     .big_layers = 46},
+    {.name = "gemma3",
+     .arch = MODEL_ARCH_GEMMA3,
+     .rope_neox = 1,
+     .qk_norm = 1,
+     .gemma = 1,
+     .swa_pattern = 6,
+     .keys = model_gemma3_keys,
+     .rope_base_swa = 10000.0f,
+     .big_layers = 62},
     {.name = "phi3", .arch = MODEL_ARCH_PHI3, .rope_neox = 1, .keys = model_phi3_keys, .phi3 = 1},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
@@ -53,13 +67,28 @@ static const model_arch_desc_t model_archs[] = {
  * leave the computation alone; any other "<arch>." key refuses the file. */
 static const char *const model_known_keys[] = {
     /* read */
-    "context_length", "embedding_length", "block_count", "feed_forward_length",
-    "attention.head_count", "attention.head_count_kv", "attention.key_length",
-    "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.dimension_count",
-    "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
-    "rope.scaling.attn_factor", "vocab_size", "expert_count", "expert_used_count",
+    "context_length",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "rope.scaling.attn_factor",
+    "vocab_size",
+    "expert_count",
+    "expert_used_count",
     /* no effect on the forward pass with the scalings implemented here */
-    "rope.scaling.original_context_length", "rope.scaling.finetuned", "tensor_data_layout",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "tensor_data_layout",
 };
 
 static const model_arch_desc_t *arch_find(model_arch_t a)
@@ -80,9 +109,12 @@ int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char 
                       size_t errlen)
 {
     static const char *const names[] = {"RoPE frequency factors (rope_freqs)",
-                                        "linear RoPE scaling", "per-head q/k RMSNorm",
-                                        "embedding scale", "soft-capping",
-                                        "sliding-window attention", "GELU feed-forward",
+                                        "linear RoPE scaling",
+                                        "per-head q/k RMSNorm",
+                                        "embedding scale",
+                                        "soft-capping",
+                                        "sliding-window attention",
+                                        "GELU feed-forward",
                                         "RoPE attention factor"};
     uint32_t missing = hp->feats & ~supported;
     if (!missing)
@@ -161,11 +193,10 @@ static int get_weight(const gguf_t *g, uint8_t *used, const char *name, uint32_t
     for (uint32_t d = want_dims; d < GGUF_MAX_DIMS; d++)
         ok = ok && t->ne[d] == 1;
     if (!ok) {
-        snprintf(err, errlen,
-                 "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%u, %u]",
-                 gguf_path(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                 (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in,
-                 n_out ? n_out : 1);
+        snprintf(
+            err, errlen, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%u, %u]",
+            gguf_path(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+            (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in, n_out ? n_out : 1);
         return -1;
     }
     if (f32_only ? t->type != GGUF_T_F32 : !quant_type_supported(t->type)) {
@@ -262,8 +293,8 @@ static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model
         hp_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &attn, err, errlen))
         return MODEL_ERR_FORMAT;
     if (!(attn > 0.0f && attn <= 100.0f)) {
-        snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g out of range",
-                 gguf_path(g), arch, (double)attn);
+        snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g out of range", gguf_path(g),
+                 arch, (double)attn);
         return MODEL_ERR_FORMAT;
     }
     if (attn != 1.0f) { /* llama.cpp's RoPE mscale: cos and sin times the factor */
@@ -295,8 +326,7 @@ static int read_gemma(const gguf_t *g, const char *arch, const model_arch_desc_t
     if ((ad->softcaps &&
          (hp_f32(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap, err, errlen) ||
           hp_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap, err, errlen))) ||
-        hp_u32(g, arch, "attention.sliding_window", ad->softcaps ? 4096 : -1, &window, err,
-               errlen))
+        hp_u32(g, arch, "attention.sliding_window", ad->softcaps ? 4096 : -1, &window, err, errlen))
         return MODEL_ERR_FORMAT;
     hp->rope_base_swa = ad->rope_base_swa;
     if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f) {
@@ -352,8 +382,8 @@ static model_weight_t weight_rows(const model_weight_t *w, uint32_t r0, uint32_t
  * independent in every type), and its RoPE factors: the short ones, which
  * llama.cpp uses while the context is within rope.scaling.original_context_
  * length; when the long ones differ, the model's context is capped there. */
-static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp,
-                             model_layer_t *L, uint32_t l, char *err, size_t errlen)
+static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, model_layer_t *L,
+                             uint32_t l, char *err, size_t errlen)
 {
     uint32_t d = hp->n_embd, q = hp->n_head * hp->head_dim, kv = hp->n_head_kv * hp->head_dim;
     char n[96];
@@ -456,8 +486,8 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
     }
     /* head width: attention.key_length, else n_embd / n_head */
     uint32_t vlen;
-    if (hp_u32(g, arch, "attention.key_length", hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head,
-               &hp->head_dim, err, errlen))
+    if (hp_u32(g, arch, "attention.key_length",
+               hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head, &hp->head_dim, err, errlen))
         return MODEL_ERR_FORMAT;
     if (hp->head_dim == 0 || hp->n_head % hp->n_head_kv) {
         snprintf(err, errlen,
@@ -597,9 +627,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
         for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++) {
             char n[96];
             snprintf(n, sizeof n, "blk.%u.%s", l, lt[i].suf);
-            if (lt[i].need &&
-                get_weight(g, used, n, lt[i].n_in, lt[i].n_out, lt[i].f32, lt[i].need == 2,
-                           lt[i].w, err, errlen))
+            if (lt[i].need && get_weight(g, used, n, lt[i].n_in, lt[i].n_out, lt[i].f32,
+                                         lt[i].need == 2, lt[i].w, err, errlen))
                 return -1;
         }
         if (ad->phi3 && read_phi3_weights(g, used, hp, L, l, err, errlen))

@@ -10,9 +10,9 @@
 #include "engine/tokenizer.h"
 
 typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 1, /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
-    MODEL_ARCH_QWEN2 = 2, /* adds q/k/v biases, NeoX RoPE */
-    MODEL_ARCH_QWEN3 = 3, /* per-head q/k RMSNorm, no biases, NeoX RoPE */
+    MODEL_ARCH_LLAMA = 1,  /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
+    MODEL_ARCH_QWEN2 = 2,  /* adds q/k/v biases, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 3,  /* per-head q/k RMSNorm, no biases, NeoX RoPE */
     MODEL_ARCH_GEMMA2 = 4, /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
     MODEL_ARCH_PHI3 = 6,   /* fused QKV and gate/up, long/short RoPE factors, sliding window */
     MODEL_ARCH_GEMMA3 = 5, /* gemma2 without soft-caps, with q/k norms, 5 of 6 layers SWA with
@@ -27,8 +27,8 @@ typedef enum model_arch {
 enum {
     MODEL_OK = 0,
     MODEL_ERR_IO = -1,
-    MODEL_ERR_FORMAT = -2,     /* bad or inconsistent file */
-    MODEL_ERR_UNSUPPORTED = -3,/* architecture or weight type we do not run */
+    MODEL_ERR_FORMAT = -2,      /* bad or inconsistent file */
+    MODEL_ERR_UNSUPPORTED = -3, /* architecture or weight type we do not run */
     MODEL_ERR_NOMEM = -4,
 };
 
@@ -40,27 +40,27 @@ typedef struct model_hparams {
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv;
-    uint32_t head_dim;    /* attention.key_length, default n_embd / n_head */
-    uint32_t rope_dim;    /* dims of each head that RoPE rotates (even) */
+    uint32_t head_dim; /* attention.key_length, default n_embd / n_head */
+    uint32_t rope_dim; /* dims of each head that RoPE rotates (even) */
     uint32_t n_vocab;
-    float rope_base;      /* theta base, default 10000 */
+    float rope_base; /* theta base, default 10000 */
     float rms_eps;
-    int rope_neox;        /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
-    float rope_freq_scale;    /* positions are multiplied by this (1 / linear factor; 1 = none) */
-    float rope_attn_factor;   /* rotated q/k values are multiplied by this
+    int rope_neox;           /* 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1) */
+    float rope_freq_scale;   /* positions are multiplied by this (1 / linear factor; 1 = none) */
+    float rope_attn_factor;  /* rotated q/k values are multiplied by this
                                  (rope.scaling.attn_factor); 0 or 1 = none */
-    const float *rope_freqs;  /* (rope_dim/2) divisors of each pair's frequency, host memory
+    const float *rope_freqs; /* (rope_dim/2) divisors of each pair's frequency, host memory
                                  (the file mapping); NULL = none */
-    uint32_t feats;       /* MODEL_FEAT_* bits this model needs */
-    float emb_scale;      /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
-    float att_scale;      /* attention score scale; 0 = 1/sqrt(head_dim) */
-    float attn_softcap;   /* attention scores soft-capped at this; 0 = none */
-    float final_softcap;  /* output logits soft-capped at this; 0 = none */
-    uint32_t swa_window;  /* sliding window of the SWA layers, positions; 0 = none */
-    uint32_t swa_pattern; /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
+    uint32_t feats;          /* MODEL_FEAT_* bits this model needs */
+    float emb_scale;         /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
+    float att_scale;         /* attention score scale; 0 = 1/sqrt(head_dim) */
+    float attn_softcap;      /* attention scores soft-capped at this; 0 = none */
+    float final_softcap;     /* output logits soft-capped at this; 0 = none */
+    uint32_t swa_window;     /* sliding window of the SWA layers, positions; 0 = none */
+    uint32_t swa_pattern;    /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
                              0: every layer (phi3) */
-    float rope_base_swa;  /* RoPE base of the sliding layers, unscaled; 0 = as the others */
-    int gelu;             /* 1: GELU-tanh gate, 0: SiLU */
+    float rope_base_swa;     /* RoPE base of the sliding layers, unscaled; 0 = as the others */
+    int gelu;                /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;
 
 /* The rope parameters of hp, for the backend's rope op. */
@@ -74,16 +74,16 @@ static inline kern_rope_t model_rope_of(const model_hparams_t *hp)
 typedef kern_tensor_t model_weight_t;
 
 typedef struct model_layer {
-    model_weight_t attn_norm;          /* (n_embd) F32 */
-    model_weight_t wq, wk, wv;         /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) */
-    model_weight_t bq, bk, bv;         /* qwen2 biases, F32; data NULL for llama */
-    model_weight_t q_norm, k_norm;     /* (head_dim) F32 per-head norms (qwen3); data NULL otherwise */
-    model_weight_t post_attn_norm;     /* (n_embd) F32 norm of the attention output (gemma2) */
-    model_weight_t post_ffn_norm;      /* (n_embd) F32 norm of the FFN output (gemma2) */
-    model_weight_t wo;                 /* (n_head*hd -> n_embd) */
-    model_weight_t ffn_norm;           /* (n_embd) F32 */
-    model_weight_t w_gate, w_up;       /* (n_embd -> n_ff) */
-    model_weight_t w_down;             /* (n_ff -> n_embd) */
+    model_weight_t attn_norm;      /* (n_embd) F32 */
+    model_weight_t wq, wk, wv;     /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) */
+    model_weight_t bq, bk, bv;     /* qwen2 biases, F32; data NULL for llama */
+    model_weight_t q_norm, k_norm; /* (head_dim) F32 per-head norms (qwen3); data NULL otherwise */
+    model_weight_t post_attn_norm; /* (n_embd) F32 norm of the attention output (gemma2) */
+    model_weight_t post_ffn_norm;  /* (n_embd) F32 norm of the FFN output (gemma2) */
+    model_weight_t wo;             /* (n_head*hd -> n_embd) */
+    model_weight_t ffn_norm;       /* (n_embd) F32 */
+    model_weight_t w_gate, w_up;   /* (n_embd -> n_ff) */
+    model_weight_t w_down;         /* (n_ff -> n_embd) */
 } model_layer_t;
 
 /* Plain data: the pointers may be rebased onto another copy of the bytes

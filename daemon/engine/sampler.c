@@ -19,16 +19,16 @@ typedef struct sampler_cand {
 struct sampler {
     sampler_params_t p;
     int32_t n_vocab;
-    uint64_t rng[4];        /* xoshiro256** state */
-    int32_t *hist;          /* (repeat_last_n) ring of accepted ids */
-    int32_t hist_len;       /* ids in the ring, <= repeat_last_n */
-    int32_t hist_pos;       /* next slot to write */
-    uint8_t *seen;          /* (n_vocab) scratch flags for the penalty, all 0 between calls */
-    uint32_t *count;        /* (n_vocab) times each id was sampled; NULL when both penalties are 0 */
-    int32_t *gen;           /* (n_vocab) distinct sampled ids, in first-seen order */
-    int32_t n_gen;          /* ids in gen */
-    sampler_cand_t *cand;   /* (n_vocab) candidate scratch */
-    double *w;              /* (n_vocab) unnormalised probabilities, parallel to cand */
+    uint64_t rng[4];      /* xoshiro256** state */
+    int32_t *hist;        /* (repeat_last_n) ring of accepted ids */
+    int32_t hist_len;     /* ids in the ring, <= repeat_last_n */
+    int32_t hist_pos;     /* next slot to write */
+    uint8_t *seen;        /* (n_vocab) scratch flags for the penalty, all 0 between calls */
+    uint32_t *count;      /* (n_vocab) times each id was sampled; NULL when both penalties are 0 */
+    int32_t *gen;         /* (n_vocab) distinct sampled ids, in first-seen order */
+    int32_t n_gen;        /* ids in gen */
+    sampler_cand_t *cand; /* (n_vocab) candidate scratch */
+    double *w;            /* (n_vocab) unnormalised probabilities, parallel to cand */
 };
 
 /* ------------------------------------------------------------------ PRNG */
@@ -110,35 +110,42 @@ void sampler_params_default(sampler_params_t *p)
     p->seed = 0;
 }
 
-static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char *err, size_t errlen)
+static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char *err,
+                                size_t errlen)
 {
     if (n_vocab <= 0) {
         snprintf(err, errlen, "sampler: vocabulary size %d must be positive", (int)n_vocab);
         return -1;
     }
     if (!isfinite(p->temperature)) {
-        snprintf(err, errlen, "sampler: temperature %g is not a finite number", (double)p->temperature);
+        snprintf(err, errlen, "sampler: temperature %g is not a finite number",
+                 (double)p->temperature);
         return -1;
     }
     if (isnan(p->top_p) || p->top_p < 0) {
-        snprintf(err, errlen, "sampler: top_p %g must be >= 0 (>= 1 turns it off)", (double)p->top_p);
+        snprintf(err, errlen, "sampler: top_p %g must be >= 0 (>= 1 turns it off)",
+                 (double)p->top_p);
         return -1;
     }
     if (isnan(p->min_p) || p->min_p > 1) {
-        snprintf(err, errlen, "sampler: min_p %g must be <= 1 (<= 0 turns it off)", (double)p->min_p);
+        snprintf(err, errlen, "sampler: min_p %g must be <= 1 (<= 0 turns it off)",
+                 (double)p->min_p);
         return -1;
     }
     if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0) {
-        snprintf(err, errlen, "sampler: repeat_penalty %g must be a finite number > 0 (1 turns it off)",
+        snprintf(err, errlen,
+                 "sampler: repeat_penalty %g must be a finite number > 0 (1 turns it off)",
                  (double)p->repeat_penalty);
         return -1;
     }
     if (!isfinite(p->presence_penalty)) {
-        snprintf(err, errlen, "sampler: presence_penalty %g is not a finite number", (double)p->presence_penalty);
+        snprintf(err, errlen, "sampler: presence_penalty %g is not a finite number",
+                 (double)p->presence_penalty);
         return -1;
     }
     if (!isfinite(p->frequency_penalty)) {
-        snprintf(err, errlen, "sampler: frequency_penalty %g is not a finite number", (double)p->frequency_penalty);
+        snprintf(err, errlen, "sampler: frequency_penalty %g is not a finite number",
+                 (double)p->frequency_penalty);
         return -1;
     }
     if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLER_MAX_LAST_N) {

@@ -14,8 +14,8 @@
  * subtracted (once / once per occurrence) from the logits of generated tokens. */
 typedef struct sampler_params {
     SAMPLER_PARAMS(SAMPLER_X_FIELD)
-    int32_t repeat_last_n;/* window of recent tokens the penalty looks at; 0 = off */
-    uint64_t seed;        /* same params + same seed + same logits = same tokens */
+    int32_t repeat_last_n; /* window of recent tokens the penalty looks at; 0 = off */
+    uint64_t seed;         /* same params + same seed + same logits = same tokens */
 } sampler_params_t;
 
 /* Defaults: those of SAMPLER_PARAMS, repeat_last_n 64, seed 0. */

@@ -24,14 +24,15 @@ typedef enum sampler_kind {
  * HTTP, config, worker merge, gpuswap and `gpuswapd generate` pick it up. */
 #define SAMPLER_PARAMS(X)                                                                          \
     X(temperature, F32, float, 0, 100, 0, 0.8, "0 = greedy")                                       \
-    X(top_k, I32, int32_t, 0, 1000000, 0, 40, "keep only the N most likely tokens; 0 = off")             \
+    X(top_k, I32, int32_t, 0, 1000000, 0, 40, "keep only the N most likely tokens; 0 = off")       \
     X(top_p, F32, float, 0, 1, SAMPLER_LO_OPEN, 0.95,                                              \
-      "keep the likeliest tokens up to this total probability; 1 = off")                  \
-    X(min_p, F32, float, 0, 1, 0, 0.05, "drop tokens less likely than this times the best; 0 = off")  \
+      "keep the likeliest tokens up to this total probability; 1 = off")                           \
+    X(min_p, F32, float, 0, 1, 0, 0.05,                                                            \
+      "drop tokens less likely than this times the best; 0 = off")                                 \
     X(repeat_penalty, F32, float, 0, 100, SAMPLER_LO_OPEN, 1,                                      \
-      "divide the logits of the last 64 tokens by this; 1 = off")                                        \
+      "divide the logits of the last 64 tokens by this; 1 = off")                                  \
     X(presence_penalty, F32, float, -2, 2, 0, 0,                                                   \
-      "subtract this from the logit of each token generated so far")                      \
+      "subtract this from the logit of each token generated so far")                               \
     X(frequency_penalty, F32, float, -2, 2, 0, 0,                                                  \
       "subtract this times its count from each generated token's logit")
 
@@ -50,7 +51,7 @@ typedef enum sampler_param_id {
 
 /* One row of the table as data, for code that walks the parameters. */
 typedef struct sampler_param_desc {
-    const char *name;     /* "top_p" */
+    const char *name; /* "top_p" */
     sampler_kind_t kind;
     double lo, hi;        /* range */
     unsigned bounds;      /* SAMPLER_LO_OPEN | SAMPLER_HI_OPEN */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOK_MAX_TEXT 65536u          /* longest accepted token / merge text, bytes */
-#define TOK_MAX_INPUT (1u << 28)     /* longest accepted tok_encode input, bytes */
+#define TOK_MAX_TEXT 65536u      /* longest accepted token / merge text, bytes */
+#define TOK_MAX_INPUT (1u << 28) /* longest accepted tok_encode input, bytes */
 #define TOK_NONE (-1)
 
 /* ------------------------------------------------------------------ errors */
@@ -39,7 +39,7 @@ typedef struct tok_slot {
     const char *key; /* NULL = empty slot */
     uint32_t len;    /* key bytes */
     uint32_t hash;
-    int32_t val;     /* token id or merge rank */
+    int32_t val; /* token id or merge rank */
 } tok_slot_t;
 
 typedef struct tok_map {
@@ -229,7 +229,8 @@ enum {
     TOK_PRE_ADD_BOS = 1u << 1,       /* BOS by default (add_bos_token still overrides) */
 };
 
-#define TOK_RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define TOK_RE_GPT2                                                                                \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define TOK_RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 /* clang-format settles on no single layout of these two: */
 /* clang-format off */
@@ -246,16 +247,17 @@ enum {
 #define TOK_RE_CJK_HANGUL "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
 typedef struct tok_pre_def {
-    const char *names;               /* tokenizer.ggml.pre values, separated by spaces */
-    const char *re[TOK_PRE_MAX_RE];  /* patterns in order; unused slots NULL */
-    unsigned flags;                  /* TOK_PRE_* */
+    const char *names;              /* tokenizer.ggml.pre values, separated by spaces */
+    const char *re[TOK_PRE_MAX_RE]; /* patterns in order; unused slots NULL */
+    unsigned flags;                 /* TOK_PRE_* */
 } tok_pre_def_t;
 
 static const tok_pre_def_t tok_pre_defs[] = {
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", TOK_RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0},
     {"gpt-2 phi-2 roberta-bpe gigachat jina-es jina-de jina-v1-en jina-v2-es jina-v2-de jina-v2-code "
      "mpt olmo jais",
-     {TOK_RE_GPT2}, 0},
+     {TOK_RE_GPT2},
+     0},
     {"llama3 llama-v3 llama-bpe falcon3", {TOK_RE_LLAMA3}, TOK_PRE_IGNORE_MERGES | TOK_PRE_ADD_BOS},
     {"dbrx smaug-bpe chatglm-bpe", {TOK_RE_LLAMA3}, 0},
     {"qwen2 deepseek-r1-qwen megrez stablelm2", {TOK_RE_QWEN2}, 0},
@@ -290,8 +292,8 @@ static const tok_pre_def_t tok_pre_defs[] = {
     {"poro-chat bloom gpt3-finnish", {TOK_RE_PORO}, 0},
     {"viking", {TOK_RE_PORO, "\\p{N}"}, 0},
     {"tekken",
-     {"[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "*" TOK_RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "+"
-      TOK_RE_LOWER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     {"[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER "*" TOK_RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" TOK_RE_UPPER
+      "+" TOK_RE_LOWER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
      TOK_PRE_IGNORE_MERGES | TOK_PRE_ADD_BOS},
     {"chameleon",
      {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
@@ -331,26 +333,26 @@ enum {
 struct tok {
     tok_kind_t kind;
     int32_t n_vocab;
-    char *pool;          /* every token text, each NUL-terminated */
-    size_t *off;         /* (n_vocab) offset of the text in pool */
-    uint32_t *len;       /* (n_vocab) text bytes */
-    float *score;        /* (n_vocab) SPM merge scores; NULL for BPE */
-    uint8_t *type;       /* (n_vocab) TOK_TYPE_* (0 = undefined) */
-    uint8_t *flag;       /* (n_vocab) TOK_F_* */
-    uint8_t *byte_val;   /* (n_vocab) SPM: the byte a <0xNN> token stands for */
-    tok_map_t vocab;     /* text -> id (a duplicate text maps to its last id) */
-    char *mpool;         /* BPE: every merge line, NUL-terminated */
-    tok_map_t merges;    /* BPE: "left right" -> rank (first occurrence) */
+    char *pool;            /* every token text, each NUL-terminated */
+    size_t *off;           /* (n_vocab) offset of the text in pool */
+    uint32_t *len;         /* (n_vocab) text bytes */
+    float *score;          /* (n_vocab) SPM merge scores; NULL for BPE */
+    uint8_t *type;         /* (n_vocab) TOK_TYPE_* (0 = undefined) */
+    uint8_t *flag;         /* (n_vocab) TOK_F_* */
+    uint8_t *byte_val;     /* (n_vocab) SPM: the byte a <0xNN> token stands for */
+    tok_map_t vocab;       /* text -> id (a duplicate text maps to its last id) */
+    char *mpool;           /* BPE: every merge line, NUL-terminated */
+    tok_map_t merges;      /* BPE: "left right" -> rank (first occurrence) */
     int32_t byte_tok[256]; /* byte -> id: SPM <0xNN>, BPE its byte-level char; -1 none */
-    int32_t *specials;   /* (n_specials) CONTROL/USER_DEFINED/UNKNOWN ids, longest text first */
+    int32_t *specials;     /* (n_specials) CONTROL/USER_DEFINED/UNKNOWN ids, longest text first */
     size_t n_specials;
-    size_t max_len;      /* longest token text, bytes */
+    size_t max_len;                       /* longest token text, bytes */
     int32_t bos, eos, unk, pad, eot, eom; /* -1 = none */
     int add_bos;
     int add_space_prefix;
-    int ignore_merges;   /* BPE: a pre-token that is a whole token is not merged */
-    const tok_pre_def_t *pre;          /* BPE pre-tokenizer */
-    pcre2_code *re[TOK_PRE_MAX_RE];    /* its compiled patterns (n_re) */
+    int ignore_merges;              /* BPE: a pre-token that is a whole token is not merged */
+    const tok_pre_def_t *pre;       /* BPE pre-tokenizer */
+    pcre2_code *re[TOK_PRE_MAX_RE]; /* its compiled patterns (n_re) */
     size_t n_re;
 };
 
@@ -388,7 +390,8 @@ static int tok_load_id(const gguf_t *g, const char *key, int32_t n_vocab, int32_
     return 0;
 }
 
-static int tok_load_bool(const gguf_t *g, const char *key, int def, int *out, char *err, size_t errlen)
+static int tok_load_bool(const gguf_t *g, const char *key, int def, int *out, char *err,
+                         size_t errlen)
 {
     int rc = gguf_get_bool(g, key, out);
 
@@ -436,8 +439,8 @@ static int tok_load_arr(const gguf_t *g, const char *key, int required, int want
         return TOK_ERR_FORMAT;
     }
     if ((*out)->v.arr.n != n) {
-        tok_err(err, errlen, "tokenizer: %s has %llu elements but tokenizer.ggml.tokens has %llu", key,
-                (unsigned long long)(*out)->v.arr.n, (unsigned long long)n);
+        tok_err(err, errlen, "tokenizer: %s has %llu elements but tokenizer.ggml.tokens has %llu",
+                key, (unsigned long long)(*out)->v.arr.n, (unsigned long long)n);
         return TOK_ERR_FORMAT;
     }
     return 0;
@@ -452,10 +455,10 @@ static int tok_parse_byte_token(const char *s, size_t n)
         return -1;
     for (int i = 3; i < 5; i++) {
         char c = s[i];
-        int d = (c >= '0' && c <= '9') ? c - '0'
+        int d = (c >= '0' && c <= '9')   ? c - '0'
                 : (c >= 'A' && c <= 'F') ? c - 'A' + 10
                 : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                : -1;
+                                         : -1;
         if (d < 0)
             return -1;
         v = v * 16 + d;
@@ -480,12 +483,14 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     }
     n = toks->v.arr.n;
     if (n == 0 || n >= (uint64_t)INT32_MAX) {
-        tok_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %llu tokens", (unsigned long long)n);
+        tok_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %llu tokens",
+                (unsigned long long)n);
         return TOK_ERR_FORMAT;
     }
     t->n_vocab = (int32_t)n;
 
-    rc = tok_load_arr(g, "tokenizer.ggml.scores", t->kind == TOK_KIND_SPM, 1, n, &scores, err, errlen);
+    rc = tok_load_arr(g, "tokenizer.ggml.scores", t->kind == TOK_KIND_SPM, 1, n, &scores, err,
+                      errlen);
     if (rc < 0)
         return rc;
     rc = tok_load_arr(g, "tokenizer.ggml.token_type", 1, 0, n, &types, err, errlen);
@@ -514,8 +519,8 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     t->byte_val = calloc(n, 1);
     if (scores)
         t->score = malloc(n * sizeof *t->score);
-    if (!t->pool || !t->off || !t->len || !t->type || !t->flag || !t->byte_val || (scores && !t->score) ||
-        tok_map_init(&t->vocab, n) < 0) {
+    if (!t->pool || !t->off || !t->len || !t->type || !t->flag || !t->byte_val ||
+        (scores && !t->score) || tok_map_init(&t->vocab, n) < 0) {
         tok_err(err, errlen, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
         return TOK_ERR_NOMEM;
     }
@@ -525,15 +530,16 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
         int64_t ty = gguf_arr_i64(types, i);
 
         if (ty < 0 || ty > TOK_TYPE_BYTE) {
-            tok_err(err, errlen, "tokenizer: token %llu has unknown token_type %lld", (unsigned long long)i,
-                    (long long)ty);
+            tok_err(err, errlen, "tokenizer: token %llu has unknown token_type %lld",
+                    (unsigned long long)i, (long long)ty);
             return TOK_ERR_FORMAT;
         }
         t->type[i] = (uint8_t)ty;
         if (scores) {
             double sc = gguf_arr_f64(scores, i);
             if (isnan(sc)) {
-                tok_err(err, errlen, "tokenizer: token %llu has a NaN score", (unsigned long long)i);
+                tok_err(err, errlen, "tokenizer: token %llu has a NaN score",
+                        (unsigned long long)i);
                 return TOK_ERR_FORMAT;
             }
             t->score[i] = (float)sc;
@@ -548,7 +554,8 @@ static int tok_load_vocab(tok_t *t, const gguf_t *g, char *err, size_t errlen)
         if (t->kind == TOK_KIND_SPM && ty == TOK_TYPE_BYTE) {
             int b = tok_parse_byte_token(s.ptr, s.len);
             if (b < 0) {
-                tok_err(err, errlen, "tokenizer: byte token %llu has text \"%.*s\", expected <0xNN>",
+                tok_err(err, errlen,
+                        "tokenizer: byte token %llu has text \"%.*s\", expected <0xNN>",
                         (unsigned long long)i, (int)(s.len > 32 ? 32 : s.len), s.ptr);
                 return TOK_ERR_FORMAT;
             }
@@ -576,7 +583,8 @@ static int tok_load_merges(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     }
     n = m->v.arr.n;
     if (n >= (uint64_t)INT32_MAX) {
-        tok_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries", (unsigned long long)n);
+        tok_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries",
+                (unsigned long long)n);
         return TOK_ERR_FORMAT;
     }
     for (uint64_t i = 0; i < n; i++) {
@@ -733,7 +741,8 @@ static void tok_build_strip(tok_t *t, const gguf_t *g)
         memcpy(pre_s, pre.ptr, np);
     }
     pre_s[np] = '\0';
-    if (strstr(pre_s, "jina-v2-de") || strstr(pre_s, "jina-v2-es") || strstr(pre_s, "jina-v2-code")) {
+    if (strstr(pre_s, "jina-v2-de") || strstr(pre_s, "jina-v2-es") ||
+        strstr(pre_s, "jina-v2-code")) {
         int32_t id = tok_map_get(&t->vocab, "<mask>", 6);
         if (id >= 0)
             t->flag[id] |= TOK_F_LSTRIP;
@@ -795,13 +804,16 @@ static int tok_compile_pre(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     for (t->n_re = 0; t->n_re < TOK_PRE_MAX_RE && t->pre->re[t->n_re]; t->n_re++) {
         int ecode;
         PCRE2_SIZE eoff;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pre->re[t->n_re], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)t->pre->re[t->n_re], PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
         if (!re) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(ecode, msg, sizeof msg);
-            tok_err(err, errlen, "tokenizer: pre-tokenizer \"%.*s\" pattern %zu failed to compile at %zu: %s",
-                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, t->n_re, (size_t)eoff, (const char *)msg);
+            tok_err(err, errlen,
+                    "tokenizer: pre-tokenizer \"%.*s\" pattern %zu failed to compile at %zu: %s",
+                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, t->n_re, (size_t)eoff,
+                    (const char *)msg);
             return TOK_ERR_UNSUPPORTED;
         }
         (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
@@ -836,7 +848,8 @@ tok_t *tok_open(const gguf_t *g, char *err, size_t errlen)
     } else if (tok_str_eq(model, "gpt2")) {
         t->kind = TOK_KIND_BPE;
     } else {
-        tok_err(err, errlen, "tokenizer: unsupported tokenizer.ggml.model \"%.*s\" (want llama or gpt2)",
+        tok_err(err, errlen,
+                "tokenizer: unsupported tokenizer.ggml.model \"%.*s\" (want llama or gpt2)",
                 (int)(model.len > 64 ? 64 : model.len), model.ptr);
         goto fail;
     }
@@ -855,9 +868,10 @@ tok_t *tok_open(const gguf_t *g, char *err, size_t errlen)
     if (t->kind == TOK_KIND_BPE && tok_compile_pre(t, g, err, errlen) < 0)
         goto fail;
     if (tok_load_bool(g, "tokenizer.ggml.add_bos_token",
-                      t->kind == TOK_KIND_SPM || (t->pre && (t->pre->flags & TOK_PRE_ADD_BOS)), &t->add_bos,
-                      err, errlen) < 0 ||
-        tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) < 0)
+                      t->kind == TOK_KIND_SPM || (t->pre && (t->pre->flags & TOK_PRE_ADD_BOS)),
+                      &t->add_bos, err, errlen) < 0 ||
+        tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) <
+            0)
         goto fail;
     if (tok_build_eog(t, g, err, errlen) < 0 || tok_build_specials(t, err, errlen) < 0)
         goto fail;
@@ -892,11 +906,26 @@ void tok_close(tok_t *t)
 
 /* ------------------------------------------------------------------ accessors */
 
-tok_kind_t tok_kind(const tok_t *t) { return t ? t->kind : 0; }
-int32_t tok_vocab_size(const tok_t *t) { return t ? t->n_vocab : 0; }
-int32_t tok_bos(const tok_t *t) { return t ? t->bos : TOK_NONE; }
-int32_t tok_eos(const tok_t *t) { return t ? t->eos : TOK_NONE; }
-int tok_add_bos(const tok_t *t) { return t && t->add_bos && t->bos >= 0; }
+tok_kind_t tok_kind(const tok_t *t)
+{
+    return t ? t->kind : 0;
+}
+int32_t tok_vocab_size(const tok_t *t)
+{
+    return t ? t->n_vocab : 0;
+}
+int32_t tok_bos(const tok_t *t)
+{
+    return t ? t->bos : TOK_NONE;
+}
+int32_t tok_eos(const tok_t *t)
+{
+    return t ? t->eos : TOK_NONE;
+}
+int tok_add_bos(const tok_t *t)
+{
+    return t && t->add_bos && t->bos >= 0;
+}
 
 int tok_is_eog(const tok_t *t, int32_t id)
 {
@@ -929,7 +958,7 @@ int32_t tok_find(const tok_t *t, const char *text)
 typedef struct tok_out {
     int32_t *ids; /* caller's buffer (cap) */
     size_t cap;
-    size_t n;     /* ids produced, may exceed cap */
+    size_t n; /* ids produced, may exceed cap */
 } tok_out_t;
 
 static void tok_out_push(tok_out_t *o, int32_t id)
@@ -947,7 +976,7 @@ typedef struct tok_frag {
 
 /* A symbol of the merge chain: bytes [off, off+n) of the work buffer. */
 typedef struct tok_sym {
-    int prev, next; /* -1 = none */
+    int prev, next;  /* -1 = none */
     uint32_t off, n; /* n == 0: merged into its left neighbour */
 } tok_sym_t;
 
@@ -959,21 +988,21 @@ typedef struct tok_bigram {
 
 /* Per-call scratch space (tok_t stays read-only, so encoding is thread-safe). */
 typedef struct tok_work {
-    char *buf;            /* escaped fragment (SPM) or byte-level word (BPE) */
+    char *buf; /* escaped fragment (SPM) or byte-level word (BPE) */
     size_t bufcap;
     tok_sym_t *sym;
     size_t symcap;
     tok_bigram_t *heap;
     size_t nheap, heapcap;
-    char *pair;           /* BPE "left right" lookup key */
+    char *pair; /* BPE "left right" lookup key */
     size_t paircap;
-    tok_frag_t *frag;     /* fragments of the input */
+    tok_frag_t *frag; /* fragments of the input */
     size_t nfrag, fragcap;
-    tok_frag_t *frag2;    /* the next partition pass */
+    tok_frag_t *frag2; /* the next partition pass */
     size_t frag2cap;
-    tok_frag_t *piece;    /* BPE pre-tokens of one fragment (npiece) */
+    tok_frag_t *piece; /* BPE pre-tokens of one fragment (npiece) */
     size_t npiece, piececap;
-    tok_frag_t *piece2;   /* the next pattern's pass */
+    tok_frag_t *piece2; /* the next pattern's pass */
     size_t piece2cap;
     pcre2_match_data *md;
 } tok_work_t;
@@ -1072,7 +1101,8 @@ static int tok_try_bigram(const tok_t *t, tok_work_t *w, int left, int right)
         int32_t id;
         if (size > t->max_len)
             return 0;
-        id = tok_map_get(&t->vocab, w->buf + l->off, size); /* the two symbols are adjacent in buf */
+        id =
+            tok_map_get(&t->vocab, w->buf + l->off, size); /* the two symbols are adjacent in buf */
         if (id < 0)
             return 0;
         b.key = -(double)t->score[id];
@@ -1110,8 +1140,10 @@ static int tok_merge(const tok_t *t, tok_work_t *w, size_t len)
         size_t cl = tok_utf8_len((unsigned char)w->buf[off]);
         if (cl > len - off)
             cl = len - off;
-        w->sym[n] = (tok_sym_t){.prev = n - 1, .next = off + cl == len ? -1 : n + 1,
-                                .off = (uint32_t)off, .n = (uint32_t)cl};
+        w->sym[n] = (tok_sym_t){.prev = n - 1,
+                                .next = off + cl == len ? -1 : n + 1,
+                                .off = (uint32_t)off,
+                                .n = (uint32_t)cl};
         off += cl;
         n++;
     }
@@ -1148,7 +1180,8 @@ static int tok_is_space(char c)
  * before (TOK_F_LSTRIP) or after (TOK_F_RSTRIP) it where the token says so.
  * USER_DEFINED tokens are always cut out (as llama.cpp and Hugging Face do);
  * CONTROL and UNKNOWN ones only with parse_special. */
-static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t len, int parse_special)
+static int tok_partition(const tok_t *t, tok_work_t *w, const char *text, size_t len,
+                         int parse_special)
 {
     w->nfrag = 0;
     if (len == 0)
@@ -1236,7 +1269,8 @@ static void tok_emit_spm(const tok_t *t, const char *s, size_t n, tok_out_t *o)
     }
 }
 
-static int tok_encode_spm(const tok_t *t, tok_work_t *w, const char *s, size_t n, int prefix, tok_out_t *o)
+static int tok_encode_spm(const tok_t *t, tok_work_t *w, const char *s, size_t n, int prefix,
+                          tok_out_t *o)
 {
     size_t len = 0;
     int nsym;
@@ -1420,7 +1454,8 @@ int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int pa
             tok_out_push(&o, f.id);
             prev_special = 1;
         } else if (t->kind == TOK_KIND_SPM) {
-            rc = tok_encode_spm(t, &w, text + f.off, f.len, t->add_space_prefix && prev_special, &o);
+            rc =
+                tok_encode_spm(t, &w, text + f.off, f.len, t->add_space_prefix && prev_special, &o);
             prev_special = 0;
         } else {
             rc = tok_encode_bpe(t, &w, text + f.off, f.len, &o);
@@ -1467,9 +1502,7 @@ int tok_piece(const tok_t *t, int32_t id, int special, char *buf, size_t cap)
         if (special)
             tok_wr_put(&w, s, n);
         break;
-    case TOK_TYPE_USER_DEFINED:
-        tok_wr_put(&w, s, n);
-        break;
+    case TOK_TYPE_USER_DEFINED: tok_wr_put(&w, s, n); break;
     case TOK_TYPE_NORMAL:
     case TOK_TYPE_BYTE:
         if (t->kind == TOK_KIND_SPM && t->type[id] == TOK_TYPE_BYTE) {
@@ -1500,8 +1533,7 @@ int tok_piece(const tok_t *t, int32_t id, int special, char *buf, size_t cap)
             }
         }
         break;
-    default: /* UNUSED, undefined: nothing, as llama.cpp */
-        break;
+    default: /* UNUSED, undefined: nothing, as llama.cpp */ break;
     }
     if (w.n < w.cap)
         buf[w.n] = '\0';

@@ -26,9 +26,9 @@ enum {
 
 enum {
     TOK_OK = 0,
-    TOK_ERR_FORMAT = -1,  /* metadata missing or inconsistent */
+    TOK_ERR_FORMAT = -1, /* metadata missing or inconsistent */
     TOK_ERR_NOMEM = -2,
-    TOK_ERR_RANGE = -3,   /* output buffer too small / id out of range */
+    TOK_ERR_RANGE = -3, /* output buffer too small / id out of range */
     TOK_ERR_UNSUPPORTED = -4,
 };
 
@@ -41,9 +41,9 @@ void tok_close(tok_t *t); /* accepts NULL */
 
 tok_kind_t tok_kind(const tok_t *t);
 int32_t tok_vocab_size(const tok_t *t);
-int32_t tok_bos(const tok_t *t);     /* -1 if none */
-int32_t tok_eos(const tok_t *t);     /* -1 if none */
-int tok_add_bos(const tok_t *t);     /* whether a prompt gets BOS by default */
+int32_t tok_bos(const tok_t *t); /* -1 if none */
+int32_t tok_eos(const tok_t *t); /* -1 if none */
+int tok_add_bos(const tok_t *t); /* whether a prompt gets BOS by default */
 /* End of generation, as llama.cpp (c392e50) decides it: EOS,
  * tokenizer.ggml.eot_token_id / eom_token_id, the tokens "<|eot_id|>",
  * "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",

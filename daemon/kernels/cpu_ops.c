@@ -14,9 +14,9 @@
 
 struct cpuk {
     pool_t *pool;
-    float *scores;   /* (threads, cap_ctx + 2 * cap_hd) attention scratch (att_slot) */
+    float *scores; /* (threads, cap_ctx + 2 * cap_hd) attention scratch (att_slot) */
     size_t cap_ctx, cap_hd;
-    void *xq[QUANT_ACT_COUNT];     /* a matmul's activations quantized per format (n_tok rows) */
+    void *xq[QUANT_ACT_COUNT];      /* a matmul's activations quantized per format (n_tok rows) */
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
 
@@ -167,7 +167,7 @@ static void act_rows(const void *argp, size_t t0, size_t t1)
 }
 
 int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
-                    size_t n_tok)
+                size_t n_tok)
 {
     cpuk_t *k = K(ctx);
     mm_task_t t = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .x_stride = x_stride, .n_tok = n_tok};
@@ -205,8 +205,8 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
 
 /* ------------------------------------------------------------------ small ops */
 
-int cpuk_embed(void *ctx, const kern_tensor_t *tab, const int32_t *ids, size_t n_tok,
-                   float *out, size_t stride)
+int cpuk_embed(void *ctx, const kern_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,
+               size_t stride)
 {
     (void)ctx;
     size_t rb = quant_row_bytes(tab->type, tab->n_in);
@@ -244,7 +244,7 @@ static void rmsnorm_rows(const void *argp, size_t t0, size_t t1)
 }
 
 int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n_tok, size_t n,
-                     size_t stride, float eps)
+                 size_t stride, float eps)
 {
     ew_job_t j = {out, x, w, n, stride, eps};
     par_rows(K(ctx), n_tok, rmsnorm_rows, &j);
@@ -500,7 +500,7 @@ int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t
 }
 
 int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
-                    size_t n, size_t stride)
+                size_t n, size_t stride)
 {
     (void)ctx;
     for (size_t r = 0; r < n_rows; r++)

@@ -22,7 +22,8 @@ typedef struct cpuk_ctx {
 /* Fails the build unless ctx_type starts with its cpuk_ctx_t member. */
 #define CPUK_CTX_CHECK(ctx_type, member)                                                           \
     _Static_assert(offsetof(ctx_type, member) == 0, #ctx_type " must start with its cpuk_ctx_t");  \
-    _Static_assert(_Generic(((ctx_type *)0)->member, cpuk_ctx_t: 1, default: 0), #member " is a cpuk_ctx_t")
+    _Static_assert(_Generic(((ctx_type *)0)->member, cpuk_ctx_t : 1, default : 0),                 \
+                   #member " is a cpuk_ctx_t")
 
 /* The kernel and scratch-buffer slots, for a backend's static const be_ops_t
  * (designated initializers); their ctx is a context that CPUK_CTX_CHECK passes. */
@@ -62,13 +63,13 @@ int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, s
 int cpuk_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s);
 int cpuk_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap);
 int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
-int cpuk_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads, const uint32_t *pos,
-              const kern_rope_t *rope);
+int cpuk_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_heads,
+              const uint32_t *pos, const kern_rope_t *rope);
 int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok);
 int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, size_t n_tok);
 int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
 int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride);
-int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows, size_t n,
-                size_t stride);
+int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
+                size_t n, size_t stride);
 
 #endif

@@ -12,15 +12,15 @@
 #define POOL_SPIN 20000
 
 struct pool {
-    int n;                    /* threads including the caller */
-    pthread_t *threads;       /* n - 1 workers */
+    int n;              /* threads including the caller */
+    pthread_t *threads; /* n - 1 workers */
     pthread_mutex_t mu;
     pthread_cond_t cv_work;
     pthread_cond_t cv_done;
-    atomic_uint gen;          /* bumped per job */
-    atomic_int pending;       /* workers still running the current job */
+    atomic_uint gen;    /* bumped per job */
+    atomic_int pending; /* workers still running the current job */
     atomic_int stop;
-    pool_fn fn;               /* current job; written before gen is bumped */
+    pool_fn fn; /* current job; written before gen is bumped */
     void *ctx;
 };
 

@@ -518,8 +518,8 @@ static void pack_iq4_xs(const qblk_t *o, uint8_t *b)
         sl[s / 2] |= (uint8_t)((ls & 15) << 4 * (s % 2));
         sh |= (ls >> 4) << 2 * s;
         for (int j = 0; j < 16; j++)
-            qs[16 * s + j] = (uint8_t)(grid_index(o->q[32 * s + j]) |
-                                       grid_index(o->q[32 * s + 16 + j]) << 4);
+            qs[16 * s + j] =
+                (uint8_t)(grid_index(o->q[32 * s + j]) | grid_index(o->q[32 * s + 16 + j]) << 4);
     }
     b[2] = (uint8_t)sh;
     b[3] = (uint8_t)(sh >> 8);
@@ -735,8 +735,7 @@ size_t quant_act_bytes(quant_act_t act, size_t n)
     switch (act) {
     case QUANT_ACT_Q8:
         return n % QUANT_Q8_0_BLOCK ? 0 : n / QUANT_Q8_0_BLOCK * sizeof(quant_act_q8_t);
-    case QUANT_ACT_Q8K:
-        return n % QUANT_K_BLOCK ? 0 : n / QUANT_K_BLOCK * sizeof(quant_act_q8k_t);
+    case QUANT_ACT_Q8K: return n % QUANT_K_BLOCK ? 0 : n / QUANT_K_BLOCK * sizeof(quant_act_q8k_t);
     default: return n * sizeof(float);
     }
 }
@@ -837,7 +836,6 @@ float quant_vdot_portable(uint32_t type, const void *w, const void *xq, size_t n
     blk_traits(type, &blck, &bytes);
     return vdot_row_portable(f, w, bytes, xq, n / blck);
 }
-
 
 /* ------------------------------------------------------------------ exact dots of block types
  * F32 activations against each block dequantized exactly; per pair 8 lanes
@@ -1087,12 +1085,11 @@ AVX2_INLINE __m256 load8(uint32_t type, const void *w, size_t i)
     case GGUF_T_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
     case GGUF_T_BF16: {
-        __m256i v = _mm256_cvtepu16_epi32(
-            _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+        __m256i v =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
-    default:
-        return _mm256_loadu_ps((const float *)w + i);
+    default: return _mm256_loadu_ps((const float *)w + i);
     }
 }
 
@@ -1103,26 +1100,26 @@ AVX2_INLINE void tile_avx2_body(uint32_t type, const uint8_t *w, size_t rb, int 
                                 const float *const *x, int nx, size_t n, float *out)
 {
     __m256 acc[QUANT_TILE_MAX];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < nr * nx; p++)
         acc[p] = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 xv[QUANT_DOTN_MAX];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < nx; t++)
             xv[t] = _mm256_loadu_ps(x[t] + i);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             __m256 wv = load8(type, w + (size_t)r * rb, i);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int t = 0; t < nx; t++)
                 acc[r * nx + t] = _mm256_fmadd_ps(wv, xv[t], acc[r * nx + t]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < nx; t++) {
             float s = hsum256(acc[r * nx + t]);
             for (size_t j = i; j < n; j++)
@@ -1141,17 +1138,17 @@ AVX2_INLINE void tile_q8_0_avx2_body(const uint8_t *w, size_t rb, int nr, const 
                                      int nx, size_t n, float *out)
 {
     __m256 acc[QUANT_TILE_MAX];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < nr * nx; p++)
         acc[p] = _mm256_setzero_ps();
     for (size_t k = 0; k < n / QUANT_Q8_0_BLOCK; k++) {
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const quant_block_q8_0_t *b = (const quant_block_q8_0_t *)(w + (size_t)r * rb) + k;
             __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
             __m256 q0 = q8_load8(b->qs), q1 = q8_load8(b->qs + 8);
             __m256 q2 = q8_load8(b->qs + 16), q3 = q8_load8(b->qs + 24);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int t = 0; t < nx; t++) {
                 const float *xb = x[t] + k * QUANT_Q8_0_BLOCK;
                 __m256 sv = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
@@ -1162,7 +1159,7 @@ AVX2_INLINE void tile_q8_0_avx2_body(const uint8_t *w, size_t rb, int nr, const 
             }
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < nr * nx; p++)
         out[p] = hsum256(acc[p]);
 }
@@ -1197,7 +1194,8 @@ AVX2 static void tile_avx2(uint32_t type, const void *wv, size_t rb, int nr, con
     const uint8_t *w = wv;
     if (type == GGUF_T_Q8_0) {
 #define Q8T(R, X) tile_q8_0_avx2_body(w, rb, R, x, X, n, out)
-#define Q8T_ONE(r, t, xs) tile_q8_0_avx2_body(w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+#define Q8T_ONE(r, t, xs)                                                                          \
+    tile_q8_0_avx2_body(w + (size_t)(r)*rb, rb, 1, xs, 1, n, &out[(r)*nx + (t)])
         TILE_SHAPES(Q8T)
 #undef Q8T
 #undef Q8T_ONE
@@ -1206,7 +1204,8 @@ AVX2 static void tile_avx2(uint32_t type, const void *wv, size_t rb, int nr, con
     switch (type) {
     case GGUF_T_F16: {
 #define F16T(R, X) tile_avx2_body(GGUF_T_F16, w, rb, R, x, X, n, out)
-#define F16T_ONE(r, t, xs) tile_avx2_body(GGUF_T_F16, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+#define F16T_ONE(r, t, xs)                                                                         \
+    tile_avx2_body(GGUF_T_F16, w + (size_t)(r)*rb, rb, 1, xs, 1, n, &out[(r)*nx + (t)])
         TILE_SHAPES(F16T)
 #undef F16T
 #undef F16T_ONE
@@ -1214,7 +1213,8 @@ AVX2 static void tile_avx2(uint32_t type, const void *wv, size_t rb, int nr, con
     }
     case GGUF_T_BF16: {
 #define BF16T(R, X) tile_avx2_body(GGUF_T_BF16, w, rb, R, x, X, n, out)
-#define BF16T_ONE(r, t, xs) tile_avx2_body(GGUF_T_BF16, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+#define BF16T_ONE(r, t, xs)                                                                        \
+    tile_avx2_body(GGUF_T_BF16, w + (size_t)(r)*rb, rb, 1, xs, 1, n, &out[(r)*nx + (t)])
         TILE_SHAPES(BF16T)
 #undef BF16T
 #undef BF16T_ONE
@@ -1222,7 +1222,8 @@ AVX2 static void tile_avx2(uint32_t type, const void *wv, size_t rb, int nr, con
     }
     default: {
 #define F32T(R, X) tile_avx2_body(GGUF_T_F32, w, rb, R, x, X, n, out)
-#define F32T_ONE(r, t, xs) tile_avx2_body(GGUF_T_F32, w + (size_t)(r) * rb, rb, 1, xs, 1, n, &out[(r) * nx + (t)])
+#define F32T_ONE(r, t, xs)                                                                         \
+    tile_avx2_body(GGUF_T_F32, w + (size_t)(r)*rb, rb, 1, xs, 1, n, &out[(r)*nx + (t)])
         TILE_SHAPES(F32T)
 #undef F32T
 #undef F32T_ONE
@@ -1253,7 +1254,8 @@ AVX2 static void axpy_avx2(float *y, float a, const float *x, size_t n)
     __m256 av = _mm256_set1_ps(a);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
 }
@@ -1287,8 +1289,8 @@ AVX2_INLINE int32_t hsum_i32(__m256i v)
 /* 32 bits -> 32 bytes, 16 where the bit is set */
 AVX2_INLINE __m256i q5_high_bits(uint32_t qh)
 {
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                          2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(16));
@@ -1299,7 +1301,10 @@ AVX2_INLINE __m256i q32_values(const uint8_t *w, uint32_t type)
 {
     if (type == GGUF_T_Q8_0)
         return _mm256_loadu_si256((const __m256i *)(w + 2));
-    const size_t qs = type == GGUF_T_Q4_1 ? 4 : type == GGUF_T_Q5_0 ? 6 : type == GGUF_T_Q5_1 ? 8 : 2;
+    const size_t qs = type == GGUF_T_Q4_1   ? 4
+                      : type == GGUF_T_Q5_0 ? 6
+                      : type == GGUF_T_Q5_1 ? 8
+                                            : 2;
     const __m128i m4 = _mm_set1_epi8(0x0f);
     __m128i b = _mm_loadu_si128((const __m128i *)(w + qs));
     __m256i v = _mm256_setr_m128i(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
@@ -1307,7 +1312,8 @@ AVX2_INLINE __m256i q32_values(const uint8_t *w, uint32_t type)
     case GGUF_T_Q4_0: return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
     case GGUF_T_Q4_1: return v;
     case GGUF_T_Q5_0:
-        return _mm256_sub_epi8(_mm256_or_si256(v, q5_high_bits(rd_u32(w + 2))), _mm256_set1_epi8(16));
+        return _mm256_sub_epi8(_mm256_or_si256(v, q5_high_bits(rd_u32(w + 2))),
+                               _mm256_set1_epi8(16));
     case GGUF_T_Q5_1: return _mm256_or_si256(v, q5_high_bits(rd_u32(w + 4)));
     default:
         return _mm256_shuffle_epi8(
@@ -1336,7 +1342,7 @@ AVX2_INLINE void vdot_q32_avx2(const uint8_t *w, const void *const *xq, int nx, 
         __m256i q = q32_values(w, type);
         __m256i aq = mins ? q : _mm256_abs_epi8(q);
         float d = rd_f16c(w), m = mins ? rd_f16c(w + 2) : 0.0f;
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
@@ -1382,16 +1388,16 @@ AVX2_INLINE void vdot_q5_1_avx2_body(const uint8_t *w, const void *const *xq, in
     vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q5_1);
 }
 
-AVX2_INLINE void vdot_iq4_nl_avx2_body(const uint8_t *w, const void *const *xq, int nx,
-                                       size_t nblk, float *out)
+AVX2_INLINE void vdot_iq4_nl_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                       float *out)
 {
     vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_IQ4_NL);
 }
 
 /* IQ4_XS: grid values (|q| <= 127) by sign trick, each 32-value sub-block's
  * pair sums scaled by its int16 scale; bit-identical to the portable dot. */
-AVX2_INLINE void vdot_iq4_xs_avx2_body(const uint8_t *w, const void *const *xq, int nx,
-                                       size_t nblk, float *out)
+AVX2_INLINE void vdot_iq4_xs_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                       float *out)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_grid));
@@ -1410,7 +1416,7 @@ AVX2_INLINE void vdot_iq4_xs_avx2_body(const uint8_t *w, const void *const *xq, 
             int l0 = ((w[4 + p] & 15) | ((sh >> 4 * p) & 3) << 4) - 32;
             int l1 = ((w[4 + p] >> 4) | ((sh >> (4 * p + 2)) & 3) << 4) - 32;
             __m256i scv = _mm256_setr_m128i(_mm_set1_epi16((short)l0), _mm_set1_epi16((short)l1));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < nx; t++) {
                 const int8_t *x = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * p;
                 __m256i xa = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)x),
@@ -1465,34 +1471,39 @@ AVX2_INLINE void vdot_q45_k_avx2(const uint8_t *w, const void *const *xq, int nx
         memcpy(&sc64, sc, 8);
         memcpy(&mn64, mn, 8);
         /* scales as int16 in both halves; mins as int16 pairs (one per 16 bsums) */
-        __m256i scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
-        __m256i mnv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
+        __m256i scv =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+        __m256i mnv =
+            _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
         __m256i sum[QUANT_DOTN_MAX];
         for (int t = 0; t < nx; t++)
             sum[t] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(qs0 + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             if (five) { /* qh was shifted right by 2c: its bits 0 and 1 are this chunk's */
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
-                                              _mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                hi = _mm256_or_si256(
+                    hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
                 qh = _mm256_srli_epi16(qh, 2);
             }
-            __m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+            __m256i s0 =
+                _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
             __m256i s1 =
                 _mm256_shuffle_epi8(scv, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < nx; t++) {
                 const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * c;
                 __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)aq));
-                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(aq + 32)));
+                __m256i p1 =
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(aq + 32)));
                 sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p0, s0));
                 sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p1, s1));
             }
         }
         float d = rd_f16c(w), dm = rd_f16c(w + 2);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
@@ -1520,7 +1531,7 @@ AVX2_INLINE __m256i q6_values(__m256i ql, __m256i qh, int g)
 }
 
 AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                float *out)
+                                     float *out)
 {
     float acc[QUANT_DOTN_MAX] = {0};
     for (size_t k = 0; k < nblk; k++, w += 210) {
@@ -1535,14 +1546,15 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * n));
             __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w + 64 * n + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * n));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i q = q6_values(g % 2 ? ql1 : ql0, qh, g);
                 /* the two 16-value sub-blocks of these 32: scales 2g, 2g + 1 of the half */
                 __m256i scv = _mm256_shuffle_epi8(
-                    sch[n], _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g))),
-                                              _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1)))));
-                #pragma GCC unroll 4
+                    sch[n],
+                    _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g))),
+                                      _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1)))));
+#pragma GCC unroll 4
                 for (int t = 0; t < nx; t++) {
                     const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n + 32 * g;
                     __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)aq));
@@ -1551,7 +1563,7 @@ AVX2_INLINE void vdot_q6_k_avx2_body(const uint8_t *w, const void *const *xq, in
             }
         }
         float d = rd_f16c(w + 208);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             /* the values' offset: 32 x activation sums x scales */
@@ -1598,7 +1610,7 @@ AVX2_INLINE void vdot_q23_k_avx2(const uint8_t *w, const void *const *xq, int nx
             sum[t] = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
             __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 __m256i q = _mm256_and_si256(qv, m2); /* qv shifted right by 2j */
                 qv = _mm256_srli_epi16(qv, 2);
@@ -1607,9 +1619,10 @@ AVX2_INLINE void vdot_q23_k_avx2(const uint8_t *w, const void *const *xq, int nx
                     hm = _mm256_srli_epi16(hm, 1);
                 }
                 __m256i scv = _mm256_shuffle_epi8(
-                    sch[n], _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))),
-                                              _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1)))));
-                #pragma GCC unroll 4
+                    sch[n],
+                    _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))),
+                                      _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1)))));
+#pragma GCC unroll 4
                 for (int t = 0; t < nx; t++) {
                     const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n + 32 * j;
                     __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)aq));
@@ -1619,7 +1632,7 @@ AVX2_INLINE void vdot_q23_k_avx2(const uint8_t *w, const void *const *xq, int nx
         }
         float d = rd_f16c(w + (three ? 108 : 80));
         float dm = three ? 0.0f : rd_f16c(w + 82);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
@@ -1649,7 +1662,7 @@ AVX2_INLINE void vdot_q3_k_avx2_body(const uint8_t *w, const void *const *xq, in
 
 /* Specialise on nx so the token loops unroll into registers. */
 #define VDOT_SHAPES(body)                                                                          \
-    AVX2 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,      \
+    AVX2 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,       \
                                float *out)                                                         \
     {                                                                                              \
         switch (nx) {                                                                              \
@@ -1693,7 +1706,7 @@ VDOT_SHAPES(vdot_q6_k_avx2)
 #define VNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 
 VNNI_INLINE void vdot_q8_0_vnni_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                    float *out)
+                                     float *out)
 {
     __m256 acc[QUANT_DOTN_MAX];
     for (int t = 0; t < nx; t++)
@@ -1702,7 +1715,7 @@ VNNI_INLINE void vdot_q8_0_vnni_body(const uint8_t *w, const void *const *xq, in
         __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
         __m256i aq = _mm256_abs_epi8(q);
         float d = _cvtsh_ss((unsigned short)(w[0] | w[1] << 8));
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
@@ -1777,11 +1790,11 @@ AVX512_INLINE __m512 load16(uint32_t type, const uint8_t *w, size_t i)
     case GGUF_T_F16:
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
     case GGUF_T_BF16: {
-        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+        __m512i v =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
         return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     }
-    default:
-        return _mm512_loadu_ps((const float *)w + i);
+    default: return _mm512_loadu_ps((const float *)w + i);
     }
 }
 
@@ -1789,7 +1802,7 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
                                     const float *const *x, int nx, size_t n, float *out)
 {
     __m512 acc[24];
-    #pragma GCC unroll 24
+#pragma GCC unroll 24
     for (int p = 0; p < nr * nx; p++)
         acc[p] = _mm512_setzero_ps();
     size_t i = 0;
@@ -1797,20 +1810,20 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
         /* the rows' weights held, one activation vector at a time (at 4 x 6,
          * 24 accumulators + 4 + 1 of the 32 registers: GCC spills some) */
         __m512 wv[4];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int r = 0; r < nr; r++)
             wv[r] = load16(type, w + (size_t)r * rb, i);
-        #pragma GCC unroll 6
+#pragma GCC unroll 6
         for (int t = 0; t < nx; t++) {
             __m512 xv = _mm512_loadu_ps(x[t] + i);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int r = 0; r < nr; r++)
                 acc[r * nx + t] = _mm512_fmadd_ps(wv[r], xv, acc[r * nx + t]);
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        #pragma GCC unroll 6
+#pragma GCC unroll 6
         for (int t = 0; t < nx; t++) {
             float s = _mm512_reduce_add_ps(acc[r * nx + t]);
             for (size_t j = i; j < n; j++)
@@ -1820,6 +1833,8 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
     }
 }
 
+/* (kept by hand: one row of cases per tile height) */
+// clang-format off
 /* Specialise on (nr, nx), up to 4 x 6, so the loops unroll into registers. */
 #define TILE16_CASE(R, X, type)                                                                    \
     case R * 8 + X: tile_avx512_body(type, w, rb, R, x, X, n, out); break;
@@ -1838,6 +1853,7 @@ AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, 
                                  &out[r_ * nx + t_]);                                              \
         break;                                                                                     \
     }
+// clang-format on
 
 AVX512 static void tile_avx512(uint32_t type, const void *wv, size_t rb, int nr,
                                const float *const *x, int nx, size_t n, float *out)
@@ -1866,7 +1882,7 @@ AVX512_INLINE void vdot_q8_0_avx512_body(const uint8_t *w, const void *const *xq
         __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
         __m256i aq = _mm256_abs_epi8(q);
         float d = rd_f16c(w);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
@@ -1898,20 +1914,24 @@ AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq
         uint64_t sc64, mn64;
         memcpy(&sc64, sc, 8);
         memcpy(&mn64, mn, 8);
-        __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
-        __m256i mnv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
+        __m512i sc16 =
+            _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+        __m256i mnv =
+            _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
         __m512i sum[QUANT_DOTN_MAX];
         for (int t = 0; t < nx; t++)
             sum[t] = _mm512_setzero_si512();
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c)));
+            __m512i b =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c)));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi16(b, shv), m4);
             /* int16 lanes 0..15: scale 2c, 16..31: scale 2c + 1 */
             __m512i s = _mm512_permutexvar_epi16(
-                _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1),
+                _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                                   _mm256_set1_epi16((short)(2 * c + 1)), 1),
                 sc16);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < nx; t++) {
                 const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * c;
                 __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)aq));
@@ -1919,7 +1939,7 @@ AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq
             }
         }
         float d = rd_f16c(w), dm = rd_f16c(w + 2);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
@@ -1960,10 +1980,11 @@ AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq
         __m512i sum[QUANT_DOTN_MAX];
         for (int t = 0; t < nx; t++)
             sum[t] = _mm512_setzero_si512();
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int n = 0; n < 2; n++) {
             __m512i ql = _mm512_loadu_si512((const void *)(w + 64 * n));
-            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * n)));
+            __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * n)));
             __m512i q01 = _mm512_or_si512(
                 _mm512_and_si512(ql, m4),
                 _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
@@ -1972,22 +1993,24 @@ AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq
                 _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
             __m512i s01 = _mm512_permutexvar_epi16(idx[n][0], sc16);
             __m512i s23 = _mm512_permutexvar_epi16(idx[n][1], sc16);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < nx; t++) {
                 const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n;
                 __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)aq));
-                __m512i p23 = _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(aq + 64)));
+                __m512i p23 =
+                    _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(aq + 64)));
                 sum[t] = _mm512_dpwssd_epi32(sum[t], p01, s01);
                 sum[t] = _mm512_dpwssd_epi32(sum[t], p23, s23);
             }
         }
         float d = rd_f16c(w + 208);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             /* the offset: 32 x activation sums x scales, off the first 8 lanes */
-            __m512i off = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bs, sc16y), 5));
+            __m512i off =
+                _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bs, sc16y), 5));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], off)),
                                      _mm512_set1_ps(a->d * d), acc[t]);
         }
@@ -1997,7 +2020,7 @@ AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq
 }
 
 #define VDOT512_SHAPES(body)                                                                       \
-    AVX512 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,    \
+    AVX512 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,     \
                                  float *out)                                                       \
     {                                                                                              \
         switch (nx) {                                                                              \
@@ -2315,8 +2338,9 @@ AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, size_t n)
     __m256 av = _mm256_set1_ps(a);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
-                                                _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(
+            y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                   _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * quant_f16_to_f32(x[i]);
 }
@@ -2338,8 +2362,8 @@ void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n)
     }
 }
 
-void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr,
-                     const void *const *xq, int nx, size_t n, float *out)
+void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const void *const *xq,
+                     int nx, size_t n, float *out)
 {
     const qfmt_t *f = qfmt_of(type);
     size_t blck, bytes;

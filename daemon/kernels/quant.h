@@ -9,7 +9,7 @@
 
 /* One Q8_0 block: 32 int8 weights sharing an F16 scale (34 bytes, as ggml). */
 typedef struct quant_block_q8_0 {
-    uint16_t d;      /* scale, IEEE half */
+    uint16_t d; /* scale, IEEE half */
     int8_t qs[QUANT_Q8_0_BLOCK];
 } quant_block_q8_0_t;
 
@@ -21,7 +21,7 @@ typedef enum quant_isa {
     QUANT_ISA_PORTABLE = 1,
     QUANT_ISA_AVX2 = 2,
     QUANT_ISA_AVX2_VNNI = 3, /* AVX2 plus AVX-VNNI's vpdpbusd for the int8 dots */
-    QUANT_ISA_AVX512 = 4,    /* AVX-512 F/BW/VL/VNNI: the float tile and the Q8_0, Q4_K, Q6_K dots */
+    QUANT_ISA_AVX512 = 4, /* AVX-512 F/BW/VL/VNNI: the float tile and the Q8_0, Q4_K, Q6_K dots */
 } quant_isa_t;
 
 /* Select kernels; returns the ISA actually in use (one the CPU lacks falls
@@ -32,9 +32,9 @@ quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);
 
 float quant_f16_to_f32(uint16_t h);
-uint16_t quant_f32_to_f16(float f);   /* round to nearest even */
+uint16_t quant_f32_to_f16(float f); /* round to nearest even */
 float quant_bf16_to_f32(uint16_t h);
-uint16_t quant_f32_to_bf16(float f);  /* round to nearest even, NaN kept */
+uint16_t quant_f32_to_bf16(float f); /* round to nearest even, NaN kept */
 
 /* Weight types the engine computes with (gguf_ttype_t values). */
 int quant_type_supported(uint32_t type);
@@ -130,8 +130,8 @@ void quant_act_from_f32(quant_act_t act, const float *x, void *dst, size_t n);
  * bit for the 256-value types; for the 32-value types (Q8_0, Q4_0, Q4_1,
  * Q5_0, Q5_1, IQ4_NL) they sum in float lanes, within 1e-5 of the sum of
  * |products| of it. */
-void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr,
-                     const void *const *xq, int nx, size_t n, float *out);
+void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const void *const *xq,
+                     int nx, size_t n, float *out);
 /* The portable integer dot of one row, for testing the SIMD ones. */
 float quant_vdot_portable(uint32_t type, const void *w, const void *xq, size_t n);
 

@@ -64,12 +64,13 @@ typedef struct kern_mm {
 /* Rotary position embedding of the first rope_dim of each head_dim. */
 typedef struct kern_rope {
     uint32_t head_dim;
-    uint32_t rope_dim;  /* <= head_dim, even */
-    float rope_base;    /* theta base */
-    int rope_neox;      /* 1: pairs (i, i + rope_dim/2) (NeoX); 0: adjacent pairs (GPT-J) */
-    float rope_freq_scale;   /* positions are multiplied by this (1 / linear factor; 0 or 1 = none) */
-    float rope_attn_factor;  /* rotated values are multiplied by this (0 or 1 = none) */
-    const float *rope_freqs; /* (rope_dim/2) divisors of each pair's frequency, host memory; NULL = none */
+    uint32_t rope_dim;     /* <= head_dim, even */
+    float rope_base;       /* theta base */
+    int rope_neox;         /* 1: pairs (i, i + rope_dim/2) (NeoX); 0: adjacent pairs (GPT-J) */
+    float rope_freq_scale; /* positions are multiplied by this (1 / linear factor; 0 or 1 = none) */
+    float rope_attn_factor; /* rotated values are multiplied by this (0 or 1 = none) */
+    const float
+        *rope_freqs; /* (rope_dim/2) divisors of each pair's frequency, host memory; NULL = none */
 } kern_rope_t;
 
 /* Model features beyond the plain llama pass: a backend lists those its kernels

@@ -78,8 +78,10 @@ int main(int argc, char **argv)
                 }
             }
             double t2 = util_now_s();
-            if (t1 - t0 < best_p) best_p = t1 - t0;
-            if (t2 - t1 < best_d) best_d = t2 - t1;
+            if (t1 - t0 < best_p)
+                best_p = t1 - t0;
+            if (t2 - t1 < best_d)
+                best_d = t2 - t1;
         }
         printf("%s,%s,%d,%s,%.1f,%.1f\n", name, gguf_ttype_name(m->wtype), nth,
                quant_isa_name(quant_isa_get()), np / best_p, nd / best_d);

@@ -156,8 +156,8 @@ int main(int argc, char **argv)
         pthread_t *th = calloc((size_t)nc, sizeof *th);
         double t0 = util_now_s();
         for (int i = 0; i < nc; i++) {
-            cs[i] = (client_t){argv[1], argv[2], reqs, max_tokens,
-                               calloc((size_t)reqs, sizeof(double)), 0};
+            cs[i] = (client_t){
+                argv[1], argv[2], reqs, max_tokens, calloc((size_t)reqs, sizeof(double)), 0};
             pthread_create(&th[i], NULL, client_main, &cs[i]);
         }
         int errors = 0;
@@ -171,7 +171,8 @@ int main(int argc, char **argv)
         double wall = util_now_s() - t0;
         size_t n = (size_t)nc * reqs;
         qsort(all, n, sizeof(double), cmp_d);
-        double p50 = all[n / 2], p99 = all[(size_t)((double)n * 0.99) < n ? (size_t)((double)n * 0.99) : n - 1];
+        double p50 = all[n / 2],
+               p99 = all[(size_t)((double)n * 0.99) < n ? (size_t)((double)n * 0.99) : n - 1];
         printf("%d,%zu,%d,%.1f,%.2f,%.2f,%.2f,%.2f\n", nc, n, errors, (double)n / wall, p50 * 1e3,
                p99 * 1e3, direct * 1e3, (p50 - direct) * 1e3);
         fflush(stdout);

@@ -16,7 +16,7 @@
 /* How long one raw copy of the whole image may take before the run fails
  * (a 16 GB image at 1 GB/s, with margin). */
 #define RAW_COPY_TIMEOUT_S 60.0
-#define DECODE_CTX 128 /* positions in the cache when decode starts (default of --ctx) */
+#define DECODE_CTX 128         /* positions in the cache when decode starts (default of --ctx) */
 #define ZERO_CHUNK (64u << 20) /* bytes of zeros uploaded at a time to fill KV caches */
 /* The serving sweep (--serving): decode at a long context for two batch
  * sizes, prefill of two prompt lengths. */
@@ -213,22 +213,23 @@ static double decode_bytes(const store_model_t *sm, uint32_t ctx, int batch)
 
 static void usage(const char *argv0)
 {
-    fprintf(stderr,
-            "usage: %s MODEL POOL_MIB [PAGE_KIB] [THREADS] [BACKEND] [--no-cold] [--decode N]\n"
-            "          [--ctx N] [--batch B] [--decode-only] [--prefill-only N]\n"
-            "  --no-cold      skip the cold (from disk) time to first token: the page cache is kept\n"
-            "  --decode N     also time N decode steps after a %d-token prefill\n"
-            "  --ctx N        positions in each cache when decode starts (default %d; above it\n"
-            "                 the caches are zero-filled rather than prefilled)\n"
-            "  --batch B      sequences decoded together, 1..256 (default 1)\n"
-            "  --decode-only  only that (no paging or TTFT runs); prints\n"
-            "                 model,bytes,batch,ctx,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n"
-            "  --prefill-only N  only time a prefill of N tokens (best of 2); prints\n"
-            "                 model,bytes,prefill_tokens,prefill_tok_s,prefill_ms\n"
-            "  --serving N    only the serving sweep (gpu-check): N decode steps at context %d\n"
-            "                 for batch %d and %d, prefills of %d and %d tokens; prints one row each:\n"
-            "                 model,bytes,kind,batch,tokens,tok_s,bytes_per_tok,gb_s\n",
-            argv0, DECODE_CTX, DECODE_CTX, SWEEP_CTX, SWEEP_B1, SWEEP_B2, SWEEP_P1, SWEEP_P2);
+    fprintf(
+        stderr,
+        "usage: %s MODEL POOL_MIB [PAGE_KIB] [THREADS] [BACKEND] [--no-cold] [--decode N]\n"
+        "          [--ctx N] [--batch B] [--decode-only] [--prefill-only N]\n"
+        "  --no-cold      skip the cold (from disk) time to first token: the page cache is kept\n"
+        "  --decode N     also time N decode steps after a %d-token prefill\n"
+        "  --ctx N        positions in each cache when decode starts (default %d; above it\n"
+        "                 the caches are zero-filled rather than prefilled)\n"
+        "  --batch B      sequences decoded together, 1..256 (default 1)\n"
+        "  --decode-only  only that (no paging or TTFT runs); prints\n"
+        "                 model,bytes,batch,ctx,decode_tok_s,decode_bytes_per_tok,decode_gb_s\n"
+        "  --prefill-only N  only time a prefill of N tokens (best of 2); prints\n"
+        "                 model,bytes,prefill_tokens,prefill_tok_s,prefill_ms\n"
+        "  --serving N    only the serving sweep (gpu-check): N decode steps at context %d\n"
+        "                 for batch %d and %d, prefills of %d and %d tokens; prints one row each:\n"
+        "                 model,bytes,kind,batch,tokens,tok_s,bytes_per_tok,gb_s\n",
+        argv0, DECODE_CTX, DECODE_CTX, SWEEP_CTX, SWEEP_B1, SWEEP_B2, SWEEP_P1, SWEEP_P2);
 }
 
 int main(int argc, char **argv)
@@ -297,7 +298,8 @@ int main(int argc, char **argv)
     backend_t *be = be_open(&bp, err, sizeof err);
     if (!be)
         die("backend", err);
-    fprintf(stderr, "bench_paging: %s backend: %s\n", be->name, be->desc ? be->desc : "(no description)");
+    fprintf(stderr, "bench_paging: %s backend: %s\n", be->name,
+            be->desc ? be->desc : "(no description)");
     store_t *st = store_new(be, 0);
     res_t *res = res_new(be, err, sizeof err);
     fwd_t *fw = fwd_new(be);
@@ -393,23 +395,29 @@ int main(int argc, char **argv)
         if (res_seg_times(res, rm, 0, &t0) || res_seg_times(res, rm, sm->n_segs - 1, &t1))
             die("page-in", "no copy times for the first or last segment");
         double copy_s = (b.total_copy_ns - a.total_copy_ns) / 1e9;
-        if (t1.end - t0.queued < best_wall) best_wall = t1.end - t0.queued;
-        if (copy_s < best_copy) best_copy = copy_s;
-        if (map_s < best_map) best_map = map_s;
+        if (t1.end - t0.queued < best_wall)
+            best_wall = t1.end - t0.queued;
+        if (copy_s < best_copy)
+            best_copy = copy_s;
+        if (map_s < best_map)
+            best_map = map_s;
         /* plain memcpy of the same bytes into the mapped range (host-addressable
          * device memory only; elsewhere the column repeats the mapped raw copy) */
         if (host_addressable) {
             double m0 = util_now_s();
             memcpy(res_model_base(rm), sm->image, sm->image_bytes);
             double mc = util_now_s() - m0;
-            if (mc < best_memcpy) best_memcpy = mc;
+            if (mc < best_memcpy)
+                best_memcpy = mc;
         }
         /* raw copies of the same bytes, no mapping beside them: into the
          * model's mapped range (VMM on cuda), and into a plain buffer */
         double q = raw_copy(be, res_model_base(rm), sm->image, sm->image_bytes);
-        if (q < best_mapped) best_mapped = q;
+        if (q < best_mapped)
+            best_mapped = q;
         q = raw_copy(be, plain, sm->image, sm->image_bytes);
-        if (q < best_plain) best_plain = q;
+        if (q < best_plain)
+            best_plain = q;
     }
     if (!host_addressable)
         best_memcpy = best_mapped;
@@ -436,15 +444,17 @@ int main(int argc, char **argv)
             swapped = t;
     }
     double tok_bytes = decode_bytes(sm, DECODE_CTX, 1);
-    printf("model,bytes,page_kib,map_s,map_gb_s,copy_s,copy_gb_s,memcpy_gb_s,copy_vs_memcpy,"
-           "queue_gb_s,queue_vs_memcpy,pagein_wall_s,pagein_gb_s,ttft_resident_ms,ttft_swapped_ms,ttft_cold_ms,"
-           "raw_plain_gb_s,pagein_vs_raw_mapped,pagein_vs_raw_plain,decode_tok_s,decode_bytes_per_tok\n");
-    printf("%s,%zu,%zu,%.4f,%.2f,%.4f,%.2f,%.2f,%.3f,%.2f,%.3f,%.4f,%.2f,%.1f,%.1f,%.1f,%.2f,%.3f,%.3f,"
-           "%.1f,%.0f\n",
-           path, sm->image_bytes, page >> 10, best_map, gb / best_map, best_copy, gb / best_copy,
-           gb / best_memcpy, best_memcpy / best_copy, gb / best_mapped, best_memcpy / best_mapped,
-           best_wall, gb / best_wall, resident * 1e3, swapped * 1e3, cold * 1e3, gb / best_plain,
-           best_mapped / best_wall, best_plain / best_wall, dec, tok_bytes);
+    printf(
+        "model,bytes,page_kib,map_s,map_gb_s,copy_s,copy_gb_s,memcpy_gb_s,copy_vs_memcpy,"
+        "queue_gb_s,queue_vs_memcpy,pagein_wall_s,pagein_gb_s,ttft_resident_ms,ttft_swapped_ms,ttft_cold_ms,"
+        "raw_plain_gb_s,pagein_vs_raw_mapped,pagein_vs_raw_plain,decode_tok_s,decode_bytes_per_tok\n");
+    printf(
+        "%s,%zu,%zu,%.4f,%.2f,%.4f,%.2f,%.2f,%.3f,%.2f,%.3f,%.4f,%.2f,%.1f,%.1f,%.1f,%.2f,%.3f,%.3f,"
+        "%.1f,%.0f\n",
+        path, sm->image_bytes, page >> 10, best_map, gb / best_map, best_copy, gb / best_copy,
+        gb / best_memcpy, best_memcpy / best_copy, gb / best_mapped, best_memcpy / best_mapped,
+        best_wall, gb / best_wall, resident * 1e3, swapped * 1e3, cold * 1e3, gb / best_plain,
+        best_mapped / best_wall, best_plain / best_wall, dec, tok_bytes);
 out:
     free(logits);
     res_remove(res, rm);

@@ -4,25 +4,24 @@
 #include "config.h"
 #include "fuzz.h"
 
-static const char fz_good_yaml[] =
-    "listen:\n"
-    "  socket: /run/gpuswapd/gpuswapd.sock\n"
-    "  http: 127.0.0.1:8400\n"
-    "admin:\n"
-    "  socket: /run/gpuswapd/admin.sock\n"
-    "  uids: [1000]\n"
-    "device:\n"
-    "  backend: sim\n"
-    "  memory: 1GiB\n"
-    "scheduler:\n"
-    "  max_wait: 2s\n"
-    "models:\n"
-    "  - name: a\n"
-    "    path: a.gguf\n"
-    "  - name: b\n"
-    "    path: b.gguf\n"
-    "    gpu_quota: 512MiB\n"
-    "    pinned: true\n";
+static const char fz_good_yaml[] = "listen:\n"
+                                   "  socket: /run/gpuswapd/gpuswapd.sock\n"
+                                   "  http: 127.0.0.1:8400\n"
+                                   "admin:\n"
+                                   "  socket: /run/gpuswapd/admin.sock\n"
+                                   "  uids: [1000]\n"
+                                   "device:\n"
+                                   "  backend: sim\n"
+                                   "  memory: 1GiB\n"
+                                   "scheduler:\n"
+                                   "  max_wait: 2s\n"
+                                   "models:\n"
+                                   "  - name: a\n"
+                                   "    path: a.gguf\n"
+                                   "  - name: b\n"
+                                   "    path: b.gguf\n"
+                                   "    gpu_quota: 512MiB\n"
+                                   "    pinned: true\n";
 
 static cfg_t *fz_good; /* loaded once, kept for the process */
 
@@ -55,7 +54,8 @@ int fuzz_config(const uint8_t *data, size_t size)
     free(yaml);
     if (rc != 0) {
         FUZZ_CHECK(c == NULL, "no config on failure");
-        FUZZ_CHECK(rc == CFG_ERR_SYNTAX || rc == CFG_ERR_INVALID || rc == CFG_ERR_NOMEM, "rc %d", rc);
+        FUZZ_CHECK(rc == CFG_ERR_SYNTAX || rc == CFG_ERR_INVALID || rc == CFG_ERR_NOMEM, "rc %d",
+                   rc);
         FUZZ_CHECK(strncmp(err, "fuzz.yaml", 9) == 0, "error does not name the file: '%s'", err);
         return 0;
     }

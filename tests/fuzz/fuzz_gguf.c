@@ -28,7 +28,8 @@ static void fz_value(const gguf_value_t *v, int depth)
         uint64_t n = v->v.arr.n;
         FUZZ_CHECK(v->v.arr.type < GGUF_VT_COUNT, "element type %u", (unsigned)v->v.arr.type);
         if (v->v.arr.type == GGUF_VT_STRING || v->v.arr.type == GGUF_VT_ARRAY) {
-            FUZZ_CHECK(n == 0 || v->v.arr.items, "no items for %llu elements", (unsigned long long)n);
+            FUZZ_CHECK(n == 0 || v->v.arr.items, "no items for %llu elements",
+                       (unsigned long long)n);
             for (uint64_t i = 0; i < n && i < FZ_MAX_ELEMS; i++)
                 fz_value(&v->v.arr.items[i], depth + 1);
         } else if (n) {
@@ -49,7 +50,8 @@ static void fz_walk(const gguf_t *g, const uint8_t *data, size_t size)
     FUZZ_CHECK(gguf_base(g) == data, "base moved");
     FUZZ_CHECK(gguf_file_size(g) == size, "size %llu", (unsigned long long)gguf_file_size(g));
     /* without tensors the (empty) data section may start past the end */
-    FUZZ_CHECK(gguf_data_offset(g) <= size || gguf_tensor_count(g) == 0, "data offset past the end");
+    FUZZ_CHECK(gguf_data_offset(g) <= size || gguf_tensor_count(g) == 0,
+               "data offset past the end");
     size_t al = gguf_alignment(g);
     FUZZ_CHECK(al > 0 && gguf_data_offset(g) % al == 0, "alignment %zu", al);
     fz_sink += gguf_version(g) + strlen(gguf_path(g));
@@ -66,13 +68,15 @@ static void fz_walk(const gguf_t *g, const uint8_t *data, size_t size)
         int b;
         gguf_str_t s;
         const gguf_value_t *arr;
-        fz_sink += (uint64_t)gguf_get_u64(g, kv->key, &u64) + (uint64_t)gguf_get_u32(g, kv->key, &u32) +
-                   (uint64_t)gguf_get_i64(g, kv->key, &i64) + (uint64_t)gguf_get_f32(g, kv->key, &f) +
-                   (uint64_t)gguf_get_bool(g, kv->key, &b);
+        fz_sink += (uint64_t)gguf_get_u64(g, kv->key, &u64) +
+                   (uint64_t)gguf_get_u32(g, kv->key, &u32) +
+                   (uint64_t)gguf_get_i64(g, kv->key, &i64) +
+                   (uint64_t)gguf_get_f32(g, kv->key, &f) + (uint64_t)gguf_get_bool(g, kv->key, &b);
         if (gguf_get_str(g, kv->key, &s) == 0)
             fz_touch(s.ptr, s.len);
         if (gguf_get_arr(g, kv->key, GGUF_VT_COUNT, &arr) == 0)
-            FUZZ_CHECK(arr->type == GGUF_VT_ARRAY, "array getter gave type %u", (unsigned)arr->type);
+            FUZZ_CHECK(arr->type == GGUF_VT_ARRAY, "array getter gave type %u",
+                       (unsigned)arr->type);
         for (uint32_t t = 0; t < GGUF_VT_COUNT; t++)
             fz_sink += (uint64_t)gguf_get_arr(g, kv->key, (gguf_vtype_t)t, &arr);
     }
@@ -83,7 +87,8 @@ static void fz_walk(const gguf_t *g, const uint8_t *data, size_t size)
         FUZZ_CHECK(t && t->name, "tensor %zu", i);
         FUZZ_CHECK(t->n_dims >= 1 && t->n_dims <= GGUF_MAX_DIMS, "n_dims %u", t->n_dims);
         uint32_t blck, bytes;
-        FUZZ_CHECK(gguf_ttype_traits(t->type, &blck, &bytes) == 0, "tensor type %u", (unsigned)t->type);
+        FUZZ_CHECK(gguf_ttype_traits(t->type, &blck, &bytes) == 0, "tensor type %u",
+                   (unsigned)t->type);
         FUZZ_CHECK(strcmp(gguf_ttype_name(t->type), "?") != 0, "type name");
         const uint8_t *d = t->data;
         FUZZ_CHECK(t->nbytes == 0 || (d >= data && (uint64_t)(d - data) <= size &&
@@ -111,10 +116,12 @@ static void fz_tokenizer(const gguf_t *g)
     for (int32_t id = 0; id < n && id < FZ_MAX_ELEMS; id++) {
         int k = tok_piece(t, id, id & 1, buf, sizeof buf);
         FUZZ_CHECK(k >= 0, "piece %d: %d", id, k);
-        fz_sink += (uint64_t)tok_type(t, id) + (uint64_t)tok_is_eog(t, id) + strlen(tok_text(t, id));
+        fz_sink +=
+            (uint64_t)tok_type(t, id) + (uint64_t)tok_is_eog(t, id) + strlen(tok_text(t, id));
     }
     FUZZ_CHECK(tok_piece(t, n, 0, buf, sizeof buf) < 0, "piece past the vocabulary");
-    static const char text[] = "Hello world! <s> 12345 \xC3\xA9t\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80\n\t \xFF";
+    static const char text[] =
+        "Hello world! <s> 12345 \xC3\xA9t\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80\n\t \xFF";
     int32_t ids[256];
     for (int special = 0; special < 2; special++) {
         int k = tok_encode(t, text, sizeof text - 1, 1, special, ids, 256);

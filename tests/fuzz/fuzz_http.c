@@ -62,7 +62,8 @@ static int fz_map(const char *path, const char *body, size_t len)
         return 400;
     }
     int chat = strcmp(path, "/v1/chat/completions") == 0;
-    FUZZ_CHECK(req.op == (chat ? PROTO_OP_CHAT : PROTO_OP_GENERATE), "op %d for %s", (int)req.op, path);
+    FUZZ_CHECK(req.op == (chat ? PROTO_OP_CHAT : PROTO_OP_GENERATE), "op %d for %s", (int)req.op,
+               path);
     FUZZ_CHECK(json_is_string(req.id) && strcmp(json_string_value(req.id), FZ_RID) == 0, "id");
     proto_req_free(&req);
     free(line);
@@ -78,10 +79,11 @@ static auth_t *fz_auth_get(void)
 {
     if (fz_auth)
         return fz_auth;
-    static const char yaml[] = "listen:\n  http: 127.0.0.1:8400\nauth:\n  http: true\n  max_failures: 1000000\n"
-                               "  trusted_proxies: [\"127.0.0.1\", \"::1\"]\n  keys:\n    - name: k\n"
-                               "      hash: \"sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"\n"
-                               "      models: [\"*\"]\nmodels:\n  - name: a\n    path: /m/a.gguf\n";
+    static const char yaml[] =
+        "listen:\n  http: 127.0.0.1:8400\nauth:\n  http: true\n  max_failures: 1000000\n"
+        "  trusted_proxies: [\"127.0.0.1\", \"::1\"]\n  keys:\n    - name: k\n"
+        "      hash: \"sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"\n"
+        "      models: [\"*\"]\nmodels:\n  - name: a\n    path: /m/a.gguf\n";
     char err[256];
     cfg_t *c = NULL;
     FUZZ_CHECK(cfg_load_string(yaml, "fuzz.yaml", &c, err, sizeof err) == 0, "%s", err);
@@ -97,7 +99,8 @@ static void fz_auth_headers(const char *hdr, const char *xff)
     const char *tok = NULL;
     size_t len = 0;
     if (auth_parse_bearer(hdr, &tok, &len) == 0) {
-        FUZZ_CHECK(hdr && tok >= hdr && tok + len <= hdr + strlen(hdr) && len > 0, "token outside the header");
+        FUZZ_CHECK(hdr && tok >= hdr && tok + len <= hdr + strlen(hdr) && len > 0,
+                   "token outside the header");
         for (size_t i = 0; i < len; i++)
             FUZZ_CHECK((unsigned char)tok[i] > 0x20 && tok[i] != 0x7f, "blank in the token");
     }
@@ -107,7 +110,8 @@ static void fz_auth_headers(const char *hdr, const char *xff)
     auth_client_addr(a, "127.0.0.1", xff, out, sizeof out);
     FUZZ_CHECK(memchr(out, 0, sizeof out), "address not terminated");
     unsigned char bin[16];
-    FUZZ_CHECK(inet_pton(AF_INET, out, bin) == 1 || inet_pton(AF_INET6, out, bin) == 1, "not an address: %s", out);
+    FUZZ_CHECK(inet_pton(AF_INET, out, bin) == 1 || inet_pton(AF_INET6, out, bin) == 1,
+               "not an address: %s", out);
     auth_client_addr(a, "192.0.2.1", xff, out, sizeof out);
     FUZZ_CHECK(strcmp(out, "192.0.2.1") == 0, "an untrusted peer's X-Forwarded-For was believed");
     auth_key_t *k = NULL;
@@ -166,8 +170,8 @@ static int fz_server_init(void)
     evhttp_set_max_headers_size(fz_eh, 64 * 1024);
     evhttp_set_flags(fz_eh, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_allowed_methods(fz_eh, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                          EVHTTP_REQ_PATCH);
     evhttp_set_timeout(fz_eh, 5);
     evhttp_set_gencb(fz_eh, fz_on_request, NULL);
     int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -234,7 +238,8 @@ static void fz_raw(const uint8_t *data, size_t size)
     if (connect(c.fd, (struct sockaddr *)&fz_addr, fz_addrlen) != 0 && errno != EAGAIN) {
         FUZZ_CHECK(0, "connect: %s", strerror(errno));
     }
-    c.ev = event_new(fz_base, c.fd, size ? EV_WRITE | EV_PERSIST : EV_READ | EV_PERSIST, fz_on_client, &c);
+    c.ev = event_new(fz_base, c.fd, size ? EV_WRITE | EV_PERSIST : EV_READ | EV_PERSIST,
+                     fz_on_client, &c);
     FUZZ_CHECK(c.ev, "event_new");
     if (!size)
         shutdown(c.fd, SHUT_WR);

@@ -20,7 +20,8 @@ static void fz_request(const uint8_t *data, size_t size, int admin)
         FUZZ_CHECK(line, "encode_error");
         proto_event_t ev;
         FUZZ_CHECK(proto_parse_event(line, strlen(line) - 1, &ev, err, sizeof err) == 0 &&
-                       ev.kind == PROTO_EV_ERROR, "own error line does not parse: %s", line);
+                       ev.kind == PROTO_EV_ERROR,
+                   "own error line does not parse: %s", line);
         proto_event_free(&ev);
         free(line);
         json_decref(id);
@@ -49,7 +50,8 @@ static void fz_event(const uint8_t *data, size_t size)
     char err[512];
     if (proto_parse_event((const char *)data, size, &ev, err, sizeof err) == 0) {
         FUZZ_CHECK(ev.root && json_is_object(ev.root), "event root");
-        FUZZ_CHECK(ev.kind >= PROTO_EV_TOKEN && ev.kind <= PROTO_EV_PROGRESS, "kind %d", (int)ev.kind);
+        FUZZ_CHECK(ev.kind >= PROTO_EV_TOKEN && ev.kind <= PROTO_EV_PROGRESS, "kind %d",
+                   (int)ev.kind);
         proto_event_free(&ev);
     }
 }

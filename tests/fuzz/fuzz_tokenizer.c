@@ -24,8 +24,8 @@
 #define U2581 "\xE2\x96\x81"
 
 static tok_t *fz_tok[FZ_N_TOK];
-static const char *const fz_pre[FZ_N_TOK - 2] = {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3",
-                                                 "tekken"};
+static const char *const fz_pre[FZ_N_TOK - 2] = {"gpt-2",        "llama-bpe",   "qwen2",
+                                                 "deepseek-llm", "deepseek-v3", "tekken"};
 
 /* ------------------------------------------------------------------ vocabularies */
 
@@ -53,11 +53,30 @@ static void fz_spm_vocab(fz_vocab_t *v)
         const char *text;
         float score;
     } pieces[] = {
-        {U2581, -1}, {"h", -1}, {"e", -1}, {"l", -1}, {"o", -1}, {"w", -1}, {"r", -1}, {"d", -1},
-        {"ll", -2}, {U2581 "h", -3}, {U2581 "he", -4}, {"llo", -5}, {U2581 "hello", -6},
-        {U2581 "w", -3}, {"or", -3}, {"ld", -3}, {U2581 "world", -7}, {"\xC3\xA9", -2},
-        {"\xE4\xB8\xAD", -2}, {"\xE6\x96\x87", -2}, {"\xE4\xB8\xAD\xE6\x96\x87", -3}, {"12", -2},
-        {U2581 U2581, -2}, {"\n", -1},
+        {U2581, -1},
+        {"h", -1},
+        {"e", -1},
+        {"l", -1},
+        {"o", -1},
+        {"w", -1},
+        {"r", -1},
+        {"d", -1},
+        {"ll", -2},
+        {U2581 "h", -3},
+        {U2581 "he", -4},
+        {"llo", -5},
+        {U2581 "hello", -6},
+        {U2581 "w", -3},
+        {"or", -3},
+        {"ld", -3},
+        {U2581 "world", -7},
+        {"\xC3\xA9", -2},
+        {"\xE4\xB8\xAD", -2},
+        {"\xE6\x96\x87", -2},
+        {"\xE4\xB8\xAD\xE6\x96\x87", -3},
+        {"12", -2},
+        {U2581 U2581, -2},
+        {"\n", -1},
     };
     fz_add(v, "<unk>", 0, TOK_TYPE_UNKNOWN);
     fz_add(v, "<s>", 0, TOK_TYPE_CONTROL);
@@ -79,7 +98,8 @@ static void fz_spm_vocab(fz_vocab_t *v)
 static void fz_b2u(unsigned b, char out[4])
 {
     unsigned cp, n = 0;
-#define PRINTABLE(c) (((c) >= '!' && (c) <= '~') || ((c) >= 0xA1 && (c) <= 0xAC) || ((c) >= 0xAE && (c) <= 0xFF))
+#define PRINTABLE(c)                                                                               \
+    (((c) >= '!' && (c) <= '~') || ((c) >= 0xA1 && (c) <= 0xAC) || ((c) >= 0xAE && (c) <= 0xFF))
     if (PRINTABLE(b)) {
         cp = b;
     } else {
@@ -103,10 +123,29 @@ static void fz_b2u(unsigned b, char out[4])
 static void fz_bpe_vocab(fz_vocab_t *v)
 {
     static const char *const merges[] = {
-        "h e", "l l", "he ll", "hell o", G_SP " w", "o r", G_SP "w or", "l d", G_SP "wor ld",
-        "' t", "' s", G_SP " " G_SP, G_NL " " G_NL, "\xC3\x83 \xC2\xA9", "1 2", "12 3",
-        "\xC3\xA4 \xC2\xB8", "\xC3\xA4\xC2\xB8 \xC2\xAD", G_SP " h", G_SP "h ello", "e llo",
-        "a a", "aa aa",
+        "h e",
+        "l l",
+        "he ll",
+        "hell o",
+        G_SP " w",
+        "o r",
+        G_SP "w or",
+        "l d",
+        G_SP "wor ld",
+        "' t",
+        "' s",
+        G_SP " " G_SP,
+        G_NL " " G_NL,
+        "\xC3\x83 \xC2\xA9",
+        "1 2",
+        "12 3",
+        "\xC3\xA4 \xC2\xB8",
+        "\xC3\xA4\xC2\xB8 \xC2\xAD",
+        G_SP " h",
+        G_SP "h ello",
+        "e llo",
+        "a a",
+        "aa aa",
     };
     for (unsigned b = 0; b < 256; b++) { /* id == byte value */
         char s[4];
@@ -211,7 +250,8 @@ static int fz_utf8_ok(const unsigned char *s, size_t n)
 }
 
 /* tok_piece of id into a growing buffer: appends to *out (len *n, cap *cap). */
-static void fz_piece_append(const tok_t *t, int32_t id, int special, char **out, size_t *n, size_t *cap)
+static void fz_piece_append(const tok_t *t, int32_t id, int special, char **out, size_t *n,
+                            size_t *cap)
 {
     int k = tok_piece(t, id, special, NULL, 0);
     FUZZ_CHECK(k >= 0, "piece length of id %d: %d", id, k);
@@ -228,7 +268,8 @@ static void fz_piece_append(const tok_t *t, int32_t id, int special, char **out,
     *n += (size_t)k;
 }
 
-static void fz_encode(const tok_t *t, int which, const char *text, size_t len, int add_bos, int parse_special)
+static void fz_encode(const tok_t *t, int which, const char *text, size_t len, int add_bos,
+                      int parse_special)
 {
     size_t cap = len + 8;
     int32_t *ids = malloc(cap * sizeof *ids);
@@ -309,8 +350,10 @@ static void fz_stream(const tok_t *t, const uint8_t *p, size_t len, int special,
     }
     int r = tok_stream_flush(&s, big, sizeof big);
     FUZZ_CHECK(r >= 0 && s.npending == 0, "flush: %d", r);
-    FUZZ_CHECK(an == 0 || fz_utf8_ok((const unsigned char *)all, an), "stream output is not valid UTF-8");
-    FUZZ_CHECK(fz_utf8_ok((const unsigned char *)big, (size_t)r), "flush output is not valid UTF-8");
+    FUZZ_CHECK(an == 0 || fz_utf8_ok((const unsigned char *)all, an),
+               "stream output is not valid UTF-8");
+    FUZZ_CHECK(fz_utf8_ok((const unsigned char *)big, (size_t)r),
+               "flush output is not valid UTF-8");
     free(all);
     free(out);
 }

@@ -52,14 +52,20 @@ static void vocab(ggufw_t *w, int bpe, uint32_t nv)
     const char **toks = malloc(nv * sizeof *toks);
     float *scores = malloc(nv * sizeof *scores);
     int32_t *types = malloc(nv * sizeof *types);
-    char (*b)[16] = malloc(nv * sizeof *b);
+    char(*b)[16] = malloc(nv * sizeof *b);
     for (uint32_t i = 0; i < nv; i++) {
-        if (i == 0) snprintf(b[i], 16, bpe ? "<|endoftext|>" : "<unk>");
-        else if (i == 1) snprintf(b[i], 16, bpe ? "<|im_start|>" : "<s>");
-        else if (i == 2) snprintf(b[i], 16, bpe ? "<|im_end|>" : "</s>");
-        else if (i < 3 + 26) snprintf(b[i], 16, "%c", 'a' + (int)(i - 3));
-        else if (i == 29) snprintf(b[i], 16, bpe ? "\xC4\xA0" : "\xE2\x96\x81");
-        else snprintf(b[i], 16, "%c%c", 'a' + (int)(i % 26), 'a' + (int)(i / 26 % 26));
+        if (i == 0)
+            snprintf(b[i], 16, bpe ? "<|endoftext|>" : "<unk>");
+        else if (i == 1)
+            snprintf(b[i], 16, bpe ? "<|im_start|>" : "<s>");
+        else if (i == 2)
+            snprintf(b[i], 16, bpe ? "<|im_end|>" : "</s>");
+        else if (i < 3 + 26)
+            snprintf(b[i], 16, "%c", 'a' + (int)(i - 3));
+        else if (i == 29)
+            snprintf(b[i], 16, bpe ? "\xC4\xA0" : "\xE2\x96\x81");
+        else
+            snprintf(b[i], 16, "%c%c", 'a' + (int)(i % 26), 'a' + (int)(i / 26 % 26));
         toks[i] = b[i];
         scores[i] = -(float)i;
         types[i] = i == 0 && !bpe ? 2 : i < 3 ? 3 : 1;

@@ -23,29 +23,29 @@ typedef enum mk_tok {
 
 typedef struct mk_opts {
     const char *out;
-    const char *arch;     /* "llama", "qwen2" or "qwen3": the tensors written */
-    const char *arch_name; /* general.architecture and key prefix (default arch) */
-    uint32_t head_dim;    /* attention.key_length/value_length; 0 = dim/heads, not written */
-    int rope_freqs;       /* llama3 RoPE: write rope_freqs.weight */
-    int rope_factors;     /* phi3: write rope_factors_short/long.weight */
+    const char *arch;         /* "llama", "qwen2" or "qwen3": the tensors written */
+    const char *arch_name;    /* general.architecture and key prefix (default arch) */
+    uint32_t head_dim;        /* attention.key_length/value_length; 0 = dim/heads, not written */
+    int rope_freqs;           /* llama3 RoPE: write rope_freqs.weight */
+    int rope_factors;         /* phi3: write rope_factors_short/long.weight */
     const char *rope_scaling; /* "TYPE[:FACTOR]" for rope.scaling.type/.factor; NULL = none */
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
     const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
     float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
-    float rope_attn_factor; /* rope.scaling.attn_factor; 0 = not written */
-    uint32_t window;      /* gemma2 sliding window (default 4096) */
-    uint32_t wtype;       /* gguf_ttype_t of the 2-D weights */
-    uint32_t wtype_more;  /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
-    uint32_t ftype;       /* general.file_type (llama.cpp's llama_ftype) */
+    float rope_attn_factor;            /* rope.scaling.attn_factor; 0 = not written */
+    uint32_t window;                   /* gemma2 sliding window (default 4096) */
+    uint32_t wtype;                    /* gguf_ttype_t of the 2-D weights */
+    uint32_t wtype_more; /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
+    uint32_t ftype;      /* general.file_type (llama.cpp's llama_ftype) */
     const char *wtype_name;
     uint32_t dim, layers, heads, kv_heads, ff, vocab, ctx;
     float rope_base;
     float eps;
     uint64_t seed;
     mk_tok_t tok;
-    int tied;             /* omit output.weight */
-    uint32_t version;     /* GGUF version, 2 or 3 */
-    uint32_t threads;     /* weight generation threads; 0 = every online CPU */
+    int tied;         /* omit output.weight */
+    uint32_t version; /* GGUF version, 2 or 3 */
+    uint32_t threads; /* weight generation threads; 0 = every online CPU */
 } mk_opts_t;
 
 static void mk_usage(FILE *f)
@@ -100,9 +100,9 @@ static int mk_parse_type(const char *s, mk_opts_t *o)
 {
     static const struct {
         uint32_t type, ftype;
-    } ftypes[] = {{GGUF_T_F32, 0},    {GGUF_T_F16, 1},     {GGUF_T_Q4_0, 2},    {GGUF_T_Q4_1, 3},
-                  {GGUF_T_Q8_0, 7},   {GGUF_T_Q5_0, 8},    {GGUF_T_Q5_1, 9},    {GGUF_T_Q2_K, 10},
-                  {GGUF_T_Q3_K, 11},  {GGUF_T_Q4_K, 14},   {GGUF_T_Q5_K, 16},   {GGUF_T_Q6_K, 18},
+    } ftypes[] = {{GGUF_T_F32, 0},     {GGUF_T_F16, 1},     {GGUF_T_Q4_0, 2},  {GGUF_T_Q4_1, 3},
+                  {GGUF_T_Q8_0, 7},    {GGUF_T_Q5_0, 8},    {GGUF_T_Q5_1, 9},  {GGUF_T_Q2_K, 10},
+                  {GGUF_T_Q3_K, 11},   {GGUF_T_Q4_K, 14},   {GGUF_T_Q5_K, 16}, {GGUF_T_Q6_K, 18},
                   {GGUF_T_IQ4_NL, 25}, {GGUF_T_IQ4_XS, 30}, {GGUF_T_BF16, 32}};
     o->wtype_more = 0;
     for (size_t i = 0; i < sizeof mk_recipes / sizeof mk_recipes[0]; i++)
@@ -113,7 +113,8 @@ static int mk_parse_type(const char *s, mk_opts_t *o)
             return 0;
         }
     for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
-        if (!strcasecmp(s, gguf_ttype_name(ftypes[i].type)) && quant_type_supported(ftypes[i].type)) {
+        if (!strcasecmp(s, gguf_ttype_name(ftypes[i].type)) &&
+            quant_type_supported(ftypes[i].type)) {
             o->wtype = ftypes[i].type;
             o->ftype = ftypes[i].ftype;
             return 0;
@@ -164,10 +165,36 @@ static int mk_parse_f32(const char *s, float *out)
 /* Returns 0, 1 for --help, -1 on a bad option (message printed). */
 static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
 {
-    enum { O_OUT = 1, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FF, O_VOCAB,
-           O_CTX, O_ROPE, O_EPS, O_SEED, O_TOK, O_TIED, O_VERSION, O_THREADS, O_HELP,
-           O_HEAD_DIM, O_ROPE_FREQS, O_ROPE_SCALING, O_ARCH_NAME, O_EXTRA_TENSOR, O_EXTRA_U32,
-           O_SOFTCAP, O_WINDOW, O_ROPE_FACTORS, O_ROPE_ATTN };
+    enum {
+        O_OUT = 1,
+        O_ARCH,
+        O_TYPE,
+        O_DIM,
+        O_LAYERS,
+        O_HEADS,
+        O_KV,
+        O_FF,
+        O_VOCAB,
+        O_CTX,
+        O_ROPE,
+        O_EPS,
+        O_SEED,
+        O_TOK,
+        O_TIED,
+        O_VERSION,
+        O_THREADS,
+        O_HELP,
+        O_HEAD_DIM,
+        O_ROPE_FREQS,
+        O_ROPE_SCALING,
+        O_ARCH_NAME,
+        O_EXTRA_TENSOR,
+        O_EXTRA_U32,
+        O_SOFTCAP,
+        O_WINDOW,
+        O_ROPE_FACTORS,
+        O_ROPE_ATTN
+    };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
         {"arch", required_argument, NULL, O_ARCH},
@@ -200,10 +227,23 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
-        .arch = "llama", .wtype = GGUF_T_F32, .wtype_name = "f32",
-        .dim = 64, .layers = 2, .heads = 4, .kv_heads = 0, .ff = 128, .vocab = 512,
-        .ctx = 2048, .rope_base = 10000.0f, .eps = 1e-5f, .seed = 1, .version = 3,
-        .attn_softcap = 50.0f, .final_softcap = 30.0f, .window = 4096,
+        .arch = "llama",
+        .wtype = GGUF_T_F32,
+        .wtype_name = "f32",
+        .dim = 64,
+        .layers = 2,
+        .heads = 4,
+        .kv_heads = 0,
+        .ff = 128,
+        .vocab = 512,
+        .ctx = 2048,
+        .rope_base = 10000.0f,
+        .eps = 1e-5f,
+        .seed = 1,
+        .version = 3,
+        .attn_softcap = 50.0f,
+        .final_softcap = 30.0f,
+        .window = 4096,
     };
     int c, li = 0;
     opterr = 0;
@@ -253,7 +293,10 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_ROPE_SCALING: o->rope_scaling = optarg; break;
         case O_ARCH_NAME: o->arch_name = optarg; break;
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
-        case O_EXTRA_U32: o->extra_u32 = optarg; bad = !strchr(optarg, '='); break;
+        case O_EXTRA_U32:
+            o->extra_u32 = optarg;
+            bad = !strchr(optarg, '=');
+            break;
         case O_WINDOW: u = &o->window; break;
         case O_ROPE_FACTORS: o->rope_factors = 1; break;
         case O_ROPE_ATTN: bad = mk_parse_f32(optarg, &o->rope_attn_factor) < 0; break;
@@ -318,9 +361,10 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
     else if (o->version != 2 && o->version != 3)
         why = "--version must be 2 or 3";
     else if (!quant_row_bytes(o->wtype, o->dim) || !quant_row_bytes(o->wtype, o->ff) ||
-             (o->wtype_more && (!quant_row_bytes(o->wtype_more, o->dim) ||
-                                !quant_row_bytes(o->wtype_more, o->ff))))
-        why = "--dim and --ff must be whole blocks of the weight type (32 values; 256 for K and IQ4_XS)";
+             (o->wtype_more &&
+              (!quant_row_bytes(o->wtype_more, o->dim) || !quant_row_bytes(o->wtype_more, o->ff))))
+        why =
+            "--dim and --ff must be whole blocks of the weight type (32 values; 256 for K and IQ4_XS)";
     else if (!quant_row_bytes(o->wtype, o->heads * (o->head_dim ? o->head_dim : o->dim / o->heads)))
         why = "--heads x --head-dim must be whole blocks of the weight type";
     if (why) {
@@ -395,9 +439,9 @@ typedef struct mk_mat_arg {
 
 typedef struct mk_mat_job {
     const mk_mat_arg_t *a;
-    uint8_t *dst;         /* the weight's first row */
+    uint8_t *dst; /* the weight's first row */
     size_t row_bytes;
-    uint32_t r0, r1;      /* rows [r0, r1) */
+    uint32_t r0, r1; /* rows [r0, r1) */
     int rc;
 } mk_mat_job_t;
 
@@ -440,8 +484,12 @@ static int mk_mat_fill(const void *arg, uint8_t *dst, size_t nbytes)
     int *started = calloc(nt, sizeof *started);
     int rc = jobs && tid && started ? 0 : -1;
     for (uint32_t k = 0; rc == 0 && k < nt; k++) {
-        jobs[k] = (mk_mat_job_t){a, dst, row_bytes, (uint32_t)((uint64_t)a->n_out * k / nt),
-                                 (uint32_t)((uint64_t)a->n_out * (k + 1) / nt), -1};
+        jobs[k] = (mk_mat_job_t){a,
+                                 dst,
+                                 row_bytes,
+                                 (uint32_t)((uint64_t)a->n_out * k / nt),
+                                 (uint32_t)((uint64_t)a->n_out * (k + 1) / nt),
+                                 -1};
         if (k > 0)
             started[k] = pthread_create(&tid[k], NULL, mk_mat_rows, &jobs[k]) == 0;
     }
@@ -471,10 +519,11 @@ static int mk_mat(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t typ
 {
     if (type == o->wtype)
         type = mk_tensor_type(o, name);
-    size_t row_bytes = type == GGUF_T_F32 ? (size_t)n_in * sizeof(float) : quant_row_bytes(type, n_in);
+    size_t row_bytes =
+        type == GGUF_T_F32 ? (size_t)n_in * sizeof(float) : quant_row_bytes(type, n_in);
     if (row_bytes == 0 || n_out == 0)
         return -1;
-    mk_mat_arg_t a = {mk_stream(o->seed, name), type, n_in, n_out,
+    mk_mat_arg_t a = {mk_stream(o->seed, name),         type,      n_in, n_out,
                       gain * sqrtf(3.0f / (float)n_in), o->threads};
     uint64_t ne[2] = {n_in, n_out};
     int rc = ggufw_tensor_lazy(w, name, type, 2, ne, row_bytes * n_out, mk_mat_fill, &a, sizeof a);
@@ -485,17 +534,22 @@ static int mk_mat(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t typ
 /* ---------------------------------------------------------------- vocabulary */
 
 /* Token types, numbered as llama.cpp's llama_token_type. */
-enum { MK_TT_NORMAL = 1, MK_TT_UNKNOWN = 2, MK_TT_CONTROL = 3, MK_TT_BYTE = 6 };
+enum {
+    MK_TT_NORMAL = 1,
+    MK_TT_UNKNOWN = 2,
+    MK_TT_CONTROL = 3,
+    MK_TT_BYTE = 6
+};
 
 typedef struct mk_vocab {
-    char **text;        /* n token strings (owned) */
-    float *scores;      /* n (SPM only meaningful) */
-    int32_t *types;     /* n */
-    char **merges;      /* n_merges "left right" strings (owned), GPT-2 only */
-    size_t n, cap;      /* tokens used / allocated (cap = target vocab size) */
+    char **text;    /* n token strings (owned) */
+    float *scores;  /* n (SPM only meaningful) */
+    int32_t *types; /* n */
+    char **merges;  /* n_merges "left right" strings (owned), GPT-2 only */
+    size_t n, cap;  /* tokens used / allocated (cap = target vocab size) */
     size_t n_merges;
-    uint32_t *hash;     /* open-addressing table of token index + 1; 0 = empty */
-    size_t hash_cap;    /* power of two */
+    uint32_t *hash;        /* open-addressing table of token index + 1; 0 = empty */
+    size_t hash_cap;       /* power of two */
     uint32_t byte_cp[256]; /* GPT-2: code point of each byte's base character */
     int gpt2;
 } mk_vocab_t;
@@ -625,8 +679,7 @@ static int mk_vocab_add(mk_vocab_t *v, const char *s, size_t reserve)
             memcpy(m + len - last + 1, tail, last + 1);
             v->merges[v->n_merges++] = m;
         }
-    }
-    else if (v->gpt2)
+    } else if (v->gpt2)
         return 0; /* every GPT-2 token but the 256 bases comes from a merge */
     return mk_vocab_push(v, s, MK_TT_NORMAL, -(float)(v->n));
 }
@@ -661,18 +714,21 @@ static int mk_vocab_add_text(mk_vocab_t *v, const char *text, size_t reserve)
 static const char mk_letters[] = "etaoinshrdlucmwfgypbvkjxqz";
 
 static const char *const mk_seed_pieces[] = {
-    " ", " t", " a", " s", " w", " h", " o", " b", " m", " i", " c", " f", " d", " l", " p",
-    " the", " a", " and", " to", " of", " was", " in", " he", " she", " it", " that", " is",
-    " on", " for", " with", " his", " her", " they", " you", " said", " had", " one", " day",
-    " time", " once", " upon", " there", " little", " girl", " boy", " big", " happy", " play",
-    " saw", " mom", " dog", " cat", " friend", " went", " park", " not", " but", " so",
-    "th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ed", "es", "or", "ing", "ion",
-    "ll", "ly", "ou", "st", "ar", "al", "it", "is", "le", "ve", "se", "ch", "sh", "ck",
-    ".", ",", "!", "?", "'", "\"", "-", ":", ";", "(", ")", "0", "1", "2", "3", "4", "5", "6",
-    "7", "8", "9", "\n",
-    " The", " Once", " One", " He", " She", " They", " It", " Lily", " Tom", " Ben", " Sue",
-    "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R",
-    "S", "T", "U", "V", "W", "X", "Y", "Z",
+    " ",     " t",     " a",      " s",    " w",    " h",    " o",     " b",    " m",    " i",
+    " c",    " f",     " d",      " l",    " p",    " the",  " a",     " and",  " to",   " of",
+    " was",  " in",    " he",     " she",  " it",   " that", " is",    " on",   " for",  " with",
+    " his",  " her",   " they",   " you",  " said", " had",  " one",   " day",  " time", " once",
+    " upon", " there", " little", " girl", " boy",  " big",  " happy", " play", " saw",  " mom",
+    " dog",  " cat",   " friend", " went", " park", " not",  " but",   " so",   "th",    "he",
+    "in",    "er",     "an",      "re",    "on",    "at",    "en",     "nd",    "ed",    "es",
+    "or",    "ing",    "ion",     "ll",    "ly",    "ou",    "st",     "ar",    "al",    "it",
+    "is",    "le",     "ve",      "se",    "ch",    "sh",    "ck",     ".",     ",",     "!",
+    "?",     "'",      "\"",      "-",     ":",     ";",     "(",      ")",     "0",     "1",
+    "2",     "3",      "4",       "5",     "6",     "7",     "8",      "9",     "\n",    " The",
+    " Once", " One",   " He",     " She",  " They", " It",   " Lily",  " Tom",  " Ben",  " Sue",
+    "A",     "B",      "C",       "D",     "E",     "F",     "G",      "H",     "I",     "J",
+    "K",     "L",      "M",       "N",     "O",     "P",     "Q",      "R",     "S",     "T",
+    "U",     "V",      "W",       "X",     "Y",     "Z",
 };
 
 /* Fills the normal pieces: the seed list, then every letter string of
@@ -797,7 +853,6 @@ static const char mk_tmpl_llama2[] =
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
     "{% endif %}{% endfor %}";
-
 
 static int mk_kv_arch(ggufw_t *w, const mk_opts_t *o, const char *key, uint32_t v)
 {
@@ -954,7 +1009,8 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
         for (uint32_t i = 0; i < hd / 2; i++)
             f[hd / 2 + i] = 1.0f + 39.0f * (float)i / (float)(hd / 2);
         uint64_t ne[1] = {hd / 2};
-        rc |= ggufw_tensor(w, "rope_factors_short.weight", GGUF_T_F32, 1, ne, f, hd / 2 * sizeof *f);
+        rc |=
+            ggufw_tensor(w, "rope_factors_short.weight", GGUF_T_F32, 1, ne, f, hd / 2 * sizeof *f);
         rc |= ggufw_tensor(w, "rope_factors_long.weight", GGUF_T_F32, 1, ne, f + hd / 2,
                            hd / 2 * sizeof *f);
         free(f);
@@ -998,8 +1054,8 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
         }
         rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
         if (phi3) { /* gate rows, then up rows */
-            rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, 2 * o->ff, 1.0f,
-                         n_params);
+            rc |=
+                mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, 2 * o->ff, 1.0f, n_params);
         } else {
             rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
             rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
@@ -1020,7 +1076,9 @@ int main(int argc, char **argv)
         return prc > 0 ? 0 : 2;
 
     mk_vocab_t v;
-    int vrc = o.tok == MK_TOK_GPT2 ? mk_vocab_gpt2(&v, o.vocab) : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>");
+    int vrc = o.tok == MK_TOK_GPT2
+                  ? mk_vocab_gpt2(&v, o.vocab)
+                  : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>");
     if (vrc < 0) {
         fprintf(stderr, "mkmodel: could not build a %u-token vocabulary\n", o.vocab);
         mk_vocab_free(&v);

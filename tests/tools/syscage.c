@@ -199,18 +199,20 @@ static int groups_apply(const groups_t *gs, const char *name, int add, names_t *
 /* ------------------------------------------------------------------ the unit */
 
 typedef struct unit {
-    int filter_set;  /* a SystemCallFilter= line with a value was seen (since the last reset) */
-    int allow_list;  /* 1: the list is what is allowed; 0: what is denied */
-    names_t list;    /* system calls */
-    int errno_nr;    /* SystemCallErrorNumber= (0: kill, systemd's default) */
-    int mdwe;        /* MemoryDenyWriteExecute= */
+    int filter_set; /* a SystemCallFilter= line with a value was seen (since the last reset) */
+    int allow_list; /* 1: the list is what is allowed; 0: what is denied */
+    names_t list;   /* system calls */
+    int errno_nr;   /* SystemCallErrorNumber= (0: kill, systemd's default) */
+    int mdwe;       /* MemoryDenyWriteExecute= */
     int n_filter_lines;
 } unit_t;
 
 static int errno_parse(const char *s)
 {
-    static const struct { const char *name; int nr; } tab[] = {
-        {"EPERM", EPERM}, {"EACCES", EACCES}, {"ENOSYS", ENOSYS}, {"EINVAL", EINVAL}};
+    static const struct {
+        const char *name;
+        int nr;
+    } tab[] = {{"EPERM", EPERM}, {"EACCES", EACCES}, {"ENOSYS", ENOSYS}, {"EINVAL", EINVAL}};
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strcmp(s, tab[i].name) == 0)
             return tab[i].nr;
@@ -244,7 +246,8 @@ static int unit_filter_line(unit_t *u, const groups_t *gs, char *v, char *err, s
     char *save = NULL;
     for (char *w = strtok_r(v, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
         if (strchr(w, ':')) {
-            snprintf(err, errlen, "SystemCallFilter=%s: per-call error numbers are not supported", w);
+            snprintf(err, errlen, "SystemCallFilter=%s: per-call error numbers are not supported",
+                     w);
             return -1;
         }
         if (groups_apply(gs, w, add, &u->list, 0, err, errlen))
@@ -389,9 +392,11 @@ static int filter_load(const unit_t *u, int verbose, char *err, size_t errlen)
     if (rc)
         snprintf(err, errlen, "the system-call filter: %s", strerror(-rc));
     else if (verbose)
-        fprintf(stderr, "syscage: system-call filter: %s list of %d calls (%d more names not on this "
-                        "architecture), others %s\n", u->allow_list ? "allow" : "deny", n_rules,
-                n_absent, u->allow_list ? (u->errno_nr ? "fail with the unit's errno" : "kill") : "allowed");
+        fprintf(stderr,
+                "syscage: system-call filter: %s list of %d calls (%d more names not on this "
+                "architecture), others %s\n",
+                u->allow_list ? "allow" : "deny", n_rules, n_absent,
+                u->allow_list ? (u->errno_nr ? "fail with the unit's errno" : "kill") : "allowed");
     seccomp_release(ctx);
     return rc ? -1 : 0;
 }
@@ -417,7 +422,8 @@ static int probe(const char *want_sys, const char *want_wx)
     bad |= denied != deny_sys;
 
     errno = 0;
-    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     e = errno;
     denied = p == MAP_FAILED;
     printf("probe: mmap(PROT_WRITE|PROT_EXEC) -> %s: %s\n", denied ? strerrorname_np(e) : "mapped",
@@ -437,7 +443,8 @@ static int probe(const char *want_sys, const char *want_wx)
     e = errno;
     denied = r != 0;
     printf("probe: mprotect(written page, PROT_READ|PROT_EXEC) -> %s: %s\n",
-           denied ? strerrorname_np(e) : "0", denied == deny_wx ? "as expected" : "NOT as expected");
+           denied ? strerrorname_np(e) : "0",
+           denied == deny_wx ? "as expected" : "NOT as expected");
     bad |= denied != deny_wx;
     munmap(p, 4096);
     return bad;
@@ -447,9 +454,11 @@ static int probe(const char *want_sys, const char *want_wx)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: syscage [--unit FILE] [--groups FILE] [--allow CALL]... [--in-workers] [--no-mdwe] [--no-mdwe-seccomp] [--no-filter] [-v] -- CMD [ARG...]\n"
-               "       syscage --probe denied|allowed denied|allowed   (setuid, then W+X memory)\n"
-               "Runs CMD under the unit's MemoryDenyWriteExecute= and SystemCallFilter=.\n");
+    fprintf(
+        f,
+        "usage: syscage [--unit FILE] [--groups FILE] [--allow CALL]... [--in-workers] [--no-mdwe] [--no-mdwe-seccomp] [--no-filter] [-v] -- CMD [ARG...]\n"
+        "       syscage --probe denied|allowed denied|allowed   (setuid, then W+X memory)\n"
+        "Runs CMD under the unit's MemoryDenyWriteExecute= and SystemCallFilter=.\n");
 }
 
 int main(int argc, char **argv)
@@ -499,27 +508,33 @@ int main(int argc, char **argv)
     unit_t u = {0};
     char err[512] = "";
     int rc = 1;
-    if (groups_read(&gs, groups_path, err, sizeof err) || unit_read(&u, &gs, unit_path, err, sizeof err))
+    if (groups_read(&gs, groups_path, err, sizeof err) ||
+        unit_read(&u, &gs, unit_path, err, sizeof err))
         goto fail;
 
     for (int k = 0; k < n_extra; k++) {
         if (!u.filter_set || seccomp_syscall_resolve_name(extra[k]) < 0) {
             snprintf(err, sizeof err, "--allow %s: %s", extra[k],
-                     u.filter_set ? "not a system call of this architecture" : "the unit has no filter");
+                     u.filter_set ? "not a system call of this architecture"
+                                  : "the unit has no filter");
             goto fail;
         }
         if (u.allow_list ? names_add(&u.list, extra[k]) : (names_del(&u.list, extra[k]), 0)) {
             snprintf(err, sizeof err, "out of memory");
             goto fail;
         }
-        fprintf(stderr, "syscage: %s allowed beyond the unit's filter (--allow: the test harness needs it)\n",
-                extra[k]);
+        fprintf(
+            stderr,
+            "syscage: %s allowed beyond the unit's filter (--allow: the test harness needs it)\n",
+            extra[k]);
     }
     int mdwe_prctl = 0;
     if (u.mdwe && !no_mdwe && in_workers) { /* does the kernel have it? ask in a child */
         pid_t pid = fork();
         if (pid == 0)
-            _exit(prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) == 0 ? 0 : errno == EINVAL ? 1 : 2);
+            _exit(prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) == 0 ? 0
+                  : errno == EINVAL                                             ? 1
+                                                                                : 2);
         int st = 0;
         if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) == 2) {
             snprintf(err, sizeof err, "prctl(PR_SET_MDWE) in a child failed");
@@ -529,15 +544,18 @@ int main(int argc, char **argv)
         errno = EINVAL;
     }
     if (u.mdwe && !no_mdwe) {
-        if (in_workers ? mdwe_prctl : prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) == 0) {
+        if (in_workers ? mdwe_prctl
+                       : prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) == 0) {
             if (verbose)
                 fprintf(stderr, "syscage: mdwe-prctl: PR_SET_MDWE(PR_MDWE_REFUSE_EXEC_GAIN) %s\n",
                         in_workers ? "for the workers" : "set");
         } else if (errno == EINVAL) {
             struct utsname un;
             uname(&un);
-            fprintf(stderr, "syscage: skip: mdwe-prctl: kernel %s has no PR_SET_MDWE (Linux 6.3+); "
-                            "the seccomp form still applies\n", un.release);
+            fprintf(stderr,
+                    "syscage: skip: mdwe-prctl: kernel %s has no PR_SET_MDWE (Linux 6.3+); "
+                    "the seccomp form still applies\n",
+                    un.release);
         } else {
             snprintf(err, sizeof err, "prctl(PR_SET_MDWE): %s", strerror(errno));
             goto fail;
@@ -545,7 +563,8 @@ int main(int argc, char **argv)
         if (!no_mdwe_seccomp && mdwe_seccomp_load(err, sizeof err))
             goto fail;
         if (verbose && !no_mdwe_seccomp)
-            fprintf(stderr, "syscage: mdwe-seccomp: W+X mmap, +X mprotect and SHM_EXEC fail with EPERM\n");
+            fprintf(stderr,
+                    "syscage: mdwe-seccomp: W+X mmap, +X mprotect and SHM_EXEC fail with EPERM\n");
     } else if (verbose) {
         fprintf(stderr, "syscage: MemoryDenyWriteExecute not applied (%s)\n",
                 no_mdwe ? "--no-mdwe" : "not set in the unit");
@@ -554,7 +573,8 @@ int main(int argc, char **argv)
         if (filter_load(&u, verbose, err, sizeof err))
             goto fail;
     } else if (verbose) {
-        fprintf(stderr, "syscage: no system-call filter (%s)\n", no_filter ? "--no-filter" : "none in the unit");
+        fprintf(stderr, "syscage: no system-call filter (%s)\n",
+                no_filter ? "--no-filter" : "none in the unit");
     }
     names_free(&u.list);
     groups_free(&gs);
@@ -566,7 +586,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "syscage: out of memory\n");
             return 1;
         }
-        snprintf(v, n, "mdwe=%d%s%s", mdwe_prctl, worker_bpf ? ";" : "", worker_bpf ? worker_bpf : "");
+        snprintf(v, n, "mdwe=%d%s%s", mdwe_prctl, worker_bpf ? ";" : "",
+                 worker_bpf ? worker_bpf : "");
         if (setenv("GPUSWAPD_CAGE_BPF", v, 1)) {
             fprintf(stderr, "syscage: setenv: %s\n", strerror(errno));
             return 1;
@@ -574,8 +595,10 @@ int main(int argc, char **argv)
         free(v);
         free(worker_bpf);
         if (verbose)
-            fprintf(stderr, "syscage: --in-workers: the restrictions above go to each test worker "
-                            "(GPUSWAPD_CAGE_BPF, %zu bytes), not to the runner\n", n);
+            fprintf(stderr,
+                    "syscage: --in-workers: the restrictions above go to each test worker "
+                    "(GPUSWAPD_CAGE_BPF, %zu bytes), not to the runner\n",
+                    n);
     }
     execvp(argv[i], argv + i);
     fprintf(stderr, "syscage: %s: %s\n", argv[i], strerror(errno));

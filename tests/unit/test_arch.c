@@ -44,7 +44,8 @@ Test(arch, an_unknown_architecture_is_refused_by_name)
 Test(arch, unknown_and_unimplemented_rope_scaling_types_are_refused_by_name)
 {
     assert_refused("--rope-scaling bogus:2", "'llama.rope.scaling.type' = 'bogus' is unknown");
-    assert_refused("--rope-scaling yarn:4", "'llama.rope.scaling.type' = 'yarn' is not implemented");
+    assert_refused("--rope-scaling yarn:4",
+                   "'llama.rope.scaling.type' = 'yarn' is not implemented");
     assert_refused("--arch qwen2 --rope-scaling longrope",
                    "'qwen2.rope.scaling.type' = 'longrope' is not implemented");
 }
@@ -71,8 +72,8 @@ Test(arch, an_unknown_arch_key_or_an_expert_count_is_refused_by_name)
 Test(arch, keys_that_leave_the_math_alone_are_accepted)
 {
     char err[512];
-    model_t *m = arch_open("--extra-u32 llama.rope.scaling.original_context_length=8192", err,
-                           sizeof err);
+    model_t *m =
+        arch_open("--extra-u32 llama.rope.scaling.original_context_length=8192", err, sizeof err);
     cr_assert_not_null(m, "%s", err);
     model_close(m);
     m = arch_open("--extra-u32 llama.expert_count=0", err, sizeof err);
@@ -86,8 +87,7 @@ Test(arch, keys_that_leave_the_math_alone_are_accepted)
 
 Test(arch, a_value_length_unlike_the_key_length_is_refused)
 {
-    assert_refused("--head-dim 32 --extra-u32 llama.attention.value_length=16",
-                   "value_length");
+    assert_refused("--head-dim 32 --extra-u32 llama.attention.value_length=16", "value_length");
 }
 
 /* ------------------------------------------------------------------ what each arch reads */
@@ -99,7 +99,7 @@ Test(arch, llama3_rope_freqs_and_linear_scaling_are_read_as_features)
     cr_assert_not_null(m, "%s", err);
     cr_assert_not_null(m->hp.rope_freqs);
     cr_assert_eq(m->hp.feats, MODEL_FEAT_ROPE_FREQS);
-    cr_assert_float_eq(m->hp.rope_freqs[0], 1.0f, 0.0f);                    /* fast pair kept */
+    cr_assert_float_eq(m->hp.rope_freqs[0], 1.0f, 0.0f);                      /* fast pair kept */
     cr_assert_float_eq(m->hp.rope_freqs[m->hp.rope_dim / 2 - 1], 8.0f, 0.0f); /* slow pair / 8 */
     cr_assert_float_eq(m->hp.rope_freq_scale, 1.0f, 0.0f);
     model_close(m);
@@ -139,8 +139,8 @@ Test(arch, a_backend_without_a_feature_refuses_the_model_naming_it)
     model_t *m = arch_open("--rope-freqs --rope-scaling linear:2", err, sizeof err);
     cr_assert_not_null(m, "%s", err);
     cr_assert_eq(model_feats_check(&m->hp, MODEL_FEAT_ALL, "cpu", err, sizeof err), 0);
-    cr_assert_eq(model_feats_check(&m->hp, MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM, "cuda",
-                                   err, sizeof err),
+    cr_assert_eq(model_feats_check(&m->hp, MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_QK_NORM, "cuda", err,
+                                   sizeof err),
                  MODEL_ERR_UNSUPPORTED);
     cr_assert(strstr(err, "the cuda backend cannot run this llama model") != NULL, "%s", err);
     cr_assert(strstr(err, "rope_freqs") != NULL, "%s", err);
@@ -247,8 +247,8 @@ Test(arch, gemma3_reads_q_k_norms_a_local_rope_base_and_needs_its_window)
     cr_assert_eq(m->hp.swa_pattern, 6);
     cr_assert_float_eq(m->hp.rope_base_swa, 10000.0f, 0.0f);
     cr_assert_float_eq(m->hp.attn_softcap, 0.0f, 0.0f);
-    cr_assert_eq(m->hp.feats, MODEL_FEAT_QK_NORM | MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SWA |
-                                  MODEL_FEAT_GELU);
+    cr_assert_eq(m->hp.feats,
+                 MODEL_FEAT_QK_NORM | MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SWA | MODEL_FEAT_GELU);
     cr_assert_not_null(m->w.layers[0].q_norm.data);
     model_close(m);
     /* gemma3 has no soft-caps: a file that says otherwise is refused */
@@ -264,8 +264,8 @@ Test(arch, phi3_batched_prefilled_and_stepwise_logits_are_identical_through_its_
 Test(arch, phi3_splits_its_fused_tensors_into_row_views_and_caps_the_context_for_short_factors)
 {
     char err[512];
-    model_t *m = arch_open("--arch phi3 --type q8_0 --window 8 --rope-factors --ctx 2048", err,
-                           sizeof err);
+    model_t *m =
+        arch_open("--arch phi3 --type q8_0 --window 8 --rope-factors --ctx 2048", err, sizeof err);
     cr_assert_not_null(m, "%s", err);
     const model_layer_t *L = &m->w.layers[1];
     size_t rb = 68; /* Q8_0 row of 64 */
@@ -306,11 +306,12 @@ Test(arch, gemma2_reads_its_soft_caps_window_and_post_norms)
     cr_assert(m->hp.gelu && m->hp.rope_neox && m->w.tied);
     cr_assert_not_null(m->w.layers[1].post_attn_norm.data);
     cr_assert_not_null(m->w.layers[1].post_ffn_norm.data);
-    cr_assert_eq(m->hp.feats, MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SOFTCAP | MODEL_FEAT_SWA |
-                                  MODEL_FEAT_GELU);
+    cr_assert_eq(m->hp.feats,
+                 MODEL_FEAT_EMB_SCALE | MODEL_FEAT_SOFTCAP | MODEL_FEAT_SWA | MODEL_FEAT_GELU);
     model_close(m);
     /* llama.cpp reads gemma2's head from token_embd: an output.weight is refused */
-    assert_refused("--arch gemma2 --extra-tensor output.weight", "tensor 'output.weight' is not used");
+    assert_refused("--arch gemma2 --extra-tensor output.weight",
+                   "tensor 'output.weight' is not used");
 }
 
 Test(arch, llama_with_linear_rope_batched_prefilled_and_stepwise_logits_are_identical)
@@ -364,7 +365,11 @@ Test(arch, softcap_gelu_and_scale_kernels_follow_their_formulas)
 static void check_attention(uint32_t window, float cap, float scale)
 {
     backend_t *be = arch_cpu();
-    enum { HD = 4, NCTX = 8, NT = 7 };
+    enum {
+        HD = 4,
+        NCTX = 8,
+        NT = 7
+    };
     float k[NCTX * HD], v[NCTX * HD], q[NT * HD], out[NT * HD];
     for (int i = 0; i < NCTX * HD; i++) {
         k[i] = sinf(0.7f * (float)i) * 3.0f;
@@ -375,8 +380,16 @@ static void check_attention(uint32_t window, float cap, float scale)
     be_tok_t toks[NT];
     for (uint32_t t = 0; t < NT; t++)
         toks[t] = (be_tok_t){k, v, NCTX, t};
-    be_att_t a = {.toks = toks, .layer = 0, .n_layer = 1, .n_head = 1, .n_head_kv = 1,
-                  .head_dim = HD, .stride = HD, .scale = scale, .softcap = cap, .window = window,
+    be_att_t a = {.toks = toks,
+                  .layer = 0,
+                  .n_layer = 1,
+                  .n_head = 1,
+                  .n_head_kv = 1,
+                  .head_dim = HD,
+                  .stride = HD,
+                  .scale = scale,
+                  .softcap = cap,
+                  .window = window,
                   .kv_type = KV_TYPE_F32};
     cr_assert_eq(be->attention(be->ctx, &a, q, out, NT), 0);
     for (uint32_t t = 0; t < NT; t++) {
@@ -406,11 +419,11 @@ static void check_attention(uint32_t window, float cap, float scale)
 
 Test(arch, attention_with_a_window_soft_cap_and_scale_matches_a_double_softmax)
 {
-    check_attention(0, 0.0f, 0.0f);  /* plain causal, the default scale */
-    check_attention(3, 0.0f, 0.0f);  /* the last three positions only */
-    check_attention(1, 0.0f, 0.0f);  /* itself only */
-    check_attention(0, 2.0f, 0.0f);  /* scores soft-capped at 2 */
-    check_attention(4, 1.5f, 0.3f);  /* all three, with a query scale */
+    check_attention(0, 0.0f, 0.0f); /* plain causal, the default scale */
+    check_attention(3, 0.0f, 0.0f); /* the last three positions only */
+    check_attention(1, 0.0f, 0.0f); /* itself only */
+    check_attention(0, 2.0f, 0.0f); /* scores soft-capped at 2 */
+    check_attention(4, 1.5f, 0.3f); /* all three, with a query scale */
 }
 
 /* ------------------------------------------------------------------ the backend's features at load */

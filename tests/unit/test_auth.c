@@ -18,8 +18,10 @@ static cfg_t *load(const char *auth_yaml)
     auth_hash(ALPHA, strlen(ALPHA), alpha_hash);
     auth_hash(BETA, strlen(BETA), beta_hash);
     char yaml[4096];
-    snprintf(yaml, sizeof yaml, "listen:\n  http: 127.0.0.1:8400\n  tcp: 127.0.0.1:8401\n%s"
-             "models:\n  - name: a\n    path: /m/a.gguf\n  - name: b\n    path: /m/b.gguf\n", auth_yaml);
+    snprintf(yaml, sizeof yaml,
+             "listen:\n  http: 127.0.0.1:8400\n  tcp: 127.0.0.1:8401\n%s"
+             "models:\n  - name: a\n    path: /m/a.gguf\n  - name: b\n    path: /m/b.gguf\n",
+             auth_yaml);
     char err[512] = "";
     cfg_t *c = NULL;
     cr_assert_eq(cfg_load_string(yaml, "t.yaml", &c, err, sizeof err), 0, "%s\n%s", err, yaml);
@@ -103,8 +105,10 @@ Test(auth, a_missing_wrong_or_prefix_key_is_unauthorized)
     uint32_t retry = 9;
     cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", NULL, 0, 1, &k, &retry), AUTH_E_UNAUTHORIZED);
     cr_assert_null(k);
-    cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", "alpha-ke", 8, 1, &k, &retry), AUTH_E_UNAUTHORIZED);
-    cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", "alpha-keyX", 10, 1, &k, &retry), AUTH_E_UNAUTHORIZED);
+    cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", "alpha-ke", 8, 1, &k, &retry),
+                 AUTH_E_UNAUTHORIZED);
+    cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", "alpha-keyX", 10, 1, &k, &retry),
+                 AUTH_E_UNAUTHORIZED);
     cr_assert_eq(auth_check(a, AUTH_LST_TCP, "x", alpha_hash, strlen(alpha_hash), 1, &k, &retry),
                  AUTH_E_UNAUTHORIZED, "the hash is not the key");
     json_t *rep = auth_report(a);
@@ -112,7 +116,8 @@ Test(auth, a_missing_wrong_or_prefix_key_is_unauthorized)
     cr_assert_eq(json_integer_value(json_object_get(tcp, "total_auth_missing")), 1);
     cr_assert_eq(json_integer_value(json_object_get(tcp, "total_auth_invalid")), 3);
     cr_assert(json_is_true(json_object_get(tcp, "required")));
-    cr_assert(json_is_false(json_object_get(json_object_get(json_object_get(rep, "listeners"), "unix"), "required")));
+    cr_assert(json_is_false(
+        json_object_get(json_object_get(json_object_get(rep, "listeners"), "unix"), "required")));
     json_decref(rep);
     auth_free(a);
     cfg_free(c);
@@ -146,8 +151,8 @@ Test(auth, bearer_headers_parse_and_others_do_not)
     cr_assert_eq(n, 6);
     cr_assert_eq(strncmp(t, "gsk_x1", 6), 0);
     cr_assert_eq(auth_parse_bearer("BEARER k", &t, &n), 0);
-    const char *bad[] = {NULL, "", "Bearer", "Bearer ", "Bearer   ", "Basic abc", "Bearerabc", "Bearer a b",
-                         "Bearer a\x01", "Token abc"};
+    const char *bad[] = {NULL,        "",          "Bearer",     "Bearer ",      "Bearer   ",
+                         "Basic abc", "Bearerabc", "Bearer a b", "Bearer a\x01", "Token abc"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_assert_eq(auth_parse_bearer(bad[i], &t, &n), -1, "case %zu", i);
 }
@@ -184,21 +189,27 @@ Test(auth, repeated_failures_back_off_the_address_and_a_success_clears_it)
     auth_key_t *k = NULL;
     uint32_t retry = 0;
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 100, &k, &retry), AUTH_E_UNAUTHORIZED);
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 100.5, &k, &retry),
-                 AUTH_E_BACKOFF, "even a good key waits");
+        cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 100, &k, &retry),
+                     AUTH_E_UNAUTHORIZED);
+    cr_assert_eq(
+        auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 100.5, &k, &retry),
+        AUTH_E_BACKOFF, "even a good key waits");
     cr_assert_eq(retry, 2);
     cr_assert_null(k);
     k = check_ok(a, ALPHA, 100.5); /* another address is not affected */
     auth_key_unref(k);
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 102.1, &k, &retry), AUTH_E_UNAUTHORIZED);
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 103, &k, &retry),
-                 AUTH_E_BACKOFF);
+    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 102.1, &k, &retry),
+                 AUTH_E_UNAUTHORIZED);
+    cr_assert_eq(
+        auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 103, &k, &retry),
+        AUTH_E_BACKOFF);
     cr_assert_eq(retry, 4, "the fourth failure doubles it (2 s x 2 from 102.1)");
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 106.2, &k, &retry), AUTH_OK);
+    cr_assert_eq(
+        auth_check(a, AUTH_LST_HTTP, "198.51.100.1", ALPHA, strlen(ALPHA), 106.2, &k, &retry),
+        AUTH_OK);
     auth_key_unref(k);
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 107, &k, &retry), AUTH_E_UNAUTHORIZED,
-                 "a success started the count again");
+    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "198.51.100.1", "nope", 4, 107, &k, &retry),
+                 AUTH_E_UNAUTHORIZED, "a success started the count again");
     json_t *rep = auth_report(a);
     const json_t *http = json_object_get(json_object_get(rep, "listeners"), "http");
     cr_assert_eq(json_integer_value(json_object_get(http, "total_auth_backoff")), 2);
@@ -215,7 +226,8 @@ Test(auth, a_missing_key_starts_no_back_off)
     auth_key_t *k = NULL;
     uint32_t retry = 0;
     for (int i = 0; i < 5; i++)
-        cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "x", NULL, 0, 1, &k, &retry), AUTH_E_UNAUTHORIZED);
+        cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "x", NULL, 0, 1, &k, &retry),
+                     AUTH_E_UNAUTHORIZED);
     k = NULL;
     cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "x", ALPHA, strlen(ALPHA), 1, &k, &retry), AUTH_OK);
     auth_key_unref(k);
@@ -231,19 +243,23 @@ Test(auth, the_rate_limit_passes_a_burst_then_refills_at_the_rate)
     auth_cause_t cause;
     uint32_t retry;
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(auth_admit(a, k, 0, 10, &cause, &retry), AUTH_OK, "request %d of the burst", i);
+        cr_assert_eq(auth_admit(a, k, 0, 10, &cause, &retry), AUTH_OK, "request %d of the burst",
+                     i);
     cr_assert_eq(auth_admit(a, k, 0, 10, &cause, &retry), AUTH_E_LIMIT);
     cr_assert_eq(cause, AUTH_CAUSE_RATE);
     cr_assert_eq(retry, 1);
-    cr_assert_eq(auth_admit(a, k, 0, 10.4, &cause, &retry), AUTH_E_LIMIT, "0.8 of a request refilled");
+    cr_assert_eq(auth_admit(a, k, 0, 10.4, &cause, &retry), AUTH_E_LIMIT,
+                 "0.8 of a request refilled");
     cr_assert_eq(auth_admit(a, k, 0, 10.5, &cause, &retry), AUTH_OK, "one refilled at 2/s");
     cr_assert_eq(auth_admit(a, k, 0, 100, &cause, &retry), AUTH_OK);
     cr_assert_eq(auth_admit(a, k, 0, 100, &cause, &retry), AUTH_OK);
     cr_assert_eq(auth_admit(a, k, 0, 100, &cause, &retry), AUTH_OK);
-    cr_assert_eq(auth_admit(a, k, 0, 100, &cause, &retry), AUTH_E_LIMIT, "refills stop at the burst");
+    cr_assert_eq(auth_admit(a, k, 0, 100, &cause, &retry), AUTH_E_LIMIT,
+                 "refills stop at the burst");
     auth_key_t *other = check_ok(a, ALPHA, 100);
     for (int i = 0; i < 50; i++)
-        cr_assert_eq(auth_admit(a, other, 1, 100, &cause, &retry), AUTH_OK, "the other key is unlimited");
+        cr_assert_eq(auth_admit(a, other, 1, 100, &cause, &retry), AUTH_OK,
+                     "the other key is unlimited");
     for (int i = 0; i < 50; i++)
         auth_finish(a, other, 2, 100);
     json_t *rep = auth_report(a);
@@ -271,9 +287,11 @@ Test(auth, the_concurrency_limit_counts_generations_in_flight)
     cr_assert_eq(auth_admit(a, k, 1, 1, &cause, &retry), AUTH_OK);
     cr_assert_eq(auth_admit(a, k, 1, 1, &cause, &retry), AUTH_E_LIMIT);
     cr_assert_eq(cause, AUTH_CAUSE_CONCURRENCY);
-    cr_assert_eq(auth_admit(a, k, 0, 1, &cause, &retry), AUTH_OK, "a models or tokenize op takes no slot");
+    cr_assert_eq(auth_admit(a, k, 0, 1, &cause, &retry), AUTH_OK,
+                 "a models or tokenize op takes no slot");
     auth_finish(a, k, 7, 2);
-    cr_assert_eq(auth_admit(a, k, 1, 2, &cause, &retry), AUTH_OK, "a finished request gave its slot back");
+    cr_assert_eq(auth_admit(a, k, 1, 2, &cause, &retry), AUTH_OK,
+                 "a finished request gave its slot back");
     auth_key_unref(k);
     auth_free(a);
     cfg_free(c);
@@ -339,7 +357,8 @@ Test(auth, a_reload_revokes_removed_keys_and_keeps_the_state_of_the_others)
     cr_assert(auth_key_allows(be, "b"), "beta took its new models");
     cr_assert_eq(auth_admit(a, be, 0, 1, &cause, &retry), AUTH_E_LIMIT, "its bucket was kept");
     auth_key_t *k = NULL;
-    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "x", ALPHA, strlen(ALPHA), 2, &k, &retry), AUTH_E_UNAUTHORIZED);
+    cr_assert_eq(auth_check(a, AUTH_LST_HTTP, "x", ALPHA, strlen(ALPHA), 2, &k, &retry),
+                 AUTH_E_UNAUTHORIZED);
     cr_assert_str_eq(auth_key_name(al), "alpha", "a revoked key stays readable while referenced");
     json_t *rep = auth_report(a);
     cr_assert_null(json_object_get(json_object_get(rep, "keys"), "alpha"));

@@ -13,7 +13,7 @@
 
 typedef struct fixture {
     backend_t *be;
-    void *base;      /* reserved and mapped range of BYTES */
+    void *base;         /* reserved and mapped range of BYTES */
     unsigned char *src; /* BYTES of host memory with a pattern */
     be_event_t *ev;
 } fixture_t;

@@ -54,8 +54,8 @@ static backend_t *open_cuda_with(size_t memory, int own_gemm)
         cr_assert_null(be, "cuda backend opened without a visible device");
         cr_assert(err[0] != '\0', "no reason given");
         if (cuda_required())
-            cr_assert_fail("GPUSWAPD_REQUIRE_CUDA is set but CUDA is unusable: %s (be_open: %s)", why,
-                           err);
+            cr_assert_fail("GPUSWAPD_REQUIRE_CUDA is set but CUDA is unusable: %s (be_open: %s)",
+                           why, err);
         cr_skip_test("no CUDA device visible: skipping (%s; %s)", why, err);
     }
     const char *old = getenv("GPUSWAPD_CUBLAS");
@@ -210,8 +210,8 @@ Test(backend_cuda, pool_maps_unmaps_and_enforces_its_budget, .timeout = 60)
     cr_assert_eq(be->event_done(be->ctx, ev), 1);
     be_copy_times_t t;
     cr_assert_eq(be->event_times(be->ctx, ev, &t), 0);
-    cr_assert(t.queued >= 0 && t.queued <= t.start && t.start <= t.end, "times %g %g %g",
-              t.queued, t.start, t.end);
+    cr_assert(t.queued >= 0 && t.queued <= t.start && t.start <= t.end, "times %g %g %g", t.queued,
+              t.start, t.end);
 
     /* unmapping part of a map is an error; a span over both maps frees them */
     if (a > 1)
@@ -301,7 +301,11 @@ Test(backend_cuda, rmsnorm_matches_cpu_also_in_place, .timeout = 60)
     be_close(cp);
 }
 
-typedef enum { EW_ADD_BIAS, EW_ADD, EW_SILU_MUL } ew_op_t;
+typedef enum {
+    EW_ADD_BIAS,
+    EW_ADD,
+    EW_SILU_MUL
+} ew_op_t;
 
 static void check_elementwise(ew_op_t op, const char *name, double tol)
 {
@@ -364,9 +368,9 @@ Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
             backend_t *be = bes[k];
             float *dx = dput(be, x, n_src * stride * sizeof(float));
             float *dd = inplace ? dx : dput(be, NULL, n_src * stride * sizeof(float));
-            cr_assert_eq(be->gather(be->ctx, dd, dx, inplace ? rows_ip : rows, inplace ? 3 : 4, n,
-                                    stride),
-                         0);
+            cr_assert_eq(
+                be->gather(be->ctx, dd, dx, inplace ? rows_ip : rows, inplace ? 3 : 4, n, stride),
+                0);
             res[k] = dget(be, dd, (inplace ? 3 : 4) * stride * sizeof(float));
             be->buf_free(be->ctx, dx);
             if (!inplace)
@@ -385,8 +389,7 @@ Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
 static void check_rope(int neox)
 {
     backend_t *cu = open_cuda(), *cp = open_cpu();
-    be_rope_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f,
-                          .rope_neox = neox};
+    be_rope_t hp = {.head_dim = 64, .rope_dim = 64, .rope_base = 10000.0f, .rope_neox = neox};
     const uint32_t n_heads = 3;
     const size_t n_tok = 6, stride = 200;
     const uint32_t pos[6] = {0, 1, 2, 511, 4097, 30001};
@@ -395,9 +398,9 @@ static void check_rope(int neox)
     for (int i = 0; i < 32; i++)
         factors[i] = i < 12 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 12) / 9.0f;
     for (int partial = 0; partial < 5; partial++) {
-        hp.rope_dim = partial == 1 ? 32 : 64; /* rotating part of each head only */
-        hp.rope_freq_scale = partial == 2 ? 0.25f : 0.0f; /* linear RoPE scaling by 4 */
-        hp.rope_freqs = partial >= 3 ? factors : NULL;    /* frequency factors */
+        hp.rope_dim = partial == 1 ? 32 : 64;              /* rotating part of each head only */
+        hp.rope_freq_scale = partial == 2 ? 0.25f : 0.0f;  /* linear RoPE scaling by 4 */
+        hp.rope_freqs = partial >= 3 ? factors : NULL;     /* frequency factors */
         hp.rope_attn_factor = partial == 4 ? 1.19f : 0.0f; /* and an attention factor */
         float *res[2];
         backend_t *bes[2] = {cu, cp};
@@ -435,7 +438,8 @@ static void check_matmul(backend_t *cu, backend_t *cp, uint32_t type, uint32_t n
     const uint32_t n_out[2] = {96, 40};
     const size_t xs = n_in + 8, ys = 128;
     size_t wb[2];
-    void *wh[2] = {rand_weight(type, n_in, n_out[0], &wb[0]), rand_weight(type, n_in, n_out[1], &wb[1])};
+    void *wh[2] = {rand_weight(type, n_in, n_out[0], &wb[0]),
+                   rand_weight(type, n_in, n_out[1], &wb[1])};
     float *x = rand_vec(n_tok * xs, 1.0f);
     float *res[2][2];
     backend_t *bes[2] = {cu, cp};
@@ -475,7 +479,8 @@ Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .tim
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < 3; k++) {
             check_matmul(cu, cp, all_types[ti], 256, toks[k], 1e-4); /* 16-byte weight loads */
-            check_matmul(cu, cp, all_types[ti], 96, toks[k], 1e-4);  /* lanes idle in the last step */
+            check_matmul(cu, cp, all_types[ti], 96, toks[k],
+                         1e-4); /* lanes idle in the last step */
             if (all_types[ti] != GGUF_T_Q8_0)
                 check_matmul(cu, cp, all_types[ti], 98, toks[k], 1e-4); /* scalar weight loads */
         }
@@ -483,7 +488,8 @@ Test(backend_cuda, matmul_for_few_tokens_matches_cpu_for_every_weight_type, .tim
     be_close(cp);
 }
 
-Test(backend_cuda, gemv_with_several_loads_in_flight_matches_cpu_with_and_without_a_tail, .timeout = 120)
+Test(backend_cuda, gemv_with_several_loads_in_flight_matches_cpu_with_and_without_a_tail,
+     .timeout = 120)
 {
     /* F16/BF16 lanes load 4 x 16 bytes (4 x 256 weights a warp) before using them, F32 4 x 128:
      * whole groups only (4096), groups and a tail of single loads (1280, 4096 + 384) */
@@ -552,8 +558,14 @@ static float *run_attention_kv(backend_t *be, uint32_t hd, uint32_t n_head, uint
     be_tok_t *toks = malloc(n_pos * sizeof *toks);
     for (uint32_t p = 0; p < n_pos; p++)
         toks[p] = (be_tok_t){k, v, n_ctx, p};
-    be_att_t a = {.toks = toks, .layer = layer, .n_layer = n_layer, .n_head = n_head,
-                  .n_head_kv = n_head_kv, .head_dim = hd, .stride = stride, .kv_type = kv_type};
+    be_att_t a = {.toks = toks,
+                  .layer = layer,
+                  .n_layer = n_layer,
+                  .n_head = n_head,
+                  .n_head_kv = n_head_kv,
+                  .head_dim = hd,
+                  .stride = stride,
+                  .kv_type = kv_type};
     cr_assert_eq(be->kv_store(be->ctx, &a, dkv, dkv + (size_t)n_pos * stride, n_pos), 0);
     for (size_t t = 0; t < n_q; t++)
         toks[t] = (be_tok_t){k, v, n_ctx, qpos[t]};
@@ -591,8 +603,9 @@ static void check_split_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_
     float *a = run_attention_kv(cu, hd, n_head, n_head_kv, n_pos, n_pos, kv, q, qpos, n_q, kv_type);
     float *b = run_attention_kv(cp, hd, n_head, n_head_kv, n_pos, n_pos, kv, q, qpos, n_q, kv_type);
     char what[128];
-    snprintf(what, sizeof what, "split attention hd %u heads %u/%u, %zu tokens over %u positions, %s KV",
-             hd, n_head, n_head_kv, n_q, n_pos, kv_type == KV_TYPE_F16 ? "F16" : "F32");
+    snprintf(what, sizeof what,
+             "split attention hd %u heads %u/%u, %zu tokens over %u positions, %s KV", hd, n_head,
+             n_head_kv, n_q, n_pos, kv_type == KV_TYPE_F16 ? "F16" : "F32");
     check_rows(what, a, b, n_q, stride, stride, 1e-4);
     free(a);
     free(b);
@@ -602,7 +615,8 @@ static void check_split_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_
     be_close(cp);
 }
 
-Test(backend_cuda, split_decode_attention_matches_cpu_at_context_4096_on_f16_and_f32_kv, .timeout = 120)
+Test(backend_cuda, split_decode_attention_matches_cpu_at_context_4096_on_f16_and_f32_kv,
+     .timeout = 120)
 {
     /* the 8B shape at batch 1: 32 blocks, split into 32 ranges of 128 positions */
     const uint32_t last[1] = {4095};
@@ -638,8 +652,8 @@ static void check_attention(uint32_t hd, uint32_t n_head, uint32_t n_head_kv, ui
 
 Test(backend_cuda, kv_store_and_attention_match_cpu_for_short_contexts, .timeout = 60)
 {
-    check_attention(8, 8, 8, 12);   /* stories260K's shape: lanes mostly idle */
-    check_attention(96, 4, 2, 40);  /* grouped-query, head_dim not a multiple of 32 */
+    check_attention(8, 8, 8, 12);  /* stories260K's shape: lanes mostly idle */
+    check_attention(96, 4, 2, 40); /* grouped-query, head_dim not a multiple of 32 */
 }
 
 Test(backend_cuda, attention_matches_cpu_over_a_long_context, .timeout = 120)
@@ -655,8 +669,13 @@ Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout
     int32_t bad_id = 4;
     cr_assert_eq(cu->embed(cu->ctx, &tab, &bad_id, 1, buf, 16), BE_ERR_ARG);
     be_tok_t tok = {buf, buf, 8, 8}; /* pos == n_ctx */
-    be_att_t a = {.toks = &tok, .layer = 0, .n_layer = 1, .n_head = 2, .n_head_kv = 1,
-                  .head_dim = 8, .stride = 16};
+    be_att_t a = {.toks = &tok,
+                  .layer = 0,
+                  .n_layer = 1,
+                  .n_head = 2,
+                  .n_head_kv = 1,
+                  .head_dim = 8,
+                  .stride = 16};
     cr_assert_eq(cu->attention(cu->ctx, &a, buf, buf + 1024, 1), BE_ERR_ARG);
     cr_assert_eq(cu->kv_store(cu->ctx, &a, buf, buf, 1), BE_ERR_ARG);
     /* block types without cuda kernels yet are refused, not computed */
@@ -671,7 +690,6 @@ Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout
 }
 
 /* ------------------------------------------------------------------ forward pass */
-
 
 /* A model's weights paged into one mapped range of the device pool. */
 typedef struct dev_model {
@@ -715,12 +733,12 @@ static void dev_model_walk(backend_t *be, dev_model_t *dm, const model_t *m, be_
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer_t *s = &m->w.layers[l];
         model_layer_t *d = &dm->w.layers[l];
-        const model_weight_t *sw[] = {&s->attn_norm, &s->wq, &s->wk, &s->wv, &s->bq, &s->bk,
-                                      &s->bv, &s->wo, &s->ffn_norm, &s->w_gate, &s->w_up,
-                                      &s->w_down};
-        model_weight_t *dw[] = {&d->attn_norm, &d->wq, &d->wk, &d->wv, &d->bq, &d->bk,
-                                &d->bv, &d->wo, &d->ffn_norm, &d->w_gate, &d->w_up,
-                                &d->w_down};
+        const model_weight_t *sw[] = {&s->attn_norm, &s->wq,     &s->wk,   &s->wv,
+                                      &s->bq,        &s->bk,     &s->bv,   &s->wo,
+                                      &s->ffn_norm,  &s->w_gate, &s->w_up, &s->w_down};
+        model_weight_t *dw[] = {&d->attn_norm, &d->wq,     &d->wk,   &d->wv,
+                                &d->bq,        &d->bk,     &d->bv,   &d->wo,
+                                &d->ffn_norm,  &d->w_gate, &d->w_up, &d->w_down};
         for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
             place(be, dm, dw[i], sw[i], &off, ev, copy);
     }
@@ -755,8 +773,8 @@ static void dev_model_free(backend_t *be, dev_model_t *dm)
 }
 
 /* A KV cache in a mapped range of the pool (as the residency manager does). */
-static kv_seq_t *dev_kv_new(backend_t *be, const model_hparams_t *hp, uint32_t n_ctx,
-                            kv_type_t kt, void **base, size_t *bytes)
+static kv_seq_t *dev_kv_new(backend_t *be, const model_hparams_t *hp, uint32_t n_ctx, kv_type_t kt,
+                            void **base, size_t *bytes)
 {
     kv_seq_t *kv = calloc(1, sizeof *kv);
     kv->n_layer = hp->n_layer;
@@ -793,7 +811,8 @@ static void check_forward_with(const model_t *m, double tol, const char *what, i
         uint32_t n = step == 0 ? 9 : 1;
         const int32_t *t = step == 0 ? prompt : &prompt[step];
         fwd_seq_t sc = {kc, t, n, lc}, sp = {kp, t, n, lp};
-        cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s", err);
+        cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s",
+                     err);
         cr_assert_eq(fwd_run(fp, &m->hp, &m->w, &sp, 1, NULL, err, sizeof err), 0, "cpu: %s", err);
         char s[128];
         snprintf(s, sizeof s, "%s step %d logits (%s, %s KV)", what, step,

@@ -121,12 +121,14 @@ Test(cage, a_call_outside_the_units_filter_fails_with_eperm)
 Test(cage, writable_and_executable_memory_is_refused)
 {
     if (cage_applied) {
-        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
         cr_expect_eq(p, MAP_FAILED, "a W+X mapping was made in the cage");
         p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         cr_assert_neq(p, MAP_FAILED, "a plain RW mapping failed: %s", strerror(errno));
         ((volatile char *)p)[0] = 1;
-        cr_expect_neq(mprotect(p, 4096, PROT_READ | PROT_EXEC), 0, "a written page was made executable");
+        cr_expect_neq(mprotect(p, 4096, PROT_READ | PROT_EXEC), 0,
+                      "a written page was made executable");
         munmap(p, 4096);
         return;
     }
@@ -141,11 +143,13 @@ Test(cage, writable_and_executable_memory_is_refused)
 Test(cage, pr_set_mdwe_alone_refuses_writable_and_executable_memory)
 {
     if (prctl(PR_SET_MDWE + 1, 0L, 0L, 0L, 0L) < 0 && errno == EINVAL)
-        cr_skip_test("cage: PR_SET_MDWE: the kernel lacks it (Linux 6.3+); the seccomp W^X filter still applies");
+        cr_skip_test(
+            "cage: PR_SET_MDWE: the kernel lacks it (Linux 6.3+); the seccomp W^X filter still applies");
     if (cage_applied) {
         cr_expect(cage_mdwe, "the kernel has PR_SET_MDWE, yet the cage did not set it");
         cr_expect_eq(prctl(PR_SET_MDWE + 1, 0L, 0L, 0L, 0L) & PR_MDWE_REFUSE_EXEC_GAIN,
-                     PR_MDWE_REFUSE_EXEC_GAIN, "PR_GET_MDWE does not report PR_MDWE_REFUSE_EXEC_GAIN");
+                     PR_MDWE_REFUSE_EXEC_GAIN,
+                     "PR_GET_MDWE does not report PR_MDWE_REFUSE_EXEC_GAIN");
         return;
     }
     int rc = cage_probe("--no-filter --no-mdwe-seccomp", "allowed", "denied");

@@ -30,7 +30,7 @@ static proto_msg_t *conversation(json_t *conv, size_t *n)
     json_t *v;
 
     cr_assert_not_null(m);
-    json_array_foreach(conv, i, v) {
+    json_array_foreach (conv, i, v) {
         const char *role = json_string_value(json_object_get(v, "role"));
         cr_assert_not_null(role);
         cr_assert_lt(strlen(role), sizeof m[i].role);
@@ -49,7 +49,8 @@ static void expect_same(const char *got, const char *want, const char *family, c
 
     while (got[i] && got[i] == want[i])
         i++;
-    cr_assert(got[i] == want[i], "%s, conversation \"%s\": differs at byte %zu:\n got  \"%s\"\n want \"%s\"", family,
+    cr_assert(got[i] == want[i],
+              "%s, conversation \"%s\": differs at byte %zu:\n got  \"%s\"\n want \"%s\"", family,
               conv, i, got + (i > 20 ? i - 20 : 0), want + (i > 20 ? i - 20 : 0));
 }
 
@@ -62,18 +63,18 @@ Test(chat, every_recorded_template_is_detected_as_llama_cpp_detects_it)
     size_t i, n_real = 0;
 
     cr_assert(json_array_size(det) >= 60, "only %zu detections", json_array_size(det));
-    json_array_foreach(det, i, v) {
+    json_array_foreach (det, i, v) {
         const char *tmpl = json_string_value(json_object_get(v, "template"));
         const char *want = json_string_value(json_object_get(v, "family"));
         const char *src = json_string_value(json_object_get(v, "source"));
         chat_family_t f = chat_detect(tmpl, strlen(tmpl));
 
         if (strcmp(want, "unknown") == 0) /* llama.cpp: no template text or no family */
-            cr_assert(f == CHAT_UNKNOWN || (f == CHAT_NONE && !*tmpl), "%s: got family %d, want unknown", src,
-                      (int)f);
+            cr_assert(f == CHAT_UNKNOWN || (f == CHAT_NONE && !*tmpl),
+                      "%s: got family %d, want unknown", src, (int)f);
         else
-            cr_assert_eq(f, chat_family_from_name(want), "%s (%.60s...): got family %d, want %s", src, tmpl,
-                         (int)f, want);
+            cr_assert_eq(f, chat_family_from_name(want), "%s (%.60s...): got family %d, want %s",
+                         src, tmpl, (int)f, want);
         n_real += strcmp(src, "synthetic") != 0 && strcmp(src, "the family name") != 0;
     }
     cr_assert_geq(n_real, 30, "the real templates of llama.cpp's test-chat-template are all there");
@@ -89,18 +90,19 @@ Test(chat, every_family_renders_every_recorded_conversation_exactly_as_llama_cpp
     size_t n_checked = 0;
 
     cr_assert_geq(json_object_size(rend), 33);
-    json_object_foreach(rend, family, per) {
+    json_object_foreach (rend, family, per) {
         chat_family_t f = chat_family_from_name(family);
         const char *cname;
         json_t *want;
 
         cr_assert_neq(f, CHAT_UNKNOWN, "llama.cpp family \"%s\" is not in chat.c's table", family);
-        json_object_foreach(per, cname, want) {
+        json_object_foreach (per, cname, want) {
             size_t n;
             proto_msg_t *m = conversation(json_object_get(convs, cname), &n);
             char *out = NULL, err[256] = "";
 
-            cr_assert_eq(chat_render(f, m, n, &out, err, sizeof err), CHAT_OK, "%s: %s", family, err);
+            cr_assert_eq(chat_render(f, m, n, &out, err, sizeof err), CHAT_OK, "%s: %s", family,
+                         err);
             expect_same(out, json_string_value(want), family, cname);
             free(out);
             free(m);
@@ -123,7 +125,8 @@ Test(chat, family_names_round_trip_and_unknown_names_are_refused)
     cr_assert_eq(chat_family_from_name(""), CHAT_UNKNOWN);
     cr_assert_eq(chat_family_from_name(NULL), CHAT_UNKNOWN);
     chat_family_list(list, sizeof list);
-    cr_assert(strstr(list, "chatml, ") != NULL && strstr(list, "gemma") != NULL && strstr(list, "megrez") != NULL,
+    cr_assert(strstr(list, "chatml, ") != NULL && strstr(list, "gemma") != NULL &&
+                  strstr(list, "megrez") != NULL,
               "%s", list);
 }
 
@@ -136,8 +139,9 @@ Test(chat, a_missing_or_unknown_template_is_a_clear_error)
     cr_assert_eq(chat_detect("{{ x }}", 7), CHAT_UNKNOWN);
     cr_assert_eq(chat_render(CHAT_NONE, &m, 1, &out, err, sizeof err), CHAT_ERR_TEMPLATE);
     cr_assert_null(out);
-    cr_assert(strstr(err, "has no chat template") && strstr(err, "chat_template:") && strstr(err, "llama3"), "%s",
-              err);
+    cr_assert(strstr(err, "has no chat template") && strstr(err, "chat_template:") &&
+                  strstr(err, "llama3"),
+              "%s", err);
     cr_assert_eq(chat_render(CHAT_UNKNOWN, &m, 1, &out, err, sizeof err), CHAT_ERR_TEMPLATE);
     cr_assert(strstr(err, "none gpuswapd knows") && strstr(err, "chat_template:"), "%s", err);
 }

@@ -63,7 +63,8 @@ static void assert_round_trip(const cfg_t *c)
     char *a = print_str(c);
     char err[512] = "";
     cfg_t *d = NULL;
-    cr_assert_eq(cfg_load_string(a, "printed.yaml", &d, err, sizeof err), 0, "%s\n--- printed:\n%s", err, a);
+    cr_assert_eq(cfg_load_string(a, "printed.yaml", &d, err, sizeof err), 0, "%s\n--- printed:\n%s",
+                 err, a);
     char *b = print_str(d);
     cr_assert_str_eq(a, b);
     free(a);
@@ -106,12 +107,14 @@ Test(config, the_example_serves_http_on_loopback_only_and_keeps_state_under_run_
     cfg_t *c = NULL;
     cr_assert_eq(cfg_load_file(EXAMPLE, &c, err, sizeof err), 0, "%s", err);
     cr_assert_not_null(c->listen.http);
-    cr_assert(strncmp(c->listen.http, "127.0.0.1:", 10) == 0 || strncmp(c->listen.http, "[::1]:", 6) == 0,
+    cr_assert(strncmp(c->listen.http, "127.0.0.1:", 10) == 0 ||
+                  strncmp(c->listen.http, "[::1]:", 6) == 0,
               "http %s", c->listen.http);
     cr_assert_null(c->listen.tcp);
     cr_assert(strncmp(c->listen.socket, "/run/gpuswapd/", 14) == 0);
     for (size_t i = 0; i < c->n_models; i++)
-        cr_assert(strncmp(c->models[i].path, "/var/lib/gpuswapd/models/", 25) == 0, "%s", c->models[i].path);
+        cr_assert(strncmp(c->models[i].path, "/var/lib/gpuswapd/models/", 25) == 0, "%s",
+                  c->models[i].path);
     cfg_free(c);
 }
 
@@ -206,7 +209,8 @@ Test(config, a_minimal_config_gets_the_documented_defaults)
 
 Test(config, a_model_without_max_batch_inherits_the_scheduler_max_batch)
 {
-    cfg_t *c = load_ok("scheduler:\n  max_batch: 7\n" MODELS "  - name: b\n    path: /m/b\n    max_batch: 3\n");
+    cfg_t *c = load_ok("scheduler:\n  max_batch: 7\n" MODELS
+                       "  - name: b\n    path: /m/b\n    max_batch: 3\n");
     cr_assert_eq(c->models[0].max_batch, 7);
     cr_assert_eq(c->models[1].max_batch, 3);
     cr_assert_eq(c->models[1].line, 6);
@@ -215,16 +219,17 @@ Test(config, a_model_without_max_batch_inherits_the_scheduler_max_batch)
 
 Test(config, values_of_every_type_are_read)
 {
-    cfg_t *c = load_ok("listen:\n  socket: ~\n  mode: 0644\n  tcp: \"[::1]:9000\"\n  http: localhost:8400\n"
-                       "  max_line: 64KiB\n  max_connections: 10\n"
-                       "admin:\n  socket: /tmp/a.sock\n  mode: \"0660\"\n  uids: [0, 1000, 4294967294]\n  gids:\n    - 27\n"
-                       "device:\n  backend: sim\n  gpu: 2\n  memory: 1.5GiB\n  page_size: 64KiB\n"
-                       "  sim_bandwidth: 25GiB/s\n  threads: 4\n"
-                       "host:\n  memory: 1TiB\n"
-                       "scheduler:\n  policy: fifo\n  max_wait: 250ms\n  max_stall: 80ms\n  quantum: 2.5\n  drain_timeout: 1m\n"
-                       "models:\n  - name: llama3:8b-q8_0\n    path: rel/m.gguf\n    pinned: yes\n    priority: 0.25\n"
-                       "    kv_cache: 100MiB\n    gpu_quota: 1GiB\n    defaults: {temperature: 0, top_k: 0, top_p: 1,"
-                       " min_p: 0, repeat_penalty: 1.1, presence_penalty: -0.5, frequency_penalty: 2, max_tokens: 4096}\n");
+    cfg_t *c = load_ok(
+        "listen:\n  socket: ~\n  mode: 0644\n  tcp: \"[::1]:9000\"\n  http: localhost:8400\n"
+        "  max_line: 64KiB\n  max_connections: 10\n"
+        "admin:\n  socket: /tmp/a.sock\n  mode: \"0660\"\n  uids: [0, 1000, 4294967294]\n  gids:\n    - 27\n"
+        "device:\n  backend: sim\n  gpu: 2\n  memory: 1.5GiB\n  page_size: 64KiB\n"
+        "  sim_bandwidth: 25GiB/s\n  threads: 4\n"
+        "host:\n  memory: 1TiB\n"
+        "scheduler:\n  policy: fifo\n  max_wait: 250ms\n  max_stall: 80ms\n  quantum: 2.5\n  drain_timeout: 1m\n"
+        "models:\n  - name: llama3:8b-q8_0\n    path: rel/m.gguf\n    pinned: yes\n    priority: 0.25\n"
+        "    kv_cache: 100MiB\n    gpu_quota: 1GiB\n    defaults: {temperature: 0, top_k: 0, top_p: 1,"
+        " min_p: 0, repeat_penalty: 1.1, presence_penalty: -0.5, frequency_penalty: 2, max_tokens: 4096}\n");
     cr_assert_null(c->listen.socket);
     cr_assert_eq(c->listen.mode, 0644);
     cr_assert_str_eq(c->listen.tcp, "[::1]:9000");
@@ -261,9 +266,10 @@ Test(config, a_sim_bandwidth_may_be_written_with_or_without_per_second)
     cfg_t *c = load_ok("device:\n  sim_bandwidth: 12GiB\n" MODELS);
     cr_assert_eq(c->device.sim_bandwidth, 12ull << 30);
     cfg_free(c);
-    load_fails("device:\n  sim_bandwidth: 12GB/s\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:18: invalid rate \"12GB/s\" for device.sim_bandwidth (use B, KiB, MiB, GiB, TiB; 'GB' is "
-               "ambiguous, per second)");
+    load_fails(
+        "device:\n  sim_bandwidth: 12GB/s\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:18: invalid rate \"12GB/s\" for device.sim_bandwidth (use B, KiB, MiB, GiB, TiB; 'GB' is "
+        "ambiguous, per second)");
 }
 
 /* ------------------------------------------------------------------ key errors */
@@ -274,17 +280,20 @@ Test(config, an_unknown_key_names_file_line_column_and_suggests_the_nearest_key)
                "t.yaml:4:5: unknown key 'gpu_qouta' in models[0] (did you mean 'gpu_quota'?)");
     load_fails("devices:\n  gpu: 1\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:1:1: unknown key 'devices' at the top level (did you mean 'device'?)");
-    load_fails(MODELS "    defaults:\n      temprature: 1\n", CFG_ERR_INVALID,
-               "t.yaml:5:7: unknown key 'temprature' in models[0].defaults (did you mean 'temperature'?)");
+    load_fails(
+        MODELS "    defaults:\n      temprature: 1\n", CFG_ERR_INVALID,
+        "t.yaml:5:7: unknown key 'temprature' in models[0].defaults (did you mean 'temperature'?)");
 }
 
 Test(config, an_unknown_key_that_belongs_elsewhere_says_where)
 {
     load_fails("device:\n  max_wait: 1s\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:3: unknown key 'max_wait' in device (did you mean 'scheduler.max_wait'?)");
-    load_fails("priority: 2\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:1:1: unknown key 'priority' at the top level ('priority' belongs in each models[] entry)");
-    load_fails_with("frobnicate: 1\n" MODELS, "t.yaml:1:1: unknown key 'frobnicate' at the top level");
+    load_fails(
+        "priority: 2\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:1:1: unknown key 'priority' at the top level ('priority' belongs in each models[] entry)");
+    load_fails_with("frobnicate: 1\n" MODELS,
+                    "t.yaml:1:1: unknown key 'frobnicate' at the top level");
 }
 
 Test(config, a_duplicate_key_is_an_error_naming_both_lines)
@@ -299,7 +308,8 @@ Test(config, a_duplicate_key_is_an_error_naming_both_lines)
 
 Test(config, a_duplicate_key_in_a_second_model_is_caught_per_model)
 {
-    cfg_t *c = load_ok(MODELS "  - name: b\n    path: /m/b\n"); /* same keys in two models are fine */
+    cfg_t *c =
+        load_ok(MODELS "  - name: b\n    path: /m/b\n"); /* same keys in two models are fine */
     cfg_free(c);
     load_fails(MODELS "  - name: b\n    name: c\n    path: /m/b\n", CFG_ERR_INVALID,
                "t.yaml:5:5: duplicate key 'name' in models[1] (first set at line 4)");
@@ -317,14 +327,16 @@ Test(config, a_list_where_a_value_is_wanted_is_an_error)
 
 Test(config, a_value_where_a_mapping_or_list_is_wanted_is_an_error)
 {
-    load_fails("device: cuda\n" MODELS, CFG_ERR_INVALID, "t.yaml:1:9: expected a mapping for device, got \"cuda\"");
+    load_fails("device: cuda\n" MODELS, CFG_ERR_INVALID,
+               "t.yaml:1:9: expected a mapping for device, got \"cuda\"");
     load_fails("models: a.gguf\n", CFG_ERR_INVALID,
                "t.yaml:1:9: expected a list of models for models, got \"a.gguf\"");
     load_fails("models:\n  - a.gguf\n", CFG_ERR_INVALID,
                "t.yaml:2:5: expected a mapping for models[0], got \"a.gguf\"");
     load_fails("admin:\n  uids: 1000\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:9: expected a list of ids for admin.uids, got \"1000\"");
-    load_fails("- 1\n- 2\n", CFG_ERR_INVALID, "t.yaml:1:1: expected a mapping at the top level, got a list");
+    load_fails("- 1\n- 2\n", CFG_ERR_INVALID,
+               "t.yaml:1:1: expected a mapping at the top level, got a list");
 }
 
 Test(config, a_non_number_for_an_integer_is_an_error_naming_the_value)
@@ -345,47 +357,59 @@ Test(config, a_non_number_for_an_integer_is_an_error_naming_the_value)
 
 Test(config, a_bad_size_names_the_value_and_the_units)
 {
-    load_fails("device:\n  backend: sim\n  memory: 12GB\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:3:11: invalid size \"12GB\" for device.memory (use B, KiB, MiB, GiB, TiB; 'GB' is ambiguous)");
-    load_fails("device:\n  memory: 12 parsecs\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:11: invalid size \"12 parsecs\" for device.memory (use B, KiB, MiB, GiB, TiB)");
+    load_fails(
+        "device:\n  backend: sim\n  memory: 12GB\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:3:11: invalid size \"12GB\" for device.memory (use B, KiB, MiB, GiB, TiB; 'GB' is ambiguous)");
+    load_fails(
+        "device:\n  memory: 12 parsecs\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:11: invalid size \"12 parsecs\" for device.memory (use B, KiB, MiB, GiB, TiB)");
     load_fails("device:\n  memory: -1GiB\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:11: invalid size \"-1GiB\" for device.memory (sizes cannot be negative)");
-    load_fails("host:\n  memory: 99999999TiB\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:11: invalid size \"99999999TiB\" for host.memory (too large: at most 16EiB - 1)");
+    load_fails(
+        "host:\n  memory: 99999999TiB\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:11: invalid size \"99999999TiB\" for host.memory (too large: at most 16EiB - 1)");
 }
 
 Test(config, other_bad_values_name_the_value_and_what_is_accepted)
 {
-    load_fails("scheduler:\n  max_wait: 2\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:13: invalid duration \"2\" for scheduler.max_wait (missing unit: use ms, s, m, h, e.g. "
-               "250ms, 1.5s)");
-    load_fails("scheduler:\n  max_wait: soon\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:13: invalid duration \"soon\" for scheduler.max_wait (use ms, s, m, h, e.g. 250ms, 1.5s)");
-    load_fails(MODELS "    pinned: maybe\n", CFG_ERR_INVALID,
-               "t.yaml:4:13: invalid boolean \"maybe\" for models[0].pinned (use true, false, yes, no)");
+    load_fails(
+        "scheduler:\n  max_wait: 2\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:13: invalid duration \"2\" for scheduler.max_wait (missing unit: use ms, s, m, h, e.g. "
+        "250ms, 1.5s)");
+    load_fails(
+        "scheduler:\n  max_wait: soon\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:13: invalid duration \"soon\" for scheduler.max_wait (use ms, s, m, h, e.g. 250ms, 1.5s)");
+    load_fails(
+        MODELS "    pinned: maybe\n", CFG_ERR_INVALID,
+        "t.yaml:4:13: invalid boolean \"maybe\" for models[0].pinned (use true, false, yes, no)");
     load_fails("device:\n  backend: gpu\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:12: invalid value \"gpu\" for device.backend (use auto, cuda, sim, cpu)");
     load_fails("scheduler:\n  policy: lru\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:11: invalid value \"lru\" for scheduler.policy (use swap-aware, fifo)");
-    load_fails("listen:\n  mode: rw-rw----\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:9: invalid mode \"rw-rw----\" for listen.mode (use an octal string such as \"0660\")");
+    load_fails(
+        "listen:\n  mode: rw-rw----\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:9: invalid mode \"rw-rw----\" for listen.mode (use an octal string such as \"0660\")");
     load_fails("listen:\n  mode: \"4777\"\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:9: invalid mode \"4777\" for listen.mode (at most 0777)");
-    load_fails("listen:\n  http: 8400\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:9: invalid address \"8400\" for listen.http (use host:port, e.g. 127.0.0.1:8400 or "
-               "[::1]:8400)");
-    load_fails("listen:\n  http: localhost:99999\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:9: invalid address \"localhost:99999\" for listen.http (port must be 1..65535)");
-    load_fails("listen:\n  tcp: ::1:8400\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:8: invalid address \"::1:8400\" for listen.tcp (use host:port; write an IPv6 address as "
-               "[addr]:port)");
-    load_fails("models:\n  - name: my model\n    path: /m\n", CFG_ERR_INVALID,
-               "t.yaml:2:11: invalid model name \"my model\" for models[0].name (use 1 to 128 letters, digits and . _ "
-               ": -)");
+    load_fails(
+        "listen:\n  http: 8400\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:9: invalid address \"8400\" for listen.http (use host:port, e.g. 127.0.0.1:8400 or "
+        "[::1]:8400)");
+    load_fails(
+        "listen:\n  http: localhost:99999\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:9: invalid address \"localhost:99999\" for listen.http (port must be 1..65535)");
+    load_fails(
+        "listen:\n  tcp: ::1:8400\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:8: invalid address \"::1:8400\" for listen.tcp (use host:port; write an IPv6 address as "
+        "[addr]:port)");
+    load_fails(
+        "models:\n  - name: my model\n    path: /m\n", CFG_ERR_INVALID,
+        "t.yaml:2:11: invalid model name \"my model\" for models[0].name (use 1 to 128 letters, digits and . _ "
+        ": -)");
     load_fails("models:\n  - name: a\n    path: \"\"\n", CFG_ERR_INVALID,
                "t.yaml:3:11: invalid path \"\" for models[0].path (must be 1 to 4095 bytes)");
-    load_fails(MODELS "    max_context: ~\n", CFG_ERR_INVALID, "t.yaml:4:18: missing value for models[0].max_context");
+    load_fails(MODELS "    max_context: ~\n", CFG_ERR_INVALID,
+               "t.yaml:4:18: missing value for models[0].max_context");
     load_fails("models:\n  - name: a\n    path: \"a\\0b\"\n", CFG_ERR_INVALID,
                "t.yaml:3:11: value for models[0].path contains a NUL byte");
 }
@@ -394,39 +418,51 @@ Test(config, other_bad_values_name_the_value_and_what_is_accepted)
 
 Test(config, a_value_out_of_bounds_is_an_error_naming_the_bounds)
 {
-    load_fails("scheduler:\n  max_batch: 0\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:14: invalid value \"0\" for scheduler.max_batch (must be between 1 and 4096)");
-    load_fails(MODELS "    max_batch: 0\n", CFG_ERR_INVALID,
-               "t.yaml:4:16: invalid value \"0\" for models[0].max_batch (must be between 1 and 4096)");
+    load_fails(
+        "scheduler:\n  max_batch: 0\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:14: invalid value \"0\" for scheduler.max_batch (must be between 1 and 4096)");
+    load_fails(
+        MODELS "    max_batch: 0\n", CFG_ERR_INVALID,
+        "t.yaml:4:16: invalid value \"0\" for models[0].max_batch (must be between 1 and 4096)");
     load_fails(MODELS "    priority: 0\n", CFG_ERR_INVALID,
                "t.yaml:4:15: invalid value \"0\" for models[0].priority (must be > 0 and <= 1000)");
-    load_fails(MODELS "    priority: -1\n", CFG_ERR_INVALID,
-               "t.yaml:4:15: invalid value \"-1\" for models[0].priority (must be > 0 and <= 1000)");
-    load_fails(MODELS "    defaults:\n      min_p: 1.5\n", CFG_ERR_INVALID,
-               "t.yaml:5:14: invalid value \"1.5\" for models[0].defaults.min_p (must be between 0 and 1)");
-    load_fails(MODELS "    defaults:\n      presence_penalty: 2.5\n", CFG_ERR_INVALID,
-               "t.yaml:5:25: invalid value \"2.5\" for models[0].defaults.presence_penalty (must be between -2 and 2)");
-    load_fails(MODELS "    defaults:\n      frequency_penalty: -3\n", CFG_ERR_INVALID,
-               "t.yaml:5:26: invalid value \"-3\" for models[0].defaults.frequency_penalty (must be between -2 and 2)");
-    load_fails(MODELS "    defaults:\n      top_k: -5\n", CFG_ERR_INVALID,
-               "t.yaml:5:14: invalid value \"-5\" for models[0].defaults.top_k (must be between 0 and 1000000)");
-    load_fails("listen:\n  max_line: 100B\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:13: invalid value \"100B\" for listen.max_line (must be between 1KiB and 1GiB)");
-    load_fails("scheduler:\n  max_wait: 2h\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:13: invalid value \"2h\" for scheduler.max_wait (must be between 1ms and 1h)");
-    load_fails("scheduler:\n  queue_limit: 99999999999999999999\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:16: invalid value \"99999999999999999999\" for scheduler.queue_limit (must be between 1 "
-               "and 1000000)");
-    load_fails(MODELS "    defaults:\n      temperature: 1e39\n", CFG_ERR_INVALID,
-               "t.yaml:5:20: invalid value \"1e39\" for models[0].defaults.temperature (must be between 0 and 100)");
+    load_fails(
+        MODELS "    priority: -1\n", CFG_ERR_INVALID,
+        "t.yaml:4:15: invalid value \"-1\" for models[0].priority (must be > 0 and <= 1000)");
+    load_fails(
+        MODELS "    defaults:\n      min_p: 1.5\n", CFG_ERR_INVALID,
+        "t.yaml:5:14: invalid value \"1.5\" for models[0].defaults.min_p (must be between 0 and 1)");
+    load_fails(
+        MODELS "    defaults:\n      presence_penalty: 2.5\n", CFG_ERR_INVALID,
+        "t.yaml:5:25: invalid value \"2.5\" for models[0].defaults.presence_penalty (must be between -2 and 2)");
+    load_fails(
+        MODELS "    defaults:\n      frequency_penalty: -3\n", CFG_ERR_INVALID,
+        "t.yaml:5:26: invalid value \"-3\" for models[0].defaults.frequency_penalty (must be between -2 and 2)");
+    load_fails(
+        MODELS "    defaults:\n      top_k: -5\n", CFG_ERR_INVALID,
+        "t.yaml:5:14: invalid value \"-5\" for models[0].defaults.top_k (must be between 0 and 1000000)");
+    load_fails(
+        "listen:\n  max_line: 100B\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:13: invalid value \"100B\" for listen.max_line (must be between 1KiB and 1GiB)");
+    load_fails(
+        "scheduler:\n  max_wait: 2h\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:13: invalid value \"2h\" for scheduler.max_wait (must be between 1ms and 1h)");
+    load_fails(
+        "scheduler:\n  queue_limit: 99999999999999999999\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:16: invalid value \"99999999999999999999\" for scheduler.queue_limit (must be between 1 "
+        "and 1000000)");
+    load_fails(
+        MODELS "    defaults:\n      temperature: 1e39\n", CFG_ERR_INVALID,
+        "t.yaml:5:20: invalid value \"1e39\" for models[0].defaults.temperature (must be between 0 and 100)");
 }
 
 Test(config, a_page_size_must_be_a_power_of_two_multiple_of_4KiB)
 {
     load_fails("device:\n  page_size: 3MiB\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:2:14: invalid value \"3MiB\" for device.page_size (must be a power of two)");
-    load_fails("device:\n  page_size: 2KiB\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:14: invalid value \"2KiB\" for device.page_size (must be between 4KiB and 1GiB)");
+    load_fails(
+        "device:\n  page_size: 2KiB\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:14: invalid value \"2KiB\" for device.page_size (must be between 4KiB and 1GiB)");
     cfg_t *c = load_ok("device:\n  page_size: 4KiB\n" MODELS);
     cr_assert_eq(c->device.page_size, 4096);
     cfg_free(c);
@@ -436,18 +472,22 @@ Test(config, a_page_size_must_be_a_power_of_two_multiple_of_4KiB)
 
 Test(config, the_sim_backend_requires_device_memory)
 {
-    load_fails("device:\n  backend: sim\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:2:12: device.memory is required for backend sim (the size of the simulated device)");
-    load_fails("device:\n  backend: sim\n  memory: 0\n" MODELS, CFG_ERR_INVALID,
-               "t.yaml:3:11: device.memory is required for backend sim (the size of the simulated device)");
+    load_fails(
+        "device:\n  backend: sim\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:2:12: device.memory is required for backend sim (the size of the simulated device)");
+    load_fails(
+        "device:\n  backend: sim\n  memory: 0\n" MODELS, CFG_ERR_INVALID,
+        "t.yaml:3:11: device.memory is required for backend sim (the size of the simulated device)");
     cfg_t *c = load_ok("device:\n  backend: cuda\n" MODELS); /* cuda: 0 = 90% of free memory */
     cfg_free(c);
 }
 
 Test(config, a_gpu_quota_larger_than_device_memory_is_an_error_naming_both)
 {
-    load_fails("device:\n  backend: sim\n  memory: 8GiB\n" MODELS "  - name: b\n    path: /m/b\n    gpu_quota: 12GiB\n",
-               CFG_ERR_INVALID, "t.yaml:9:16: models[1].gpu_quota 12GiB exceeds device.memory 8GiB");
+    load_fails("device:\n  backend: sim\n  memory: 8GiB\n" MODELS
+               "  - name: b\n    path: /m/b\n    gpu_quota: 12GiB\n",
+               CFG_ERR_INVALID,
+               "t.yaml:9:16: models[1].gpu_quota 12GiB exceeds device.memory 8GiB");
 }
 
 Test(config, kv_type_is_f16_or_f32)
@@ -461,8 +501,9 @@ Test(config, kv_type_is_f16_or_f32)
 
 Test(config, a_kv_cache_larger_than_the_quota_or_the_device_is_an_error)
 {
-    load_fails(MODELS "    gpu_quota: 1GiB\n    kv_cache: 2GiB\n", CFG_ERR_INVALID,
-               "t.yaml:5:15: models[0].kv_cache 2GiB exceeds its gpu_quota 1GiB (the quota covers weights and KV)");
+    load_fails(
+        MODELS "    gpu_quota: 1GiB\n    kv_cache: 2GiB\n", CFG_ERR_INVALID,
+        "t.yaml:5:15: models[0].kv_cache 2GiB exceeds its gpu_quota 1GiB (the quota covers weights and KV)");
     load_fails("device:\n  memory: 1GiB\n" MODELS "    kv_cache: 2GiB\n", CFG_ERR_INVALID,
                "t.yaml:6:15: models[0].kv_cache 2GiB exceeds device.memory 1GiB");
 }
@@ -481,20 +522,22 @@ Test(config, a_model_chat_template_takes_a_family_name_and_defaults_to_detection
     cr_assert_str_eq(c->models[0].chat_template, "mistral-v7");
     cr_assert_null(c->models[1].chat_template);
     cfg_free(c);
-    load_fails(MODELS "    chat_template: llama-3\n", CFG_ERR_INVALID,
-               "t.yaml:4:20: invalid chat template \"llama-3\" for models[0].chat_template (not a template name "
-               "such as chatml, llama3, mistral-v7, gemma, phi3; config/gpuswapd.yaml lists them all)");
+    load_fails(
+        MODELS "    chat_template: llama-3\n", CFG_ERR_INVALID,
+        "t.yaml:4:20: invalid chat template \"llama-3\" for models[0].chat_template (not a template name "
+        "such as chatml, llama3, mistral-v7, gemma, phi3; config/gpuswapd.yaml lists them all)");
 }
 
 Test(config, pinned_quotas_that_cannot_fit_together_are_an_error)
 {
-    load_fails("device:\n  memory: 16GiB\n"
-               "models:\n  - {name: a, path: /a, gpu_quota: 10GiB, pinned: true}\n"
-               "  - {name: b, path: /b, gpu_quota: 10GiB, pinned: false}\n"
-               "  - {name: c, path: /c, gpu_quota: 10GiB, pinned: true}\n",
-               CFG_ERR_INVALID,
-               "t.yaml:6:51: the gpu_quota of the pinned models up to models[2] add up to 20GiB, more than "
-               "device.memory 16GiB");
+    load_fails(
+        "device:\n  memory: 16GiB\n"
+        "models:\n  - {name: a, path: /a, gpu_quota: 10GiB, pinned: true}\n"
+        "  - {name: b, path: /b, gpu_quota: 10GiB, pinned: false}\n"
+        "  - {name: c, path: /c, gpu_quota: 10GiB, pinned: true}\n",
+        CFG_ERR_INVALID,
+        "t.yaml:6:51: the gpu_quota of the pinned models up to models[2] add up to 20GiB, more than "
+        "device.memory 16GiB");
 }
 
 Test(config, device_memory_must_be_a_whole_number_of_pages)
@@ -505,17 +548,20 @@ Test(config, device_memory_must_be_a_whole_number_of_pages)
 
 Test(config, duplicate_model_names_are_an_error)
 {
-    load_fails(MODELS "  - name: a\n    path: /m/other\n", CFG_ERR_INVALID,
-               "t.yaml:4:11: duplicate model name \"a\" in models[1] (models[0], line 2, has it too)");
+    load_fails(
+        MODELS "  - name: a\n    path: /m/other\n", CFG_ERR_INVALID,
+        "t.yaml:4:11: duplicate model name \"a\" in models[1] (models[0], line 2, has it too)");
 }
 
 Test(config, models_is_required_and_each_needs_a_name_and_a_path)
 {
-    load_fails("device:\n  gpu: 0\n", CFG_ERR_INVALID,
-               "t.yaml:1:1: missing required key 'models' (a list of at least one model, each with a name and a "
-               "path)");
+    load_fails(
+        "device:\n  gpu: 0\n", CFG_ERR_INVALID,
+        "t.yaml:1:1: missing required key 'models' (a list of at least one model, each with a name and a "
+        "path)");
     load_fails("models: []\n", CFG_ERR_INVALID, "t.yaml:1:9: models must list at least one model");
-    load_fails("models:\n  - path: /m\n", CFG_ERR_INVALID, "t.yaml:2:5: missing required key 'name' in models[0]");
+    load_fails("models:\n  - path: /m\n", CFG_ERR_INVALID,
+               "t.yaml:2:5: missing required key 'name' in models[0]");
     load_fails("models:\n  - name: x\n", CFG_ERR_INVALID,
                "t.yaml:2:5: missing required key 'path' in models[0] ('x')");
 }
@@ -552,7 +598,8 @@ Test(config, a_yaml_syntax_error_names_its_location)
     cr_assert(strncmp(err, "t.yaml:", 7) == 0 && strstr(err, "YAML syntax error"), "%s", err);
     rc = cfg_load_string("a: b: c\n", "t.yaml", &c, err, sizeof err);
     cr_assert_eq(rc, CFG_ERR_SYNTAX);
-    cr_assert_str_eq(err, "t.yaml:1:5: YAML syntax error: mapping values are not allowed in this context");
+    cr_assert_str_eq(
+        err, "t.yaml:1:5: YAML syntax error: mapping values are not allowed in this context");
     rc = cfg_load_string("models:\n  - name: \xff\n", "t.yaml", &c, err, sizeof err);
     cr_assert_eq(rc, CFG_ERR_SYNTAX);
     cr_assert(strncmp(err, "t.yaml:2:11: YAML syntax error", 30) == 0, "%s", err);
@@ -560,8 +607,10 @@ Test(config, a_yaml_syntax_error_names_its_location)
 
 Test(config, an_empty_file_or_a_second_document_is_an_error)
 {
-    load_fails("", CFG_ERR_INVALID, "t.yaml:1:1: the config is empty (at least 'models' is required)");
-    load_fails("# only a comment\n", CFG_ERR_INVALID, "t.yaml:1:1: the config is empty (at least 'models' is required)");
+    load_fails("", CFG_ERR_INVALID,
+               "t.yaml:1:1: the config is empty (at least 'models' is required)");
+    load_fails("# only a comment\n", CFG_ERR_INVALID,
+               "t.yaml:1:1: the config is empty (at least 'models' is required)");
     load_fails(MODELS "---\n" MODELS, CFG_ERR_INVALID,
                "t.yaml:5:1: a second YAML document; the config is one document");
 }
@@ -586,7 +635,8 @@ Test(config, a_file_error_carries_the_file_path)
     char err[512], want[600];
     cfg_t *c = NULL;
     cr_assert_eq(cfg_load_file(path, &c, err, sizeof err), CFG_ERR_INVALID);
-    snprintf(want, sizeof want, "%s:4:5: unknown key 'gpu_qouta' in models[0] (did you mean 'gpu_quota'?)", path);
+    snprintf(want, sizeof want,
+             "%s:4:5: unknown key 'gpu_qouta' in models[0] (did you mean 'gpu_quota'?)", path);
     cr_assert_str_eq(err, want);
     unlink(path);
 }
@@ -595,8 +645,9 @@ Test(config, relative_paths_in_a_file_are_taken_from_its_directory)
 {
     char path[256];
     int fd = tu_tmpfile(path, sizeof path, "gpuswapd-cfg");
-    const char *yaml = "listen:\n  socket: run/s.sock\nadmin:\n  socket: /abs/a.sock\n"
-                       "models:\n  - name: a\n    path: models/a.gguf\n  - name: b\n    path: /m/b.gguf\n";
+    const char *yaml =
+        "listen:\n  socket: run/s.sock\nadmin:\n  socket: /abs/a.sock\n"
+        "models:\n  - name: a\n    path: models/a.gguf\n  - name: b\n    path: /m/b.gguf\n";
     cr_assert_eq(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
     close(fd);
     char err[512], want[600];
@@ -715,7 +766,8 @@ Test(config, sizes_reject_overflow_negatives_bad_units_and_ambiguity)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 77;
         char err[128] = "";
-        cr_assert_eq(cfg_parse_size(bad[i].s, &v, err, sizeof err), CFG_ERR_INVALID, "'%s' accepted", bad[i].s);
+        cr_assert_eq(cfg_parse_size(bad[i].s, &v, err, sizeof err), CFG_ERR_INVALID,
+                     "'%s' accepted", bad[i].s);
         cr_assert_str_eq(err, bad[i].why, "'%s'", bad[i].s);
         cr_assert_eq(v, 77, "output untouched on error");
     }
@@ -729,13 +781,14 @@ Test(config, durations_parse_in_milliseconds)
         const char *s;
         uint64_t ms;
     } ok[] = {
-        {"250ms", 250}, {"2s", 2000}, {"1m", 60000}, {"1.5s", 1500}, {"1h", 3600000},
+        {"250ms", 250}, {"2s", 2000}, {"1m", 60000},  {"1.5s", 1500},  {"1h", 3600000},
         {"0", 0},       {"0s", 0},    {"0.25s", 250}, {"1.5m", 90000}, {"0.001s", 1},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t v = 1;
         char err[128] = "";
-        cr_assert_eq(cfg_parse_duration_ms(ok[i].s, &v, err, sizeof err), 0, "%s: %s", ok[i].s, err);
+        cr_assert_eq(cfg_parse_duration_ms(ok[i].s, &v, err, sizeof err), 0, "%s: %s", ok[i].s,
+                     err);
         cr_assert_eq(v, ok[i].ms, "%s gave %llu", ok[i].s, (unsigned long long)v);
     }
 }
@@ -761,16 +814,17 @@ Test(config, durations_reject_overflow_negatives_missing_and_bad_units)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 77;
         char err[128] = "";
-        cr_assert_eq(cfg_parse_duration_ms(bad[i].s, &v, err, sizeof err), CFG_ERR_INVALID, "'%s' accepted",
-                     bad[i].s);
+        cr_assert_eq(cfg_parse_duration_ms(bad[i].s, &v, err, sizeof err), CFG_ERR_INVALID,
+                     "'%s' accepted", bad[i].s);
         cr_assert_str_eq(err, bad[i].why, "'%s'", bad[i].s);
     }
 }
 
 Test(config, formatted_sizes_and_durations_read_back_to_the_same_value)
 {
-    static const uint64_t sizes[] = {0, 1, 1000, 1024, 1536, 2u << 20, 3ull << 29, 60ull << 30, 1ull << 40,
-                                     5ull << 50, UINT64_MAX};
+    static const uint64_t sizes[] = {0,          1,          1000,       1024,
+                                     1536,       2u << 20,   3ull << 29, 60ull << 30,
+                                     1ull << 40, 5ull << 50, UINT64_MAX};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         char buf[32];
         uint64_t v;
@@ -800,12 +854,13 @@ Test(config, print_then_reload_gives_an_identical_print)
     cfg_t *c = load_ok(MODELS);
     assert_round_trip(c);
     cfg_free(c);
-    c = load_ok("listen:\n  socket: \"/tmp/we\\\"ird \\\\ path\\tsock\"\n  tcp: 0.0.0.0:7000\n"
-                "admin:\n  socket: ~\n  uids: [1000, 1001]\n"
-                "device:\n  backend: cpu\n  threads: 3\n"
-                "scheduler:\n  quantum: 0.1\n  max_wait: 1.5s\n"
-                "models:\n  - name: \"a.b:c-d_e\"\n    path: \"/p/\\u00e9t\\u00e9.gguf\"\n    priority: 0.3\n"
-                "    defaults:\n      temperature: 0.1\n      top_p: 0.9\n");
+    c = load_ok(
+        "listen:\n  socket: \"/tmp/we\\\"ird \\\\ path\\tsock\"\n  tcp: 0.0.0.0:7000\n"
+        "admin:\n  socket: ~\n  uids: [1000, 1001]\n"
+        "device:\n  backend: cpu\n  threads: 3\n"
+        "scheduler:\n  quantum: 0.1\n  max_wait: 1.5s\n"
+        "models:\n  - name: \"a.b:c-d_e\"\n    path: \"/p/\\u00e9t\\u00e9.gguf\"\n    priority: 0.3\n"
+        "    defaults:\n      temperature: 0.1\n      top_p: 0.9\n");
     assert_round_trip(c);
     char *p = print_str(c);
     cr_assert(strstr(p, "socket: \"/tmp/we\\\"ird \\\\ path\\x09sock\"\n"), "%s", p);
@@ -851,14 +906,16 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
 Test(config, reload_accepts_model_quota_and_scheduler_changes)
 {
     cfg_t *a = load_ok("device:\n  backend: sim\n  memory: 8GiB\nadmin:\n  uids: [1]\n" MODELS);
-    cfg_t *b = load_ok("device:\n  backend: sim\n  memory: 8GiB\nadmin:\n  uids: [1, 2]\nhost:\n  memory: 1TiB\n"
-                       "scheduler:\n  policy: fifo\n  max_batch: 4\n  max_wait: 1s\n  quantum: 1\n"
-                       "models:\n  - name: a\n    path: /m/a2.gguf\n    gpu_quota: 4GiB\n    pinned: true\n"
-                       "  - name: new\n    path: /m/new.gguf\n    priority: 3\n");
+    cfg_t *b = load_ok(
+        "device:\n  backend: sim\n  memory: 8GiB\nadmin:\n  uids: [1, 2]\nhost:\n  memory: 1TiB\n"
+        "scheduler:\n  policy: fifo\n  max_batch: 4\n  max_wait: 1s\n  quantum: 1\n"
+        "models:\n  - name: a\n    path: /m/a2.gguf\n    gpu_quota: 4GiB\n    pinned: true\n"
+        "  - name: new\n    path: /m/new.gguf\n    priority: 3\n");
     char err[256] = "x";
     cr_assert_eq(cfg_reload_check(a, b, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(err, "");
-    cr_assert_eq(cfg_reload_check(b, a, err, sizeof err), 0, "%s", err); /* and removing them again */
+    cr_assert_eq(cfg_reload_check(b, a, err, sizeof err), 0, "%s",
+                 err); /* and removing them again */
     cr_assert_eq(cfg_reload_check(a, a, err, sizeof err), 0, "%s", err);
     cfg_free(a);
     cfg_free(b);
@@ -892,7 +949,8 @@ Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cfg_t *next = load_ok(cases[i].yaml);
         char err[256] = "";
-        cr_assert_eq(cfg_reload_check(cur, next, err, sizeof err), CFG_ERR_RELOAD, "%s", cases[i].yaml);
+        cr_assert_eq(cfg_reload_check(cur, next, err, sizeof err), CFG_ERR_RELOAD, "%s",
+                     cases[i].yaml);
         cr_assert_str_eq(err, cases[i].want);
         cfg_free(next);
     }
@@ -901,16 +959,21 @@ Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
 
 /* ------------------------------------------------------------------ auth */
 
-#define HASH_A "sha256:" "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-#define HASH_B "sha256:" "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+#define HASH_A                                                                                     \
+    "sha256:"                                                                                      \
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define HASH_B                                                                                     \
+    "sha256:"                                                                                      \
+    "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 #define HTTP_TCP "listen:\n  http: 127.0.0.1:8400\n  tcp: 127.0.0.1:8401\n"
 
 Test(config, auth_keys_load_with_their_models_limits_and_defaults)
 {
-    cfg_t *c = load_ok(HTTP_TCP "auth:\n  http: true\n  trusted_proxies: [\"10.0.0.1\", \"::1\"]\n  keys:\n"
-                       "    - name: t1\n      hash: \"" HASH_A "\"\n      models: [\"*\"]\n"
-                       "    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n      rate: 2.5\n"
-                       "      burst: 5\n      max_concurrent: 3\n      tokens_per_minute: 1000\n" MODELS);
+    cfg_t *c = load_ok(
+        HTTP_TCP "auth:\n  http: true\n  trusted_proxies: [\"10.0.0.1\", \"::1\"]\n  keys:\n"
+                 "    - name: t1\n      hash: \"" HASH_A "\"\n      models: [\"*\"]\n"
+                 "    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n      rate: 2.5\n"
+                 "      burst: 5\n      max_concurrent: 3\n      tokens_per_minute: 1000\n" MODELS);
     cr_assert(c->auth.http);
     cr_assert_not(c->auth.tcp);
     cr_assert_eq(c->auth.max_failures, 5);
@@ -934,26 +997,32 @@ Test(config, bad_auth_sections_are_errors_naming_the_place)
     static const struct {
         const char *yaml, *want;
     } cases[] = {
-        {"auth:\n  http: true\n" MODELS, "t.yaml:2:9: auth.http requires a key on listen.http, which is off"},
+        {"auth:\n  http: true\n" MODELS,
+         "t.yaml:2:9: auth.http requires a key on listen.http, which is off"},
         {"listen:\n  http: 127.0.0.1:8400\nauth:\n  tcp: true\n" MODELS,
          "t.yaml:4:8: auth.tcp requires a key on listen.tcp, which is off"},
         {"auth:\n  keys:\n    - name: k\n      hash: \"sha256:abc\"\n      models: [a]\n" MODELS,
          "invalid key hash \"sha256:abc\" for auth.keys[0].hash (use sha256: and 64 lower-case hex digits"},
-        {"auth:\n  keys:\n    - name: k\n      models: [a]\n" MODELS, "missing required key 'hash' in auth.keys[0]"},
+        {"auth:\n  keys:\n    - name: k\n      models: [a]\n" MODELS,
+         "missing required key 'hash' in auth.keys[0]"},
         {"auth:\n  keys:\n    - hash: \"" HASH_A "\"\n      models: [a]\n" MODELS,
          "missing required key 'name' in auth.keys[0]"},
         {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n" MODELS, "lists no models"},
         {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [nope]\n" MODELS,
          "auth.keys[0].models[0] \"nope\" is not a configured model"},
         {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n"
-         "    - name: k\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS, "duplicate key name \"k\""},
+         "    - name: k\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS,
+         "duplicate key name \"k\""},
         {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n"
-         "    - name: j\n      hash: \"" HASH_A "\"\n      models: [a]\n" MODELS, "has the same hash as auth.keys[0]"},
+         "    - name: j\n      hash: \"" HASH_A "\"\n      models: [a]\n" MODELS,
+         "has the same hash as auth.keys[0]"},
         {"auth:\n  trusted_proxies: [haproxy.local]\n" MODELS,
          "invalid address \"haproxy.local\" in auth.trusted_proxies[0] (use an IPv4 or IPv6 address)"},
-        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n      rate: -1\n" MODELS,
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A
+         "\"\n      models: [a]\n      rate: -1\n" MODELS,
          "auth.keys[0].rate"},
-        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A "\"\n      models: [a]\n      rpm: 1\n" MODELS,
+        {"auth:\n  keys:\n    - name: k\n      hash: \"" HASH_A
+         "\"\n      models: [a]\n      rpm: 1\n" MODELS,
          "unknown key 'rpm' in auth.keys[0]"},
         {"auth:\n  keys: 3\n" MODELS, "expected a list of keys for auth.keys"},
     };
@@ -963,10 +1032,12 @@ Test(config, bad_auth_sections_are_errors_naming_the_place)
 
 Test(config, reload_may_change_keys_but_not_which_listeners_require_them)
 {
-    cfg_t *a = load_ok(HTTP_TCP "auth:\n  http: true\n  keys:\n    - name: t1\n      hash: \"" HASH_A
-                       "\"\n      models: [\"*\"]\n" MODELS);
-    cfg_t *b = load_ok(HTTP_TCP "auth:\n  http: true\n  max_failures: 9\n  trusted_proxies: [\"127.0.0.1\"]\n"
-                       "  keys:\n    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS);
+    cfg_t *a =
+        load_ok(HTTP_TCP "auth:\n  http: true\n  keys:\n    - name: t1\n      hash: \"" HASH_A
+                         "\"\n      models: [\"*\"]\n" MODELS);
+    cfg_t *b = load_ok(
+        HTTP_TCP "auth:\n  http: true\n  max_failures: 9\n  trusted_proxies: [\"127.0.0.1\"]\n"
+                 "  keys:\n    - name: t2\n      hash: \"" HASH_B "\"\n      models: [a]\n" MODELS);
     cfg_t *c = load_ok(HTTP_TCP "auth:\n  tcp: true\n" MODELS);
     char err[256] = "";
     cr_assert_eq(cfg_reload_check(a, b, err, sizeof err), 0, "%s", err);

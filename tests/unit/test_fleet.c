@@ -16,13 +16,15 @@ static char *fleet_text(int H, int M, int reversed)
     p += sprintf(p, HEAD "hosts:\n");
     for (int i = 0; i < H; i++) {
         int h = reversed ? H - 1 - i : i;
-        p += sprintf(p, "  - name: h%d\n    http: 127.0.0.1:%d\n    device_memory: 80GiB\n"
-                        "    host_memory: 0\n", h, 20000 + h);
+        p += sprintf(p,
+                     "  - name: h%d\n    http: 127.0.0.1:%d\n    device_memory: 80GiB\n"
+                     "    host_memory: 0\n",
+                     h, 20000 + h);
     }
     p += sprintf(p, "models:\n");
     for (int m = 0; m < M; m++)
-        p += sprintf(p, "  - name: m%d\n    path: /m/%d.gguf\n    size: %dMiB\n    load: %g\n", m, m,
-                     1000 + (m * 7919) % 15000, 10.0 / (m + 1));
+        p += sprintf(p, "  - name: m%d\n    path: /m/%d.gguf\n    size: %dMiB\n    load: %g\n", m,
+                     m, 1000 + (m * 7919) % 15000, 10.0 / (m + 1));
     return s;
 }
 
@@ -128,13 +130,15 @@ Test(fleet, no_host_gets_more_than_one_and_a_half_times_its_share_plus_one_model
 
 Test(fleet, a_host_too_small_for_its_models_is_an_error_naming_it)
 {
-    fleet_t *f = load_ok(HEAD "hosts:\n  - name: a\n    http: h:1\n    device_memory: 1GiB\n"
-                              "    host_memory: 1GiB\nmodels:\n  - name: m\n    path: /m\n    size: 2GiB\n");
+    fleet_t *f =
+        load_ok(HEAD "hosts:\n  - name: a\n    http: h:1\n    device_memory: 1GiB\n"
+                     "    host_memory: 1GiB\nmodels:\n  - name: m\n    path: /m\n    size: 2GiB\n");
     unsigned char p[1];
     char err[256];
     cr_assert_eq(fleet_place(f, p, err, sizeof err), FLEET_ERR_PLACE);
-    cr_assert(strstr(err, "f.yaml:5: host 'a' must hold 2GiB of models, more than its host_memory 1GiB"),
-              "%s", err);
+    cr_assert(
+        strstr(err, "f.yaml:5: host 'a' must hold 2GiB of models, more than its host_memory 1GiB"),
+        "%s", err);
     fleet_free(f);
 }
 
@@ -145,7 +149,8 @@ Test(fleet, load_errors_name_file_line_and_column)
     } cases[] = {
         {HEAD "  bogus: 1\n", "f.yaml:4:3: unknown key 'bogus' in proxy"},
         {HEAD "  listen: 127.0.0.1:2\n", "f.yaml:4:3: duplicate key 'listen' in proxy"},
-        {HEAD "hosts:\n  - name: a b\n", "f.yaml:5:11: invalid host name \"a b\" ([A-Za-z0-9._-]+)"},
+        {HEAD "hosts:\n  - name: a b\n",
+         "f.yaml:5:11: invalid host name \"a b\" ([A-Za-z0-9._-]+)"},
         {HEAD "hosts:\n  - name: a\n    http: h:1\n    device_memory: 12GB\n",
          "f.yaml:7:20: invalid size \"12GB\" for hosts[0].device_memory"},
         {HEAD "hosts:\n  - name: a\n", "f.yaml:5:5: hosts[0]: 'http' is required"},
@@ -157,7 +162,7 @@ Test(fleet, load_errors_name_file_line_and_column)
         int rc = fleet_load_string(cases[i].yaml, "f.yaml", &f, err, sizeof err);
         cr_assert_null(f);
         cr_assert_eq(rc, FLEET_ERR_INVALID, "case %zu: rc %d (%s)", i, rc, err);
-        cr_assert(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0, "case %zu: got '%s', want '%s'",
-                  i, err, cases[i].want);
+        cr_assert(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0,
+                  "case %zu: got '%s', want '%s'", i, err, cases[i].want);
     }
 }

@@ -160,7 +160,8 @@ static void check_step0_logits(kv_type_t kt, double tol)
         float *l0 = malloc(m->hp.n_vocab * sizeof(float));
         greedy_kv(m, pool, prompt, np, 0, out, l0, kt);
         char rel[512];
-        snprintf(rel, sizeof rel, "reference/logits_step0_%s_kv%s.txt", prompts[i], kv_type_name(kt));
+        snprintf(rel, sizeof rel, "reference/logits_step0_%s_kv%s.txt", prompts[i],
+                 kv_type_name(kt));
         tu_data_path(path, sizeof path, rel);
         FILE *fp = fopen(path, "r");
         cr_assert_not_null(fp, "%s", path);
@@ -201,7 +202,8 @@ Test(forward, stories260k_f16_kv_step0_logits_within_one_thousandth_of_llama_cpp
 
 Test(forward, stories260k_f16_kv_greedy_matches_llama_cpp_f16_kv_for_every_prompt, .timeout = 60)
 {
-    check_greedy_file_kv("stories260K.gguf", "greedy_once-upon-a-time_n128_kvf16.json", KV_TYPE_F16);
+    check_greedy_file_kv("stories260K.gguf", "greedy_once-upon-a-time_n128_kvf16.json",
+                         KV_TYPE_F16);
     check_greedy_file_kv("stories260K.gguf", "greedy_lily-went-to-the-park_n128_kvf16.json",
                          KV_TYPE_F16);
     check_greedy_file_kv("stories260K.gguf", "greedy_the-cat_n128_kvf16.json", KV_TYPE_F16);
@@ -214,7 +216,8 @@ Test(forward, f16_kv_cache_takes_half_the_bytes_of_f32)
     /* 5 layers x 4 KV heads x 8 dims, k and v */
     cr_assert_eq(kv_bytes_per_pos(&m->hp, KV_TYPE_F32), 2u * 5 * 32 * 4);
     cr_assert_eq(kv_bytes_per_pos(&m->hp, KV_TYPE_F16), 2u * 5 * 32 * 2);
-    cr_assert_eq(kv_seq_bytes(&m->hp, 100, KV_TYPE_F16) * 2, kv_seq_bytes(&m->hp, 100, KV_TYPE_F32));
+    cr_assert_eq(kv_seq_bytes(&m->hp, 100, KV_TYPE_F16) * 2,
+                 kv_seq_bytes(&m->hp, 100, KV_TYPE_F32));
     model_close(m);
 }
 
@@ -251,8 +254,8 @@ static int kquant_known_tie(const char *arch, const char *type, size_t pos)
  * a 16-token prefill (so both the decode and the tiled prefill products are
  * compared). Returns the largest rms/std seen; counts compared positions
  * and agreements. */
-static double check_kquant_file(backend_t *be, const char *arch, const char *type,
-                                int check_argmax, int *n_cmp, int *n_agree)
+static double check_kquant_file(backend_t *be, const char *arch, const char *type, int check_argmax,
+                                int *n_cmp, int *n_agree)
 {
     char rel[256], path[1024], err[512];
     snprintf(rel, sizeof rel, "kquant/ktest-%s-%s.gguf", arch, type);
@@ -325,7 +328,7 @@ static double check_kquant_file(backend_t *be, const char *arch, const char *typ
 
 static void check_kquant_set(quant_path_t path)
 {
-    static const char *const types[] = {"Q8_0", "Q4_0", "Q4_1",   "Q5_0",   "Q5_1",  "Q2_K",
+    static const char *const types[] = {"Q8_0",   "Q4_0",   "Q4_1", "Q5_0",   "Q5_1",  "Q2_K",
                                         "Q3_K_M", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
     static const char *const archs[] = {"llama", "qwen2"};
     quant_path_set(path);
@@ -403,8 +406,8 @@ static void check_batch_equals_single_kv(uint32_t type, int qwen, kv_type_t kt)
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
         for (int s = 0; s < 3; s++)
             cr_assert_eq(memcmp(single[s], batched[s], nv * sizeof(float)), 0,
-                         "%s seq %d: logits in chunks of %u differ from single", gguf_ttype_name(type),
-                         s, chunks[c]);
+                         "%s seq %d: logits in chunks of %u differ from single",
+                         gguf_ttype_name(type), s, chunks[c]);
     }
     fwd_set_chunk(f, 0);
     for (int s = 0; s < 3; s++)
@@ -418,7 +421,9 @@ static void check_batch_equals_single_kv(uint32_t type, int qwen, kv_type_t kt)
                      s);
         cr_assert_eq(kvs[s]->n_past, lens[s]);
         kv_seq_free(kvs[s]);
-        free(single[s]); free(batched[s]); free(stepwise[s]);
+        free(single[s]);
+        free(batched[s]);
+        free(stepwise[s]);
     }
     fwd_free(f);
     be_close(pool);

@@ -46,9 +46,18 @@ static void bb_le(bb_t *b, uint64_t v, size_t n)
     bb_put(b, x, n);
 }
 
-static void bb_u8(bb_t *b, uint8_t v) { bb_le(b, v, 1); }
-static void bb_u32(bb_t *b, uint32_t v) { bb_le(b, v, 4); }
-static void bb_u64(bb_t *b, uint64_t v) { bb_le(b, v, 8); }
+static void bb_u8(bb_t *b, uint8_t v)
+{
+    bb_le(b, v, 1);
+}
+static void bb_u32(bb_t *b, uint32_t v)
+{
+    bb_le(b, v, 4);
+}
+static void bb_u64(bb_t *b, uint64_t v)
+{
+    bb_le(b, v, 8);
+}
 
 static void bb_f32(bb_t *b, float f)
 {
@@ -145,7 +154,8 @@ static void open_fails(const bb_t *b, const char *want)
     if (g)
         gguf_close(g);
     cr_assert_null(g, "parsed a file that should fail with '%s'", want);
-    cr_assert(strncmp(err, NAME ": ", strlen(NAME) + 2) == 0, "message does not name the file: '%s'", err);
+    cr_assert(strncmp(err, NAME ": ", strlen(NAME) + 2) == 0,
+              "message does not name the file: '%s'", err);
     cr_assert(strstr(err, want), "message '%s' does not contain '%s'", err, want);
 }
 
@@ -173,10 +183,10 @@ static const struct {
 #define N_NUM_ARRAYS (sizeof num_arrays / sizeof num_arrays[0])
 
 static const tdesc_t all_tensors[] = {
-    {"tok_embd.weight", GGUF_T_F32, 2, {4, 3}, 0},                 /* 48 bytes */
-    {"blk.0.attn_q.weight", GGUF_T_Q8_0, 2, {64, 2}, 64},          /* 4 blocks: 136 bytes */
-    {"output_norm.weight", GGUF_T_F16, 1, {8}, 256},               /* 16 bytes */
-    {"blk.0.ffn_down.weight", GGUF_T_Q4_K, 3, {256, 1, 2}, 320},   /* 2 blocks: 288 bytes */
+    {"tok_embd.weight", GGUF_T_F32, 2, {4, 3}, 0},               /* 48 bytes */
+    {"blk.0.attn_q.weight", GGUF_T_Q8_0, 2, {64, 2}, 64},        /* 4 blocks: 136 bytes */
+    {"output_norm.weight", GGUF_T_F16, 1, {8}, 256},             /* 16 bytes */
+    {"blk.0.ffn_down.weight", GGUF_T_Q4_K, 3, {256, 1, 2}, 320}, /* 2 blocks: 288 bytes */
 };
 #define N_ALL_TENSORS (sizeof all_tensors / sizeof all_tensors[0])
 static const uint64_t all_nbytes[N_ALL_TENSORS] = {48, 136, 16, 288};
@@ -193,7 +203,8 @@ static size_t all_data_len(uint32_t align)
 #define ALL_DATA_LEN 608
 
 #define N_SCALAR_KV 14
-#define N_ALL_KV (N_SCALAR_KV + N_NUM_ARRAYS + 4 + 1) /* + string, nested, empty arrays, alignment */
+#define N_ALL_KV                                                                                   \
+    (N_SCALAR_KV + N_NUM_ARRAYS + 4 + 1) /* + string, nested, empty arrays, alignment */
 
 /* Every value type, nested arrays, four tensors; align 0 = no alignment key
  * (default 32), else general.alignment = align. *hdr_len gets the bytes
@@ -201,20 +212,34 @@ static size_t all_data_len(uint32_t align)
 static void build_all_types(bb_t *b, uint32_t version, uint32_t align, size_t *hdr_len)
 {
     bb_header(b, version, N_ALL_TENSORS, N_ALL_KV - (align ? 0 : 1));
-    bb_key(b, "s.u8", GGUF_VT_UINT8); bb_u8(b, 200);
-    bb_key(b, "s.i8", GGUF_VT_INT8); bb_u8(b, (uint8_t)-100);
-    bb_key(b, "s.u16", GGUF_VT_UINT16); bb_le(b, 60000, 2);
-    bb_key(b, "s.i16", GGUF_VT_INT16); bb_le(b, (uint16_t)-30000, 2);
-    bb_key(b, "s.u32", GGUF_VT_UINT32); bb_u32(b, 4000000000u);
-    bb_key(b, "s.i32", GGUF_VT_INT32); bb_u32(b, (uint32_t)-2000000000);
-    bb_key(b, "s.f32", GGUF_VT_FLOAT32); bb_f32(b, 3.25f);
-    bb_key(b, "s.bool", GGUF_VT_BOOL); bb_u8(b, 1);
-    bb_key(b, "s.false", GGUF_VT_BOOL); bb_u8(b, 0);
-    bb_key(b, "s.str", GGUF_VT_STRING); bb_str(b, "hello, gguf");
-    bb_key(b, "s.empty", GGUF_VT_STRING); bb_str(b, "");
-    bb_key(b, "s.u64", GGUF_VT_UINT64); bb_u64(b, (1ull << 63) + 5);
-    bb_key(b, "s.i64", GGUF_VT_INT64); bb_u64(b, (uint64_t)-(1ll << 62));
-    bb_key(b, "s.f64", GGUF_VT_FLOAT64); bb_f64(b, -1.0e300);
+    bb_key(b, "s.u8", GGUF_VT_UINT8);
+    bb_u8(b, 200);
+    bb_key(b, "s.i8", GGUF_VT_INT8);
+    bb_u8(b, (uint8_t)-100);
+    bb_key(b, "s.u16", GGUF_VT_UINT16);
+    bb_le(b, 60000, 2);
+    bb_key(b, "s.i16", GGUF_VT_INT16);
+    bb_le(b, (uint16_t)-30000, 2);
+    bb_key(b, "s.u32", GGUF_VT_UINT32);
+    bb_u32(b, 4000000000u);
+    bb_key(b, "s.i32", GGUF_VT_INT32);
+    bb_u32(b, (uint32_t)-2000000000);
+    bb_key(b, "s.f32", GGUF_VT_FLOAT32);
+    bb_f32(b, 3.25f);
+    bb_key(b, "s.bool", GGUF_VT_BOOL);
+    bb_u8(b, 1);
+    bb_key(b, "s.false", GGUF_VT_BOOL);
+    bb_u8(b, 0);
+    bb_key(b, "s.str", GGUF_VT_STRING);
+    bb_str(b, "hello, gguf");
+    bb_key(b, "s.empty", GGUF_VT_STRING);
+    bb_str(b, "");
+    bb_key(b, "s.u64", GGUF_VT_UINT64);
+    bb_u64(b, (1ull << 63) + 5);
+    bb_key(b, "s.i64", GGUF_VT_INT64);
+    bb_u64(b, (uint64_t) - (1ll << 62));
+    bb_key(b, "s.f64", GGUF_VT_FLOAT64);
+    bb_f64(b, -1.0e300);
     for (size_t i = 0; i < N_NUM_ARRAYS; i++) {
         bb_key(b, num_arrays[i].key, GGUF_VT_ARRAY);
         bb_u32(b, num_arrays[i].type);
@@ -229,23 +254,41 @@ static void build_all_types(bb_t *b, uint32_t version, uint32_t align, size_t *h
         }
     }
     bb_key(b, "a.str", GGUF_VT_ARRAY);
-    bb_u32(b, GGUF_VT_STRING); bb_u64(b, 3);
-    bb_str(b, "a"); bb_str(b, ""); bb_str(b, "ccc");
+    bb_u32(b, GGUF_VT_STRING);
+    bb_u64(b, 3);
+    bb_str(b, "a");
+    bb_str(b, "");
+    bb_str(b, "ccc");
     /* [["x", "yy"], [], ["zzz"]] */
     bb_key(b, "a.arr.str", GGUF_VT_ARRAY);
-    bb_u32(b, GGUF_VT_ARRAY); bb_u64(b, 3);
-    bb_u32(b, GGUF_VT_STRING); bb_u64(b, 2); bb_str(b, "x"); bb_str(b, "yy");
-    bb_u32(b, GGUF_VT_STRING); bb_u64(b, 0);
-    bb_u32(b, GGUF_VT_STRING); bb_u64(b, 1); bb_str(b, "zzz");
+    bb_u32(b, GGUF_VT_ARRAY);
+    bb_u64(b, 3);
+    bb_u32(b, GGUF_VT_STRING);
+    bb_u64(b, 2);
+    bb_str(b, "x");
+    bb_str(b, "yy");
+    bb_u32(b, GGUF_VT_STRING);
+    bb_u64(b, 0);
+    bb_u32(b, GGUF_VT_STRING);
+    bb_u64(b, 1);
+    bb_str(b, "zzz");
     /* [[[1, 2]], [[]]] of int16 */
     bb_key(b, "a.arr.arr.i16", GGUF_VT_ARRAY);
-    bb_u32(b, GGUF_VT_ARRAY); bb_u64(b, 2);
-    bb_u32(b, GGUF_VT_ARRAY); bb_u64(b, 1);
-    bb_u32(b, GGUF_VT_INT16); bb_u64(b, 2); bb_le(b, 1, 2); bb_le(b, 2, 2);
-    bb_u32(b, GGUF_VT_ARRAY); bb_u64(b, 1);
-    bb_u32(b, GGUF_VT_INT16); bb_u64(b, 0);
+    bb_u32(b, GGUF_VT_ARRAY);
+    bb_u64(b, 2);
+    bb_u32(b, GGUF_VT_ARRAY);
+    bb_u64(b, 1);
+    bb_u32(b, GGUF_VT_INT16);
+    bb_u64(b, 2);
+    bb_le(b, 1, 2);
+    bb_le(b, 2, 2);
+    bb_u32(b, GGUF_VT_ARRAY);
+    bb_u64(b, 1);
+    bb_u32(b, GGUF_VT_INT16);
+    bb_u64(b, 0);
     bb_key(b, "a.empty", GGUF_VT_ARRAY);
-    bb_u32(b, GGUF_VT_INT32); bb_u64(b, 0);
+    bb_u32(b, GGUF_VT_INT32);
+    bb_u64(b, 0);
     if (align) {
         bb_key(b, "general.alignment", GGUF_VT_UINT32);
         bb_u32(b, align);
@@ -271,21 +314,33 @@ static void check_all_types(const gguf_t *g)
     int bl;
     gguf_str_t s;
 
-    cr_assert_eq(gguf_get_u64(g, "s.u8", &u64), 0); cr_assert_eq(u64, 200);
-    cr_assert_eq(gguf_get_i64(g, "s.i8", &i64), 0); cr_assert_eq(i64, -100);
-    cr_assert_eq(gguf_get_u32(g, "s.u16", &u32), 0); cr_assert_eq(u32, 60000);
-    cr_assert_eq(gguf_get_i64(g, "s.i16", &i64), 0); cr_assert_eq(i64, -30000);
-    cr_assert_eq(gguf_get_u32(g, "s.u32", &u32), 0); cr_assert_eq(u32, 4000000000u);
-    cr_assert_eq(gguf_get_i64(g, "s.i32", &i64), 0); cr_assert_eq(i64, -2000000000);
-    cr_assert_eq(gguf_get_f32(g, "s.f32", &f), 0); cr_assert_eq(f, 3.25f);
-    cr_assert_eq(gguf_get_bool(g, "s.bool", &bl), 0); cr_assert_eq(bl, 1);
-    cr_assert_eq(gguf_get_bool(g, "s.false", &bl), 0); cr_assert_eq(bl, 0);
+    cr_assert_eq(gguf_get_u64(g, "s.u8", &u64), 0);
+    cr_assert_eq(u64, 200);
+    cr_assert_eq(gguf_get_i64(g, "s.i8", &i64), 0);
+    cr_assert_eq(i64, -100);
+    cr_assert_eq(gguf_get_u32(g, "s.u16", &u32), 0);
+    cr_assert_eq(u32, 60000);
+    cr_assert_eq(gguf_get_i64(g, "s.i16", &i64), 0);
+    cr_assert_eq(i64, -30000);
+    cr_assert_eq(gguf_get_u32(g, "s.u32", &u32), 0);
+    cr_assert_eq(u32, 4000000000u);
+    cr_assert_eq(gguf_get_i64(g, "s.i32", &i64), 0);
+    cr_assert_eq(i64, -2000000000);
+    cr_assert_eq(gguf_get_f32(g, "s.f32", &f), 0);
+    cr_assert_eq(f, 3.25f);
+    cr_assert_eq(gguf_get_bool(g, "s.bool", &bl), 0);
+    cr_assert_eq(bl, 1);
+    cr_assert_eq(gguf_get_bool(g, "s.false", &bl), 0);
+    cr_assert_eq(bl, 0);
     cr_assert_eq(gguf_get_str(g, "s.str", &s), 0);
     cr_assert_eq(s.len, 11);
     cr_assert(memcmp(s.ptr, "hello, gguf", 11) == 0);
-    cr_assert_eq(gguf_get_str(g, "s.empty", &s), 0); cr_assert_eq(s.len, 0);
-    cr_assert_eq(gguf_get_u64(g, "s.u64", &u64), 0); cr_assert_eq(u64, (1ull << 63) + 5);
-    cr_assert_eq(gguf_get_i64(g, "s.i64", &i64), 0); cr_assert_eq(i64, -(1ll << 62));
+    cr_assert_eq(gguf_get_str(g, "s.empty", &s), 0);
+    cr_assert_eq(s.len, 0);
+    cr_assert_eq(gguf_get_u64(g, "s.u64", &u64), 0);
+    cr_assert_eq(u64, (1ull << 63) + 5);
+    cr_assert_eq(gguf_get_i64(g, "s.i64", &i64), 0);
+    cr_assert_eq(i64, -(1ll << 62));
     const gguf_value_t *v = gguf_get(g, "s.f64");
     cr_assert_not_null(v);
     cr_assert_eq(v->type, GGUF_VT_FLOAT64);
@@ -293,7 +348,8 @@ static void check_all_types(const gguf_t *g)
 
     for (size_t i = 0; i < N_NUM_ARRAYS; i++) {
         const gguf_value_t *a;
-        cr_assert_eq(gguf_get_arr(g, num_arrays[i].key, num_arrays[i].type, &a), 0, "%s", num_arrays[i].key);
+        cr_assert_eq(gguf_get_arr(g, num_arrays[i].key, num_arrays[i].type, &a), 0, "%s",
+                     num_arrays[i].key);
         cr_assert_eq(a->v.arr.n, 3);
         for (int k = 0; k < 3; k++) {
             if (num_arrays[i].type == GGUF_VT_FLOAT32)
@@ -301,7 +357,8 @@ static void check_all_types(const gguf_t *g)
             else if (num_arrays[i].type == GGUF_VT_FLOAT64)
                 cr_assert_eq(gguf_arr_f64(a, k), num_arrays[i].fv[k]);
             else
-                cr_assert_eq(gguf_arr_i64(a, k), num_arrays[i].iv[k], "%s[%d]", num_arrays[i].key, k);
+                cr_assert_eq(gguf_arr_i64(a, k), num_arrays[i].iv[k], "%s[%d]", num_arrays[i].key,
+                             k);
         }
     }
 
@@ -310,13 +367,16 @@ static void check_all_types(const gguf_t *g)
     cr_assert_eq(a->v.arr.n, 3);
     cr_assert_eq(a->v.arr.items[0].v.str.len, 1);
     cr_assert_eq(a->v.arr.items[1].v.str.len, 0);
-    cr_assert(a->v.arr.items[2].v.str.len == 3 && memcmp(a->v.arr.items[2].v.str.ptr, "ccc", 3) == 0);
+    cr_assert(a->v.arr.items[2].v.str.len == 3 &&
+              memcmp(a->v.arr.items[2].v.str.ptr, "ccc", 3) == 0);
 
     cr_assert_eq(gguf_get_arr(g, "a.arr.str", GGUF_VT_ARRAY, &a), 0);
     cr_assert_eq(a->v.arr.n, 3);
     const gguf_value_t *in = a->v.arr.items;
-    cr_assert(in[0].type == GGUF_VT_ARRAY && in[0].v.arr.type == GGUF_VT_STRING && in[0].v.arr.n == 2);
-    cr_assert(memcmp(in[0].v.arr.items[1].v.str.ptr, "yy", 2) == 0 && in[0].v.arr.items[1].v.str.len == 2);
+    cr_assert(in[0].type == GGUF_VT_ARRAY && in[0].v.arr.type == GGUF_VT_STRING &&
+              in[0].v.arr.n == 2);
+    cr_assert(memcmp(in[0].v.arr.items[1].v.str.ptr, "yy", 2) == 0 &&
+              in[0].v.arr.items[1].v.str.len == 2);
     cr_assert(in[1].type == GGUF_VT_ARRAY && in[1].v.arr.n == 0);
     cr_assert(in[2].v.arr.n == 1 && in[2].v.arr.items[0].v.str.len == 3);
     cr_assert(memcmp(in[2].v.arr.items[0].v.str.ptr, "zzz", 3) == 0);
@@ -545,10 +605,10 @@ Test(gguf, typed_getters_reject_wrong_types_and_out_of_range_values)
     const gguf_value_t *a;
     cr_assert_eq(gguf_get_str(g, "s.u32", &s), GGUF_ERR_TYPE);
     cr_assert_eq(gguf_get_u64(g, "s.str", &u64), GGUF_ERR_TYPE);
-    cr_assert_eq(gguf_get_u64(g, "s.i8", &u64), GGUF_ERR_TYPE);     /* negative */
-    cr_assert_eq(gguf_get_u32(g, "s.u64", &u32), GGUF_ERR_TYPE);    /* too big */
+    cr_assert_eq(gguf_get_u64(g, "s.i8", &u64), GGUF_ERR_TYPE);  /* negative */
+    cr_assert_eq(gguf_get_u32(g, "s.u64", &u32), GGUF_ERR_TYPE); /* too big */
     cr_assert_eq(gguf_get_u32(g, "s.i64", &u32), GGUF_ERR_TYPE);
-    cr_assert_eq(gguf_get_i64(g, "s.u64", &i64), GGUF_ERR_TYPE);    /* > INT64_MAX */
+    cr_assert_eq(gguf_get_i64(g, "s.u64", &i64), GGUF_ERR_TYPE); /* > INT64_MAX */
     cr_assert_eq(gguf_get_u64(g, "s.bool", &u64), GGUF_ERR_TYPE);
     cr_assert_eq(gguf_get_i64(g, "s.f32", &i64), GGUF_ERR_TYPE);
     cr_assert_eq(gguf_get_f32(g, "s.u32", &f), GGUF_ERR_TYPE);
@@ -623,9 +683,12 @@ Test(gguf, duplicate_metadata_keys_are_rejected)
 {
     bb_t b = {0};
     bb_header(&b, 3, 0, 3);
-    bb_key(&b, "general.name", GGUF_VT_STRING); bb_str(&b, "a");
-    bb_key(&b, "x", GGUF_VT_UINT8); bb_u8(&b, 1);
-    bb_key(&b, "general.name", GGUF_VT_UINT32); bb_u32(&b, 2);
+    bb_key(&b, "general.name", GGUF_VT_STRING);
+    bb_str(&b, "a");
+    bb_key(&b, "x", GGUF_VT_UINT8);
+    bb_u8(&b, 1);
+    bb_key(&b, "general.name", GGUF_VT_UINT32);
+    bb_u32(&b, 2);
     open_fails(&b, "duplicate metadata key 'general.name'");
     free(b.p);
 }
@@ -689,7 +752,9 @@ Test(gguf, a_row_that_is_not_a_multiple_of_the_block_is_rejected)
     tdesc_t t = {"blk.0.ffn_up.weight", GGUF_T_Q8_0, 2, {33, 2}, 0};
     bb_t b = {0};
     bb_simple(&b, 0, &t, 1, 256);
-    open_fails(&b, "tensor 'blk.0.ffn_up.weight': row of 33 elements is not a multiple of the Q8_0 block (32)");
+    open_fails(
+        &b,
+        "tensor 'blk.0.ffn_up.weight': row of 33 elements is not a multiple of the Q8_0 block (32)");
     free(b.p);
 }
 
@@ -746,7 +811,9 @@ Test(gguf, bool_values_other_than_0_and_1_are_rejected)
     bb_key(&b, "flags", GGUF_VT_ARRAY);
     bb_u32(&b, GGUF_VT_BOOL);
     bb_u64(&b, 3);
-    bb_u8(&b, 1); bb_u8(&b, 0); bb_u8(&b, 0xff);
+    bb_u8(&b, 1);
+    bb_u8(&b, 0);
+    bb_u8(&b, 0xff);
     open_fails(&b, "key 'flags': bool element 2");
     free(b.p);
 }
@@ -891,7 +958,8 @@ Test(gguf, huge_metadata_and_tensor_counts_fail_fast, .timeout = 10)
 Test(gguf, huge_array_counts_fail_fast, .timeout = 10)
 {
     cap_address_space(256u << 20);
-    const uint32_t elems[] = {GGUF_VT_UINT8, GGUF_VT_UINT64, GGUF_VT_BOOL, GGUF_VT_STRING, GGUF_VT_ARRAY};
+    const uint32_t elems[] = {GGUF_VT_UINT8, GGUF_VT_UINT64, GGUF_VT_BOOL, GGUF_VT_STRING,
+                              GGUF_VT_ARRAY};
     const uint64_t counts[] = {1ull << 60, 1ull << 62, UINT64_MAX};
     for (size_t e = 0; e < sizeof elems / sizeof elems[0]; e++) {
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {

@@ -30,12 +30,12 @@
 /* A growable byte buffer that also remembers where the type fields are. */
 typedef struct seed {
     uint8_t *p;
-    size_t len;                 /* bytes used */
-    size_t cap;                 /* bytes allocated */
-    size_t hdr_len;             /* bytes before the data section padding */
-    size_t type_at[MAX_MARKS];  /* offsets of u32 value/element/tensor type and n_dims fields */
+    size_t len;                /* bytes used */
+    size_t cap;                /* bytes allocated */
+    size_t hdr_len;            /* bytes before the data section padding */
+    size_t type_at[MAX_MARKS]; /* offsets of u32 value/element/tensor type and n_dims fields */
     size_t n_type;
-    size_t align_at;            /* offset of the general.alignment value, 0 if none */
+    size_t align_at; /* offset of the general.alignment value, 0 if none */
 } seed_t;
 
 static void sd_put(seed_t *s, const void *src, size_t n)
@@ -60,8 +60,14 @@ static void sd_le(seed_t *s, uint64_t v, size_t n)
     sd_put(s, x, n);
 }
 
-static void sd_u32(seed_t *s, uint32_t v) { sd_le(s, v, 4); }
-static void sd_u64(seed_t *s, uint64_t v) { sd_le(s, v, 8); }
+static void sd_u32(seed_t *s, uint32_t v)
+{
+    sd_le(s, v, 4);
+}
+static void sd_u64(seed_t *s, uint64_t v)
+{
+    sd_le(s, v, 8);
+}
 
 static void sd_str(seed_t *s, const char *str)
 {
@@ -134,32 +140,62 @@ static void seed_all_types(seed_t *s)
     sd_u32(s, 3);
     sd_u64(s, sizeof ts / sizeof ts[0]);
     sd_u64(s, 22);
-    sd_key(s, "general.architecture", GGUF_VT_STRING); sd_str(s, "llama");
-    sd_key(s, "u8", GGUF_VT_UINT8); sd_le(s, 250, 1);
-    sd_key(s, "i8", GGUF_VT_INT8); sd_le(s, 0x80, 1);
-    sd_key(s, "u16", GGUF_VT_UINT16); sd_le(s, 65535, 2);
-    sd_key(s, "i16", GGUF_VT_INT16); sd_le(s, 0x8000, 2);
-    sd_key(s, "u32", GGUF_VT_UINT32); sd_u32(s, 0xFFFFFFFFu);
-    sd_key(s, "i32", GGUF_VT_INT32); sd_u32(s, 0x80000000u);
-    sd_key(s, "f32", GGUF_VT_FLOAT32); sd_u32(s, 0x7F7FFFFFu); /* FLT_MAX */
-    sd_key(s, "bool", GGUF_VT_BOOL); sd_le(s, 1, 1);
-    sd_key(s, "u64", GGUF_VT_UINT64); sd_u64(s, UINT64_MAX);
-    sd_key(s, "i64", GGUF_VT_INT64); sd_u64(s, 1ull << 63);
-    sd_key(s, "f64", GGUF_VT_FLOAT64); sd_u64(s, 0x7FEFFFFFFFFFFFFFull); /* DBL_MAX */
-    sd_arr(s, "a.u8", GGUF_VT_UINT8, 3); sd_le(s, 0x030201, 3);
-    sd_arr(s, "a.i16", GGUF_VT_INT16, 2); sd_u32(s, 0x8000FFFFu);
-    sd_arr(s, "a.u32", GGUF_VT_UINT32, 2); sd_u64(s, 0x00000001FFFFFFFFull);
-    sd_arr(s, "a.f32", GGUF_VT_FLOAT32, 2); sd_u32(s, 0x3F800000u); sd_u32(s, 0x7F800000u);
-    sd_arr(s, "a.f64", GGUF_VT_FLOAT64, 1); sd_u64(s, 0xC3E0000000000001ull);
-    sd_arr(s, "a.bool", GGUF_VT_BOOL, 3); sd_le(s, 0x000101, 3);
-    sd_arr(s, "a.u64", GGUF_VT_UINT64, 1); sd_u64(s, UINT64_MAX);
-    sd_arr(s, "a.i64", GGUF_VT_INT64, 1); sd_u64(s, 1ull << 63);
+    sd_key(s, "general.architecture", GGUF_VT_STRING);
+    sd_str(s, "llama");
+    sd_key(s, "u8", GGUF_VT_UINT8);
+    sd_le(s, 250, 1);
+    sd_key(s, "i8", GGUF_VT_INT8);
+    sd_le(s, 0x80, 1);
+    sd_key(s, "u16", GGUF_VT_UINT16);
+    sd_le(s, 65535, 2);
+    sd_key(s, "i16", GGUF_VT_INT16);
+    sd_le(s, 0x8000, 2);
+    sd_key(s, "u32", GGUF_VT_UINT32);
+    sd_u32(s, 0xFFFFFFFFu);
+    sd_key(s, "i32", GGUF_VT_INT32);
+    sd_u32(s, 0x80000000u);
+    sd_key(s, "f32", GGUF_VT_FLOAT32);
+    sd_u32(s, 0x7F7FFFFFu); /* FLT_MAX */
+    sd_key(s, "bool", GGUF_VT_BOOL);
+    sd_le(s, 1, 1);
+    sd_key(s, "u64", GGUF_VT_UINT64);
+    sd_u64(s, UINT64_MAX);
+    sd_key(s, "i64", GGUF_VT_INT64);
+    sd_u64(s, 1ull << 63);
+    sd_key(s, "f64", GGUF_VT_FLOAT64);
+    sd_u64(s, 0x7FEFFFFFFFFFFFFFull); /* DBL_MAX */
+    sd_arr(s, "a.u8", GGUF_VT_UINT8, 3);
+    sd_le(s, 0x030201, 3);
+    sd_arr(s, "a.i16", GGUF_VT_INT16, 2);
+    sd_u32(s, 0x8000FFFFu);
+    sd_arr(s, "a.u32", GGUF_VT_UINT32, 2);
+    sd_u64(s, 0x00000001FFFFFFFFull);
+    sd_arr(s, "a.f32", GGUF_VT_FLOAT32, 2);
+    sd_u32(s, 0x3F800000u);
+    sd_u32(s, 0x7F800000u);
+    sd_arr(s, "a.f64", GGUF_VT_FLOAT64, 1);
+    sd_u64(s, 0xC3E0000000000001ull);
+    sd_arr(s, "a.bool", GGUF_VT_BOOL, 3);
+    sd_le(s, 0x000101, 3);
+    sd_arr(s, "a.u64", GGUF_VT_UINT64, 1);
+    sd_u64(s, UINT64_MAX);
+    sd_arr(s, "a.i64", GGUF_VT_INT64, 1);
+    sd_u64(s, 1ull << 63);
     sd_arr(s, "tokenizer.ggml.tokens", GGUF_VT_STRING, 4);
-    sd_str(s, "<s>"); sd_str(s, ""); sd_str(s, "hello"); sd_str(s, "\xe2\x96\x81world");
+    sd_str(s, "<s>");
+    sd_str(s, "");
+    sd_str(s, "hello");
+    sd_str(s, "\xe2\x96\x81world");
     sd_arr(s, "a.arr.str", GGUF_VT_ARRAY, 2);
-    sd_type(s, GGUF_VT_STRING); sd_u64(s, 2); sd_str(s, "x"); sd_str(s, "yz");
-    sd_type(s, GGUF_VT_ARRAY); sd_u64(s, 1);
-    sd_type(s, GGUF_VT_STRING); sd_u64(s, 1); sd_str(s, "deep");
+    sd_type(s, GGUF_VT_STRING);
+    sd_u64(s, 2);
+    sd_str(s, "x");
+    sd_str(s, "yz");
+    sd_type(s, GGUF_VT_ARRAY);
+    sd_u64(s, 1);
+    sd_type(s, GGUF_VT_STRING);
+    sd_u64(s, 1);
+    sd_str(s, "deep");
     sd_tensors(s, ts, sizeof ts / sizeof ts[0], 32);
 }
 
@@ -176,11 +212,13 @@ static void seed_aligned(seed_t *s)
     sd_u32(s, 2);
     sd_u64(s, sizeof ts / sizeof ts[0]);
     sd_u64(s, 3);
-    sd_key(s, "general.name", GGUF_VT_STRING); sd_str(s, "aligned");
+    sd_key(s, "general.name", GGUF_VT_STRING);
+    sd_str(s, "aligned");
     sd_key(s, "general.alignment", GGUF_VT_UINT32);
     s->align_at = s->len;
     sd_u32(s, 64);
-    sd_arr(s, "a.i32", GGUF_VT_INT32, 2); sd_u64(s, 0xFFFFFFFF00000001ull);
+    sd_arr(s, "a.i32", GGUF_VT_INT32, 2);
+    sd_u64(s, 0xFFFFFFFF00000001ull);
     sd_tensors(s, ts, sizeof ts / sizeof ts[0], 64);
 }
 
@@ -193,7 +231,8 @@ static void seed_tiny(seed_t *s)
     sd_u32(s, 3);
     sd_u64(s, 1);
     sd_u64(s, 1);
-    sd_key(s, "k", GGUF_VT_UINT8); sd_le(s, 1, 1);
+    sd_key(s, "k", GGUF_VT_UINT8);
+    sd_le(s, 1, 1);
     sd_tensors(s, ts, 1, 32);
 }
 
@@ -208,7 +247,8 @@ typedef struct tally {
     long ok, failed;
 } tally_t;
 
-static uint64_t walk_value(const gguf_value_t *v, const uint8_t *lo, const uint8_t *hi, int depth, const char *what)
+static uint64_t walk_value(const gguf_value_t *v, const uint8_t *lo, const uint8_t *hi, int depth,
+                           const char *what)
 {
     uint64_t sum = v->type;
     if (depth > 16)
@@ -239,8 +279,8 @@ static uint64_t walk_value(const gguf_value_t *v, const uint8_t *lo, const uint8
         cr_assert_fail("%s: %llu elements but no items", what, (unsigned long long)v->v.arr.n);
     for (uint64_t i = 0; i < v->v.arr.n; i++) {
         if (v->v.arr.items[i].type != v->v.arr.type)
-            cr_assert_fail("%s: element %llu has type %u, array says %u", what, (unsigned long long)i,
-                           v->v.arr.items[i].type, v->v.arr.type);
+            cr_assert_fail("%s: element %llu has type %u, array says %u", what,
+                           (unsigned long long)i, v->v.arr.items[i].type, v->v.arr.type);
         sum += walk_value(&v->v.arr.items[i], lo, hi, depth + 1, what);
     }
     return sum;
@@ -248,7 +288,8 @@ static uint64_t walk_value(const gguf_value_t *v, const uint8_t *lo, const uint8
 
 /* A parse is either NULL with a message naming the file, or a gguf_t whose
  * every key, value and tensor byte lies inside buf and is consistent. */
-static void check_result(gguf_t *g, const char *err, const uint8_t *buf, size_t len, const char *what, tally_t *t)
+static void check_result(gguf_t *g, const char *err, const uint8_t *buf, size_t len,
+                         const char *what, tally_t *t)
 {
     if (!g) {
         if (!err[0])
@@ -294,7 +335,8 @@ static void check_result(gguf_t *g, const char *err, const uint8_t *buf, size_t 
         if (gguf_find_tensor(g, t->name) != t)
             cr_assert_fail("%s: tensor '%s' is not unique", what, t->name);
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS || gguf_ttype_traits(t->type, &blck, &bytes))
-            cr_assert_fail("%s: tensor '%s' has %u dims, type %u", what, t->name, t->n_dims, t->type);
+            cr_assert_fail("%s: tensor '%s' has %u dims, type %u", what, t->name, t->n_dims,
+                           t->type);
         uint64_t nel = 1;
         for (int d = 0; d < GGUF_MAX_DIMS; d++)
             nel *= t->ne[d];
@@ -420,9 +462,7 @@ Test(gguf_fuzz, thousands_of_random_byte_mutations_never_crash, .timeout = 60)
                 for (size_t k = pos; k < len && k < pos + 1 + (r >> 40) % 8; k++)
                     buf[k] = (uint8_t)fz_rand(&rng);
                 break;
-            case 5: /* drop the tail */
-                len = pos;
-                break;
+            case 5: /* drop the tail */ len = pos; break;
             }
         }
         char what[64];
@@ -441,8 +481,8 @@ Test(gguf_fuzz, thousands_of_random_byte_mutations_never_crash, .timeout = 60)
 Test(gguf_fuzz, hostile_values_at_every_field_position_never_crash, .timeout = 60)
 {
     static const uint64_t hostile[] = {
-        0, 1, 0xFFFFFFFFull, 1ull << 32, 1ull << 63, UINT64_MAX, (uint64_t)-1 - 1,
-        1ull << 62, 1ull << 60, 0x7FFFFFFFull, 33, 64,
+        0,          1,          0xFFFFFFFFull, 1ull << 32, 1ull << 63, UINT64_MAX, (uint64_t)-1 - 1,
+        1ull << 62, 1ull << 60, 0x7FFFFFFFull, 33,         64,
     };
     tally_t t = {0};
     for (size_t i = 0; i < N_SEEDS; i++) {
@@ -485,12 +525,14 @@ Test(gguf_fuzz, bad_type_codes_in_every_type_field_fail_cleanly, .timeout = 60)
         cr_assert_not_null(buf);
         for (size_t k = 0; k < s.n_type; k++) {
             for (uint64_t code = 0; code < 48; code++) {
-                uint32_t codes[3] = {(uint32_t)code, 0x80000000u | (uint32_t)code, UINT32_MAX - (uint32_t)code};
+                uint32_t codes[3] = {(uint32_t)code, 0x80000000u | (uint32_t)code,
+                                     UINT32_MAX - (uint32_t)code};
                 for (int c = 0; c < (code < 4 ? 3 : 1); c++) {
                     memcpy(buf, s.p, s.len);
                     put_le(buf + s.type_at[k], codes[c], 4);
                     char what[80];
-                    snprintf(what, sizeof what, "seed %zu: type field at %zu = %u", i, s.type_at[k], codes[c]);
+                    snprintf(what, sizeof what, "seed %zu: type field at %zu = %u", i, s.type_at[k],
+                             codes[c]);
                     try_parse(buf, s.len, what, &t);
                 }
             }

@@ -62,11 +62,13 @@ Test(log, journal_stream_naming_stderr_turns_prefixes_on, .fini = reset)
     char js[64];
     FILE *f = tmpfile();
     /* another device:inode (a pipe to something else): no prefixes */
-    snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino + 1);
+    snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino + 1);
     setenv("JOURNAL_STREAM", js, 1);
     log_set_output(f, -1);
     log_info("plain");
-    snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
     setenv("JOURNAL_STREAM", js, 1);
     log_set_output(f, -1);
     log_info("journal");

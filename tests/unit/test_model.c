@@ -11,10 +11,9 @@
 
 Test(model, refuses_every_unimplemented_weight_type_naming_the_tensor_and_the_type)
 {
-    static const uint32_t refused[] = {GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ3_XXS,
-                                       GGUF_T_IQ1_S,   GGUF_T_IQ3_S,  GGUF_T_IQ2_S,
-                                       GGUF_T_IQ1_M,   GGUF_T_TQ1_0,  GGUF_T_TQ2_0,
-                                       GGUF_T_MXFP4,   GGUF_T_Q8_1,   GGUF_T_Q8_K};
+    static const uint32_t refused[] = {GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ3_XXS, GGUF_T_IQ1_S,
+                                       GGUF_T_IQ3_S,   GGUF_T_IQ2_S,  GGUF_T_IQ1_M,   GGUF_T_TQ1_0,
+                                       GGUF_T_TQ2_0,   GGUF_T_MXFP4,  GGUF_T_Q8_1,    GGUF_T_Q8_K};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         uint32_t t = refused[i];
         cr_assert_not(quant_type_supported(t), "%s", gguf_ttype_name(t));
@@ -23,7 +22,8 @@ Test(model, refuses_every_unimplemented_weight_type_naming_the_tensor_and_the_ty
         model_t *m = model_open(path, err, sizeof err);
         unlink(path);
         cr_assert_null(m, "%s was accepted", gguf_ttype_name(t));
-        snprintf(want, sizeof want, "tensor 'blk.1.ffn_up.weight' has type %s, which is not supported",
+        snprintf(want, sizeof want,
+                 "tensor 'blk.1.ffn_up.weight' has type %s, which is not supported",
                  gguf_ttype_name(t));
         cr_assert(strstr(err, want) != NULL, "%s: %s", gguf_ttype_name(t), err);
         cr_assert(strstr(err, "IQ4_XS") != NULL, "the supported types are listed: %s", err);

@@ -30,13 +30,15 @@ static int is_zero(const void *p, size_t n)
 
 /* Parses len bytes of line, asserts the error code and that the message
  * contains want; returns the id the parser read (caller decrefs). */
-static json_t *parse_fail_n(const char *line, size_t len, int admin, proto_err_t code, const char *want)
+static json_t *parse_fail_n(const char *line, size_t len, int admin, proto_err_t code,
+                            const char *want)
 {
     proto_req_t r;
     char err[256] = "";
     json_t *id = (json_t *)1;
     int rc = proto_parse_request(line, len, admin, &r, &id, err, sizeof err);
-    cr_assert_eq(rc, -(int)code, "expected %s, got %d (%s) for %.200s", proto_err_code(code), rc, err, line);
+    cr_assert_eq(rc, -(int)code, "expected %s, got %d (%s) for %.200s", proto_err_code(code), rc,
+                 err, line);
     cr_assert(strstr(err, want), "message '%s' should mention '%s' (line %.200s)", err, want, line);
     cr_assert(is_zero(&r, sizeof r), "req must be left empty on failure");
     proto_req_free(&r);
@@ -114,7 +116,8 @@ static void assert_req_eq(const proto_req_t *a, const proto_req_t *b)
     cr_assert(str_eq(a->text, b->text));
     cr_assert_eq(a->add_bos, b->add_bos);
     cr_assert(str_eq(a->target, b->target));
-    cr_assert((!a->target_id && !b->target_id) || json_equal(a->target_id, b->target_id), "target differs");
+    cr_assert((!a->target_id && !b->target_id) || json_equal(a->target_id, b->target_id),
+              "target differs");
     cr_assert_eq(a->has_max_tokens, b->has_max_tokens);
     cr_assert_eq(a->has_temperature, b->has_temperature);
     cr_assert_eq(a->has_top_p, b->has_top_p);
@@ -162,11 +165,12 @@ static void round_trip(const char *line, int admin)
 Test(proto, generate_with_a_prompt_and_every_sampling_field_parses)
 {
     proto_req_t r;
-    parse_ok("{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once upon a time\","
-             "\"max_tokens\":64,\"temperature\":0,\"top_k\":40,\"top_p\":0.9,\"min_p\":0.05,"
-             "\"repeat_penalty\":1.1,\"presence_penalty\":-0.5,\"frequency_penalty\":2,"
-             "\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
-             0, &r);
+    parse_ok(
+        "{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once upon a time\","
+        "\"max_tokens\":64,\"temperature\":0,\"top_k\":40,\"top_p\":0.9,\"min_p\":0.05,"
+        "\"repeat_penalty\":1.1,\"presence_penalty\":-0.5,\"frequency_penalty\":2,"
+        "\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
+        0, &r);
     cr_assert_eq(r.op, PROTO_OP_GENERATE);
     cr_assert_str_eq(json_string_value(r.id), "r1");
     cr_assert_str_eq(r.model, "llama3-8b");
@@ -195,8 +199,9 @@ Test(proto, generate_without_sampling_fields_leaves_every_has_flag_clear)
     parse_ok("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\"}", 0, &r);
     cr_assert_null(r.id);
     cr_assert_str_eq(r.prompt, "");
-    cr_assert(!r.has_max_tokens && !r.has_temperature && !r.has_top_p && !r.has_min_p && !r.has_repeat_penalty &&
-              !r.has_top_k && !r.has_seed && !r.has_presence_penalty && !r.has_frequency_penalty);
+    cr_assert(!r.has_max_tokens && !r.has_temperature && !r.has_top_p && !r.has_min_p &&
+              !r.has_repeat_penalty && !r.has_top_k && !r.has_seed && !r.has_presence_penalty &&
+              !r.has_frequency_penalty);
     cr_assert_eq(r.n_stop, 0);
     cr_assert_null(r.stop);
     cr_assert_eq(r.stream, 0);
@@ -206,7 +211,9 @@ Test(proto, generate_without_sampling_fields_leaves_every_has_flag_clear)
 Test(proto, generate_with_tokens_parses_the_ids)
 {
     proto_req_t r;
-    parse_ok("{\"op\":\"generate\",\"id\":3,\"model\":\"m\",\"tokens\":[1,0,2147483647],\"stop\":\"x\"}", 0, &r);
+    parse_ok(
+        "{\"op\":\"generate\",\"id\":3,\"model\":\"m\",\"tokens\":[1,0,2147483647],\"stop\":\"x\"}",
+        0, &r);
     cr_assert_null(r.prompt);
     cr_assert_eq(r.n_tokens, 3);
     cr_assert_eq(r.tokens[0], 1);
@@ -221,9 +228,10 @@ Test(proto, generate_with_tokens_parses_the_ids)
 Test(proto, chat_parses_messages_and_sampling)
 {
     proto_req_t r;
-    parse_ok("{\"op\":\"chat\",\"id\":\"c1\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
-             "{\"content\":\"Hi\",\"role\":\"user\"},{\"role\":\"assistant\",\"content\":\"\"}],\"temperature\":0.5}",
-             0, &r);
+    parse_ok(
+        "{\"op\":\"chat\",\"id\":\"c1\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+        "{\"content\":\"Hi\",\"role\":\"user\"},{\"role\":\"assistant\",\"content\":\"\"}],\"temperature\":0.5}",
+        0, &r);
     cr_assert_eq(r.op, PROTO_OP_CHAT);
     cr_assert_eq(r.n_messages, 3);
     cr_assert_str_eq(r.messages[0].role, "system");
@@ -277,11 +285,18 @@ Test(proto, cancel_takes_a_string_or_integer_target)
 
 Test(proto, every_admin_op_parses_on_the_admin_socket)
 {
-    static const struct { const char *line; proto_op_t op; const char *model; int stream; } cases[] = {
+    static const struct {
+        const char *line;
+        proto_op_t op;
+        const char *model;
+        int stream;
+    } cases[] = {
         {"{\"op\":\"stats\",\"id\":1}", PROTO_OP_STATS, NULL, 0},
-        {"{\"op\":\"load\",\"id\":\"l1\",\"model\":\"qwen2-7b\",\"stream\":true}", PROTO_OP_LOAD, "qwen2-7b", 1},
+        {"{\"op\":\"load\",\"id\":\"l1\",\"model\":\"qwen2-7b\",\"stream\":true}", PROTO_OP_LOAD,
+         "qwen2-7b", 1},
         {"{\"op\":\"load\",\"model\":\"qwen2-7b\"}", PROTO_OP_LOAD, "qwen2-7b", 0},
-        {"{\"op\":\"evict\",\"id\":\"e1\",\"model\":\"llama3-8b\"}", PROTO_OP_EVICT, "llama3-8b", 0},
+        {"{\"op\":\"evict\",\"id\":\"e1\",\"model\":\"llama3-8b\"}", PROTO_OP_EVICT, "llama3-8b",
+         0},
         {"{\"op\":\"pin\",\"id\":\"p1\",\"model\":\"a\"}", PROTO_OP_PIN, "a", 0},
         {"{\"op\":\"unpin\",\"id\":\"p2\",\"model\":\"a\"}", PROTO_OP_UNPIN, "a", 0},
         {"{\"op\":\"reload\",\"id\":\"h1\"}", PROTO_OP_RELOAD, NULL, 0},
@@ -299,13 +314,16 @@ Test(proto, every_admin_op_parses_on_the_admin_socket)
 
 Test(proto, admin_ops_are_refused_on_the_inference_socket_and_vice_versa)
 {
-    json_t *id = parse_fail("{\"op\":\"stats\",\"id\":\"s\"}", 0, PROTO_E_BAD_REQUEST, "admin socket");
+    json_t *id =
+        parse_fail("{\"op\":\"stats\",\"id\":\"s\"}", 0, PROTO_E_BAD_REQUEST, "admin socket");
     cr_assert_str_eq(json_string_value(id), "s");
     json_decref(id);
-    json_decref(parse_fail("{\"op\":\"evict\",\"model\":\"m\"}", 0, PROTO_E_BAD_REQUEST, "'evict'"));
-    json_decref(parse_fail("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\"}", 1, PROTO_E_BAD_REQUEST,
-                           "'generate'"));
-    json_decref(parse_fail("{\"op\":\"cancel\",\"target\":\"x\"}", 1, PROTO_E_BAD_REQUEST, "'cancel'"));
+    json_decref(
+        parse_fail("{\"op\":\"evict\",\"model\":\"m\"}", 0, PROTO_E_BAD_REQUEST, "'evict'"));
+    json_decref(parse_fail("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\"}", 1,
+                           PROTO_E_BAD_REQUEST, "'generate'"));
+    json_decref(
+        parse_fail("{\"op\":\"cancel\",\"target\":\"x\"}", 1, PROTO_E_BAD_REQUEST, "'cancel'"));
 }
 
 Test(proto, a_trailing_carriage_return_is_accepted)
@@ -326,25 +344,31 @@ Test(proto, missing_or_unknown_op_is_bad_request)
 
 Test(proto, an_unknown_field_is_named_with_a_suggestion)
 {
-    json_t *id = parse_fail("{\"op\":\"generate\",\"id\":7,\"model\":\"m\",\"prompt\":\"hi\",\"max_token\":5}", 0,
-                            PROTO_E_BAD_REQUEST, "unknown field 'max_token' (did you mean 'max_tokens'?)");
+    json_t *id = parse_fail(
+        "{\"op\":\"generate\",\"id\":7,\"model\":\"m\",\"prompt\":\"hi\",\"max_token\":5}", 0,
+        PROTO_E_BAD_REQUEST, "unknown field 'max_token' (did you mean 'max_tokens'?)");
     cr_assert_eq(json_integer_value(id), 7);
     json_decref(id);
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"hi\",\"zzzzzzzz\":5}", "unknown field 'zzzzzzzz'");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"hi\",\"zzzzzzzz\":5}",
+        "unknown field 'zzzzzzzz'");
 }
 
 Test(proto, a_field_the_op_does_not_take_is_bad_request)
 {
-    bad("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"a\",\"stop\":\"x\"}", "field 'stop' is not valid for op 'tokenize'");
+    bad("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"a\",\"stop\":\"x\"}",
+        "field 'stop' is not valid for op 'tokenize'");
     bad("{\"op\":\"models\",\"model\":\"m\"}", "field 'model' is not valid for op 'models'");
     bad("{\"op\":\"chat\",\"model\":\"m\",\"prompt\":\"x\",\"messages\":[]}", "'prompt'");
-    json_decref(parse_fail("{\"op\":\"stats\",\"stream\":true}", 1, PROTO_E_BAD_REQUEST, "'stream'"));
+    json_decref(
+        parse_fail("{\"op\":\"stats\",\"stream\":true}", 1, PROTO_E_BAD_REQUEST, "'stream'"));
 }
 
 Test(proto, wrong_types_are_bad_request_naming_the_field)
 {
     const char *pre = "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",";
-    static const struct { const char *tail, *want; } cases[] = {
+    static const struct {
+        const char *tail, *want;
+    } cases[] = {
         {"\"max_tokens\":\"64\"}", "field 'max_tokens' must be an integer (got string)"},
         {"\"max_tokens\":64.0}", "field 'max_tokens' must be an integer (got number)"},
         {"\"top_k\":true}", "field 'top_k' must be an integer"},
@@ -363,21 +387,29 @@ Test(proto, wrong_types_are_bad_request_naming_the_field)
         snprintf(line, sizeof line, "%s%s", pre, cases[i].tail);
         bad(line, cases[i].want);
     }
-    bad("{\"op\":\"generate\",\"model\":5,\"prompt\":\"p\"}", "field 'model' must be a string (got integer)");
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":[1]}", "field 'prompt' must be a string (got array)");
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":\"1 2\"}", "field 'tokens' must be an array");
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[1,\"2\"]}", "field 'tokens[1]' must be an integer");
-    bad("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"a\",\"add_bos\":\"yes\"}", "field 'add_bos' must be true or false");
+    bad("{\"op\":\"generate\",\"model\":5,\"prompt\":\"p\"}",
+        "field 'model' must be a string (got integer)");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":[1]}",
+        "field 'prompt' must be a string (got array)");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":\"1 2\"}",
+        "field 'tokens' must be an array");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[1,\"2\"]}",
+        "field 'tokens[1]' must be an integer");
+    bad("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"a\",\"add_bos\":\"yes\"}",
+        "field 'add_bos' must be true or false");
     bad("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":7}", "field 'text' must be a string");
-    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":{}}", "field 'messages' must be an array (got object)");
-    bad("{\"op\":\"cancel\",\"target\":1.5}", "field 'target' must be a string or an integer (got number)");
-    json_decref(parse_fail("{\"op\":\"load\",\"model\":\"m\",\"stream\":\"yes\"}", 1, PROTO_E_BAD_REQUEST,
-                           "field 'stream'"));
+    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":{}}",
+        "field 'messages' must be an array (got object)");
+    bad("{\"op\":\"cancel\",\"target\":1.5}",
+        "field 'target' must be a string or an integer (got number)");
+    json_decref(parse_fail("{\"op\":\"load\",\"model\":\"m\",\"stream\":\"yes\"}", 1,
+                           PROTO_E_BAD_REQUEST, "field 'stream'"));
 }
 
 Test(proto, generate_needs_exactly_one_of_prompt_and_tokens)
 {
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"a\",\"tokens\":[1]}", "either 'prompt' or 'tokens'");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"a\",\"tokens\":[1]}",
+        "either 'prompt' or 'tokens'");
     bad("{\"op\":\"generate\",\"model\":\"m\"}", "missing field 'prompt' (or 'tokens')");
 }
 
@@ -400,7 +432,9 @@ Test(proto, required_fields_are_named_when_missing)
 Test(proto, sampling_values_out_of_range_are_bad_request)
 {
     const char *pre = "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",";
-    static const struct { const char *tail, *want; } cases[] = {
+    static const struct {
+        const char *tail, *want;
+    } cases[] = {
         {"\"temperature\":-0.1}", "field 'temperature' must be in [0, 100] (got -0.1)"},
         {"\"temperature\":100.5}", "field 'temperature' must be in [0, 100]"},
         {"\"presence_penalty\":2.5}", "field 'presence_penalty' must be in [-2, 2] (got 2.5)"},
@@ -428,9 +462,10 @@ Test(proto, sampling_values_out_of_range_are_bad_request)
 Test(proto, boundary_sampling_values_are_accepted)
 {
     proto_req_t r;
-    parse_ok("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"top_p\":1,\"min_p\":0,\"max_tokens\":0,"
-             "\"top_k\":0,\"seed\":9223372036854775807,\"temperature\":100}",
-             0, &r);
+    parse_ok(
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"top_p\":1,\"min_p\":0,\"max_tokens\":0,"
+        "\"top_k\":0,\"seed\":9223372036854775807,\"temperature\":100}",
+        0, &r);
     cr_assert_eq(r.top_p, 1.0f);
     cr_assert_eq(r.min_p, 0.0f);
     cr_assert_eq(r.max_tokens, 0);
@@ -440,7 +475,8 @@ Test(proto, boundary_sampling_values_are_accepted)
 
 Test(proto, bad_token_ids_are_named_by_index)
 {
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[5,-3]}", "field 'tokens[1]' must be a token id in 0 .. 2147483647 (got -3)");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[5,-3]}",
+        "field 'tokens[1]' must be a token id in 0 .. 2147483647 (got -3)");
     bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[2147483648]}", "field 'tokens[0]'");
     bad("{\"op\":\"generate\",\"model\":\"m\",\"tokens\":[]}", "field 'tokens' must not be empty");
 }
@@ -460,7 +496,8 @@ Test(proto, a_tokens_array_above_one_million_entries_is_refused, .timeout = 20)
     line[o - 1] = ']';
     line[o++] = '}';
     line[o] = '\0';
-    json_t *id = parse_fail_n(line, o, 0, PROTO_E_BAD_REQUEST, "field 'tokens' has 1000001 entries (max 1000000)");
+    json_t *id = parse_fail_n(line, o, 0, PROTO_E_BAD_REQUEST,
+                              "field 'tokens' has 1000001 entries (max 1000000)");
     cr_assert_str_eq(json_string_value(id), "big");
     json_decref(id);
 
@@ -478,16 +515,22 @@ Test(proto, a_tokens_array_above_one_million_entries_is_refused, .timeout = 20)
 Test(proto, malformed_messages_are_named_by_index)
 {
     const char *pre = "{\"op\":\"chat\",\"model\":\"m\",\"messages\":";
-    static const struct { const char *tail, *want; } cases[] = {
+    static const struct {
+        const char *tail, *want;
+    } cases[] = {
         {"[]}", "field 'messages' must not be empty"},
         {"[\"hi\"]}", "field 'messages[0]' must be an object (got string)"},
-        {"[{\"role\":\"user\",\"content\":\"a\"},{\"content\":\"b\"}]}", "missing field 'messages[1].role'"},
+        {"[{\"role\":\"user\",\"content\":\"a\"},{\"content\":\"b\"}]}",
+         "missing field 'messages[1].role'"},
         {"[{\"role\":\"user\"}]}", "missing field 'messages[0].content'"},
-        {"[{\"role\":\"robot\",\"content\":\"a\"}]}", "field 'messages[0].role' must be system, user or assistant (got 'robot')"},
+        {"[{\"role\":\"robot\",\"content\":\"a\"}]}",
+         "field 'messages[0].role' must be system, user or assistant (got 'robot')"},
         {"[{\"role\":\"tool\",\"content\":\"a\"}]}", "'messages[0].role'"},
         {"[{\"role\":1,\"content\":\"a\"}]}", "field 'messages[0].role' must be a string"},
-        {"[{\"role\":\"user\",\"content\":null}]}", "field 'messages[0].content' must be a string (got null)"},
-        {"[{\"role\":\"user\",\"content\":\"a\",\"name\":\"bob\"}]}", "unknown field 'name' in 'messages[0]'"},
+        {"[{\"role\":\"user\",\"content\":null}]}",
+         "field 'messages[0].content' must be a string (got null)"},
+        {"[{\"role\":\"user\",\"content\":\"a\",\"name\":\"bob\"}]}",
+         "unknown field 'name' in 'messages[0]'"},
     };
     char line[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -499,23 +542,28 @@ Test(proto, malformed_messages_are_named_by_index)
 Test(proto, stop_lists_are_limited_in_count_and_length)
 {
     char line[2048];
-    int o = snprintf(line, sizeof line, "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[");
+    int o = snprintf(line, sizeof line,
+                     "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[");
     for (int i = 0; i < PROTO_MAX_STOP + 1; i++)
         o += snprintf(line + o, sizeof line - (size_t)o, "%s\"s%d\"", i ? "," : "", i);
     snprintf(line + o, sizeof line - (size_t)o, "]}");
     bad(line, "field 'stop' has 17 entries (max 16)");
 
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[\"a\",\"\"]}", "field 'stop[1]' must not be empty");
-    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":\"\"}", "field 'stop' must not be empty");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[\"a\",\"\"]}",
+        "field 'stop[1]' must not be empty");
+    bad("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":\"\"}",
+        "field 'stop' must not be empty");
 
     char longstop[PROTO_MAX_STOP_BYTES + 2];
     memset(longstop, 'x', sizeof longstop - 1);
     longstop[sizeof longstop - 1] = '\0';
-    snprintf(line, sizeof line, "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[\"%s\"]}", longstop);
+    snprintf(line, sizeof line,
+             "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[\"%s\"]}", longstop);
     bad(line, "field 'stop[0]' is longer than 256 bytes");
 
     /* exactly 16 entries of 256 bytes are fine; so is an empty list */
-    o = snprintf(line, sizeof line, "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[");
+    o = snprintf(line, sizeof line,
+                 "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"stop\":[");
     for (int i = 0; i < PROTO_MAX_STOP; i++)
         o += snprintf(line + o, sizeof line - (size_t)o, "%s\"s%d\"", i ? "," : "", i);
     snprintf(line + o, sizeof line - (size_t)o, "]}");
@@ -534,7 +582,8 @@ Test(proto, ids_of_other_types_are_bad_request_without_an_id)
     char line[128];
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         snprintf(line, sizeof line, "{\"op\":\"models\",\"id\":%s}", ids[i]);
-        json_t *id = parse_fail(line, 0, PROTO_E_BAD_REQUEST, "field 'id' must be a string or an integer");
+        json_t *id =
+            parse_fail(line, 0, PROTO_E_BAD_REQUEST, "field 'id' must be a string or an integer");
         cr_assert_null(id, "an invalid id is not echoed (%s)", ids[i]);
     }
     char longid[PROTO_MAX_ID_BYTES + 2];
@@ -551,11 +600,13 @@ Test(proto, ids_of_other_types_are_bad_request_without_an_id)
 
 Test(proto, errors_after_the_id_is_read_are_tagged_with_it)
 {
-    json_t *id = parse_fail("{\"op\":\"nope\",\"id\":\"late\"}", 0, PROTO_E_BAD_REQUEST, "unknown op");
+    json_t *id =
+        parse_fail("{\"op\":\"nope\",\"id\":\"late\"}", 0, PROTO_E_BAD_REQUEST, "unknown op");
     cr_assert_str_eq(json_string_value(id), "late", "the id is read even when it comes after op");
     json_decref(id);
-    id = parse_fail("{\"id\":-12,\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"temperature\":-1}", 0,
-                    PROTO_E_BAD_REQUEST, "temperature");
+    id = parse_fail(
+        "{\"id\":-12,\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"temperature\":-1}", 0,
+        PROTO_E_BAD_REQUEST, "temperature");
     cr_assert(json_is_integer(id) && json_integer_value(id) == -12);
     json_decref(id);
 }
@@ -578,22 +629,25 @@ Test(proto, malformed_json_is_bad_json_with_a_null_id)
 
 Test(proto, duplicate_keys_are_bad_json)
 {
-    cr_assert_null(parse_fail("{\"op\":\"models\",\"op\":\"stats\"}", 0, PROTO_E_BAD_JSON, "duplicate"));
+    cr_assert_null(
+        parse_fail("{\"op\":\"models\",\"op\":\"stats\"}", 0, PROTO_E_BAD_JSON, "duplicate"));
 }
 
 Test(proto, valid_json_that_is_not_an_object_is_bad_request)
 {
     static const char *const lines[] = {"[1,2,3]", "42", "\"generate\"", "null", "true"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
-        cr_assert_null(parse_fail(lines[i], 0, PROTO_E_BAD_REQUEST, "a request must be a JSON object"), "%s",
-                       lines[i]);
+        cr_assert_null(
+            parse_fail(lines[i], 0, PROTO_E_BAD_REQUEST, "a request must be a JSON object"), "%s",
+            lines[i]);
 }
 
 Test(proto, embedded_nuls_are_refused)
 {
-    cr_assert_null(parse_fail("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"a\\u0000b\"}", 0, PROTO_E_BAD_JSON,
-                              "invalid JSON"));
-    cr_assert_null(parse_fail("{\"op\":\"models\",\"id\":\"a\\u0000\"}", 0, PROTO_E_BAD_JSON, "invalid JSON"));
+    cr_assert_null(parse_fail("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"a\\u0000b\"}", 0,
+                              PROTO_E_BAD_JSON, "invalid JSON"));
+    cr_assert_null(
+        parse_fail("{\"op\":\"models\",\"id\":\"a\\u0000\"}", 0, PROTO_E_BAD_JSON, "invalid JSON"));
     static const char raw[] = "{\"op\":\"models\",\"id\":\"a\0b\"}";
     cr_assert_null(parse_fail_n(raw, sizeof raw - 1, 0, PROTO_E_BAD_JSON, "invalid JSON"));
     static const char after[] = "{\"op\":\"models\"}\0garbage";
@@ -604,15 +658,17 @@ Test(proto, invalid_utf8_is_refused)
 {
     static const char *const lines[] = {
         "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xff\"}",
-        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}",         /* overlong '/' */
-        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}",     /* surrogate */
-        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xe2\x82\"}",         /* truncated */
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}",     /* overlong '/' */
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", /* surrogate */
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\xe2\x82\"}",     /* truncated */
         "{\"op\":\"models\",\"\xfe\":1}",
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         cr_assert_null(parse_fail(lines[i], 0, PROTO_E_BAD_JSON, "invalid JSON"), "case %zu", i);
     proto_req_t r;
-    parse_ok("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}", 0, &r);
+    parse_ok(
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}",
+        0, &r);
     cr_assert_str_eq(r.prompt, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
     proto_req_free(&r);
 }
@@ -648,7 +704,8 @@ Test(proto, deeply_nested_input_is_refused_before_parsing)
 Test(proto, parse_accepts_null_err_and_id_out)
 {
     proto_req_t r;
-    cr_assert_eq(proto_parse_request("{\"op\":\"nope\",\"id\":1}", 20, 0, &r, NULL, NULL, 0), -PROTO_E_BAD_REQUEST);
+    cr_assert_eq(proto_parse_request("{\"op\":\"nope\",\"id\":1}", 20, 0, &r, NULL, NULL, 0),
+                 -PROTO_E_BAD_REQUEST);
     cr_assert_eq(proto_parse_request("{", 1, 0, &r, NULL, NULL, 0), -PROTO_E_BAD_JSON);
     proto_req_free(NULL);
 }
@@ -667,7 +724,8 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
         proto_req_t r;
         parse_ok(lines[i], 0, &r);
         json_t *root = json_loads(lines[i], 0, NULL);
-        cr_assert(json_equal(r.id, json_object_get(root, "id")), "parsed id differs (%s)", lines[i]);
+        cr_assert(json_equal(r.id, json_object_get(root, "id")), "parsed id differs (%s)",
+                  lines[i]);
         json_decref(root);
         char *toks[] = {
             proto_encode_token(r.id, "x", 1, -1),
@@ -678,7 +736,8 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
         };
         for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
             json_t *j = reparse_line(toks[k]);
-            cr_assert(json_equal(json_object_get(j, "id"), r.id), "id not echoed verbatim (%s, encoder %zu)", lines[i], k);
+            cr_assert(json_equal(json_object_get(j, "id"), r.id),
+                      "id not echoed verbatim (%s, encoder %zu)", lines[i], k);
             cr_assert_eq(json_typeof(json_object_get(j, "id")), json_typeof(r.id));
             json_decref(j);
         }
@@ -698,19 +757,28 @@ Test(proto, a_missing_id_is_answered_with_null)
 
 Test(proto, encode_request_round_trips_every_op)
 {
-    round_trip("{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once\\nupon \\u00e9\","
-               "\"max_tokens\":64,\"temperature\":0.7,\"top_k\":40,\"top_p\":0.95,\"min_p\":0.05,"
-               "\"repeat_penalty\":1.1,\"seed\":9223372036854775807,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
-               0);
-    round_trip("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-               "\"presence_penalty\":-1.5,\"frequency_penalty\":0.25}",
-               0);
-    round_trip("{\"op\":\"generate\",\"id\":2,\"model\":\"m\",\"tokens\":[785,3974,0],\"temperature\":0.123456789}", 0);
-    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\",\"stop\":\"x\",\"temperature\":3e-7}", 0);
-    round_trip("{\"op\":\"chat\",\"id\":\"c\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
-               "{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\",\"content\":\"\"}],\"top_p\":1}",
-               0);
-    round_trip("{\"op\":\"tokenize\",\"id\":\"t\",\"model\":\"m\",\"text\":\"Hello\",\"add_bos\":false}", 0);
+    round_trip(
+        "{\"op\":\"generate\",\"id\":\"r1\",\"model\":\"llama3-8b\",\"prompt\":\"Once\\nupon \\u00e9\","
+        "\"max_tokens\":64,\"temperature\":0.7,\"top_k\":40,\"top_p\":0.95,\"min_p\":0.05,"
+        "\"repeat_penalty\":1.1,\"seed\":9223372036854775807,\"stop\":[\"\\n\",\"END\"],\"stream\":true}",
+        0);
+    round_trip(
+        "{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"presence_penalty\":-1.5,\"frequency_penalty\":0.25}",
+        0);
+    round_trip(
+        "{\"op\":\"generate\",\"id\":2,\"model\":\"m\",\"tokens\":[785,3974,0],\"temperature\":0.123456789}",
+        0);
+    round_trip(
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\",\"stop\":\"x\",\"temperature\":3e-7}",
+        0);
+    round_trip(
+        "{\"op\":\"chat\",\"id\":\"c\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\",\"content\":\"\"}],\"top_p\":1}",
+        0);
+    round_trip(
+        "{\"op\":\"tokenize\",\"id\":\"t\",\"model\":\"m\",\"text\":\"Hello\",\"add_bos\":false}",
+        0);
     round_trip("{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"\"}", 0);
     round_trip("{\"op\":\"models\",\"id\":\"m1\"}", 0);
     round_trip("{\"op\":\"cancel\",\"id\":\"x\",\"target\":\"r9\"}", 0);
@@ -774,7 +842,8 @@ Test(proto, token_events_are_one_line_with_the_right_fields)
 Test(proto, done_events_carry_usage_and_timing)
 {
     json_t *id = json_integer(12);
-    proto_timing_t t = {.queue_ms = 0.4, .swap_ms = 212.0, .ttft_ms = 231.51234, .total_ms = 910.2, .swapped = 1};
+    proto_timing_t t = {
+        .queue_ms = 0.4, .swap_ms = 212.0, .ttft_ms = 231.51234, .total_ms = 910.2, .swapped = 1};
     char *line = proto_encode_done(id, " there was ...", "length", 5, 64, &t);
     cr_assert_not_null(line);
     cr_assert(strstr(line, "\"queue_ms\":0.4,"), "times are written short: %s", line);
@@ -813,7 +882,8 @@ Test(proto, done_events_carry_usage_and_timing)
 Test(proto, error_lines_carry_event_ok_and_the_code)
 {
     json_t *id = json_string("r2");
-    json_t *j = reparse_line(proto_encode_error(id, PROTO_E_UNKNOWN_MODEL, "no model 'llama4' (configured: a, b)"));
+    json_t *j = reparse_line(
+        proto_encode_error(id, PROTO_E_UNKNOWN_MODEL, "no model 'llama4' (configured: a, b)"));
     cr_assert_str_eq(sget(j, "id"), "r2");
     cr_assert_str_eq(sget(j, "event"), "error");
     cr_assert(json_is_false(json_object_get(j, "ok")));
@@ -822,10 +892,12 @@ Test(proto, error_lines_carry_event_ok_and_the_code)
     cr_assert_str_eq(sget(e, "message"), "no model 'llama4' (configured: a, b)");
     json_decref(j);
     j = reparse_line(proto_encode_error(id, PROTO_E_OVERLOADED, NULL));
-    cr_assert_str_eq(sget(json_object_get(j, "error"), "message"), "overloaded", "NULL message uses the code");
+    cr_assert_str_eq(sget(json_object_get(j, "error"), "message"), "overloaded",
+                     "NULL message uses the code");
     json_decref(j);
     j = reparse_line(proto_encode_error(id, (proto_err_t)999, "x"));
-    cr_assert_str_eq(sget(json_object_get(j, "error"), "code"), "internal", "an unknown code encodes as internal");
+    cr_assert_str_eq(sget(json_object_get(j, "error"), "code"), "internal",
+                     "an unknown code encodes as internal");
     json_decref(j);
     json_decref(id);
 }
@@ -843,7 +915,8 @@ Test(proto, ok_answers_merge_the_body)
     j = reparse_line(proto_encode_ok(id, NULL));
     cr_assert_eq(json_object_size(j), 2);
     json_decref(j);
-    cr_assert_null(proto_encode_ok(id, json_integer(3)), "a non-object body is refused (and released)");
+    cr_assert_null(proto_encode_ok(id, json_integer(3)),
+                   "a non-object body is refused (and released)");
     json_decref(id);
 }
 
@@ -861,8 +934,12 @@ Test(proto, progress_events_carry_bytes_and_total)
 
 Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
 {
-    json_t *j = reparse_line(proto_encode_token(NULL, "a\xe2\x82" "b\xff", 5, -1));
-    cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd");
+    json_t *j = reparse_line(proto_encode_token(NULL,
+                                                "a\xe2\x82"
+                                                "b\xff",
+                                                5, -1));
+    cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd"
+                                      "b\xef\xbf\xbd");
     json_decref(j);
     j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, NULL));
     cr_assert_str_eq(sget(j, "text"), "\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac");
@@ -874,19 +951,16 @@ Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
 
 Test(proto, error_code_strings_are_exactly_the_documented_ones)
 {
-    static const struct { proto_err_t e; const char *s; } codes[] = {
-        {PROTO_E_BAD_JSON, "bad_json"},
-        {PROTO_E_BAD_REQUEST, "bad_request"},
-        {PROTO_E_UNKNOWN_MODEL, "unknown_model"},
-        {PROTO_E_TOO_LARGE, "too_large"},
-        {PROTO_E_OVERLOADED, "overloaded"},
-        {PROTO_E_CONTEXT_OVERFLOW, "context_overflow"},
-        {PROTO_E_CANCELLED, "cancelled"},
-        {PROTO_E_SHUTTING_DOWN, "shutting_down"},
-        {PROTO_E_INTERNAL, "internal"},
-        {PROTO_E_FORBIDDEN, "forbidden"},
-        {PROTO_E_UNAUTHORIZED, "unauthorized"},
-        {PROTO_E_RATE_LIMITED, "rate_limited"},
+    static const struct {
+        proto_err_t e;
+        const char *s;
+    } codes[] = {
+        {PROTO_E_BAD_JSON, "bad_json"},           {PROTO_E_BAD_REQUEST, "bad_request"},
+        {PROTO_E_UNKNOWN_MODEL, "unknown_model"}, {PROTO_E_TOO_LARGE, "too_large"},
+        {PROTO_E_OVERLOADED, "overloaded"},       {PROTO_E_CONTEXT_OVERFLOW, "context_overflow"},
+        {PROTO_E_CANCELLED, "cancelled"},         {PROTO_E_SHUTTING_DOWN, "shutting_down"},
+        {PROTO_E_INTERNAL, "internal"},           {PROTO_E_FORBIDDEN, "forbidden"},
+        {PROTO_E_UNAUTHORIZED, "unauthorized"},   {PROTO_E_RATE_LIMITED, "rate_limited"},
     };
     cr_assert_eq(sizeof codes / sizeof codes[0], PROTO_E_COUNT - 1, "every code is listed");
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
@@ -901,8 +975,9 @@ Test(proto, error_code_strings_are_exactly_the_documented_ones)
 
 Test(proto, op_names_match_the_wire)
 {
-    static const char *const names[] = {NULL, "generate", "chat", "tokenize", "models", "cancel", "stats",
-                                        "load", "evict", "pin", "unpin", "reload", "drain", "fault", "auth"};
+    static const char *const names[] = {NULL,     "generate", "chat",  "tokenize", "models",
+                                        "cancel", "stats",    "load",  "evict",    "pin",
+                                        "unpin",  "reload",   "drain", "fault",    "auth"};
     for (int op = 1; op <= PROTO_OP_AUTH; op++)
         cr_assert_str_eq(proto_op_name((proto_op_t)op), names[op]);
     cr_assert_null(proto_op_name(0));
@@ -913,7 +988,8 @@ Test(proto, fault_op_is_admin_only_and_typed)
 {
     proto_req_t r;
     char err[256];
-    const char *ok = "{\"op\":\"fault\",\"id\":1,\"fault\":\"copy_slow\",\"count\":3,\"delay_ms\":250}";
+    const char *ok =
+        "{\"op\":\"fault\",\"id\":1,\"fault\":\"copy_slow\",\"count\":3,\"delay_ms\":250}";
     cr_assert_eq(proto_parse_request(ok, strlen(ok), 1, &r, NULL, err, sizeof err), 0, "%s", err);
     cr_assert_eq(r.op, PROTO_OP_FAULT);
     cr_assert_eq(r.fault, 2);
@@ -922,13 +998,15 @@ Test(proto, fault_op_is_admin_only_and_typed)
     char *line = proto_encode_request(&r);
     cr_assert_not_null(line);
     proto_req_t r2;
-    cr_assert_eq(proto_parse_request(line, strlen(line) - 1, 1, &r2, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(proto_parse_request(line, strlen(line) - 1, 1, &r2, NULL, err, sizeof err), 0,
+                 "%s", err);
     cr_assert_eq(r2.fault, 2);
     cr_assert_eq(r2.fault_count, 3);
     free(line);
     proto_req_free(&r2);
     proto_req_free(&r);
-    cr_assert_eq(proto_parse_request(ok, strlen(ok), 0, &r, NULL, err, sizeof err), -PROTO_E_BAD_REQUEST);
+    cr_assert_eq(proto_parse_request(ok, strlen(ok), 0, &r, NULL, err, sizeof err),
+                 -PROTO_E_BAD_REQUEST);
     cr_assert(strstr(err, "admin"), "%s", err);
     static const char *const bad[] = {
         "{\"op\":\"fault\"}",
@@ -971,7 +1049,8 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     proto_event_free(&ev);
 
     event_ok(proto_encode_error(id, PROTO_E_CONTEXT_OVERFLOW, "too long"), PROTO_EV_ERROR, &ev);
-    cr_assert_eq(proto_err_from_code(json_string_value(json_object_get(json_object_get(ev.root, "error"), "code"))),
+    cr_assert_eq(proto_err_from_code(
+                     json_string_value(json_object_get(json_object_get(ev.root, "error"), "code"))),
                  PROTO_E_CONTEXT_OVERFLOW);
     proto_event_free(&ev);
 
@@ -992,18 +1071,24 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
 Test(proto, the_client_reads_an_ok_false_line_as_an_error)
 {
     proto_event_t ev;
-    const char *line = "{\"id\":1,\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"no\"}}";
+    const char *line =
+        "{\"id\":1,\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"no\"}}";
     cr_assert_eq(proto_parse_event(line, strlen(line), &ev, NULL, 0), 0);
     cr_assert_eq(ev.kind, PROTO_EV_ERROR);
     proto_event_free(&ev);
     line = "{\"id\":1,\"event\":\"token\",\"text\":\"a\",\"token\":1,\"future_field\":[1]}";
-    cr_assert_eq(proto_parse_event(line, strlen(line), &ev, NULL, 0), 0, "unknown fields are ignored");
+    cr_assert_eq(proto_parse_event(line, strlen(line), &ev, NULL, 0), 0,
+                 "unknown fields are ignored");
     proto_event_free(&ev);
 }
 
 Test(proto, the_client_refuses_malformed_events)
 {
-    static const struct { const char *line; proto_err_t code; const char *want; } cases[] = {
+    static const struct {
+        const char *line;
+        proto_err_t code;
+        const char *want;
+    } cases[] = {
         {"{\"id\":1,\"event\":", PROTO_E_BAD_JSON, "invalid JSON"},
         {"", PROTO_E_BAD_JSON, "empty line"},
         {"[1]", PROTO_E_BAD_REQUEST, "JSON object"},

@@ -101,8 +101,7 @@ static void check_dotn_consistency(quant_isa_t isa)
                 for (int j = 0; j < nx; j++) {
                     float one = quant_dot(types[ti], wq, x[j], n);
                     cr_assert_eq(memcmp(&one, &out[j], 4), 0, "%s n=%zu nx=%d j=%d: %g vs %g",
-                                 gguf_ttype_name(types[ti]), n, nx, j, (double)one,
-                                 (double)out[j]);
+                                 gguf_ttype_name(types[ti]), n, nx, j, (double)one, (double)out[j]);
                     double ref = 0, mag = 0;
                     for (size_t i = 0; i < n; i++) {
                         ref += (double)wd[i] * x[j][i];
@@ -112,7 +111,9 @@ static void check_dotn_consistency(quant_isa_t isa)
                                   gguf_ttype_name(types[ti]), n, (double)one, ref);
                 }
             }
-            free(w); free(wq); free(wd);
+            free(w);
+            free(wq);
+            free(wd);
             for (int j = 0; j < 4; j++)
                 free(x[j]);
         }
@@ -167,7 +168,8 @@ Test(quant, float_tiles_of_every_shape_equal_single_dots)
                 for (int nr = 1; nr <= 5; nr++)
                     for (int nx = 1; nx <= 6; nx++) {
                         float out[30];
-                        quant_dot_tile(types[ti], w, n * 4, nr, (const float *const *)x, nx, n, out);
+                        quant_dot_tile(types[ti], w, n * 4, nr, (const float *const *)x, nx, n,
+                                       out);
                         for (int r = 0; r < nr; r++)
                             for (int j = 0; j < nx; j++) {
                                 float one = quant_dot(types[ti], w + (size_t)r * n * 4, x[j], n);
@@ -200,18 +202,23 @@ Test(quant, f16_rows_convert_as_the_scalar_conversions_on_every_isa)
         for (uint32_t i = 0; i < 65535; i++) {
             float e = quant_f16_to_f32(h[i]);
             if (!isnan(e))
-                cr_assert_eq(memcmp(&e, &f[i], 4), 0, "%s: %04x", quant_isa_name((quant_isa_t)isa), i);
+                cr_assert_eq(memcmp(&e, &f[i], 4), 0, "%s: %04x", quant_isa_name((quant_isa_t)isa),
+                             i);
         }
         for (uint32_t i = 0; i < 65536; i++) { /* every half value, the ties to its next, beside */
-            float lo = quant_f16_to_f32((uint16_t)(i >> 2)), hi = quant_f16_to_f32((uint16_t)((i >> 2) + 1));
+            float lo = quant_f16_to_f32((uint16_t)(i >> 2)),
+                  hi = quant_f16_to_f32((uint16_t)((i >> 2) + 1));
             float mid = isfinite(hi) && isfinite(lo) ? lo + (hi - lo) / 2 : lo;
-            f[i] = (i & 3) == 0 ? lo : (i & 3) == 1 ? mid : (i & 3) == 2 ? nextafterf(mid, hi) : nextafterf(mid, lo);
+            f[i] = (i & 3) == 0   ? lo
+                   : (i & 3) == 1 ? mid
+                   : (i & 3) == 2 ? nextafterf(mid, hi)
+                                  : nextafterf(mid, lo);
         }
         quant_row_from_f32(GGUF_T_F16, f, h2, 65533);
         for (uint32_t i = 0; i < 65533; i++)
             if (!isnan(f[i]))
-                cr_assert_eq(h2[i], quant_f32_to_f16(f[i]), "%s: %.9g", quant_isa_name((quant_isa_t)isa),
-                             (double)f[i]);
+                cr_assert_eq(h2[i], quant_f32_to_f16(f[i]), "%s: %.9g",
+                             quant_isa_name((quant_isa_t)isa), (double)f[i]);
     }
     quant_isa_set(QUANT_ISA_AUTO);
     free(h);
@@ -231,7 +238,9 @@ Test(quant, activations_quantize_to_the_same_bytes_on_every_isa)
         for (int trial = 0; trial < 6; trial++) {
             for (size_t i = 0; i < n; i++)
                 x[i] = trial == 0   ? 0.0f
-                       : trial == 1 ? (i % 7 == 3 ? -2.0f : i % 7 == 5 ? 2.0f : frand())
+                       : trial == 1 ? (i % 7 == 3   ? -2.0f
+                                       : i % 7 == 5 ? 2.0f
+                                                    : frand())
                                     : frand() * (float)trial * (i % 97 == 0 ? 50.0f : 1.0f);
             quant_isa_set(QUANT_ISA_PORTABLE);
             quant_act_from_f32((quant_act_t)a, x, ref, n);
@@ -297,8 +306,8 @@ static const struct {
     uint32_t type;
     double rms_rel;
 } btypes[] = {
-    {GGUF_T_Q8_0, 0.006}, {GGUF_T_Q4_0, 0.09}, {GGUF_T_Q4_1, 0.07},  {GGUF_T_Q5_0, 0.045},
-    {GGUF_T_Q5_1, 0.035}, {GGUF_T_Q2_K, 0.40}, {GGUF_T_Q3_K, 0.20},  {GGUF_T_Q4_K, 0.09},
+    {GGUF_T_Q8_0, 0.006}, {GGUF_T_Q4_0, 0.09},  {GGUF_T_Q4_1, 0.07},   {GGUF_T_Q5_0, 0.045},
+    {GGUF_T_Q5_1, 0.035}, {GGUF_T_Q2_K, 0.40},  {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q4_K, 0.09},
     {GGUF_T_Q5_K, 0.045}, {GGUF_T_Q6_K, 0.025}, {GGUF_T_IQ4_NL, 0.10}, {GGUF_T_IQ4_XS, 0.10},
 };
 #define N_BTYPES (sizeof btypes / sizeof btypes[0])
@@ -379,8 +388,8 @@ Test(quant, exact_dots_of_block_types_match_float64_whatever_the_tile)
                         ref += (double)wd[r * n + i] * x[j][i];
                         mag += fabs((double)wd[r * n + i] * x[j][i]);
                     }
-                    cr_assert_leq(fabs(ref - one), 1e-5 * mag, "%s: %g vs %g",
-                                  gguf_ttype_name(t), (double)one, ref);
+                    cr_assert_leq(fabs(ref - one), 1e-5 * mag, "%s: %g vs %g", gguf_ttype_name(t),
+                                  (double)one, ref);
                 }
         }
     }
@@ -434,7 +443,8 @@ Test(quant, quantized_activation_dots_equal_the_dequantized_values_dot)
                         int sum = 0;
                         for (int i = 0; i < 32; i++)
                             sum += qs[i];
-                        cr_assert_leq(fabsf(a->s - d * (float)sum), 1e-3f * fabsf(d * (float)sum) + 1e-30f);
+                        cr_assert_leq(fabsf(a->s - d * (float)sum),
+                                      1e-3f * fabsf(d * (float)sum) + 1e-30f);
                         float wmax = 0;
                         for (int i = 0; i < 32; i++)
                             wmax = fmaxf(wmax, fabsf(wd[r * n + k * 32 + i]));
@@ -485,7 +495,7 @@ static void check_dequant_file(const char *name, double *worst)
     const char *tname;
     json_t *v;
     int n_checked = 0;
-    json_object_foreach(j, tname, v) {
+    json_object_foreach (j, tname, v) {
         const gguf_tensor_t *t = gguf_find_tensor(g, tname);
         cr_assert_not_null(t, "%s: no tensor %s", name, tname);
         const char *want_type = json_string_value(json_object_get(v, "type"));
@@ -506,8 +516,8 @@ static void check_dequant_file(const char *name, double *worst)
                 md = fmax(md, fabs(want - (double)y[i]));
             }
             cr_assert_gt(mx, 0.0, "%s row %zu is all zeros", tname, r);
-            cr_assert_leq(md, 1e-6 * mx, "%s %s row %zu: max |diff| %g, max |row| %g", name,
-                          tname, r, md, mx);
+            cr_assert_leq(md, 1e-6 * mx, "%s %s row %zu: max |diff| %g, max |row| %g", name, tname,
+                          r, md, mx);
             if (md / mx > worst[t->type])
                 worst[t->type] = md / mx;
             n_checked++;
@@ -521,7 +531,7 @@ static void check_dequant_file(const char *name, double *worst)
 
 Test(quant, every_kquant_file_dequantizes_to_the_gguf_package_values, .timeout = 60)
 {
-    static const char *const files[] = {"Q8_0", "Q4_0", "Q4_1",   "Q5_0",   "Q5_1",  "Q2_K",
+    static const char *const files[] = {"Q8_0",   "Q4_0",   "Q4_1", "Q5_0",   "Q5_1",  "Q2_K",
                                         "Q3_K_M", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
     double worst[64];
     for (int i = 0; i < 64; i++)
@@ -565,10 +575,10 @@ static void check_simd_vdots(quant_isa_t isa)
         size_t d_off;
         int two;
         int lanes; /* float-lane kernel: within a tolerance, not bit for bit */
-    } ts[] = {{GGUF_T_Q8_0, 0, 0, 1},   {GGUF_T_Q4_0, 0, 0, 1},   {GGUF_T_IQ4_NL, 0, 0, 1},
-              {GGUF_T_Q4_1, 0, 1, 1},   {GGUF_T_Q5_0, 0, 0, 1},   {GGUF_T_Q5_1, 0, 1, 1},
-              {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},   {GGUF_T_Q6_K, 208, 0, 0},
-              {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0},   {GGUF_T_Q3_K, 108, 0, 0}};
+    } ts[] = {{GGUF_T_Q8_0, 0, 0, 1},   {GGUF_T_Q4_0, 0, 0, 1},  {GGUF_T_IQ4_NL, 0, 0, 1},
+              {GGUF_T_Q4_1, 0, 1, 1},   {GGUF_T_Q5_0, 0, 0, 1},  {GGUF_T_Q5_1, 0, 1, 1},
+              {GGUF_T_Q4_K, 0, 1, 0},   {GGUF_T_Q5_K, 0, 1, 0},  {GGUF_T_Q6_K, 208, 0, 0},
+              {GGUF_T_IQ4_XS, 0, 0, 0}, {GGUF_T_Q2_K, 80, 1, 0}, {GGUF_T_Q3_K, 108, 0, 0}};
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         uint32_t t = ts[ti].type, blck, bytes;
         gguf_ttype_traits(t, &blck, &bytes);
@@ -597,8 +607,8 @@ static void check_simd_vdots(quant_isa_t isa)
                                  quant_isa_name(isa), gguf_ttype_name(t));
                     float p = quant_vdot_portable(t, w + r * rb, xs[j], n);
                     /* AVX-512 sums Q4_K and Q6_K blocks in float lanes too */
-                    int lanes = ts[ti].lanes || (isa == QUANT_ISA_AVX512 &&
-                                                 (t == GGUF_T_Q4_K || t == GGUF_T_Q6_K));
+                    int lanes = ts[ti].lanes ||
+                                (isa == QUANT_ISA_AVX512 && (t == GGUF_T_Q4_K || t == GGUF_T_Q6_K));
                     if (!lanes) {
                         cr_assert_eq(memcmp(&p, &one, 4), 0, "%s %s trial %d: %.9g vs %.9g",
                                      quant_isa_name(isa), gguf_ttype_name(t), trial, (double)one,

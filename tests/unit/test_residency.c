@@ -51,8 +51,7 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
     cr_assert_eq(rc, 0, "prefill: %s", err);
     for (int i = 0; i < DECODE; i++) {
         if (!own_kv)
-            cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN + i + 1, err, sizeof err), 0, "%s",
-                         err);
+            cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN + i + 1, err, sizeof err), 0, "%s", err);
         fwd_seq_t d = {kv, &decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab};
         rc = fwd_run(fw, &m->hp, w, &d, 1, rm ? &h : NULL, err, sizeof err);
         cr_assert_eq(rc, 0, "decode: %s", err);
@@ -69,8 +68,8 @@ static backend_t *open_be(const char *kind, size_t mem, double bw)
     char err[256];
     be_kind_t k;
     cr_assert_eq(be_kind_from_name(kind, &k), 0, "%s", kind);
-    be_params_t p = {.kind = k, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw,
-                     .threads = 2};
+    be_params_t p = {
+        .kind = k, .memory = mem, .page_size = PAGE, .sim_bandwidth = bw, .threads = 2};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
     return be;
@@ -201,8 +200,9 @@ Test(residency, random_page_in_run_evict_sequences_keep_every_invariant, .timeou
             int j = (i + 1 + (int)rnd((uint32_t)f.n - 1)) % f.n;
             /* only when both fit beside a pinned model (with KV slack):
              * otherwise the second one rightly finds no room */
-            size_t need = f.sm[i]->image_bytes + f.sm[j]->image_bytes + 8 * PAGE +
-                          (pinned >= 0 && pinned != i && pinned != j ? f.sm[pinned]->image_bytes : 0);
+            size_t need =
+                f.sm[i]->image_bytes + f.sm[j]->image_bytes + 8 * PAGE +
+                (pinned >= 0 && pinned != i && pinned != j ? f.sm[pinned]->image_bytes : 0);
             if (need > 56 * PAGE)
                 continue;
             char err[256];
@@ -226,8 +226,7 @@ Test(residency, random_page_in_run_evict_sequences_keep_every_invariant, .timeou
                 cr_assert_eq(res_evict(f.res, f.rm[i], RES_CAUSE_ADMIN, 1 + rnd(4)), 0);
         } else if (kind < 85) {
             char err[256];
-            cr_assert_eq(res_prefetch(f.res, f.rm[i], (int)rnd(2), err, sizeof err), 0, "%s",
-                         err);
+            cr_assert_eq(res_prefetch(f.res, f.rm[i], (int)rnd(2), err, sizeof err), 0, "%s", err);
         } else if (kind < 92) {
             /* pin one model at a time (a small one, so the rest still fit) */
             res_cfg_t c = *res_cfg(f.rm[1]);
@@ -287,7 +286,9 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
     static const char *const one[1] = {
         "--type f32 --dim 128 --layers 8 --heads 4 --ff 384 --vocab 320 --seed 9"};
     fixture_t f;
-    enum { NP = 320 };
+    enum {
+        NP = 320
+    };
     int32_t longp[NP];
     for (int i = 0; i < NP; i++)
         longp[i] = 1 + (i * 37) % 300;
@@ -395,10 +396,9 @@ Test(residency, a_partially_evicted_model_pages_in_only_its_missing_tail)
     run_and_check(&f, 0);
     res_release(f.res, f.rm[0]);
     res_model_stats(f.res, f.rm[0], &c);
-    cr_assert_eq(c.total_bytes_in - b.total_bytes_in, evicted,
-                 "paged in %llu bytes after evicting %llu",
-                 (unsigned long long)(c.total_bytes_in - b.total_bytes_in),
-                 (unsigned long long)evicted);
+    cr_assert_eq(
+        c.total_bytes_in - b.total_bytes_in, evicted, "paged in %llu bytes after evicting %llu",
+        (unsigned long long)(c.total_bytes_in - b.total_bytes_in), (unsigned long long)evicted);
     cr_assert_eq(c.total_page_ins - b.total_page_ins, 3);
     cr_assert_eq(c.total_misses - b.total_misses, 1);
     fx_fini(&f);
@@ -481,7 +481,8 @@ Test(residency, a_kv_reservation_is_kept_for_its_model)
     kv_seq_t *kv1, *kv0;
     uint32_t cap1 = kv_pos_for(&f, 1, 100 * PAGE);
     cr_assert_eq(res_kv_new(f.res, f.rm[1], cap1, &kv1, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(res_kv_ensure(f.res, kv1, kv_pos_for(&f, 1, 2 * PAGE), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, kv1, kv_pos_for(&f, 1, 2 * PAGE), err, sizeof err), 0, "%s",
+                 err);
     size_t all = res_kv_available(f.res);
     cr_assert_gt(all, 12 * PAGE, "the test needs room beyond the reservation");
     cr_assert_eq(res_kv_available_for(f.res, f.rm[1]), all - 8 * PAGE);
@@ -693,11 +694,13 @@ Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covere
     fx_init(&f, 100, bw, one, 1);
     cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "nothing queued: not runnable");
     size_t window = res_pagein_window(f.res, f.rm[0], 0);
-    cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0,
+                 "%s", err);
     cr_assert_gt(res_inflight(f.rm[0]), 0);
     cr_assert_lt((uint32_t)res_inflight(f.rm[0]), f.sm[0]->n_segs, "only a window is queued");
-    cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "only a window is queued: not runnable yet (%d of %u)",
-              res_inflight(f.rm[0]), f.sm[0]->n_segs);
+    cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)),
+              "only a window is queued: not runnable yet (%d of %u)", res_inflight(f.rm[0]),
+              f.sm[0]->n_segs);
     /* queue the rest as the window drains, never blocking */
     double t0 = util_now_s();
     int polls = 0;
@@ -721,7 +724,8 @@ Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covere
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    cr_assert_lt(util_now_s() - t0, 0.25, "covered before the whole copy landed (%.3f s)", util_now_s() - t0);
+    cr_assert_lt(util_now_s() - t0, 0.25, "covered before the whole copy landed (%.3f s)",
+                 util_now_s() - t0);
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
     run_and_check(&f, 0); /* the pass waits for what is still in flight, logits exact */
     res_release(f.res, f.rm[0]);
@@ -784,7 +788,8 @@ Test(residency, pinning_past_the_pool_is_refused_and_changes_nothing)
     fx_fini(&f);
 }
 
-Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall_budget, .timeout = 60)
+Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall_budget,
+     .timeout = 60)
 {
     fixture_t f;
     const char *three[3] = {mixed[1], mixed[1], mixed[1]};
@@ -843,7 +848,8 @@ Test(residency, a_segment_lands_in_the_order_its_copy_was_queued, .timeout = 60)
     while (res_seg_lands_in(f.res, f.rm[0], 0) > 0)
         ;
     double a = res_seg_lands_in(f.res, f.rm[0], 1), b = res_seg_lands_in(f.res, f.rm[0], last);
-    cr_assert(a > 0 && b > a && b < 1.0, "layer 1 lands in %.3f s, the last segment in %.3f s", a, b);
+    cr_assert(a > 0 && b > a && b < 1.0, "layer 1 lands in %.3f s, the last segment in %.3f s", a,
+              b);
     run_and_check(&f, 0);
     cr_assert_eq(res_seg_lands_in(f.res, f.rm[0], last), 0, "landed");
     res_release(f.res, f.rm[0]);

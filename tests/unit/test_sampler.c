@@ -100,7 +100,9 @@ Test(sampler, nan_and_inf_logits_do_not_crash_and_nan_is_never_chosen)
 
 static void draw_sequence(uint64_t seed, int32_t *out, int n)
 {
-    enum { V = 1000 };
+    enum {
+        V = 1000
+    };
     sampler_params_t p;
     sampler_params_default(&p);
     p.temperature = 1.5f; /* flat enough that many tokens are in play */
@@ -136,7 +138,9 @@ Test(sampler, same_seed_gives_the_same_100_tokens_and_different_seeds_differ)
 
 Test(sampler, top_k_of_one_equals_greedy)
 {
-    enum { V = 5000 };
+    enum {
+        V = 5000
+    };
     sampler_params_t pg = plain_params(0.0f, 0);
     sampler_params_t pk = plain_params(2.0f, 7);
     pk.top_k = 1;
@@ -156,7 +160,9 @@ Test(sampler, top_k_of_one_equals_greedy)
 
 Test(sampler, tiny_top_p_equals_greedy)
 {
-    enum { V = 3000 };
+    enum {
+        V = 3000
+    };
     sampler_params_t pg = plain_params(0.0f, 0);
     sampler_params_t pp = plain_params(1.0f, 9);
     pp.top_p = 1e-6f;
@@ -174,7 +180,10 @@ Test(sampler, tiny_top_p_equals_greedy)
 
 Test(sampler, top_k_draws_only_from_the_k_best_of_a_large_vocabulary)
 {
-    enum { V = 152064, K = 40 };
+    enum {
+        V = 152064,
+        K = 40
+    };
     sampler_params_t p = plain_params(5.0f, 11); /* hot: the tail would show up without top-k */
     p.top_k = K;
     sampler_t *s = new_or_fail(&p, V);
@@ -370,7 +379,10 @@ Test(sampler, the_table_gives_the_defaults_and_ranges)
  * but about one seed in a thousand. */
 Test(sampler, draw_frequencies_match_softmax_of_logits_over_temperature)
 {
-    enum { V = 8, N = 100000 };
+    enum {
+        V = 8,
+        N = 100000
+    };
     const float l[V] = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, -1.5f, 1.2f, 0.7f};
     const float temps[] = {0.7f, 1.0f, 1.8f};
     for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++) {
@@ -408,15 +420,33 @@ Test(sampler, bad_parameters_are_rejected_with_a_message_naming_them)
     sampler_params_t base;
     sampler_params_default(&base);
     sampler_params_t p;
-    p = base; p.temperature = NAN; expect_rejected(&p, 10, "temperature");
-    p = base; p.temperature = INFINITY; expect_rejected(&p, 10, "temperature");
-    p = base; p.top_p = -0.5f; expect_rejected(&p, 10, "top_p");
-    p = base; p.top_p = NAN; expect_rejected(&p, 10, "top_p");
-    p = base; p.min_p = NAN; expect_rejected(&p, 10, "min_p");
-    p = base; p.min_p = 1.5f; expect_rejected(&p, 10, "min_p");
-    p = base; p.repeat_penalty = 0.0f; expect_rejected(&p, 10, "repeat_penalty");
-    p = base; p.repeat_penalty = NAN; expect_rejected(&p, 10, "repeat_penalty");
-    p = base; p.repeat_last_n = -1; expect_rejected(&p, 10, "repeat_last_n");
+    p = base;
+    p.temperature = NAN;
+    expect_rejected(&p, 10, "temperature");
+    p = base;
+    p.temperature = INFINITY;
+    expect_rejected(&p, 10, "temperature");
+    p = base;
+    p.top_p = -0.5f;
+    expect_rejected(&p, 10, "top_p");
+    p = base;
+    p.top_p = NAN;
+    expect_rejected(&p, 10, "top_p");
+    p = base;
+    p.min_p = NAN;
+    expect_rejected(&p, 10, "min_p");
+    p = base;
+    p.min_p = 1.5f;
+    expect_rejected(&p, 10, "min_p");
+    p = base;
+    p.repeat_penalty = 0.0f;
+    expect_rejected(&p, 10, "repeat_penalty");
+    p = base;
+    p.repeat_penalty = NAN;
+    expect_rejected(&p, 10, "repeat_penalty");
+    p = base;
+    p.repeat_last_n = -1;
+    expect_rejected(&p, 10, "repeat_last_n");
     expect_rejected(&base, 0, "vocabulary");
     char err[64] = "";
     cr_assert_null(sampler_new(NULL, 10, err, sizeof err));

@@ -8,8 +8,12 @@
 
 static sched_cfg_t cfg(sched_policy_t p)
 {
-    return (sched_cfg_t){.policy = p, .max_wait_s = 2.0, .quantum = 4.0, .min_quantum_s = 0.05,
-                         .queue_limit = 4, .max_queued = 6};
+    return (sched_cfg_t){.policy = p,
+                         .max_wait_s = 2.0,
+                         .quantum = 4.0,
+                         .min_quantum_s = 0.05,
+                         .queue_limit = 4,
+                         .max_queued = 6};
 }
 
 static sched_item_t *item(int model, double t)
@@ -23,8 +27,12 @@ static sched_item_t *item(int model, double t)
 static void views_init(sched_model_view_t *v, int n)
 {
     for (int i = 0; i < n; i++)
-        v[i] = (sched_model_view_t){.resident = 0, .n_active = 0, .max_batch = 8,
-                                    .swap_in_s = 0.1, .priority = 1.0, .can_admit = 1};
+        v[i] = (sched_model_view_t){.resident = 0,
+                                    .n_active = 0,
+                                    .max_batch = 8,
+                                    .swap_in_s = 0.1,
+                                    .priority = 1.0,
+                                    .can_admit = 1};
 }
 
 Test(sched, queue_limits_per_model_and_in_total_answer_overloaded)
@@ -239,7 +247,8 @@ Test(sched, a_running_model_steps_within_max_stall_even_in_another_models_quantu
     v[0].resident = 1;
     v[0].last_step = 1.0;
     sched_plan_t p;
-    sched_next(s, 1.0, v, &p); /* model 1 is cold, nothing else to do: switched to, its quantum begins */
+    sched_next(s, 1.0, v,
+               &p); /* model 1 is cold, nothing else to do: switched to, its quantum begins */
     cr_assert_eq(p.model, 1);
     v[0].n_active = 1; /* then model 0 gets a request running */
     v[1].resident = 1;
@@ -247,7 +256,8 @@ Test(sched, a_running_model_steps_within_max_stall_even_in_another_models_quantu
     v[1].last_step = 1.05;
     v[0].last_step = 1.02;
     sched_next(s, 1.1, v, &p);
-    cr_assert_eq(p.model, 0, "in the quantum, running resident models interleave (the longest waiting first)");
+    cr_assert_eq(p.model, 0,
+                 "in the quantum, running resident models interleave (the longest waiting first)");
     v[1].last_step = 1.15;
     v[0].last_step = 1.18;
     sched_next(s, 1.2, v, &p);

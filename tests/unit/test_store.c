@@ -27,8 +27,10 @@ static void on_progress(void *ctx, const char *name, size_t done, size_t total)
 Test(store, a_throttled_load_takes_its_bytes_over_the_rate_and_reports_each_chunk, .timeout = 60)
 {
     char path[256], err[512] = "";
-    tu_mkmodel(path, sizeof path, "--type f16 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 300");
-    be_params_t p = {.kind = BE_KIND_SIM, .memory = 64u << 20, .page_size = 64u << 10, .threads = 1};
+    tu_mkmodel(path, sizeof path,
+               "--type f16 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 300");
+    be_params_t p = {
+        .kind = BE_KIND_SIM, .memory = 64u << 20, .page_size = 64u << 10, .threads = 1};
     backend_t *be = be_open(&p, err, sizeof err);
     cr_assert_not_null(be, "%s", err);
 
@@ -57,8 +59,8 @@ Test(store, a_throttled_load_takes_its_bytes_over_the_rate_and_reports_each_chun
     cr_assert(c.monotonic);
     cr_assert_eq(c.total, m->image_bytes);
     cr_assert_leq(c.last_done, m->image_bytes);
-    cr_log_info("throttled load of %zu bytes at %.0f B/s: %.2f s (%.2f s wanted), %d reports", c.last_done, rate,
-                took, want, c.n);
+    cr_log_info("throttled load of %zu bytes at %.0f B/s: %.2f s (%.2f s wanted), %d reports",
+                c.last_done, rate, took, want, c.n);
     store_unload(st, m);
     store_free(st);
     be_close(be);

@@ -37,7 +37,6 @@ static char *read_all(const char *path, size_t *len)
     return buf;
 }
 
-
 /* Opens a reference vocabulary of tests/data (see tu_data_path for a missing file). */
 static tok_t *open_model(const char *name)
 {
@@ -107,10 +106,10 @@ static void expect_ids(const tok_t *t, const char *s, int special, const int32_t
     cr_assert(same, "\"%s\": got [%s ] want [%s ]", s, a, b);
 }
 
-#define EXPECT(t, s, special, ...)                                                                   \
-    do {                                                                                             \
-        const int32_t want_[] = {__VA_ARGS__};                                                       \
-        expect_ids((t), (s), (special), want_, (int)(sizeof want_ / sizeof want_[0]));               \
+#define EXPECT(t, s, special, ...)                                                                 \
+    do {                                                                                           \
+        const int32_t want_[] = {__VA_ARGS__};                                                     \
+        expect_ids((t), (s), (special), want_, (int)(sizeof want_ / sizeof want_[0]));             \
     } while (0)
 
 /* Id of a token that must exist. */
@@ -189,8 +188,8 @@ static void check_reference(const char *name)
             memmove(dec, dec + 1, dlen);
             dlen--;
         }
-        cr_assert(dlen == slen && memcmp(dec, s, slen) == 0, "%s string %d: decoded \"%s\" want \"%.*s\"",
-                  name, k, dec, (int)slen, s);
+        cr_assert(dlen == slen && memcmp(dec, s, slen) == 0,
+                  "%s string %d: decoded \"%s\" want \"%.*s\"", name, k, dec, (int)slen, s);
 
         /* the streaming decoder gives the same text for valid UTF-8 */
         {
@@ -209,7 +208,8 @@ static void check_reference(const char *name)
             cr_assert(alen > 0 || n == 0);
             if (spm && alen > 0 && acc[0] == ' ')
                 memmove(acc, acc + 1, --alen);
-            cr_assert(alen == slen && memcmp(acc, s, slen) == 0, "%s string %d: streamed text differs", name, k);
+            cr_assert(alen == slen && memcmp(acc, s, slen) == 0,
+                      "%s string %d: streamed text differs", name, k);
         }
         free(dec);
         free(ids);
@@ -303,7 +303,8 @@ Test(tokenizer, stories260k_prompt_with_bos_matches_llama_cpp)
 Test(tokenizer, encoding_100kb_of_text_is_fast, .timeout = 20)
 {
     tok_t *t = open_model("ggml-vocab-llama-spm.gguf");
-    const char *para = "The quick brown fox jumps over the lazy dog; 1234567 \xE4\xB8\x96\xE7\x95\x8C!\n";
+    const char *para =
+        "The quick brown fox jumps over the lazy dog; 1234567 \xE4\xB8\x96\xE7\x95\x8C!\n";
     size_t pl = strlen(para), len = 0, cap = 100 * 1024;
     char *text = malloc(cap + pl);
     int n;
@@ -371,8 +372,8 @@ typedef void (*tv_extra_fn)(ggufw_t *w);
 
 /* Writes v with ggufw, opens it in memory and builds a tokenizer from it;
  * NULL with the reason in err if tok_open refuses. */
-static tok_t *tv_open(const tv_t *v, const char *model, const char *pre, unsigned flags, tv_extra_fn extra,
-                      char *err, size_t errlen)
+static tok_t *tv_open(const tv_t *v, const char *model, const char *pre, unsigned flags,
+                      tv_extra_fn extra, char *err, size_t errlen)
 {
     ggufw_t *w = ggufw_new(3, 0);
     uint8_t *buf = NULL;
@@ -391,15 +392,20 @@ static tok_t *tv_open(const tv_t *v, const char *model, const char *pre, unsigne
     if (flags & TV_TOKENS_AS_I32)
         cr_assert_eq(ggufw_kv_arr_i32(w, "tokenizer.ggml.tokens", v->type, n), 0);
     else if (!(flags & TV_OMIT_TOKENS))
-        cr_assert_eq(ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text, n), 0);
+        cr_assert_eq(ggufw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text, n),
+                     0);
     if (!(flags & TV_OMIT_SCORES))
         cr_assert_eq(ggufw_kv_arr_f32(w, "tokenizer.ggml.scores", v->score,
-                                      (flags & TV_SHORT_SCORES) ? n - 1 : n), 0);
+                                      (flags & TV_SHORT_SCORES) ? n - 1 : n),
+                     0);
     if (!(flags & TV_OMIT_TYPES))
         cr_assert_eq(ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", v->type,
-                                      (flags & TV_SHORT_TYPES) ? n - 1 : n), 0);
+                                      (flags & TV_SHORT_TYPES) ? n - 1 : n),
+                     0);
     if (!(flags & TV_OMIT_MERGES) && model && strcmp(model, "gpt2") == 0)
-        cr_assert_eq(ggufw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge, v->nmerge), 0);
+        cr_assert_eq(
+            ggufw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge, v->nmerge),
+            0);
     if (extra)
         extra(w);
     cr_assert_eq(ggufw_write_mem(w, &buf, &len), 0);
@@ -416,7 +422,13 @@ static tok_t *tv_open(const tv_t *v, const char *model, const char *pre, unsigne
 
 #define U2581 "\xE2\x96\x81"
 
-enum { SPM_UNK = 0, SPM_BOS = 1, SPM_EOS = 2, SPM_BYTE0 = 3, SPM_SP = 259 };
+enum {
+    SPM_UNK = 0,
+    SPM_BOS = 1,
+    SPM_EOS = 2,
+    SPM_BYTE0 = 3,
+    SPM_SP = 259
+};
 
 static tv_t *spm_vocab(void)
 {
@@ -425,9 +437,9 @@ static tv_t *spm_vocab(void)
         const char *text;
         float score;
     } pieces[] = {
-        {U2581, -1}, {"h", -1}, {"e", -1}, {"l", -1}, {"o", -1}, {"x", -1}, {"y", -1}, {"z", -1},
-        {"ll", -2}, {U2581 "h", -3}, {U2581 "he", -4}, {"llo", -5}, {U2581 "hello", -6},
-        {"xy", -3}, {"yz", -2},
+        {U2581, -1},      {"h", -1},   {"e", -1},           {"l", -1},  {"o", -1},
+        {"x", -1},        {"y", -1},   {"z", -1},           {"ll", -2}, {U2581 "h", -3},
+        {U2581 "he", -4}, {"llo", -5}, {U2581 "hello", -6}, {"xy", -3}, {"yz", -2},
     };
 
     cr_assert_not_null(v);
@@ -572,8 +584,8 @@ static void feed(tok_stream_t *s, int32_t id, const char *want)
 {
     char out[64];
     int n = tok_stream_feed(s, id, out, sizeof out);
-    cr_assert_eq(n, (int)strlen(want), "id %d: got %d bytes \"%s\", want \"%s\"", (int)id, n, n >= 0 ? out : "",
-                 want);
+    cr_assert_eq(n, (int)strlen(want), "id %d: got %d bytes \"%s\", want \"%s\"", (int)id, n,
+                 n >= 0 ? out : "", want);
     cr_assert_str_eq(out, want);
 }
 
@@ -673,8 +685,11 @@ static void b2u(unsigned b, char out[4])
 #define G_NL "\xC4\x8A" /* Ċ = byte-level '\n' */
 
 static const char *const bpe_merges[] = {
-    "3 4", "1 2", "l l", "h e", "he ll", "hell o", G_SP " w", "o r", G_SP "w or", "l d", G_SP "wor ld",
-    "' t", "' T", G_SP " " G_SP, G_NL " " G_NL, "\xC3\x83 \xC2\xA9", "a a", G_SP " b", "b c", "a b",
+    "3 4",       "1 2",         "l l",         "h e",
+    "he ll",     "hell o",      G_SP " w",     "o r",
+    G_SP "w or", "l d",         G_SP "wor ld", "' t",
+    "' T",       G_SP " " G_SP, G_NL " " G_NL, "\xC3\x83 \xC2\xA9",
+    "a a",       G_SP " b",     "b c",         "a b",
 };
 
 static tv_t *bpe_vocab(void)
@@ -769,8 +784,8 @@ Test(tokenizer, missing_pre_tokenizer_is_llama_cpp_default_isolating_punctuation
 
 Test(tokenizer, starcoder_family_splits_every_digit)
 {
-    static const char *const names[] = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
-                                        "minerva-7b"};
+    static const char *const names[] = {"starcoder", "refact", "command-r", "smollm",
+                                        "codeshell", "exaone", "minerva-7b"};
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         tok_t *t = bpe_open(names[i], NULL);
@@ -845,12 +860,15 @@ Test(tokenizer, tekken_and_gpt4o_split_words_at_case_changes)
 Test(tokenizer, every_llama_cpp_pre_tokenizer_name_opens)
 {
     static const char *const names[] = {
-        "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "deepseek-llm", "deepseek-coder",
-        "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
-        "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "refact", "command-r",
-        "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe",
-        "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "chameleon",
-        "minerva-7b", "megrez", "gpt-4o", "llama4",
+        "default",      "llama3",         "llama-v3",     "llama-bpe",  "falcon3",
+        "deepseek-llm", "deepseek-coder", "deepseek-v3",  "falcon",     "mpt",
+        "starcoder",    "gpt-2",          "phi-2",        "jina-es",    "jina-de",
+        "gigachat",     "jina-v1-en",     "jina-v2-es",   "jina-v2-de", "jina-v2-code",
+        "roberta-bpe",  "refact",         "command-r",    "qwen2",      "deepseek-r1-qwen",
+        "stablelm2",    "olmo",           "dbrx",         "smaug-bpe",  "poro-chat",
+        "chatglm-bpe",  "viking",         "jais",         "tekken",     "smollm",
+        "codeshell",    "bloom",          "gpt3-finnish", "exaone",     "chameleon",
+        "minerva-7b",   "megrez",         "gpt-4o",       "llama4",
     };
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -930,8 +948,8 @@ Test(tokenizer, bpe_round_trips_non_ascii_utf8)
     int32_t *ids;
     char *dec;
 
-    EXPECT(t, s, 0, 'h', id_of(t, "\xC3\x83\xC2\xA9"), id_of(t, "ll"), 'o', ' ', 0xE4, 0xB8, 0x96, 0xE7, 0x95,
-           0x8C);
+    EXPECT(t, s, 0, 'h', id_of(t, "\xC3\x83\xC2\xA9"), id_of(t, "ll"), 'o', ' ', 0xE4, 0xB8, 0x96,
+           0xE7, 0x95, 0x8C);
     ids = encode(t, s, strlen(s), 0, 0, &n);
     dec = decode(t, ids, n, &dlen);
     cr_assert_str_eq(dec, s);
@@ -1030,7 +1048,8 @@ Test(tokenizer, llama_cpp_end_of_generation_texts_end_generation_and_become_cont
         const char *x = tok_text(t, id);
         int want = id == eot || id == eot2 || id == fsep || strcmp(x, "<|endoftext|>") == 0 ||
                    strcmp(x, "<|im_end|>") == 0 || strcmp(x, "<|end|>") == 0;
-        cr_assert_eq(tok_is_eog(t, id), want, "\"%s\": eog %d, want %d", x, tok_is_eog(t, id), want);
+        cr_assert_eq(tok_is_eog(t, id), want, "\"%s\": eog %d, want %d", x, tok_is_eog(t, id),
+                     want);
     }
     cr_assert_eq(tok_type(t, eot), TOK_TYPE_CONTROL);
     cr_assert_eq(tok_type(t, eot2), TOK_TYPE_CONTROL);
@@ -1136,17 +1155,35 @@ static void empty_token(tv_t *v)
     v->text[270] = strdup("");
 }
 
-static void bad_type(tv_t *v) { v->type[5] = 99; }
+static void bad_type(tv_t *v)
+{
+    v->type[5] = 99;
+}
 static void bad_byte_text(tv_t *v)
 {
     free(v->text[10]);
     v->text[10] = strdup("<0xZZ>");
 }
-static void nan_score(tv_t *v) { v->score[7] = NAN; }
-static void bos_out_of_range(ggufw_t *w) { ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 100000); }
-static void eos_negative(ggufw_t *w) { ggufw_kv_i32(w, "tokenizer.ggml.eos_token_id", -5); }
-static void eos_as_string(ggufw_t *w) { ggufw_kv_str(w, "tokenizer.ggml.eos_token_id", "2"); }
-static void add_bos_as_u32(ggufw_t *w) { ggufw_kv_u32(w, "tokenizer.ggml.add_bos_token", 1); }
+static void nan_score(tv_t *v)
+{
+    v->score[7] = NAN;
+}
+static void bos_out_of_range(ggufw_t *w)
+{
+    ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 100000);
+}
+static void eos_negative(ggufw_t *w)
+{
+    ggufw_kv_i32(w, "tokenizer.ggml.eos_token_id", -5);
+}
+static void eos_as_string(ggufw_t *w)
+{
+    ggufw_kv_str(w, "tokenizer.ggml.eos_token_id", "2");
+}
+static void add_bos_as_u32(ggufw_t *w)
+{
+    ggufw_kv_u32(w, "tokenizer.ggml.add_bos_token", 1);
+}
 
 Test(tokenizer, open_refuses_a_missing_model)
 {
@@ -1169,20 +1206,24 @@ Test(tokenizer, open_refuses_missing_or_mistyped_token_list)
 
 Test(tokenizer, open_refuses_scores_or_types_of_another_length)
 {
-    expect_refused("llama", NULL, TV_SHORT_SCORES, NULL, NULL, "tokenizer.ggml.scores has 274 elements");
-    expect_refused("llama", NULL, TV_SHORT_TYPES, NULL, NULL, "tokenizer.ggml.token_type has 274 elements");
+    expect_refused("llama", NULL, TV_SHORT_SCORES, NULL, NULL,
+                   "tokenizer.ggml.scores has 274 elements");
+    expect_refused("llama", NULL, TV_SHORT_TYPES, NULL, NULL,
+                   "tokenizer.ggml.token_type has 274 elements");
 }
 
 Test(tokenizer, open_refuses_missing_scores_types_or_merges)
 {
     expect_refused("llama", NULL, TV_OMIT_SCORES, NULL, NULL, "tokenizer.ggml.scores is missing");
-    expect_refused("llama", NULL, TV_OMIT_TYPES, NULL, NULL, "tokenizer.ggml.token_type is missing");
+    expect_refused("llama", NULL, TV_OMIT_TYPES, NULL, NULL,
+                   "tokenizer.ggml.token_type is missing");
     expect_refused("gpt2", NULL, TV_OMIT_MERGES, NULL, NULL, "tokenizer.ggml.merges");
 }
 
 Test(tokenizer, open_refuses_special_ids_out_of_range)
 {
-    expect_refused("llama", NULL, 0, bos_out_of_range, NULL, "bos_token_id = 100000 is out of range");
+    expect_refused("llama", NULL, 0, bos_out_of_range, NULL,
+                   "bos_token_id = 100000 is out of range");
     expect_refused("llama", NULL, 0, eos_negative, NULL, "eos_token_id = -5 is out of range");
     expect_refused("llama", NULL, 0, eos_as_string, NULL, "eos_token_id is not an integer");
     expect_refused("llama", NULL, 0, add_bos_as_u32, NULL, "add_bos_token is not a bool");
@@ -1198,7 +1239,8 @@ Test(tokenizer, open_refuses_empty_tokens_and_bad_token_types)
 
 Test(tokenizer, open_refuses_an_unknown_pre_tokenizer)
 {
-    expect_refused("gpt2", "mystery-pre", 0, NULL, NULL, "unknown pre-tokenizer tokenizer.ggml.pre = \"mystery-pre\"");
+    expect_refused("gpt2", "mystery-pre", 0, NULL, NULL,
+                   "unknown pre-tokenizer tokenizer.ggml.pre = \"mystery-pre\"");
     /* llama.cpp's name is "gpt-2"; "gpt2" is the tokenizer model, not a pre-tokenizer */
     expect_refused("gpt2", "gpt2", 0, NULL, NULL, "\"gpt2\"");
 }

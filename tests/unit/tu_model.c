@@ -53,13 +53,18 @@ void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_
     const char **toks = malloc(nv * sizeof *toks);
     float *scores = malloc(nv * sizeof(float));
     int32_t *types = malloc(nv * sizeof(int32_t));
-    char (*buf)[16] = malloc(nv * sizeof *buf);
+    char(*buf)[16] = malloc(nv * sizeof *buf);
     for (uint32_t i = 0; i < nv; i++) {
-        if (i == 0) snprintf(buf[i], 16, "<unk>");
-        else if (i == 1) snprintf(buf[i], 16, "<s>");
-        else if (i == 2) snprintf(buf[i], 16, "</s>");
-        else if (i < 259) snprintf(buf[i], 16, "<0x%02X>", i - 3);
-        else snprintf(buf[i], 16, "t%u", i);
+        if (i == 0)
+            snprintf(buf[i], 16, "<unk>");
+        else if (i == 1)
+            snprintf(buf[i], 16, "<s>");
+        else if (i == 2)
+            snprintf(buf[i], 16, "</s>");
+        else if (i < 259)
+            snprintf(buf[i], 16, "<0x%02X>", i - 3);
+        else
+            snprintf(buf[i], 16, "t%u", i);
         toks[i] = buf[i];
         scores[i] = -(float)i;
         types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
@@ -70,8 +75,13 @@ void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_
     ggufw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, nv);
     ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
     ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    struct { const char *name; uint32_t n_in, n_out; int norm; } ts[] = {
-        {"token_embd.weight", d, nv, 0}, {"output_norm.weight", d, 0, 1},
+    struct {
+        const char *name;
+        uint32_t n_in, n_out;
+        int norm;
+    } ts[] = {
+        {"token_embd.weight", d, nv, 0},
+        {"output_norm.weight", d, 0, 1},
         {"output.weight", d, nv, 0},
     };
     float *tmp = malloc(sizeof(float) * ff * nv);
@@ -82,19 +92,26 @@ void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_
         uint32_t n_in, n_out;
         int norm;
         if (t < 3) {
-            name = ts[t].name; n_in = ts[t].n_in; n_out = ts[t].n_out; norm = ts[t].norm;
+            name = ts[t].name;
+            n_in = ts[t].n_in;
+            n_out = ts[t].n_out;
+            norm = ts[t].norm;
         } else {
             uint32_t l = (uint32_t)(t - 3) / 12, j = (uint32_t)(t - 3) % 12;
-            static const char *const suf[12] = {"attn_norm.weight", "attn_q.weight",
-                "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
-                "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "attn_q.bias",
-                "attn_k.bias", "attn_v.bias"};
-            const uint32_t shp[12][2] = {{d, 0}, {d, d}, {d, nkv * hd}, {d, nkv * hd}, {d, d},
-                {d, 0}, {d, ff}, {d, ff}, {ff, d}, {d, 0}, {nkv * hd, 0}, {nkv * hd, 0}};
+            static const char *const suf[12] = {
+                "attn_norm.weight",   "attn_q.weight",   "attn_k.weight",   "attn_v.weight",
+                "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+                "ffn_down.weight",    "attn_q.bias",     "attn_k.bias",     "attn_v.bias"};
+            const uint32_t shp[12][2] = {{d, 0},  {d, d}, {d, nkv * hd}, {d, nkv * hd},
+                                         {d, d},  {d, 0}, {d, ff},       {d, ff},
+                                         {ff, d}, {d, 0}, {nkv * hd, 0}, {nkv * hd, 0}};
             if (j >= 9 && !qwen)
                 continue;
             snprintf(nb, sizeof nb, "blk.%u.%s", l, suf[j]);
-            name = nb; n_in = shp[j][0]; n_out = shp[j][1]; norm = n_out == 0;
+            name = nb;
+            n_in = shp[j][0];
+            n_out = shp[j][1];
+            norm = n_out == 0;
         }
         size_t n = (size_t)n_in * (n_out ? n_out : 1);
         for (size_t i = 0; i < n; i++)
@@ -116,6 +133,10 @@ void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_
     close(tu_tmpfile(path, cap, "gpuswapd-tiny"));
     cr_assert_eq(ggufw_write_file(w, path), 0);
     ggufw_free(w);
-    free(tmp); free(q); free(toks); free(scores); free(types); free(buf);
+    free(tmp);
+    free(q);
+    free(toks);
+    free(scores);
+    free(types);
+    free(buf);
 }
-

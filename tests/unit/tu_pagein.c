@@ -28,8 +28,8 @@ static void pi_pass(res_t *res, res_model_t *rm, fwd_t *fw, float *out)
     cr_assert_eq(res_kv_ensure(res, kv, PI_PROMPT, err, sizeof err), 0, "kv: %s", err);
     fwd_hooks_t h = res_hooks(rm);
     fwd_seq_t s = {kv, pi_prompt, PI_PROMPT, out};
-    cr_assert_eq(fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err), 0,
-                 "prefill: %s", err);
+    cr_assert_eq(fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err), 0, "prefill: %s",
+                 err);
     for (int i = 0; i < PI_DECODE; i++) {
         cr_assert_eq(res_kv_ensure(res, kv, PI_PROMPT + i + 1, err, sizeof err), 0, "kv: %s", err);
         fwd_seq_t d = {kv, &pi_decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab};
@@ -52,8 +52,9 @@ static long pi_first_diff(const float *a, const float *b, size_t n)
 void tu_pagein_equal(backend_t *be)
 {
     char path[256], err[512] = "";
-    tu_mkmodel(path, sizeof path,
-               "--type f16 --dim 128 --layers 6 --heads 8 --kv-heads 4 --ff 384 --vocab 512 --seed 11");
+    tu_mkmodel(
+        path, sizeof path,
+        "--type f16 --dim 128 --layers 6 --heads 8 --kv-heads 4 --ff 384 --vocab 512 --seed 11");
     store_t *st = store_new(be, 0);
     cr_assert_not_null(st);
     res_t *res = res_new(be, err, sizeof err);
@@ -89,10 +90,12 @@ void tu_pagein_equal(backend_t *be)
     cr_assert_eq(res_model_bytes(rm), 0);
     pi_pass(res, rm, fw, got);
     res_model_stats(res, rm, &a);
-    cr_assert_geq(a.total_page_ins - b.total_page_ins, sm->n_segs, "the swapped-in pass paged in %llu segments",
+    cr_assert_geq(a.total_page_ins - b.total_page_ins, sm->n_segs,
+                  "the swapped-in pass paged in %llu segments",
                   (unsigned long long)(a.total_page_ins - b.total_page_ins));
     d = pi_first_diff(got, resident, n);
-    cr_assert_eq(d, -1, "%s: swapped-in pass differs from the resident pass at logit %ld (%g vs %g)",
+    cr_assert_eq(d, -1,
+                 "%s: swapped-in pass differs from the resident pass at logit %ld (%g vs %g)",
                  be->name, d, d >= 0 ? got[d] : 0.0, d >= 0 ? resident[d] : 0.0);
 
     /* a quota of the minimum to run (embedding + largest segment) + the KV
@@ -101,15 +104,16 @@ void tu_pagein_equal(backend_t *be)
     for (uint32_t s = 1; s < sm->n_segs; s++)
         if (sm->segs[s].span > mx)
             mx = sm->segs[s].span;
-    res_cfg_t q = {.gpu_quota = sm->segs[0].span + mx + res_kv_bytes_for(res, &sm->model->hp, PI_CTX) +
-                                page};
+    res_cfg_t q = {.gpu_quota = sm->segs[0].span + mx +
+                                res_kv_bytes_for(res, &sm->model->hp, PI_CTX) + page};
     cr_assert_lt(q.gpu_quota, sm->image_bytes, "the quota would hold the whole model");
     cr_assert_eq(res_set_cfg(res, rm, &q, err, sizeof err), 0, "%s", err);
     for (int k = 0; k < 2; k++) {
         pi_pass(res, rm, fw, got);
         cr_assert_leq(res_model_bytes(rm), q.gpu_quota);
         d = pi_first_diff(got, resident, n);
-        cr_assert_eq(d, -1, "%s: streamed pass %d differs from the resident pass at logit %ld (%g vs %g)",
+        cr_assert_eq(d, -1,
+                     "%s: streamed pass %d differs from the resident pass at logit %ld (%g vs %g)",
                      be->name, k, d, d >= 0 ? got[d] : 0.0, d >= 0 ? resident[d] : 0.0);
     }
     res_model_stats(res, rm, &b);

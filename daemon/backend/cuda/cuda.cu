@@ -90,18 +90,18 @@ typedef cublasStatus_t (*pfn_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, 
 typedef cublasStatus_t (*pfn_cublas_get_property)(libraryPropertyType, int *);
 
 typedef struct cu_blas {
-    void *lib;                 /* dlopen handle; NULL: own GEMM kernel */
-    void *lt;                  /* libcublasLt loaded first from the same folder (may be NULL) */
+    void *lib; /* dlopen handle; NULL: own GEMM kernel */
+    void *lt;  /* libcublasLt loaded first from the same folder (may be NULL) */
     pfn_cublas_create create;
     pfn_cublas_destroy destroy;
     pfn_cublas_set_stream set_stream;
     pfn_cublas_set_math_mode set_math_mode; /* may be NULL */
     pfn_cublas_gemm_ex gemm_ex;
     pfn_cublas_get_property get_property;
-    cublasHandle_t h;          /* NULL: own GEMM kernel */
-    char path[512];            /* file loaded */
-    int ver[3];                /* major, minor, patch */
-    char note[1024];           /* why it is not used, when it is not */
+    cublasHandle_t h; /* NULL: own GEMM kernel */
+    char path[512];   /* file loaded */
+    int ver[3];       /* major, minor, patch */
+    char note[1024];  /* why it is not used, when it is not */
 } cu_blas_t;
 
 static void blas_unload(cu_blas_t *b);
@@ -127,15 +127,15 @@ typedef struct cu_drv {
 typedef struct cu_map {
     size_t off, bytes;
     CUmemGenericAllocationHandle h;
-    uint64_t last_copy;   /* number of the latest copy into it (0 = none) */
+    uint64_t last_copy; /* number of the latest copy into it (0 = none) */
 } cu_map_t;
 
 typedef struct cu_range {
     CUdeviceptr base;
     size_t bytes;
-    cu_map_t *maps;       /* sorted by off, disjoint */
+    cu_map_t *maps; /* sorted by off, disjoint */
     size_t n_maps, cap_maps;
-    uint64_t last_copy;   /* latest copy into no map of this range (a caller bug) */
+    uint64_t last_copy; /* latest copy into no map of this range (a caller bug) */
     struct cu_range *next;
 } cu_range_t;
 
@@ -146,44 +146,51 @@ typedef struct cu_range {
 typedef struct cu_stage {
     void *dev;
     void *host;
-    size_t cap;           /* bytes of dev and host */
-    size_t len;           /* bytes of the last upload; 0 = none valid */
-    cudaEvent_t ev;       /* recorded after the last copy from host */
+    size_t cap;     /* bytes of dev and host */
+    size_t len;     /* bytes of the last upload; 0 = none valid */
+    cudaEvent_t ev; /* recorded after the last copy from host */
 } cu_stage_t;
 
-enum { STAGE_IDS, STAGE_POS, STAGE_TOKS, STAGE_ROWS, STAGE_FREQS, STAGE_N };
+enum {
+    STAGE_IDS,
+    STAGE_POS,
+    STAGE_TOKS,
+    STAGE_ROWS,
+    STAGE_FREQS,
+    STAGE_N
+};
 
 typedef struct cu_ctx {
-    int dev;                 /* CUDA device ordinal */
-    size_t page;             /* pool page: multiple of the VMM granularity */
-    size_t budget;           /* pool bytes */
-    double t0;               /* CLOCK_MONOTONIC at open: origin of event_times */
+    int dev;       /* CUDA device ordinal */
+    size_t page;   /* pool page: multiple of the VMM granularity */
+    size_t budget; /* pool bytes */
+    double t0;     /* CLOCK_MONOTONIC at open: origin of event_times */
     cu_drv_t drv;
     cu_blas_t blas;
     cudaStream_t copy, compute;
 
-    pthread_mutex_t mu;      /* ranges, used */
+    pthread_mutex_t mu; /* ranges, used */
     cu_range_t *ranges;
-    size_t used;             /* bytes of physical allocations mapped */
+    size_t used; /* bytes of physical allocations mapped */
 
-    uint64_t copies_issued;             /* copies queued on the copy stream (under mu) */
-    std::atomic<uint64_t> copies_done;  /* copies landed (host callbacks, in stream order) */
+    uint64_t copies_issued;            /* copies queued on the copy stream (under mu) */
+    std::atomic<uint64_t> copies_done; /* copies landed (host callbacks, in stream order) */
 
     cu_stage_t stage[STAGE_N];
-    void *xh;                /* activations rounded to F16/BF16 for cuBLAS */
-    size_t xh_cap;           /* bytes */
-    float *att_part;         /* split attention partials: (token, head, split) x (m, l, acc[head_dim]) */
-    size_t att_part_cap;     /* bytes */
-    char desc[2048];         /* be->desc */
+    void *xh;        /* activations rounded to F16/BF16 for cuBLAS */
+    size_t xh_cap;   /* bytes */
+    float *att_part; /* split attention partials: (token, head, split) x (m, l, acc[head_dim]) */
+    size_t att_part_cap; /* bytes */
+    char desc[2048];     /* be->desc */
 } cu_ctx_t;
 
 struct be_event {
     cu_ctx_t *c;
-    cudaEvent_t start, end;        /* timing events around the copy */
-    cudaEvent_t done;              /* after the host callback: the times are valid */
-    double queued;                 /* CLOCK_MONOTONIC when copy_h2d was called */
-    std::atomic<double> host_end;  /* CLOCK_MONOTONIC when the copy had landed */
-    int used;                      /* 1 once a copy was queued with this event */
+    cudaEvent_t start, end;       /* timing events around the copy */
+    cudaEvent_t done;             /* after the host callback: the times are valid */
+    double queued;                /* CLOCK_MONOTONIC when copy_h2d was called */
+    std::atomic<double> host_end; /* CLOCK_MONOTONIC when the copy had landed */
+    int used;                     /* 1 once a copy was queued with this event */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -449,8 +456,8 @@ static int c_unmap(void *ctx, void *base, size_t off, size_t bytes)
         while (j < r->n_maps && r->maps[j].off < off + bytes)
             j++;
         /* every map must lie wholly inside or outside the span */
-        if (i < j && (r->maps[i].off < off ||
-                      r->maps[j - 1].off + r->maps[j - 1].bytes > off + bytes)) {
+        if (i < j &&
+            (r->maps[i].off < off || r->maps[j - 1].off + r->maps[j - 1].bytes > off + bytes)) {
             rc = BE_ERR_ARG;
             goto out;
         }
@@ -697,8 +704,8 @@ static int c_download(void *ctx, void *host, const void *dev, size_t bytes)
     int rc = use_dev(c);
     if (rc)
         return rc;
-    if (bytes && (rc = rt_rc(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost,
-                                             c->compute))))
+    if (bytes &&
+        (rc = rt_rc(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->compute))))
         return rc;
     return rt_rc(cudaStreamSynchronize(c->compute));
 }
@@ -709,8 +716,8 @@ static int c_upload(void *ctx, void *dev, const void *host, size_t bytes)
     int rc = use_dev(c);
     if (rc)
         return rc;
-    if (bytes && (rc = rt_rc(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice,
-                                             c->compute))))
+    if (bytes &&
+        (rc = rt_rc(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->compute))))
         return rc;
     return rt_rc(cudaStreamSynchronize(c->compute));
 }
@@ -799,8 +806,7 @@ __device__ __forceinline__ float warp_max(float v)
 }
 
 /* Element i of a row of the given type as F32 (exact). */
-template <int WT>
-__device__ __forceinline__ float row_elem(const uint8_t *row, size_t i)
+template <int WT> __device__ __forceinline__ float row_elem(const uint8_t *row, size_t i)
 {
     if constexpr (WT == GGUF_T_F32) {
         return ((const float *)row)[i];
@@ -994,8 +1000,8 @@ __global__ void k_to_half(uint16_t *dst, const float *x, size_t xs, uint32_t n, 
  * activations and accumulation. Block (GEMM_TILE, GEMM_TILE). */
 template <int WT>
 __global__ void __launch_bounds__(GEMM_TILE *GEMM_TILE)
-    k_gemm_tiled(const uint8_t *w, size_t row_bytes, uint32_t n_in, uint32_t n_out,
-                 const float *x, size_t xs, float *y, size_t ys, uint32_t n_tok)
+    k_gemm_tiled(const uint8_t *w, size_t row_bytes, uint32_t n_in, uint32_t n_out, const float *x,
+                 size_t xs, float *y, size_t ys, uint32_t n_tok)
 {
     __shared__ float ws[GEMM_TILE][GEMM_TILE + 1]; /* [row][col], padded against bank conflicts */
     __shared__ float xt[GEMM_TILE][GEMM_TILE + 1]; /* [token][col] */
@@ -1080,22 +1086,39 @@ __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads
     }
 }
 
-__device__ __forceinline__ size_t kv_off(uint32_t pos, uint32_t n_layer, uint32_t layer,
-                                         size_t kvd)
+__device__ __forceinline__ size_t kv_off(uint32_t pos, uint32_t n_layer, uint32_t layer, size_t kvd)
 {
     return ((size_t)pos * n_layer + layer) * kvd;
 }
 
 /* KV cache elements: F32 as is, F16 rounded to nearest even on store and
  * widened on load (the sums stay in F32). */
-__device__ __forceinline__ float kv_ld(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float kv_ld(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void kv_st(float *p, size_t i, float x) { p[i] = x; }
-__device__ __forceinline__ void kv_st(__half *p, size_t i, float x) { p[i] = __float2half_rn(x); }
+__device__ __forceinline__ float kv_ld(const float *p, size_t i)
+{
+    return p[i];
+}
+__device__ __forceinline__ float kv_ld(const __half *p, size_t i)
+{
+    return __half2float(p[i]);
+}
+__device__ __forceinline__ void kv_st(float *p, size_t i, float x)
+{
+    p[i] = x;
+}
+__device__ __forceinline__ void kv_st(__half *p, size_t i, float x)
+{
+    p[i] = __float2half_rn(x);
+}
 /* The query as the cache type sees it: F16 caches round it to half, as an
  * F16 x F16 product does (the cpu backend does the same). */
-__device__ __forceinline__ float kv_q(const float *, float x) { return x; }
-__device__ __forceinline__ float kv_q(const __half *, float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float kv_q(const float *, float x)
+{
+    return x;
+}
+__device__ __forceinline__ float kv_q(const __half *, float x)
+{
+    return __half2float(__float2half_rn(x));
+}
 
 template <typename KV>
 __global__ void k_kv_store(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, size_t kvd,
@@ -1350,8 +1373,8 @@ static int weight_aligned(const be_tensor_t *w)
     return w->type == GGUF_T_F32 ? a % 4 == 0 : a % 2 == 0;
 }
 
-static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok,
-                   float *out, size_t stride)
+static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t n_tok, float *out,
+                   size_t stride)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     if (n_tok == 0)
@@ -1374,16 +1397,20 @@ static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t
     unsigned g = grid_y(n_tok);
     switch (tab->type) {
     case GGUF_T_F32:
-        k_embed<GGUF_T_F32><<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
+        k_embed<GGUF_T_F32>
+            <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
         break;
     case GGUF_T_F16:
-        k_embed<GGUF_T_F16><<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
+        k_embed<GGUF_T_F16>
+            <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
         break;
     case GGUF_T_BF16:
-        k_embed<GGUF_T_BF16><<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
+        k_embed<GGUF_T_BF16>
+            <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
         break;
     default:
-        k_embed<GGUF_T_Q8_0><<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
+        k_embed<GGUF_T_Q8_0>
+            <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
         break;
     }
     return launch_rc();
@@ -1401,7 +1428,7 @@ static int c_rmsnorm(void *ctx, float *out, const float *x, const float *w, size
     if (rc)
         return rc;
     k_rmsnorm<<<grid_y(n_tok), EW_THREADS, 0, c->compute>>>(out, x, w, n_tok, (uint32_t)n, stride,
-                                                             eps);
+                                                            eps);
     return launch_rc();
 }
 
@@ -1415,11 +1442,12 @@ static int gemv_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
     const size_t max_tok = (size_t)GRID_Y_MAX * MM_TOK;
     for (size_t t0 = 0; t0 < n_tok; t0 += max_tok) {
         const uint32_t nt = (uint32_t)(n_tok - t0 < max_tok ? n_tok - t0 : max_tok);
-        const dim3 grid((unsigned)((w->n_out + MM_WARPS - 1) / MM_WARPS), (nt + MM_TOK - 1) / MM_TOK);
+        const dim3 grid((unsigned)((w->n_out + MM_WARPS - 1) / MM_WARPS),
+                        (nt + MM_TOK - 1) / MM_TOK);
         const float *xt = x + t0 * xs;
         float *yt = jb->y + t0 * jb->y_stride;
 #define GEMV(T, V)                                                                                 \
-    k_gemv<T, V><<<grid, MM_WARPS * 32, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt, xs, yt,     \
+    k_gemv<T, V><<<grid, MM_WARPS * 32, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt, xs, yt,    \
                                                          jb->y_stride, nt)
         switch (w->type) {
         case GGUF_T_F32:
@@ -1440,9 +1468,7 @@ static int gemv_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
             else
                 GEMV(GGUF_T_BF16, false);
             break;
-        default:
-            GEMV(GGUF_T_Q8_0, false);
-            break;
+        default: GEMV(GGUF_T_Q8_0, false); break;
         }
 #undef GEMV
         int rc = launch_rc();
@@ -1472,9 +1498,11 @@ static int to_half(cu_ctx_t *c, uint32_t type, const float *x, size_t xs, uint32
     }
     dim3 grid(grid_x(n_in, EW_THREADS), grid_y(n_tok));
     if (type == GGUF_T_F16)
-        k_to_half<GGUF_T_F16><<<grid, EW_THREADS, 0, c->compute>>>((uint16_t *)c->xh, x, xs, n_in, n_tok);
+        k_to_half<GGUF_T_F16>
+            <<<grid, EW_THREADS, 0, c->compute>>>((uint16_t *)c->xh, x, xs, n_in, n_tok);
     else
-        k_to_half<GGUF_T_BF16><<<grid, EW_THREADS, 0, c->compute>>>((uint16_t *)c->xh, x, xs, n_in, n_tok);
+        k_to_half<GGUF_T_BF16>
+            <<<grid, EW_THREADS, 0, c->compute>>>((uint16_t *)c->xh, x, xs, n_in, n_tok);
     return launch_rc();
 }
 
@@ -1501,10 +1529,10 @@ static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
         ldb = (int)w->n_in;
         ab = w->type == GGUF_T_F16 ? CUDA_R_16F : CUDA_R_16BF;
     }
-    cublasStatus_t st = c->blas.gemm_ex(c->blas.h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->n_out,
-                                        (int)n_tok, (int)w->n_in, &one, w->data, ab, (int)w->n_in,
-                                        b, ab, ldb, &zero, jb->y, CUDA_R_32F, (int)jb->y_stride,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t st =
+        c->blas.gemm_ex(c->blas.h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->n_out, (int)n_tok,
+                        (int)w->n_in, &one, w->data, ab, (int)w->n_in, b, ab, ldb, &zero, jb->y,
+                        CUDA_R_32F, (int)jb->y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_ALLOC_FAILED)
         return BE_ERR_NOMEM;
     return st == CUBLAS_STATUS_SUCCESS ? 0 : BE_ERR_DEVICE;
@@ -1537,8 +1565,7 @@ static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t x
             k_gemm_tiled<GGUF_T_BF16><<<grid, block, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt,
                                                                       xs, yt, jb->y_stride, nt);
             break;
-        default:
-            return BE_ERR_ARG; /* Q8_0 always takes the GEMV kernel */
+        default: return BE_ERR_ARG; /* Q8_0 always takes the GEMV kernel */
         }
         int rc = launch_rc();
         if (rc)
@@ -1555,7 +1582,8 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
         return 0;
     for (int j = 0; j < n_jobs; j++) {
         const be_tensor_t *w = jobs[j].w;
-        if (!w->data || !type_ok(w->type) || !weight_aligned(w) || !quant_row_bytes(w->type, w->n_in))
+        if (!w->data || !type_ok(w->type) || !weight_aligned(w) ||
+            !quant_row_bytes(w->type, w->n_in))
             return BE_ERR_ARG;
     }
     int rc = use_dev(c);
@@ -1632,8 +1660,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
     if ((rc = stage_put(c, STAGE_POS, pos, n_tok * sizeof *pos, &d_pos)))
         return rc;
     const void *d_freqs = NULL;
-    if (hp->rope_freqs &&
-        (rc = stage_put(c, STAGE_FREQS, hp->rope_freqs, hp->rope_dim / 2 * sizeof(float), &d_freqs)))
+    if (hp->rope_freqs && (rc = stage_put(c, STAGE_FREQS, hp->rope_freqs,
+                                          hp->rope_dim / 2 * sizeof(float), &d_freqs)))
         return rc;
     size_t total = n_tok * (hp->rope_dim / 2);
     k_rope<<<grid_x(total, EW_THREADS), EW_THREADS, 0, c->compute>>>(
@@ -1751,10 +1779,12 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     }
     if (a->kv_type == KV_TYPE_F16)
         k_attention<__half><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
-            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out, scale);
+            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out,
+            scale);
     else
         k_attention<float><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
-            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out, scale);
+            dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out,
+            scale);
     return launch_rc();
 }
 
@@ -1832,7 +1862,8 @@ static int load_entry(const char *sym, void **fn)
 {
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     *fn = NULL;
-    cudaError_t e = cudaGetDriverEntryPointByVersion(sym, fn, CUDART_VERSION, cudaEnableDefault, &q);
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion(sym, fn, CUDART_VERSION, cudaEnableDefault, &q);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return -1;
@@ -1859,7 +1890,8 @@ static int load_driver(cu_drv_t *d, char *err, size_t errlen)
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         if (load_entry(syms[i].name, syms[i].fn)) {
-            snprintf(err, errlen, "cuda backend: driver entry point %s not available", syms[i].name);
+            snprintf(err, errlen, "cuda backend: driver entry point %s not available",
+                     syms[i].name);
             return -1;
         }
     }
@@ -1977,7 +2009,7 @@ static int blas_locate(cu_blas_t *b, char *err, size_t errlen)
         if ((call) == 0)                                                                           \
             return 0;                                                                              \
         if (!first[0] && note[0] &&                                                                \
-            ((!strstr(note, "No such file") && !strstr(note, "cannot open shared object")) ||        \
+            ((!strstr(note, "No such file") && !strstr(note, "cannot open shared object")) ||      \
              strstr(note, "libcublasLt")))                                                         \
             snprintf(first, sizeof first, "%s", note);                                             \
     } while (0)
@@ -1994,8 +2026,9 @@ static int blas_locate(cu_blas_t *b, char *err, size_t errlen)
     snprintf(pat, sizeof pat, "/usr/local/cuda-%d*/lib64/%s", CUBLAS_MAJOR, name);
     BLAS_TRY(blas_try_glob(b, pat, note, sizeof note));
     /* pip wheels: nvidia/cublas/lib (CUDA 12 layout) or nvidia/cu13/lib */
-    const char *prefixes[] = {getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), getenv("HOME"),
-                              "/usr/local", "/usr", "/opt/conda"};
+    const char *prefixes[] = {
+        getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), getenv("HOME"), "/usr/local", "/usr",
+        "/opt/conda"};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         if (!prefixes[i] || !*prefixes[i])
             continue;
@@ -2029,8 +2062,8 @@ static void blas_start(cu_blas_t *b, cudaStream_t stream)
         b->h = NULL;
         snprintf(b->note, sizeof b->note, "cublasCreate failed with %s", b->path);
     } else if (b->set_stream(b->h, stream) != CUBLAS_STATUS_SUCCESS ||
-               (b->set_math_mode && b->set_math_mode(b->h, CUBLAS_DEFAULT_MATH) !=
-                                        CUBLAS_STATUS_SUCCESS)) {
+               (b->set_math_mode &&
+                b->set_math_mode(b->h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)) {
         b->destroy(b->h);
         b->h = NULL;
         snprintf(b->note, sizeof b->note, "cannot configure the cuBLAS handle of %s", b->path);
@@ -2127,7 +2160,7 @@ static void describe(cu_ctx_t *c, size_t gran)
     }
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, c->dev); /* kHz */
+    cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, c->dev);     /* kHz */
     cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, c->dev); /* bits */
     cudaGetLastError();
     const double peak_gbs = 2.0 * (double)mclk * 1e3 * (double)bus / 8.0 / 1e9;
@@ -2184,8 +2217,8 @@ static const be_ops_t cuda_ops = {
     .silu_mul = c_silu_mul,
     .add = c_add,
     .gather = c_gather,
-    .scale = nullptr,    /* no embedding-scale, soft-cap or GELU kernels: model_feats */
-    .softcap = nullptr,  /* lists none of the features that need them */
+    .scale = nullptr,   /* no embedding-scale, soft-cap or GELU kernels: model_feats */
+    .softcap = nullptr, /* lists none of the features that need them */
     .gelu_mul = nullptr,
     .inject = nullptr, /* no fault injection: be_open supplies the fallback */
     .close = c_close,
@@ -2237,8 +2270,9 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
         goto fail;
     }
     if (major < 8) {
-        snprintf(err, errlen, "cuda backend: GPU %d has compute capability %d.%d; this build needs 8.0+",
-                 c->dev, major, minor);
+        snprintf(err, errlen,
+                 "cuda backend: GPU %d has compute capability %d.%d; this build needs 8.0+", c->dev,
+                 major, minor);
         goto fail;
     }
     if (load_driver(&c->drv, err, errlen))
@@ -2254,7 +2288,8 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = c->dev;
-    if (c->drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !gran) {
+    if (c->drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+        !gran) {
         snprintf(err, errlen, "cuda backend: cannot query the VMM allocation granularity");
         goto fail;
     }
@@ -2269,18 +2304,19 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     if (p->memory == 0) {
         c->budget = (size_t)((double)free_b * CU_AUTO_POOL_SHARE);
     } else if (p->memory > free_b) {
-        snprintf(err, errlen,
-                 "cuda backend: device memory budget of %zu bytes exceeds the %zu bytes free on GPU %d"
-                 " (scratch buffers need headroom too)",
-                 p->memory, free_b, c->dev);
+        snprintf(
+            err, errlen,
+            "cuda backend: device memory budget of %zu bytes exceeds the %zu bytes free on GPU %d"
+            " (scratch buffers need headroom too)",
+            p->memory, free_b, c->dev);
         goto fail;
     } else {
         c->budget = p->memory;
     }
     c->budget = c->budget / c->page * c->page;
     if (c->budget == 0) {
-        snprintf(err, errlen, "cuda backend: device memory budget is smaller than one %zu-byte page",
-                 c->page);
+        snprintf(err, errlen,
+                 "cuda backend: device memory budget is smaller than one %zu-byte page", c->page);
         goto fail;
     }
     if (blas_locate(&c->blas, err, errlen))
@@ -2291,7 +2327,8 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
         goto fail;
     }
     for (int k = 0; k < STAGE_N; k++) {
-        if ((e = cudaEventCreateWithFlags(&c->stage[k].ev, cudaEventDisableTiming)) != cudaSuccess) {
+        if ((e = cudaEventCreateWithFlags(&c->stage[k].ev, cudaEventDisableTiming)) !=
+            cudaSuccess) {
             c->stage[k].ev = NULL;
             snprintf(err, errlen, "cuda backend: cannot create events: %s", cudaGetErrorString(e));
             goto fail;

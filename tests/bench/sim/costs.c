@@ -9,13 +9,13 @@
 #define MAX_PTS 16
 
 typedef struct report {
-    double pagein_8b, pagein_1g;      /* GB/s; 0 = absent */
+    double pagein_8b, pagein_1g; /* GB/s; 0 = absent */
     double dec_b[MAX_PTS], dec_ctx[MAX_PTS], dec_tps[MAX_PTS], dec_bpt[MAX_PTS];
     int n_dec;
-    double pre_tok, pre_tps;          /* the longest prefill figure; 0 = absent */
-    double model_bytes;               /* the 8B file's bytes; 0 = absent */
+    double pre_tok, pre_tps; /* the longest prefill figure; 0 = absent */
+    double model_bytes;      /* the 8B file's bytes; 0 = absent */
     char gpu[96];
-    int not_gpu;                      /* the report says NOT A GPU CHECK */
+    int not_gpu; /* the report says NOT A GPU CHECK */
 } report_t;
 
 /* ------------------------------------------------------------------ reading the report */
@@ -38,7 +38,8 @@ static int report_read(const char *path, report_t *r, char *err, size_t errlen)
             r->not_gpu = 1;
         if (sscanf(line, "gpu: %95[^,]", name) == 1)
             snprintf(r->gpu, sizeof r->gpu, "%s", name);
-        if (!strcmp(stage, "paging") && sscanf(line, "page-in wall (map + copy overlapped): %lf GB/s", &a) == 1)
+        if (!strcmp(stage, "paging") &&
+            sscanf(line, "page-in wall (map + copy overlapped): %lf GB/s", &a) == 1)
             r->pagein_1g = a;
         if (!strcmp(stage, "ttft8b")) {
             if (sscanf(line, "page-in %lf GB/s", &a) == 1)
@@ -46,14 +47,16 @@ static int report_read(const char *path, report_t *r, char *err, size_t errlen)
             if (sscanf(line, "8B BF16, %lf bytes", &a) == 1)
                 r->model_bytes = a;
         }
-        if (sscanf(line, "decode, batch %lf, context %lf: %lf tok/s, %lf bytes read per token", &a, &b, &c,
-                   &d) == 4 && r->n_dec < MAX_PTS && a >= 1 && c > 0 && d > 0) {
+        if (sscanf(line, "decode, batch %lf, context %lf: %lf tok/s, %lf bytes read per token", &a,
+                   &b, &c, &d) == 4 &&
+            r->n_dec < MAX_PTS && a >= 1 && c > 0 && d > 0) {
             r->dec_b[r->n_dec] = a;
             r->dec_ctx[r->n_dec] = b;
             r->dec_tps[r->n_dec] = c;
             r->dec_bpt[r->n_dec++] = d;
         }
-        if (sscanf(line, "prefill of %lf tokens: %lf tok/s", &a, &b) == 2 && a > r->pre_tok && b > 0) {
+        if (sscanf(line, "prefill of %lf tokens: %lf tok/s", &a, &b) == 2 && a > r->pre_tok &&
+            b > 0) {
             r->pre_tok = a;
             r->pre_tps = b;
         }
@@ -155,9 +158,10 @@ static void datasheet(sim_cost_t *k, costs_src_t *s)
     k->t_step_s = k->t_token_s = 0;
     snprintf(s->h2d, sizeof s->h2d, "datasheet: H200 host->device %.0f GB/s", COSTS_H200_H2D_GBS);
     snprintf(s->hbm, sizeof s->hbm, "datasheet: H200 HBM %.0f GB/s", COSTS_H200_HBM_GBS);
-    snprintf(s->step, sizeof s->step, "datasheet: no per-step or per-token time beyond t_fixed %.3g ms",
-             k->t_fixed_s * 1e3);
-    snprintf(s->flops, sizeof s->flops, "datasheet: H200 dense BF16 %.0f TFLOP/s", COSTS_H200_TFLOPS);
+    snprintf(s->step, sizeof s->step,
+             "datasheet: no per-step or per-token time beyond t_fixed %.3g ms", k->t_fixed_s * 1e3);
+    snprintf(s->flops, sizeof s->flops, "datasheet: H200 dense BF16 %.0f TFLOP/s",
+             COSTS_H200_TFLOPS);
     s->n_measured = 0;
 }
 
@@ -202,11 +206,13 @@ int costs_load(const char *what, sim_cost_t *k, costs_src_t *s, char *err, size_
         k->t_fixed_s = 0;
         k->t_step_s = fit[0];
         k->t_token_s = fit[2];
-        snprintf(s->hbm, sizeof s->hbm, "measured: %.4g GB/s effective, fit to %d decode figure%s on %s",
-                 k->hbm_bw / 1e9, r.n_dec, r.n_dec == 1 ? "" : "s", on);
-        snprintf(s->step, sizeof s->step,
-                 "measured: t_step %.4g ms, t_token %.4g ms (the same fit; worst step time off by %.1f%%)",
-                 k->t_step_s * 1e3, k->t_token_s * 1e3, worst * 100);
+        snprintf(s->hbm, sizeof s->hbm,
+                 "measured: %.4g GB/s effective, fit to %d decode figure%s on %s", k->hbm_bw / 1e9,
+                 r.n_dec, r.n_dec == 1 ? "" : "s", on);
+        snprintf(
+            s->step, sizeof s->step,
+            "measured: t_step %.4g ms, t_token %.4g ms (the same fit; worst step time off by %.1f%%)",
+            k->t_step_s * 1e3, k->t_token_s * 1e3, worst * 100);
         s->n_measured += 2;
     }
 

@@ -7,14 +7,14 @@
 #include "sim.h"
 
 /* An H200 SXM's datasheet figures (the fallback for each figure a report lacks). */
-#define COSTS_H200_H2D_GBS 55.0    /* PCIe Gen5 x16: 64 GB/s a direction, ~55 in practice */
-#define COSTS_H200_HBM_GBS 4800.0  /* HBM3e */
-#define COSTS_H200_TFLOPS 989.0    /* dense BF16 tensor cores */
+#define COSTS_H200_H2D_GBS 55.0   /* PCIe Gen5 x16: 64 GB/s a direction, ~55 in practice */
+#define COSTS_H200_HBM_GBS 4800.0 /* HBM3e */
+#define COSTS_H200_TFLOPS 989.0   /* dense BF16 tensor cores */
 
 /* Where each figure came from: "measured: ..." or "datasheet: ...". */
 typedef struct costs_src {
     char h2d[256], hbm[256], step[256], flops[256];
-    int n_measured;  /* figures taken from the report (0: all from the datasheet) */
+    int n_measured; /* figures taken from the report (0: all from the datasheet) */
 } costs_src_t;
 
 /* Sets cost->h2d_bw, hbm_bw, flops, t_fixed_s, t_step_s and t_token_s.

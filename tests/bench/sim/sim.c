@@ -44,7 +44,7 @@
  *   order with room for k models (Belady's furthest-next-use eviction). */
 
 static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "lru-batch",
-                                                      "belady"};
+                                                     "belady"};
 
 const char *sim_policy_name(sim_policy_t p)
 {
@@ -70,11 +70,11 @@ static size_t round_up(size_t x, size_t a)
 
 typedef struct shape_info {
     uint32_t n_layer;
-    double layer_params, layer_bytes;  /* one transformer layer */
-    double embed_bytes;                /* token embedding table */
-    double head_store_bytes;           /* what the head segment holds */
-    double head_params, head_read;     /* output matmul: params, bytes read */
-    double kv_pos_layer;               /* K+V bytes per position per layer (F32) */
+    double layer_params, layer_bytes; /* one transformer layer */
+    double embed_bytes;               /* token embedding table */
+    double head_store_bytes;          /* what the head segment holds */
+    double head_params, head_read;    /* output matmul: params, bytes read */
+    double kv_pos_layer;              /* K+V bytes per position per layer (F32) */
 } shape_info_t;
 
 static shape_info_t shape_info(const sim_shape_t *sh)
@@ -82,8 +82,8 @@ static shape_info_t shape_info(const sim_shape_t *sh)
     shape_info_t s;
     s.n_layer = sh->n_layer;
     double d = sh->n_embd, hd = (double)sh->n_embd / sh->n_head, kvd = sh->n_head_kv * hd;
-    s.layer_params = d * (sh->n_head * hd) + 2 * d * kvd + (sh->n_head * hd) * d +
-                     3.0 * d * sh->n_ff;
+    s.layer_params =
+        d * (sh->n_head * hd) + 2 * d * kvd + (sh->n_head * hd) * d + 3.0 * d * sh->n_ff;
     s.layer_bytes = s.layer_params * sh->wbytes + 2 * d * 4;
     s.embed_bytes = (double)sh->n_vocab * d * sh->wbytes;
     s.head_params = (double)sh->n_vocab * d;
@@ -150,10 +150,10 @@ double sim_capacity(const sim_cfg_t *c, double p, double o)
 /* ------------------------------------------------------------------ GGUF models */
 
 struct sim_models {
-    backend_t host;       /* the store's backend: page size and host memory only */
+    backend_t host; /* the store's backend: page size and host memory only */
     store_t *store;
     int n;
-    store_model_t **sm;   /* n, loaded by the store (freed by sim_models_free) */
+    store_model_t **sm; /* n, loaded by the store (freed by sim_models_free) */
 };
 
 static void *host_alloc(void *ctx, size_t bytes)
@@ -191,8 +191,8 @@ sim_models_t *sim_models_load(const char *const *paths, int n, size_t page_size,
     sim_models_t *ms = calloc(1, sizeof *ms);
     if (!ms)
         goto oom;
-    ms->host = (backend_t){.name = "host", .page_size = page_size, .host_alloc = host_alloc,
-                           .host_free = host_free};
+    ms->host = (backend_t){
+        .name = "host", .page_size = page_size, .host_alloc = host_alloc, .host_free = host_free};
     ms->store = store_new(&ms->host, 0);
     ms->sm = calloc((size_t)n, sizeof *ms->sm);
     if (!ms->store || !ms->sm)
@@ -212,10 +212,22 @@ fail:
     return NULL;
 }
 
-int sim_models_count(const sim_models_t *ms) { return ms->n; }
-size_t sim_models_page_size(const sim_models_t *ms) { return ms->host.page_size; }
-size_t sim_models_image_bytes(const sim_models_t *ms, int i) { return ms->sm[i]->image_bytes; }
-uint32_t sim_models_segs(const sim_models_t *ms, int i) { return ms->sm[i]->n_segs; }
+int sim_models_count(const sim_models_t *ms)
+{
+    return ms->n;
+}
+size_t sim_models_page_size(const sim_models_t *ms)
+{
+    return ms->host.page_size;
+}
+size_t sim_models_image_bytes(const sim_models_t *ms, int i)
+{
+    return ms->sm[i]->image_bytes;
+}
+uint32_t sim_models_segs(const sim_models_t *ms, int i)
+{
+    return ms->sm[i]->n_segs;
+}
 
 void sim_models_shape(const sim_models_t *ms, int i, sim_shape_t *out)
 {
@@ -227,9 +239,14 @@ void sim_models_shape(const sim_models_t *ms, int i, sim_shape_t *out)
     case GGUF_T_Q8_0: wb = 34.0 / 32; break;
     default: wb = 2; break; /* F16, BF16 */
     }
-    *out = (sim_shape_t){.n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
-                         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                         .n_vocab = hp->n_vocab, .wbytes = wb, .tied = mod->w.tied};
+    *out = (sim_shape_t){.n_layer = hp->n_layer,
+                         .n_embd = hp->n_embd,
+                         .n_ff = hp->n_ff,
+                         .n_head = hp->n_head,
+                         .n_head_kv = hp->n_head_kv,
+                         .n_vocab = hp->n_vocab,
+                         .wbytes = wb,
+                         .tied = mod->w.tied};
 }
 
 /* ------------------------------------------------------------------ Belady */
@@ -283,43 +300,48 @@ done:
 
 /* ------------------------------------------------------------------ state */
 
-typedef enum seq_state { SEQ_WAITING = 0, SEQ_ACTIVE, SEQ_DONE, SEQ_FAILED } seq_state_t;
+typedef enum seq_state {
+    SEQ_WAITING = 0,
+    SEQ_ACTIVE,
+    SEQ_DONE,
+    SEQ_FAILED
+} seq_state_t;
 
 typedef struct sim_seq {
-    sched_item_t item;          /* item.user points back here */
+    sched_item_t item; /* item.user points back here */
     const wl_req_t *rq;
     seq_state_t state;
     kv_seq_t *kv;
     uint32_t n_gen;
-    int swapped;                /* its first step paged weights in (the worker's "swapped") */
-    double t_first, t_done;     /* virtual s */
-    struct sim *host;           /* the host it was routed to */
-    struct sim_seq *next;       /* active list or lru pending list */
+    int swapped;            /* its first step paged weights in (the worker's "swapped") */
+    double t_first, t_done; /* virtual s */
+    struct sim *host;       /* the host it was routed to */
+    struct sim_seq *next;   /* active list or lru pending list */
 } sim_seq_t;
 
 typedef struct vmodel {
-    store_model_t *sm;          /* &own, or a GGUF-built one of cfg.models (borrowed) */
-    store_model_t own;          /* built in memory from the shape: segment layout only */
-    model_t mod;                /* own's hyperparameters; no tensors */
+    store_model_t *sm; /* &own, or a GGUF-built one of cfg.models (borrowed) */
+    store_model_t own; /* built in memory from the shape: segment layout only */
+    model_t mod;       /* own's hyperparameters; no tensors */
     size_t *woff;
     char name[32];
-    shape_info_t si;            /* cost-model shape */
-    uint32_t ctx;               /* positions a sequence may use (the worker's ctx) */
-    size_t span_bytes;          /* its segments' spans, all of them */
+    shape_info_t si;   /* cost-model shape */
+    uint32_t ctx;      /* positions a sequence may use (the worker's ctx) */
+    size_t span_bytes; /* its segments' spans, all of them */
     res_model_t *rm;
     sim_seq_t *active;
     uint32_t n_active;
-    double swap_in_s;           /* as the worker measures it */
-    double paging_since;        /* virtual s its background page-in started (0 = none) */
-    int paging_evict;           /* RES_EVICT_* of that page-in */
-    double pass_s;              /* compute of its last pass (the worker's estimate) */
-    double last_step;           /* when its last pass ended */
+    double swap_in_s;    /* as the worker measures it */
+    double paging_since; /* virtual s its background page-in started (0 = none) */
+    int paging_evict;    /* RES_EVICT_* of that page-in */
+    double pass_s;       /* compute of its last pass (the worker's estimate) */
+    double last_step;    /* when its last pass ended */
     /* lru policy */
     sim_seq_t *pend_head, *pend_tail;
     uint32_t n_pend;
     int loading;
     double last_use;
-    size_t quota;               /* its gpu_quota, below its size (0 = none) */
+    size_t quota; /* its gpu_quota, below its size (0 = none) */
 } vmodel_t;
 
 typedef struct sim {
@@ -329,26 +351,29 @@ typedef struct sim {
     backend_t *be;
     res_t *res;
     sched_t *sched;
-    vmodel_t **m;               /* n_m models it serves, local index order; owned */
+    vmodel_t **m; /* n_m models it serves, local index order; owned */
     int n_m, cap_m;
-    int *local;                 /* c->n_models: the local index of a model, -1 = not served */
-    sched_model_view_t *views;  /* cap_m */
-    sim_seq_t *seqs;            /* every request of the run (borrowed; lru uses the order) */
-    size_t in_flight;           /* queued + pending + active */
-    uint32_t n_active;          /* sequences active over all its models */
-    double wake;                /* virtual s of its next round (when in_flight > 0) */
-    int firm;                   /* an arrival before wake does not bring the round forward */
-    size_t gq_head, gq_n;       /* lru: global queue = seqs[gq_head..gq_n) in order */
-    int rr;                     /* lru round-robin cursor */
-    int *uses;                  /* models stepped, consecutive repeats folded */
+    int *local;                /* c->n_models: the local index of a model, -1 = not served */
+    sched_model_view_t *views; /* cap_m */
+    sim_seq_t *seqs;           /* every request of the run (borrowed; lru uses the order) */
+    size_t in_flight;          /* queued + pending + active */
+    uint32_t n_active;         /* sequences active over all its models */
+    double wake;               /* virtual s of its next round (when in_flight > 0) */
+    int firm;                  /* an arrival before wake does not bring the round forward */
+    size_t gq_head, gq_n;      /* lru: global queue = seqs[gq_head..gq_n) in order */
+    int rr;                    /* lru round-robin cursor */
+    int *uses;                 /* models stepped, consecutive repeats folded */
     size_t n_uses, cap_uses;
     double busy_s;
     uint64_t loads, steps;
     size_t failed;
-    int inconsistent;           /* a model's active count disagreed with its list */
+    int inconsistent; /* a model's active count disagreed with its list */
 } sim_t;
 
-static double now(const sim_t *S) { return vb_now(S->vb); }
+static double now(const sim_t *S)
+{
+    return vb_now(S->vb);
+}
 
 static int all_mapped(sim_t *S, vmodel_t *m)
 {
@@ -427,7 +452,8 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     hp->head_dim = sh->n_embd / sh->n_head;
     hp->rope_dim = hp->head_dim;
     hp->n_vocab = sh->n_vocab;
-    m->mod.w.tied = 1; /* no separate output view: the store then lists 2 + STORE_PER_LAYER n_layer */
+    m->mod.w.tied =
+        1; /* no separate output view: the store then lists 2 + STORE_PER_LAYER n_layer */
     m->mod.w.layers = calloc(sh->n_layer, sizeof *m->mod.w.layers);
     sm->n_w = 2 + STORE_PER_LAYER * (size_t)sh->n_layer;
     m->woff = calloc(sm->n_w, sizeof *m->woff);
@@ -443,7 +469,7 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     sm->model = &m->mod;
     size_t off = 0;
     for (uint32_t s = 0; s < sm->n_segs; s++) {
-        double b = s == FWD_SEG_EMBED ? m->si.embed_bytes
+        double b = s == FWD_SEG_EMBED               ? m->si.embed_bytes
                    : s == FWD_SEG_HEAD(sh->n_layer) ? m->si.head_store_bytes
                                                     : m->si.layer_bytes;
         sm->segs[s].off = off;
@@ -546,7 +572,7 @@ static void vhost_free(sim_t *S)
 /* A host: its virtual device, residency and scheduler, serving no model
  * yet. NULL + reason in err. Free with vhost_free. */
 static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, char *err,
-                       size_t errlen)
+                        size_t errlen)
 {
     sim_t *S = calloc(1, sizeof *S);
     if (!S) {
@@ -557,8 +583,10 @@ static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, c
     S->pol = pol;
     S->seqs = seqs;
     S->wake = INFINITY;
-    vb_cfg_t vc = {.pool_bytes = c->pool_bytes, .page_size = c->page_size,
-                   .h2d_bw = c->cost.h2d_bw, .copy_lat_s = c->cost.copy_lat_s};
+    vb_cfg_t vc = {.pool_bytes = c->pool_bytes,
+                   .page_size = c->page_size,
+                   .h2d_bw = c->cost.h2d_bw,
+                   .copy_lat_s = c->cost.copy_lat_s};
     S->vb = vb_new(&vc);
     if (!S->vb) {
         snprintf(err, errlen, "bad virtual device (pool %zu, page %zu)", c->pool_bytes,
@@ -1065,8 +1093,7 @@ static int lrub_holding(sim_t *S, int except)
 static int lrub_loaded(sim_t *S, vmodel_t *m)
 {
     if (m->quota)
-        return res_weight_bytes(m->rm) + m->sm->segs[1].span > m->quota ||
-               all_mapped(S, m);
+        return res_weight_bytes(m->rm) + m->sm->segs[1].span > m->quota || all_mapped(S, m);
     return all_mapped(S, m);
 }
 
@@ -1124,8 +1151,8 @@ static int round_lrub(sim_t *S)
         int mi = (S->rr + 1 + k) % n;
         vmodel_t *m = S->m[mi];
         if (m->loading ||
-            (m->n_active == 0 && (m->n_pend == 0 || !(m->quota ? lrub_loaded(S, m)
-                                                                 : fully_resident(S, m)))))
+            (m->n_active == 0 &&
+             (m->n_pend == 0 || !(m->quota ? lrub_loaded(S, m) : fully_resident(S, m)))))
             continue;
         uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
         S->rr = mi;
@@ -1210,11 +1237,14 @@ static void belady_only(const sim_cfg_t *c, const wl_req_t *reqs, size_t n, sim_
 
 struct sim_fleet {
     const sim_cfg_t *c;
-    sim_t **h;                  /* n_hosts hosts; owned */
+    sim_t **h; /* n_hosts hosts; owned */
     int n_hosts;
 };
 
-int sim_fleet_hosts(const sim_fleet_t *f) { return f->n_hosts; }
+int sim_fleet_hosts(const sim_fleet_t *f)
+{
+    return f->n_hosts;
+}
 
 size_t sim_fleet_load(const sim_fleet_t *f, int host)
 {
@@ -1237,7 +1267,7 @@ static double vhost_wake(const sim_t *S)
 /* Request s arrives at S at virtual time t (the arrivals of a round are
  * submitted before it, as the worker drains its inbox). */
 static int vhost_submit(sim_t *S, sim_seq_t *s, double t, size_t *rejected, char *err,
-                       size_t errlen)
+                        size_t errlen)
 {
     if (S->in_flight == 0 || !S->firm)
         vb_advance_to(S->vb, t); /* an idle or napping host wakes for it */
@@ -1308,9 +1338,9 @@ static void vhost_round(sim_t *S)
 /* A tournament tree over the hosts' next rounds: node 1 holds the earliest
  * (the lowest host index among equals); leaves are P + host. */
 typedef struct wake_tree {
-    int P;                      /* leaves, a power of two >= hosts */
-    double *w;                  /* 2P: wake times (INFINITY past the hosts) */
-    int *h;                     /* 2P: the host each node's time is from */
+    int P;     /* leaves, a power of two >= hosts */
+    double *w; /* 2P: wake times (INFINITY past the hosts) */
+    int *h;    /* 2P: the host each node's time is from */
 } wake_tree_t;
 
 static int wake_tree_init(wake_tree_t *t, int n_hosts)
@@ -1399,8 +1429,10 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         if (hmin >= 0) {
             vhost_round(F->h[hmin]);
             if (F->h[hmin]->inconsistent) {
-                snprintf(err, errlen, "%s: host %d: a model's active sequences and their count "
-                         "disagree at t = %.3f s", sim_policy_name(pol), hmin, now(F->h[hmin]));
+                snprintf(err, errlen,
+                         "%s: host %d: a model's active sequences and their count "
+                         "disagree at t = %.3f s",
+                         sim_policy_name(pol), hmin, now(F->h[hmin]));
                 rc = SIM_ERR_STUCK;
                 goto fail;
             }
@@ -1522,8 +1554,8 @@ static int check_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs,
     return SIM_OK;
 }
 
-int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
-            sim_result_t *out, char *err, size_t errlen)
+int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n, sim_result_t *out,
+            char *err, size_t errlen)
 {
     int rc = check_run(c, pol, reqs, n, err, errlen);
     if (rc)
@@ -1535,8 +1567,8 @@ int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n
     return run_hosts(c, pol, NULL, reqs, n, out, err, errlen);
 }
 
-int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
-                  const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen)
+int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs, const wl_req_t *reqs,
+                  size_t n, sim_result_t *out, char *err, size_t errlen)
 {
     int rc = check_run(c, pol, reqs, n, err, errlen);
     if (rc)

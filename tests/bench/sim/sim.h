@@ -13,8 +13,8 @@ enum {
     SIM_OK = 0,
     SIM_ERR_ARG = -1,
     SIM_ERR_NOMEM = -2,
-    SIM_ERR_SETUP = -3,  /* residency refused the models */
-    SIM_ERR_STUCK = -4,  /* no policy progress and no future event */
+    SIM_ERR_SETUP = -3, /* residency refused the models */
+    SIM_ERR_STUCK = -4, /* no policy progress and no future event */
 };
 
 /* The cost model. A forward step for T tokens of S sequences of a model
@@ -45,8 +45,8 @@ typedef struct sim_cost {
 /* Shape of every model (all models alike). */
 typedef struct sim_shape {
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
-    double wbytes;     /* bytes per weight (Q8_0: 34/32, F16: 2) */
-    int tied;          /* output head shares the embedding (head segment holds only its norm) */
+    double wbytes; /* bytes per weight (Q8_0: 34/32, F16: 2) */
+    int tied;      /* output head shares the embedding (head segment holds only its norm) */
 } sim_shape_t;
 
 /* Models built from GGUF files by the daemon's own store (store_load), so
@@ -55,20 +55,20 @@ typedef struct sim_models sim_models_t;
 
 typedef struct sim_cfg {
     int n_models;
-    sim_shape_t shape;     /* every model's, unless models or shapes is set */
+    sim_shape_t shape;         /* every model's, unless models or shapes is set */
     const sim_shape_t *shapes; /* (optional) model i has shapes[i % n_shapes]: borrowed */
     int n_shapes;
-    size_t quota_bytes;    /* a model larger than this gets it as its gpu_quota (0 = none) */
+    size_t quota_bytes;         /* a model larger than this gets it as its gpu_quota (0 = none) */
     const sim_models_t *models; /* (optional) model i is file i % count: borrowed */
-    size_t page_size;      /* bytes */
-    size_t pool_bytes;     /* device pool, bytes (see sim_pool_bytes) */
-    uint32_t max_batch;    /* per model */
-    uint32_t max_context;  /* per sequence */
-    sched_cfg_t sched;     /* policy is set per run */
-    uint32_t lru_batch_n;  /* lru-batch: models kept loaded at most (0 = as many as fit) */
+    size_t page_size;           /* bytes */
+    size_t pool_bytes;          /* device pool, bytes (see sim_pool_bytes) */
+    uint32_t max_batch;         /* per model */
+    uint32_t max_context;       /* per sequence */
+    sched_cfg_t sched;          /* policy is set per run */
+    uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;
-    double slo_ttft_s;     /* a request meets the SLO when its TTFT is below this */
-    FILE *dump;            /* (optional) one CSV line per request and run: borrowed */
+    double slo_ttft_s; /* a request meets the SLO when its TTFT is below this */
+    FILE *dump;        /* (optional) one CSV line per request and run: borrowed */
 } sim_cfg_t;
 
 typedef enum sim_policy {
@@ -85,25 +85,25 @@ const char *sim_policy_name(sim_policy_t p);
 int sim_policy_parse(const char *s, sim_policy_t *p);
 
 typedef struct sim_result {
-    size_t requests;        /* in the trace */
+    size_t requests; /* in the trace */
     size_t completed, failed;
-    uint64_t page_ins;      /* segments copied host -> device */
-    uint64_t model_loads;   /* times a model became wholly mapped from not wholly mapped */
-    uint64_t bytes_in;      /* bytes copied host -> device */
-    uint64_t belady_own;    /* Belady's loads for this run's own order of model uses */
-    uint32_t belady_k;      /* models that fit the pool at once (for Belady) */
-    uint64_t steps;         /* forward steps */
-    double gpu_busy;        /* compute time / (last completion - first arrival) */
-    double makespan_s;      /* last completion - first arrival */
-    double copy_busy;       /* copy queue busy time / makespan */
+    uint64_t page_ins;    /* segments copied host -> device */
+    uint64_t model_loads; /* times a model became wholly mapped from not wholly mapped */
+    uint64_t bytes_in;    /* bytes copied host -> device */
+    uint64_t belady_own;  /* Belady's loads for this run's own order of model uses */
+    uint32_t belady_k;    /* models that fit the pool at once (for Belady) */
+    uint64_t steps;       /* forward steps */
+    double gpu_busy;      /* compute time / (last completion - first arrival) */
+    double makespan_s;    /* last completion - first arrival */
+    double copy_busy;     /* copy queue busy time / makespan */
     double ttft_p50, ttft_p99, ttft_max; /* s, completed requests */
     double e2e_p50, e2e_p99, e2e_max;    /* s, arrival to last token */
-    double slo_frac;        /* requests with TTFT < slo over all requests */
+    double slo_frac;                     /* requests with TTFT < slo over all requests */
     uint64_t max_mapped_pages, pool_pages;
-    uint64_t violations;    /* virtual device misuse (over-commit, bad maps): must be 0 */
-    uint64_t host_blocks;   /* evictions that waited for a copy in flight */
-    uint64_t preempted;     /* segments evicted from models with paused sequences (live KV) */
-    uint64_t active_left;   /* sequences still counted active at the end (must be 0) */
+    uint64_t violations;  /* virtual device misuse (over-commit, bad maps): must be 0 */
+    uint64_t host_blocks; /* evictions that waited for a copy in flight */
+    uint64_t preempted;   /* segments evicted from models with paused sequences (live KV) */
+    uint64_t active_left; /* sequences still counted active at the end (must be 0) */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device
@@ -126,8 +126,7 @@ const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i);
 /* Image bytes of one model of this shape with this page size. */
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);
 /* A pool holding n_models whole models plus kv_headroom bytes, in pages. */
-size_t sim_pool_bytes(const sim_shape_t *sh, size_t page_size, double n_models,
-                      size_t kv_headroom);
+size_t sim_pool_bytes(const sim_shape_t *sh, size_t page_size, double n_models, size_t kv_headroom);
 /* Requests/s one model can serve with every model resident and full batches
  * of max_batch (a reference for "load"). */
 double sim_capacity(const sim_cfg_t *c, double mean_prompt, double mean_output);
@@ -135,8 +134,8 @@ double sim_capacity(const sim_cfg_t *c, double mean_prompt, double mean_output);
 double sim_step_time(const sim_cfg_t *c, double t, double s, double kv_pos);
 
 /* Run one policy over reqs (sorted by t). 0 or SIM_ERR_*, reason in err. */
-int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n,
-            sim_result_t *out, char *err, size_t errlen);
+int sim_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs, size_t n, sim_result_t *out,
+            char *err, size_t errlen);
 
 /* A fleet: n_hosts hosts, each a pool of its own (the cfg's device, cost
  * model and scheduler) with its own residency, scheduler and virtual device,
@@ -157,8 +156,8 @@ typedef struct sim_hosts {
 } sim_hosts_t;
 
 /* Run policy pol (default or fifo) on every host of a fleet. */
-int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
-                  const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen);
+int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs, const wl_req_t *reqs,
+                  size_t n, sim_result_t *out, char *err, size_t errlen);
 /* For routers: requests queued or running on a host, all models or one. */
 int sim_fleet_hosts(const sim_fleet_t *f);
 size_t sim_fleet_load(const sim_fleet_t *f, int host);

@@ -38,10 +38,10 @@ uint32_t simfleet_replicas(double share, int n_hosts, uint32_t min)
 typedef struct router {
     simfleet_route_t route;
     int n_hosts;
-    uint32_t factor;        /* hash-balance-factor, percent */
-    int *rep;               /* affinity: each model's replicas in its hash-ring order */
-    size_t *rep_off;        /* n_models + 1: model m's replicas are rep[rep_off[m] .. rep_off[m+1]) */
-    size_t next;            /* round-robin cursor; least-loaded: where ties start */
+    uint32_t factor; /* hash-balance-factor, percent */
+    int *rep;        /* affinity: each model's replicas in its hash-ring order */
+    size_t *rep_off; /* n_models + 1: model m's replicas are rep[rep_off[m] .. rep_off[m+1]) */
+    size_t next;     /* round-robin cursor; least-loaded: where ties start */
 } router_t;
 
 /* Bounded-load consistent hashing as HAProxy's chash_server_is_eligible
@@ -72,10 +72,8 @@ static int route(void *ctx, const sim_fleet_t *f, const wl_req_t *rq)
     router_t *r = ctx;
     int H = r->n_hosts;
     switch (r->route) {
-    case SIMFLEET_AFFINITY:
-        return route_affinity(r, f, rq->model);
-    case SIMFLEET_ROUND_ROBIN:
-        return (int)(r->next++ % (size_t)H);
+    case SIMFLEET_AFFINITY: return route_affinity(r, f, rq->model);
+    case SIMFLEET_ROUND_ROBIN: return (int)(r->next++ % (size_t)H);
     case SIMFLEET_LEAST_LOADED: {
         int best = -1;
         size_t best_load = 0;
@@ -90,8 +88,7 @@ static int route(void *ctx, const sim_fleet_t *f, const wl_req_t *rq)
         r->next = (size_t)best + 1; /* ties rotate */
         return best;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -121,8 +118,8 @@ static int place(const sim_cfg_t *c, const simfleet_cfg_t *fc, router_t *r, int 
     int H = fc->n_hosts, M = c->n_models;
     int rc = SIM_ERR_NOMEM;
     fleet_t f = {.file = "tracesim", .n_hosts = (size_t)H, .n_models = (size_t)M};
-    char (*hname)[16] = calloc((size_t)H, sizeof *hname);
-    char (*mname)[16] = calloc((size_t)M, sizeof *mname);
+    char(*hname)[16] = calloc((size_t)H, sizeof *hname);
+    char(*mname)[16] = calloc((size_t)M, sizeof *mname);
     f.hosts = calloc((size_t)H, sizeof *f.hosts);
     f.models = calloc((size_t)M, sizeof *f.models);
     unsigned char *pl = malloc((size_t)M * (size_t)H);
@@ -140,7 +137,9 @@ static int place(const sim_cfg_t *c, const simfleet_cfg_t *fc, router_t *r, int 
         snprintf(mname[m], sizeof mname[m], "m%05d", m);
         uint64_t size = model_bytes_of(c, m);
         double load = fc->load ? fc->load[m] : 1.0 / M;
-        f.models[m] = (fleet_model_t){.name = mname[m], .size = size, .load = load,
+        f.models[m] = (fleet_model_t){.name = mname[m],
+                                      .size = size,
+                                      .load = load,
                                       .replicas = simfleet_replicas(load, H, fc->replicas)};
     }
     if (fleet_place(&f, pl, err, errlen) != FLEET_OK) {
@@ -192,8 +191,10 @@ int simfleet_run(const sim_cfg_t *c, const simfleet_cfg_t *fc, const wl_req_t *r
 {
     if (fc->n_hosts < 1 || fc->n_hosts > FLEET_MAX_HOSTS || c->n_models > FLEET_MAX_MODELS ||
         fc->route >= SIMFLEET_ROUTE_COUNT || fc->replicas < 1 || fc->balance_factor <= 100) {
-        snprintf(err, errlen, "bad fleet: 1..%d hosts, at most %d models, replicas >= 1, "
-                 "balance factor > 100", FLEET_MAX_HOSTS, FLEET_MAX_MODELS);
+        snprintf(err, errlen,
+                 "bad fleet: 1..%d hosts, at most %d models, replicas >= 1, "
+                 "balance factor > 100",
+                 FLEET_MAX_HOSTS, FLEET_MAX_MODELS);
         return SIM_ERR_ARG;
     }
     router_t r = {.route = fc->route, .n_hosts = fc->n_hosts, .factor = fc->balance_factor};

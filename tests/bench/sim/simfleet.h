@@ -9,10 +9,10 @@
 #include "workload.h"
 
 typedef enum simfleet_route {
-    SIMFLEET_AFFINITY = 0,  /* fleet_place's placement; HAProxy's bounded-load consistent hash
+    SIMFLEET_AFFINITY = 0, /* fleet_place's placement; HAProxy's bounded-load consistent hash
                                over a model's replicas (balance hash, hash-balance-factor) */
-    SIMFLEET_ROUND_ROBIN,   /* every host serves every model; requests in turn */
-    SIMFLEET_LEAST_LOADED,  /* every host serves every model; fewest queued + running */
+    SIMFLEET_ROUND_ROBIN,  /* every host serves every model; requests in turn */
+    SIMFLEET_LEAST_LOADED, /* every host serves every model; fewest queued + running */
     SIMFLEET_ROUTE_COUNT
 } simfleet_route_t;
 
@@ -22,9 +22,9 @@ int simfleet_route_parse(const char *s, simfleet_route_t *r); /* 0 or -1 */
 typedef struct simfleet_cfg {
     int n_hosts;
     simfleet_route_t route;
-    uint32_t replicas;        /* affinity: replicas of a model at least (fleet.yaml's replicas) */
-    uint32_t balance_factor;  /* affinity: HAProxy hash-balance-factor, percent > 100 */
-    const double *load;       /* affinity: c->n_models expected shares of the requests (the
+    uint32_t replicas;       /* affinity: replicas of a model at least (fleet.yaml's replicas) */
+    uint32_t balance_factor; /* affinity: HAProxy hash-balance-factor, percent > 100 */
+    const double *load;      /* affinity: c->n_models expected shares of the requests (the
                                  fleet file's load): placement input; borrowed */
 } simfleet_cfg_t;
 

@@ -24,26 +24,26 @@ typedef struct args {
     /* workload */
     int models;
     double zipf, load, rate, duration, cv;
-    const char *arrival;          /* poisson | gamma */
+    const char *arrival; /* poisson | gamma */
     double prompt_median, prompt_sigma, output_median, output_sigma;
     unsigned prompt_max, output_max;
     unsigned seed;
-    const char *trace;            /* Azure Functions 2019 file */
-    const char *requests;         /* recorded request list */
-    const char *llm_trace;        /* recorded LLM requests (Azure LLM inference 2023 CSV) */
+    const char *trace;     /* Azure Functions 2019 file */
+    const char *requests;  /* recorded request list */
+    const char *llm_trace; /* recorded LLM requests (Azure LLM inference 2023 CSV) */
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
     /* models and device */
-    const char *gguf[MAX_FILES];  /* model files (point into gguf_arg) */
+    const char *gguf[MAX_FILES]; /* model files (point into gguf_arg) */
     int n_gguf;
-    char *gguf_arg[MAX_FILES];    /* each --gguf value, strdup'ed and split on commas */
+    char *gguf_arg[MAX_FILES]; /* each --gguf value, strdup'ed and split on commas */
     int n_gguf_arg;
-    sim_models_t *files;          /* the files loaded (main owns) */
+    sim_models_t *files; /* the files loaded (main owns) */
     unsigned layers, dim, ff, heads, kv_heads, vocab;
     int tied;
     double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib, quota_gib;
-    const char *mix;              /* model shapes by name, model i has entry i % count */
+    const char *mix; /* model shapes by name, model i has entry i % count */
     sim_shape_t mix_shapes[MAX_FILES];
     int n_mix;
     unsigned max_batch, max_context;
@@ -53,7 +53,7 @@ typedef struct args {
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
         slo_ttft;
-    const char *costs;            /* h200 | a gpu-check report */
+    const char *costs; /* h200 | a gpu-check report */
     int print_costs;
     /* fleet */
     int hosts;
@@ -68,7 +68,14 @@ typedef struct args {
     const char *self_test_dir, *write_sample;
 } args_t;
 
-typedef enum opt_type { OPT_INT, OPT_UINT, OPT_DBL, OPT_STR, OPT_FLAG, OPT_FILES } opt_type_t;
+typedef enum opt_type {
+    OPT_INT,
+    OPT_UINT,
+    OPT_DBL,
+    OPT_STR,
+    OPT_FLAG,
+    OPT_FILES
+} opt_type_t;
 
 typedef struct opt {
     const char *name;
@@ -94,14 +101,19 @@ static const opt_t opts[] = {
     {"output-sigma", OPT_DBL, A(output_sigma), "0.8", "output tokens, lognormal sigma"},
     {"output-max", OPT_UINT, A(output_max), "512", "output tokens, at most"},
     {"seed", OPT_UINT, A(seed), "1", "random seed"},
-    {"trace", OPT_STR, A(trace), NULL, "Azure Functions 2019 invocation CSV instead of synthetic arrivals"},
+    {"trace", OPT_STR, A(trace), NULL,
+     "Azure Functions 2019 invocation CSV instead of synthetic arrivals"},
     {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
     {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
-    {"trace-scale", OPT_DBL, A(trace_scale), "1", "trace: time compression (x load); the sweep multiplies it"},
-    {"llm-trace", OPT_STR, A(llm_trace), NULL, "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
-    {"requests", OPT_STR, A(requests), NULL, "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
+    {"trace-scale", OPT_DBL, A(trace_scale), "1",
+     "trace: time compression (x load); the sweep multiplies it"},
+    {"llm-trace", OPT_STR, A(llm_trace), NULL,
+     "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
+    {"requests", OPT_STR, A(requests), NULL,
+     "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
-    {"gguf", OPT_FILES, A(gguf), NULL, "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
+    {"gguf", OPT_FILES, A(gguf), NULL,
+     "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
     {"layers", OPT_UINT, A(layers), "32", "model: layers"},
     {"dim", OPT_UINT, A(dim), "4096", "model: width"},
     {"ff", OPT_UINT, A(ff), "14336", "model: feed-forward width"},
@@ -110,8 +122,10 @@ static const opt_t opts[] = {
     {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
     {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
     {"wbytes", OPT_DBL, A(wbytes), "1.0625", "model: bytes per weight (Q8_0 1.0625, F16 2)"},
-    {"mix", OPT_STR, A(mix), NULL, "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
-    {"quota-gib", OPT_DBL, A(quota_gib), "0", "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
+    {"mix", OPT_STR, A(mix), NULL,
+     "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
+    {"quota-gib", OPT_DBL, A(quota_gib), "0",
+     "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
     {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
     {"pool-models", OPT_DBL, A(pool_models), "3", "pool holds this many whole models ..."},
     {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4", "... plus this much, GiB (KV caches)"},
@@ -126,31 +140,45 @@ static const opt_t opts[] = {
     {"max-queued", OPT_UINT, A(max_queued), "10000000", "scheduler.max_queued"},
     {"h2d-gbs", OPT_DBL, A(h2d_gbs), "25", "cost: host->device copy bandwidth, GB/s"},
     {"copy-lat-us", OPT_DBL, A(copy_lat_us), "10", "cost: fixed time per copy, us"},
-    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000", "cost: device memory bandwidth, GB/s (0: no memory terms)"},
+    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000",
+     "cost: device memory bandwidth, GB/s (0: no memory terms)"},
     {"tflops", OPT_DBL, A(tflops), "400", "cost: matmul throughput, TFLOP/s (0: no matmul terms)"},
     {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1", "cost: fixed time per step before the pass, ms"},
-    {"t-step-ms", OPT_DBL, A(t_step_ms), "0", "cost: measured compute per step, ms (spread over the layers)"},
-    {"t-token-ms", OPT_DBL, A(t_token_ms), "0", "cost: measured compute per token of a step, ms (spread over the layers)"},
+    {"t-step-ms", OPT_DBL, A(t_step_ms), "0",
+     "cost: measured compute per step, ms (spread over the layers)"},
+    {"t-token-ms", OPT_DBL, A(t_token_ms), "0",
+     "cost: measured compute per token of a step, ms (spread over the layers)"},
     {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
-    {"costs", OPT_STR, A(costs), NULL, "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or a gpu-check report (gpu-check.txt): its measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
-    {"print-costs", OPT_FLAG, A(print_costs), NULL, "print the cost model's device figures (and where they came from) and exit"},
+    {"costs", OPT_STR, A(costs), NULL,
+     "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or a gpu-check report (gpu-check.txt): its measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
+    {"print-costs", OPT_FLAG, A(print_costs), NULL,
+     "print the cost model's device figures (and where they came from) and exit"},
     {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
-    {"hosts", OPT_INT, A(hosts), "0", "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
-    {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
-    {"replicas", OPT_UINT, A(replicas), "2", "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
-    {"balance-factor", OPT_UINT, A(balance_factor), "150", "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
-    {"models-per-gpu", OPT_DBL, A(mpg_rate), "0", "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
+    {"hosts", OPT_INT, A(hosts), "0",
+     "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
+    {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded",
+     "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
+    {"replicas", OPT_UINT, A(replicas), "2",
+     "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
+    {"balance-factor", OPT_UINT, A(balance_factor), "150",
+     "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
+    {"models-per-gpu", OPT_DBL, A(mpg_rate), "0",
+     "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
     {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
     {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
-    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady", "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
+    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady",
+     "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
     {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
-    {"dump-requests", OPT_STR, A(dump), NULL, "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
+    {"dump-requests", OPT_STR, A(dump), NULL,
+     "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
     {"no-header", OPT_FLAG, A(no_header), NULL, "omit the CSV header"},
     {"quiet", OPT_FLAG, A(quiet), NULL, "no summary table on stderr"},
     {"self-test", OPT_FLAG, A(self_test), NULL, "run the simulator's checks"},
-    {"self-test-dir", OPT_STR, A(self_test_dir), "/tmp", "where --self-test writes its sample trace"},
-    {"write-azure-sample", OPT_STR, A(write_sample), NULL, "write a synthetic Azure-format trace and exit"},
+    {"self-test-dir", OPT_STR, A(self_test_dir), "/tmp",
+     "where --self-test writes its sample trace"},
+    {"write-azure-sample", OPT_STR, A(write_sample), NULL,
+     "write a synthetic Azure-format trace and exit"},
     {"help", OPT_FLAG, A(help), NULL, "this text"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -278,9 +306,14 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
     c->n_models = a->models;
-    c->shape = (sim_shape_t){.n_layer = a->layers, .n_embd = a->dim, .n_ff = a->ff,
-                             .n_head = a->heads, .n_head_kv = a->kv_heads, .n_vocab = a->vocab,
-                             .wbytes = a->wbytes, .tied = a->tied};
+    c->shape = (sim_shape_t){.n_layer = a->layers,
+                             .n_embd = a->dim,
+                             .n_ff = a->ff,
+                             .n_head = a->heads,
+                             .n_head_kv = a->kv_heads,
+                             .n_vocab = a->vocab,
+                             .wbytes = a->wbytes,
+                             .tied = a->tied};
     if (a->files) {
         c->models = a->files;
         sim_models_shape(a->files, 0, &c->shape); /* pool sizing and the summary */
@@ -297,18 +330,27 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = (size_t)(a->pool_gib * GIB) / c->page_size * c->page_size;
     else if (a->files) /* whole images as the store lays them out */
         c->pool_bytes = (size_t)(((double)sim_models_image_bytes(a->files, 0) * a->pool_models +
-                                  (double)headroom) / (double)c->page_size) * c->page_size;
+                                  (double)headroom) /
+                                 (double)c->page_size) *
+                        c->page_size;
     else
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
-    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait, .max_stall_s = a->max_stall, .quantum = a->quantum,
-                             .min_quantum_s = a->min_quantum, .queue_limit = a->queue_limit,
+    c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
+                             .max_stall_s = a->max_stall,
+                             .quantum = a->quantum,
+                             .min_quantum_s = a->min_quantum,
+                             .queue_limit = a->queue_limit,
                              .max_queued = a->max_queued};
-    c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9, .copy_lat_s = a->copy_lat_us * 1e-6,
-                           .hbm_bw = a->hbm_gbs * 1e9, .flops = a->tflops * 1e12,
-                           .t_fixed_s = a->t_fixed_ms * 1e-3, .t_step_s = a->t_step_ms * 1e-3,
-                           .t_token_s = a->t_token_ms * 1e-3, .t_round_s = a->t_round_us * 1e-6};
+    c->cost = (sim_cost_t){.h2d_bw = a->h2d_gbs * 1e9,
+                           .copy_lat_s = a->copy_lat_us * 1e-6,
+                           .hbm_bw = a->hbm_gbs * 1e9,
+                           .flops = a->tflops * 1e12,
+                           .t_fixed_s = a->t_fixed_ms * 1e-3,
+                           .t_step_s = a->t_step_ms * 1e-3,
+                           .t_token_s = a->t_token_ms * 1e-3,
+                           .t_round_s = a->t_round_us * 1e-6};
     c->slo_ttft_s = a->slo_ttft;
 }
 
@@ -322,11 +364,11 @@ static wl_len_t len_of(double median, double sigma, unsigned max)
 typedef struct row {
     double load, rate;
     sim_policy_t pol;
-    uint32_t lrub_n;        /* lru-batch: models kept loaded; 0 with best set: the best row */
-    int best;               /* the best lru-batch N per metric (page-ins, TTFT, end-to-end) */
-    int route;              /* fleet: its simfleet_route_t; -1: one host */
-    int hosts;              /* fleet: hosts */
-    int host_models;        /* fleet: most models a host is configured with */
+    uint32_t lrub_n; /* lru-batch: models kept loaded; 0 with best set: the best row */
+    int best;        /* the best lru-batch N per metric (page-ins, TTFT, end-to-end) */
+    int route;       /* fleet: its simfleet_route_t; -1: one host */
+    int hosts;       /* fleet: hosts */
+    int host_models; /* fleet: most models a host is configured with */
     sim_result_t r;
 } row_t;
 
@@ -352,8 +394,10 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         return rc;
     }
     if (a->llm_trace) {
-        wl_llm_trace_t lt = {.n_models = a->models, .zipf_s = a->zipf,
-                             .time_scale = a->trace_scale * load, .max_ctx = a->max_context,
+        wl_llm_trace_t lt = {.n_models = a->models,
+                             .zipf_s = a->zipf,
+                             .time_scale = a->trace_scale * load,
+                             .max_ctx = a->max_context,
                              .seed = (uint64_t)a->seed};
         int rc = wl_llm_trace_read(a->llm_trace, &lt, reqs, n, err, errlen);
         if (rc == 0) {
@@ -363,9 +407,13 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         return rc;
     }
     if (a->trace) {
-        wl_azure_t az = {.n_models = a->models, .start_min = a->trace_start,
-                         .n_min = a->trace_minutes, .time_scale = a->trace_scale * load,
-                         .prompt = p, .output = o, .seed = (uint64_t)a->seed};
+        wl_azure_t az = {.n_models = a->models,
+                         .start_min = a->trace_start,
+                         .n_min = a->trace_minutes,
+                         .time_scale = a->trace_scale * load,
+                         .prompt = p,
+                         .output = o,
+                         .seed = (uint64_t)a->seed};
         int rc = wl_azure_read(a->trace, &az, reqs, n, err, errlen);
         if (rc == 0) {
             double span = *n ? (*reqs)[*n - 1].t : 0;
@@ -374,11 +422,16 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         return rc;
     }
     *rate = load * capacity(a, c) * (a->hosts > 0 ? a->hosts : 1);
-    wl_params_t wp = {.n_models = a->models, .zipf_s = a->zipf, .rate = *rate,
+    wl_params_t wp = {.n_models = a->models,
+                      .zipf_s = a->zipf,
+                      .rate = *rate,
                       .duration_s = a->duration,
-                      .arrival = strcmp(a->arrival, "gamma") == 0 ? WL_ARRIVAL_GAMMA
-                                                                  : WL_ARRIVAL_POISSON,
-                      .cv = a->cv, .prompt = p, .output = o, .seed = (uint64_t)a->seed};
+                      .arrival =
+                          strcmp(a->arrival, "gamma") == 0 ? WL_ARRIVAL_GAMMA : WL_ARRIVAL_POISSON,
+                      .cv = a->cv,
+                      .prompt = p,
+                      .output = o,
+                      .seed = (uint64_t)a->seed};
     int rc = wl_generate(&wp, reqs, n);
     if (rc)
         snprintf(err, errlen, "cannot generate the workload (%d)", rc);
@@ -519,7 +572,9 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
         const sim_result_t *x = &rows[i].r;
         if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best)
             continue;
-#define BEST_MIN(f) if (x->f < r.f) r.f = x->f
+#define BEST_MIN(f)                                                                                \
+    if (x->f < r.f)                                                                                \
+    r.f = x->f
         BEST_MIN(page_ins);
         BEST_MIN(model_loads);
         BEST_MIN(bytes_in);
@@ -542,7 +597,9 @@ static int parse_loads(const args_t *a, double *loads, int *n)
     if (!a->sweep) {
         sim_cfg_t c;
         build_cfg(a, &c);
-        loads[(*n)++] = a->trace || a->requests || a->llm_trace ? 1.0 : a->rate > 0 ? a->rate / capacity(a, &c) : a->load;
+        loads[(*n)++] = a->trace || a->requests || a->llm_trace ? 1.0
+                        : a->rate > 0                           ? a->rate / capacity(a, &c)
+                                                                : a->load;
         return 0;
     }
     char buf[1024];
@@ -598,8 +655,8 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
 static void table_head(FILE *f)
 {
     fprintf(f, "%-6s %-12s %6s %8s %7s %9s %5s %8s %8s %8s %8s %8s %6s\n", "load", "policy",
-            "req/s", "page-ins", "loads", "GB in", "busy", "ttft50", "ttft99", "ttftmax",
-            "e2e50", "e2e99", "slo");
+            "req/s", "page-ins", "loads", "GB in", "busy", "ttft50", "ttft99", "ttftmax", "e2e50",
+            "e2e99", "slo");
 }
 
 static void table_row(FILE *f, const row_t *w)
@@ -623,8 +680,9 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
     int nl;
     simfleet_route_t routes[SIMFLEET_ROUTE_COUNT];
     int nr = 0;
-    if (parse_policies(a->policies, specs, &ns) || expand_policies(specs, ns, &c, pols, best, &np) ||
-        parse_loads(a, loads, &nl) || (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
+    if (parse_policies(a->policies, specs, &ns) ||
+        expand_policies(specs, ns, &c, pols, best, &np) || parse_loads(a, loads, &nl) ||
+        (a->hosts > 0 && parse_routes(a->routing, routes, &nr))) {
         snprintf(err, errlen, "bad --policies, --routing or --sweep");
         return -1;
     }
@@ -663,14 +721,17 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
             rows[k].rate = rate;
             rows[k].route = -1;
             if (a->hosts > 0) {
-                simfleet_cfg_t fc = {.n_hosts = a->hosts, .route = routes[pi],
+                simfleet_cfg_t fc = {.n_hosts = a->hosts,
+                                     .route = routes[pi],
                                      .replicas = a->replicas,
-                                     .balance_factor = a->balance_factor, .load = ml};
+                                     .balance_factor = a->balance_factor,
+                                     .load = ml};
                 rows[k].pol = SIM_POL_DEFAULT;
                 rows[k].route = (int)routes[pi];
                 rows[k].hosts = a->hosts;
-                rc = simfleet_run(&c, &fc, reqs, n, &rows[k].r, &rows[k].host_models, err,
-                                  errlen) ? -1 : 0;
+                rc = simfleet_run(&c, &fc, reqs, n, &rows[k].r, &rows[k].host_models, err, errlen)
+                         ? -1
+                         : 0;
                 continue;
             }
             rows[k].pol = pols[pi].pol;
@@ -742,9 +803,14 @@ static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, ch
     build_cfg(&b, &c);
     wl_len_t pl = len_of(b.prompt_median, b.prompt_sigma, b.prompt_max);
     wl_len_t ol = len_of(b.output_median, b.output_sigma, b.output_max);
-    wl_params_t wp = {.n_models = m, .zipf_s = 0, .rate = a->mpg_rate * m,
-                      .duration_s = b.duration, .arrival = WL_ARRIVAL_POISSON, .prompt = pl,
-                      .output = ol, .seed = (uint64_t)b.seed};
+    wl_params_t wp = {.n_models = m,
+                      .zipf_s = 0,
+                      .rate = a->mpg_rate * m,
+                      .duration_s = b.duration,
+                      .arrival = WL_ARRIVAL_POISSON,
+                      .prompt = pl,
+                      .output = ol,
+                      .seed = (uint64_t)b.seed};
     wl_req_t *reqs = NULL;
     size_t n = 0;
     if (wl_generate(&wp, &reqs, &n)) {
@@ -892,15 +958,17 @@ static void check_rows(const char *what, const row_t *rows, int n)
         const char *pn = sim_policy_name(w->pol);
         check(r->violations == 0 && r->max_mapped_pages <= r->pool_pages,
               "%s load %.3g %s: pool never over-committed (%llu of %llu pages at most, %llu "
-              "violations)", what, w->load, pn, (unsigned long long)r->max_mapped_pages,
+              "violations)",
+              what, w->load, pn, (unsigned long long)r->max_mapped_pages,
               (unsigned long long)r->pool_pages, (unsigned long long)r->violations);
         check(r->completed == r->requests, "%s load %.3g %s: every request completes (%zu/%zu)",
               what, w->load, pn, r->completed, r->requests);
-        check(r->active_left == 0, "%s load %.3g %s: no sequence left counted active (%llu)",
-              what, w->load, pn, (unsigned long long)r->active_left);
+        check(r->active_left == 0, "%s load %.3g %s: no sequence left counted active (%llu)", what,
+              w->load, pn, (unsigned long long)r->active_left);
         check(r->belady_own <= r->model_loads,
               "%s load %.3g %s: Belady on its own order of model uses (%llu) <= its model "
-              "loads (%llu)", what, w->load, pn, (unsigned long long)r->belady_own,
+              "loads (%llu)",
+              what, w->load, pn, (unsigned long long)r->belady_own,
               (unsigned long long)r->model_loads);
         /* fifo and lru serve in arrival order, so Belady on that order bounds them */
         if (bel && (w->pol == SIM_POL_FIFO || w->pol == SIM_POL_LRU))
@@ -950,9 +1018,15 @@ static void test_units(void)
     be->event_free(be->ctx, e2);
     vb_free(vb);
     /* workload distributions */
-    wl_params_t wp = {.n_models = 4, .zipf_s = 1.0, .rate = 100, .duration_s = 200,
-                      .arrival = WL_ARRIVAL_GAMMA, .cv = 3,
-                      .prompt = {100, 0.5, 1, 1000}, .output = {50, 0, 1, 100}, .seed = 3};
+    wl_params_t wp = {.n_models = 4,
+                      .zipf_s = 1.0,
+                      .rate = 100,
+                      .duration_s = 200,
+                      .arrival = WL_ARRIVAL_GAMMA,
+                      .cv = 3,
+                      .prompt = {100, 0.5, 1, 1000},
+                      .output = {50, 0, 1, 100},
+                      .seed = 3};
     wl_req_t *r = NULL;
     size_t n = 0;
     int ok = wl_generate(&wp, &r, &n) == 0;
@@ -980,7 +1054,8 @@ static void test_requests(const args_t *base)
     FILE *f = fopen(path, "w");
     if (f) {
         fputs("# arrival_s model prompt_tokens output_tokens\n0.5 1 32 8\n\n1.0 0 16 4 # warm\n"
-              "1.0 1 8 2\n", f);
+              "1.0 1 8 2\n",
+              f);
         fclose(f);
     }
     wl_req_t *r = NULL;
@@ -1028,7 +1103,8 @@ static void test_llm_trace(const args_t *base)
     FILE *f = fopen(path, "w");
     if (f) {
         fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:59.5000000,100,10\n"
-              "2023-11-17 00:00:01.0000000,7000,0\n2023-11-17 00:00:03.5000000,20,5000\n", f);
+              "2023-11-17 00:00:01.0000000,7000,0\n2023-11-17 00:00:03.5000000,20,5000\n",
+              f);
         fclose(f);
     }
     wl_llm_trace_t lt = {.n_models = 4, .zipf_s = 1.0, .time_scale = 2, .max_ctx = 4096, .seed = 1};
@@ -1036,11 +1112,11 @@ static void test_llm_trace(const args_t *base)
     size_t n = 0;
     int ok = f && wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err) == 0;
     check(ok && n == 3 && r[0].t == 0 && fabs(r[1].t - 0.75) < 1e-9 && fabs(r[2].t - 2.0) < 1e-9 &&
-              r[0].prompt == 100 && r[0].output == 10 && r[1].output == 1 &&
-              r[1].prompt == 4095 && r[2].output == 2048 && r[2].prompt == 20,
+              r[0].prompt == 100 && r[0].output == 10 && r[1].output == 1 && r[1].prompt == 4095 &&
+              r[2].output == 2048 && r[2].prompt == 20,
           "LLM trace read back: arrivals across midnight from the first (time / 2), zero "
-          "output counted as 1, prompt + output cut to the context%s%s", ok ? "" : ": ",
-          ok ? "" : err);
+          "output counted as 1, prompt + output cut to the context%s%s",
+          ok ? "" : ": ", ok ? "" : err);
     int in_range = ok;
     for (size_t i = 0; ok && i < n; i++)
         in_range &= r[i].model >= 0 && r[i].model < 4;
@@ -1052,11 +1128,12 @@ static void test_llm_trace(const args_t *base)
     check(in_range && same, "LLM trace: models drawn in range, the same for the same seed");
     free(r);
     free(r2);
-    static const char *const bad[] = {"TIMESTAMP,Context,Generated\n",
-                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12\n",
-                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                                      "2023-11-16 18:17:03.5,12,3\n2023-11-16 18:17:02.5,12,3\n",
-                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"};
+    static const char *const bad[] = {
+        "TIMESTAMP,Context,Generated\n",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12\n",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.5,12,3\n2023-11-16 18:17:02.5,12,3\n",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         f = fopen(path, "w");
         if (f) {
@@ -1085,8 +1162,7 @@ static void test_partial_admit(const args_t *base)
     build_cfg(&a, &c);
     wl_req_t rq[8];
     for (int i = 0; i < 8; i++)
-        rq[i] = (wl_req_t){.t = 1.0 + (i >= 4) * 0.5, .model = i >= 4, .prompt = 2000,
-                           .output = 8};
+        rq[i] = (wl_req_t){.t = 1.0 + (i >= 4) * 0.5, .model = i >= 4, .prompt = 2000, .output = 8};
     static const sim_policy_t pols[] = {SIM_POL_LRU, SIM_POL_LRU_BATCH};
     for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
         sim_result_t r;
@@ -1094,8 +1170,8 @@ static void test_partial_admit(const args_t *base)
         int ok = sim_run(&c, pols[p], rq, 8, &r, err, sizeof err) == 0;
         check(ok && r.completed == 8 && r.failed == 0 && r.active_left == 0 && r.violations == 0,
               "%s: four requests whose KV caches do not all fit at once are admitted in parts, "
-              "all complete (%zu of 8, %zu failed, %llu left active)%s%s", sim_policy_name(pols[p]),
-              ok ? r.completed : 0, ok ? r.failed : 0,
+              "all complete (%zu of 8, %zu failed, %llu left active)%s%s",
+              sim_policy_name(pols[p]), ok ? r.completed : 0, ok ? r.failed : 0,
               ok ? (unsigned long long)r.active_left : 0, ok ? "" : ": ", ok ? "" : err);
     }
 }
@@ -1113,7 +1189,8 @@ static int self_test(const args_t *base)
     a.label = "selftest";
     row_t *r1 = NULL, *r2 = NULL;
     int n1 = 0, n2 = 0;
-    int ok = run_all(&a, &r1, &n1, err, sizeof err) == 0 && run_all(&a, &r2, &n2, err, sizeof err) == 0;
+    int ok =
+        run_all(&a, &r1, &n1, err, sizeof err) == 0 && run_all(&a, &r2, &n2, err, sizeof err) == 0;
     check(ok, "synthetic runs succeed%s%s", ok ? "" : ": ", ok ? "" : err);
     if (ok) {
         char *c1 = rows_csv(&a, r1, n1), *c2 = rows_csv(&a, r2, n2);
@@ -1147,7 +1224,8 @@ static int self_test(const args_t *base)
         double pass = sim_step_time(&c, 16, 1, 16);
         check(ok && r.ttft_p50 >= copy && r.ttft_p50 < (copy + pass) * 1.01,
               "page-in off the critical path: cold TTFT %.4f s is the copy %.4f s plus one pass "
-              "%.4f s", r.ttft_p50, copy, pass);
+              "%.4f s",
+              r.ttft_p50, copy, pass);
         check(ok && r.page_ins == c.shape.n_layer + 2u && r.model_loads == 1,
               "a cold request pages every segment in once");
     }
@@ -1157,8 +1235,13 @@ static int self_test(const args_t *base)
              (int)getpid());
     ok = wl_azure_write_sample(path, 24, 60, 11) == 0;
     check(ok, "Azure sample written to %s", path);
-    wl_azure_t az = {.n_models = 12, .start_min = 0, .n_min = 10, .time_scale = 1,
-                     .prompt = {256, 0.8, 1, 2048}, .output = {96, 0.8, 1, 512}, .seed = 1};
+    wl_azure_t az = {.n_models = 12,
+                     .start_min = 0,
+                     .n_min = 10,
+                     .time_scale = 1,
+                     .prompt = {256, 0.8, 1, 2048},
+                     .output = {96, 0.8, 1, 512},
+                     .seed = 1};
     wl_req_t *reqs = NULL;
     size_t n = 0;
     ok = ok && wl_azure_read(path, &az, &reqs, &n, err, sizeof err) == 0;
@@ -1167,8 +1250,10 @@ static int self_test(const args_t *base)
         sorted &= i == 0 || reqs[i].t >= reqs[i - 1].t;
         in_range &= reqs[i].model >= 0 && reqs[i].model < 12 && reqs[i].t < 600;
     }
-    check(ok && n > 100 && sorted && in_range, "Azure trace read back: %zu requests in 10 "
-          "minutes, sorted, mapped to 12 models", n);
+    check(ok && n > 100 && sorted && in_range,
+          "Azure trace read back: %zu requests in 10 "
+          "minutes, sorted, mapped to 12 models",
+          n);
     /* the busiest function is model 0 */
     size_t cnt[12] = {0};
     for (size_t i = 0; ok && i < n; i++)
@@ -1246,27 +1331,32 @@ int main(int argc, char **argv)
         a.t_fixed_ms = k.t_fixed_s * 1e3;
         a.t_step_ms = k.t_step_s * 1e3;
         a.t_token_ms = k.t_token_s * 1e3;
-        fprintf(stderr, "tracesim: costs from %s: %d of 4 figures measured\n"
-                        "  host->device %.4g GB/s: %s\n  HBM %.4g GB/s: %s\n  step: %s\n  matmul %.4g TFLOP/s: %s\n",
-                strcmp(a.costs, "h200") ? a.costs : "the H200 datasheet", src.n_measured, a.h2d_gbs, src.h2d,
-                a.hbm_gbs, src.hbm, src.step, a.tflops, src.flops);
+        fprintf(
+            stderr,
+            "tracesim: costs from %s: %d of 4 figures measured\n"
+            "  host->device %.4g GB/s: %s\n  HBM %.4g GB/s: %s\n  step: %s\n  matmul %.4g TFLOP/s: %s\n",
+            strcmp(a.costs, "h200") ? a.costs : "the H200 datasheet", src.n_measured, a.h2d_gbs,
+            src.h2d, a.hbm_gbs, src.hbm, src.step, a.tflops, src.flops);
     }
     if (a.print_costs) {
-        printf("h2d_gbs=%.6g hbm_gbs=%.6g tflops=%.6g t_fixed_ms=%.6g t_step_ms=%.6g t_token_ms=%.6g\n",
-               a.h2d_gbs, a.hbm_gbs, a.tflops, a.t_fixed_ms, a.t_step_ms, a.t_token_ms);
+        printf(
+            "h2d_gbs=%.6g hbm_gbs=%.6g tflops=%.6g t_fixed_ms=%.6g t_step_ms=%.6g t_token_ms=%.6g\n",
+            a.h2d_gbs, a.hbm_gbs, a.tflops, a.t_fixed_ms, a.t_step_ms, a.t_token_ms);
         goto done;
     }
     if (a.mix && (parse_mix(&a) || a.pool_gib <= 0 || a.n_gguf)) {
-        fprintf(stderr, "tracesim: bad --mix '%s' (3b, 8b, 70b with -q4 or -bf16; needs --pool-gib, "
-                "no --gguf)\n", a.mix);
+        fprintf(stderr,
+                "tracesim: bad --mix '%s' (3b, 8b, 70b with -q4 or -bf16; needs --pool-gib, "
+                "no --gguf)\n",
+                a.mix);
         rc = 2;
         goto done;
     }
     if (a.models <= 0)
         a.models = a.n_gguf ? a.n_gguf : a.hosts > 0 ? 10 * a.hosts : 12;
     if (a.n_gguf) {
-        a.files = sim_models_load(a.gguf, a.n_gguf, (size_t)(a.page_mib * 1048576.0), err,
-                                  sizeof err);
+        a.files =
+            sim_models_load(a.gguf, a.n_gguf, (size_t)(a.page_mib * 1048576.0), err, sizeof err);
         if (!a.files) {
             fprintf(stderr, "tracesim: %s\n", err);
             rc = 1;
@@ -1303,9 +1393,10 @@ int main(int argc, char **argv)
         sim_cfg_t c;
         build_cfg(&a, &c);
         char wl[128];
-        size_t img = a.files ? sim_models_image_bytes(a.files, 0)
-                             : sim_model_bytes(&c.shape, c.page_size);
-        fprintf(stderr, "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
+        size_t img =
+            a.files ? sim_models_image_bytes(a.files, 0) : sim_model_bytes(&c.shape, c.page_size);
+        fprintf(stderr,
+                "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
                 "(%llu pages) and ideal capacity %.2f req/s a host; %.1f s wall\n",
                 workload_name(&a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
                 a.hosts > 0 ? a.hosts : 1, a.hosts > 1 ? "s" : "", c.pool_bytes / 1e9,

@@ -10,9 +10,9 @@
 #define VB_MAX_RANGE ((size_t)1 << VB_SHIFT)
 
 typedef struct vb_range {
-    size_t bytes;      /* 0 = slot free */
-    uint8_t *mapped;   /* one byte per page: 1 = backed */
-    int next_free;     /* free-list link */
+    size_t bytes;    /* 0 = slot free */
+    uint8_t *mapped; /* one byte per page: 1 = backed */
+    int next_free;   /* free-list link */
 } vb_range_t;
 
 struct be_event {
@@ -25,18 +25,24 @@ struct vb {
     vb_cfg_t cfg;
     uint64_t n_pages;
     double now;
-    double copy_tail;          /* when the last queued copy ends */
+    double copy_tail; /* when the last queued copy ends */
     vb_range_t *ranges;
     int n_ranges, cap_ranges, free_head;
-    const be_event_t *polled;  /* last pending event polled, see vb_event_done */
+    const be_event_t *polled; /* last pending event polled, see vb_event_done */
     int quiet;
     vb_stats_t st;
 };
 
 /* ------------------------------------------------------------------ clock */
 
-double vb_now(const vb_t *vb) { return vb->now; }
-double vb_copy_tail(const vb_t *vb) { return vb->copy_tail; }
+double vb_now(const vb_t *vb)
+{
+    return vb->now;
+}
+double vb_copy_tail(const vb_t *vb)
+{
+    return vb->copy_tail;
+}
 
 void vb_advance_to(vb_t *vb, double t)
 {
@@ -56,7 +62,10 @@ void vb_quiet(vb_t *vb, int on)
     vb->polled = NULL;
 }
 
-void vb_get_stats(const vb_t *vb, vb_stats_t *out) { *out = vb->st; }
+void vb_get_stats(const vb_t *vb, vb_stats_t *out)
+{
+    *out = vb->st;
+}
 
 /* ------------------------------------------------------------------ memory */
 
@@ -310,4 +319,7 @@ void vb_free(vb_t *vb)
     free(vb);
 }
 
-backend_t *vb_backend(vb_t *vb) { return &vb->be; }
+backend_t *vb_backend(vb_t *vb)
+{
+    return &vb->be;
+}

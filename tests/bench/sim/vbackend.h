@@ -11,24 +11,24 @@ typedef struct vb vb_t;
 
 /* Counters of the virtual device (resettable by vb_new only). */
 typedef struct vb_stats {
-    uint64_t copies;         /* host->device copies queued */
-    uint64_t bytes_copied;   /* bytes of them */
-    double copy_busy_s;      /* seconds the copy queue was busy */
-    double wait_s;           /* seconds compute waited on copy events */
-    double host_block_s;     /* seconds the host blocked on a copy (eviction of a segment in flight) */
-    uint64_t host_blocks;    /* how many times */
-    uint64_t mapped_pages;   /* pages mapped now */
-    uint64_t max_mapped;     /* most pages ever mapped at once */
-    uint64_t violations;     /* over-commit, double map, unmap of unmapped pages, bad ranges */
+    uint64_t copies;       /* host->device copies queued */
+    uint64_t bytes_copied; /* bytes of them */
+    double copy_busy_s;    /* seconds the copy queue was busy */
+    double wait_s;         /* seconds compute waited on copy events */
+    double host_block_s;  /* seconds the host blocked on a copy (eviction of a segment in flight) */
+    uint64_t host_blocks; /* how many times */
+    uint64_t mapped_pages; /* pages mapped now */
+    uint64_t max_mapped;   /* most pages ever mapped at once */
+    uint64_t violations;   /* over-commit, double map, unmap of unmapped pages, bad ranges */
 } vb_stats_t;
 
 /* Cost of a copy: copy_lat_s + bytes / h2d_bw seconds on the single copy
  * queue; a copy starts when the one before it ends. */
 typedef struct vb_cfg {
-    size_t pool_bytes;   /* device pool, a multiple of page_size */
-    size_t page_size;    /* bytes */
-    double h2d_bw;       /* bytes/s host->device */
-    double copy_lat_s;   /* fixed cost per copy, s */
+    size_t pool_bytes; /* device pool, a multiple of page_size */
+    size_t page_size;  /* bytes */
+    double h2d_bw;     /* bytes/s host->device */
+    double copy_lat_s; /* fixed cost per copy, s */
 } vb_cfg_t;
 
 /* NULL on bad cfg or out of memory. The backend_t it returns lives inside vb. */

@@ -235,9 +235,10 @@ int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, 
         }
         if (!(t >= 0) || model < 0 || model >= n_models || prompt < 1 || output < 1 ||
             prompt > UINT32_MAX || output > UINT32_MAX) {
-            snprintf(err, errlen, "%s:%d: bad request (arrival %g s, model %d of 0..%d, %lld "
-                     "prompt and %lld output tokens)", path, lineno, t, model, n_models - 1,
-                     prompt, output);
+            snprintf(err, errlen,
+                     "%s:%d: bad request (arrival %g s, model %d of 0..%d, %lld "
+                     "prompt and %lld output tokens)",
+                     path, lineno, t, model, n_models - 1, prompt, output);
             rc = WL_ERR_FORMAT;
             break;
         }
@@ -257,8 +258,8 @@ int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, 
             }
             v = nw;
         }
-        v[nv++] = (wl_req_t){.t = t, .model = model, .prompt = (uint32_t)prompt,
-                             .output = (uint32_t)output};
+        v[nv++] = (wl_req_t){
+            .t = t, .model = model, .prompt = (uint32_t)prompt, .output = (uint32_t)output};
     }
     free(line);
     fclose(f);
@@ -274,8 +275,8 @@ int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, 
 /* ------------------------------------------------------------------ Azure Functions 2019 */
 
 typedef struct az_func {
-    char *hash;        /* HashFunction, owned */
-    uint32_t *counts;  /* n_min invocations */
+    char *hash;       /* HashFunction, owned */
+    uint32_t *counts; /* n_min invocations */
     uint64_t total;
     int row;
     int model;
@@ -337,7 +338,9 @@ int wl_azure_read(const char *path, const wl_azure_t *a, wl_req_t **out, size_t 
     }
     char *line = NULL;
     size_t lcap = 0;
-    enum { MAXF = 4 + WL_AZURE_MINUTES };
+    enum {
+        MAXF = 4 + WL_AZURE_MINUTES
+    };
     char **fld = malloc(MAXF * sizeof *fld);
     az_func_t *fn = NULL, **rank = NULL;
     wl_req_t *v = NULL;
@@ -355,8 +358,10 @@ int wl_azure_read(const char *path, const wl_azure_t *a, wl_req_t **out, size_t 
     size_t nf = split_csv(line, fld, MAXF);
     if (nf < 5 || nf > MAXF || strcmp(fld[0], "HashOwner") || strcmp(fld[1], "HashApp") ||
         strcmp(fld[2], "HashFunction") || strcmp(fld[3], "Trigger")) {
-        snprintf(err, errlen, "%s:1: not an Azure Functions invocation file (want the header "
-                 "HashOwner,HashApp,HashFunction,Trigger,1,...,1440)", path);
+        snprintf(err, errlen,
+                 "%s:1: not an Azure Functions invocation file (want the header "
+                 "HashOwner,HashApp,HashFunction,Trigger,1,...,1440)",
+                 path);
         goto done;
     }
     for (size_t i = 4; i < nf; i++)
@@ -372,8 +377,8 @@ int wl_azure_read(const char *path, const wl_azure_t *a, wl_req_t **out, size_t 
                  a->start_min, n_cols);
         goto done;
     }
-    int n_min = a->n_min > 0 && a->start_min + a->n_min <= n_cols ? a->n_min
-                                                                  : n_cols - a->start_min;
+    int n_min =
+        a->n_min > 0 && a->start_min + a->n_min <= n_cols ? a->n_min : n_cols - a->start_min;
     uint64_t all = 0;
     for (int lineno = 2; getline(&line, &lcap, f) >= 0; lineno++) {
         if (line[0] == '\n' || line[0] == 0)
@@ -435,8 +440,8 @@ int wl_azure_read(const char *path, const wl_azure_t *a, wl_req_t **out, size_t 
         rank[i] = &fn[i];
     qsort(rank, n_fn, sizeof *rank, by_volume);
     for (size_t i = 0; i < n_fn; i++)
-        rank[i]->model = i < (size_t)a->n_models ? (int)i
-                                                 : (int)(fnv1a(rank[i]->hash) % (uint64_t)a->n_models);
+        rank[i]->model =
+            i < (size_t)a->n_models ? (int)i : (int)(fnv1a(rank[i]->hash) % (uint64_t)a->n_models);
     wl_rng_t r;
     wl_rng_seed(&r, a->seed);
     double minute = 60.0 / a->time_scale;
@@ -569,8 +574,10 @@ int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out,
         line[strcspn(line, "\r\n")] = 0;
         if (lineno == 1) {
             if (strcmp(line, "TIMESTAMP,ContextTokens,GeneratedTokens")) {
-                snprintf(err, errlen, "%s:1: not an LLM request trace (want the header "
-                         "TIMESTAMP,ContextTokens,GeneratedTokens)", path);
+                snprintf(err, errlen,
+                         "%s:1: not an LLM request trace (want the header "
+                         "TIMESTAMP,ContextTokens,GeneratedTokens)",
+                         path);
                 rc = WL_ERR_FORMAT;
                 break;
             }
@@ -581,17 +588,20 @@ int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out,
         int Y, M, D, h, mi, used = 0;
         double sec;
         long long ctx, gen;
-        if (sscanf(line, "%d-%d-%d %d:%d:%lf,%lld,%lld%n", &Y, &M, &D, &h, &mi, &sec, &ctx,
-                   &gen, &used) != 8 || line[used] != 0 || M < 1 || M > 12 || D < 1 || D > 31 ||
-            h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61) || ctx < 0 ||
-            gen < 0 || ctx > UINT32_MAX || gen > UINT32_MAX) {
-            snprintf(err, errlen, "%s:%d: want \"YYYY-MM-DD HH:MM:SS.frac,context_tokens,"
-                     "generated_tokens\"", path, lineno);
+        if (sscanf(line, "%d-%d-%d %d:%d:%lf,%lld,%lld%n", &Y, &M, &D, &h, &mi, &sec, &ctx, &gen,
+                   &used) != 8 ||
+            line[used] != 0 || M < 1 || M > 12 || D < 1 || D > 31 || h < 0 || h > 23 || mi < 0 ||
+            mi > 59 || !(sec >= 0 && sec < 61) || ctx < 0 || gen < 0 || ctx > UINT32_MAX ||
+            gen > UINT32_MAX) {
+            snprintf(err, errlen,
+                     "%s:%d: want \"YYYY-MM-DD HH:MM:SS.frac,context_tokens,"
+                     "generated_tokens\"",
+                     path, lineno);
             rc = WL_ERR_FORMAT;
             break;
         }
-        double t = (double)days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400.0 +
-                   h * 3600.0 + mi * 60.0 + sec;
+        double t = (double)days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400.0 + h * 3600.0 +
+                   mi * 60.0 + sec;
         if (nv == 0)
             t0 = t;
         t = (t - t0) / a->time_scale;
@@ -615,8 +625,8 @@ int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out,
             }
             v = nw;
         }
-        v[nv++] = (wl_req_t){.t = t, .model = zipf_draw(&rng, cdf, a->n_models), .prompt = p,
-                             .output = o};
+        v[nv++] = (wl_req_t){
+            .t = t, .model = zipf_draw(&rng, cdf, a->n_models), .prompt = p, .output = o};
     }
 done:
     free(cdf);

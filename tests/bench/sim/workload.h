@@ -21,16 +21,16 @@ typedef struct wl_rng {
 
 void wl_rng_seed(wl_rng_t *r, uint64_t seed);
 uint64_t wl_rng_u64(wl_rng_t *r);
-double wl_rng_uniform(wl_rng_t *r);            /* (0, 1) */
-double wl_rng_normal(wl_rng_t *r);             /* N(0, 1) */
+double wl_rng_uniform(wl_rng_t *r);             /* (0, 1) */
+double wl_rng_normal(wl_rng_t *r);              /* N(0, 1) */
 double wl_rng_gamma(wl_rng_t *r, double shape); /* Gamma(shape, 1) */
 
 /* One request of a trace. */
 typedef struct wl_req {
-    double t;          /* arrival, seconds from the trace start */
-    int model;         /* 0 .. n_models-1 */
-    uint32_t prompt;   /* prompt tokens */
-    uint32_t output;   /* tokens to generate (max_tokens, no early stop) */
+    double t;        /* arrival, seconds from the trace start */
+    int model;       /* 0 .. n_models-1 */
+    uint32_t prompt; /* prompt tokens */
+    uint32_t output; /* tokens to generate (max_tokens, no early stop) */
 } wl_req_t;
 
 typedef enum wl_arrival {
@@ -48,11 +48,11 @@ typedef struct wl_len {
 
 typedef struct wl_params {
     int n_models;
-    double zipf_s;        /* popularity of the model of rank i is ~ 1 / (i+1)^s */
-    double rate;          /* requests/s */
-    double duration_s;    /* arrivals in [0, duration) */
+    double zipf_s;     /* popularity of the model of rank i is ~ 1 / (i+1)^s */
+    double rate;       /* requests/s */
+    double duration_s; /* arrivals in [0, duration) */
     wl_arrival_t arrival;
-    double cv;            /* Gamma: coefficient of variation of inter-arrival times */
+    double cv; /* Gamma: coefficient of variation of inter-arrival times */
     wl_len_t prompt, output;
     uint64_t seed;
 } wl_params_t;
@@ -82,8 +82,8 @@ int wl_requests_read(const char *path, int n_models, wl_req_t **out, size_t *n, 
 typedef struct wl_llm_trace {
     int n_models;
     double zipf_s;
-    double time_scale;    /* > 1 compresses time */
-    uint32_t max_ctx;     /* prompt + output at most (0 = no cut) */
+    double time_scale; /* > 1 compresses time */
+    uint32_t max_ctx;  /* prompt + output at most (0 = no cut) */
     uint64_t seed;
 } wl_llm_trace_t;
 
@@ -95,13 +95,13 @@ int wl_llm_trace_read(const char *path, const wl_llm_trace_t *a, wl_req_t **out,
  * HashOwner,HashApp,HashFunction,Trigger,1,...,1440 and one row per
  * function with its invocations in each minute of a day. */
 typedef struct wl_azure {
-    int n_models;         /* the top n_models functions by volume become models 0..n-1 in
+    int n_models;      /* the top n_models functions by volume become models 0..n-1 in
                              rank order; every other function maps to hash(HashFunction) % n */
-    int start_min;        /* first minute used, 0-based */
-    int n_min;            /* minutes used (0 = to the end of the day) */
-    double time_scale;    /* > 1 compresses time: one trace minute lasts 60 / time_scale s */
+    int start_min;     /* first minute used, 0-based */
+    int n_min;         /* minutes used (0 = to the end of the day) */
+    double time_scale; /* > 1 compresses time: one trace minute lasts 60 / time_scale s */
     wl_len_t prompt, output;
-    uint64_t seed;        /* places arrivals uniformly inside their minute, draws lengths */
+    uint64_t seed; /* places arrivals uniformly inside their minute, draws lengths */
 } wl_azure_t;
 
 /* Read a trace file into requests (*out malloc'ed, sorted by t); err says why on failure. */

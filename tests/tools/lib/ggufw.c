@@ -17,20 +17,20 @@ typedef struct ggufw_buf {
 } ggufw_buf_t;
 
 typedef struct ggufw_tensor {
-    char *name;                  /* owned copy */
-    uint32_t type;               /* gguf_ttype_t */
+    char *name;    /* owned copy */
+    uint32_t type; /* gguf_ttype_t */
     uint32_t n_dims;
-    uint64_t ne[GGUF_MAX_DIMS];  /* elements per dim, innermost first */
-    uint8_t *data;               /* owned copy, nbytes (NULL for a lazy tensor) */
+    uint64_t ne[GGUF_MAX_DIMS]; /* elements per dim, innermost first */
+    uint8_t *data;              /* owned copy, nbytes (NULL for a lazy tensor) */
     size_t nbytes;
-    ggufw_fill_fn fill;          /* lazy tensor: produces the data at write time */
-    void *arg;                   /* owned copy of fill's argument */
+    ggufw_fill_fn fill; /* lazy tensor: produces the data at write time */
+    void *arg;          /* owned copy of fill's argument */
 } ggufw_tensor_t;
 
 struct ggufw {
     uint32_t version;
-    uint32_t alignment;     /* bytes */
-    ggufw_buf_t kv;         /* serialized kvs, in call order */
+    uint32_t alignment; /* bytes */
+    ggufw_buf_t kv;     /* serialized kvs, in call order */
     uint64_t n_kv;
     ggufw_tensor_t *tensors;
     size_t n_tensors;
@@ -303,8 +303,8 @@ static int ggufw_tensor_add(ggufw_t *w, const char *name, uint32_t type, uint32_
     return 0;
 }
 
-int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
-                 const uint64_t *ne, const void *data, size_t nbytes)
+int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+                 const void *data, size_t nbytes)
 {
     ggufw_tensor_t *t;
     if ((nbytes && !data) || ggufw_tensor_add(w, name, type, n_dims, ne, nbytes, &t) < 0)

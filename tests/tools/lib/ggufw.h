@@ -28,8 +28,8 @@ int ggufw_kv_arr_i32(ggufw_t *w, const char *key, const int32_t *v, size_t n);
 int ggufw_kv_raw(ggufw_t *w, const char *key, uint32_t vtype, const void *raw, size_t rawlen);
 
 /* A tensor: data (nbytes) is copied; ne innermost first. */
-int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims,
-                 const uint64_t *ne, const void *data, size_t nbytes);
+int ggufw_tensor(ggufw_t *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+                 const void *data, size_t nbytes);
 
 /* Produces a lazy tensor's nbytes of data into dst; 0 on success, -1 fails
  * the write. */
