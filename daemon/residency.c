@@ -368,17 +368,17 @@ static int evictable(const res_model_t *v)
 }
 
 /* Bytes a model with live KV caches may still lose before its next pass:
- * what the copy engine brings back within half of max_stall (no bound when
- * unset or before any copy was timed), counting that its pages come back
- * behind the copies already queued and the ahead bytes the pass that takes
- * them still queues. The other half: the caller steps such a model after
- * half of max_stall without a pass (its pass takes them back). */
+ * what the copy engine brings back within max_stall / RES_STALL_PARTS (no
+ * bound when unset or before any copy was timed), counting that its pages
+ * come back behind the copies already queued and the ahead bytes the pass
+ * that takes them still queues. The caller steps such a model after as long
+ * without a pass (its pass takes them back); the rest is margin. */
 static size_t stall_budget(const res_t *r, const res_model_t *v, size_t ahead)
 {
     if (r->max_stall_s <= 0 || r->bw <= 0)
         return SIZE_MAX;
-    double b = r->max_stall_s / 2 * r->bw - (double)(r->q_bytes - r->landed_q) - (double)ahead -
-               (double)v->stolen;
+    double b = r->max_stall_s / RES_STALL_PARTS * r->bw - (double)(r->q_bytes - r->landed_q) -
+               (double)ahead - (double)v->stolen;
     return b > 0 ? (size_t)b : 0;
 }
 
@@ -949,26 +949,6 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
             m->sm->name, seg, r->copy_timeout_s);
     snprintf(err, errlen, "%s", m->err);
     return RES_ERR_TIMEOUT;
-}
-
-int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes)
-{
-    size_t missing = 0, spare = r->free_pages, reserve = (reserve_bytes + r->page - 1) / r->page;
-    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
-        settle_seg(r, m, s);
-        if (m->segs[s].state == RES_SEG_ABSENT)
-            missing += m->sm->segs[s].span / r->page;
-    }
-    /* a model above its quota streams the rest through it: what it maps */
-    size_t quota = m->cfg.gpu_quota ? m->cfg.gpu_quota / r->page : SIZE_MAX;
-    size_t held = m->weight_bytes / r->page;
-    if (held + missing > quota)
-        missing = quota > held ? quota - held : 0;
-    for (res_model_t *v = r->models; v; v = v->next)
-        if (v != m && !v->wanted && evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
-            spare += v->weight_bytes / r->page;
-    spare = spare > reserve ? spare - reserve : 0;
-    return missing <= spare ? 1 : -1;
 }
 
 void res_set_wanted(res_model_t *m, int wanted)

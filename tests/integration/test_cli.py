@@ -338,7 +338,11 @@ def test_ctrl_c_during_generate_sends_a_cancel_and_exits_130():
     # --json: the cancelled done is printed
     p = subprocess.Popen([GPUSWAP, "--socket", D.sock, "generate", "-m", "big", "-n", "3000", "--temp", "0",
                           "--json", "Once"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(gsd.scaled(0.3))  # the request is running by then (memcheck's daemon is slower to start it)
+    # interrupt as soon as the request runs (a fixed wait let the whole answer finish once the
+    # kernels got faster: --json prints nothing before its done line)
+    deadline = time.time() + gsd.scaled(10)
+    while D.stats()["models"]["big"]["curr_active"] == 0 and p.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 130, (p.returncode, err)
