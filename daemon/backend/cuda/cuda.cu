@@ -1135,27 +1135,21 @@ __global__ void k_kv_store(const be_tok_t *toks, uint32_t layer, uint32_t n_laye
     }
 }
 
-/* One block per (token, head); each warp walks positions warp, warp +
- * ATT_WARPS, ... with an online softmax (running max, sum, weighted V in
- * registers: lane holds dims lane + 32j), then the warps are merged. No
- * buffer grows with the context. */
+/* The block's warps walk positions [p0, p1) of one (token, head): warp w
+ * takes p0 + w, p0 + w + ATT_WARPS, ... with an online softmax (running max,
+ * sum, weighted V in registers: lane holds dims lane + 32j), then the warps
+ * are merged through shared memory: on return *mx is the range's softmax
+ * maximum, *sum its sum of exp(score - mx), and the range's unnormalised
+ * weighted V is sum_w sm_acc[w][i] * f[w]. An empty range gives mx = -inf,
+ * sum = 0. No buffer grows with the context. */
 template <typename KV>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
-                uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float *out,
-                float scale)
+__device__ void att_range(const be_tok_t &bt, uint32_t layer, uint32_t n_layer, uint32_t kvh,
+                          size_t kvd, uint32_t hd, const float *qh, float scale, uint32_t p0,
+                          uint32_t p1, float *sm_m, float *sm_l, float (*sm_acc)[ATT_MAX_HD],
+                          float f[ATT_WARPS], float *mx, float *sum)
 {
     constexpr int NJ = ATT_MAX_HD / 32;
-    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
-    __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
-    const size_t t = blockIdx.x / n_head;
-    const uint32_t h = blockIdx.x % n_head;
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const be_tok_t bt = toks[t];
-    const uint32_t kvh = h / (n_head / n_head_kv);
-    const size_t kvd = (size_t)n_head_kv * hd;
-    const float *qh = q + t * stride + (size_t)h * hd;
-
     float qv[NJ], acc[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
@@ -1164,7 +1158,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (uint32_t p = warp; p <= bt.pos; p += ATT_WARPS) {
+    for (uint32_t p = p0 + warp; p < p1; p += ATT_WARPS) {
         const KV *kp = (const KV *)bt.k_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
         const KV *vp = (const KV *)bt.v_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
         float s = 0.0f;
@@ -1198,14 +1192,34 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             sm_acc[warp][i] = acc[j];
     }
     __syncthreads();
-    float mx = -INFINITY;
+    float x = -INFINITY, su = 0.0f;
     for (int w = 0; w < ATT_WARPS; w++)
-        mx = fmaxf(mx, sm_m[w]);
-    float f[ATT_WARPS], sum = 0.0f;
+        x = fmaxf(x, sm_m[w]);
     for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - mx) : 0.0f; /* idle warps count 0 */
-        sum += sm_l[w] * f[w];
+        f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - x) : 0.0f; /* idle warps count 0 */
+        su += sm_l[w] * f[w];
     }
+    *mx = x;
+    *sum = su;
+}
+
+/* One block per (token, head) over positions 0..pos (att_range), written
+ * normalised. */
+template <typename KV>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attention(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
+                uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float *out,
+                float scale)
+{
+    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+    __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
+    const size_t t = blockIdx.x / n_head;
+    const uint32_t h = blockIdx.x % n_head;
+    const be_tok_t bt = toks[t];
+    float f[ATT_WARPS], mx, sum;
+    att_range<KV>(bt, layer, n_layer, h / (n_head / n_head_kv), (size_t)n_head_kv * hd, hd,
+                  q + t * stride + (size_t)h * hd, scale, 0, bt.pos + 1, sm_m, sm_l, sm_acc, f, &mx,
+                  &sum);
     const float inv = 1.0f / sum;
     float *o = out + t * stride + (size_t)h * hd;
     for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -1217,9 +1231,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 }
 
 /* Split attention, part 1: block (t * n_head + h, s) covers positions
- * [s * chunk, min((s + 1) * chunk, pos + 1)) of token t, head h, as
- * k_attention does the whole range, and writes the range's softmax maximum
- * m, sum l (over exp(score - m)) and unnormalised weighted V to
+ * [s * chunk, min((s + 1) * chunk, pos + 1)) of token t, head h (att_range),
+ * and writes the range's softmax maximum m, sum l (over exp(score - m)) and
+ * unnormalised weighted V to
  * part[((t * n_head + h) * n_split + s) * (hd + 2) ...] = m, l, acc[hd].
  * An empty range writes m = -inf, l = 0. */
 template <typename KV>
@@ -1228,68 +1242,15 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float scale,
                uint32_t chunk, float *part)
 {
-    constexpr int NJ = ATT_MAX_HD / 32;
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
     const size_t t = blockIdx.x / n_head;
     const uint32_t h = blockIdx.x % n_head, s = blockIdx.y, n_split = gridDim.y;
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const be_tok_t bt = toks[t];
-    const uint32_t kvh = h / (n_head / n_head_kv);
-    const size_t kvd = (size_t)n_head_kv * hd;
-    const float *qh = q + t * stride + (size_t)h * hd;
     const uint32_t p0 = s * chunk, p1 = min(p0 + chunk, bt.pos + 1); /* p1 <= p0: empty */
-
-    float qv[NJ], acc[NJ];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const uint32_t i = lane + 32 * j;
-        qv[j] = i < hd ? kv_q((const KV *)nullptr, qh[i]) : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (uint32_t p = p0 + warp; p < p1; p += ATT_WARPS) {
-        const KV *kp = (const KV *)bt.k_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
-        const KV *vp = (const KV *)bt.v_base + kv_off(p, n_layer, layer, kvd) + (size_t)kvh * hd;
-        float sc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const uint32_t i = lane + 32 * j;
-            if (i < hd)
-                sc += qv[j] * kv_ld(kp, i);
-        }
-        sc = warp_sum(sc) * scale;
-        const float mn = fmaxf(m, sc);
-        const float corr = expf(m - mn);
-        const float e = expf(sc - mn);
-        l = l * corr + e;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const uint32_t i = lane + 32 * j;
-            if (i < hd)
-                acc[j] = acc[j] * corr + e * kv_ld(vp, i);
-        }
-        m = mn;
-    }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const uint32_t i = lane + 32 * j;
-        if (i < hd)
-            sm_acc[warp][i] = acc[j];
-    }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int w = 0; w < ATT_WARPS; w++)
-        mx = fmaxf(mx, sm_m[w]);
-    float f[ATT_WARPS], sum = 0.0f;
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - mx) : 0.0f;
-        sum += sm_l[w] * f[w];
-    }
+    float f[ATT_WARPS], mx, sum;
+    att_range<KV>(bt, layer, n_layer, h / (n_head / n_head_kv), (size_t)n_head_kv * hd, hd,
+                  q + t * stride + (size_t)h * hd, scale, p0, p1, sm_m, sm_l, sm_acc, f, &mx, &sum);
     float *o = part + ((size_t)blockIdx.x * n_split + s) * (hd + 2);
     if (threadIdx.x == 0) {
         o[0] = mx;
