@@ -1358,41 +1358,20 @@ AVX2_INLINE void vdot_q32_avx2(const uint8_t *w, const void *const *xq, int nx, 
         out[t] = hsum256(acc[t]) + macc[t];
 }
 
-AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                     float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q8_0);
-}
-
-AVX2_INLINE void vdot_q4_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                     float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q4_0);
-}
-
-AVX2_INLINE void vdot_q4_1_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                     float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q4_1);
-}
-
-AVX2_INLINE void vdot_q5_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                     float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q5_0);
-}
-
-AVX2_INLINE void vdot_q5_1_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                     float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_Q5_1);
-}
-
-AVX2_INLINE void vdot_iq4_nl_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
-                                       float *out)
-{
-    vdot_q32_avx2(w, xq, nx, nblk, out, GGUF_T_IQ4_NL);
-}
+/* The 32-value types' entry points: vdot_q32_avx2 specialised per type. */
+#define VDOT_Q32_AVX2(name, T)                                                                     \
+    AVX2_INLINE void vdot_##name##_avx2_body(const uint8_t *w, const void *const *xq, int nx,      \
+                                             size_t nblk, float *out)                              \
+    {                                                                                              \
+        vdot_q32_avx2(w, xq, nx, nblk, out, T);                                                    \
+    }
+VDOT_Q32_AVX2(q8_0, GGUF_T_Q8_0)
+VDOT_Q32_AVX2(q4_0, GGUF_T_Q4_0)
+VDOT_Q32_AVX2(q4_1, GGUF_T_Q4_1)
+VDOT_Q32_AVX2(q5_0, GGUF_T_Q5_0)
+VDOT_Q32_AVX2(q5_1, GGUF_T_Q5_1)
+VDOT_Q32_AVX2(iq4_nl, GGUF_T_IQ4_NL)
+#undef VDOT_Q32_AVX2
 
 /* IQ4_XS: grid values (|q| <= 127) by sign trick, each 32-value sub-block's
  * pair sums scaled by its int16 scale; bit-identical to the portable dot. */

@@ -1046,21 +1046,26 @@ static void test_units(void)
     free(r);
 }
 
+/* Writes text to path; 1 if it was written. */
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
 /* The recorded-request format: read back, refused when malformed, simulated. */
 static void test_requests(const args_t *base)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/tracesim-requests-%d.txt", base->self_test_dir, (int)getpid());
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs("# arrival_s model prompt_tokens output_tokens\n0.5 1 32 8\n\n1.0 0 16 4 # warm\n"
-              "1.0 1 8 2\n",
-              f);
-        fclose(f);
-    }
+    int written = write_text(path, "# arrival_s model prompt_tokens output_tokens\n0.5 1 32 8\n"
+                                   "\n1.0 0 16 4 # warm\n1.0 1 8 2\n");
     wl_req_t *r = NULL;
     size_t n = 0;
-    int ok = f && wl_requests_read(path, 2, &r, &n, err, sizeof err) == 0;
+    int ok = written && wl_requests_read(path, 2, &r, &n, err, sizeof err) == 0;
     check(ok && n == 3 && r[0].t == 0.5 && r[0].model == 1 && r[0].prompt == 32 &&
               r[0].output == 8 && r[1].model == 0 && r[2].output == 2,
           "request list read back: %zu requests, comments and blank lines skipped", n);
@@ -1081,11 +1086,7 @@ static void test_requests(const args_t *base)
     static const char *const bad[] = {"0.5 2 8 8\n", "0.5 0 0 8\n", "1 0 8 8\n0.5 0 8 8\n",
                                       "0.5 0 8\n", "0.5 0 8 8 9\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        f = fopen(path, "w");
-        if (f) {
-            fputs(bad[i], f);
-            fclose(f);
-        }
+        write_text(path, bad[i]);
         r = NULL;
         int rc = wl_requests_read(path, 2, &r, &n, err, sizeof err);
         free(r);
@@ -1100,17 +1101,14 @@ static void test_llm_trace(const args_t *base)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/tracesim-llm-%d.csv", base->self_test_dir, (int)getpid());
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:59.5000000,100,10\n"
-              "2023-11-17 00:00:01.0000000,7000,0\n2023-11-17 00:00:03.5000000,20,5000\n",
-              f);
-        fclose(f);
-    }
+    int written = write_text(path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                   "2023-11-16 23:59:59.5000000,100,10\n"
+                                   "2023-11-17 00:00:01.0000000,7000,0\n"
+                                   "2023-11-17 00:00:03.5000000,20,5000\n");
     wl_llm_trace_t lt = {.n_models = 4, .zipf_s = 1.0, .time_scale = 2, .max_ctx = 4096, .seed = 1};
     wl_req_t *r = NULL;
     size_t n = 0;
-    int ok = f && wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err) == 0;
+    int ok = written && wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err) == 0;
     check(ok && n == 3 && r[0].t == 0 && fabs(r[1].t - 0.75) < 1e-9 && fabs(r[2].t - 2.0) < 1e-9 &&
               r[0].prompt == 100 && r[0].output == 10 && r[1].output == 1 && r[1].prompt == 4095 &&
               r[2].output == 2048 && r[2].prompt == 20,
@@ -1135,11 +1133,7 @@ static void test_llm_trace(const args_t *base)
         "2023-11-16 18:17:03.5,12,3\n2023-11-16 18:17:02.5,12,3\n",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        f = fopen(path, "w");
-        if (f) {
-            fputs(bad[i], f);
-            fclose(f);
-        }
+        write_text(path, bad[i]);
         r = NULL;
         int rc = wl_llm_trace_read(path, &lt, &r, &n, err, sizeof err);
         free(r);
