@@ -65,7 +65,8 @@ struct res {
     backend_t *be;
     size_t page;
     size_t n_pages, free_pages;
-    size_t scratch_bytes; /* device scratch outside the pool (res_scratch_note) */
+    size_t scratch_bytes; /* device scratch in use (res_scratch_note) */
+    size_t scratch_pages; /* taken off the pool as the scratch grew (res_scratch_note) */
     size_t cut_pages;     /* pages taken off the budget because the device could not map them */
     size_t peak_used;     /* most device bytes in use at once: pool pages and scratch */
     double L;             /* GreedyDual inflation value */
@@ -1152,6 +1153,21 @@ void res_scratch_note(res_t *r, size_t bytes)
     if (r->be->zero_copy)
         return; /* cpu: activations are host memory like everything else */
     r->scratch_bytes = bytes;
+    size_t want = pages_of(r, bytes);
+    if (want > r->scratch_pages) {
+        /* the scratch grew: its pages come off the pool (pages free in the pool are not
+         * held on the device), idle models giving theirs back first; what even that
+         * cannot free runs beyond the budget, in the device's headroom (peak_device_bytes) */
+        size_t more = want - r->scratch_pages, floor = pages_of(r, r->headroom) + 2;
+        make_room_others(r, NULL, more, 3, 0);
+        if (more > r->free_pages)
+            more = r->free_pages;
+        if (more > r->n_pages - floor) /* never below what the largest model needs */
+            more = r->n_pages > floor ? r->n_pages - floor : 0;
+        r->n_pages -= more;
+        r->free_pages -= more;
+        r->scratch_pages += more;
+    }
     note_used(r);
 }
 
@@ -1196,4 +1212,5 @@ void res_pool_stats(const res_t *r, stats_pool_t *out)
     out->curr_scratch_bytes = r->scratch_bytes;
     out->peak_device_bytes = r->peak_used;
     out->curr_budget_cut_bytes = r->cut_pages * r->page;
+    out->curr_scratch_reserved_bytes = r->scratch_pages * r->page;
 }

@@ -163,9 +163,11 @@ size_t res_kv_bytes_for(const res_t *r, const model_hparams_t *hp, uint32_t n_po
 size_t res_kv_bytes_model(const res_t *r, const res_model_t *m, uint32_t n_pos);
 
 /* The forward pass's device scratch (activations, bounded by
- * device.prefill_chunk) is bytes now: device memory beside the pool,
- * counted with it in the stats' peak_device_bytes. A no-op on a zero-copy
- * backend. */
+ * device.prefill_chunk) is bytes now: device memory the backend allocates
+ * beside the pool, so as it grows its pages come off the pool (never given
+ * back: the scratch only grows), evicting idle models when the free pages
+ * are short; counted with the pool pages in the stats' peak_device_bytes.
+ * A no-op on a zero-copy backend. */
 void res_scratch_note(res_t *r, size_t bytes);
 
 /* State for tests, stats and schedulers. */

@@ -48,6 +48,7 @@ typedef struct stats_pool {
     uint64_t
         peak_device_bytes; /* most device bytes in use at once: pool pages (weights, KV) + scratch */
     uint64_t curr_budget_cut_bytes; /* taken off the pool because the device could not map them */
+    uint64_t curr_scratch_reserved_bytes; /* taken off the pool for the forward pass's scratch */
 } stats_pool_t;
 
 /* Per-model service counters (resettable): X(name, help). */

@@ -78,12 +78,13 @@ json_t *wk_report_stats(wk_t *w)
     stats_pool_t ps;
     res_pool_stats(w->res, &ps);
     json_t *pool =
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "page_size", (json_int_t)ps.page_size,
                   "curr_pool_pages", (json_int_t)ps.curr_pool_pages, "curr_pool_used",
                   (json_int_t)ps.curr_pool_used, "curr_pool_free", (json_int_t)ps.curr_pool_free,
                   "curr_scratch_bytes", (json_int_t)ps.curr_scratch_bytes, "peak_device_bytes",
                   (json_int_t)ps.peak_device_bytes, "curr_budget_cut_bytes",
-                  (json_int_t)ps.curr_budget_cut_bytes);
+                  (json_int_t)ps.curr_budget_cut_bytes, "curr_scratch_reserved_bytes",
+                  (json_int_t)ps.curr_scratch_reserved_bytes);
     json_t *models = json_object();
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];

@@ -55,11 +55,16 @@ static size_t act_width(const model_hparams_t *hp)
     return att > hp->n_embd ? att : hp->n_embd;
 }
 
+/* The one formula for scratch bytes: six (tokens, width) activations, two
+ * (tokens, ff), and the returned rows' hidden states and logits. */
+static size_t dims_bytes(size_t nt, size_t no, size_t w, size_t ff, size_t nv)
+{
+    return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+}
+
 size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    size_t n = 6 * n_tok * act_width(hp) + 2 * n_tok * hp->n_ff + n_out * act_width(hp) +
-               n_out * hp->n_vocab;
-    return n * sizeof(float);
+    return dims_bytes(n_tok, n_out, act_width(hp), hp->n_ff, hp->n_vocab);
 }
 
 uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok)
@@ -74,10 +79,9 @@ static size_t max_sz(size_t a, size_t b)
 
 size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    size_t nt = max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok);
-    size_t no = max_sz(n_out ? n_out : 1, f->cap_out), w = max_sz(act_width(hp), f->cap_width);
-    size_t ff = max_sz(hp->n_ff, f->cap_ff), nv = max_sz(hp->n_vocab, f->cap_vocab);
-    return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+    return dims_bytes(max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok),
+                      max_sz(n_out ? n_out : 1, f->cap_out), max_sz(act_width(hp), f->cap_width),
+                      max_sz(hp->n_ff, f->cap_ff), max_sz(hp->n_vocab, f->cap_vocab));
 }
 
 static void free_dev(fwd_t *f)

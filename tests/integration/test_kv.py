@@ -106,6 +106,11 @@ def test_a_4k_token_prompt_runs_in_chunks_with_bounded_scratch_and_unchanged_out
             kv = -(-(N_LONG + 4) * st["kv_bytes_per_token"] // 2 // page) * page * 2
             assert pool["peak_device_bytes"] <= st["weight_bytes"] + kv + bound, (pool, st)
             assert pool["peak_device_bytes"] >= st["weight_bytes"] + kv, (pool, st)
+            # the scratch's pages come off the pool, so pool + scratch stay within the device's 8 MiB
+            reserved = -(-pool["curr_scratch_bytes"] // page) * page
+            assert pool["curr_scratch_reserved_bytes"] == reserved, (pool, reserved)
+            assert pool["curr_pool_pages"] * page + reserved + pool["curr_budget_cut_bytes"] == 8 << 20, pool
+            assert pool["peak_device_bytes"] <= 8 << 20, pool
             print("    chunk %d: scratch %d B, peak device %d B (weights %d, KV %d; unchunked scratch "
                   "would be %d B)" % (chunk, pool["curr_scratch_bytes"], pool["peak_device_bytes"],
                                       st["weight_bytes"], kv, f32_bytes_for(N_LONG, N_LONG)))

@@ -855,3 +855,55 @@ Test(residency, a_segment_lands_in_the_order_its_copy_was_queued, .timeout = 60)
     res_release(f.res, f.rm[0]);
     fx_fini(&f);
 }
+
+/* Forward-pass scratch comes off the pool as it grows: never given back,
+ * idle models evicted for its pages, never below what the largest model
+ * needs (the rest runs beyond the budget, shown by peak_device_bytes). */
+Test(residency, scratch_comes_off_the_pool_as_it_grows_evicting_idle_models)
+{
+    fixture_t f;
+    fx_init(&f, 100, 0, mixed, 2);
+    char err[256];
+    stats_pool_t ps;
+    res_scratch_note(f.res, 3 * PAGE - 1);
+    res_pool_stats(f.res, &ps);
+    cr_assert_eq(ps.curr_pool_pages, 97, "3 pages off the pool, got %llu",
+                 (unsigned long long)ps.curr_pool_pages);
+    cr_assert_eq(ps.curr_scratch_reserved_bytes, 3 * PAGE);
+    cr_assert_eq(ps.curr_scratch_bytes, 3 * PAGE - 1);
+    res_scratch_note(f.res, PAGE);
+    res_pool_stats(f.res, &ps);
+    cr_assert_eq(ps.curr_pool_pages, 97, "a smaller scratch gives nothing back");
+    /* both models resident and idle: a scratch larger than the free pages evicts */
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(res_acquire(f.res, f.rm[i], err, sizeof err), 0, "%s", err);
+        run_and_check(&f, i);
+        res_release(f.res, f.rm[i]);
+    }
+    res_pool_stats(f.res, &ps);
+    size_t used = ps.curr_pool_used;
+    cr_assert_eq(used * PAGE, f.sm[0]->image_bytes + f.sm[1]->image_bytes);
+    size_t want = 3 + ps.curr_pool_free + 1; /* pages: one more than is free */
+    res_scratch_note(f.res, want * PAGE);
+    res_pool_stats(f.res, &ps);
+    cr_assert_eq(ps.curr_scratch_reserved_bytes, want * PAGE);
+    cr_assert_eq(ps.curr_pool_pages, 100 - want);
+    cr_assert_lt(ps.curr_pool_used, used, "an idle model gave pages back");
+    cr_assert_leq(ps.peak_device_bytes, 100 * PAGE, "within the device budget");
+    check_invariants(&f);
+    /* more than the whole pool: the pool keeps what the largest model needs, the rest
+     * runs beyond the budget */
+    res_scratch_note(f.res, 200 * PAGE);
+    res_pool_stats(f.res, &ps);
+    cr_assert_geq(ps.curr_pool_pages * PAGE, f.sm[0]->image_bytes + 2 * PAGE,
+                  "never below the largest model and the KV minimum");
+    cr_assert_gt(ps.peak_device_bytes, 100 * PAGE, "the overshoot shows in the peak");
+    /* and both still run in what is left */
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(res_acquire(f.res, f.rm[i], err, sizeof err), 0, "%s", err);
+        run_and_check(&f, i);
+        res_release(f.res, f.rm[i]);
+    }
+    check_invariants(&f);
+    fx_fini(&f);
+}
