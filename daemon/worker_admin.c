@@ -34,6 +34,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         m->sm = NULL;
         return m;
     }
+    model_set_context(m->sm->model, wk_model_context(m)); /* phi3: long or short RoPE factors */
     res_cfg_t rc = wk_res_cfg_of(c);
     if (res_add(w->res, m->sm, &rc, &m->rm, err, sizeof err) != RES_OK) {
         log_error("%s:%d: %s", w->cfg->file, c->line, err);
