@@ -618,18 +618,9 @@ static int read_rope_freqs(const gguf_t *g, uint8_t *used, const model_arch_desc
 {
     if (!ad->rope_freqs || !gguf_find_tensor(g, "rope_freqs.weight"))
         return 0; /* absent, or left over and refused by name */
-    model_weight_t f;
-    if (get_weight(g, used, "rope_freqs.weight", hp->rope_dim / 2, 0, 1, 1, &f, err, errlen))
+    if (get_rope_factors(g, used, "rope_freqs.weight", hp->rope_dim / 2, &hp->rope_freqs, err,
+                         errlen))
         return -1;
-    const float *v = f.data;
-    for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
-        if (!isfinite(v[i]) || v[i] <= 0.0f) {
-            snprintf(err, errlen, "%s: rope_freqs.weight[%u] = %g is not a positive factor",
-                     gguf_path(g), i, (double)v[i]);
-            return -1;
-        }
-    }
-    hp->rope_freqs = v;
     hp->feats |= MODEL_FEAT_ROPE_FREQS;
     return 0;
 }
