@@ -70,6 +70,9 @@ Test(arch, an_unknown_arch_key_or_an_expert_count_is_refused_by_name)
     assert_refused("--extra-u32 llama.attention.sliding_window=16",
                    "metadata key 'llama.attention.sliding_window' is not understood");
     assert_refused("--extra-u32 llama.expert_count=8", "'llama.expert_count' = 8");
+    /* YaRN's tuning keys of later llama.cpp versions change the ramp: not read, so refused */
+    assert_refused("--rope-scaling yarn:4 --extra-u32 llama.rope.scaling.yarn_beta_fast=16",
+                   "metadata key 'llama.rope.scaling.yarn_beta_fast' is not understood");
 }
 
 Test(arch, keys_that_leave_the_math_alone_are_accepted)
