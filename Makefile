@@ -129,6 +129,8 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
 	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# the device headers cuda.cu includes
+$(CUDA_OBJ): $(wildcard daemon/backend/cuda/*.cuh)
 
 $(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)

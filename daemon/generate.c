@@ -371,6 +371,7 @@ int gen_main(int argc, char **argv)
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
+    model_set_context(m, n_ctx);
     be_params_t bp = {.kind = BE_KIND_CPU, .threads = (int)o.threads};
     be = be_open(&bp, err, sizeof err);
     if (!be) {

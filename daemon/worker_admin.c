@@ -34,6 +34,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         m->sm = NULL;
         return m;
     }
+    model_set_context(m->sm->model, wk_model_context(m)); /* phi3: long or short RoPE factors */
     res_cfg_t rc = wk_res_cfg_of(c);
     if (res_add(w->res, m->sm, &rc, &m->rm, err, sizeof err) != RES_OK) {
         log_error("%s:%d: %s", w->cfg->file, c->line, err);
@@ -351,6 +352,15 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             continue;
         }
         m->cfg = *c;
+        const model_hparams_t *hp = &m->sm->model->hp;
+        if (hp->rope_freqs_short &&
+            (wk_model_context(m) > hp->rope_ctx_orig) != (hp->rope_freqs == hp->rope_freqs_long))
+            log_warning("reload: model '%s': max_context %u would take its %s RoPE factors; it "
+                        "keeps the %s ones it was loaded with until it is loaded again (remove "
+                        "it and add it back, or restart)",
+                        m->name, (unsigned)c->max_context,
+                        hp->rope_freqs == hp->rope_freqs_long ? "short" : "long",
+                        hp->rope_freqs == hp->rope_freqs_long ? "long" : "short");
         if (m->rm) {
             res_cfg_t rc = wk_res_cfg_of(c);
             char err[256];

@@ -302,6 +302,7 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
             rp.rope_base = hp->rope_base_swa;
             rp.rope_freq_scale = 1.0f;
             rp.rope_freqs = NULL;
+            rp.rope_ext_factor = 0.0f;
         }
         BE_CALL(rope, f->q, nt, W, hp->n_head, f->pos + t0, &rp);
         BE_CALL(rope, f->k, nt, W, hp->n_head_kv, f->pos + t0, &rp);

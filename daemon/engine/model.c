@@ -82,11 +82,11 @@ static const char *const model_known_keys[] = {
     "rope.scaling.factor",
     "rope.scale_linear",
     "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",
     "vocab_size",
     "expert_count",
     "expert_used_count",
     /* no effect on the forward pass with the scalings implemented here */
-    "rope.scaling.original_context_length",
     "rope.scaling.finetuned",
     "tensor_data_layout",
 };
@@ -115,7 +115,8 @@ int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char 
                                         "soft-capping",
                                         "sliding-window attention",
                                         "GELU feed-forward",
-                                        "RoPE attention factor"};
+                                        "RoPE attention factor",
+                                        "YaRN RoPE scaling"};
     uint32_t missing = hp->feats & ~supported;
     if (!missing)
         return 0;
@@ -268,9 +269,24 @@ static int check_keys(const gguf_t *g, const model_arch_desc_t *ad, char *err, s
     return 0;
 }
 
-/* RoPE scaling keys: type none/linear (absent = linear, as llama.cpp reads
- * it) with rope.scaling.factor or the older rope.scale_linear; YaRN,
- * LongRoPE and attention factors are refused by name. */
+/* YaRN's correction range for rope_dim dims trained on n_orig positions:
+ * the (fractional) pair index whose wavelength makes `rotations` turns over
+ * n_orig positions, for beta_fast 32 (start, floored) and beta_slow 1 (end,
+ * ceiled), clamped to [0, rope_dim - 1] as llama.cpp clamps them. */
+static float yarn_corr_dim(uint32_t rope_dim, uint32_t n_orig, float rotations, float base)
+{
+    return (float)rope_dim * logf((float)n_orig / (rotations * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+/* RoPE scaling keys: type none/linear/yarn (absent = linear, as llama.cpp
+ * reads it) with rope.scaling.factor or the older rope.scale_linear, and
+ * rope.scaling.attn_factor. YaRN (llama.cpp c392e50's reading: extrapolation
+ * factor 1, beta_fast 32, beta_slow 1, the original context from
+ * rope.scaling.original_context_length or context_length) scales the
+ * frequencies by 1/factor outside the correction range and multiplies cos
+ * and sin by attn_factor * (1 + 0.1 ln factor). LongRoPE is refused by name
+ * (phi3 files carry it as tensors, read_phi3_weights). */
 static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model_hparams_t *hp,
                              char *err, size_t errlen)
 {
@@ -281,35 +297,61 @@ static int read_rope_scaling(const gguf_t *g, const model_arch_desc_t *ad, model
         return MODEL_ERR_FORMAT;
     if (ad->phi3 && !strcmp(type, "longrope"))
         strcpy(type, "none"); /* phi3: the factors are tensors (read_phi3_rope) */
-    if (strcmp(type, "none") && strcmp(type, "linear")) {
-        int known = !strcmp(type, "yarn") || !strcmp(type, "longrope");
-        snprintf(err, errlen, "%s: %s '%s' = '%s' is %s (none and linear are)", gguf_path(g),
+    int yarn = !strcmp(type, "yarn");
+    if (strcmp(type, "none") && strcmp(type, "linear") && !yarn) {
+        int known = !strcmp(type, "longrope");
+        snprintf(err, errlen, "%s: %s '%s' = '%s' is %s (none, linear and yarn are)", gguf_path(g),
                  "RoPE scaling type", key, type, known ? "not implemented" : "unknown");
         return MODEL_ERR_UNSUPPORTED;
     }
     float factor = 0.0f, attn = 1.0f;
+    uint32_t orig;
     if (hp_f32(g, arch, "rope.scaling.factor", 0.0f, &factor, err, errlen) ||
         (factor == 0.0f && hp_f32(g, arch, "rope.scale_linear", 0.0f, &factor, err, errlen)) ||
-        hp_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &attn, err, errlen))
+        hp_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &attn, err, errlen) ||
+        hp_u32(g, arch, "rope.scaling.original_context_length", hp->n_ctx_train, &orig, err,
+               errlen))
         return MODEL_ERR_FORMAT;
     if (!(attn > 0.0f && attn <= 100.0f)) {
         snprintf(err, errlen, "%s: '%s.rope.scaling.attn_factor' = %g out of range", gguf_path(g),
                  arch, (double)attn);
         return MODEL_ERR_FORMAT;
     }
-    if (attn != 1.0f) { /* llama.cpp's RoPE mscale: cos and sin times the factor */
-        hp->rope_attn_factor = attn;
-        hp->feats |= MODEL_FEAT_ROPE_MSCALE;
-    }
     if (factor < 0.0f || factor > 1e6f) {
         snprintf(err, errlen, "%s: RoPE scaling factor %g out of range", gguf_path(g),
                  (double)factor);
         return MODEL_ERR_FORMAT;
     }
+    hp->rope_ctx_orig = orig;
     hp->rope_freq_scale = 1.0f;
-    if (!strcmp(type, "linear") && factor != 0.0f && factor != 1.0f) {
+    if (strcmp(type, "none") && factor != 0.0f && factor != 1.0f) {
         hp->rope_freq_scale = 1.0f / factor;
         hp->feats |= MODEL_FEAT_ROPE_LINEAR;
+    }
+    if (yarn) {
+        if (ad->rope_base_swa != 0.0f) {
+            snprintf(err, errlen, "%s: YaRN RoPE scaling of a %s model is not implemented",
+                     gguf_path(g), arch);
+            return MODEL_ERR_UNSUPPORTED;
+        }
+        if (orig == 0) {
+            snprintf(err, errlen,
+                     "%s: YaRN needs a positive '%s.rope.scaling.original_context_"
+                     "length' or context_length",
+                     gguf_path(g), arch);
+            return MODEL_ERR_FORMAT;
+        }
+        float lo = floorf(yarn_corr_dim(hp->rope_dim, orig, 32.0f, hp->rope_base));
+        float hi = ceilf(yarn_corr_dim(hp->rope_dim, orig, 1.0f, hp->rope_base));
+        hp->rope_ext_factor = 1.0f;
+        hp->rope_corr_lo = lo > 0.0f ? lo : 0.0f;
+        hp->rope_corr_hi = hi < (float)hp->rope_dim - 1.0f ? hi : (float)hp->rope_dim - 1.0f;
+        attn *= 1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale);
+        hp->feats |= MODEL_FEAT_ROPE_YARN;
+    }
+    if (attn != 1.0f) { /* llama.cpp's RoPE mscale: cos and sin times the factor */
+        hp->rope_attn_factor = attn;
+        hp->feats |= MODEL_FEAT_ROPE_MSCALE;
     }
     return 0;
 }
@@ -378,10 +420,30 @@ static model_weight_t weight_rows(const model_weight_t *w, uint32_t r0, uint32_t
     return v;
 }
 
+/* rope_dim/2 positive finite F32 factors of tensor `name` (may be absent:
+ * *out NULL). */
+static int get_rope_factors(const gguf_t *g, uint8_t *used, const char *name, uint32_t half,
+                            const float **out, char *err, size_t errlen)
+{
+    model_weight_t w;
+    if (get_weight(g, used, name, half, 0, 1, 0, &w, err, errlen))
+        return -1;
+    const float *v = w.data;
+    for (uint32_t i = 0; v && i < half; i++) {
+        if (!isfinite(v[i]) || v[i] <= 0.0f) {
+            snprintf(err, errlen, "%s: %s[%u] = %g is not a positive factor", gguf_path(g), name, i,
+                     (double)v[i]);
+            return -1;
+        }
+    }
+    *out = v;
+    return 0;
+}
+
 /* Phi-3's fused tensors split into the q/k/v and gate/up views (rows are
- * independent in every type), and its RoPE factors: the short ones, which
- * llama.cpp uses while the context is within rope.scaling.original_context_
- * length; when the long ones differ, the model's context is capped there. */
+ * independent in every type), and its LongRoPE factors: both or neither;
+ * the short ones until model_set_context says the context is longer than
+ * rope.scaling.original_context_length (llama.cpp's choice). */
 static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, model_layer_t *L,
                              uint32_t l, char *err, size_t errlen)
 {
@@ -401,33 +463,29 @@ static int read_phi3_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp
     L->w_up = weight_rows(&f, hp->n_ff, hp->n_ff);
     if (l > 0)
         return 0;
-    model_weight_t s, lg;
-    uint32_t half = hp->rope_dim / 2, orig;
-    if (get_weight(g, used, "rope_factors_short.weight", half, 0, 1, 0, &s, err, errlen) ||
-        get_weight(g, used, "rope_factors_long.weight", half, 0, 1, 0, &lg, err, errlen) ||
-        hp_u32(g, model_arch_name(hp->arch), "rope.scaling.original_context_length",
-               hp->n_ctx_train, &orig, err, errlen))
+    const float *s = NULL, *lg = NULL;
+    uint32_t half = hp->rope_dim / 2;
+    if (get_rope_factors(g, used, "rope_factors_short.weight", half, &s, err, errlen) ||
+        get_rope_factors(g, used, "rope_factors_long.weight", half, &lg, err, errlen))
         return -1;
-    if (!s.data != !lg.data) {
+    if (!s != !lg) {
         snprintf(err, errlen, "%s: phi3 needs both rope_factors_short and rope_factors_long",
                  gguf_path(g));
         return -1;
     }
-    if (!s.data)
+    if (!s)
         return 0;
-    const float *v = s.data;
-    for (uint32_t i = 0; i < half; i++) {
-        if (!isfinite(v[i]) || v[i] <= 0.0f) {
-            snprintf(err, errlen, "%s: rope_factors_short.weight[%u] = %g is not a positive factor",
-                     gguf_path(g), i, (double)v[i]);
-            return -1;
-        }
-    }
-    hp->rope_freqs = v;
+    hp->rope_freqs = hp->rope_freqs_short = s;
+    hp->rope_freqs_long = lg;
     hp->feats |= MODEL_FEAT_ROPE_FREQS;
-    if (memcmp(s.data, lg.data, half * sizeof(float)) && orig > 0 && orig < hp->n_ctx_train)
-        hp->n_ctx_train = orig;
     return 0;
+}
+
+void model_set_context(model_t *m, uint32_t n_ctx)
+{
+    model_hparams_t *hp = &m->hp;
+    if (hp->rope_freqs_short)
+        hp->rope_freqs = n_ctx > hp->rope_ctx_orig ? hp->rope_freqs_long : hp->rope_freqs_short;
 }
 
 static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
@@ -560,18 +618,9 @@ static int read_rope_freqs(const gguf_t *g, uint8_t *used, const model_arch_desc
 {
     if (!ad->rope_freqs || !gguf_find_tensor(g, "rope_freqs.weight"))
         return 0; /* absent, or left over and refused by name */
-    model_weight_t f;
-    if (get_weight(g, used, "rope_freqs.weight", hp->rope_dim / 2, 0, 1, 1, &f, err, errlen))
+    if (get_rope_factors(g, used, "rope_freqs.weight", hp->rope_dim / 2, &hp->rope_freqs, err,
+                         errlen))
         return -1;
-    const float *v = f.data;
-    for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
-        if (!isfinite(v[i]) || v[i] <= 0.0f) {
-            snprintf(err, errlen, "%s: rope_freqs.weight[%u] = %g is not a positive factor",
-                     gguf_path(g), i, (double)v[i]);
-            return -1;
-        }
-    }
-    hp->rope_freqs = v;
     hp->feats |= MODEL_FEAT_ROPE_FREQS;
     return 0;
 }

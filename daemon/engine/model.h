@@ -51,23 +51,37 @@ typedef struct model_hparams {
                                  (rope.scaling.attn_factor); 0 or 1 = none */
     const float *rope_freqs; /* (rope_dim/2) divisors of each pair's frequency, host memory
                                  (the file mapping); NULL = none */
-    uint32_t feats;          /* MODEL_FEAT_* bits this model needs */
-    float emb_scale;         /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
-    float att_scale;         /* attention score scale; 0 = 1/sqrt(head_dim) */
-    float attn_softcap;      /* attention scores soft-capped at this; 0 = none */
-    float final_softcap;     /* output logits soft-capped at this; 0 = none */
-    uint32_t swa_window;     /* sliding window of the SWA layers, positions; 0 = none */
-    uint32_t swa_pattern;    /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
+    float rope_ext_factor;   /* YaRN extrapolation mix (1); 0 = no YaRN */
+    float rope_corr_lo, rope_corr_hi; /* YaRN correction range, in pairs (kern_rope_t) */
+    const float *rope_freqs_short, *rope_freqs_long; /* phi3 LongRoPE factors (rope_dim/2,
+                                 the file mapping); NULL = none. model_set_context
+                                 points rope_freqs at one of them */
+    uint32_t rope_ctx_orig; /* phi3: contexts above this take the long factors */
+    uint32_t feats;         /* MODEL_FEAT_* bits this model needs */
+    float emb_scale;        /* embeddings are multiplied by this; 0 = not (gemma: sqrt(n_embd)) */
+    float att_scale;        /* attention score scale; 0 = 1/sqrt(head_dim) */
+    float attn_softcap;     /* attention scores soft-capped at this; 0 = none */
+    float final_softcap;    /* output logits soft-capped at this; 0 = none */
+    uint32_t swa_window;    /* sliding window of the SWA layers, positions; 0 = none */
+    uint32_t swa_pattern;   /* layer l slides unless (l + 1) % swa_pattern == 0 (gemma2: 2);
                              0: every layer (phi3) */
-    float rope_base_swa;     /* RoPE base of the sliding layers, unscaled; 0 = as the others */
-    int gelu;                /* 1: GELU-tanh gate, 0: SiLU */
+    float rope_base_swa;    /* RoPE base of the sliding layers, unscaled; 0 = as the others */
+    int gelu;               /* 1: GELU-tanh gate, 0: SiLU */
 } model_hparams_t;
 
 /* The rope parameters of hp, for the backend's rope op. */
 static inline kern_rope_t model_rope_of(const model_hparams_t *hp)
 {
-    return (kern_rope_t){hp->head_dim,        hp->rope_dim,         hp->rope_base, hp->rope_neox,
-                         hp->rope_freq_scale, hp->rope_attn_factor, hp->rope_freqs};
+    return (kern_rope_t){.head_dim = hp->head_dim,
+                         .rope_dim = hp->rope_dim,
+                         .rope_base = hp->rope_base,
+                         .rope_neox = hp->rope_neox,
+                         .rope_freq_scale = hp->rope_freq_scale,
+                         .rope_attn_factor = hp->rope_attn_factor,
+                         .rope_freqs = hp->rope_freqs,
+                         .rope_ext_factor = hp->rope_ext_factor,
+                         .rope_corr_lo = hp->rope_corr_lo,
+                         .rope_corr_hi = hp->rope_corr_hi};
 }
 
 /* A view of one tensor (kernels/tensor.h): rows of n_in elements of the stored type. */
@@ -117,6 +131,12 @@ model_t *model_open(const char *path, char *err, size_t errlen);
  * failure). */
 model_t *model_from_gguf(gguf_t *g, char *err, size_t errlen);
 void model_close(model_t *m); /* accepts NULL */
+/* The context (positions per sequence) the model will be run with, as
+ * llama.cpp's n_ctx: a phi3 file whose long RoPE factors differ from the
+ * short ones takes the long ones (for every position) when n_ctx is above
+ * rope.scaling.original_context_length, the short ones otherwise. No effect
+ * on other files. Call before running it. */
+void model_set_context(model_t *m, uint32_t n_ctx);
 
 const char *model_arch_name(model_arch_t a);
 

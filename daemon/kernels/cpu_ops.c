@@ -260,16 +260,23 @@ int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, s
     return 0;
 }
 
-/* Angle per position of pair i: base^(-2i/rope_dim), times the linear
- * scale, divided by the pair's frequency factor (llama3 rope_freqs). */
+/* Angle per position of pair i: base^(-2i/rope_dim) divided by the pair's
+ * frequency factor (llama3 rope_freqs, phi3 LongRoPE), times the linear
+ * scale; with YaRN the scaled frequency and the unscaled one are mixed by
+ * the pair's ramp (1 up to rope_corr_lo, 0 from rope_corr_hi on) times the
+ * extrapolation factor (YaRN's magnitude scale is in rope_attn_factor). */
 static float k_rope_freq(const kern_rope_t *hp, uint32_t i)
 {
     float f = powf(hp->rope_base, -2.0f * (float)i / (float)hp->rope_dim);
-    if (hp->rope_freq_scale != 0.0f)
-        f *= hp->rope_freq_scale;
     if (hp->rope_freqs)
         f /= hp->rope_freqs[i];
-    return f;
+    float scaled = hp->rope_freq_scale != 0.0f ? f * hp->rope_freq_scale : f;
+    if (hp->rope_ext_factor == 0.0f)
+        return scaled;
+    float span = hp->rope_corr_hi - hp->rope_corr_lo;
+    float y = ((float)i - hp->rope_corr_lo) / (span > 0.001f ? span : 0.001f);
+    float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * hp->rope_ext_factor;
+    return scaled * (1.0f - mix) + f * mix;
 }
 
 int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,

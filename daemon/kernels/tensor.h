@@ -71,6 +71,9 @@ typedef struct kern_rope {
     float rope_attn_factor; /* rotated values are multiplied by this (0 or 1 = none) */
     const float
         *rope_freqs; /* (rope_dim/2) divisors of each pair's frequency, host memory; NULL = none */
+    float rope_ext_factor; /* YaRN: 0 = none; else pair i's frequency mixes the scaled one
+                              (weight 1 - r) with the unscaled (r = ext * ramp(i)) */
+    float rope_corr_lo, rope_corr_hi; /* YaRN ramp: 1 for pairs i <= lo, 0 from hi on */
 } kern_rope_t;
 
 /* Model features beyond the plain llama pass: a backend lists those its kernels
@@ -85,7 +88,8 @@ enum {
     MODEL_FEAT_SWA = 1u << 5,         /* sliding-window attention layers */
     MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
     MODEL_FEAT_ROPE_MSCALE = 1u << 7, /* RoPE cos/sin times rope_attn_factor (Phi-3 LongRoPE) */
-    MODEL_FEAT_ALL = (1u << 8) - 1,
+    MODEL_FEAT_ROPE_YARN = 1u << 8,   /* YaRN: per-pair ramp between scaled and unscaled freqs */
+    MODEL_FEAT_ALL = (1u << 9) - 1,
 };
 
 #endif

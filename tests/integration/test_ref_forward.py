@@ -114,10 +114,14 @@ CASES.append(("gemma3-f32-mqa-unscaled", "exact",
                "--heads", "4", "--kv-heads", "1", "--ff", "128", "--vocab", "320", "--seed", "43"],
               LONG_PROMPT))
 # phi3: fused qkv and gate/up (row views of one tensor in every type), every
-# layer sliding (window 8), Phi-3 128k-like short/long RoPE factors
+# layer sliding (window 8), Phi-3 128k-like short/long RoPE factors (original
+# context 64): the long ones at the default context of 256, the short ones at 64
 for _t in ("f32", "f16", "bf16", "q8_0"):
     CASES.append(("phi3-%s" % _t, "exact", ["--arch", "phi3", "--type", _t, "--window", "8",
                   "--rope-factors", "--seed", "51"] + SMALL, LONG_PROMPT))
+CASES.append(("phi3-f32-short-factors-ctx64", "exact",
+              ["--arch", "phi3", "--type", "f32", "--window", "8", "--rope-factors",
+               "--seed", "51"] + SMALL, LONG_PROMPT, 64))
 for _t in ("q4_k_m", "iq4_xs"):
     for _path in ("exact", "fast"):
         CASES.append(("phi3-%s-%s" % (_t, _path), _path,
@@ -144,6 +148,17 @@ CASES += [
     ("llama-bf16-rope-linear4", "exact",
      ["--arch", "llama", "--type", "bf16", "--rope-scaling", "linear:4", "--seed", "26"] + SMALL,
      LONG_PROMPT),
+    # YaRN (factor 4 over an original context of 16, so the prompt runs past it)
+    ("llama-f32-rope-yarn4", "exact",
+     ["--arch", "llama", "--type", "f32", "--rope-scaling", "yarn:4", "--rope-orig-ctx", "16",
+      "--seed", "29"] + SMALL, LONG_PROMPT),
+    ("qwen2-q8_0-rope-yarn8-gqa4", "exact",
+     ["--arch", "qwen2", "--type", "q8_0", "--rope-scaling", "yarn:8", "--rope-orig-ctx", "32",
+      "--rope-base", "1000000", "--dim", "128", "--layers", "2", "--heads", "8", "--kv-heads", "2",
+      "--ff", "256", "--vocab", "384", "--seed", "30"], LONG_PROMPT),
+    ("llama-f16-rope-freqs-yarn2", "exact",
+     ["--arch", "llama", "--type", "f16", "--rope-freqs", "--rope-scaling", "yarn:2",
+      "--rope-attn-factor", "1.1", "--seed", "31"] + SMALL, LONG_PROMPT),
     ("qwen2-f32-rope-none", "exact",
      ["--arch", "qwen2", "--type", "f32", "--rope-scaling", "none:4", "--seed", "27"] + SMALL),
     ("llama-f16-head-dim-32", "exact",
@@ -208,13 +223,13 @@ def load_logits(path, n_vocab):
     return np.array(rows, dtype=np.float64).reshape(len(rows), n_vocab)
 
 
-def check_case(tmp, name, path, args, prompt=PROMPT):
+def check_case(tmp, name, path, args, prompt=PROMPT, ctx=256):
     model = os.path.join(tmp, name + ".gguf")
     dump = os.path.join(tmp, name + ".logits")
     run([MKMODEL, "--out", model] + args)
     out = run([GPUSWAPD, "generate", "--model", model,
                "--prompt-ids", ",".join(str(i) for i in prompt),
-               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump,
+               "-n", str(N_GEN), "--temp", "0", "--json", "--dump-logits", dump, "--ctx", str(ctx),
                "--kv-type", "f32"]  # the reference's F32 math (F16 KV: test_forward)
               + (["--exact"] if path == "exact" else []))
     res = parse_json_line(out)
@@ -224,7 +239,7 @@ def check_case(tmp, name, path, args, prompt=PROMPT):
     if not 1 <= len(ids) <= N_GEN:
         raise CaseFailure("%d generated ids, want 1..%d" % (len(ids), N_GEN))
 
-    m = ref.Model(model)
+    m = ref.Model(model, ctx)
     eng = load_logits(dump, m.n_vocab)
     if eng.shape[0] != len(ids):
         raise CaseFailure("%d logit rows for %d generated ids" % (eng.shape[0], len(ids)))

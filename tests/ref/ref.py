@@ -17,8 +17,16 @@ attention scores and the final logits, a sliding window on even layers) and
 sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled)
 and `phi3` (Phi3Model: fused qkv_proj and gate_up_proj, LongRoPE inv_freq
 divided by the short factors within the original context, sliding window).
+YaRN RoPE scaling (llama, qwen2, qwen3) follows the YaRN paper (Peng et al.
+2023) as Hugging Face's `_compute_yarn_parameters` computes it: beta_fast 32,
+beta_slow 1, a linear ramp over the correction range between the
+interpolated and the extrapolated frequencies, cos and sin times
+0.1 ln(factor) + 1 (times the GGUF's rope.scaling.attn_factor).
 
-CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N]
+CLI:  ref.py MODEL.gguf --ids 1,2,3 [--out FILE] [--greedy N] [--ctx N]
+(--ctx: the context the model runs with; Phi-3's long factors apply above the
+original context, as llama.cpp decides; without it, above the sequence length
+as Hugging Face decides)
 prints (or writes) the logits of every position, one line per position.
 """
 
@@ -315,8 +323,9 @@ def dequantize(ttype, raw, n):
 class Model:
     """Hyperparameters and dequantized float64 weights of a llama/qwen2 GGUF."""
 
-    def __init__(self, path):
+    def __init__(self, path, ctx=None):
         g = GGUF(path)
+        self.ctx = ctx
         self.gguf = g
         arch = g.kv.get("general.architecture")
         if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
@@ -367,10 +376,17 @@ class Model:
         factor = float(g.kv.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0)
         if arch == "phi3" and stype == "longrope":
             stype = "none"                                 # the factors are tensors
-        if stype not in ("none", "linear"):
+        if stype not in ("none", "linear", "yarn"):
             raise GGUFError("%s: rope scaling %r not implemented" % (path, stype))
+        if stype == "yarn" and arch not in ("llama", "qwen2", "qwen3"):
+            raise GGUFError("%s: yarn for %s not implemented here" % (path, arch))
         self.pos_scale = 1.0 / factor if stype == "linear" else 1.0
         self.mscale = float(g.kv.get("%s.rope.scaling.attn_factor" % arch, 1.0))
+        self.inv_freq = None
+        if stype == "yarn":
+            orig = int(hp("rope.scaling.original_context_length", hp("context_length", 2048)))
+            self.inv_freq = yarn_inv_freq(self.rope_dim, self.rope_base, factor, orig)
+            self.mscale *= 0.1 * np.log(factor) + 1.0 if factor > 1.0 else 1.0
         used = set()
 
         def t(name):
@@ -432,15 +448,33 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, rope_dim, base, neox, freq_div=None, mscale=1.0):
+def yarn_inv_freq(dim, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
+    """YaRN's per-pair inverse frequencies (dim/2,): the interpolated ones
+    (divided by factor) for the low-frequency pairs, the original ones for the
+    high-frequency pairs, a linear ramp between the correction dims at which
+    a pair turns beta_fast and beta_slow times over the original context."""
+    def corr_dim(rotations):
+        return dim * np.log(orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(base))
+    low = max(np.floor(corr_dim(beta_fast)), 0)
+    high = min(np.ceil(corr_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1.0 - ramp                              # weight of the original frequency
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+
+
+def rope(x, pos, rope_dim, base, neox, freq_div=None, mscale=1.0, inv_freq=None):
     """Rotate the first rope_dim dims of every head. x: (T, heads, hd);
     pos may be fractional (linear scaling); freq_div divides each pair's
     frequency (Llama 3 factors); mscale multiplies cos and sin (Phi-3
-    LongRoPE's scaling_factor, rope.scaling.attn_factor)."""
+    LongRoPE's scaling_factor, rope.scaling.attn_factor, YaRN's); inv_freq
+    replaces base^(-2i/rope_dim) (YaRN)."""
     x = x.copy()
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
-    theta = base ** (-2.0 * i / rope_dim)                  # (half,)
+    theta = base ** (-2.0 * i / rope_dim) if inv_freq is None else inv_freq  # (half,)
     if freq_div is not None:
         theta = theta / freq_div
     ang = pos[:, None].astype(np.float64) * theta[None, :]  # (T, half)
@@ -530,7 +564,7 @@ def forward_phi3(m, ids):
     mask = np.where((kpos > qpos) | (qpos - kpos >= m.window if m.window else False), -np.inf, 0.0)
     ext = None
     if m.rope_short is not None:
-        ext = m.rope_long if T > m.orig_ctx else m.rope_short
+        ext = m.rope_long if (m.ctx or T) > m.orig_ctx else m.rope_short
     h = m.tok_embd[ids].copy()
     for L in m.layers:
         x = rmsnorm(h, L["attn_norm"], m.eps)
@@ -584,8 +618,8 @@ def forward(m, ids):
         if L["q_norm"] is not None:
             q = rmsnorm(q, L["q_norm"], m.eps)
             k = rmsnorm(k, L["k_norm"], m.eps)
-        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
-        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale)
+        q = rope(q, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale, m.inv_freq)
+        k = rope(k, pos, m.rope_dim, m.rope_base, m.neox, m.rope_freqs, m.mscale, m.inv_freq)
         v = v.reshape(T, nkv, hd)
         att_out = np.zeros((T, nh, hd))
         for hq in range(nh):
@@ -623,9 +657,11 @@ def main(argv):
     ap.add_argument("--out", help="write logits here instead of stdout")
     ap.add_argument("--greedy", type=int, default=0,
                     help="also print N greedy continuation ids to stderr")
+    ap.add_argument("--ctx", type=int, default=None,
+                    help="the context the model runs with (Phi-3 long/short RoPE factors)")
     a = ap.parse_args(argv)
     ids = [int(s) for s in a.ids.split(",") if s.strip()]
-    m = Model(a.model)
+    m = Model(a.model, a.ctx)
     logits = forward(m, ids)
     lines = "".join(" ".join("%.9g" % v for v in row) + "\n" for row in logits)
     if a.out:

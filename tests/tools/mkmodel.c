@@ -33,10 +33,12 @@ typedef struct mk_opts {
     const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
     float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
     float rope_attn_factor;            /* rope.scaling.attn_factor; 0 = not written */
-    uint32_t window;                   /* gemma2 sliding window (default 4096) */
-    uint32_t wtype;                    /* gguf_ttype_t of the 2-D weights */
-    uint32_t wtype_more; /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
-    uint32_t ftype;      /* general.file_type (llama.cpp's llama_ftype) */
+    uint32_t rope_orig_ctx; /* rope.scaling.original_context_length; 0 = not written (64 with
+                               rope_factors) */
+    uint32_t window;        /* gemma2 sliding window (default 4096) */
+    uint32_t wtype;         /* gguf_ttype_t of the 2-D weights */
+    uint32_t wtype_more;    /* a recipe's type for output, attn_v and ffn_down (0: wtype) */
+    uint32_t ftype;         /* general.file_type (llama.cpp's llama_ftype) */
     const char *wtype_name;
     uint32_t dim, layers, heads, kv_heads, ff, vocab, ctx;
     float rope_base;
@@ -64,6 +66,7 @@ static void mk_usage(FILE *f)
             "                            (factor 8, low 1, high 4, original context 256)\n"
             "  --rope-scaling T[:F]      write rope.scaling.type T (and .factor F)\n"
             "  --rope-attn-factor F      write rope.scaling.attn_factor F\n"
+            "  --rope-orig-ctx N         write rope.scaling.original_context_length N\n"
             "  --arch-name NAME          declare this general.architecture (key prefix)\n"
             "  --extra-tensor NAME       add an F32 [dim, ff, 2] tensor NAME\n"
             "  --extra-u32 KEY=V         add a u32 metadata key\n"
@@ -193,7 +196,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         O_SOFTCAP,
         O_WINDOW,
         O_ROPE_FACTORS,
-        O_ROPE_ATTN
+        O_ROPE_ATTN,
+        O_ROPE_ORIG
     };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
@@ -224,6 +228,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"window", required_argument, NULL, O_WINDOW},
         {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
         {"rope-attn-factor", required_argument, NULL, O_ROPE_ATTN},
+        {"rope-orig-ctx", required_argument, NULL, O_ROPE_ORIG},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
@@ -298,6 +303,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
             bad = !strchr(optarg, '=');
             break;
         case O_WINDOW: u = &o->window; break;
+        case O_ROPE_ORIG: u = &o->rope_orig_ctx; break;
         case O_ROPE_FACTORS: o->rope_factors = 1; break;
         case O_ROPE_ATTN: bad = mk_parse_f32(optarg, &o->rope_attn_factor) < 0; break;
         case O_SOFTCAP: {
@@ -921,8 +927,9 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     }
     if (!strncmp(o->arch, "gemma", 5) || !strcmp(o->arch, "phi3"))
         rc |= mk_kv_arch(w, o, "attention.sliding_window", o->window);
-    if (o->rope_factors)
-        rc |= mk_kv_arch(w, o, "rope.scaling.original_context_length", 64);
+    if (o->rope_factors || o->rope_orig_ctx)
+        rc |= mk_kv_arch(w, o, "rope.scaling.original_context_length",
+                         o->rope_orig_ctx ? o->rope_orig_ctx : 64);
     if (o->rope_attn_factor != 0.0f)
         rc |= mk_kv_arch_f32(w, o, "rope.scaling.attn_factor", o->rope_attn_factor);
     rc |= ggufw_kv_str(w, "tokenizer.ggml.model", v->gpt2 ? "gpt2" : "llama");

@@ -44,8 +44,11 @@ Test(arch, an_unknown_architecture_is_refused_by_name)
 Test(arch, unknown_and_unimplemented_rope_scaling_types_are_refused_by_name)
 {
     assert_refused("--rope-scaling bogus:2", "'llama.rope.scaling.type' = 'bogus' is unknown");
-    assert_refused("--rope-scaling yarn:4",
-                   "'llama.rope.scaling.type' = 'yarn' is not implemented");
+    assert_refused("--rope-scaling longrope:4",
+                   "'llama.rope.scaling.type' = 'longrope' is not implemented");
+    /* gemma3's local layers have their own base: YaRN there is not done */
+    assert_refused("--arch gemma3 --window 4 --rope-scaling yarn:4",
+                   "YaRN RoPE scaling of a gemma3 model is not implemented");
     assert_refused("--arch qwen2 --rope-scaling longrope",
                    "'qwen2.rope.scaling.type' = 'longrope' is not implemented");
 }
@@ -67,6 +70,9 @@ Test(arch, an_unknown_arch_key_or_an_expert_count_is_refused_by_name)
     assert_refused("--extra-u32 llama.attention.sliding_window=16",
                    "metadata key 'llama.attention.sliding_window' is not understood");
     assert_refused("--extra-u32 llama.expert_count=8", "'llama.expert_count' = 8");
+    /* YaRN's tuning keys of later llama.cpp versions change the ramp: not read, so refused */
+    assert_refused("--rope-scaling yarn:4 --extra-u32 llama.rope.scaling.yarn_beta_fast=16",
+                   "metadata key 'llama.rope.scaling.yarn_beta_fast' is not understood");
 }
 
 Test(arch, keys_that_leave_the_math_alone_are_accepted)
@@ -113,6 +119,31 @@ Test(arch, llama3_rope_freqs_and_linear_scaling_are_read_as_features)
     cr_assert_not_null(m, "%s", err);
     cr_assert_float_eq(m->hp.rope_freq_scale, 1.0f, 0.0f);
     cr_assert_eq(m->hp.feats, 0);
+    model_close(m);
+}
+
+Test(arch, yarn_reads_its_correction_range_and_magnitude_scale_as_llama_cpp_does)
+{
+    char err[512];
+    /* rope_dim 16, base 10000, original context 64: the pairs turning 32
+     * times (-0.99, floored and clamped to 0) and once (2.02, ceiled) */
+    model_t *m = arch_open("--rope-scaling yarn:4 --rope-orig-ctx 64", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.rope_freq_scale, 0.25f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_ext_factor, 1.0f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_corr_lo, 0.0f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_corr_hi, 3.0f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_attn_factor, 1.0f + 0.1f * logf(4.0f), 1e-6f);
+    cr_assert_eq(m->hp.feats,
+                 MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_ROPE_YARN | MODEL_FEAT_ROPE_MSCALE);
+    model_close(m);
+    /* without the key the original context is context_length (2048 here:
+     * 2.02 floored, 5.03 ceiled); the file's attn_factor multiplies YaRN's */
+    m = arch_open("--rope-scaling yarn:4 --rope-attn-factor 2", err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_float_eq(m->hp.rope_corr_lo, 2.0f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_corr_hi, 6.0f, 0.0f);
+    cr_assert_float_eq(m->hp.rope_attn_factor, 2.0f * (1.0f + 0.1f * logf(4.0f)), 1e-6f);
     model_close(m);
 }
 
@@ -227,6 +258,11 @@ Test(arch, llama_with_rope_freqs_batched_prefilled_and_stepwise_logits_are_ident
     check_batch_equals_single("--arch llama --type q8_0 --rope-freqs");
 }
 
+Test(arch, llama_with_yarn_batched_prefilled_and_stepwise_logits_are_identical)
+{
+    check_batch_equals_single("--arch llama --type f16 --rope-scaling yarn:4 --rope-orig-ctx 8");
+}
+
 Test(arch, gemma2_batched_prefilled_and_stepwise_logits_are_identical_through_its_window)
 {
     /* 24-token sequences over a window of 8: the sliding layers drop positions */
@@ -280,8 +316,16 @@ Test(arch, phi3_splits_its_fused_tensors_into_row_views_and_caps_the_context_for
     cr_assert_eq(m->hp.swa_window, 8);
     cr_assert_eq(m->hp.swa_pattern, 0);
     cr_assert_not_null(m->hp.rope_freqs);
-    /* long factors differ: the context stays where llama.cpp uses the short ones */
-    cr_assert_eq(m->hp.n_ctx_train, 64);
+    /* the short factors until the context passes the original 64, then the
+     * long ones (llama.cpp's choice by n_ctx) */
+    cr_assert_eq(m->hp.n_ctx_train, 2048);
+    const float *shortf = m->hp.rope_freqs;
+    cr_assert_eq(shortf, m->hp.rope_freqs_short);
+    model_set_context(m, 2048);
+    cr_assert_eq(m->hp.rope_freqs, m->hp.rope_freqs_long);
+    cr_assert_float_eq(m->hp.rope_freqs[7], 1.0f + 39.0f * 7.0f / 8.0f, 1e-5f);
+    model_set_context(m, 64);
+    cr_assert_eq(m->hp.rope_freqs, shortf);
     model_close(m);
     m = arch_open("--arch phi3 --window 8 --rope-factors --rope-attn-factor 1.19", err, sizeof err);
     cr_assert_not_null(m, "%s", err);

@@ -304,8 +304,25 @@ Test(backend_cuda, rmsnorm_matches_cpu_also_in_place, .timeout = 60)
 typedef enum {
     EW_ADD_BIAS,
     EW_ADD,
-    EW_SILU_MUL
+    EW_SILU_MUL,
+    EW_SCALE,    /* x *= 3.5 (gemma's embedding scale) */
+    EW_SOFTCAP,  /* x = 2 tanh(x / 2): values up to 4 land on both sides of the cap */
+    EW_GELU_MUL, /* gelu_tanh(g) * u */
 } ew_op_t;
+
+static int ew_call(backend_t *be, ew_op_t op, float *da, const float *db, size_t n_tok, size_t n,
+                   size_t stride)
+{
+    switch (op) {
+    case EW_ADD_BIAS: return be->add_bias(be->ctx, da, db, n_tok, n, stride);
+    case EW_ADD: return be->add(be->ctx, da, db, n_tok, n, stride);
+    case EW_SILU_MUL: return be->silu_mul(be->ctx, da, db, n_tok, n, stride);
+    case EW_SCALE: return be->scale(be->ctx, da, n_tok, n, stride, 3.5f);
+    case EW_SOFTCAP: return be->softcap(be->ctx, da, n_tok, n, stride, 2.0f);
+    case EW_GELU_MUL: return be->gelu_mul(be->ctx, da, db, n_tok, n, stride);
+    }
+    return -1;
+}
 
 static void check_elementwise(ew_op_t op, const char *name, double tol)
 {
@@ -318,9 +335,7 @@ static void check_elementwise(ew_op_t op, const char *name, double tol)
         backend_t *be = bes[k];
         float *da = dput(be, a, n_tok * stride * sizeof(float));
         float *db = dput(be, b, n_tok * stride * sizeof(float));
-        int rc = op == EW_ADD_BIAS ? be->add_bias(be->ctx, da, db, n_tok, n, stride)
-                 : op == EW_ADD    ? be->add(be->ctx, da, db, n_tok, n, stride)
-                                   : be->silu_mul(be->ctx, da, db, n_tok, n, stride);
+        int rc = ew_call(be, op, da, db, n_tok, n, stride);
         cr_assert_eq(rc, 0, "%s: %s", be->name, name);
         res[k] = dget(be, da, n_tok * stride * sizeof(float));
         be->buf_free(be->ctx, da);
@@ -352,6 +367,21 @@ Test(backend_cuda, add_matches_cpu_exactly, .timeout = 60)
 Test(backend_cuda, silu_mul_matches_cpu, .timeout = 60)
 {
     check_elementwise(EW_SILU_MUL, "silu_mul", 1e-5);
+}
+
+Test(backend_cuda, scale_matches_cpu_exactly, .timeout = 60)
+{
+    check_elementwise(EW_SCALE, "scale", 0.0);
+}
+
+Test(backend_cuda, softcap_matches_cpu, .timeout = 60)
+{
+    check_elementwise(EW_SOFTCAP, "softcap", 1e-5);
+}
+
+Test(backend_cuda, gelu_mul_matches_cpu, .timeout = 60)
+{
+    check_elementwise(EW_GELU_MUL, "gelu_mul", 1e-5);
 }
 
 Test(backend_cuda, gather_matches_cpu_also_in_place, .timeout = 60)
@@ -397,11 +427,15 @@ static void check_rope(int neox)
     float factors[32]; /* llama3-like: 1 for fast pairs, 8 for slow ones, between */
     for (int i = 0; i < 32; i++)
         factors[i] = i < 12 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 12) / 9.0f;
-    for (int partial = 0; partial < 5; partial++) {
-        hp.rope_dim = partial == 1 ? 32 : 64;              /* rotating part of each head only */
-        hp.rope_freq_scale = partial == 2 ? 0.25f : 0.0f;  /* linear RoPE scaling by 4 */
-        hp.rope_freqs = partial >= 3 ? factors : NULL;     /* frequency factors */
-        hp.rope_attn_factor = partial == 4 ? 1.19f : 0.0f; /* and an attention factor */
+    for (int partial = 0; partial < 7; partial++) {
+        hp.rope_dim = partial == 1 ? 32 : 64; /* rotating part of each head only */
+        hp.rope_freq_scale = partial == 2 || partial >= 5 ? 0.25f : 0.0f; /* linear scaling by 4 */
+        hp.rope_freqs = partial == 3 || partial == 4 || partial == 6 ? factors : NULL; /* factors */
+        hp.rope_attn_factor = partial == 4 || partial == 6 ? 1.19f : 0.0f; /* attention factor */
+        /* YaRN: fast pairs (below 3) unscaled, slow ones (from 20) scaled, a ramp between */
+        hp.rope_ext_factor = partial >= 5 ? 1.0f : 0.0f;
+        hp.rope_corr_lo = 3.0f;
+        hp.rope_corr_hi = 20.0f;
         float *res[2];
         backend_t *bes[2] = {cu, cp};
         for (int k = 0; k < 2; k++) {
@@ -421,6 +455,7 @@ static void check_rope(int neox)
     be_close(cp);
 }
 
+/* rope_matches_cpu_* cover YaRN too (partial 5 and 6) */
 Test(backend_cuda, rope_matches_cpu_up_to_position_30000, .timeout = 60)
 {
     check_rope(0);
@@ -544,6 +579,17 @@ Test(backend_cuda, matmul_for_many_tokens_on_the_own_gemm_kernel_matches_cpu_for
     check_matmul_many(1);
 }
 
+/* The gemma/phi3 attention operands run_attention_kv passes (0 = none): set
+ * by a test, reset by att_feats_reset. */
+static float att_scale, att_cap;
+static uint32_t att_window;
+
+static void att_feats_reset(void)
+{
+    att_scale = att_cap = 0.0f;
+    att_window = 0;
+}
+
 /* Fills a sequence's cache at positions 0..n_pos-1 of layer `layer` with
  * kv_store, then runs attention for tokens at the given positions. */
 static float *run_attention_kv(backend_t *be, uint32_t hd, uint32_t n_head, uint32_t n_head_kv,
@@ -565,6 +611,9 @@ static float *run_attention_kv(backend_t *be, uint32_t hd, uint32_t n_head, uint
                   .n_head_kv = n_head_kv,
                   .head_dim = hd,
                   .stride = stride,
+                  .scale = att_scale,
+                  .softcap = att_cap,
+                  .window = att_window,
                   .kv_type = kv_type};
     cr_assert_eq(be->kv_store(be->ctx, &a, dkv, dkv + (size_t)n_pos * stride, n_pos), 0);
     for (size_t t = 0; t < n_q; t++)
@@ -659,6 +708,35 @@ Test(backend_cuda, kv_store_and_attention_match_cpu_for_short_contexts, .timeout
 Test(backend_cuda, attention_matches_cpu_over_a_long_context, .timeout = 120)
 {
     check_attention(128, 4, 1, 5000);
+}
+
+Test(backend_cuda, soft_capped_sliding_window_attention_matches_cpu_over_short_contexts,
+     .timeout = 60)
+{
+    /* gemma2's shape of the operands: a query scale, scores capped at 5 (q and k up to 2 give
+     * scores well past it), windows of 4 and 16 over 40 positions (every token beyond the
+     * window drops its first positions), and a window wider than the context */
+    const uint32_t windows[3] = {4, 16, 4096};
+    for (int w = 0; w < 3; w++) {
+        att_scale = 0.3f;
+        att_cap = 5.0f;
+        att_window = windows[w];
+        check_attention(96, 4, 2, 40);
+        check_attention(8, 8, 8, 12);
+    }
+    att_feats_reset();
+}
+
+Test(backend_cuda, split_decode_attention_with_a_window_and_soft_cap_matches_cpu, .timeout = 120)
+{
+    /* the split path over a window: 1000 positions of 4096 (7 ranges of 143 from pos - 999),
+     * tokens whose window starts mid-cache and one (130) whose window holds all it has */
+    const uint32_t mixed[4] = {4095, 130, 4000, 1};
+    att_cap = 50.0f;
+    att_window = 1000;
+    check_split_attention(128, 8, 2, 4096, mixed, 4, KV_TYPE_F16);
+    check_split_attention(64, 8, 8, 4096, mixed, 4, KV_TYPE_F32);
+    att_feats_reset();
 }
 
 Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout = 60)
@@ -868,6 +946,53 @@ Test(backend_cuda, forward_pass_matches_cpu_for_q8_0_qwen2, .timeout = 60)
 {
     model_t *m = tu_tiny_model(GGUF_T_Q8_0, 1);
     check_forward(m, 1e-3, "Q8_0 qwen2");
+    model_close(m);
+}
+
+/* A generated model of ARCH_SHAPE plus args, for the architecture passes. */
+static model_t *arch_model(const char *args)
+{
+    char path[256], all[512], err[512];
+    snprintf(all, sizeof all, "--dim 64 --layers 4 --heads 4 --kv-heads 2 --ff 128 --vocab 300 %s",
+             args);
+    tu_mkmodel(path, sizeof path, all);
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path);
+    cr_assert_not_null(m, "%s: %s", args, err);
+    return m;
+}
+
+/* 13 positions over windows of 4: the sliding layers drop positions from the fifth on */
+Test(backend_cuda, forward_pass_matches_cpu_for_gemma2_with_soft_caps_and_a_window, .timeout = 120)
+{
+    model_t *m = arch_model("--arch gemma2 --type f32 --softcap 5,10 --window 4 --head-dim 32");
+    check_forward(m, 1e-3, "F32 gemma2");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_gemma3_with_q_k_norms_and_two_rope_bases,
+     .timeout = 120)
+{
+    model_t *m = arch_model("--arch gemma3 --type q8_0 --window 4 --layers 7 --rope-base 1000000 "
+                            "--rope-scaling linear:8");
+    check_forward(m, 1e-3, "Q8_0 gemma3");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_windowed_phi3_with_long_rope_factors,
+     .timeout = 120)
+{
+    model_t *m = arch_model("--arch phi3 --type f16 --window 4 --rope-factors "
+                            "--rope-attn-factor 1.19");
+    model_set_context(m, 2048); /* the long factors */
+    check_forward(m, 2e-2, "F16 phi3");
+    model_close(m);
+}
+
+Test(backend_cuda, forward_pass_matches_cpu_for_llama_with_yarn, .timeout = 120)
+{
+    model_t *m = arch_model("--arch llama --type f32 --rope-scaling yarn:4 --rope-orig-ctx 8");
+    check_forward(m, 1e-3, "F32 llama YaRN");
     model_close(m);
 }
 

@@ -1051,13 +1051,16 @@ __global__ void k_silu_mul(float *g, const float *u, size_t n_tok, uint32_t n, s
         }
 }
 
+#include "cuda_arch.cuh"
+
 /* One thread per (token, pair index i), looping over heads. Angles are
  * computed in double and rounded, which reproduces the correctly rounded
  * powf/cosf/sinf of the CPU kernel; the rotation is done without FMA
  * contraction, as the CPU does. */
 __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads, uint32_t hd,
                        uint32_t rope_dim, float base, float freq_scale, int neox,
-                       const uint32_t *pos, const float *freqs, float mscale)
+                       const uint32_t *pos, const float *freqs, float mscale, float ext,
+                       float corr_lo, float corr_hi)
 {
     const uint32_t half = rope_dim / 2;
     const size_t total = n_tok * half;
@@ -1065,10 +1068,8 @@ __global__ void k_rope(float *vec, size_t n_tok, size_t stride, uint32_t n_heads
          idx += (size_t)gridDim.x * blockDim.x) {
         const size_t t = idx / half;
         const uint32_t i = (uint32_t)(idx % half);
-        const float e = -2.0f * (float)i / (float)rope_dim;
-        float inv_freq = __fmul_rn((float)pow((double)base, (double)e), freq_scale);
-        if (freqs) /* llama3 rope_freqs: divides the pair's frequency */
-            inv_freq = __fdiv_rn(inv_freq, freqs[i]);
+        const float inv_freq =
+            rope_pair_freq(i, rope_dim, base, freqs, freq_scale, ext, corr_lo, corr_hi);
         const float theta = (float)pos[t] * inv_freq;
         float c = (float)cos((double)theta), s = (float)sin((double)theta);
         if (mscale != 1.0f) { /* rope.scaling.attn_factor */
@@ -1144,9 +1145,9 @@ __global__ void k_kv_store(const be_tok_t *toks, uint32_t layer, uint32_t n_laye
  * sum = 0. No buffer grows with the context. */
 template <typename KV>
 __device__ void att_range(const be_tok_t &bt, uint32_t layer, uint32_t n_layer, uint32_t kvh,
-                          size_t kvd, uint32_t hd, const float *qh, float scale, uint32_t p0,
-                          uint32_t p1, float *sm_m, float *sm_l, float (*sm_acc)[ATT_MAX_HD],
-                          float f[ATT_WARPS], float *mx, float *sum)
+                          size_t kvd, uint32_t hd, const float *qh, float scale, float cap,
+                          uint32_t p0, uint32_t p1, float *sm_m, float *sm_l,
+                          float (*sm_acc)[ATT_MAX_HD], float f[ATT_WARPS], float *mx, float *sum)
 {
     constexpr int NJ = ATT_MAX_HD / 32;
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1168,7 +1169,7 @@ __device__ void att_range(const be_tok_t &bt, uint32_t layer, uint32_t n_layer, 
             if (i < hd)
                 s += qv[j] * kv_ld(kp, i);
         }
-        s = warp_sum(s) * scale;
+        s = att_softcap(warp_sum(s) * scale, cap);
         const float mn = fmaxf(m, s);
         const float corr = expf(m - mn); /* 0 on the first position */
         const float e = expf(s - mn);
@@ -1203,13 +1204,13 @@ __device__ void att_range(const be_tok_t &bt, uint32_t layer, uint32_t n_layer, 
     *sum = su;
 }
 
-/* One block per (token, head) over positions 0..pos (att_range), written
- * normalised. */
+/* One block per (token, head) over the positions it sees (att_first..pos,
+ * att_range), written normalised. */
 template <typename KV>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
                 uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float *out,
-                float scale)
+                float scale, float cap, uint32_t window)
 {
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
@@ -1218,8 +1219,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const be_tok_t bt = toks[t];
     float f[ATT_WARPS], mx, sum;
     att_range<KV>(bt, layer, n_layer, h / (n_head / n_head_kv), (size_t)n_head_kv * hd, hd,
-                  q + t * stride + (size_t)h * hd, scale, 0, bt.pos + 1, sm_m, sm_l, sm_acc, f, &mx,
-                  &sum);
+                  q + t * stride + (size_t)h * hd, scale, cap, att_first(bt.pos, window),
+                  bt.pos + 1, sm_m, sm_l, sm_acc, f, &mx, &sum);
     const float inv = 1.0f / sum;
     float *o = out + t * stride + (size_t)h * hd;
     for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -1231,7 +1232,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 }
 
 /* Split attention, part 1: block (t * n_head + h, s) covers positions
- * [s * chunk, min((s + 1) * chunk, pos + 1)) of token t, head h (att_range),
+ * [w + s * chunk, min(w + (s + 1) * chunk, pos + 1)) of token t, head h
+ * (att_range), w = att_first(pos, window),
  * and writes the range's softmax maximum m, sum l (over exp(score - m)) and
  * unnormalised weighted V to
  * part[((t * n_head + h) * n_split + s) * (hd + 2) ...] = m, l, acc[hd].
@@ -1240,17 +1242,19 @@ template <typename KV>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_att_part(const be_tok_t *toks, uint32_t layer, uint32_t n_layer, uint32_t n_head,
                uint32_t n_head_kv, uint32_t hd, size_t stride, const float *q, float scale,
-               uint32_t chunk, float *part)
+               float cap, uint32_t window, uint32_t chunk, float *part)
 {
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
     const size_t t = blockIdx.x / n_head;
     const uint32_t h = blockIdx.x % n_head, s = blockIdx.y, n_split = gridDim.y;
     const be_tok_t bt = toks[t];
-    const uint32_t p0 = s * chunk, p1 = min(p0 + chunk, bt.pos + 1); /* p1 <= p0: empty */
+    const uint32_t p0 = att_first(bt.pos, window) + s * chunk;
+    const uint32_t p1 = min(p0 + chunk, bt.pos + 1); /* p1 <= p0: empty */
     float f[ATT_WARPS], mx, sum;
     att_range<KV>(bt, layer, n_layer, h / (n_head / n_head_kv), (size_t)n_head_kv * hd, hd,
-                  q + t * stride + (size_t)h * hd, scale, p0, p1, sm_m, sm_l, sm_acc, f, &mx, &sum);
+                  q + t * stride + (size_t)h * hd, scale, cap, p0, p1, sm_m, sm_l, sm_acc, f, &mx,
+                  &sum);
     float *o = part + ((size_t)blockIdx.x * n_split + s) * (hd + 2);
     if (threadIdx.x == 0) {
         o[0] = mx;
@@ -1266,7 +1270,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* Split attention, part 2: one block per (token, head) merges its n_split
  * partials: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M the
- * largest m_s of a non-empty range (range 0 never is: it holds position 0). */
+ * largest m_s of a non-empty range (range 0 never is: it holds the first
+ * position the token sees). */
 __global__ void k_att_merge(const float *part, uint32_t n_split, uint32_t n_head, uint32_t hd,
                             size_t stride, float *out)
 {
@@ -1629,7 +1634,8 @@ static int c_rope(void *ctx, float *v, size_t n_tok, size_t stride, uint32_t n_h
         v, n_tok, stride, n_heads, hp->head_dim, hp->rope_dim, hp->rope_base,
         hp->rope_freq_scale != 0.0f ? hp->rope_freq_scale : 1.0f, hp->rope_neox,
         (const uint32_t *)d_pos, (const float *)d_freqs,
-        hp->rope_attn_factor != 0.0f ? hp->rope_attn_factor : 1.0f);
+        hp->rope_attn_factor != 0.0f ? hp->rope_attn_factor : 1.0f, hp->rope_ext_factor,
+        hp->rope_corr_lo, hp->rope_corr_hi);
     return launch_rc();
 }
 
@@ -1680,10 +1686,12 @@ static int c_kv_store(void *ctx, const be_att_t *a, const float *k, const float 
 static uint32_t att_splits(const be_att_t *a, size_t n_tok, uint32_t *chunk)
 {
     const size_t nb = n_tok * a->n_head;
-    uint32_t max_pos = 0;
-    for (size_t t = 0; t < n_tok; t++)
-        max_pos = a->toks[t].pos > max_pos ? a->toks[t].pos : max_pos;
-    const size_t n_pos = (size_t)max_pos + 1;
+    uint32_t max_span = 0; /* positions the widest token sees (its window) */
+    for (size_t t = 0; t < n_tok; t++) {
+        const uint32_t span = a->toks[t].pos - att_first(a->toks[t].pos, a->window);
+        max_span = span > max_span ? span : max_span;
+    }
+    const size_t n_pos = (size_t)max_span + 1;
     size_t n = nb >= ATT_SPLIT_BLOCKS ? 1 : (ATT_SPLIT_BLOCKS + nb - 1) / nb;
     const size_t by_len = n_pos / ATT_SPLIT_MIN_POS; /* every range at least ATT_SPLIT_MIN_POS */
     n = n < by_len ? n : by_len;
@@ -1705,7 +1713,10 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     const void *d_toks;
     if ((rc = stage_put(c, STAGE_TOKS, a->toks, n_tok * sizeof *a->toks, &d_toks)))
         return rc;
-    const float scale = 1.0f / sqrtf((float)a->head_dim);
+    const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->head_dim);
+    const float cap = a->softcap;
+    if (cap < 0.0f)
+        return BE_ERR_ARG;
     const unsigned nb = (unsigned)(n_tok * a->n_head);
     const be_tok_t *dt = (const be_tok_t *)d_toks;
     uint32_t chunk = 0;
@@ -1727,11 +1738,11 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
         if (a->kv_type == KV_TYPE_F16)
             k_att_part<__half><<<grid, ATT_WARPS * 32, 0, c->compute>>>(
                 dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, scale,
-                chunk, c->att_part);
+                cap, a->window, chunk, c->att_part);
         else
             k_att_part<float><<<grid, ATT_WARPS * 32, 0, c->compute>>>(
                 dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, scale,
-                chunk, c->att_part);
+                cap, a->window, chunk, c->att_part);
         if ((rc = launch_rc()))
             return rc;
         k_att_merge<<<nb, 128, 0, c->compute>>>(c->att_part, n_split, a->n_head, a->head_dim,
@@ -1741,11 +1752,11 @@ static int c_attention(void *ctx, const be_att_t *a, const float *q, float *out,
     if (a->kv_type == KV_TYPE_F16)
         k_attention<__half><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
             dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out,
-            scale);
+            scale, cap, a->window);
     else
         k_attention<float><<<nb, ATT_WARPS * 32, 0, c->compute>>>(
             dt, a->layer, a->n_layer, a->n_head, a->n_head_kv, a->head_dim, a->stride, q, out,
-            scale);
+            scale, cap, a->window);
     return launch_rc();
 }
 
@@ -2178,9 +2189,9 @@ static const be_ops_t cuda_ops = {
     .silu_mul = c_silu_mul,
     .add = c_add,
     .gather = c_gather,
-    .scale = nullptr,   /* no embedding-scale, soft-cap or GELU kernels: model_feats */
-    .softcap = nullptr, /* lists none of the features that need them */
-    .gelu_mul = nullptr,
+    .scale = c_scale, /* cuda_arch.cuh */
+    .softcap = c_softcap,
+    .gelu_mul = c_gelu_mul,
     .inject = nullptr, /* no fault injection: be_open supplies the fallback */
     .close = c_close,
 };
@@ -2306,11 +2317,11 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     be->pool_bytes = c->budget;
     be->zero_copy = 0;
     be->needs_pinned = 1;
-    /* RoPE factors, linear scaling and attention factor in k_rope, q/k norms
-     * through rmsnorm; no embedding scale, soft-cap, sliding-window or GELU
-     * kernels yet, so gemma2/gemma3 and windowed phi3 models are refused at load */
-    be->model_feats = MODEL_FEAT_ROPE_FREQS | MODEL_FEAT_ROPE_LINEAR | MODEL_FEAT_ROPE_MSCALE |
-                      MODEL_FEAT_QK_NORM;
+    /* every feature: RoPE factors, linear and YaRN scaling and attention factor
+     * in k_rope, q/k norms through rmsnorm, soft-capped and sliding-window
+     * attention in the attention kernels, embedding scale, final soft-cap and
+     * GELU gate in cuda_arch.cuh */
+    be->model_feats = MODEL_FEAT_ALL;
     be->ops = &cuda_ops;
     return be;
 fail:
