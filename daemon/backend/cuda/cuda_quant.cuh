@@ -7,7 +7,10 @@
  * and keeps its index math. Values are computed as quant.c's exact
  * dequantizer does, (d * sc) * q - dm * mn with each product and the
  * difference rounded on its own (no FMA), so a row decodes to the same
- * floats on both backends.
+ * floats on both backends. Everything above the QK_DECODERS_ONLY line is
+ * also compiled on the host by tests/tools/cuda_decode_check.cpp
+ * (tests/integration/test_cuda_decode.sh), which checks every decoder
+ * against quant_row_to_f32 bit for bit on machines without a GPU.
  */
 
 /* The block types this file serves, with elements and bytes per block;
@@ -177,6 +180,8 @@ template <int WT> __device__ __forceinline__ void qk_row8(const uint8_t *row, si
     qk_dq8<WT>(row + i / B * qk_fmt<WT>::bytes, (uint32_t)(i % B), v);
 }
 
+#ifndef QK_DECODERS_ONLY /* tests/tools/cuda_decode_check.cpp compiles the decoders above on the host */
+
 template <int WT>
 __global__ void k_embed_q(const uint8_t *tab, size_t row_bytes, uint32_t n, const int32_t *ids,
                           size_t n_tok, float *out, size_t stride)
@@ -330,3 +335,5 @@ static void qk_half_launch(uint32_t t, dim3 grid, cudaStream_t s, uint16_t *dst,
     default: break;
     }
 }
+
+#endif /* QK_DECODERS_ONLY */
