@@ -3,7 +3,9 @@
  * The CUDA intrinsics the decoders use are given host meanings that keep
  * their rounding: __fmul_rn / __fsub_rn round each product and difference
  * on its own (volatile keeps the compiler from fusing them), f16_to_f32 is
- * quant's exact conversion. Every type of QK_TYPES, every 8-element chunk
+ * quant's exact conversion, __byte_perm picks one byte as the device's does
+ * for selectors 0..7 (the upper bytes of its result, which the decoders
+ * drop, are left 0). Every type of QK_TYPES, every 8-element chunk
  * of 64 rows of 1024 elements: rows made by quant's quantizer, then the
  * same rows as random bytes (every scale and value bit pattern). Exit 0
  * when no value differs; prints one line per type.
@@ -21,6 +23,7 @@ extern "C" {
 #include "kernels/wtype.h"
 }
 
+#define __host__
 #define __device__
 #define __forceinline__ inline
 #define __constant__ static
@@ -37,6 +40,13 @@ static inline float __fsub_rn(float a, float b)
 {
     volatile float r = a - b;
     return r;
+}
+/* byte s (0..7, the selector's low nibble; bit 3 would sign-replicate and
+ * is never set here) of the 8 bytes y:x */
+static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s)
+{
+    const uint64_t xy = (uint64_t)y << 32 | x;
+    return (uint32_t)(xy >> 8 * (s & 7)) & 0xff;
 }
 #define QK_DECODERS_ONLY
 #include "backend/cuda/cuda_quant.cuh"

@@ -43,7 +43,28 @@ template <int WT> struct qk_fmt;
 QK_TYPES(QK_FMT)
 #undef QK_FMT
 
-__constant__ int8_t qk_grid[16] = QUANT_IQ4_GRID;
+/* The IQ4 grid as four little-endian words of four int8 levels, in
+ * registers: lanes look up different levels at once, which a __constant__
+ * table would serve one address at a time. */
+struct qk_grid_words {
+    uint32_t w[4];
+};
+__host__ __device__ constexpr qk_grid_words qk_grid_pack()
+{
+    constexpr int8_t g[16] = QUANT_IQ4_GRID;
+    qk_grid_words p = {{0, 0, 0, 0}};
+    for (int i = 0; i < 16; i++)
+        p.w[i / 4] |= (uint32_t)(uint8_t)g[i] << 8 * (i % 4);
+    return p;
+}
+
+/* Level n (0..15) of the grid: __byte_perm picks byte n % 8 of a word pair. */
+__device__ __forceinline__ int qk_grid(uint32_t n)
+{
+    constexpr qk_grid_words G = qk_grid_pack();
+    const uint32_t lo = __byte_perm(G.w[0], G.w[1], n & 7), hi = __byte_perm(G.w[2], G.w[3], n & 7);
+    return (int8_t)(n & 8 ? hi : lo);
+}
 
 /* F16 at p (2-byte aligned: every block size here is even). */
 __device__ __forceinline__ float qk_h(const uint8_t *p)
@@ -87,7 +108,7 @@ template <int WT> __device__ __forceinline__ void qk_dq8(const uint8_t *b, uint3
 #pragma unroll
         for (int k = 0; k < QK_CHUNK; k++) {
             const int n = (qs[j + k] >> sh) & 15;
-            q[k] = WT == GGUF_T_Q4_0 ? n - 8 : WT == GGUF_T_IQ4_NL ? qk_grid[n] : n;
+            q[k] = WT == GGUF_T_Q4_0 ? n - 8 : WT == GGUF_T_IQ4_NL ? qk_grid(n) : n;
         }
     } else if constexpr (WT == GGUF_T_Q5_0 || WT == GGUF_T_Q5_1) {
         /* unpack_q5_0 / unpack_q5_1: as Q4_0, bit 4 of element i is bit i of qh */
@@ -166,7 +187,7 @@ template <int WT> __device__ __forceinline__ void qk_dq8(const uint8_t *b, uint3
         const uint32_t nsh = j & 16 ? 4 : 0;
 #pragma unroll
         for (int k = 0; k < QK_CHUNK; k++)
-            q[k] = qk_grid[(qs[k] >> nsh) & 15];
+            q[k] = qk_grid((qs[k] >> nsh) & 15);
     }
 #pragma unroll
     for (int k = 0; k < QK_CHUNK; k++)
