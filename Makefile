@@ -129,8 +129,10 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
 	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-# the device headers cuda.cu includes
+# the .cu files include the folder's .cuh files (nvcc writes no dependency files here)
+ifneq ($(CUDA_OBJ),)
 $(CUDA_OBJ): $(wildcard daemon/backend/cuda/*.cuh)
+endif
 
 $(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)

@@ -1188,14 +1188,22 @@ static int gs_cmd_models(const gs_cmd_t *cmd, gs_opts_t *o)
                 if ((int)strlen(gs_str(m, "name")) > w)
                     w = (int)strlen(gs_str(m, "name"));
             }
-            printf("%-*s  %-9s %-6s %-6s %5s %8s %8s\n", w, "MODEL", "STATE", "ARCH", "TYPE",
-                   "BITS", "PARAMS", "CONTEXT");
+            printf("%-*s  %-9s %-6s %-6s %5s %8s %8s  %s\n", w, "MODEL", "STATE", "ARCH", "TYPE",
+                   "BITS", "PARAMS", "CONTEXT", "TENSORS");
             json_array_foreach (models, i, m) {
                 char params[32];
                 gs_fmt_count(params, sizeof params, gs_num(m, "params", 0));
-                printf("%-*s  %-9s %-6s %-6s %5.2f %8s %8.0f\n", w, gs_str(m, "name"),
+                printf("%-*s  %-9s %-6s %-6s %5.2f %8s %8.0f  ", w, gs_str(m, "name"),
                        gs_str(m, "state"), gs_str(m, "arch"), gs_str(m, "type"),
                        8 * gs_num(m, "bytes_per_param", 0), params, gs_num(m, "context", 0));
+                /* tensor count per type: q4_k:193,q6_k:33,f32:65 */
+                const char *type, *sep = "";
+                const json_t *n;
+                json_object_foreach ((json_t *)json_object_get(m, "tensor_types"), type, n) {
+                    printf("%s%s:%.0f", sep, type, json_number_value(n));
+                    sep = ",";
+                }
+                printf("%s\n", *sep ? "" : "-");
             }
         }
     }

@@ -576,6 +576,13 @@ static void models_ok(hreq_t *r, const json_t *root)
         const json_t *ctx = json_object_get(m, "context");
         if (json_is_integer(ctx))
             json_object_set_new(o, "context_length", json_integer(json_integer_value(ctx)));
+        /* gpuswapd's own fields, as the socket's models answer has them */
+        static const char *const own[] = {"tensor_types", "bytes_per_param"};
+        for (size_t k = 0; k < sizeof own / sizeof *own; k++) {
+            json_t *v = json_object_get(m, own[k]);
+            if (v)
+                json_object_set(o, own[k], v);
+        }
         if (r->kind == HK_MODEL && strcmp(name, r->model) == 0) {
             json_decref(data);
             reply_json(r, 200, o);
@@ -664,6 +671,7 @@ static const prom_def_t prom_model_extra[] = {
     {"curr_active", "sequences in the model's running batch"},
     {"gpu_quota", "configured gpu_quota (weights + KV cache), bytes; 0 = none"},
     {"weight_bytes", "bytes of the model's weights"},
+    {"bytes_per_param", "weight bytes per parameter (x 8: bits per weight)"},
 };
 
 static const struct {
@@ -806,6 +814,13 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
     for (size_t i = 0; i < sizeof prom_model_extra / sizeof *prom_model_extra; i++)
         prom_model_family(b, models, &prom_model_extra[i]);
 
+    prom_family(b, "tensors", "gauge", "tensors of the model's file, by weight type", NULL);
+    json_object_foreach ((json_t *)models, model, m) {
+        json_t *tt = json_object_get(m, "tensor_types");
+        for (void *it = json_object_iter(tt); it; it = json_object_iter_next(tt, it))
+            prom_sample(b, "tensors", model, "type", json_object_iter_key(it),
+                        json_number_value(json_object_iter_value(it)));
+    }
     prom_family(b, "model_state", "gauge", "1 for the model's current state, else 0", NULL);
     json_object_foreach ((json_t *)models, model, m) {
         const char *st = json_string_value(json_object_get(m, "state"));

@@ -38,6 +38,21 @@ const char *wk_type_name(uint32_t t, char *buf)
     return buf;
 }
 
+/* tensor_types (tensor count per type, every tensor of the file, the type
+ * names lower-cased from wtype's table) and bytes_per_param into o. */
+static void types_report(json_t *o, const model_t *mod)
+{
+    char tn[16];
+    json_t *tt = json_object();
+    for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
+        if (mod->n_tensors_of[t])
+            json_object_set_new(tt, wk_type_name(t, tn), json_integer(mod->n_tensors_of[t]));
+    json_object_set_new(o, "tensor_types", tt);
+    json_object_set_new(
+        o, "bytes_per_param",
+        json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
+}
+
 static json_t *svc_json(const wk_model_t *m)
 {
     json_t *o = json_object();
@@ -101,6 +116,7 @@ json_t *wk_report_stats(wk_t *w)
             json_object_set_new(o, "gpu_quota", json_integer((json_int_t)m->cfg.gpu_quota));
             json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
             kv_report(o, m);
+            types_report(o, m->sm->model);
         }
         json_object_set_new(o, "state", json_string(model_state(w, m)));
         json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));
@@ -150,15 +166,7 @@ json_t *wk_report_models(wk_t *w, int admin)
             json_object_set_new(o, "arch", json_string(model_arch_name(mod->hp.arch)));
             char tn[16];
             json_object_set_new(o, "type", json_string(wk_type_name(mod->wtype, tn)));
-            json_t *tt = json_object();
-            for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
-                if (mod->n_tensors_of[t])
-                    json_object_set_new(tt, wk_type_name(t, tn),
-                                        json_integer(mod->n_tensors_of[t]));
-            json_object_set_new(o, "tensor_types", tt);
-            json_object_set_new(
-                o, "bytes_per_param",
-                json_real(mod->n_params ? (double)mod->weight_bytes / (double)mod->n_params : 0));
+            types_report(o, mod);
             json_object_set_new(o, "params", json_integer((json_int_t)mod->n_params));
             json_object_set_new(o, "context", json_integer(wk_model_context(m)));
         }

@@ -122,8 +122,7 @@ typedef struct qblk {
 } qblk_t;
 
 /* the 16 levels of IQ4_NL and IQ4_XS (a non-uniform 4-bit grid) */
-static const int8_t iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                    1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t iq4_grid[16] = QUANT_IQ4_GRID;
 
 static inline float rd_f16(const uint8_t *p)
 {

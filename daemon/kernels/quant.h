@@ -7,6 +7,13 @@
 
 #define QUANT_Q8_0_BLOCK 32
 
+/* The 16 levels of IQ4_NL and IQ4_XS (a non-uniform 4-bit grid), as an
+ * initializer: quant.c's table and the CUDA backend's constant table. */
+#define QUANT_IQ4_GRID                                                                             \
+    {                                                                                              \
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113                   \
+    }
+
 /* One Q8_0 block: 32 int8 weights sharing an F16 scale (34 bytes, as ggml). */
 typedef struct quant_block_q8_0 {
     uint16_t d; /* scale, IEEE half */

@@ -44,6 +44,34 @@ Test(model, opens_a_file_that_mixes_block_types_per_tensor)
     model_close(m);
 }
 
+Test(model, counts_tensors_per_type_and_weight_bytes_per_parameter)
+{
+    /* llama, d 256, ff 512, 2 layers, vocab 300: token_embd and output, 7
+     * matrices a layer (Q4_K but blk.0.ffn_down Q6_K), 2 norms a layer and
+     * output_norm (F32) */
+    char path[256], err[512];
+    tu_tiny_model_file(path, sizeof path, GGUF_T_Q4_K, 0, 256, 512, "blk.0.ffn_down.weight",
+                       GGUF_T_Q6_K);
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path);
+    cr_assert_not_null(m, "%s", err);
+    const uint64_t d = 256, ff = 512, nv = 300, kvd = 128;
+    const uint64_t layer = d * d * 2 + d * kvd * 2 + d * ff * 3, norms = 5 * d;
+    cr_assert_eq(m->n_tensors_of[GGUF_T_F32], 5);
+    cr_assert_eq(m->n_tensors_of[GGUF_T_Q4_K], 15);
+    cr_assert_eq(m->n_tensors_of[GGUF_T_Q6_K], 1);
+    uint32_t total = 0;
+    for (uint32_t t = 0; t < MODEL_N_TTYPES; t++)
+        total += m->n_tensors_of[t];
+    cr_assert_eq(total, 21, "no other type counted: %u", total);
+    cr_assert_eq(m->n_params, 2 * d * nv + 2 * layer + norms);
+    const uint64_t q6 = d * ff, q4 = 2 * d * nv + 2 * layer - q6;
+    cr_assert_eq(m->weight_bytes, q4 / 256 * 144 + q6 / 256 * 210 + norms * 4);
+    double bpp = (double)m->weight_bytes / (double)m->n_params;
+    cr_assert(bpp > 144.0 / 256 && bpp < 0.6, "%.4f bytes a parameter", bpp);
+    model_close(m);
+}
+
 /* ------------------------------------------------------------------ mkmodel --type */
 
 #include <math.h>

@@ -54,7 +54,9 @@ extern "C" {
  * per MM_TOK tokens) runs for every weight type; above it F32/F16/BF16
  * weights go through cublasGemmEx (F16/BF16: activations rounded to the
  * weight type, F32 accumulation) or, without cuBLAS, k_gemm_tiled (F32
- * activations). Q8_0 always uses the GEMV kernel. */
+ * activations). Q8_0 always uses the GEMV kernel; the other block types
+ * (cuda_quant.cuh) go through cuBLAS on F16 copies of their rows, or
+ * without cuBLAS the GEMV kernel. */
 #define MM_GEMM_MIN_TOK 9
 /* Tiled GEMM (the fallback without cuBLAS): a TILE x TILE block computes
  * TILE weight rows for TILE tokens, stepping TILE columns at a time. */
@@ -179,6 +181,8 @@ typedef struct cu_ctx {
     cu_stage_t stage[STAGE_N];
     void *xh;        /* activations rounded to F16/BF16 for cuBLAS */
     size_t xh_cap;   /* bytes */
+    void *wh;        /* rows of a block-type weight dequantized to F16 for cuBLAS */
+    size_t wh_cap;   /* bytes, at most QK_HALF_MAX or one row */
     float *att_part; /* split attention partials: (token, head, split) x (m, l, acc[head_dim]) */
     size_t att_part_cap; /* bytes */
     char desc[2048];     /* be->desc */
@@ -1325,11 +1329,13 @@ __global__ void k_gather_seq(float *dst, const float *src, const uint32_t *rows,
     }
 }
 
+#include "cuda_quant.cuh"
+
 /* ------------------------------------------------------------------ kernels (vtable) */
 
 static int type_ok(uint32_t t)
 {
-    return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16 || t == GGUF_T_Q8_0;
+    return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16 || t == GGUF_T_Q8_0 || qk_type(t);
 }
 
 /* Alignment the kernels' loads need for a weight of this type. */
@@ -1374,9 +1380,12 @@ static int c_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t
         k_embed<GGUF_T_BF16>
             <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
         break;
-    default:
+    case GGUF_T_Q8_0:
         k_embed<GGUF_T_Q8_0>
             <<<g, EW_THREADS, 0, c->compute>>>(w, rb, tab->n_in, di, n_tok, out, stride);
+        break;
+    default:
+        qk_embed_launch(tab->type, g, c->compute, w, rb, tab->n_in, di, n_tok, out, stride);
         break;
     }
     return launch_rc();
@@ -1434,7 +1443,11 @@ static int gemv_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
             else
                 GEMV(GGUF_T_BF16, false);
             break;
-        default: GEMV(GGUF_T_Q8_0, false); break;
+        case GGUF_T_Q8_0: GEMV(GGUF_T_Q8_0, false); break;
+        default:
+            qk_gemv_launch(w->type, grid, c->compute, wd, rb, w->n_in, w->n_out, xt, xs, yt,
+                           jb->y_stride, nt);
+            break;
         }
 #undef GEMV
         int rc = launch_rc();
@@ -1504,6 +1517,54 @@ static int gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs
     return st == CUBLAS_STATUS_SUCCESS ? 0 : BE_ERR_DEVICE;
 }
 
+/* A block-type weight through cuBLAS: up to QK_HALF_MAX bytes of its rows
+ * at a time dequantized to F16 in c->wh, x rounded to F16 in c->xh, F32
+ * accumulation (as an F16 weight's GEMM). */
+static int qk_gemm_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok,
+                          uint32_t *xh_type, uint32_t *xh_n_in)
+{
+    const be_tensor_t *w = jb->w;
+    const size_t rb = quant_row_bytes(w->type, w->n_in), half_row = (size_t)w->n_in * 2;
+    size_t rows = QK_HALF_MAX / half_row;
+    rows = rows < 1 ? 1 : rows > w->n_out ? w->n_out : rows;
+    int rc;
+    if (rows * half_row > c->wh_cap) {
+        if ((rc = rt_rc(cudaStreamSynchronize(c->compute))))
+            return rc;
+        if (c->wh)
+            cudaFree(c->wh);
+        c->wh = NULL;
+        c->wh_cap = 0;
+        if ((rc = rt_rc(cudaMalloc(&c->wh, rows * half_row))))
+            return rc;
+        c->wh_cap = rows * half_row;
+    }
+    if (*xh_type != GGUF_T_F16 || *xh_n_in != w->n_in) {
+        if ((rc = to_half(c, GGUF_T_F16, x, xs, w->n_in, n_tok)))
+            return rc;
+        *xh_type = GGUF_T_F16;
+        *xh_n_in = w->n_in;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    for (size_t r0 = 0; r0 < w->n_out; r0 += rows) {
+        const size_t nr = w->n_out - r0 < rows ? w->n_out - r0 : rows;
+        const dim3 grid(grid_x(w->n_in / QK_CHUNK, EW_THREADS), grid_y(nr));
+        qk_half_launch(w->type, grid, c->compute, (uint16_t *)c->wh,
+                       (const uint8_t *)w->data + r0 * rb, rb, w->n_in, nr);
+        if ((rc = launch_rc()))
+            return rc;
+        cublasStatus_t st = c->blas.gemm_ex(
+            c->blas.h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_tok, (int)w->n_in, &one, c->wh,
+            CUDA_R_16F, (int)w->n_in, c->xh, CUDA_R_16F, (int)w->n_in, &zero, jb->y + r0,
+            CUDA_R_32F, (int)jb->y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st == CUBLAS_STATUS_ALLOC_FAILED)
+            return BE_ERR_NOMEM;
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return BE_ERR_DEVICE;
+    }
+    return 0;
+}
+
 /* The GEMM without cuBLAS: k_gemm_tiled over tiles of rows and tokens. */
 static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t xs, size_t n_tok)
 {
@@ -1531,7 +1592,7 @@ static int tiled_launch(cu_ctx_t *c, const be_mm_t *jb, const float *x, size_t x
             k_gemm_tiled<GGUF_T_BF16><<<grid, block, 0, c->compute>>>(wd, rb, w->n_in, w->n_out, xt,
                                                                       xs, yt, jb->y_stride, nt);
             break;
-        default: return BE_ERR_ARG; /* Q8_0 always takes the GEMV kernel */
+        default: return BE_ERR_ARG; /* Q8_0 and the block types take the GEMV kernel */
         }
         int rc = launch_rc();
         if (rc)
@@ -1562,12 +1623,17 @@ static int c_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, 
         const be_tensor_t *w = jb->w;
         if (w->n_out == 0)
             continue;
-        const bool gemm = n_tok >= MM_GEMM_MIN_TOK && w->type != GGUF_T_Q8_0 && w->n_in > 0 &&
-                          x_stride >= w->n_in && jb->y_stride >= w->n_out &&
-                          x_stride <= INT32_MAX && jb->y_stride <= INT32_MAX &&
-                          n_tok <= INT32_MAX && w->n_in <= INT32_MAX && w->n_out <= INT32_MAX;
+        /* block types: cuBLAS on F16 tiles of the weight, else the GEMV */
+        const bool blocks = qk_type(w->type);
+        const bool gemm = n_tok >= MM_GEMM_MIN_TOK && w->type != GGUF_T_Q8_0 &&
+                          (!blocks || c->blas.h) && w->n_in > 0 && x_stride >= w->n_in &&
+                          jb->y_stride >= w->n_out && x_stride <= INT32_MAX &&
+                          jb->y_stride <= INT32_MAX && n_tok <= INT32_MAX && w->n_in <= INT32_MAX &&
+                          w->n_out <= INT32_MAX;
         if (!gemm)
             rc = gemv_launch(c, jb, x, x_stride, n_tok);
+        else if (blocks)
+            rc = qk_gemm_launch(c, jb, x, x_stride, n_tok, &xh_type, &xh_n_in);
         else if (c->blas.h)
             rc = gemm_launch(c, jb, x, x_stride, n_tok, &xh_type, &xh_n_in);
         else
@@ -1816,6 +1882,8 @@ static void c_close(void *ctxp)
     }
     if (c->xh)
         cudaFree(c->xh);
+    if (c->wh)
+        cudaFree(c->wh);
     if (c->att_part)
         cudaFree(c->att_part);
     if (c->blas.h)
