@@ -122,7 +122,7 @@ static void mm_worker(void *ctxp, int tid, int nth)
             /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
              * outer, so a row tile stays in L1 across the token block */
             int step, cols;
-            quant_tile_shape(act, &step, &cols);
+            quant_tile_shape(jb->w->type, &step, &cols);
             for (long r = r0; r < r1; r += step) {
                 int nr = (int)(r1 - r < step ? r1 - r : step);
                 const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;

@@ -115,10 +115,12 @@ quant_act_t quant_act_for(uint32_t type);
 /* The activation format a type's integer dot takes (QUANT_ACT_F32 if none). */
 quant_act_t quant_act_of(uint32_t type);
 /* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
- * serve best in prefill for activations of format act: float tiles 2 x 4 on
- * AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators and measured 20%
- * slower), integer dots one row x 4; results never depend on it. */
-void quant_tile_shape(quant_act_t act, int *rows, int *cols);
+ * serve best in prefill for weights of this type under the current path:
+ * float tiles 2 x 4 on AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators
+ * and measured 20% slower), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and
+ * 4 x 6 (AVX-512), other integer dots one row x 4; results never depend
+ * on it. */
+void quant_tile_shape(uint32_t type, int *rows, int *cols);
 /* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
 size_t quant_act_bytes(quant_act_t act, size_t n);
 /* Quantize n floats into format act (n a multiple of its block). */
