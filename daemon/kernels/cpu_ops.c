@@ -8,9 +8,17 @@
 #include "kernels/quant.h"
 #include "kernels/wtype.h"
 
-/* Tokens per GEMM block (a multiple of the tiles' 4 and 6 tokens): keeps the
- * activations of a block in L2 while the weight rows stream through. */
-#define CPUK_TOK_BLOCK 48
+/* A matmul's token blocks hold at most this many bytes of activations (in
+ * the format its weights take), so a block's activations stay in L2 while
+ * every weight row streams through once per block: one pass over the
+ * weights for a 128-token prefill of the 134M shape (1.2-1.4x the prefill
+ * of the 48-token blocks before, F16 and Q8_0, one thread). */
+#define CPUK_ACT_L2 (1u << 20)
+/* Tokens per block are a multiple of this (the tiles' 4 and 6 tokens). */
+#define CPUK_TOK_ALIGN 12
+/* Element-wise ops go parallel from this many elements on (below, a
+ * fork-join costs more than the op). */
+#define CPUK_PAR_MIN 32768
 
 struct cpuk {
     pool_t *pool;
@@ -56,6 +64,15 @@ static void par_rows(cpuk_t *k, size_t n_tok, rows_fn fn, const void *arg)
     pool_run(k->pool, rows_worker, &rt);
 }
 
+/* par_rows for cheap ops of `work` elements in all: serial below CPUK_PAR_MIN. */
+static void par_rows_min(cpuk_t *k, size_t n_tok, size_t work, rows_fn fn, const void *arg)
+{
+    if (work < CPUK_PAR_MIN)
+        fn(arg, 0, n_tok);
+    else
+        par_rows(k, n_tok, fn, arg);
+}
+
 cpuk_t *cpuk_new(pool_t *pool)
 {
     cpuk_t *k = calloc(1, sizeof *k);
@@ -81,6 +98,7 @@ typedef struct mm_task {
     int n_jobs;
     const float *x;
     size_t x_stride, n_tok;
+    size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
 } mm_task_t;
@@ -93,8 +111,8 @@ static void mm_worker(void *ctxp, int tid, int nth)
         total += t->jobs[j].w->n_out;
     long lo, hi;
     pool_range(tid, nth, total, &lo, &hi);
-    for (size_t tb = 0; tb < t->n_tok; tb += CPUK_TOK_BLOCK) {
-        size_t te = tb + CPUK_TOK_BLOCK < t->n_tok ? tb + CPUK_TOK_BLOCK : t->n_tok;
+    for (size_t tb = 0; tb < t->n_tok; tb += t->tok_block) {
+        size_t te = tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok;
         long base = 0;
         for (int j = 0; j < t->n_jobs; j++) {
             const kern_mm_t *jb = &t->jobs[j];
@@ -166,11 +184,37 @@ static void act_rows(const void *argp, size_t t0, size_t t1)
         quant_act_from_f32(j->act, j->x + i * j->x_stride, (uint8_t *)j->dst + i * j->rb, j->width);
 }
 
+/* Tokens per block: as few blocks as keep each within CPUK_ACT_L2 bytes of
+ * activations, as even as CPUK_TOK_ALIGN allows (the widest job's
+ * activation row sets the size). */
+static size_t tok_block_for(const kern_mm_t *jobs, int n_jobs, size_t n_tok)
+{
+    size_t row = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        quant_act_t a = quant_act_for(jobs[j].w->type);
+        size_t b = quant_act_bytes(a, jobs[j].w->n_in);
+        if (!b)
+            b = jobs[j].w->n_in * sizeof(float);
+        if (b > row)
+            row = b;
+    }
+    size_t max = row ? CPUK_ACT_L2 / row : n_tok;
+    max = max < CPUK_TOK_ALIGN ? CPUK_TOK_ALIGN : max - max % CPUK_TOK_ALIGN;
+    size_t nb = (n_tok + max - 1) / max;
+    size_t tb = (n_tok + nb - 1) / nb;
+    return (tb + CPUK_TOK_ALIGN - 1) / CPUK_TOK_ALIGN * CPUK_TOK_ALIGN;
+}
+
 int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                 size_t n_tok)
 {
     cpuk_t *k = K(ctx);
-    mm_task_t t = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .x_stride = x_stride, .n_tok = n_tok};
+    mm_task_t t = {.jobs = jobs,
+                   .n_jobs = n_jobs,
+                   .x = x,
+                   .x_stride = x_stride,
+                   .n_tok = n_tok,
+                   .tok_block = tok_block_for(jobs, n_jobs, n_tok)};
     /* quantize the activations once per product, for each format a job
      * needs, as wide as its widest job (blocks are quantized independently,
      * so a narrower job reads a prefix) */
@@ -251,12 +295,18 @@ int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n
     return 0;
 }
 
+static void add_bias_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] += j->w[i];
+}
+
 int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            y[t * stride + i] += b[i];
+    ew_job_t j = {y, NULL, b, n, stride, 0.0f};
+    par_rows_min(K(ctx), n_tok, n_tok * n, add_bias_rows, &j);
     return 0;
 }
 
@@ -272,10 +322,22 @@ static float k_rope_freq(const kern_rope_t *hp, uint32_t i)
     return f;
 }
 
-int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
-              const uint32_t *pos, const kern_rope_t *hp)
+typedef struct rope_job {
+    float *vec;
+    size_t stride;
+    uint32_t n_heads;
+    const uint32_t *pos;
+    const kern_rope_t *hp;
+} rope_job_t;
+
+static void rope_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const rope_job_t *j = argp;
+    float *vec = j->vec;
+    size_t stride = j->stride;
+    uint32_t n_heads = j->n_heads;
+    const uint32_t *pos = j->pos;
+    const kern_rope_t *hp = j->hp;
     uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
     /* the frequencies once per call (every real head fits the table; a
      * wider one computes them as it goes) */
@@ -283,7 +345,7 @@ int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_hea
     int cached = half <= 512;
     for (uint32_t i = 0; cached && i < half; i++)
         inv_freq[i] = k_rope_freq(hp, i);
-    for (size_t t = 0; t < n_tok; t++) {
+    for (size_t t = t0; t < t1; t++) {
         for (uint32_t i = 0; i < half; i++) {
             float f = cached ? inv_freq[i] : k_rope_freq(hp, i);
             float theta = (float)pos[t] * f;
@@ -302,6 +364,13 @@ int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_hea
             }
         }
     }
+}
+
+int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
+              const uint32_t *pos, const kern_rope_t *hp)
+{
+    rope_job_t j = {vec, stride, n_heads, pos, hp};
+    par_rows_min(K(ctx), n_tok, n_tok * n_heads * hp->head_dim, rope_rows, &j);
     return 0;
 }
 
@@ -316,11 +385,18 @@ static inline void *kv_at(const kern_att_t *a, void *base, size_t off)
     return (char *)base + off * (a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float));
 }
 
-int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
+typedef struct kvs_job {
+    const kern_att_t *a;
+    const float *k, *v;
+} kvs_job_t;
+
+static void kv_store_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const kvs_job_t *j = argp;
+    const kern_att_t *a = j->a;
+    const float *k = j->k, *v = j->v;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
-    for (size_t t = 0; t < n_tok; t++) {
+    for (size_t t = t0; t < t1; t++) {
         const kern_tok_t *bt = &a->toks[t];
         void *kd = kv_at(a, bt->k_base, kv_off(a, bt->pos));
         void *vd = kv_at(a, bt->v_base, kv_off(a, bt->pos));
@@ -332,6 +408,12 @@ int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v
             memcpy(vd, v + t * a->stride, kvd * sizeof(float));
         }
     }
+}
+
+int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
+{
+    kvs_job_t j = {a, k, v};
+    par_rows_min(K(ctx), n_tok, n_tok * a->n_head_kv * a->head_dim, kv_store_rows, &j);
     return 0;
 }
 
@@ -360,9 +442,9 @@ static void att_worker(void *ctxp, int tid, int nth)
     float cap = a->softcap;
     float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
     float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
-    long lo, hi;
-    pool_range(tid, nth, (long)(at->n_tok * a->n_head), &lo, &hi);
-    for (long item = lo; item < hi; item++) {
+    /* items (token, head) dealt round-robin: a causal prompt's later tokens
+     * cost more, so contiguous ranges would leave the first thread idle */
+    for (long item = tid; item < (long)(at->n_tok * a->n_head); item += nth) {
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
         const kern_tok_t *bt = &a->toks[t];
@@ -449,12 +531,19 @@ int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, s
     return 0;
 }
 
+static void scale_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] *= j->eps;
+}
+
+/* (the factor rides in ew_job_t's eps) */
 int cpuk_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            x[t * stride + i] *= s;
+    ew_job_t j = {x, NULL, NULL, n, stride, s};
+    par_rows_min(K(ctx), n_tok, n_tok * n, scale_rows, &j);
     return 0;
 }
 
@@ -490,12 +579,18 @@ int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, s
     return 0;
 }
 
+static void add_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] += j->x[t * j->stride + i];
+}
+
 int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            x[t * stride + i] += y[t * stride + i];
+    ew_job_t j = {x, y, NULL, n, stride, 0.0f};
+    par_rows_min(K(ctx), n_tok, n_tok * n, add_rows, &j);
     return 0;
 }
 
