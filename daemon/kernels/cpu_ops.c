@@ -442,6 +442,8 @@ static void att_worker(void *ctxp, int tid, int nth)
     float cap = a->softcap;
     float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
     float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
+    /* bytes between one position's K (or V) row and the next's */
+    size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * sizeof(uint16_t);
     /* items (token, head) dealt round-robin: a causal prompt's later tokens
      * cost more, so contiguous ranges would leave the first thread idle */
     for (long item = tid; item < (long)(at->n_tok * a->n_head); item += nth) {
@@ -459,10 +461,20 @@ static void att_worker(void *ctxp, int tid, int nth)
         }
         /* a sliding window sees the last `window` positions */
         uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
+        uint32_t np = bt->pos + 1 - p0;
+        /* F16 caches: the positions' K rows (a fixed stride apart) four at
+         * a time through the float tile, each result its single dot's */
+        if (f16)
+            for (uint32_t p = p0; p <= bt->pos; p += 4)
+                quant_dot_tile(GGUF_T_F16, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd),
+                               kv_row, bt->pos + 1 - p < 4 ? (int)(bt->pos + 1 - p) : 4, &q, 1, hd,
+                               sc + p);
         float mx = -INFINITY;
         for (uint32_t p = p0; p <= bt->pos; p++) {
-            const void *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
-            float s = (f16 ? quant_dot(GGUF_T_F16, kr, q, hd) : quant_dot_f32(q, kr, hd)) * scale;
+            float s =
+                f16 ? sc[p]
+                    : quant_dot_f32(q, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd), hd);
+            s *= scale;
             if (cap != 0.0f)
                 s = cap * tanhf(s / cap);
             sc[p] = s;
@@ -477,14 +489,24 @@ static void att_worker(void *ctxp, int tid, int nth)
         float inv = 1.0f / sum;
         float *o = at->out + t * a->stride + (size_t)h * hd;
         memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = p0; p <= bt->pos; p++) {
-            const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
-            float pw = sc[p] * inv;
-            if (f16) /* the weights as an F16 V x P product sees them */
-                quant_axpy_f16(o, quant_f16_to_f32(quant_f32_to_f16(pw)), vr, hd);
-            else
-                quant_axpy_f32(o, pw, vr, hd);
+        if (f16) { /* the weights as an F16 V x P product sees them */
+            uint16_t hw[64];
+            for (uint32_t p = p0; p <= bt->pos; p += 64) {
+                size_t m = bt->pos + 1 - p < 64 ? bt->pos + 1 - p : 64;
+                for (size_t i = 0; i < m; i++)
+                    sc[p + i] *= inv;
+                quant_row_from_f32(GGUF_T_F16, sc + p, hw, m);
+                quant_row_to_f32(GGUF_T_F16, hw, sc + p, m);
+            }
+            quant_axpy_f16_rows(
+                o, sc + p0,
+                (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, p0) + (size_t)kvh * hd),
+                kv_row / sizeof(uint16_t), np, hd);
+            continue;
         }
+        for (uint32_t p = p0; p <= bt->pos; p++)
+            quant_axpy_f32(o, sc[p] * inv, kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd),
+                           hd);
     }
 }
 

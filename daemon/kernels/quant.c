@@ -2512,6 +2512,51 @@ AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, size_t n)
 }
 #endif
 
+#if QUANT_HAVE_X86
+/* axpy_f16_avx2 over rows in order, y held in registers across them: per
+ * element the same FMAs in the same order */
+AVX2 static void axpy_f16_rows_avx2(float *y, const float *a, const uint16_t *x, size_t x_stride,
+                                    size_t nrows, size_t n)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+        __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
+        const uint16_t *xr = x + i;
+        for (size_t p = 0; p < nrows; p++, xr += x_stride) {
+            __m256 av = _mm256_set1_ps(a[p]);
+            y0 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xr)), y0);
+            y1 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 8))),
+                                 y1);
+            y2 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 16))),
+                                 y2);
+            y3 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 24))),
+                                 y3);
+        }
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + i + 8, y1);
+        _mm256_storeu_ps(y + i + 16, y2);
+        _mm256_storeu_ps(y + i + 24, y3);
+    }
+    if (i < n)
+        for (size_t p = 0; p < nrows; p++)
+            axpy_f16_avx2(y + i, a[p], x + p * x_stride + i, n - i);
+}
+#endif
+
+void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
+                         size_t n)
+{
+#if QUANT_HAVE_X86
+    if (kern() != &k_portable) {
+        axpy_f16_rows_avx2(y, a, x, x_stride, nrows, n);
+        return;
+    }
+#endif
+    for (size_t p = 0; p < nrows; p++)
+        quant_axpy_f16(y, a[p], x + p * x_stride, n);
+}
+
 void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n)
 {
 #if QUANT_HAVE_X86

@@ -144,5 +144,9 @@ void quant_axpy_f32(float *y, float a, const float *x, size_t n);
 /* y[i] += a * x[i] for an F16 row x: the same results as expanding x with
  * quant_row_to_f32 and calling quant_axpy_f32. */
 void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
+/* quant_axpy_f16(y, a[p], x + p * x_stride, n) for p = 0 .. nrows - 1, in
+ * that order, with the same results (the rows' sum held in registers). */
+void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
+                         size_t n);
 
 #endif

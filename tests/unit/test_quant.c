@@ -280,6 +280,39 @@ Test(quant, f16_axpy_equals_expanding_the_row_then_axpy_on_every_isa)
     quant_isa_set(QUANT_ISA_AUTO);
 }
 
+/* The attention's V sum: F16 rows (strided, as a KV cache's) accumulated
+ * at once equal one quant_axpy_f16 per row in order, bit for bit, on every
+ * ISA, for head sizes with and without a tail past 32. */
+Test(quant, f16_axpy_over_rows_equals_one_axpy_per_row_on_every_isa)
+{
+    enum {
+        ROWS = 37,
+        STRIDE = 300
+    };
+    static uint16_t h[ROWS * STRIDE];
+    float a[ROWS], y1[203], y2[203];
+    for (size_t i = 0; i < ROWS * STRIDE; i++)
+        h[i] = quant_f32_to_f16(frand() * 4.0f);
+    for (int r = 0; r < ROWS; r++)
+        a[r] = frand();
+    const size_t ns[4] = {64, 128, 203, 7};
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (int ni = 0; ni < 4; ni++) {
+            size_t n = ns[ni];
+            for (size_t i = 0; i < n; i++)
+                y1[i] = y2[i] = frand();
+            for (int r = 0; r < ROWS; r++)
+                quant_axpy_f16(y1, a[r], h + r * STRIDE, n);
+            quant_axpy_f16_rows(y2, a, h, STRIDE, ROWS, n);
+            cr_assert_eq(memcmp(y1, y2, n * sizeof(float)), 0, "%s n=%zu",
+                         quant_isa_name((quant_isa_t)isa), n);
+        }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
     for (int isa = 1; isa <= 4; isa++) {
