@@ -2,6 +2,7 @@
 #include "kernels/cpu_ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@
  * weights for a 128-token prefill of the 134M shape (1.2-1.4x the prefill
  * of the 48-token blocks before, F16 and Q8_0, one thread). */
 #define CPUK_ACT_L2 (1u << 20)
+/* Rows a thread takes at a time in a matmul (a multiple of every tile's rows). */
+#define CPUK_MM_CHUNK 64
 /* Tokens per block are a multiple of this (the tiles' 4 and 6 tokens). */
 #define CPUK_TOK_ALIGN 12
 /* Element-wise ops go parallel from this many elements on (below, a
@@ -101,71 +104,95 @@ typedef struct mm_task {
     size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
+    atomic_long next;                   /* the next chunk to take (mm_worker) */
 } mm_task_t;
+
+/* Rows [lo, hi) of the jobs' rows laid end to end, against tokens [tb, te). */
+static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
+{
+    long base = 0;
+    for (int j = 0; j < t->n_jobs; j++) {
+        const kern_mm_t *jb = &t->jobs[j];
+        long n_out = jb->w->n_out;
+        long r0 = lo > base ? lo - base : 0;
+        long r1 = hi - base < n_out ? hi - base : n_out;
+        size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
+        quant_act_t act = quant_act_for(jb->w->type);
+        if (te - tb == 1) {
+            /* decode: one row at a time (measured faster than multi-row
+             * decode tiles), the range's rows in one call */
+            if (r1 <= r0)
+                goto next;
+            const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
+            float *y = jb->y + tb * jb->y_stride + (size_t)r0;
+            if (act != QUANT_ACT_F32) {
+                const void *xq = t->xq[act] + tb * t->xq_stride[act];
+                quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
+            } else {
+                const float *xs = t->x + tb * t->x_stride;
+                quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
+            }
+            goto next;
+        }
+        /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
+             * outer, so a row tile stays in L1 across the token block */
+        int step, cols;
+        quant_tile_shape(jb->w->type, &step, &cols);
+        for (long r = r0; r < r1; r += step) {
+            int nr = (int)(r1 - r < step ? r1 - r : step);
+            const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
+            for (size_t ti = tb; ti < te; ti += (size_t)cols) {
+                int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
+                float out[QUANT_TILE_MAX];
+                if (act != QUANT_ACT_F32) {
+                    const void *xq[QUANT_TILE_MAX];
+                    for (int i = 0; i < nx; i++)
+                        xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
+                    quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
+                } else {
+                    const float *xs[QUANT_TILE_MAX];
+                    for (int i = 0; i < nx; i++)
+                        xs[i] = t->x + (ti + i) * t->x_stride;
+                    quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
+                }
+                for (int k = 0; k < nr; k++)
+                    for (int i = 0; i < nx; i++)
+                        jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
+            }
+        }
+    next:
+        base += n_out;
+    }
+}
 
 static void mm_worker(void *ctxp, int tid, int nth)
 {
-    const mm_task_t *t = ctxp;
+    mm_task_t *t = ctxp;
     long total = 0;
     for (int j = 0; j < t->n_jobs; j++)
         total += t->jobs[j].w->n_out;
-    long lo, hi;
-    pool_range(tid, nth, total, &lo, &hi);
-    for (size_t tb = 0; tb < t->n_tok; tb += t->tok_block) {
-        size_t te = tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok;
-        long base = 0;
-        for (int j = 0; j < t->n_jobs; j++) {
-            const kern_mm_t *jb = &t->jobs[j];
-            long n_out = jb->w->n_out;
-            long r0 = lo > base ? lo - base : 0;
-            long r1 = hi - base < n_out ? hi - base : n_out;
-            size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
-            quant_act_t act = quant_act_for(jb->w->type);
-            if (te - tb == 1) {
-                /* decode: one row at a time (measured faster than multi-row
-                 * decode tiles), the whole range in one call */
-                if (r1 <= r0)
-                    goto next;
-                const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
-                float *y = jb->y + tb * jb->y_stride + (size_t)r0;
-                if (act != QUANT_ACT_F32) {
-                    const void *xq = t->xq[act] + tb * t->xq_stride[act];
-                    quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
-                } else {
-                    const float *xs = t->x + tb * t->x_stride;
-                    quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
-                }
-                goto next;
-            }
-            /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
-             * outer, so a row tile stays in L1 across the token block */
-            int step, cols;
-            quant_tile_shape(jb->w->type, &step, &cols);
-            for (long r = r0; r < r1; r += step) {
-                int nr = (int)(r1 - r < step ? r1 - r : step);
-                const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
-                for (size_t ti = tb; ti < te; ti += (size_t)cols) {
-                    int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
-                    float out[QUANT_TILE_MAX];
-                    if (act != QUANT_ACT_F32) {
-                        const void *xq[QUANT_TILE_MAX];
-                        for (int i = 0; i < nx; i++)
-                            xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
-                        quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
-                    } else {
-                        const float *xs[QUANT_TILE_MAX];
-                        for (int i = 0; i < nx; i++)
-                            xs[i] = t->x + (ti + i) * t->x_stride;
-                        quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
-                    }
-                    for (int k = 0; k < nr; k++)
-                        for (int i = 0; i < nx; i++)
-                            jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
-                }
-            }
-        next:
-            base += n_out;
+    long n_blk = (long)((t->n_tok + t->tok_block - 1) / t->tok_block);
+    if (nth == 1) {
+        for (long b = 0; b < n_blk; b++) {
+            size_t tb = (size_t)b * t->tok_block;
+            mm_range(t, tb, tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok, 0, total);
         }
+        return;
+    }
+    (void)tid;
+    /* chunks of CPUK_MM_CHUNK rows taken as threads come free, token block
+     * by token block: a thread the OS holds back leaves its share to the
+     * others rather than stall the join (each result is computed the same
+     * whichever thread takes it) */
+    long n_ch = (total + CPUK_MM_CHUNK - 1) / CPUK_MM_CHUNK;
+    for (;;) {
+        long id = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (id >= n_blk * n_ch)
+            break;
+        size_t tb = (size_t)(id / n_ch) * t->tok_block;
+        size_t te = tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok;
+        long lo = id % n_ch * CPUK_MM_CHUNK;
+        mm_range(t, tb, te, lo, lo + CPUK_MM_CHUNK < total ? lo + CPUK_MM_CHUNK : total);
     }
 }
 
@@ -215,6 +242,7 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
                    .x_stride = x_stride,
                    .n_tok = n_tok,
                    .tok_block = tok_block_for(jobs, n_jobs, n_tok)};
+    atomic_init(&t.next, 0);
     /* quantize the activations once per product, for each format a job
      * needs, as wide as its widest job (blocks are quantized independently,
      * so a narrower job reads a prefix) */
