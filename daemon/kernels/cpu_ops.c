@@ -451,6 +451,7 @@ typedef struct att_task {
     const float *q;
     float *out;
     size_t n_tok;
+    atomic_long next; /* the next item to take (att_worker) */
 } att_task_t;
 
 /* Per thread: cap_ctx scores, then (F16 caches) 2 * head_dim floats for the
@@ -472,9 +473,15 @@ static void att_worker(void *ctxp, int tid, int nth)
     float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
     /* bytes between one position's K (or V) row and the next's */
     size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * sizeof(uint16_t);
-    /* items (token, head) dealt round-robin: a causal prompt's later tokens
-     * cost more, so contiguous ranges would leave the first thread idle */
-    for (long item = tid; item < (long)(at->n_tok * a->n_head); item += nth) {
+    /* items (token, head) taken one at a time as threads come free: a
+     * causal prompt's later tokens cost more, and a thread the OS holds back
+     * leaves its share to the others */
+    (void)nth;
+    att_task_t *atm = ctxp;
+    for (;;) {
+        long item = atomic_fetch_add_explicit(&atm->next, 1, memory_order_relaxed);
+        if (item >= (long)(at->n_tok * a->n_head))
+            break;
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
         const kern_tok_t *bt = &a->toks[t];
@@ -559,6 +566,7 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
         k->cap_hd = hd_n;
     }
     att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
+    atomic_init(&at.next, 0);
     pool_run(k->pool, att_worker, &at);
     return 0;
 }
