@@ -45,15 +45,18 @@ typedef void (*rows_fn)(const void *arg, size_t t0, size_t t1);
 typedef struct rows_task {
     rows_fn fn;
     const void *arg;
-    size_t n;
+    pool_chunks_t ch; /* the tokens */
 } rows_task_t;
 
+/* Chunks of tokens taken as threads come free (a thread the OS holds back
+ * leaves its share to the others). */
 static void rows_worker(void *ctxp, int tid, int nth)
 {
-    const rows_task_t *rt = ctxp;
+    rows_task_t *rt = ctxp;
+    (void)tid;
+    (void)nth;
     long lo, hi;
-    pool_range(tid, nth, (long)rt->n, &lo, &hi);
-    if (hi > lo)
+    while (pool_chunk_next(&rt->ch, &lo, &hi))
         rt->fn(rt->arg, (size_t)lo, (size_t)hi);
 }
 
@@ -63,7 +66,9 @@ static void par_rows(cpuk_t *k, size_t n_tok, rows_fn fn, const void *arg)
         fn(arg, 0, n_tok);
         return;
     }
-    rows_task_t rt = {fn, arg, n_tok};
+    rows_task_t rt = {.fn = fn, .arg = arg};
+    /* about four chunks a thread */
+    pool_chunks_init(&rt.ch, (long)n_tok, (long)n_tok / (4 * pool_size(k->pool)));
     pool_run(k->pool, rows_worker, &rt);
 }
 
@@ -104,7 +109,7 @@ typedef struct mm_task {
     size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
-    atomic_long next;                   /* the next chunk to take (mm_worker) */
+    pool_chunks_t ch;                   /* (token block, row chunk) pairs (mm_worker) */
 } mm_task_t;
 
 /* Rows [lo, hi) of the jobs' rows laid end to end, against tokens [tb, te). */
@@ -168,31 +173,21 @@ static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
 static void mm_worker(void *ctxp, int tid, int nth)
 {
     mm_task_t *t = ctxp;
+    (void)tid;
     long total = 0;
     for (int j = 0; j < t->n_jobs; j++)
         total += t->jobs[j].w->n_out;
-    long n_blk = (long)((t->n_tok + t->tok_block - 1) / t->tok_block);
-    if (nth == 1) {
-        for (long b = 0; b < n_blk; b++) {
-            size_t tb = (size_t)b * t->tok_block;
-            mm_range(t, tb, tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok, 0, total);
-        }
-        return;
-    }
-    (void)tid;
-    /* chunks of CPUK_MM_CHUNK rows taken as threads come free, token block
-     * by token block: a thread the OS holds back leaves its share to the
-     * others rather than stall the join (each result is computed the same
-     * whichever thread takes it) */
-    long n_ch = (total + CPUK_MM_CHUNK - 1) / CPUK_MM_CHUNK;
-    for (;;) {
-        long id = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (id >= n_blk * n_ch)
-            break;
+    /* chunks of CPUK_MM_CHUNK rows as threads come free, token block by
+     * token block (each result is computed the same whichever thread takes
+     * it); on one thread one chunk a block */
+    long rows = nth == 1 ? total : CPUK_MM_CHUNK;
+    long n_ch = (total + rows - 1) / rows;
+    long id, id_end;
+    while (pool_chunk_next(&t->ch, &id, &id_end)) {
         size_t tb = (size_t)(id / n_ch) * t->tok_block;
         size_t te = tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok;
-        long lo = id % n_ch * CPUK_MM_CHUNK;
-        mm_range(t, tb, te, lo, lo + CPUK_MM_CHUNK < total ? lo + CPUK_MM_CHUNK : total);
+        long lo = id % n_ch * rows;
+        mm_range(t, tb, te, lo, lo + rows < total ? lo + rows : total);
     }
 }
 
@@ -242,7 +237,11 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
                    .x_stride = x_stride,
                    .n_tok = n_tok,
                    .tok_block = tok_block_for(jobs, n_jobs, n_tok)};
-    atomic_init(&t.next, 0);
+    long total = 0, n_blk = (long)((n_tok + t.tok_block - 1) / t.tok_block);
+    for (int j = 0; j < n_jobs; j++)
+        total += jobs[j].w->n_out;
+    long rows = pool_size(k->pool) == 1 ? total : CPUK_MM_CHUNK; /* as mm_worker */
+    pool_chunks_init(&t.ch, n_blk * ((total + rows - 1) / rows), 1);
     /* quantize the activations once per product, for each format a job
      * needs, as wide as its widest job (blocks are quantized independently,
      * so a narrower job reads a prefix) */
@@ -451,7 +450,7 @@ typedef struct att_task {
     const float *q;
     float *out;
     size_t n_tok;
-    atomic_long next; /* the next item to take (att_worker) */
+    pool_chunks_t ch; /* the (token, head) items */
 } att_task_t;
 
 /* Per thread: cap_ctx scores, then (F16 caches) 2 * head_dim floats for the
@@ -477,11 +476,8 @@ static void att_worker(void *ctxp, int tid, int nth)
      * causal prompt's later tokens cost more, and a thread the OS holds back
      * leaves its share to the others */
     (void)nth;
-    att_task_t *atm = ctxp;
-    for (;;) {
-        long item = atomic_fetch_add_explicit(&atm->next, 1, memory_order_relaxed);
-        if (item >= (long)(at->n_tok * a->n_head))
-            break;
+    long item, item_end;
+    while (pool_chunk_next(&((att_task_t *)ctxp)->ch, &item, &item_end)) {
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
         const kern_tok_t *bt = &a->toks[t];
@@ -566,7 +562,7 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
         k->cap_hd = hd_n;
     }
     att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
-    atomic_init(&at.next, 0);
+    pool_chunks_init(&at.ch, (long)(n_tok * a->n_head), 1);
     pool_run(k->pool, att_worker, &at);
     return 0;
 }
