@@ -2,15 +2,31 @@
 #include "kernels/cpu_ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/quant.h"
 #include "kernels/wtype.h"
 
-/* Tokens per GEMM block (a multiple of the tiles' 4 and 6 tokens): keeps the
- * activations of a block in L2 while the weight rows stream through. */
-#define CPUK_TOK_BLOCK 48
+/* A matmul's token blocks hold at most this many bytes of activations (in
+ * the format its weights take), so a block's activations stay in L2 while
+ * every weight row streams through once per block: a 128-token prefill of
+ * the 134M shape streams its weights once (F16's FFN down: twice), not
+ * three times (with the token-parallel small ops, one thread: F16 622 ->
+ * 641, Q8_0 604 -> 700 tok/s)... */
+#define CPUK_ACT_L2 (1u << 20)
+/* ...but never fewer tokens than this (the fixed blocks before), so wide
+ * rows (an 8B model's FFN: 57 KB of F32 activations a token) never stream
+ * the weights more often than they did. */
+#define CPUK_TOK_MIN 48
+/* Rows a thread takes at a time in a matmul (a multiple of every tile's rows). */
+#define CPUK_MM_CHUNK 64
+/* Tokens per block are a multiple of this (the tiles' 4 and 6 tokens). */
+#define CPUK_TOK_ALIGN 12
+/* Element-wise ops go parallel from this many elements on (below, a
+ * fork-join costs more than the op). */
+#define CPUK_PAR_MIN 32768
 
 struct cpuk {
     pool_t *pool;
@@ -34,15 +50,18 @@ typedef void (*rows_fn)(const void *arg, size_t t0, size_t t1);
 typedef struct rows_task {
     rows_fn fn;
     const void *arg;
-    size_t n;
+    pool_chunks_t ch; /* the tokens */
 } rows_task_t;
 
+/* Chunks of tokens taken as threads come free (a thread the OS holds back
+ * leaves its share to the others). */
 static void rows_worker(void *ctxp, int tid, int nth)
 {
-    const rows_task_t *rt = ctxp;
+    rows_task_t *rt = ctxp;
+    (void)tid;
+    (void)nth;
     long lo, hi;
-    pool_range(tid, nth, (long)rt->n, &lo, &hi);
-    if (hi > lo)
+    while (pool_chunk_next(&rt->ch, &lo, &hi))
         rt->fn(rt->arg, (size_t)lo, (size_t)hi);
 }
 
@@ -52,8 +71,19 @@ static void par_rows(cpuk_t *k, size_t n_tok, rows_fn fn, const void *arg)
         fn(arg, 0, n_tok);
         return;
     }
-    rows_task_t rt = {fn, arg, n_tok};
+    rows_task_t rt = {.fn = fn, .arg = arg};
+    /* about four chunks a thread */
+    pool_chunks_init(&rt.ch, (long)n_tok, (long)n_tok / (4 * pool_size(k->pool)));
     pool_run(k->pool, rows_worker, &rt);
+}
+
+/* par_rows for cheap ops of `work` elements in all: serial below CPUK_PAR_MIN. */
+static void par_rows_min(cpuk_t *k, size_t n_tok, size_t work, rows_fn fn, const void *arg)
+{
+    if (work < CPUK_PAR_MIN)
+        fn(arg, 0, n_tok);
+    else
+        par_rows(k, n_tok, fn, arg);
 }
 
 cpuk_t *cpuk_new(pool_t *pool)
@@ -81,73 +111,88 @@ typedef struct mm_task {
     int n_jobs;
     const float *x;
     size_t x_stride, n_tok;
+    size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
+    pool_chunks_t ch;                   /* (token block, row chunk) pairs (mm_worker) */
 } mm_task_t;
+
+/* Rows [lo, hi) of the jobs' rows laid end to end, against tokens [tb, te). */
+static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
+{
+    long base = 0;
+    for (int j = 0; j < t->n_jobs; j++) {
+        const kern_mm_t *jb = &t->jobs[j];
+        long n_out = jb->w->n_out;
+        long r0 = lo > base ? lo - base : 0;
+        long r1 = hi - base < n_out ? hi - base : n_out;
+        size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
+        quant_act_t act = quant_act_for(jb->w->type);
+        if (te - tb == 1) {
+            /* decode: one row at a time (measured faster than multi-row
+             * decode tiles), the range's rows in one call */
+            if (r1 <= r0)
+                goto next;
+            const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
+            float *y = jb->y + tb * jb->y_stride + (size_t)r0;
+            if (act != QUANT_ACT_F32) {
+                const void *xq = t->xq[act] + tb * t->xq_stride[act];
+                quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
+            } else {
+                const float *xs = t->x + tb * t->x_stride;
+                quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
+            }
+            goto next;
+        }
+        /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
+             * outer, so a row tile stays in L1 across the token block */
+        int step, cols;
+        quant_tile_shape(jb->w->type, &step, &cols);
+        for (long r = r0; r < r1; r += step) {
+            int nr = (int)(r1 - r < step ? r1 - r : step);
+            const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
+            for (size_t ti = tb; ti < te; ti += (size_t)cols) {
+                int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
+                float out[QUANT_TILE_MAX];
+                if (act != QUANT_ACT_F32) {
+                    const void *xq[QUANT_TILE_MAX];
+                    for (int i = 0; i < nx; i++)
+                        xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
+                    quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
+                } else {
+                    const float *xs[QUANT_TILE_MAX];
+                    for (int i = 0; i < nx; i++)
+                        xs[i] = t->x + (ti + i) * t->x_stride;
+                    quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
+                }
+                for (int k = 0; k < nr; k++)
+                    for (int i = 0; i < nx; i++)
+                        jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
+            }
+        }
+    next:
+        base += n_out;
+    }
+}
 
 static void mm_worker(void *ctxp, int tid, int nth)
 {
-    const mm_task_t *t = ctxp;
+    mm_task_t *t = ctxp;
+    (void)tid;
     long total = 0;
     for (int j = 0; j < t->n_jobs; j++)
         total += t->jobs[j].w->n_out;
-    long lo, hi;
-    pool_range(tid, nth, total, &lo, &hi);
-    for (size_t tb = 0; tb < t->n_tok; tb += CPUK_TOK_BLOCK) {
-        size_t te = tb + CPUK_TOK_BLOCK < t->n_tok ? tb + CPUK_TOK_BLOCK : t->n_tok;
-        long base = 0;
-        for (int j = 0; j < t->n_jobs; j++) {
-            const kern_mm_t *jb = &t->jobs[j];
-            long n_out = jb->w->n_out;
-            long r0 = lo > base ? lo - base : 0;
-            long r1 = hi - base < n_out ? hi - base : n_out;
-            size_t rb = quant_row_bytes(jb->w->type, jb->w->n_in);
-            quant_act_t act = quant_act_for(jb->w->type);
-            if (te - tb == 1) {
-                /* decode: one row at a time (measured faster than multi-row
-                 * decode tiles), the whole range in one call */
-                if (r1 <= r0)
-                    goto next;
-                const void *row = (const uint8_t *)jb->w->data + (size_t)r0 * rb;
-                float *y = jb->y + tb * jb->y_stride + (size_t)r0;
-                if (act != QUANT_ACT_F32) {
-                    const void *xq = t->xq[act] + tb * t->xq_stride[act];
-                    quant_vdot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xq, 1, jb->w->n_in, y);
-                } else {
-                    const float *xs = t->x + tb * t->x_stride;
-                    quant_dot_tile(jb->w->type, row, rb, (int)(r1 - r0), &xs, 1, jb->w->n_in, y);
-                }
-                goto next;
-            }
-            /* prefill: tiles of rows x tokens as quant_tile_shape says; rows
-             * outer, so a row tile stays in L1 across the token block */
-            int step, cols;
-            quant_tile_shape(act, &step, &cols);
-            for (long r = r0; r < r1; r += step) {
-                int nr = (int)(r1 - r < step ? r1 - r : step);
-                const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
-                for (size_t ti = tb; ti < te; ti += (size_t)cols) {
-                    int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
-                    float out[QUANT_TILE_MAX];
-                    if (act != QUANT_ACT_F32) {
-                        const void *xq[QUANT_TILE_MAX];
-                        for (int i = 0; i < nx; i++)
-                            xq[i] = t->xq[act] + (ti + i) * t->xq_stride[act];
-                        quant_vdot_tile(jb->w->type, row, rb, nr, xq, nx, jb->w->n_in, out);
-                    } else {
-                        const float *xs[QUANT_TILE_MAX];
-                        for (int i = 0; i < nx; i++)
-                            xs[i] = t->x + (ti + i) * t->x_stride;
-                        quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
-                    }
-                    for (int k = 0; k < nr; k++)
-                        for (int i = 0; i < nx; i++)
-                            jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
-                }
-            }
-        next:
-            base += n_out;
-        }
+    /* chunks of CPUK_MM_CHUNK rows as threads come free, token block by
+     * token block (each result is computed the same whichever thread takes
+     * it); on one thread one chunk a block */
+    long rows = nth == 1 ? total : CPUK_MM_CHUNK;
+    long n_ch = (total + rows - 1) / rows;
+    long id, id_end;
+    while (pool_chunk_next(&t->ch, &id, &id_end)) {
+        size_t tb = (size_t)(id / n_ch) * t->tok_block;
+        size_t te = tb + t->tok_block < t->n_tok ? tb + t->tok_block : t->n_tok;
+        long lo = id % n_ch * rows;
+        mm_range(t, tb, te, lo, lo + rows < total ? lo + rows : total);
     }
 }
 
@@ -166,11 +211,42 @@ static void act_rows(const void *argp, size_t t0, size_t t1)
         quant_act_from_f32(j->act, j->x + i * j->x_stride, (uint8_t *)j->dst + i * j->rb, j->width);
 }
 
+/* Tokens per block: as few blocks as keep each within CPUK_ACT_L2 bytes
+ * of activations (or CPUK_TOK_MIN tokens), as even as CPUK_TOK_ALIGN
+ * allows (the widest job's activation row sets the size). */
+static size_t tok_block_for(const kern_mm_t *jobs, int n_jobs, size_t n_tok)
+{
+    size_t row = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        quant_act_t a = quant_act_for(jobs[j].w->type);
+        size_t b = quant_act_bytes(a, jobs[j].w->n_in);
+        if (!b)
+            b = jobs[j].w->n_in * sizeof(float);
+        if (b > row)
+            row = b;
+    }
+    size_t max = row ? CPUK_ACT_L2 / row : n_tok;
+    max = max < CPUK_TOK_MIN ? CPUK_TOK_MIN : max - max % CPUK_TOK_ALIGN;
+    size_t nb = (n_tok + max - 1) / max;
+    size_t tb = (n_tok + nb - 1) / nb;
+    return (tb + CPUK_TOK_ALIGN - 1) / CPUK_TOK_ALIGN * CPUK_TOK_ALIGN;
+}
+
 int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                 size_t n_tok)
 {
     cpuk_t *k = K(ctx);
-    mm_task_t t = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .x_stride = x_stride, .n_tok = n_tok};
+    mm_task_t t = {.jobs = jobs,
+                   .n_jobs = n_jobs,
+                   .x = x,
+                   .x_stride = x_stride,
+                   .n_tok = n_tok,
+                   .tok_block = tok_block_for(jobs, n_jobs, n_tok)};
+    long total = 0, n_blk = (long)((n_tok + t.tok_block - 1) / t.tok_block);
+    for (int j = 0; j < n_jobs; j++)
+        total += jobs[j].w->n_out;
+    long rows = pool_size(k->pool) == 1 ? total : CPUK_MM_CHUNK; /* as mm_worker */
+    pool_chunks_init(&t.ch, n_blk * ((total + rows - 1) / rows), 1);
     /* quantize the activations once per product, for each format a job
      * needs, as wide as its widest job (blocks are quantized independently,
      * so a narrower job reads a prefix) */
@@ -251,12 +327,18 @@ int cpuk_rmsnorm(void *ctx, float *out, const float *x, const float *w, size_t n
     return 0;
 }
 
+static void add_bias_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] += j->w[i];
+}
+
 int cpuk_add_bias(void *ctx, float *y, const float *b, size_t n_tok, size_t n, size_t stride)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            y[t * stride + i] += b[i];
+    ew_job_t j = {y, NULL, b, n, stride, 0.0f};
+    par_rows_min(K(ctx), n_tok, n_tok * n, add_bias_rows, &j);
     return 0;
 }
 
@@ -279,10 +361,22 @@ static float k_rope_freq(const kern_rope_t *hp, uint32_t i)
     return scaled * (1.0f - mix) + f * mix;
 }
 
-int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
-              const uint32_t *pos, const kern_rope_t *hp)
+typedef struct rope_job {
+    float *vec;
+    size_t stride;
+    uint32_t n_heads;
+    const uint32_t *pos;
+    const kern_rope_t *hp;
+} rope_job_t;
+
+static void rope_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const rope_job_t *j = argp;
+    float *vec = j->vec;
+    size_t stride = j->stride;
+    uint32_t n_heads = j->n_heads;
+    const uint32_t *pos = j->pos;
+    const kern_rope_t *hp = j->hp;
     uint32_t hd = hp->head_dim, half = hp->rope_dim / 2;
     /* the frequencies once per call (every real head fits the table; a
      * wider one computes them as it goes) */
@@ -290,7 +384,7 @@ int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_hea
     int cached = half <= 512;
     for (uint32_t i = 0; cached && i < half; i++)
         inv_freq[i] = k_rope_freq(hp, i);
-    for (size_t t = 0; t < n_tok; t++) {
+    for (size_t t = t0; t < t1; t++) {
         for (uint32_t i = 0; i < half; i++) {
             float f = cached ? inv_freq[i] : k_rope_freq(hp, i);
             float theta = (float)pos[t] * f;
@@ -309,6 +403,13 @@ int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_hea
             }
         }
     }
+}
+
+int cpuk_rope(void *ctx, float *vec, size_t n_tok, size_t stride, uint32_t n_heads,
+              const uint32_t *pos, const kern_rope_t *hp)
+{
+    rope_job_t j = {vec, stride, n_heads, pos, hp};
+    par_rows_min(K(ctx), n_tok, n_tok * n_heads * hp->head_dim, rope_rows, &j);
     return 0;
 }
 
@@ -323,11 +424,18 @@ static inline void *kv_at(const kern_att_t *a, void *base, size_t off)
     return (char *)base + off * (a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float));
 }
 
-int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
+typedef struct kvs_job {
+    const kern_att_t *a;
+    const float *k, *v;
+} kvs_job_t;
+
+static void kv_store_rows(const void *argp, size_t t0, size_t t1)
 {
-    (void)ctx;
+    const kvs_job_t *j = argp;
+    const kern_att_t *a = j->a;
+    const float *k = j->k, *v = j->v;
     size_t kvd = (size_t)a->n_head_kv * a->head_dim;
-    for (size_t t = 0; t < n_tok; t++) {
+    for (size_t t = t0; t < t1; t++) {
         const kern_tok_t *bt = &a->toks[t];
         void *kd = kv_at(a, bt->k_base, kv_off(a, bt->pos));
         void *vd = kv_at(a, bt->v_base, kv_off(a, bt->pos));
@@ -339,6 +447,12 @@ int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v
             memcpy(vd, v + t * a->stride, kvd * sizeof(float));
         }
     }
+}
+
+int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v, size_t n_tok)
+{
+    kvs_job_t j = {a, k, v};
+    par_rows_min(K(ctx), n_tok, n_tok * a->n_head_kv * a->head_dim, kv_store_rows, &j);
     return 0;
 }
 
@@ -348,6 +462,7 @@ typedef struct att_task {
     const float *q;
     float *out;
     size_t n_tok;
+    pool_chunks_t ch; /* the (token, head) items */
 } att_task_t;
 
 /* Per thread: cap_ctx scores, then (F16 caches) 2 * head_dim floats for the
@@ -367,9 +482,14 @@ static void att_worker(void *ctxp, int tid, int nth)
     float cap = a->softcap;
     float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
     float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
-    long lo, hi;
-    pool_range(tid, nth, (long)(at->n_tok * a->n_head), &lo, &hi);
-    for (long item = lo; item < hi; item++) {
+    /* bytes between one position's K (or V) row and the next's */
+    size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * sizeof(uint16_t);
+    /* items (token, head) taken one at a time as threads come free: a
+     * causal prompt's later tokens cost more, and a thread the OS holds back
+     * leaves its share to the others */
+    (void)nth;
+    long item, item_end;
+    while (pool_chunk_next(&((att_task_t *)ctxp)->ch, &item, &item_end)) {
         size_t t = (size_t)item / a->n_head;
         uint32_t h = (uint32_t)((size_t)item % a->n_head);
         const kern_tok_t *bt = &a->toks[t];
@@ -384,10 +504,20 @@ static void att_worker(void *ctxp, int tid, int nth)
         }
         /* a sliding window sees the last `window` positions */
         uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
+        uint32_t np = bt->pos + 1 - p0;
+        /* F16 caches: the positions' K rows (a fixed stride apart) four at
+         * a time through the float tile, each result its single dot's */
+        if (f16)
+            for (uint32_t p = p0; p <= bt->pos; p += 4)
+                quant_dot_tile(GGUF_T_F16, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd),
+                               kv_row, bt->pos + 1 - p < 4 ? (int)(bt->pos + 1 - p) : 4, &q, 1, hd,
+                               sc + p);
         float mx = -INFINITY;
         for (uint32_t p = p0; p <= bt->pos; p++) {
-            const void *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
-            float s = (f16 ? quant_dot(GGUF_T_F16, kr, q, hd) : quant_dot_f32(q, kr, hd)) * scale;
+            float s =
+                f16 ? sc[p]
+                    : quant_dot_f32(q, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd), hd);
+            s *= scale;
             if (cap != 0.0f)
                 s = cap * tanhf(s / cap);
             sc[p] = s;
@@ -402,14 +532,24 @@ static void att_worker(void *ctxp, int tid, int nth)
         float inv = 1.0f / sum;
         float *o = at->out + t * a->stride + (size_t)h * hd;
         memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = p0; p <= bt->pos; p++) {
-            const void *vr = kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd);
-            float pw = sc[p] * inv;
-            if (f16) /* the weights as an F16 V x P product sees them */
-                quant_axpy_f16(o, quant_f16_to_f32(quant_f32_to_f16(pw)), vr, hd);
-            else
-                quant_axpy_f32(o, pw, vr, hd);
+        if (f16) { /* the weights as an F16 V x P product sees them */
+            uint16_t hw[64];
+            for (uint32_t p = p0; p <= bt->pos; p += 64) {
+                size_t m = bt->pos + 1 - p < 64 ? bt->pos + 1 - p : 64;
+                for (size_t i = 0; i < m; i++)
+                    sc[p + i] *= inv;
+                quant_row_from_f32(GGUF_T_F16, sc + p, hw, m);
+                quant_row_to_f32(GGUF_T_F16, hw, sc + p, m);
+            }
+            quant_axpy_f16_rows(
+                o, sc + p0,
+                (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, p0) + (size_t)kvh * hd),
+                kv_row / sizeof(uint16_t), np, hd);
+            continue;
         }
+        for (uint32_t p = p0; p <= bt->pos; p++)
+            quant_axpy_f32(o, sc[p] * inv, kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd),
+                           hd);
     }
 }
 
@@ -434,6 +574,7 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
         k->cap_hd = hd_n;
     }
     att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
+    pool_chunks_init(&at.ch, (long)(n_tok * a->n_head), 1);
     pool_run(k->pool, att_worker, &at);
     return 0;
 }
@@ -456,12 +597,19 @@ int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, s
     return 0;
 }
 
+static void scale_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] *= j->eps;
+}
+
+/* (the factor rides in ew_job_t's eps) */
 int cpuk_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            x[t * stride + i] *= s;
+    ew_job_t j = {x, NULL, NULL, n, stride, s};
+    par_rows_min(K(ctx), n_tok, n_tok * n, scale_rows, &j);
     return 0;
 }
 
@@ -497,12 +645,18 @@ int cpuk_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, s
     return 0;
 }
 
+static void add_rows(const void *argp, size_t t0, size_t t1)
+{
+    const ew_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < j->n; i++)
+            j->out[t * j->stride + i] += j->x[t * j->stride + i];
+}
+
 int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride)
 {
-    (void)ctx;
-    for (size_t t = 0; t < n_tok; t++)
-        for (size_t i = 0; i < n; i++)
-            x[t * stride + i] += y[t * stride + i];
+    ew_job_t j = {x, y, NULL, n, stride, 0.0f};
+    par_rows_min(K(ctx), n_tok, n_tok * n, add_rows, &j);
     return 0;
 }
 

@@ -148,9 +148,19 @@ void pool_run(pool_t *p, pool_fn fn, void *ctx)
     }
 }
 
-void pool_range(int tid, int nth, long n, long *lo, long *hi)
+void pool_chunks_init(pool_chunks_t *c, long n, long chunk)
 {
-    long base = n / nth, rem = n % nth;
-    *lo = tid * base + (tid < rem ? tid : rem);
-    *hi = *lo + base + (tid < rem ? 1 : 0);
+    atomic_init(&c->next, 0);
+    c->n = n;
+    c->chunk = chunk > 0 ? chunk : 1;
+}
+
+int pool_chunk_next(pool_chunks_t *c, long *lo, long *hi)
+{
+    long i = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+    if (i >= (c->n + c->chunk - 1) / c->chunk)
+        return 0;
+    *lo = i * c->chunk;
+    *hi = *lo + c->chunk < c->n ? *lo + c->chunk : c->n;
+    return 1;
 }

@@ -794,6 +794,12 @@ static inline float k_term(float d, float dm, int32_t sq, int32_t sm, const quan
 typedef void (*vdot_row_fn)(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
                             float *out);
 
+/* nr weight rows (rb bytes apart) against nx activation rows, out[r * nx +
+ * t]: a prefill register tile, each result identical to the type's
+ * vdot_row_fn on that row and token alone */
+typedef void (*vtile_fn)(const uint8_t *w, size_t rb, int nr, const void *const *xq, int nx,
+                         size_t nblk, float *out);
+
 static float vdot_row_portable(const qfmt_t *f, const uint8_t *w, size_t bb, const void *xq,
                                size_t nblk)
 {
@@ -1721,11 +1727,84 @@ VNNI static void vdot_q8_0_vnni_nx(const uint8_t *w, const void *const *xq, int 
     }
 }
 
+/* Q8_0 prefill, as the AVX-512 tile below on 256 bits: up to 2 rows x 4
+ * tokens, unsigned weights (q + 128) shared by the tokens, each token's
+ * lanes started from -128 x its activation sums; the one-row kernel's lanes
+ * and float order, so the same results bit for bit. */
+VNNI_INLINE void vtile_q8_0_vnni_body(const uint8_t *w, size_t rb, const void *const *xq,
+                                      size_t nblk, float *out, int ostride, int R, int T)
+{
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < R * T; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (size_t k = 0; k < nblk; k++) {
+        __m256i wu[2];
+        __m256 dw[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + (size_t)r * rb + 34 * k;
+            wu[r] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), c80);
+            dw[r] = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[0] | b[1] << 8)));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
+            __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
+            __m256i corr = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, c80, x));
+            __m256 da = _mm256_set1_ps(a->d);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                __m256i s = _mm256_dpbusd_avx_epi32(corr, wu[r], x);
+                acc[r * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], da),
+                                                 acc[r * T + t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            out[r * ostride + t] = hsum256(acc[r * T + t]);
+}
+
+/* Any nr x nx, in tiles of up to 2 rows x 4 tokens. */
+VNNI static void vtile_q8_0_vnni(const uint8_t *w0, size_t rb, int nr, const void *const *xq0,
+                                 int nx, size_t nblk, float *out0)
+{
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        int R = nr - r0 < 2 ? nr - r0 : 2;
+        const uint8_t *w = w0 + (size_t)r0 * rb;
+        for (int t0 = 0; t0 < nx; t0 += 4) {
+            int T = nx - t0 < 4 ? nx - t0 : 4;
+            const void *const *xq = xq0 + t0;
+            float *out = out0 + (size_t)r0 * nx + t0;
+            int ostride = nx;
+            switch (R * 8 + T) {
+            case 9: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 1, 1); break;
+            case 10: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 1, 2); break;
+            case 11: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 1, 3); break;
+            case 12: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 1, 4); break;
+            case 17: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 2, 1); break;
+            case 18: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 2, 2); break;
+            case 19: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 2, 3); break;
+            default: vtile_q8_0_vnni_body(w, rb, xq, nblk, out, ostride, 2, 4); break;
+            }
+        }
+    }
+}
+
 static vdot_row_fn vdot_for_avx2(uint32_t type);
 
 static vdot_row_fn vdot_for_vnni(uint32_t type)
 {
     return type == GGUF_T_Q8_0 ? vdot_q8_0_vnni_nx : vdot_for_avx2(type);
+}
+
+static vtile_fn vtile_for_vnni(uint32_t type)
+{
+    return type == GGUF_T_Q8_0 ? vtile_q8_0_vnni : NULL;
 }
 
 static vdot_row_fn vdot_for_avx2(uint32_t type)
@@ -2012,6 +2091,97 @@ VDOT512_SHAPES(vdot_q8_0_avx512)
 VDOT512_SHAPES(vdot_q4_k_avx512)
 VDOT512_SHAPES(vdot_q6_k_avx512)
 
+/* Q8_0 prefill: a register tile of up to 4 rows x 4 token pairs, each
+ * weight block loaded once for every token and each activation block once
+ * for every row. The weights go unsigned (q + 128, by xor), so rows share
+ * the activations as they are; each lane starts from -128 x the sum of its
+ * four activations and vpdpbusd adds the four (q + 128) x a products: the
+ * exact q x a lane sums of the one-row kernel above. A 512-bit vector holds
+ * one block of two tokens (lanes 0-7, 8-15), scaled and summed in the very
+ * float order of the one-row kernel, so every result is bit-identical to
+ * it. */
+AVX512_INLINE void vtile_q8_0_avx512_body(const uint8_t *w, size_t rb, const void *const *xq,
+                                          size_t nblk, float *out, int ostride, int R, int P)
+{
+    const __m512i c80 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * P; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (size_t k = 0; k < nblk; k++) {
+        __m512i wu[4];
+        __m512 dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + (size_t)r * rb + 34 * k;
+            wu[r] = _mm512_xor_si512(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 2))), c80);
+            dw[r] = _mm512_set1_ps(rd_f16c(b));
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            const quant_act_q8_t *a0 = (const quant_act_q8_t *)xq[2 * p] + k;
+            const quant_act_q8_t *a1 = (const quant_act_q8_t *)xq[2 * p + 1] + k;
+            __m512i x = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a0->qs)),
+                _mm256_loadu_si256((const __m256i *)a1->qs), 1);
+            __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, x));
+            __m512 da = _mm512_mask_mov_ps(_mm512_set1_ps(a0->d), 0xff00, _mm512_set1_ps(a1->d));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512i s = _mm512_dpbusd_epi32(corr, wu[r], x);
+                acc[r * P + p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da),
+                                                 acc[r * P + p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            __m512i v = _mm512_castps_si512(acc[r * P + p]);
+            out[r * ostride + 2 * p] = hsum256(_mm512_castps512_ps256(acc[r * P + p]));
+            out[r * ostride + 2 * p + 1] =
+                hsum256(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(v, 1)));
+        }
+}
+
+/* (kept by hand: one row of cases per tile height) */
+// clang-format off
+#define VTILE8_CASE(R, P)                                                                          \
+    case R * 8 + P: vtile_q8_0_avx512_body(w, rb, xq, nblk, out, ostride, R, P); break;
+// clang-format on
+
+/* Any nr x nx: tiles of up to 4 rows x 4 token pairs; an odd last token
+ * takes the one-row kernel (the same results). */
+AVX512 static void vtile_q8_0_avx512(const uint8_t *w0, size_t rb, int nr, const void *const *xq0,
+                                     int nx, size_t nblk, float *out0)
+{
+    int np = nx / 2, ostride = nx;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        int R = nr - r0 < 4 ? nr - r0 : 4;
+        const uint8_t *w = w0 + (size_t)r0 * rb;
+        for (int p0 = 0; p0 < np; p0 += 4) {
+            int P = np - p0 < 4 ? np - p0 : 4;
+            const void *const *xq = xq0 + 2 * p0;
+            float *out = out0 + (size_t)r0 * nx + 2 * p0;
+            // clang-format off
+            switch (R * 8 + P) {
+            VTILE8_CASE(1, 1) VTILE8_CASE(1, 2) VTILE8_CASE(1, 3) VTILE8_CASE(1, 4)
+            VTILE8_CASE(2, 1) VTILE8_CASE(2, 2) VTILE8_CASE(2, 3) VTILE8_CASE(2, 4)
+            VTILE8_CASE(3, 1) VTILE8_CASE(3, 2) VTILE8_CASE(3, 3) VTILE8_CASE(3, 4)
+            VTILE8_CASE(4, 1) VTILE8_CASE(4, 2) VTILE8_CASE(4, 3) default: VTILE8_CASE(4, 4)
+            }
+            // clang-format on
+        }
+        if (nx & 1)
+            for (int r = 0; r < R; r++)
+                vdot_q8_0_avx512_body(w + (size_t)r * rb, xq0 + nx - 1, 1, nblk,
+                                      out0 + (size_t)(r0 + r) * nx + nx - 1);
+    }
+}
+#undef VTILE8_CASE
+
 static int vnni_ok; /* the CPU has AVX-VNNI too (set by quant_isa_set) */
 
 static vdot_row_fn vdot_for_avx512(uint32_t type)
@@ -2023,6 +2193,11 @@ static vdot_row_fn vdot_for_avx512(uint32_t type)
     default: return vnni_ok ? vdot_for_vnni(type) : vdot_for_avx2(type);
     }
 }
+
+static vtile_fn vtile_for_avx512(uint32_t type)
+{
+    return type == GGUF_T_Q8_0 ? vtile_q8_0_avx512 : vnni_ok ? vtile_for_vnni(type) : NULL;
+}
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
@@ -2032,6 +2207,7 @@ typedef struct kernels {
     float (*dot_f32)(const float *, const float *, size_t);
     void (*axpy)(float *, float, const float *, size_t);
     vdot_row_fn (*vdot_for)(uint32_t type); /* NULL result: the portable integer dot */
+    vtile_fn (*vtile_for)(uint32_t type);   /* NULL result: vdot_for's kernel row by row */
 } kernels_t;
 
 static vdot_row_fn vdot_for_portable(uint32_t type)
@@ -2040,12 +2216,19 @@ static vdot_row_fn vdot_for_portable(uint32_t type)
     return NULL;
 }
 
+static vtile_fn vtile_for_none(uint32_t type)
+{
+    (void)type;
+    return NULL;
+}
+
 static const kernels_t k_portable = {tile_portable, dot_f32_portable, axpy_portable,
-                                     vdot_for_portable};
+                                     vdot_for_portable, vtile_for_none};
 #if QUANT_HAVE_X86
-static const kernels_t k_avx2 = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_avx2};
-static const kernels_t k_vnni = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_vnni};
-static const kernels_t k_avx512 = {tile_avx512, dot_f32_avx2, axpy_avx2, vdot_for_avx512};
+static const kernels_t k_avx2 = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_avx2, vtile_for_none};
+static const kernels_t k_vnni = {tile_avx2, dot_f32_avx2, axpy_avx2, vdot_for_vnni, vtile_for_vnni};
+static const kernels_t k_avx512 = {tile_avx512, dot_f32_avx2, axpy_avx2, vdot_for_avx512,
+                                   vtile_for_avx512};
 #endif
 
 static const kernels_t *k_cur;
@@ -2120,14 +2303,18 @@ static inline const kernels_t *kern(void)
     return k_cur;
 }
 
-void quant_tile_shape(quant_act_t act, int *rows, int *cols)
+void quant_tile_shape(uint32_t type, int *rows, int *cols)
 {
     *rows = 2;
     *cols = QUANT_DOTN_MAX;
 #if QUANT_HAVE_X86
-    if (kern() == &k_avx512 && act == QUANT_ACT_F32) {
+    const kernels_t *k = kern();
+    if (k == &k_avx512 && quant_act_for(type) == QUANT_ACT_F32) {
         *rows = 4;
         *cols = 4;
+    } else if (k == &k_avx512 && quant_act_for(type) == QUANT_ACT_Q8 && type == GGUF_T_Q8_0) {
+        *rows = 4; /* 4 x 6: 1.3-1.5x the one-row kernel's prefill; 4 x 4 and 4 x 8 within noise */
+        *cols = 6;
     }
 #endif
 }
@@ -2324,6 +2511,51 @@ AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, size_t n)
 }
 #endif
 
+#if QUANT_HAVE_X86
+/* axpy_f16_avx2 over rows in order, y held in registers across them: per
+ * element the same FMAs in the same order */
+AVX2 static void axpy_f16_rows_avx2(float *y, const float *a, const uint16_t *x, size_t x_stride,
+                                    size_t nrows, size_t n)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+        __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
+        const uint16_t *xr = x + i;
+        for (size_t p = 0; p < nrows; p++, xr += x_stride) {
+            __m256 av = _mm256_set1_ps(a[p]);
+            y0 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xr)), y0);
+            y1 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 8))),
+                                 y1);
+            y2 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 16))),
+                                 y2);
+            y3 = _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr + 24))),
+                                 y3);
+        }
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + i + 8, y1);
+        _mm256_storeu_ps(y + i + 16, y2);
+        _mm256_storeu_ps(y + i + 24, y3);
+    }
+    if (i < n)
+        for (size_t p = 0; p < nrows; p++)
+            axpy_f16_avx2(y + i, a[p], x + p * x_stride + i, n - i);
+}
+#endif
+
+void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
+                         size_t n)
+{
+#if QUANT_HAVE_X86
+    if (kern() != &k_portable) {
+        axpy_f16_rows_avx2(y, a, x, x_stride, nrows, n);
+        return;
+    }
+#endif
+    for (size_t p = 0; p < nrows; p++)
+        quant_axpy_f16(y, a[p], x + p * x_stride, n);
+}
+
 void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n)
 {
 #if QUANT_HAVE_X86
@@ -2347,6 +2579,11 @@ void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, con
     size_t blck, bytes;
     blk_traits(type, &blck, &bytes);
     vdot_row_fn fn = f ? kern()->vdot_for(type) : NULL;
+    vtile_fn tile = f && nx > 1 ? kern()->vtile_for(type) : NULL;
+    if (tile) {
+        tile(w, row_bytes, nr, xq, nx, n / blck, out);
+        return;
+    }
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
         if (fn) {

@@ -122,10 +122,12 @@ quant_act_t quant_act_for(uint32_t type);
 /* The activation format a type's integer dot takes (QUANT_ACT_F32 if none). */
 quant_act_t quant_act_of(uint32_t type);
 /* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
- * serve best in prefill for activations of format act: float tiles 2 x 4 on
- * AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators and measured 20%
- * slower), integer dots one row x 4; results never depend on it. */
-void quant_tile_shape(quant_act_t act, int *rows, int *cols);
+ * serve best in prefill for weights of this type under the current path:
+ * float tiles 2 x 4 on AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators
+ * and measured 20% slower), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and
+ * 4 x 6 (AVX-512), other integer dots one row x 4; results never depend
+ * on it. */
+void quant_tile_shape(uint32_t type, int *rows, int *cols);
 /* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
 size_t quant_act_bytes(quant_act_t act, size_t n);
 /* Quantize n floats into format act (n a multiple of its block). */
@@ -149,5 +151,9 @@ void quant_axpy_f32(float *y, float a, const float *x, size_t n);
 /* y[i] += a * x[i] for an F16 row x: the same results as expanding x with
  * quant_row_to_f32 and calling quant_axpy_f32. */
 void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
+/* quant_axpy_f16(y, a[p], x + p * x_stride, n) for p = 0 .. nrows - 1, in
+ * that order, with the same results (the rows' sum held in registers). */
+void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
+                         size_t n);
 
 #endif

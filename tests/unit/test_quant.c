@@ -280,6 +280,39 @@ Test(quant, f16_axpy_equals_expanding_the_row_then_axpy_on_every_isa)
     quant_isa_set(QUANT_ISA_AUTO);
 }
 
+/* The attention's V sum: F16 rows (strided, as a KV cache's) accumulated
+ * at once equal one quant_axpy_f16 per row in order, bit for bit, on every
+ * ISA, for head sizes with and without a tail past 32. */
+Test(quant, f16_axpy_over_rows_equals_one_axpy_per_row_on_every_isa)
+{
+    enum {
+        ROWS = 37,
+        STRIDE = 300
+    };
+    static uint16_t h[ROWS * STRIDE];
+    float a[ROWS], y1[203], y2[203];
+    for (size_t i = 0; i < ROWS * STRIDE; i++)
+        h[i] = quant_f32_to_f16(frand() * 4.0f);
+    for (int r = 0; r < ROWS; r++)
+        a[r] = frand();
+    const size_t ns[4] = {64, 128, 203, 7};
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (int ni = 0; ni < 4; ni++) {
+            size_t n = ns[ni];
+            for (size_t i = 0; i < n; i++)
+                y1[i] = y2[i] = frand();
+            for (int r = 0; r < ROWS; r++)
+                quant_axpy_f16(y1, a[r], h + r * STRIDE, n);
+            quant_axpy_f16_rows(y2, a, h, STRIDE, ROWS, n);
+            cr_assert_eq(memcmp(y1, y2, n * sizeof(float)), 0, "%s n=%zu",
+                         quant_isa_name((quant_isa_t)isa), n);
+        }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
     for (int isa = 1; isa <= 4; isa++) {
@@ -686,4 +719,69 @@ Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
     free(w);
     free(xq);
     free(x);
+}
+
+/* Q8_0's prefill tiles (AVX-512: up to 4 rows x 4 token pairs, AVX-VNNI: 2
+ * rows x 4 tokens, their remainders and an odd last token) give every
+ * (row, token) the one-row dot's result bit for bit, for every shape up to
+ * 9 rows x 13 tokens; activations at the +-127 extremes included. */
+static void check_q8_0_tiles(quant_isa_t isa)
+{
+    const size_t n = 2016, rb = quant_row_bytes(GGUF_T_Q8_0, n);
+    const size_t ab = quant_act_bytes(QUANT_ACT_Q8, n);
+    enum {
+        NR = 9,
+        NX = 13
+    };
+    uint8_t *w = malloc(NR * rb), *xq = malloc(NX * ab);
+    float *x = malloc(n * sizeof(float)), *out = malloc(NR * NX * sizeof(float));
+    for (int trial = 0; trial < 2; trial++) {
+        rand_blocks(w, NR * n / 32, 34, 0, 0);
+        const void *xs[NX];
+        for (int j = 0; j < NX; j++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = trial == 0 && j % 2 ? (i % 3 ? 1.0f : -1.0f) : frand() * (float)(1 + j);
+            quant_act_from_f32(QUANT_ACT_Q8, x, xq + j * ab, n);
+            xs[j] = xq + j * ab;
+        }
+        quant_isa_set(isa);
+        for (int nr = 1; nr <= NR; nr++)
+            for (int nx = 1; nx <= NX; nx++) {
+                quant_vdot_tile(GGUF_T_Q8_0, w, rb, nr, xs, nx, n, out);
+                for (int r = 0; r < nr; r++)
+                    for (int j = 0; j < nx; j++) {
+                        float one;
+                        quant_vdot_tile(GGUF_T_Q8_0, w + r * rb, rb, 1, &xs[j], 1, n, &one);
+                        cr_assert_eq(memcmp(&one, &out[r * nx + j], 4), 0,
+                                     "%s %dx%d (%d,%d): %.9g vs %.9g", quant_isa_name(isa), nr, nx,
+                                     r, j, (double)one, (double)out[r * nx + j]);
+                    }
+            }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+    free(w);
+    free(xq);
+    free(x);
+    free(out);
+}
+
+Test(quant, q8_0_tiles_of_every_shape_equal_single_dots_on_avx512)
+{
+    if (quant_isa_set(QUANT_ISA_AVX512) != QUANT_ISA_AVX512)
+        cr_skip_test("CPU lacks AVX-512 (F, BW, VL, VNNI)");
+    check_q8_0_tiles(QUANT_ISA_AVX512);
+}
+
+Test(quant, q8_0_tiles_of_every_shape_equal_single_dots_on_avx_vnni)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2_VNNI) != QUANT_ISA_AVX2_VNNI)
+        cr_skip_test("CPU lacks AVX-VNNI");
+    check_q8_0_tiles(QUANT_ISA_AVX2_VNNI);
+}
+
+Test(quant, q8_0_tiles_of_every_shape_equal_single_dots_on_avx2)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    check_q8_0_tiles(QUANT_ISA_AVX2);
 }
