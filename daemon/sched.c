@@ -401,6 +401,11 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     } else {
         s->last_model = model;
     }
+    /* a drained model picked once it is idle (the page-in it drained for
+     * went another way, or a request of its own was older): the drain is
+     * over, or its queue would wait behind a gate nobody lifts */
+    if (model == s->gate && v[model].n_active == 0)
+        s->gate = -1;
     p->model = model;
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);

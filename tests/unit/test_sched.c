@@ -320,6 +320,30 @@ Test(sched, a_page_in_that_would_preempt_running_sequences_drains_a_resident_mod
     drain_teardown(s, its);
 }
 
+Test(sched, a_drained_model_picked_once_idle_admits_again)
+{
+    sched_item_t *its[2];
+    sched_model_view_t v[3];
+    sched_t *s = drain_setup(its, v, -1);
+    sched_plan_t p;
+    sched_next(s, 2.5, v, &p); /* model 1 drains for model 2's page-in */
+    cr_assert_neq(p.model, 2);
+    /* model 2's request goes (cancelled) and model 1's sequence finishes:
+     * its queued request is stepped and admitted, not held behind the gate
+     * (tracesim's bursty run once spun here with 140 requests queued) */
+    sched_remove(s, its[0]);
+    v[1].n_active = 0;
+    v[1].can_admit = 1;
+    v[0].n_active = 0;
+    sched_next(s, 3.0, v, &p);
+    cr_assert_eq(p.model, 1);
+    cr_assert_eq(p.admit, 1, "the drain is over: model 1 admits its request");
+    sched_remove(s, its[1]);
+    free(its[0]);
+    free(its[1]);
+    sched_free(s);
+}
+
 Test(sched, the_drain_is_bounded_by_the_hold_then_the_page_in_preempts)
 {
     sched_item_t *its[2];
