@@ -48,6 +48,7 @@ echo "default against the best baseline per metric (fifo, lru, lru-batch N); rat
 printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n' scenario load "pi def" "pi best" ratio \
     "ttft99 d" "best" ratio "e2e99 d" "best" ratio
 for f in "$OUT"/sched_*.csv; do
+    case $f in */sched_mpg_*) continue ;; esac # models per GPU: below (a rerun finds them here)
     awk -F, 'NR > 1 && $4 != "belady" && $4 != "lru-batch-best" {
         k = $1 SUBSEP $2; keys[k] = 1
         if ($4 == "default") { dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
@@ -72,11 +73,21 @@ done
 # a weight).
 H200="--h2d-gbs 55 --hbm-gbs 4800 --pool-gib 120 --models-per-gpu 0.1 --mpg-step 5 --duration ${MPG_DURATION:-300}"
 echo
-echo "== models per GPU within p99 TTFT 2 s (H200 settings, 8B at 0.1 req/s each, uniform)"
+echo "== models per GPU within p99 TTFT 2 s (H200 settings, 8B at 0.1 req/s each, uniform; synthetic tokens, and -trace: tokens from the real hour)"
 "$SIM" $H200 --wbytes 2 --mpg-max 60 --label mpg-bf16 --policies default,fifo,lru,lru-batch \
     --csv "$OUT/sched_mpg_bf16.csv" --quiet
 "$SIM" $H200 --wbytes 0.60625 --mpg-max 120 --label mpg-q4km --policies default,fifo,lru,lru-batch \
     --csv "$OUT/sched_mpg_q4km.csv" --quiet
-awk -F, 'FNR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-10s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \
-    "$OUT/sched_mpg_bf16.csv" "$OUT/sched_mpg_q4km.csv"
+# The same with the real token mix: Poisson arrivals as above, each request's
+# prompt and output tokens a seeded draw from the real hour of LLM requests
+# (prompts mean 2048 tokens, outputs mean 28), context 8192.
+if [ -f "$TRACE" ]; then
+    RT="--tokens-from $TRACE --max-context 8192"
+    "$SIM" $H200 $RT --wbytes 2 --mpg-max 60 --label mpg-bf16-trace --policies default,fifo,lru,lru-batch \
+        --csv "$OUT/sched_mpg_bf16_trace.csv" --quiet
+    "$SIM" $H200 $RT --wbytes 0.60625 --mpg-max 120 --label mpg-q4km-trace --policies default,fifo,lru,lru-batch \
+        --csv "$OUT/sched_mpg_q4km_trace.csv" --quiet
+fi
+awk -F, 'FNR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-16s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \
+    "$OUT"/sched_mpg_*.csv
 echo "results: $OUT/sched_*.csv ($(( $(date +%s) - t0 )) s)"
