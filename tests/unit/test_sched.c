@@ -234,6 +234,33 @@ Test(sched, a_loading_model_is_not_stepped_and_resident_ones_run_meanwhile)
     sched_free(s);
 }
 
+Test(sched, a_resident_models_new_request_steps_in_another_models_quantum)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    c.quantum = 100; /* a long quantum for model 1 */
+    sched_t *s = sched_new(&c, 2);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    sched_submit(s, item(1, 0.0));
+    v[0].resident = 1;
+    v[0].last_step = 0.5;
+    sched_plan_t p;
+    sched_next(s, 1.0, v, &p); /* model 1 is cold, nothing else to do: its quantum begins */
+    cr_assert_eq(p.model, 1);
+    cr_assert_eq(p.switched, 1);
+    v[1].resident = 1;
+    v[1].n_active = 1;
+    v[1].last_step = 1.05;
+    /* a request for resident model 0 (nothing running there): stepping it
+     * swaps nothing, so it does not wait out model 1's quantum */
+    sched_submit(s, item(0, 1.06));
+    sched_next(s, 1.1, v, &p);
+    cr_assert_eq(p.model, 0, "model 0 waited longest since its pass; it is resident");
+    cr_assert_eq(p.admit, 1);
+    drain(s, 2);
+    sched_free(s);
+}
+
 Test(sched, a_running_model_steps_within_max_stall_even_in_another_models_quantum)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
