@@ -52,6 +52,7 @@ typedef struct args {
     unsigned max_batch, max_context;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
+    int worker_views;
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
@@ -139,6 +140,8 @@ static const opt_t opts[] = {
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
+    {"worker-views", OPT_FLAG, A(worker_views), NULL,
+     "default: the scheduler's views as the daemon's worker builds them (fits left unknown: no drain, a page-in past max_wait preempts), not tracesim's (fits filled)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
@@ -344,6 +347,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
+    c->worker_views = a->worker_views;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
