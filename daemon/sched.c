@@ -186,14 +186,17 @@ static int stalled_running(const sched_t *s, double now, const sched_model_view_
     return model;
 }
 
-/* During cur's quantum: cur, or a resident model with running sequences
- * that has waited longer since its last pass (interleaving them swaps
- * nothing; ties keep cur). */
+/* During cur's quantum: cur, or a resident model with work (sequences
+ * running or requests it can admit) that has waited longer since its last
+ * pass: stepping a resident model swaps nothing, so the quantum keeps cur
+ * from being switched away from, not a request of a resident model
+ * waiting for it (up to 4 swap-in times: 1.2 s for an 8B BF16 model at
+ * 55 GB/s); ties keep cur. */
 static int quantum_pick(const sched_t *s, const sched_model_view_t *v)
 {
     int model = has_work(s, v, s->cur) ? s->cur : -1;
     for (int m = 0; m < s->n; m++)
-        if (m != s->cur && v[m].n_active > 0 && v[m].resident && has_work(s, v, m) &&
+        if (m != s->cur && v[m].resident && has_work(s, v, m) &&
             (model < 0 || v[m].last_step < v[model].last_step))
             model = m;
     return model;
@@ -316,7 +319,8 @@ static int drain_pick(sched_t *s, const sched_model_view_t *v)
  * page a model in only when nothing resident can progress, or when a request
  * has waited past max_wait; a freshly swapped-in model keeps the device for
  * its quantum (a multiple of its swap-in time) first, interleaved with the
- * resident models that have sequences running. A page-in runs in the
+ * resident models that have work (no page-in takes the device from it
+ * meanwhile; stepping a resident model swaps nothing). A page-in runs in the
  * background (the caller's copy engine): a loading model is not stepped,
  * others are, and no second page-in starts until it can run; the prefetch
  * suggestion starts one early where the caller finds room. Waiting is so
@@ -401,6 +405,11 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     } else {
         s->last_model = model;
     }
+    /* a drained model picked once it is idle (the page-in it drained for
+     * went another way, or a request of its own was older): the drain is
+     * over, or its queue would wait behind a gate nobody lifts */
+    if (model == s->gate && v[model].n_active == 0)
+        s->gate = -1;
     p->model = model;
     p->switched = !v[model].resident;
     uint32_t cap = room(v, model);

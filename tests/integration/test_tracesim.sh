@@ -58,3 +58,18 @@ awk -F, 'NR > 1 { n++
     printf "%s models per GPU, %s: %d within p99 TTFT 2 s (%.2f s), %d over it (%.2f s)\n", c ? "ok  " : "FAIL", $2, $3, $4, $5, $6
     if (!c) bad = 1 }
 END { if (n != 2) { print "FAIL models per GPU: want 2 rows, got " n; bad = 1 } exit bad }' "$csv2"
+
+# --worker-views: the default with the views the daemon's worker builds (fits
+# unknown: no drain; a page-in past max_wait preempts): every request completes,
+# and where the pool cannot hold the running models (uniform, 4 models, load 0.6)
+# it preempts running sequences that tracesim's views drain instead.
+for v in "" --worker-views; do
+    "$SIM" --zipf 0 --models 4 --duration 30 --load 0.6 --policies default $v --quiet --no-header
+done > "$csv2"
+awk -F, '{ n++; done_[n] = ($5 == $6 && $7 == 0); pre[n] = $26 }
+END {
+    c = n == 2 && done_[1] && done_[2] && pre[2] > pre[1]
+    printf "%s --worker-views: every request completes with both views; preempted %d (worker views) > %d (tracesim views)\n",
+        c ? "ok  " : "FAIL", pre[2], pre[1]
+    exit !c
+}' "$csv2"

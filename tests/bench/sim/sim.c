@@ -954,16 +954,19 @@ static int round_plan(sim_t *S, double *nap, int *started)
         };
         res_set_wanted(m->rm, work);
     }
-    /* fits, for the cold models with work: pages free or held by models without work */
-    size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
-    for (int i = 0; i < S->n_m; i++)
-        if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)
-            spare += res_weight_bytes(S->m[i]->rm) / S->c->page_size;
-    spare = spare > reserve ? spare - reserve : 0;
-    for (int i = 0; i < S->n_m; i++)
-        if (!S->views[i].resident && !S->views[i].loading &&
-            (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
-            S->views[i].fits = pagein_fits(S, i, spare);
+    /* fits, for the cold models with work: pages free or held by models
+     * without work (the worker's views leave it 0, unknown) */
+    if (!S->c->worker_views) {
+        size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
+        for (int i = 0; i < S->n_m; i++)
+            if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)
+                spare += res_weight_bytes(S->m[i]->rm) / S->c->page_size;
+        spare = spare > reserve ? spare - reserve : 0;
+        for (int i = 0; i < S->n_m; i++)
+            if (!S->views[i].resident && !S->views[i].loading &&
+                (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
+                S->views[i].fits = pagein_fits(S, i, spare);
+    }
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
     int stepped = 0;

@@ -28,9 +28,12 @@ typedef struct args {
     double prompt_median, prompt_sigma, output_median, output_sigma;
     unsigned prompt_max, output_max;
     unsigned seed;
-    const char *trace;     /* Azure Functions 2019 file */
-    const char *requests;  /* recorded request list */
-    const char *llm_trace; /* recorded LLM requests (Azure LLM inference 2023 CSV) */
+    const char *trace;       /* Azure Functions 2019 file */
+    const char *requests;    /* recorded request list */
+    const char *llm_trace;   /* recorded LLM requests (Azure LLM inference 2023 CSV) */
+    const char *tokens_from; /* synthetic arrivals, token counts drawn from this LLM trace */
+    wl_req_t *tok;           /* its requests (main owns) */
+    size_t n_tok;
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
@@ -49,6 +52,7 @@ typedef struct args {
     unsigned max_batch, max_context;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
+    int worker_views;
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
@@ -109,6 +113,8 @@ static const opt_t opts[] = {
      "trace: time compression (x load); the sweep multiplies it"},
     {"llm-trace", OPT_STR, A(llm_trace), NULL,
      "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
+    {"tokens-from", OPT_STR, A(tokens_from), NULL,
+     "synthetic arrivals (and --models-per-gpu) whose prompt and output tokens are a seeded draw from the requests of this Azure LLM trace CSV (instead of the lognormals; --load's capacity from their means)"},
     {"requests", OPT_STR, A(requests), NULL,
      "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
@@ -134,6 +140,8 @@ static const opt_t opts[] = {
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
+    {"worker-views", OPT_FLAG, A(worker_views), NULL,
+     "default: the scheduler's views as the daemon's worker builds them (fits left unknown: no drain, a page-in past max_wait preempts), not tracesim's (fits filled)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
@@ -300,6 +308,8 @@ static void args_free(args_t *a)
     a->n_gguf_arg = a->n_gguf = 0;
     sim_models_free(a->files);
     a->files = NULL;
+    free(a->tok);
+    a->tok = NULL;
 }
 
 static void build_cfg(const args_t *a, sim_cfg_t *c)
@@ -337,6 +347,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
+    c->worker_views = a->worker_views;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
@@ -374,9 +385,22 @@ typedef struct row {
 
 static double capacity(const args_t *a, const sim_cfg_t *c)
 {
+    if (a->n_tok) {
+        double sp = 0, so = 0;
+        for (size_t i = 0; i < a->n_tok; i++)
+            sp += a->tok[i].prompt, so += a->tok[i].output;
+        return sim_capacity(c, sp / (double)a->n_tok, so / (double)a->n_tok);
+    }
     wl_len_t p = len_of(a->prompt_median, a->prompt_sigma, a->prompt_max);
     wl_len_t o = len_of(a->output_median, a->output_sigma, a->output_max);
     return sim_capacity(c, wl_len_mean(&p), wl_len_mean(&o));
+}
+
+/* Synthetic requests: their token counts from --tokens-from, if given. */
+static void tokens_from(const args_t *a, wl_req_t *reqs, size_t n)
+{
+    if (a->n_tok)
+        wl_tokens_draw(reqs, n, a->tok, a->n_tok, (uint64_t)a->seed);
 }
 
 /* The trace for one load level; *reqs malloc'ed. */
@@ -435,6 +459,8 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
     int rc = wl_generate(&wp, reqs, n);
     if (rc)
         snprintf(err, errlen, "cannot generate the workload (%d)", rc);
+    else
+        tokens_from(a, *reqs, *n);
     return rc;
 }
 
@@ -817,6 +843,7 @@ static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, ch
         snprintf(err, errlen, "cannot generate the workload");
         return -1;
     }
+    tokens_from(a, reqs, n);
     c.lru_batch_n = ps->n;
     sim_result_t r;
     int rc = sim_run(&c, ps->pol, reqs, n, &r, err, errlen);
@@ -1124,6 +1151,28 @@ static void test_llm_trace(const args_t *base)
     for (size_t i = 0; same && i < n; i++)
         same = r2[i].model == r[i].model;
     check(in_range && same, "LLM trace: models drawn in range, the same for the same seed");
+    /* --tokens-from: synthetic arrivals keep their times and models, their
+     * token counts are pairs of the trace's, the same for the same seed */
+    wl_req_t syn[64], syn2[64];
+    for (int i = 0; i < 64; i++)
+        syn[i] = syn2[i] = (wl_req_t){.t = i, .model = i % 3, .prompt = 1, .output = 1};
+    if (ok) {
+        wl_tokens_draw(syn, 64, r, n, 7);
+        wl_tokens_draw(syn2, 64, r, n, 7);
+    }
+    int pairs = ok, kept = 1, seen = 0;
+    for (int i = 0; ok && i < 64; i++) {
+        int from = -1;
+        for (size_t j = 0; j < n; j++)
+            if (syn[i].prompt == r[j].prompt && syn[i].output == r[j].output)
+                from = (int)j;
+        pairs &= from >= 0 && syn2[i].prompt == syn[i].prompt && syn2[i].output == syn[i].output;
+        kept &= syn[i].t == i && syn[i].model == i % 3;
+        seen |= from >= 0 ? 1 << from : 0;
+    }
+    check(pairs && kept && seen == 7,
+          "--tokens-from: 64 synthetic requests take token pairs of the trace (all 3 drawn), "
+          "seeded; arrivals and models kept");
     free(r);
     free(r2);
     static const char *const bad[] = {
@@ -1348,6 +1397,20 @@ int main(int argc, char **argv)
     }
     if (a.models <= 0)
         a.models = a.n_gguf ? a.n_gguf : a.hosts > 0 ? 10 * a.hosts : 12;
+    if (a.tokens_from) {
+        if (a.trace || a.requests || a.llm_trace) {
+            fprintf(stderr, "tracesim: --tokens-from is for synthetic arrivals (not with --trace, "
+                            "--requests or --llm-trace)\n");
+            rc = 2;
+            goto done;
+        }
+        wl_llm_trace_t lt = {.n_models = 1, .time_scale = 1, .max_ctx = a.max_context};
+        if (wl_llm_trace_read(a.tokens_from, &lt, &a.tok, &a.n_tok, err, sizeof err)) {
+            fprintf(stderr, "tracesim: --tokens-from: %s\n", err);
+            rc = 1;
+            goto done;
+        }
+    }
     if (a.n_gguf) {
         a.files =
             sim_models_load(a.gguf, a.n_gguf, (size_t)(a.page_mib * 1048576.0), err, sizeof err);

@@ -152,6 +152,17 @@ double wl_popularity(const wl_params_t *p, int model)
     return zipf_weight(model, p->zipf_s) / sum;
 }
 
+void wl_tokens_draw(wl_req_t *reqs, size_t n, const wl_req_t *src, size_t n_src, uint64_t seed)
+{
+    wl_rng_t rng;
+    wl_rng_seed(&rng, seed);
+    for (size_t i = 0; i < n && n_src; i++) {
+        const wl_req_t *s = &src[wl_rng_u64(&rng) % n_src];
+        reqs[i].prompt = s->prompt;
+        reqs[i].output = s->output;
+    }
+}
+
 int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n)
 {
     if (p->n_models < 1 || p->rate <= 0 || p->duration_s <= 0 ||

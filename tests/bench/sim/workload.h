@@ -66,6 +66,11 @@ double wl_popularity(const wl_params_t *p, int model);
 /* Synthetic trace: *out is malloc'ed (caller frees), sorted by t. */
 int wl_generate(const wl_params_t *p, wl_req_t **out, size_t *n);
 
+/* Token counts from recorded requests: each of reqs[0..n) takes the prompt
+ * and output of a seeded uniform draw from src[0..n_src) (arrivals and
+ * models stay). */
+void wl_tokens_draw(wl_req_t *reqs, size_t n, const wl_req_t *src, size_t n_src, uint64_t seed);
+
 /* A recorded request list: one request a line, "arrival_s model
  * prompt_tokens output_tokens" (whitespace-separated; '#' starts a comment),
  * arrivals non-decreasing, models 0..n_models-1. *out malloc'ed (caller
