@@ -952,6 +952,26 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
     return RES_ERR_TIMEOUT;
 }
 
+int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes)
+{
+    size_t missing = 0, spare = r->free_pages, reserve = (reserve_bytes + r->page - 1) / r->page;
+    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
+        settle_seg(r, m, s);
+        if (m->segs[s].state == RES_SEG_ABSENT)
+            missing += m->sm->segs[s].span / r->page;
+    }
+    /* a model above its quota streams the rest through it: what it maps */
+    size_t quota = m->cfg.gpu_quota ? m->cfg.gpu_quota / r->page : SIZE_MAX;
+    size_t held = m->weight_bytes / r->page;
+    if (held + missing > quota)
+        missing = quota > held ? quota - held : 0;
+    for (res_model_t *v = r->models; v; v = v->next)
+        if (v != m && !v->wanted && evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
+            spare += v->weight_bytes / r->page;
+    spare = spare > reserve ? spare - reserve : 0;
+    return missing <= spare ? 1 : -1;
+}
+
 void res_set_wanted(res_model_t *m, int wanted)
 {
     m->wanted = wanted != 0;

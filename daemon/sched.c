@@ -6,9 +6,10 @@
 #include <string.h>
 
 /* How long a cold model's request may wait for a drain before its page-in
- * preempts running sequences: this many max_waits, or this many measured
- * steps (EWMA) where steps are slow (memcheck: 20-50x). */
-#define SCHED_HOLD_WAITS 4.0
+ * preempts running sequences: max_wait itself (so the max_wait promise
+ * holds), or this many measured steps (EWMA) where steps are slow
+ * (memcheck: 20-50x); and one such preempting page-in per hold at most. */
+#define SCHED_HOLD_WAITS 1.0
 #define SCHED_HOLD_STEPS 100.0
 
 typedef struct mqueue {
@@ -30,6 +31,7 @@ struct sched {
     int last_model;  /* model the last plan stepped while resident, -1 none */
     double last_now; /* when that plan was made */
     double step_s;   /* EWMA of a resident step's duration, measured between plans (0 = none yet) */
+    double preempt_at; /* when the last page-in that preempts running sequences started */
 };
 
 sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
@@ -41,6 +43,7 @@ sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
     s->cur = -1;
     s->gate = -1;
     s->last_model = -1;
+    s->preempt_at = -INFINITY;
     if (sched_resize(s, n_models)) {
         free(s);
         return NULL;
@@ -268,13 +271,26 @@ static int idle_resident(const sched_t *s, const sched_model_view_t *v, int exce
     return -1;
 }
 
-/* Whether a page-in of cold model c now would preempt running sequences:
- * the caller says it does not fit beside the work queued, and every resident
- * model has sequences running (none can go without pausing them); within
- * the hold bound only. */
-static int switch_preempts(const sched_t *s, double now, const sched_model_view_t *v, int c)
+/* Whether a page-in of cold model c would preempt running sequences: the
+ * caller says it does not fit beside the work queued, and every resident
+ * model has sequences running (none can go without pausing them). */
+static int pagein_blocked(const sched_t *s, const sched_model_view_t *v, int c)
 {
     if (v[c].fits >= 0)
+        return 0;
+    int running = 0;
+    for (int m = 0; m < s->n; m++)
+        running |= m != c && v[m].resident && v[m].n_active > 0;
+    return running && idle_resident(s, v, c) < 0;
+}
+
+/* Whether such a page-in waits (a drain instead): within the hold, or within
+ * a hold of the last page-in that preempted (under overload, more models with
+ * running sequences than the pool holds, preemptions are so spaced a hold
+ * apart instead of one model taking pages from another on every pass). */
+static int switch_preempts(const sched_t *s, double now, const sched_model_view_t *v, int c)
+{
+    if (!pagein_blocked(s, v, c))
         return 0;
     /* the hold is bounded: past it the page-in preempts (SCHED_HOLD_WAITS
      * max_waits, or SCHED_HOLD_STEPS measured steps where steps are slow) */
@@ -282,12 +298,23 @@ static int switch_preempts(const sched_t *s, double now, const sched_model_view_
     double hold = s->cfg.max_wait_s * SCHED_HOLD_WAITS;
     if (s->step_s * SCHED_HOLD_STEPS > hold)
         hold = s->step_s * SCHED_HOLD_STEPS;
-    if (h && now - h->t_arrival > hold)
-        return 0;
-    int running = 0;
+    /* and past it one such page-in per hold at most: under overload (more
+     * models with running sequences than the pool holds) the others drain */
+    return !h || now - h->t_arrival <= hold || now - s->preempt_at < hold;
+}
+
+/* The resident model to drain (it admits nothing until its sequences are
+ * done): the one with fewest sequences running, so the soonest done; a gate
+ * already set stays while its model has sequences running. */
+static void pick_gate(sched_t *s, const sched_model_view_t *v)
+{
+    if (s->gate >= 0 && v[s->gate].n_active > 0)
+        return;
+    s->gate = -1;
     for (int m = 0; m < s->n; m++)
-        running |= m != c && v[m].resident && v[m].n_active > 0;
-    return running && idle_resident(s, v, c) < 0;
+        if (v[m].resident && v[m].n_active > 0 &&
+            (s->gate < 0 || v[m].n_active < v[s->gate].n_active))
+            s->gate = m;
 }
 
 /* Instead of a page-in that would preempt running sequences: drain one
@@ -297,13 +324,7 @@ static int switch_preempts(const sched_t *s, double now, const sched_model_view_
  * then without pausing anyone. -1 if no resident model has work. */
 static int drain_pick(sched_t *s, const sched_model_view_t *v)
 {
-    if (s->gate < 0 || !v[s->gate].resident || v[s->gate].n_active == 0) {
-        s->gate = -1;
-        for (int m = 0; m < s->n; m++)
-            if (v[m].resident && v[m].n_active > 0 &&
-                (s->gate < 0 || v[m].n_active < v[s->gate].n_active))
-                s->gate = m;
-    }
+    pick_gate(s, v);
     int model = -1;
     for (int k = 0; k < s->n && model < 0; k++) {
         int m = (s->rr + 1 + k) % s->n;
@@ -330,7 +351,9 @@ static int drain_pick(sched_t *s, const sched_model_view_t *v)
  * (view.fits < 0) and every resident model has sequences running, the
  * page-in waits instead of preempting them: one resident model is drained
  * (admits nothing) until it is idle and can go, for at most the hold bound
- * (SCHED_HOLD_*); prefetch suggestions go only to models that fit. */
+ * (SCHED_HOLD_*: max_wait); past it the page-in preempts, at most one such
+ * page-in per hold, and the drained model still admits nothing until its
+ * sequences are done; prefetch suggestions go only to models that fit. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int loading = any_loading(s, v);
@@ -399,7 +422,16 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
             model = alt;
     }
     if (!v[model].resident) {
-        s->gate = -1; /* the page-in starts: nobody drains for it any more */
+        /* the page-in starts: it fits, and nobody drains for it any more; or
+         * past the hold it preempts, and the drained model goes on admitting
+         * nothing until its sequences are done, so the running models shrink
+         * back to what the pool holds (else they take pages from each other
+         * on every pass for as long as all keep admitting) */
+        if (pagein_blocked(s, v, model)) {
+            pick_gate(s, v);
+            s->preempt_at = now;
+        } else
+            s->gate = -1;
         if (model != s->cur)
             switch_to(s, v, model, now);
     } else {

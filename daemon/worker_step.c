@@ -32,6 +32,35 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
            res_kv_available_for(w->res, m->rm);
 }
 
+/* views[].fits of the cold models with work (the scheduler drains a busy
+ * model rather than preempt one when a page-in does not fit, for at most
+ * max_wait): their page-in against the free pages and those of models nobody
+ * has work for, beside the KV caches (prompt pages: caches grow as sequences
+ * advance) of the requests each model could admit now. */
+static void fill_fits(wk_t *w, sched_model_view_t *views)
+{
+    if (w->be->zero_copy)
+        return; /* cpu: nothing pages in */
+    size_t reserve = 0;
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        sched_item_t *it = m && m->sm ? sched_peek(w->sched, i) : NULL;
+        if (!it)
+            continue;
+        uint32_t q = sched_queued(w->sched, i), mb = views[i].max_batch;
+        uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
+        const wk_seq_t *s = it->user;
+        reserve +=
+            (size_t)(q < room ? q : room) * res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1);
+    }
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (m && m->sm && !views[i].resident && !views[i].loading &&
+            (m->n_active > 0 || sched_queued(w->sched, i) > 0))
+            views[i].fits = res_pagein_fits(w->res, m->rm, reserve);
+    }
+}
+
 /* What the scheduler sees of each model. busy: the model whose pass waits
  * for a copy while others step aside (-1 = none): it counts as loading, and
  * only models that run without waiting count as resident. */
@@ -62,6 +91,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
     }
+    fill_fits(w, views);
 }
 
 /* ------------------------------------------------------------------ step phases */

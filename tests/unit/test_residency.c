@@ -856,6 +856,33 @@ Test(residency, a_segment_lands_in_the_order_its_copy_was_queued, .timeout = 60)
     fx_fini(&f);
 }
 
+Test(residency, a_page_in_fits_only_in_free_pages_and_those_of_models_nobody_has_work_for,
+     .timeout = 60)
+{
+    fixture_t f;
+    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
+    char err[256];
+    fx_init(&f, 200, 0, three, 1);
+    size_t need = pages_of_model(f.sm[0]);
+    fx_fini(&f);
+    fx_init(&f, 2 * need + 4, 0, three, 3); /* room for two of the three */
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "an empty pool holds it");
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(res_prefetch(f.res, f.rm[i], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
+        while (!res_fully_resident(f.res, f.rm[i]))
+            ;
+    }
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "m0 and m1 are idle and unwanted");
+    res_set_wanted(f.rm[0], 1);
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "m1 still gives way");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 5 * (size_t)PAGE), -1,
+                 "not beside the KV caches of the work queued");
+    res_set_wanted(f.rm[1], 1);
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), -1, "both have work: it would evict one");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[0], 0), 1, "a resident model has nothing missing");
+    fx_fini(&f);
+}
+
 /* Forward-pass scratch comes off the pool as it grows: never given back,
  * idle models evicted for its pages, never below what the largest model
  * needs (the rest runs beyond the budget, shown by peak_device_bytes). */

@@ -323,70 +323,82 @@ static void drain_teardown(sched_t *s, sched_item_t **its)
     sched_free(s);
 }
 
-Test(sched, a_page_in_that_would_preempt_running_sequences_drains_a_resident_model_first)
+Test(sched, past_max_wait_a_page_in_that_preempts_starts_and_the_drained_model_admits_nothing)
 {
     sched_item_t *its[2];
     sched_model_view_t v[3];
     sched_t *s = drain_setup(its, v, -1);
     sched_plan_t p;
-    sched_next(s, 2.5, v, &p); /* model 2's request is past max_wait */
-    cr_assert_neq(p.model, 2, "no page-in while it would pause running sequences");
-    cr_assert(v[p.model].resident);
-    cr_assert_eq(p.prefetch, -1, "no prefetch of a model that does not fit");
-    /* model 1 (fewest sequences) drains: it admits nothing */
-    for (int k = 0; k < 4; k++) {
-        sched_next(s, 2.6 + 0.01 * k, v, &p);
-        if (p.model == 1)
-            cr_assert_eq(p.admit, 0, "the drained model admits nothing");
+    /* steps of 10 ms: within max_wait the resident models step */
+    double t = 0.0;
+    for (; t < 1.99; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 2, "%.2f s: within max_wait", t);
     }
-    /* once it is idle the page-in goes ahead (it evicts no running sequence) */
-    v[1].n_active = 0;
-    sched_next(s, 3.0, v, &p);
-    cr_assert_eq(p.model, 2);
+    for (; t < 2.2 && p.model != 2; t += 0.01)
+        sched_next(s, t, v, &p);
+    cr_assert_eq(p.model, 2, "past max_wait the page-in starts although it preempts");
     cr_assert_eq(p.switched, 1);
+    cr_assert_eq(p.prefetch, -1, "no prefetch of a model that does not fit");
+    /* model 1 (fewest sequences) drains: it admits nothing while its
+     * sequences run, so the running models shrink back to what fits */
+    sched_remove(s, its[0]); /* admitted */
+    v[2].resident = 1;
+    v[2].n_active = 1;
+    v[2].fits = 0;
+    int stepped1 = 0;
+    for (int k = 0; k < 100; k++) { /* past model 2's quantum (0.4 s) */
+        sched_next(s, 2.3 + 0.01 * k, v, &p);
+        if (p.model == 1) {
+            stepped1 = 1;
+            cr_assert_eq(p.admit, 0, "the drained model admits nothing");
+        }
+    }
+    cr_assert(stepped1, "its running sequence still steps");
+    /* once idle it is picked, the drain is over and it admits again */
+    v[1].n_active = 0;
+    v[0].n_active = v[2].n_active = 0;
+    sched_next(s, 3.5, v, &p);
+    cr_assert_eq(p.model, 1);
+    cr_assert_eq(p.admit, 1, "the drain is over: model 1 admits its request");
     drain_teardown(s, its);
 }
 
-Test(sched, a_drained_model_picked_once_idle_admits_again)
+Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drains)
 {
-    sched_item_t *its[2];
-    sched_model_view_t v[3];
-    sched_t *s = drain_setup(its, v, -1);
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 4);
+    sched_item_t *its[2] = {item(2, 0.0), item(3, 0.0)};
+    sched_submit(s, its[0]);
+    sched_submit(s, its[1]);
+    sched_model_view_t v[4];
+    views_init(v, 4);
+    v[0].resident = v[1].resident = 1;
+    v[0].n_active = 3;
+    v[1].n_active = 1;
+    v[2].fits = v[3].fits = -1;
     sched_plan_t p;
-    sched_next(s, 2.5, v, &p); /* model 1 drains for model 2's page-in */
-    cr_assert_neq(p.model, 2);
-    /* model 2's request goes (cancelled) and model 1's sequence finishes:
-     * its queued request is stepped and admitted, not held behind the gate
-     * (tracesim's bursty run once spun here with 140 requests queued) */
-    sched_remove(s, its[0]);
-    v[1].n_active = 0;
-    v[1].can_admit = 1;
-    v[0].n_active = 0;
-    sched_next(s, 3.0, v, &p);
-    cr_assert_eq(p.model, 1);
-    cr_assert_eq(p.admit, 1, "the drain is over: model 1 admits its request");
-    sched_remove(s, its[1]);
+    sched_next(s, 2.1, v, &p);
+    cr_assert(p.model == 2 || p.model == 3, "the first preempts at max_wait");
+    int first = p.model, second = 5 - first;
+    sched_remove(s, its[first - 2]);
+    v[first].resident = 1;
+    v[first].n_active = 1;
+    v[first].fits = 0;
+    /* the second cold model waits past max_wait: another page-in that
+     * preempts waits a max_wait after the first, the drain meanwhile */
+    double t = 2.2;
+    for (; t < 4.05; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, second, "%.2f s: one preempting page-in per max_wait", t);
+    }
+    for (; t < 4.3 && p.model != second; t += 0.01)
+        sched_next(s, t, v, &p);
+    cr_assert_eq(p.model, second, "a max_wait after the first it starts");
+    sched_remove(s, its[second - 2]);
     free(its[0]);
     free(its[1]);
     sched_free(s);
-}
-
-Test(sched, the_drain_is_bounded_by_the_hold_then_the_page_in_preempts)
-{
-    sched_item_t *its[2];
-    sched_model_view_t v[3];
-    sched_t *s = drain_setup(its, v, -1);
-    sched_plan_t p;
-    /* steps of 10 ms (the plans come one a step): 8 s is 4 max_waits */
-    double t = 2.5;
-    for (; t < 7.9; t += 0.01) {
-        sched_next(s, t, v, &p);
-        cr_assert_neq(p.model, 2, "%.2f s: within the hold", t);
-    }
-    for (; t < 8.2 && p.model != 2; t += 0.01)
-        sched_next(s, t, v, &p);
-    cr_assert_eq(p.model, 2, "past the hold the page-in starts anyway");
-    drain_teardown(s, its);
 }
 
 Test(sched, a_page_in_that_fits_or_that_the_caller_does_not_size_switches_at_max_wait)

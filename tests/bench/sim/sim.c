@@ -955,8 +955,8 @@ static int round_plan(sim_t *S, double *nap, int *started)
         res_set_wanted(m->rm, work);
     }
     /* fits, for the cold models with work: pages free or held by models
-     * without work (the worker's views leave it 0, unknown) */
-    if (!S->c->worker_views) {
+     * without work (the worker fills it the same way, res_pagein_fits) */
+    {
         size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
         for (int i = 0; i < S->n_m; i++)
             if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)

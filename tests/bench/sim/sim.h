@@ -66,8 +66,8 @@ typedef struct sim_cfg {
     uint32_t max_context;       /* per sequence */
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
-    int worker_views;           /* default: views as the daemon's worker builds them (fits left
-                                   0, unknown: no drain, a page-in past max_wait preempts) */
+    int worker_views;           /* default: views as the daemon's worker builds them (it fills
+                                   fits as tracesim does: the same views) */
     sim_cost_t cost;
     double slo_ttft_s; /* a request meets the SLO when its TTFT is below this */
     FILE *dump;        /* (optional) one CSV line per request and run: borrowed */

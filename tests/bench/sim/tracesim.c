@@ -141,7 +141,7 @@ static const opt_t opts[] = {
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
     {"worker-views", OPT_FLAG, A(worker_views), NULL,
-     "default: the scheduler's views as the daemon's worker builds them (fits left unknown: no drain, a page-in past max_wait preempts), not tracesim's (fits filled)"},
+     "default: the scheduler's views as the daemon's worker builds them; the worker fills fits as tracesim does (res_pagein_fits), so these are tracesim's views (kept for run_sched.sh's worker table)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
