@@ -16,7 +16,7 @@ run() { # label, then tracesim options
     shift
     echo "== $label: $*"
     "$SIM" --policies "$POL" --label "$label" --csv "$OUT/sched_$label.csv" "$@" 2>&1 | grep -v '^lru-batch-[0-9]' || true
-    # the default again with the views the daemon's worker builds (fits unknown: no drain)
+    # the default again with the views the daemon's worker builds (it fills fits as tracesim does: the same run)
     "$SIM" --policies default --worker-views --label "$label" --csv "$OUT/worker_$label.csv" --quiet "$@" &
 }
 
@@ -76,7 +76,7 @@ echo
 echo "default against the best baseline per metric (fifo, lru, lru-batch N); ratio default/best, '*' = default worse"
 summary sched
 echo
-echo "the same, the default with the daemon's worker views (fits unknown: no drain; tracesim --worker-views)"
+echo "the same, the default with the daemon's worker views (tracesim --worker-views: it fills fits as tracesim does)"
 summary worker
 
 # Models per GPU: H200 settings (55 GB/s host-to-device, 4.8 TB/s HBM, a 120 GiB
