@@ -412,6 +412,38 @@ def function_lengths(path):
     return out
 
 
+def test_under_overload_every_stream_and_queued_request_finishes():
+    """Overload: streams on a, b and c at once (the pool holds a and one of b, c), and short requests for b
+    and c queued behind them. Preempting page-ins come one per max_wait and the model drained for one admits
+    nothing until its streams are done, so the running models shrink back to what the pool holds: every
+    request finishes (before, with every page-in past max_wait preempting and every model admitting, they
+    took pages from each other on every step: a's 400 tokens were not done in 120 s). max_stall is not kept
+    here (a running stream waits behind the page-in queued ahead of its pages: gaps of about 1 s, one copy
+    of b or c), so only completion and time are checked."""
+    d = SwapDaemon(MODELS, POOL, BANDWIDTH, scheduler="max_stall: %dms\n" % MAX_STALL_MS)
+    try:
+        for m in ("a", "b"):
+            assert d.admin_call({"op": "load", "id": "l" + m, "model": m}).get("ok")
+        t0 = time.time()
+        ss = [Stream(d, "a", 400, "a"), Stream(d, "b", 300, "b"), Stream(d, "c", 300, "c")]
+        for k in range(6):
+            time.sleep(0.5)
+            ss.append(Stream(d, "bc"[k % 2], 20, "s%d" % k))
+        for s in ss:
+            s.wait(60)
+        wall = time.time() - t0
+        st = d.stats()["models"]
+        print("   a, b, c streams and 6 short requests: all done in %.1f s; page-ins a %d, b %d, c %d; preempted "
+              "segments a %d, b %d, c %d; largest gaps a %.0f ms, b %.0f ms, c %.0f ms" % (
+                  wall, *[st[m]["total_page_ins"] for m in "abc"], *[st[m]["evictions_preemption"] for m in "abc"],
+                  *[max(g for g, _ in s.gaps()) * 1e3 for s in ss[:3]]), flush=True)
+        assert all(s.ts for s in ss), [len(s.ts) for s in ss]  # each done (wait) after its tokens
+        assert wall < gsd.scaled(60), wall
+        check_stats(d)
+    finally:
+        assert d.stop() == 0
+
+
 def test_worker_c_is_under_600_lines_and_no_worker_function_over_80():
     wdir = os.path.join(ROOT, "daemon")
     n = len(open(os.path.join(wdir, "worker.c")).read().split("\n"))
@@ -430,6 +462,7 @@ if __name__ == "__main__":
                test_running_streams_never_stall_past_max_stall,
                test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall,
                test_a_stream_does_not_stall_while_a_quota_streamed_model_runs,
-               test_pin_over_capacity_is_refused_and_no_request_is_internal]:
+               test_pin_over_capacity_is_refused_and_no_request_is_internal,
+               test_under_overload_every_stream_and_queued_request_finishes]:
         r.run(fn)
     sys.exit(r.exit_code())
