@@ -27,6 +27,15 @@ VALGRIND_SUPP = os.path.join(ROOT, "tests", "valgrind.supp")
 CAGE = os.environ.get("GPUSWAPD_CAGE") == "1"
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def cage_prefix():
     return [os.path.abspath(os.path.join(BUILD, "syscage")),
             "--unit", os.path.join(ROOT, "systemd", "gpuswapd.service.in"),

@@ -39,14 +39,6 @@ KEYS = {n: keygen(n) for n in ("alice", "bob", "carol", "dave", "eve", "frank")}
 PROXY_KEYS = {n: keygen(n) for n in ("alice",)}
 
 
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def key_entry(name, hash_, models, more=""):
     lines = ["  - name: %s" % name, "    hash: \"%s\"" % hash_, "    models: [%s]" % ", ".join('"%s"' % m for m in models)]
     lines += ["    " + l for l in more.strip().splitlines() if l.strip()]
@@ -72,7 +64,7 @@ class AuthDaemon(gsd.Daemon):
     """gsd.Daemon with listen.http, listen.tcp and metrics.listen on free loopback ports, keys required on both."""
 
     def __init__(self, entries, auth_more="max_failures: 1000"):
-        self.port, self.tcp_port, self.mport = free_port(), free_port(), free_port()
+        self.port, self.tcp_port, self.mport = gsd.free_port(), gsd.free_port(), gsd.free_port()
         self.entries, self.auth_more = entries, auth_more
         super().__init__(MODELS + [SLOW], memory="128MiB", page="2MiB",
                          listen="http: 127.0.0.1:%d\ntcp: 127.0.0.1:%d" % (self.port, self.tcp_port),

@@ -29,13 +29,6 @@ CLIENTS = 6
 STATS_LOCK = threading.Lock()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def zipf_weights(n, s=ZIPF_S):
     return [1.0 / (k + 1) ** s for k in range(n)]
@@ -269,8 +262,8 @@ class Fleet:
         return path
 
     def start_affinity(self):
-        self.proxy_port = free_port()
-        ports = [free_port() for _ in range(HOSTS)]
+        self.proxy_port = gsd.free_port()
+        ports = [gsd.free_port() for _ in range(HOSTS)]
         fy = self.fleet_yaml(self.proxy_port, ports)
         self.out = os.path.join(TMP, "rendered")
         p = subprocess.run([GPUSWAP, "fleet", "render", fy, "--out", self.out], capture_output=True,
@@ -295,10 +288,10 @@ class Fleet:
 
     def start_round_robin(self):
         """The same 3 hosts' pools, each configured with all 12 models, round-robin."""
-        self.rr_port = free_port()
+        self.rr_port = gsd.free_port()
         self.rr_hosts = []
         for i in range(HOSTS):
-            port = free_port()
+            port = gsd.free_port()
             run = os.path.join(TMP, "rr-h%d" % i)
             os.makedirs(run, exist_ok=True)
             text = open(os.path.join(self.out, "hosts", "h%d" % i, "gpuswapd.yaml")).read()

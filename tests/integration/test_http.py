@@ -28,19 +28,11 @@ POOL = "4MiB"  # holds two of MODELS: three of them evict
 PROMPTS = ["Once upon a time", "The cat", "hello world"]
 
 
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class HttpDaemon(gsd.Daemon):
     """gsd.Daemon with listen.http on a free loopback port (and more listen keys)."""
 
     def __init__(self, models, listen="", **kw):
-        self.port = free_port()
+        self.port = gsd.free_port()
         super().__init__(models, listen="http: 127.0.0.1:%d\n%s" % (self.port, listen), **kw)
         deadline = time.time() + gsd.scaled(10)
         while True:
@@ -658,7 +650,7 @@ class GatewayDaemon(HttpDaemon):
     """HttpDaemon with metrics.vllm_compat, metrics.listen and copies throttled to bw."""
 
     def __init__(self, models, bw, **kw):
-        self.metrics_port, self.bw = free_port(), bw
+        self.metrics_port, self.bw = gsd.free_port(), bw
         super().__init__(models, extra="metrics:\n  vllm_compat: true\n  listen: 127.0.0.1:%d\n"
                          % self.metrics_port, **kw)
 

@@ -2,7 +2,6 @@
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,14 +16,6 @@ SHAPE = "--dim 256 --layers 8 --heads 4 --kv-heads 2 --ff 512 --vocab 400 --seed
 MODELS = [("mix", gsd.mkmodel(os.path.join(TMP, "mix.gguf"), "--type q4_k_m " + SHAPE), ""),
           ("half", gsd.mkmodel(os.path.join(TMP, "half.gguf"), "--type f16 " + SHAPE), "")]
 WANT = {"mix": {"f32": 17, "q4_k": 49, "q6_k": 9}, "half": {"f32": 17, "f16": 58}}
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(port, path):
@@ -55,7 +46,7 @@ def file_bytes_per_param(path):
 
 
 def test_tensor_types_and_bytes_per_param_on_every_surface():
-    port = free_port()
+    port = gsd.free_port()
     d = gsd.Daemon(MODELS, memory="8MiB", listen="http: 127.0.0.1:%d" % port)
     try:
         c = d.client()

@@ -2,7 +2,6 @@
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,15 +17,7 @@ PP, FP = 1.5, 0.75  # presence_penalty, frequency_penalty of the penalised runs
 GPUSWAP = os.path.join(gsd.BUILD, "gpuswap")
 
 
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-PORT = free_port()
+PORT = gsd.free_port()
 # "plain" has the built-in defaults; "pen" is the same file with the penalties as its config defaults
 MODELS = [("plain", PATH, "defaults:\n  temperature: 0"),
           ("pen", PATH, "defaults:\n  temperature: 0\n  presence_penalty: %g\n  frequency_penalty: %g" % (PP, FP))]

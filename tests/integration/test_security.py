@@ -25,14 +25,6 @@ OTHER_GID = 4242  # a group nobody is not in
 scaled = getattr(gsd, "scaled", lambda seconds: seconds)
 
 
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class SecDaemon(gsd.Daemon):
     """gsd.Daemon with extra listen/admin keys, optionally HTTP and TCP listeners on free
     loopback ports; rewrite() changes the admin keys for a reload."""
@@ -40,8 +32,8 @@ class SecDaemon(gsd.Daemon):
     def __init__(self, models, listen="", admin="", http=False, tcp=False, tmp=None, **kw):
         self.listen_extra = listen
         self.admin_extra = admin
-        self.port = free_port() if http else None
-        self.tcp_port = free_port() if tcp else None
+        self.port = gsd.free_port() if http else None
+        self.tcp_port = gsd.free_port() if tcp else None
         self.kw = kw
         if tmp is None:
             tmp = gsd.tmpdir(prefix="gsd-sec-")

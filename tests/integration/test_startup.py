@@ -131,7 +131,7 @@ def test_a_thousand_simultaneous_tcp_connects_are_all_answered():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 1200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    port = free_port()
+    port = gsd.free_port()
     d = gsd.Daemon([("m", MODEL, "")], memory="4MiB", listen="tcp: 127.0.0.1:%d" % port)
     try:
         deadline = time.time() + gsd.scaled(10)  # the TCP listener comes up after the unix sockets
@@ -155,13 +155,6 @@ def test_a_thousand_simultaneous_tcp_connects_are_all_answered():
     finally:
         assert d.stop() == 0
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 if __name__ == "__main__":

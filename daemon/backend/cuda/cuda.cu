@@ -876,6 +876,37 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, size_t n_t
     }
 }
 
+/* acc[j] += dot(wv[0 .. E), x[j][i .. i + E)) for the first nt of MM_TOK
+ * tokens (the GEMV kernels' inner step, whatever decoded the weights). */
+template <int E>
+__device__ __forceinline__ void acc_tokens(const float *wv, const float *xt, size_t xs, size_t i,
+                                           uint32_t nt, float *acc)
+{
+#pragma unroll
+    for (int j = 0; j < MM_TOK; j++) {
+        if ((uint32_t)j < nt) {
+            const float *xp = xt + (size_t)j * xs + i;
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < E; k++)
+                s += wv[k] * xp[k];
+            acc[j] += s;
+        }
+    }
+}
+
+/* y[t0 + j][r] = the warp's sum of acc[j] for the first nt tokens (lane 0 writes). */
+__device__ __forceinline__ void gemv_store(const float *acc, unsigned lane, uint32_t nt, float *y,
+                                           size_t ys, uint32_t t0, size_t r)
+{
+#pragma unroll
+    for (int j = 0; j < MM_TOK; j++) {
+        const float s = warp_sum(acc[j]);
+        if (lane == 0 && (uint32_t)j < nt)
+            y[(size_t)(t0 + j) * ys + r] = s;
+    }
+}
+
 /* acc[j] += dot(the E weights in raw, x[j][i .. i + E)) for the first nt
  * tokens: raw is one 16-byte load of F32 (E = 4) or F16/BF16 (E = 8). */
 template <int WT>
@@ -895,17 +926,7 @@ __device__ __forceinline__ void gemv_acc16(const uint4 raw, const float *xt, siz
             wv[2 * k + 1] = WT == GGUF_T_F16 ? f16_to_f32(b) : bf16_to_f32(b);
         }
     }
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++) {
-        if ((uint32_t)j < nt) {
-            const float *xp = xt + (size_t)j * xs + i;
-            float s = 0.0f;
-#pragma unroll
-            for (int k = 0; k < E; k++)
-                s += wv[k] * xp[k];
-            acc[j] += s;
-        }
-    }
+    acc_tokens<E>(wv, xt, xs, i, nt, acc);
 }
 
 /* y[t][r] = dot(W row r, x[t]): one warp per output row and MM_TOK tokens,
@@ -973,12 +994,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
                     acc[j] += wv * xt[(size_t)j * xs + i];
         }
     }
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++) {
-        const float s = warp_sum(acc[j]);
-        if (lane == 0 && (uint32_t)j < nt)
-            y[(size_t)(t0 + j) * ys + r] = s;
-    }
+    gemv_store(acc, lane, nt, y, ys, t0, r);
 }
 
 /* dst (n_tok, n) dense = x (n_tok rows, stride xs) rounded to F16/BF16. */

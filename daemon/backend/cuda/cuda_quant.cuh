@@ -219,23 +219,6 @@ __global__ void k_embed_q(const uint8_t *tab, size_t row_bytes, uint32_t n, cons
     }
 }
 
-/* acc[j] += dot(wv, x[j][i .. i + 8)) for the first nt tokens. */
-__device__ __forceinline__ void qk_acc8(const float *wv, const float *xt, size_t xs, size_t i,
-                                        uint32_t nt, float *acc)
-{
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++) {
-        if ((uint32_t)j < nt) {
-            const float *xp = xt + (size_t)j * xs + i;
-            float s = 0.0f;
-#pragma unroll
-            for (int k = 0; k < QK_CHUNK; k++)
-                s += wv[k] * xp[k];
-            acc[j] += s;
-        }
-    }
-}
-
 /* y[t][r] = dot(W row r, x[t]) as k_gemv: one warp per row and MM_TOK
  * tokens, F32 activations and accumulation. Lane l decodes chunks of 8
  * elements at l * 8 + 256 u (a warp step covers 256 elements, one K block
@@ -266,19 +249,14 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
             qk_row8<WT>(row, i + u * STEP, wv[u]);
 #pragma unroll
         for (int u = 0; u < MM_LOADS; u++)
-            qk_acc8(wv[u], xt, xs, i + u * STEP, nt, acc);
+            acc_tokens<QK_CHUNK>(wv[u], xt, xs, i + u * STEP, nt, acc);
     }
     for (; i < n_in; i += STEP) {
         float wv[QK_CHUNK];
         qk_row8<WT>(row, i, wv);
-        qk_acc8(wv, xt, xs, i, nt, acc);
+        acc_tokens<QK_CHUNK>(wv, xt, xs, i, nt, acc);
     }
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++) {
-        const float s = warp_sum(acc[j]);
-        if (lane == 0 && (uint32_t)j < nt)
-            y[(size_t)(t0 + j) * ys + r] = s;
-    }
+    gemv_store(acc, lane, nt, y, ys, t0, r);
 }
 
 /* dst (n_rows, n_in) dense F16 = rows of W (row_bytes apart) decoded. */
