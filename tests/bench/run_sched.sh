@@ -16,8 +16,6 @@ run() { # label, then tracesim options
     shift
     echo "== $label: $*"
     "$SIM" --policies "$POL" --label "$label" --csv "$OUT/sched_$label.csv" "$@" 2>&1 | grep -v '^lru-batch-[0-9]' || true
-    # the default again with the views the daemon's worker builds (it fills fits as tracesim does: the same run)
-    "$SIM" --policies default --worker-views --label "$label" --csv "$OUT/worker_$label.csv" --quiet "$@" &
 }
 
 # Synthetic: Zipf 1.0 and uniform popularity, 4 and 12 models (Llama-3-8B-shaped
@@ -45,17 +43,15 @@ if [ -f "$TRACE" ]; then
     run llm-trace-zipf1.0-m12 --llm-trace "$TRACE" --models 12 --max-context 8192
 fi
 
-# default (from DEFS: sched_ = tracesim's views, worker_ = the worker's) against the best baseline per metric
+# default against the best baseline per metric
 summary() {
-    local defs=$1
     printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n' scenario load "pi def" "pi best" ratio \
         "ttft99 d" "best" ratio "e2e99 d" "best" ratio
     for f in "$OUT"/sched_*.csv; do
         case $f in */sched_mpg_*) continue ;; esac # models per GPU: below (a rerun finds them here)
-        d=$OUT/${defs}_${f#"$OUT"/sched_}
         awk -F, 'FNR == 1 { file++ } FNR > 1 && $4 != "belady" && $4 != "lru-batch-best" {
             k = $1 SUBSEP $2
-            if ($4 == "default") { if (file == 2) { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19 }; next }
+            if ($4 == "default") { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
             if (!(k in bpi) || $8 + 0 < bpi[k]) bpi[k] = $8 + 0
             if (!(k in bt) || $16 + 0 < bt[k]) bt[k] = $16 + 0
             if (!(k in be) || $19 + 0 < be[k]) be[k] = $19 + 0
@@ -68,16 +64,12 @@ summary() {
                     dpi[k], bpi[k], r1, (r1 > 1 ? "*" : " "), dt[k], bt[k], r2, (r2 > 1 ? "*" : " "),
                     de[k], be[k], r3, (r3 > 1 ? "*" : " ")
             }
-        }' "$f" "$d" | sort
+        }' "$f" | sort
     done
 }
-wait # the worker-views runs
 echo
 echo "default against the best baseline per metric (fifo, lru, lru-batch N); ratio default/best, '*' = default worse"
-summary sched
-echo
-echo "the same, the default with the daemon's worker views (tracesim --worker-views: it fills fits as tracesim does)"
-summary worker
+summary
 
 # Models per GPU: H200 settings (55 GB/s host-to-device, 4.8 TB/s HBM, a 120 GiB
 # pool), Llama-3-8B-shaped models at 0.1 req/s each, uniform, the most models whose
@@ -86,12 +78,10 @@ summary worker
 H200="--h2d-gbs 55 --hbm-gbs 4800 --pool-gib 120 --models-per-gpu 0.1 --mpg-step 5 --duration ${MPG_DURATION:-300}"
 echo
 echo "== models per GPU within p99 TTFT 2 s (H200 settings, 8B at 0.1 req/s each, uniform; synthetic tokens, and -trace: tokens from the real hour)"
-mpg() { # label, then tracesim options: every policy, and the default with the worker's views
+mpg() { # label, then tracesim options: every policy
     local label=$1
     shift
     "$SIM" $H200 "$@" --label "$label" --policies default,fifo,lru,lru-batch --csv "$OUT/sched_mpg_$label.csv" --quiet
-    "$SIM" $H200 "$@" --label "$label" --policies default --worker-views --quiet --no-header |
-        sed 's/,default,/,default-worker-views,/' >> "$OUT/sched_mpg_$label.csv"
 }
 mpg bf16 --wbytes 2 --mpg-max 60
 mpg q4km --wbytes 0.60625 --mpg-max 120

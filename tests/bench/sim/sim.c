@@ -313,6 +313,8 @@ typedef struct sim_seq {
     seq_state_t state;
     kv_seq_t *kv;
     uint32_t n_gen;
+    int parked;             /* its cache was given back when the pool ran short (the worker's
+                               seq_park): the next pass that gets the pages recomputes it */
     int swapped;            /* its first step paged weights in (the worker's "swapped") */
     double t_first, t_done; /* virtual s */
     struct sim *host;       /* the host it was routed to */
@@ -368,6 +370,7 @@ typedef struct sim {
     uint64_t loads, steps;
     size_t failed;
     int inconsistent; /* a model's active count disagreed with its list */
+    uint64_t recomputes; /* sequences parked (cache given back), recomputed later */
 } sim_t;
 
 static double now(const sim_t *S)
@@ -668,7 +671,7 @@ static void pop_waiting(sim_t *S, int mi)
 /* ------------------------------------------------------------------ one step */
 
 /* The worker's can_admit: the next queued request of mi would get its KV
- * cache now (submission made sure prompt + output fits the context). */
+ * cache now (it grows page by page: admission needs the prompt's pages). */
 static int can_admit(sim_t *S, int mi)
 {
     sim_seq_t *s = peek_waiting(S, mi);
@@ -676,8 +679,60 @@ static int can_admit(sim_t *S, int mi)
         return 0;
     if (S->n_active == 0)
         return 1; /* nothing to wait for: admission decides */
+    return res_kv_bytes_model(S->res, S->m[mi]->rm, s->rq->prompt + 1) <=
+           res_kv_available_for(S->res, S->m[mi]->rm);
+}
+
+/* Whether a sequence other than me holds a KV cache (the worker's
+ * kv_held_by_others: waiting for pages can help only then). */
+static int kv_held_by_others(const sim_t *S, const sim_seq_t *me)
+{
+    for (int i = 0; i < S->n_m; i++)
+        for (const sim_seq_t *s = S->m[i]->active; s; s = s->next)
+            if (s != me && s->kv)
+                return 1;
+    return 0;
+}
+
+/* The worker's seq_park: the pool ran short for s's next position; its
+ * cache goes back (it stays active, recomputed when pages are back) unless
+ * nobody else holds one: then it fails. 1 if it failed. */
+static int seq_park(sim_t *S, vmodel_t *m, sim_seq_t *s)
+{
+    if (!kv_held_by_others(S, s)) {
+        seq_end(S, m, s, SEQ_FAILED);
+        return 1;
+    }
+    res_kv_free(S->res, s->kv);
+    s->kv = NULL;
+    s->parked = 1;
+    S->recomputes++;
+    return 0;
+}
+
+/* The worker's seq_unpark: a cache for prompt + generated tokens again. */
+static void seq_unpark(sim_t *S, vmodel_t *m, sim_seq_t *s, uint32_t ctx)
+{
+    char err[256];
     uint32_t n_ctx = s->rq->prompt + s->rq->output;
-    return res_kv_bytes_for(S->res, &S->m[mi]->sm->model->hp, n_ctx) <= res_kv_available(S->res);
+    if (res_kv_new(S->res, m->rm, n_ctx < ctx ? n_ctx : ctx, &s->kv, err, sizeof err) ||
+        res_kv_ensure(S->res, s->kv, s->rq->prompt + s->n_gen + 1, err, sizeof err)) {
+        if (s->kv)
+            res_kv_free(S->res, s->kv);
+        s->kv = NULL;
+        if (!kv_held_by_others(S, s))
+            seq_end(S, m, s, SEQ_FAILED);
+        return;
+    }
+    s->parked = 0;
+}
+
+static int has_parked(const vmodel_t *m)
+{
+    for (const sim_seq_t *s = m->active; s; s = s->next)
+        if (s->parked)
+            return 1;
+    return 0;
 }
 
 /* Wait for segment seg through residency's hook, then spend dt of compute. */
@@ -707,6 +762,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
     }
     uint32_t ctx = m->ctx;
     sim_seq_t *fresh = NULL, **fresh_tail = &fresh;
+    if (has_parked(m))
+        admit = 0; /* parked sequences get the pages first */
     for (uint32_t k = 0; k < admit; k++) {
         sim_seq_t *s = peek_waiting(S, mi);
         if (!s)
@@ -714,9 +771,10 @@ static void step(sim_t *S, int mi, uint32_t admit)
         uint32_t n_ctx = s->rq->prompt + s->rq->output;
         if (n_ctx > ctx)
             n_ctx = ctx;
-        /* the whole cache is mapped at admission, as the worker does */
+        /* the prompt's pages mapped, as the worker does (the cache grows
+         * page by page from there) */
         if (res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
-            res_kv_ensure(S->res, s->kv, n_ctx, err, sizeof err)) {
+            res_kv_ensure(S->res, s->kv, s->rq->prompt + 1, err, sizeof err)) {
             if (s->kv)
                 res_kv_free(S->res, s->kv);
             s->kv = NULL;
@@ -735,10 +793,14 @@ static void step(sim_t *S, int mi, uint32_t admit)
     /* end the admitted list: the last one's link still points into the
      * pending list when only some pending requests were admitted */
     *fresh_tail = NULL;
+    /* grow by one position, parking what the pool cannot grow, bringing
+     * parked sequences back (the worker's step_join) */
     for (sim_seq_t *s = m->active, *nx; s; s = nx) {
         nx = s->next;
-        if (res_kv_ensure(S->res, s->kv, s->kv->n_past + 1, err, sizeof err))
-            seq_end(S, m, s, SEQ_FAILED);
+        if (s->parked)
+            seq_unpark(S, m, s, ctx);
+        else if (res_kv_ensure(S->res, s->kv, s->kv->n_past + 1, err, sizeof err))
+            seq_park(S, m, s);
     }
     uint32_t n_fresh = 0;
     for (sim_seq_t *s = fresh; s; s = s->next)
@@ -761,14 +823,22 @@ static void step(sim_t *S, int mi, uint32_t admit)
         res_release(S->res, m->rm);
         return;
     }
-    /* the pass: tokens, sequences and KV positions read */
-    double toks = 0, kv_pos = 0;
+    /* the pass: tokens, sequences and KV positions read (a fresh sequence
+     * prefills its prompt, one brought back from parking its prompt and the
+     * tokens it generated) */
+    double toks = 0, kv_pos = 0, nseq = 0;
     for (sim_seq_t *s = m->active; s; s = s->next) {
-        uint32_t nt = s->kv->n_past == 0 ? s->rq->prompt : 1;
+        if (s->parked)
+            continue;
+        uint32_t nt = s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
         toks += nt;
         kv_pos += s->kv->n_past + nt;
+        nseq++;
     }
-    double nseq = m->n_active;
+    if (nseq == 0) { /* every sequence waits for pages */
+        res_release(S->res, m->rm);
+        return;
+    }
     fwd_hooks_t h = res_hooks(m->rm);
     uint32_t L = m->si.n_layer;
     double lt = layer_time(S->c, &m->si, toks, kv_pos / L);
@@ -782,7 +852,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
         rc = seg_run(S, &h, FWD_SEG_HEAD(L), head_time(S->c, &m->si, nseq));
     if (!rc)
         for (sim_seq_t *s = m->active; s; s = s->next)
-            s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt : 1;
+            if (!s->parked)
+                s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
     res_release(S->res, m->rm);
     S->steps++;
     if (!rc)
@@ -801,6 +872,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
             seq_end(S, m, s, SEQ_FAILED);
             continue;
         }
+        if (s->parked)
+            continue;
         if (s->n_gen == 0 && (paged || cold))
             s->swapped = 1;
         if (++s->n_gen == 1)
@@ -878,28 +951,25 @@ static int pagein_start(sim_t *S, int mi)
     return pagein_poll(S, mi) == 0;
 }
 
-/* Pages the KV caches of the work queued will take when admitted (each
- * model's next max_batch - n_active requests, counted at its head's size). */
-static size_t kv_reserve_pages(sim_t *S)
+/* The worker's fill_fits: the views' fits of the cold models with work,
+ * res_pagein_fits beside the KV caches (prompt pages: caches grow as
+ * sequences advance) of the requests each model could admit now. */
+static void fill_fits(sim_t *S)
 {
-    size_t bytes = 0;
+    size_t reserve = 0;
     for (int i = 0; i < S->n_m; i++) {
         vmodel_t *m = S->m[i];
-        uint32_t q = sched_queued(S->sched, i);
-        uint32_t room = m->n_active < S->c->max_batch ? S->c->max_batch - m->n_active : 0;
-        sim_seq_t *h = q ? peek_waiting(S, i) : NULL;
-        if (h)
-            bytes += (q < room ? q : room) *
-                     res_kv_bytes_for(S->res, &m->sm->model->hp, h->rq->prompt + h->rq->output);
+        sim_seq_t *h = peek_waiting(S, i);
+        if (!h)
+            continue;
+        uint32_t q = sched_queued(S->sched, i), mb = S->views[i].max_batch;
+        uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
+        reserve += (size_t)(q < room ? q : room) * res_kv_bytes_model(S->res, m->rm, h->rq->prompt + 1);
     }
-    return (bytes + S->c->page_size - 1) / S->c->page_size;
-}
-
-/* The view's fits for cold model mi: its missing pages fit in the free
- * pages plus those of models nobody has work for, beside the KV reserve. */
-static int pagein_fits(sim_t *S, int mi, size_t spare)
-{
-    return missing_pages(S, S->m[mi]) <= spare ? 1 : -1;
+    for (int i = 0; i < S->n_m; i++)
+        if (!S->views[i].resident && !S->views[i].loading &&
+            (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
+            S->views[i].fits = res_pagein_fits(S->res, S->m[i]->rm, reserve);
 }
 
 /* The worker's round: page-ins, views, sched_next, one step or a page-in
@@ -954,19 +1024,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
         };
         res_set_wanted(m->rm, work);
     }
-    /* fits, for the cold models with work: pages free or held by models
-     * without work (the worker fills it the same way, res_pagein_fits) */
-    {
-        size_t spare = free_pages(S), reserve = kv_reserve_pages(S);
-        for (int i = 0; i < S->n_m; i++)
-            if (S->m[i]->n_active == 0 && sched_queued(S->sched, i) == 0)
-                spare += res_weight_bytes(S->m[i]->rm) / S->c->page_size;
-        spare = spare > reserve ? spare - reserve : 0;
-        for (int i = 0; i < S->n_m; i++)
-            if (!S->views[i].resident && !S->views[i].loading &&
-                (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
-                S->views[i].fits = pagein_fits(S, i, spare);
-    }
+    fill_fits(S);
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
     int stepped = 0;
@@ -1503,6 +1561,7 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         vb_stats_t vs;
         vb_get_stats(S->vb, &vs);
         out->failed += S->failed;
+        out->recomputes += S->recomputes;
         out->steps += S->steps;
         out->model_loads += S->loads;
         busy += S->busy_s;

@@ -66,8 +66,6 @@ typedef struct sim_cfg {
     uint32_t max_context;       /* per sequence */
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
-    int worker_views;           /* default: views as the daemon's worker builds them (it fills
-                                   fits as tracesim does: the same views) */
     sim_cost_t cost;
     double slo_ttft_s; /* a request meets the SLO when its TTFT is below this */
     FILE *dump;        /* (optional) one CSV line per request and run: borrowed */
@@ -106,6 +104,7 @@ typedef struct sim_result {
     uint64_t host_blocks; /* evictions that waited for a copy in flight */
     uint64_t preempted;   /* segments evicted from models with paused sequences (live KV) */
     uint64_t active_left; /* sequences still counted active at the end (must be 0) */
+    uint64_t recomputes;  /* sequences whose KV cache went back when the pool ran short */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device

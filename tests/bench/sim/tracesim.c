@@ -52,7 +52,6 @@ typedef struct args {
     unsigned max_batch, max_context;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
-    int worker_views;
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
@@ -140,8 +139,6 @@ static const opt_t opts[] = {
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
-    {"worker-views", OPT_FLAG, A(worker_views), NULL,
-     "default: the scheduler's views as the daemon's worker builds them; the worker fills fits as tracesim does (res_pagein_fits), so these are tracesim's views (kept for run_sched.sh's worker table)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
     {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
     {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
@@ -347,7 +344,6 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
-    c->worker_views = a->worker_views;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
@@ -644,7 +640,7 @@ static const char *const csv_header =
     "workload,load,rate_rps,policy,requests,completed,failed,page_ins,model_loads,bytes_in,"
     "belady_own,belady_k,gpu_busy,copy_busy,ttft_p50_s,ttft_p99_s,ttft_max_s,e2e_p50_s,"
     "e2e_p99_s,e2e_max_s,slo_frac,steps,makespan_s,violations,host_blocks,preempted,"
-    "throughput_rps,hosts,host_models\n";
+    "throughput_rps,hosts,host_models,kv_recomputes\n";
 
 /* What a row compares: the policy, or in a fleet the router. */
 static const char *row_name(const row_t *w)
@@ -666,7 +662,7 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
     const sim_result_t *r = &w->r;
     fprintf(f,
             "%s,%.4g,%.6g,%s,%zu,%zu,%zu,%llu,%llu,%llu,%llu,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
-            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d\n",
+            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d,%llu\n",
             wl, w->load, w->rate, row_name(w), r->requests, r->completed, r->failed,
             (unsigned long long)r->page_ins, (unsigned long long)r->model_loads,
             (unsigned long long)r->bytes_in, (unsigned long long)r->belady_own, r->belady_k,
@@ -675,7 +671,7 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
             (unsigned long long)r->violations, (unsigned long long)r->host_blocks,
             (unsigned long long)r->preempted,
             r->makespan_s > 0 ? (double)r->completed / r->makespan_s : NAN,
-            w->route >= 0 ? w->hosts : 1, w->host_models);
+            w->route >= 0 ? w->hosts : 1, w->host_models, (unsigned long long)r->recomputes);
 }
 
 static void table_head(FILE *f)
