@@ -629,13 +629,15 @@ double wk_round(wk_t *w)
     build_views(w, views, -1);
     sched_plan_t plan;
     sched_next(w->sched, now, views, &plan);
+    /* the prefetch first: its copies run while the step computes (after a
+     * step they would start a whole step late: a long prefill's worth) */
+    if (plan.prefetch >= 0)
+        prefetch(w, plan.prefetch, now);
     int stepped = 0;
     if (plan.model >= 0 &&
         (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
         step(w, plan.model, plan.admit);
         stepped = 1;
     }
-    if (plan.prefetch >= 0)
-        prefetch(w, plan.prefetch, wk_now());
     return stepped ? 0 : nap;
 }

@@ -1027,13 +1027,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
     fill_fits(S);
     sched_plan_t plan;
     sched_next(S->sched, now(S), S->views, &plan);
-    int stepped = 0;
-    if (plan.model >= 0 && (S->views[plan.model].resident || pagein_start(S, plan.model))) {
-        step(S, plan.model, plan.admit);
-        stepped = 1;
-    } else if (plan.model >= 0) {
-        *started = S->m[plan.model]->paging_since > 0;
-    }
+    /* the prefetch first, as the worker: its copies run during the step */
     if (plan.prefetch >= 0 && S->m[plan.prefetch]->paging_since == 0) {
         vmodel_t *pm = S->m[plan.prefetch];
         pagein_more(S, pm, RES_EVICT_UNWANTED);
@@ -1041,6 +1035,13 @@ static int round_plan(sim_t *S, double *nap, int *started)
             pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
             pm->paging_evict = RES_EVICT_UNWANTED;
         }
+    }
+    int stepped = 0;
+    if (plan.model >= 0 && (S->views[plan.model].resident || pagein_start(S, plan.model))) {
+        step(S, plan.model, plan.admit);
+        stepped = 1;
+    } else if (plan.model >= 0) {
+        *started = S->m[plan.model]->paging_since > 0;
     }
     /* nothing stepped: the loop waits until a page-in may end */
     *nap = INFINITY;
