@@ -369,7 +369,7 @@ typedef struct sim {
     double busy_s;
     uint64_t loads, steps;
     size_t failed;
-    int inconsistent; /* a model's active count disagreed with its list */
+    int inconsistent;    /* a model's active count disagreed with its list */
     uint64_t recomputes; /* sequences parked (cache given back), recomputed later */
 } sim_t;
 
@@ -964,7 +964,8 @@ static void fill_fits(sim_t *S)
             continue;
         uint32_t q = sched_queued(S->sched, i), mb = S->views[i].max_batch;
         uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
-        reserve += (size_t)(q < room ? q : room) * res_kv_bytes_model(S->res, m->rm, h->rq->prompt + 1);
+        reserve +=
+            (size_t)(q < room ? q : room) * res_kv_bytes_model(S->res, m->rm, h->rq->prompt + 1);
     }
     for (int i = 0; i < S->n_m; i++)
         if (!S->views[i].resident && !S->views[i].loading &&
