@@ -953,24 +953,30 @@ static int pagein_start(sim_t *S, int mi)
 
 /* The worker's fill_fits: the views' fits of the cold models with work,
  * res_pagein_fits beside the KV caches (prompt pages: caches grow as
- * sequences advance) of the requests each model could admit now. */
+ * sequences advance) of the requests the models on the device (or coming)
+ * could admit, and its own. */
+/* The KV pages (prompt + 1 each) of the requests model i could admit. */
+static size_t queued_kv(sim_t *S, int i)
+{
+    vmodel_t *m = S->m[i];
+    sim_seq_t *h = peek_waiting(S, i);
+    if (!h)
+        return 0;
+    uint32_t q = sched_queued(S->sched, i), mb = S->views[i].max_batch;
+    uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
+    return (size_t)(q < room ? q : room) * res_kv_bytes_model(S->res, m->rm, h->rq->prompt + 1);
+}
+
 static void fill_fits(sim_t *S)
 {
     size_t reserve = 0;
-    for (int i = 0; i < S->n_m; i++) {
-        vmodel_t *m = S->m[i];
-        sim_seq_t *h = peek_waiting(S, i);
-        if (!h)
-            continue;
-        uint32_t q = sched_queued(S->sched, i), mb = S->views[i].max_batch;
-        uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
-        reserve +=
-            (size_t)(q < room ? q : room) * res_kv_bytes_model(S->res, m->rm, h->rq->prompt + 1);
-    }
+    for (int i = 0; i < S->n_m; i++)
+        if (S->views[i].resident || S->views[i].loading)
+            reserve += queued_kv(S, i);
     for (int i = 0; i < S->n_m; i++)
         if (!S->views[i].resident && !S->views[i].loading &&
             (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
-            S->views[i].fits = res_pagein_fits(S->res, S->m[i]->rm, reserve);
+            S->views[i].fits = res_pagein_fits(S->res, S->m[i]->rm, reserve + queued_kv(S, i));
 }
 
 /* The worker's round: page-ins, views, sched_next, one step or a page-in
