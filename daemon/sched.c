@@ -11,6 +11,8 @@
  * (memcheck: 20-50x); and one such preempting page-in per hold at most. */
 #define SCHED_HOLD_WAITS 1.0
 #define SCHED_HOLD_STEPS 100.0
+/* above any urgency of a request within max_wait */
+#define SCHED_URGENCY_LATE 1e12
 
 typedef struct mqueue {
     sched_item_t *head, *tail;
@@ -245,11 +247,18 @@ static void plan_fifo(sched_t *s, const sched_model_view_t *v, sched_plan_t *p)
     p->admit = k;
 }
 
+/* Which cold model pages in first: one whose oldest request waited past
+ * max_wait before any other, the oldest such first (the starvation bound's
+ * order: ranked by queue depth too, popular models' deep queues overtook
+ * the old requests of others: 12 models alike at 60% load, p99 TTFT 36.6 s this
+ * way against 44.5 s); below max_wait, wait x priority x sqrt(queue depth). */
 static double urgency(const sched_t *s, const sched_model_view_t *v, int m, double now)
 {
     double wait = s->q[m].head ? now - s->q[m].head->t_arrival : 0.0;
     double depth = (double)s->q[m].n + v[m].n_active;
     double prio = v[m].priority > 0 ? v[m].priority : 1.0;
+    if (wait > s->cfg.max_wait_s)
+        return SCHED_URGENCY_LATE + wait * prio;
     return (wait + 1e-3) * prio * sqrt(depth > 0 ? depth : 1.0);
 }
 

@@ -234,6 +234,66 @@ Test(sched, a_loading_model_is_not_stepped_and_resident_ones_run_meanwhile)
     sched_free(s);
 }
 
+Test(sched, past_max_wait_the_oldest_request_pages_in_before_a_deeper_younger_queue)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    c.queue_limit = 8;
+    c.max_queued = 16;
+    sched_t *s = sched_new(&c, 3);
+    sched_model_view_t v[3];
+    views_init(v, 3);
+    /* model 1: one request 3 s old; model 2: six requests 1.9 s old */
+    sched_submit(s, item(1, 0.0));
+    for (int k = 0; k < 6; k++)
+        sched_submit(s, item(2, 1.1));
+    sched_plan_t p;
+    sched_next(s, 3.0, v, &p);
+    cr_assert_eq(p.model, 1, "past max_wait the oldest request goes first (got %d)", p.model);
+    /* both within max_wait: the deeper queue (wait x sqrt(depth)) first */
+    drain(s, 3);
+    sched_free(s);
+    s = sched_new(&c, 3);
+    sched_submit(s, item(1, 0.0));
+    for (int k = 0; k < 6; k++)
+        sched_submit(s, item(2, 0.5));
+    sched_next(s, 1.5, v, &p);
+    cr_assert_eq(p.model, 2, "within max_wait the deeper queue first (got %d)", p.model);
+    drain(s, 3);
+    sched_free(s);
+}
+
+Test(sched, no_prefetch_while_a_page_in_is_under_way_or_starts_with_the_plan)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 4);
+    sched_model_view_t v[4];
+    views_init(v, 4);
+    v[0].resident = 1;
+    v[0].n_active = 1;
+    v[1].fits = 1;
+    v[2].fits = 1;
+    sched_submit(s, item(1, 0.0));
+    sched_submit(s, item(2, 0.1));
+    sched_plan_t p;
+    sched_next(s, 0.5, v, &p);
+    cr_assert_eq(p.model, 0);
+    cr_assert_eq(p.prefetch, 1, "the resident model steps and the oldest cold one is prefetched");
+    v[1].loading = 1;
+    sched_next(s, 0.6, v, &p);
+    cr_assert_eq(p.model, 0);
+    cr_assert_eq(p.prefetch, -1, "no second page-in while one is under way (got %d)", p.prefetch);
+    /* nothing resident has work: the plan is itself a page-in, and no
+     * prefetch starts beside it */
+    v[1].loading = 0;
+    v[0].n_active = 0;
+    sched_next(s, 0.7, v, &p);
+    cr_assert(p.model == 1 || p.model == 2);
+    cr_assert(p.switched);
+    cr_assert_eq(p.prefetch, -1, "no prefetch beside a page-in (got %d)", p.prefetch);
+    drain(s, 4);
+    sched_free(s);
+}
+
 Test(sched, a_resident_models_new_request_steps_in_another_models_quantum)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
