@@ -72,6 +72,8 @@ struct res {
     double L;             /* GreedyDual inflation value */
     res_model_t *models;
     size_t kv_bytes;       /* KV pages mapped, all models */
+    int n_kv_reserve;      /* models with a kv_reserve (update_headroom): res_kv_available_for
+                              walks the models only when there are any */
     size_t headroom;       /* bytes kept free of KV: the largest model wholly resident
                                 (image, or its gpu_quota when smaller) */
     size_t headroom_min;   /* the most any model needs to run at all (embedding +
@@ -101,6 +103,7 @@ static size_t min_run_bytes(const store_model_t *sm)
 static void update_headroom(res_t *r)
 {
     r->headroom = 0;
+    r->n_kv_reserve = 0;
     /* room for the largest model to be wholly resident (within its quota):
      * with less, paused KV caches can force a running model to re-stream its
      * layers every step (seen in the trace simulator at full load) */
@@ -114,6 +117,7 @@ static void update_headroom(res_t *r)
             r->headroom = b;
         if (min_run_bytes(m->sm) > r->headroom_min)
             r->headroom_min = min_run_bytes(m->sm);
+        r->n_kv_reserve += m->cfg.kv_reserve > 0;
     }
 }
 
@@ -131,7 +135,7 @@ size_t res_kv_available(const res_t *r)
 size_t res_kv_available_for(const res_t *r, const res_model_t *m)
 {
     size_t avail = res_kv_available(r), held = 0;
-    for (const res_model_t *v = r->models; v; v = v->next)
+    for (const res_model_t *v = r->n_kv_reserve ? r->models : NULL; v; v = v->next)
         if (v != m && v->cfg.kv_reserve > v->kv_bytes)
             held += v->cfg.kv_reserve - v->kv_bytes; /* others' reservations not yet used */
     avail = avail > held ? avail - held : 0;
@@ -952,9 +956,18 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
     return RES_ERR_TIMEOUT;
 }
 
-int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes)
+size_t res_spare_pages(const res_t *r)
 {
-    size_t missing = 0, spare = r->free_pages, reserve = (reserve_bytes + r->page - 1) / r->page;
+    size_t spare = r->free_pages;
+    for (const res_model_t *v = r->models; v; v = v->next)
+        if (!v->wanted && evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
+            spare += v->weight_bytes / r->page;
+    return spare;
+}
+
+int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes)
+{
+    size_t missing = 0, reserve = (reserve_bytes + r->page - 1) / r->page;
     for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         settle_seg(r, m, s);
         if (m->segs[s].state == RES_SEG_ABSENT)
@@ -965,9 +978,8 @@ int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes)
     size_t held = m->weight_bytes / r->page;
     if (held + missing > quota)
         missing = quota > held ? quota - held : 0;
-    for (res_model_t *v = r->models; v; v = v->next)
-        if (v != m && !v->wanted && evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
-            spare += v->weight_bytes / r->page;
+    if (!m->wanted && evictable(m) && m->n_kv == 0 && m->n_inflight == 0)
+        spare -= m->weight_bytes / r->page; /* counted among the spare: not its own room */
     spare = spare > reserve ? spare - reserve : 0;
     return missing <= spare ? 1 : -1;
 }

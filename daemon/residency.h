@@ -134,12 +134,16 @@ size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s);
 /* Whether the caller has work queued for m: an idle model nobody waits for
  * is the first victim. */
 void res_set_wanted(res_model_t *m, int wanted);
+/* Pages a page-in may take without evicting a model someone has work for:
+ * the free ones plus those of idle, unwanted models (res_set_wanted). Call
+ * after every model's res_set_wanted of the round, once for all the cold
+ * models it sizes (res_pagein_fits). */
+size_t res_spare_pages(const res_t *r);
 /* Whether m's page-in fits without evicting a model someone has work for: its
- * missing segments (up to its gpu_quota) in the free pages plus those of idle,
- * unwanted models (res_set_wanted), beside reserve_bytes kept for the KV caches
- * of queued work. 1 yes, -1 no (sched_model_view_t.fits). Call after every
- * model's res_set_wanted of the round. */
-int res_pagein_fits(res_t *r, res_model_t *m, size_t reserve_bytes);
+ * missing segments (up to its gpu_quota) in spare (res_spare_pages, less m's
+ * own pages if counted there), beside reserve_bytes kept for the KV caches of
+ * queued work. 1 yes, -1 no (sched_model_view_t.fits). */
+int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes);
 /* max_stall in parts: a model whose running sequences lost pages is stepped
  * once max_stall / RES_STALL_PARTS passed without a pass, and loses at most
  * what the copy engine brings back in as long; the rest of max_stall is the

@@ -57,8 +57,8 @@ static size_t queued_kv(wk_t *w, const sched_model_view_t *views, int i)
 static void fill_fits(wk_t *w, sched_model_view_t *views)
 {
     if (w->be->zero_copy)
-        return; /* cpu: nothing pages in */
-    size_t reserve = 0;
+        return;                                          /* cpu: nothing pages in */
+    size_t reserve = 0, spare = res_spare_pages(w->res); /* once a round: a walk over every model */
     for (int i = 0; i < w->n_models; i++)
         if (views[i].resident || views[i].loading)
             reserve += queued_kv(w, views, i);
@@ -66,7 +66,7 @@ static void fill_fits(wk_t *w, sched_model_view_t *views)
         wk_model_t *m = w->models[i];
         if (m && m->sm && !views[i].resident && !views[i].loading &&
             (m->n_active > 0 || sched_queued(w->sched, i) > 0))
-            views[i].fits = res_pagein_fits(w->res, m->rm, reserve + queued_kv(w, views, i));
+            views[i].fits = res_pagein_fits(w->res, m->rm, spare, reserve + queued_kv(w, views, i));
     }
 }
 

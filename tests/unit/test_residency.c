@@ -866,20 +866,25 @@ Test(residency, a_page_in_fits_only_in_free_pages_and_those_of_models_nobody_has
     size_t need = pages_of_model(f.sm[0]);
     fx_fini(&f);
     fx_init(&f, 2 * need + 4, 0, three, 3); /* room for two of the three */
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "an empty pool holds it");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 0), 1,
+                 "an empty pool holds it");
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(res_prefetch(f.res, f.rm[i], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
         while (!res_fully_resident(f.res, f.rm[i]))
             ;
     }
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "m0 and m1 are idle and unwanted");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 0), 1,
+                 "m0 and m1 are idle and unwanted");
     res_set_wanted(f.rm[0], 1);
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), 1, "m1 still gives way");
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 5 * (size_t)PAGE), -1,
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 0), 1,
+                 "m1 still gives way");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 5 * (size_t)PAGE), -1,
                  "not beside the KV caches of the work queued");
     res_set_wanted(f.rm[1], 1);
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], 0), -1, "both have work: it would evict one");
-    cr_assert_eq(res_pagein_fits(f.res, f.rm[0], 0), 1, "a resident model has nothing missing");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 0), -1,
+                 "both have work: it would evict one");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm[0], res_spare_pages(f.res), 0), 1,
+                 "a resident model has nothing missing");
     fx_fini(&f);
 }
 

@@ -969,14 +969,15 @@ static size_t queued_kv(sim_t *S, int i)
 
 static void fill_fits(sim_t *S)
 {
-    size_t reserve = 0;
+    size_t reserve = 0, spare = res_spare_pages(S->res);
     for (int i = 0; i < S->n_m; i++)
         if (S->views[i].resident || S->views[i].loading)
             reserve += queued_kv(S, i);
     for (int i = 0; i < S->n_m; i++)
         if (!S->views[i].resident && !S->views[i].loading &&
             (S->m[i]->n_active > 0 || sched_queued(S->sched, i) > 0))
-            S->views[i].fits = res_pagein_fits(S->res, S->m[i]->rm, reserve + queued_kv(S, i));
+            S->views[i].fits =
+                res_pagein_fits(S->res, S->m[i]->rm, spare, reserve + queued_kv(S, i));
 }
 
 /* The worker's round: page-ins, views, sched_next, one step or a page-in
