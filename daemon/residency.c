@@ -42,6 +42,7 @@ struct res_model {
     model_weights_t dev; /* weights at base */
     model_layer_t *dev_layers;
     size_t weight_bytes; /* spans mapped (resident or in flight) */
+    size_t span_bytes;   /* spans of all its segments (res_pagein_fits: what is missing) */
     size_t kv_bytes;     /* KV pages mapped */
     int running;
     int n_kv;
@@ -597,6 +598,8 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
         free(m);
         return RES_ERR_QUOTA;
     }
+    for (uint32_t s = 0; s < sm->n_segs; s++)
+        m->span_bytes += sm->segs[s].span;
     m->segs = calloc(sm->n_segs, sizeof *m->segs);
     m->dev_layers = calloc(sm->model->hp.n_layer, sizeof *m->dev_layers);
     if (!m->segs || !m->dev_layers)
@@ -967,12 +970,9 @@ size_t res_spare_pages(const res_t *r)
 
 int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes)
 {
-    size_t missing = 0, reserve = (reserve_bytes + r->page - 1) / r->page;
-    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
-        settle_seg(r, m, s);
-        if (m->segs[s].state == RES_SEG_ABSENT)
-            missing += m->sm->segs[s].span / r->page;
-    }
+    size_t reserve = (reserve_bytes + r->page - 1) / r->page;
+    settle(r, m); /* a failed copy is missing again */
+    size_t missing = (m->span_bytes - m->weight_bytes) / r->page;
     /* a model above its quota streams the rest through it: what it maps */
     size_t quota = m->cfg.gpu_quota ? m->cfg.gpu_quota / r->page : SIZE_MAX;
     size_t held = m->weight_bytes / r->page;
