@@ -45,13 +45,14 @@ fi
 
 # default against the best baseline per metric
 summary() {
-    printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n' scenario load "pi def" "pi best" ratio \
-        "ttft99 d" "best" ratio "e2e99 d" "best" ratio
+    printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %s\n' scenario load "pi def" "pi best" ratio \
+        "ttft99 d" "best" ratio "e2e99 d" "best" ratio "better on all three"
     for f in "$OUT"/sched_*.csv; do
         case $f in */sched_mpg_*) continue ;; esac # models per GPU: below (a rerun finds them here)
         awk -F, 'FNR == 1 { file++ } FNR > 1 && $4 != "belady" && $4 != "lru-batch-best" {
             k = $1 SUBSEP $2
             if ($4 == "default") { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
+            n[k]++; nm[k, n[k]] = $4; pi[k, n[k]] = $8 + 0; t[k, n[k]] = $16 + 0; e[k, n[k]] = $19 + 0
             if (!(k in bpi) || $8 + 0 < bpi[k]) bpi[k] = $8 + 0
             if (!(k in bt) || $16 + 0 < bt[k]) bt[k] = $16 + 0
             if (!(k in be) || $19 + 0 < be[k]) be[k] = $19 + 0
@@ -60,9 +61,14 @@ summary() {
             for (k in keys) {
                 split(k, p, SUBSEP)
                 r1 = dpi[k] / (bpi[k] ? bpi[k] : 1); r2 = dt[k] / bt[k]; r3 = de[k] / be[k]
-                printf "%-24s %5s | %8d %8d %5.2f%s | %8.2f %8.2f %5.2f%s | %8.2f %8.2f %5.2f%s\n", p[1], p[2],
+                # one baseline configuration at least as good on every figure
+                dom = ""
+                for (i = 1; i <= n[k]; i++)
+                    if (pi[k, i] <= dpi[k] && t[k, i] <= dt[k] && e[k, i] <= de[k])
+                        dom = dom (dom == "" ? "" : ",") nm[k, i]
+                printf "%-24s %5s | %8d %8d %5.2f%s | %8.2f %8.2f %5.2f%s | %8.2f %8.2f %5.2f%s | %s\n", p[1], p[2],
                     dpi[k], bpi[k], r1, (r1 > 1 ? "*" : " "), dt[k], bt[k], r2, (r2 > 1 ? "*" : " "),
-                    de[k], be[k], r3, (r3 > 1 ? "*" : " ")
+                    de[k], be[k], r3, (r3 > 1 ? "*" : " "), (dom == "" ? "none" : dom)
             }
         }' "$f" | sort
     done
