@@ -895,6 +895,36 @@ __device__ __forceinline__ void acc_tokens(const float *wv, const float *xt, siz
     }
 }
 
+/* The GEMV kernels' warp: its output row r (false past n_out: the whole
+ * warp returns), its MM_TOK-token slice (t0, nt of them, activations xt),
+ * the row's weights, and acc zeroed. */
+struct gemv_warp {
+    unsigned lane;
+    size_t r;
+    uint32_t t0, nt;
+    const float *xt;
+    const uint8_t *row;
+    float acc[MM_TOK];
+};
+
+__device__ __forceinline__ bool gemv_warp_init(gemv_warp *g, const uint8_t *w, size_t row_bytes,
+                                               uint32_t n_out, const float *x, size_t xs,
+                                               uint32_t n_tok)
+{
+    g->lane = threadIdx.x & 31;
+    g->r = (size_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (g->r >= n_out)
+        return false;
+    g->t0 = blockIdx.y * MM_TOK;
+    g->nt = n_tok - g->t0 < MM_TOK ? n_tok - g->t0 : MM_TOK;
+    g->xt = x + (size_t)g->t0 * xs;
+    g->row = w + g->r * row_bytes;
+#pragma unroll
+    for (int j = 0; j < MM_TOK; j++)
+        g->acc[j] = 0.0f;
+    return true;
+}
+
 /* y[t0 + j][r] = the warp's sum of acc[j] for the first nt tokens (lane 0 writes). */
 __device__ __forceinline__ void gemv_store(const float *acc, unsigned lane, uint32_t nt, float *y,
                                            size_t ys, uint32_t t0, size_t r)
@@ -937,18 +967,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     k_gemv(const uint8_t *w, size_t row_bytes, uint32_t n_in, uint32_t n_out, const float *x,
            size_t xs, float *y, size_t ys, uint32_t n_tok)
 {
-    const unsigned lane = threadIdx.x & 31;
-    const size_t r = (size_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    if (r >= n_out)
+    gemv_warp g;
+    if (!gemv_warp_init(&g, w, row_bytes, n_out, x, xs, n_tok))
         return; /* whole warp */
-    const uint32_t t0 = blockIdx.y * MM_TOK;
-    const uint32_t nt = n_tok - t0 < MM_TOK ? n_tok - t0 : MM_TOK;
-    const float *xt = x + (size_t)t0 * xs;
-    const uint8_t *row = w + r * row_bytes;
-    float acc[MM_TOK];
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++)
-        acc[j] = 0.0f;
+    const unsigned lane = g.lane;
+    const size_t r = g.r;
+    const uint32_t t0 = g.t0, nt = g.nt;
+    const float *xt = g.xt;
+    const uint8_t *row = g.row;
+    float *acc = g.acc;
 
     if constexpr (WT == GGUF_T_Q8_0) {
         /* 4 blocks per step: lanes 8k..8k+7 take block b+k, 4 weights each */

@@ -228,18 +228,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     k_gemv_q(const uint8_t *w, size_t row_bytes, uint32_t n_in, uint32_t n_out, const float *x,
              size_t xs, float *y, size_t ys, uint32_t n_tok)
 {
-    const unsigned lane = threadIdx.x & 31;
-    const size_t r = (size_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    if (r >= n_out)
+    gemv_warp g;
+    if (!gemv_warp_init(&g, w, row_bytes, n_out, x, xs, n_tok))
         return; /* whole warp */
-    const uint32_t t0 = blockIdx.y * MM_TOK;
-    const uint32_t nt = n_tok - t0 < MM_TOK ? n_tok - t0 : MM_TOK;
-    const float *xt = x + (size_t)t0 * xs;
-    const uint8_t *row = w + r * row_bytes;
-    float acc[MM_TOK];
-#pragma unroll
-    for (int j = 0; j < MM_TOK; j++)
-        acc[j] = 0.0f;
+    const unsigned lane = g.lane;
+    const size_t r = g.r;
+    const uint32_t t0 = g.t0, nt = g.nt;
+    const float *xt = g.xt;
+    const uint8_t *row = g.row;
+    float *acc = g.acc;
     constexpr size_t STEP = 32 * QK_CHUNK;
     size_t i = (size_t)lane * QK_CHUNK;
     for (; i + (MM_LOADS - 1) * STEP < n_in; i += MM_LOADS * STEP) {
