@@ -1698,7 +1698,7 @@ VNNI_INLINE void vdot_q8_0_vnni_body(const uint8_t *w, const void *const *xq, in
     for (size_t k = 0; k < nblk; k++, w += 34) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
         __m256i aq = _mm256_abs_epi8(q);
-        float d = _cvtsh_ss((unsigned short)(w[0] | w[1] << 8));
+        float d = rd_f16c(w);
 #pragma GCC unroll 4
         for (int t = 0; t < nx; t++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
@@ -1746,7 +1746,7 @@ VNNI_INLINE void vtile_q8_0_vnni_body(const uint8_t *w, size_t rb, const void *c
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + (size_t)r * rb + 34 * k;
             wu[r] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), c80);
-            dw[r] = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[0] | b[1] << 8)));
+            dw[r] = _mm256_set1_ps(rd_f16c(b));
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
