@@ -682,6 +682,17 @@ static size_t pages_of_model(const store_model_t *sm)
     return (sm->image_bytes + PAGE - 1) / PAGE;
 }
 
+/* Three copies of one model in a pool with room for two of them (plus 4
+ * pages: a small KV cache). */
+static void fx_init_two_of_three(fixture_t *f)
+{
+    const char *three_alike[3] = {mixed[1], mixed[1], mixed[1]};
+    fx_init(f, 200, 0, three_alike, 1); /* the model's size */
+    size_t need = pages_of_model(f->sm[0]);
+    fx_fini(f);
+    fx_init(f, 2 * need + 4, 0, three_alike, 3);
+}
+
 Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covered, .timeout = 60)
 {
     fixture_t f;
@@ -735,13 +746,8 @@ Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covere
 Test(residency, idle_models_nobody_waits_for_are_evicted_first_and_running_ones_last, .timeout = 60)
 {
     fixture_t f;
-    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
     char err[256];
-    fx_init(&f, 200, 0, three, 1); /* the model's size */
-    size_t need = pages_of_model(f.sm[0]);
-    fx_fini(&f);
-    /* a pool for two of the three and a small KV cache */
-    fx_init(&f, 2 * need + 4, 0, three, 3);
+    fx_init_two_of_three(&f);
     kv_seq_t *kv = NULL;
     cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
     cr_assert_eq(res_kv_new(f.res, f.rm[0], 8, &kv, err, sizeof err), 0, "%s", err);
@@ -771,12 +777,8 @@ Test(residency, idle_models_nobody_waits_for_are_evicted_first_and_running_ones_
 Test(residency, pinning_past_the_pool_is_refused_and_changes_nothing)
 {
     fixture_t f;
-    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
     char err[256];
-    fx_init(&f, 200, 0, three, 1);
-    size_t need = pages_of_model(f.sm[0]);
-    fx_fini(&f);
-    fx_init(&f, 2 * need + 4, 0, three, 3);
+    fx_init_two_of_three(&f);
     res_cfg_t c = {.pinned = 1};
     cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0, "%s", err);
     /* two pinned leave less than the third needs to run */
@@ -792,12 +794,8 @@ Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall
      .timeout = 60)
 {
     fixture_t f;
-    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
     char err[256];
-    fx_init(&f, 200, 0, three, 1);
-    size_t need = pages_of_model(f.sm[0]);
-    fx_fini(&f);
-    fx_init(&f, 2 * need + 4, 0, three, 3);
+    fx_init_two_of_three(&f);
     res_cfg_t pin = {.pinned = 1};
     cr_assert_eq(res_set_cfg(f.res, f.rm[1], &pin, err, sizeof err), 0, "%s", err);
     cr_assert_eq(res_prefetch(f.res, f.rm[1], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
@@ -860,12 +858,8 @@ Test(residency, a_page_in_fits_only_in_free_pages_and_those_of_models_nobody_has
      .timeout = 60)
 {
     fixture_t f;
-    const char *three[3] = {mixed[1], mixed[1], mixed[1]};
     char err[256];
-    fx_init(&f, 200, 0, three, 1);
-    size_t need = pages_of_model(f.sm[0]);
-    fx_fini(&f);
-    fx_init(&f, 2 * need + 4, 0, three, 3); /* room for two of the three */
+    fx_init_two_of_three(&f);
     cr_assert_eq(res_pagein_fits(f.res, f.rm[2], res_spare_pages(f.res), 0), 1,
                  "an empty pool holds it");
     for (int i = 0; i < 2; i++) {
