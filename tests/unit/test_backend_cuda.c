@@ -1155,26 +1155,13 @@ Test(backend_cuda, forward_pass_matches_the_cpu_exact_path_for_a_q4_k_m_llama, .
  * not asserted (llama.cpp rounds its activations to 8 bits). */
 static double kquant_rms(const float *l, const json_t *row, uint32_t nv, int *agree)
 {
-    double mean = 0, var = 0, e2 = 0, top1 = -INFINITY, top2 = -INFINITY;
-    uint32_t best = 0, mine = 0;
+    tu_ref_cmp_t c = tu_ref_cmp(l, row, nv);
+    uint32_t mine = 0;
     for (uint32_t i = 0; i < nv; i++)
-        mean += json_number_value(json_array_get(row, i)) / nv;
-    for (uint32_t i = 0; i < nv; i++) {
-        double r = json_number_value(json_array_get(row, i));
-        var += (r - mean) * (r - mean) / nv;
-        e2 += (l[i] - r) * (l[i] - r) / nv;
-        if (r > top1) {
-            top2 = top1;
-            top1 = r;
-            best = i;
-        } else if (r > top2) {
-            top2 = r;
-        }
         if (l[i] > l[mine])
             mine = i;
-    }
-    *agree = top1 - top2 > 0.1 ? (mine == best ? 1 : 0) : -1;
-    return sqrt(e2) / sqrt(var);
+    *agree = c.margin > 0.1 ? (mine == c.best ? 1 : 0) : -1;
+    return c.rms / c.std;
 }
 
 Test(backend_cuda, kquant_files_match_llama_cpp_logits_at_every_position_on_cuda, .timeout = 180)

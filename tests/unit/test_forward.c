@@ -289,33 +289,19 @@ static double check_kquant_file(backend_t *be, const char *arch, const char *typ
         }
         json_t *row = json_array_get(logits, p);
         cr_assert_eq(json_array_size(row), nv);
-        double mean = 0, var = 0, e2 = 0, top1 = -INFINITY, top2 = -INFINITY;
-        uint32_t best = 0;
-        for (uint32_t i = 0; i < nv; i++)
-            mean += json_number_value(json_array_get(row, i)) / nv;
-        for (uint32_t i = 0; i < nv; i++) {
-            double r = json_number_value(json_array_get(row, i));
-            var += (r - mean) * (r - mean) / nv;
-            e2 += (l[i] - r) * (l[i] - r) / nv;
-            if (r > top1) {
-                top2 = top1;
-                top1 = r;
-                best = i;
-            } else if (r > top2) {
-                top2 = r;
-            }
-        }
-        double ratio = sqrt(e2) / sqrt(var);
+        tu_ref_cmp_t c = tu_ref_cmp(l, row, nv);
+        uint32_t best = c.best;
+        double ratio = c.rms / c.std;
         worst = fmax(worst, ratio);
         cr_assert_leq(ratio, 0.06, "%s-%s position %zu: rms diff %.4f = %.2f%% of std %.4f", arch,
-                      type, p, sqrt(e2), 100 * ratio, sqrt(var));
-        if (top1 - top2 > 0.1) {
+                      type, p, c.rms, 100 * ratio, c.std);
+        if (c.margin > 0.1) {
             (*n_cmp)++;
             *n_agree += argmax(l, nv) == (int32_t)best;
             if (check_argmax && !kquant_known_tie(arch, type, p))
                 cr_assert_eq(argmax(l, nv), (int32_t)best,
                              "%s-%s position %zu: argmax %d, llama.cpp %u (margin %.3f)", arch,
-                             type, p, argmax(l, nv), best, top1 - top2);
+                             type, p, argmax(l, nv), best, c.margin);
         }
     }
     free(l);

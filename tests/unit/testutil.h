@@ -76,4 +76,14 @@ void tu_pagein_equal(backend_t *be);
  * (unless NULL) gets type odd_type and arbitrary bytes of its size. */
 void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_t d, uint32_t ff,
                         const char *odd_name, uint32_t odd_type);
+
+#include <jansson.h>
+/* Logits l[nv] against a reference row (a JSON array, llama.cpp's): the rms
+ * of the difference, the reference's std, its argmax and its top-1 margin.
+ * (tu_logits.c) */
+typedef struct tu_ref_cmp {
+    double rms, std, margin;
+    uint32_t best;
+} tu_ref_cmp_t;
+tu_ref_cmp_t tu_ref_cmp(const float *l, const json_t *row, uint32_t nv);
 #endif
