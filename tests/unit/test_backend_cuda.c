@@ -251,32 +251,38 @@ static void *rand_weight(uint32_t type, uint32_t n_in, uint32_t n_out, size_t *b
     return q;
 }
 
+/* Rows 0, 36, 5, 5, 17 and 1 of a random (37, n_in) weight of the type,
+ * embedded on cuda and cpu into rows of stride floats: equal exactly. */
+static void embed_matches(backend_t *cu, backend_t *cp, uint32_t type, uint32_t n_in, size_t stride)
+{
+    const uint32_t n_rows = 37;
+    const int32_t ids[6] = {0, 36, 5, 5, 17, 1};
+    size_t wb;
+    void *wh = rand_weight(type, n_in, n_rows, &wb);
+    float *res[2];
+    backend_t *bes[2] = {cu, cp};
+    for (int k = 0; k < 2; k++) {
+        backend_t *be = bes[k];
+        void *wd = dput(be, wh, wb);
+        float *out = dput(be, NULL, 6 * stride * sizeof(float));
+        model_weight_t tab = {type, n_in, n_rows, wd, wb};
+        cr_assert_eq(be->embed(be->ctx, &tab, ids, 6, out, stride), 0, "%s %s",
+                     gguf_ttype_name(type), be->name);
+        res[k] = dget(be, out, 6 * stride * sizeof(float));
+        be->buf_free(be->ctx, wd);
+        be->buf_free(be->ctx, out);
+    }
+    check_rows(gguf_ttype_name(type), res[0], res[1], 6, n_in, stride, 0.0);
+    free(res[0]);
+    free(res[1]);
+    free(wh);
+}
+
 Test(backend_cuda, embed_matches_cpu_exactly_for_every_weight_type, .timeout = 60)
 {
     backend_t *cu = open_cuda(), *cp = open_cpu();
-    const uint32_t n_in = 96, n_rows = 37;
-    const int32_t ids[6] = {0, 36, 5, 5, 17, 1};
-    const size_t stride = 100;
-    for (int ti = 0; ti < 4; ti++) {
-        size_t wb;
-        void *wh = rand_weight(all_types[ti], n_in, n_rows, &wb);
-        float *res[2];
-        backend_t *bes[2] = {cu, cp};
-        for (int k = 0; k < 2; k++) {
-            backend_t *be = bes[k];
-            void *wd = dput(be, wh, wb);
-            float *out = dput(be, NULL, 6 * stride * sizeof(float));
-            model_weight_t tab = {all_types[ti], n_in, n_rows, wd, wb};
-            cr_assert_eq(be->embed(be->ctx, &tab, ids, 6, out, stride), 0);
-            res[k] = dget(be, out, 6 * stride * sizeof(float));
-            be->buf_free(be->ctx, wd);
-            be->buf_free(be->ctx, out);
-        }
-        check_rows(gguf_ttype_name(all_types[ti]), res[0], res[1], 6, n_in, stride, 0.0);
-        free(res[0]);
-        free(res[1]);
-        free(wh);
-    }
+    for (int ti = 0; ti < 4; ti++)
+        embed_matches(cu, cp, all_types[ti], 96, 100);
     be_close(cu);
     be_close(cp);
 }
@@ -615,31 +621,9 @@ static void att_feats_reset(void)
 Test(backend_cuda, embed_of_every_block_type_matches_cpu_exactly, .timeout = 60)
 {
     backend_t *cu = open_cuda(), *cp = open_cpu();
-    const uint32_t n_rows = 37;
-    const int32_t ids[6] = {0, 36, 5, 5, 17, 1};
-    const size_t stride = 1100;
-    for (size_t ti = 0; ti < N_BLOCK_TYPES; ti++) {
-        const uint32_t n_in = 1024; /* four K blocks, 32 legacy blocks a row */
-        size_t wb;
-        void *wh = rand_weight(block_types[ti], n_in, n_rows, &wb);
-        float *res[2];
-        backend_t *bes[2] = {cu, cp};
-        for (int k = 0; k < 2; k++) {
-            backend_t *be = bes[k];
-            void *wd = dput(be, wh, wb);
-            float *out = dput(be, NULL, 6 * stride * sizeof(float));
-            model_weight_t tab = {block_types[ti], n_in, n_rows, wd, wb};
-            cr_assert_eq(be->embed(be->ctx, &tab, ids, 6, out, stride), 0, "%s %s",
-                         gguf_ttype_name(block_types[ti]), be->name);
-            res[k] = dget(be, out, 6 * stride * sizeof(float));
-            be->buf_free(be->ctx, wd);
-            be->buf_free(be->ctx, out);
-        }
-        check_rows(gguf_ttype_name(block_types[ti]), res[0], res[1], 6, n_in, stride, 0.0);
-        free(res[0]);
-        free(res[1]);
-        free(wh);
-    }
+    /* 1024 wide: four K blocks, 32 legacy blocks a row */
+    for (size_t ti = 0; ti < N_BLOCK_TYPES; ti++)
+        embed_matches(cu, cp, block_types[ti], 1024, 1100);
     be_close(cu);
     be_close(cp);
 }
