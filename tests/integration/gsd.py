@@ -227,6 +227,15 @@ class Daemon:
         self.log.flush()
         return open(self.log_path).read()
 
+    def wait_log(self, text, timeout=10):
+        """The log once it holds text (a line another thread writes a little
+        later, such as the worker's after a reload), or as it is at the
+        timeout (scaled for sanitizer builds)."""
+        deadline = time.time() + scaled(timeout)
+        while text not in self.logtext() and time.time() < deadline:
+            time.sleep(0.02)
+        return self.logtext()
+
     def client(self):
         return Client(self.sock)
 

@@ -120,8 +120,9 @@ def test_phi3_rope_factors_follow_each_models_max_context_as_generate_ctx_does()
                         ("short", path, "max_context: 60\ndefaults:\n  max_tokens: 16")],
                        memory="4MiB")
         assert d.admin_call({"op": "reload", "id": "r"})["ok"]
-        assert "model 'long': max_context 60 would take its short RoPE factors" in d.logtext(), \
-            d.logtext()
+        # the worker applies the reload and warns after the admin answer
+        log = d.wait_log("model 'long': max_context 60 would take its short RoPE factors")
+        assert "model 'long': max_context 60 would take its short RoPE factors" in log, log
         assert "model 'short': max_context" not in d.logtext(), d.logtext()
         ev = c.call({"op": "generate", "id": "again", "model": "long", "prompt": "Once upon a time",
                      "max_tokens": 8, "temperature": 0})
