@@ -1228,6 +1228,11 @@ int res_fully_resident(res_t *r, res_model_t *m)
     return 1;
 }
 
+int res_streams(const res_model_t *m)
+{
+    return !m->r->be->zero_copy && quota_of(m->r, m) < m->span_bytes;
+}
+
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out)
 {
     settle(r, m);

@@ -187,6 +187,9 @@ size_t res_model_bytes(const res_model_t *m); /* resident weights + KV */
 size_t res_weight_bytes(
     const res_model_t *m); /* weight spans mapped (resident or in flight); settles nothing */
 int res_fully_resident(res_t *r, res_model_t *m);
+/* Whether m's weights exceed its gpu_quota (or the pool): every pass of it
+ * streams what the quota does not hold. */
+int res_streams(const res_model_t *m);
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
 void res_pool_stats(const res_t *r, stats_pool_t *out);
 size_t res_page_size(const res_t *r);

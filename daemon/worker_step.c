@@ -99,6 +99,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         views[i].loading = m->paging_since > 0 || i == busy;
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
+        views[i].streams = res_streams(m->rm);
     }
     fill_fits(w, views);
 }

@@ -409,8 +409,10 @@ Test(residency, a_model_under_a_small_quota_streams_its_layers_and_stays_within_
     fixture_t f;
     fx_init(&f, 100, 0, mixed, 1);
     char err[256];
+    cr_assert_not(res_streams(f.rm[0]), "without a quota it fits the pool");
     res_cfg_t c = {.gpu_quota = min_bytes(f.sm[0]) + 2 * PAGE};
     cr_assert_eq(res_set_cfg(f.res, f.rm[0], &c, err, sizeof err), 0);
+    cr_assert(res_streams(f.rm[0]), "its quota holds less than its weights: every pass streams");
     for (int k = 0; k < 3; k++) {
         cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
         run_and_check(&f, 0);

@@ -491,3 +491,112 @@ Test(sched, the_hold_grows_with_the_measured_step_time)
     cr_assert_eq(p.model, 2, "past them (%.1f s)", t);
     drain_teardown(s, its);
 }
+
+/* Two models above their quotas (each pass streams what its quota does not
+ * hold) and a small resident one: the second streaming model's page-in does
+ * not fit beside the first's running sequences. */
+static sched_t *stream_setup(sched_item_t **it, sched_model_view_t *v)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    c.max_stall_s = 0.5;
+    sched_t *s = sched_new(&c, 3);
+    *it = item(1, 0.0);
+    sched_submit(s, *it);
+    views_init(v, 3);
+    v[0].streams = v[1].streams = 1;
+    v[0].n_active = 2; /* running, not resident between its passes */
+    v[1].fits = -1;
+    v[2].resident = 1;
+    v[2].n_active = 1;
+    return s;
+}
+
+Test(sched, a_streaming_models_page_in_waits_for_the_other_streaming_models_drain_past_max_wait)
+{
+    sched_item_t *it;
+    sched_model_view_t v[3];
+    sched_t *s = stream_setup(&it, v);
+    sched_plan_t p;
+    int stepped0 = 0;
+    /* far past max_wait (2 s) and the hold: while model 0 runs, model 1 waits */
+    for (double t = 0.01; t < 30.0; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 1, "%.2f s: two streaming models at once take each other's pages",
+                      t);
+        cr_assert_eq(p.prefetch, -1);
+        if (p.model >= 0)
+            v[p.model].last_step = t;
+        if (p.model == 0) {
+            stepped0 = 1;
+            cr_assert_eq(p.admit, 0, "the streaming model drains: it admits nothing");
+        }
+    }
+    cr_assert(stepped0, "the running streaming model steps meanwhile");
+    /* its sequences done, the page-in starts */
+    v[0].n_active = 0;
+    sched_next(s, 30.0, v, &p);
+    cr_assert_eq(p.model, 1, "once model 0 is idle model 1 pages in");
+    cr_assert_eq(p.switched, 1);
+    sched_remove(s, it);
+    free(it);
+    sched_free(s);
+}
+
+Test(sched, a_small_models_page_in_past_the_hold_still_preempts_a_streaming_model)
+{
+    sched_item_t *it;
+    sched_model_view_t v[3];
+    sched_t *s = stream_setup(&it, v);
+    v[1].streams = 0; /* model 1 fits its quota: the bounded hold as for any page-in */
+    sched_plan_t p;
+    double t = 0.01;
+    for (; t < 1.99; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 1, "%.2f s: within the hold it drains", t);
+        if (p.model >= 0)
+            v[p.model].last_step = t;
+    }
+    for (; t < 2.5 && p.model != 1; t += 0.01) {
+        sched_next(s, t, v, &p);
+        if (p.model >= 0 && p.model != 1)
+            v[p.model].last_step = t;
+    }
+    cr_assert_eq(p.model, 1, "past the hold it preempts (%.2f s)", t);
+    sched_remove(s, it);
+    free(it);
+    sched_free(s);
+}
+
+Test(sched, a_page_in_that_takes_a_running_non_resident_models_pages_counts_as_preempting)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    sched_item_t *its[2] = {item(1, 0.0), item(2, 0.0)};
+    sched_submit(s, its[0]);
+    sched_submit(s, its[1]);
+    sched_model_view_t v[3];
+    views_init(v, 3);
+    v[0].n_active = 3; /* lost pages: not resident, its KV caches hold pages */
+    v[1].fits = v[2].fits = -1;
+    sched_plan_t p;
+    sched_next(s, 2.5, v, &p);
+    cr_assert(p.model == 1 || p.model == 2, "past the hold, nothing else to step: it preempts");
+    int first = p.model, second = 3 - first;
+    sched_remove(s, its[first - 1]);
+    v[first].resident = 1;
+    v[first].n_active = 1;
+    v[first].fits = 0;
+    /* the second waits a hold after the first (spaced as for resident ones) */
+    double t = 2.6;
+    for (; t < 4.45; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, second, "%.2f s: one preempting page-in per max_wait", t);
+    }
+    for (; t < 4.7 && p.model != second; t += 0.01)
+        sched_next(s, t, v, &p);
+    cr_assert_eq(p.model, second, "a max_wait after the first it starts");
+    sched_remove(s, its[second - 1]);
+    free(its[0]);
+    free(its[1]);
+    sched_free(s);
+}

@@ -1029,6 +1029,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
             .can_admit = can_admit(S, i),
             .loading = m->paging_since > 0,
             .last_step = m->last_step,
+            .streams = res_streams(m->rm),
         };
         res_set_wanted(m->rm, work);
     }
