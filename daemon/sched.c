@@ -11,6 +11,11 @@
  * (memcheck: 20-50x); and one such preempting page-in per hold at most. */
 #define SCHED_HOLD_WAITS 1.0
 #define SCHED_HOLD_STEPS 100.0
+/* how many holds a streaming model's page-in waits for another streaming
+ * model's drain before it preempts (the running one keeps admitting: the
+ * bound keeps a steady stream of its requests from holding the other off
+ * for good) */
+#define SCHED_HOLD_STREAMS 60.0
 /* above any urgency of a request within max_wait */
 #define SCHED_URGENCY_LATE 1e12
 
@@ -312,20 +317,21 @@ static int switch_preempts(const sched_t *s, double now, const sched_model_view_
 {
     if (!pagein_blocked(s, v, c))
         return 0;
-    /* a streaming model's page-in waits for another streaming model's
-     * drain for as long as that takes (no hold): two streaming at once take
-     * each other's pages on every pass, and each pass streams what the
-     * other took (two 70B Q4_K_M-sized at 24 GiB quotas in a 40 GiB pool:
-     * 1.7x the copies a token; the other 8B and 3B models' requests waited
-     * behind their passes, p99 TTFT 294 s against 119 s one after the other) */
-    if (v[c].streams && running_streamer(s, v, c) >= 0)
-        return 1;
     /* the hold is bounded: past it the page-in preempts (SCHED_HOLD_WAITS
      * max_waits, or SCHED_HOLD_STEPS measured steps where steps are slow) */
     const sched_item_t *h = s->q[c].head;
     double hold = s->cfg.max_wait_s * SCHED_HOLD_WAITS;
     if (s->step_s * SCHED_HOLD_STEPS > hold)
         hold = s->step_s * SCHED_HOLD_STEPS;
+    /* a streaming model's page-in waits SCHED_HOLD_STREAMS holds for another
+     * streaming model's drain: two streaming at once take each other's
+     * pages on every pass, and each pass streams what the other took (two
+     * 70B Q4_K_M-sized at 24 GiB quotas in a 40 GiB pool: 1.7x the copies
+     * a token; the other 8B and 3B models' requests waited behind their
+     * passes, p99 TTFT 294 s against 119 s one after the other) */
+    if (v[c].streams && running_streamer(s, v, c) >= 0 && h &&
+        now - h->t_arrival <= hold * SCHED_HOLD_STREAMS)
+        return 1;
     /* and past it one such page-in per hold at most: under overload (more
      * models with running sequences than the pool holds) the others drain */
     return !h || now - h->t_arrival <= hold || now - s->preempt_at < hold;

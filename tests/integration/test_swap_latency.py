@@ -369,6 +369,40 @@ def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
         assert d.stop() == 0
 
 
+def test_two_quota_streamed_models_that_do_not_fit_together_run_one_after_the_other():
+    """q1 and q2 each have a gpu_quota of 3/4 of their size: beside a's stream the pool holds one quota,
+    not both. q2's request comes while q1 streams: it waits for q1's sequence to end, well past max_wait
+    (two streaming at once would evict each other on every pass; the wait is bounded by 60 holds, 30 s
+    here); a keeps stepping throughout."""
+    quota = "gpu_quota: %dKiB" % (SIZES["b"] * 3 // 4 // 1024)
+    qs = [("q%d" % k, gsd.mkmodel(os.path.join(TMP, "q%d.gguf" % k), SHAPE_BC % (4 + k)), quota) for k in (1, 2)]
+    d = SwapDaemon(MODELS + qs, POOL, BANDWIDTH, scheduler="max_stall: %dms\nmax_wait: 500ms\n" % MAX_STALL_MS)
+    try:
+        assert d.admin_call({"op": "load", "id": "la", "model": "a"}).get("ok")
+        a = Stream(d, "a", A_TOKENS, "a")
+        until(lambda: len(a.ts) >= 3, 30)
+        q1 = Stream(d, "q1", 16, "q1")
+        until(lambda: len(q1.ts) >= 2, 60)
+        q2 = Stream(d, "q2", 2, "q2")
+        q1.wait(120)
+        q2d = q2.wait(120)
+        a.cancel()
+        a.wait()
+        q2_recv = q2.ts[0] - q2d["timing"]["ttft_ms"] / 1e3
+        print("   q1's 16 tokens end %.0f ms after q2's request, q2's first token %.0f ms after it (max_wait 500 ms); "
+              "a's largest gap %.0f ms" % ((q1.ts[-1] - q2_recv) * 1e3, (q2.ts[0] - q2_recv) * 1e3,
+                                          max(g for g, _ in a.gaps()) * 1e3), flush=True)
+        assert q1.ts[-1] - q2_recv > 4 * 0.5, "q1 ran on well past max_wait after q2's request"
+        assert q2.ts[0] > q1.ts[-1], "q2 started only after q1's sequence ended"
+        assert sum(1 for _, end in a.gaps() if q2_recv < end < q2.ts[-1]) >= 10, "a kept stepping"
+        st = d.stats()["models"]
+        for m in ("q1", "q2"):
+            assert st[m]["evictions_quota"] > 0, (m, st[m])  # each streamed through its quota
+        check_stats(d)
+    finally:
+        assert d.stop() == 0
+
+
 def test_pin_over_capacity_is_refused_and_no_request_is_internal():
     d = start()
     try:
@@ -466,6 +500,7 @@ if __name__ == "__main__":
                test_running_streams_never_stall_past_max_stall,
                test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall,
                test_a_stream_does_not_stall_while_a_quota_streamed_model_runs,
+               test_two_quota_streamed_models_that_do_not_fit_together_run_one_after_the_other,
                test_pin_over_capacity_is_refused_and_no_request_is_internal,
                test_under_overload_every_stream_and_queued_request_finishes]:
         r.run(fn)

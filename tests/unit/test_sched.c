@@ -542,6 +542,32 @@ Test(sched, a_streaming_models_page_in_waits_for_the_other_streaming_models_drai
     sched_free(s);
 }
 
+Test(sched, a_streaming_models_wait_for_the_other_ones_drain_is_bounded_by_60_holds)
+{
+    sched_item_t *it;
+    sched_model_view_t v[3];
+    sched_t *s = stream_setup(&it, v);
+    sched_plan_t p;
+    double t = 0.01;
+    /* model 0 keeps running (a steady stream of its own requests): model 1
+     * is not held off for good, it preempts after 60 holds (120 s) */
+    for (; t < 119.9; t += 0.01) {
+        sched_next(s, t, v, &p);
+        cr_assert_neq(p.model, 1, "%.2f s: within 60 holds", t);
+        if (p.model >= 0)
+            v[p.model].last_step = t;
+    }
+    for (; t < 122.5 && p.model != 1; t += 0.01) {
+        sched_next(s, t, v, &p);
+        if (p.model >= 0 && p.model != 1)
+            v[p.model].last_step = t;
+    }
+    cr_assert_eq(p.model, 1, "past 60 holds it preempts (%.2f s)", t);
+    sched_remove(s, it);
+    free(it);
+    sched_free(s);
+}
+
 Test(sched, a_small_models_page_in_past_the_hold_still_preempts_a_streaming_model)
 {
     sched_item_t *it;
