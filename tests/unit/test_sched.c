@@ -424,7 +424,10 @@ Test(sched, past_max_wait_a_page_in_that_preempts_starts_and_the_drained_model_a
     drain_teardown(s, its);
 }
 
-Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drains)
+/* Models 0 and 1 running (resident, or not: they lost pages, and their KV
+ * caches hold pages all the same), two cold models that do not fit beside
+ * them: one page-in that preempts per max_wait. */
+static void overload_spacing(int resident)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
     sched_t *s = sched_new(&c, 4);
@@ -433,7 +436,7 @@ Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drain
     sched_submit(s, its[1]);
     sched_model_view_t v[4];
     views_init(v, 4);
-    v[0].resident = v[1].resident = 1;
+    v[0].resident = v[1].resident = resident;
     v[0].n_active = 3;
     v[1].n_active = 1;
     v[2].fits = v[3].fits = -1;
@@ -459,6 +462,16 @@ Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drain
     free(its[0]);
     free(its[1]);
     sched_free(s);
+}
+
+Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drains)
+{
+    overload_spacing(1);
+}
+
+Test(sched, a_page_in_that_takes_a_running_non_resident_models_pages_counts_as_preempting)
+{
+    overload_spacing(0);
 }
 
 Test(sched, a_page_in_that_fits_or_that_the_caller_does_not_size_switches_at_max_wait)
@@ -542,87 +555,39 @@ Test(sched, a_streaming_models_page_in_waits_for_the_other_streaming_models_drai
     sched_free(s);
 }
 
-Test(sched, a_streaming_models_wait_for_the_other_ones_drain_is_bounded_by_60_holds)
+/* stream_setup's models stepping every 10 ms while model 0 keeps running:
+ * model 1 waits until hold s (asserted), then starts its page-in within
+ * half a second (asserted); stepped models' last_step kept current. */
+static void stream_waits_then_preempts(int streams, double hold)
 {
     sched_item_t *it;
     sched_model_view_t v[3];
     sched_t *s = stream_setup(&it, v);
-    sched_plan_t p;
+    v[1].streams = streams;
+    sched_plan_t p = {.model = -1};
     double t = 0.01;
-    /* model 0 keeps running (a steady stream of its own requests): model 1
-     * is not held off for good, it preempts after 60 holds (120 s) */
-    for (; t < 119.9; t += 0.01) {
+    for (; t < hold + 0.5 && p.model != 1; t += 0.01) {
         sched_next(s, t, v, &p);
-        cr_assert_neq(p.model, 1, "%.2f s: within 60 holds", t);
-        if (p.model >= 0)
-            v[p.model].last_step = t;
-    }
-    for (; t < 122.5 && p.model != 1; t += 0.01) {
-        sched_next(s, t, v, &p);
+        cr_assert(p.model != 1 || t > hold - 0.1, "%.2f s: within the wait (%.0f s) it drains", t,
+                  hold);
         if (p.model >= 0 && p.model != 1)
             v[p.model].last_step = t;
     }
-    cr_assert_eq(p.model, 1, "past 60 holds it preempts (%.2f s)", t);
+    cr_assert_eq(p.model, 1, "past %.0f s it preempts (%.2f s)", hold, t);
     sched_remove(s, it);
     free(it);
     sched_free(s);
+}
+
+Test(sched, a_streaming_models_wait_for_the_other_ones_drain_is_bounded_by_60_holds)
+{
+    /* model 0 keeps running (a steady stream of its own requests): model 1
+     * is not held off for good, it preempts after 60 holds (120 s) */
+    stream_waits_then_preempts(1, 120.0);
 }
 
 Test(sched, a_small_models_page_in_past_the_hold_still_preempts_a_streaming_model)
 {
-    sched_item_t *it;
-    sched_model_view_t v[3];
-    sched_t *s = stream_setup(&it, v);
-    v[1].streams = 0; /* model 1 fits its quota: the bounded hold as for any page-in */
-    sched_plan_t p;
-    double t = 0.01;
-    for (; t < 1.99; t += 0.01) {
-        sched_next(s, t, v, &p);
-        cr_assert_neq(p.model, 1, "%.2f s: within the hold it drains", t);
-        if (p.model >= 0)
-            v[p.model].last_step = t;
-    }
-    for (; t < 2.5 && p.model != 1; t += 0.01) {
-        sched_next(s, t, v, &p);
-        if (p.model >= 0 && p.model != 1)
-            v[p.model].last_step = t;
-    }
-    cr_assert_eq(p.model, 1, "past the hold it preempts (%.2f s)", t);
-    sched_remove(s, it);
-    free(it);
-    sched_free(s);
-}
-
-Test(sched, a_page_in_that_takes_a_running_non_resident_models_pages_counts_as_preempting)
-{
-    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
-    sched_t *s = sched_new(&c, 3);
-    sched_item_t *its[2] = {item(1, 0.0), item(2, 0.0)};
-    sched_submit(s, its[0]);
-    sched_submit(s, its[1]);
-    sched_model_view_t v[3];
-    views_init(v, 3);
-    v[0].n_active = 3; /* lost pages: not resident, its KV caches hold pages */
-    v[1].fits = v[2].fits = -1;
-    sched_plan_t p;
-    sched_next(s, 2.5, v, &p);
-    cr_assert(p.model == 1 || p.model == 2, "past the hold, nothing else to step: it preempts");
-    int first = p.model, second = 3 - first;
-    sched_remove(s, its[first - 1]);
-    v[first].resident = 1;
-    v[first].n_active = 1;
-    v[first].fits = 0;
-    /* the second waits a hold after the first (spaced as for resident ones) */
-    double t = 2.6;
-    for (; t < 4.45; t += 0.01) {
-        sched_next(s, t, v, &p);
-        cr_assert_neq(p.model, second, "%.2f s: one preempting page-in per max_wait", t);
-    }
-    for (; t < 4.7 && p.model != second; t += 0.01)
-        sched_next(s, t, v, &p);
-    cr_assert_eq(p.model, second, "a max_wait after the first it starts");
-    sched_remove(s, its[second - 1]);
-    free(its[0]);
-    free(its[1]);
-    sched_free(s);
+    /* model 1 fits its quota: the bounded hold (max_wait) as for any page-in */
+    stream_waits_then_preempts(0, 2.0);
 }
