@@ -182,6 +182,7 @@ json_t *wk_report_models(wk_t *w, int admin)
                 json_object_set_new(o, "curr_resident_bytes",
                                     json_integer((json_int_t)st.curr_resident_bytes));
                 json_object_set_new(o, "curr_kv_bytes", json_integer((json_int_t)st.curr_kv_bytes));
+                json_object_set_new(o, "streams", json_boolean(res_streams(m->rm)));
                 kv_report(o, m);
                 json_object_set_new(o, "curr_running", json_integer((json_int_t)m->n_active));
             }

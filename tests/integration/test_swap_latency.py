@@ -379,6 +379,8 @@ def test_two_quota_streamed_models_that_do_not_fit_together_run_one_after_the_ot
     d = SwapDaemon(MODELS + qs, POOL, BANDWIDTH, scheduler="max_stall: %dms\nmax_wait: 500ms\n" % MAX_STALL_MS)
     try:
         assert d.admin_call({"op": "load", "id": "la", "model": "a"}).get("ok")
+        streams = {m["name"]: m["streams"] for m in d.admin_call({"op": "models", "id": "m"})["models"]}
+        assert streams == {"a": False, "b": False, "c": False, "q1": True, "q2": True}, streams
         a = Stream(d, "a", A_TOKENS, "a")
         until(lambda: len(a.ts) >= 3, 30)
         q1 = Stream(d, "q1", 16, "q1")
