@@ -338,11 +338,19 @@ static int switch_preempts(const sched_t *s, double now, const sched_model_view_
     return !h || now - h->t_arrival <= hold || now - s->preempt_at < hold;
 }
 
+/* A model the drain may gate or step: resident, or streaming with sequences
+ * running (never resident between its passes). */
+static int drainable(const sched_model_view_t *v, int m)
+{
+    return v[m].resident || (v[m].streams && v[m].n_active > 0);
+}
+
 /* The model to drain for c's page-in (it admits nothing until its
  * sequences are done): for a streaming c the streaming model running, else
- * the resident (or streaming) model with fewest sequences running, so the
- * soonest done; a gate already set stays while its model has sequences
- * running. */
+ * the drainable model with fewest sequences running, so the soonest done;
+ * a gate already set stays while its model has sequences running. A gated
+ * streaming model's next pass plans a page-in that fits and so lifts the
+ * gate (it keeps admitting: SCHED_HOLD_STREAMS bounds the wait). */
 static void pick_gate(sched_t *s, const sched_model_view_t *v, int c)
 {
     int streamer = v[c].streams ? running_streamer(s, v, c) : -1;
@@ -354,7 +362,7 @@ static void pick_gate(sched_t *s, const sched_model_view_t *v, int c)
         return;
     s->gate = -1;
     for (int m = 0; m < s->n; m++)
-        if ((v[m].resident || v[m].streams) && v[m].n_active > 0 &&
+        if (drainable(v, m) && v[m].n_active > 0 &&
             (s->gate < 0 || v[m].n_active < v[s->gate].n_active))
             s->gate = m;
 }
@@ -371,8 +379,7 @@ static int drain_pick(sched_t *s, const sched_model_view_t *v, int c)
     int model = -1;
     for (int k = 0; k < s->n && model < 0; k++) {
         int m = (s->rr + 1 + k) % s->n;
-        if ((v[m].resident || (v[m].streams && v[m].n_active > 0)) && has_work(s, v, m) &&
-            (m != s->gate || v[m].n_active > 0)) {
+        if (drainable(v, m) && has_work(s, v, m) && (m != s->gate || v[m].n_active > 0)) {
             model = m;
             s->rr = m;
         }

@@ -53,8 +53,8 @@ typedef struct sched_model_view {
                             models nobody has work for, with room left for the KV caches of the
                             work queued: 1 yes, -1 no (it would evict models with work), 0 the
                             caller does not say (switches are then planned as if it fits) */
-    int streams;        /* its quota is below its size: every pass streams what the quota
-                            does not hold (resident: it holds what its quota does) */
+    int streams;        /* its gpu_quota (or the pool) is below its size: every pass streams
+                            what the quota does not hold (so it is never resident) */
 } sched_model_view_t;
 
 typedef struct sched_plan {

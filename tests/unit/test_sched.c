@@ -541,7 +541,7 @@ Test(sched, a_streaming_models_page_in_waits_for_the_other_streaming_models_drai
             v[p.model].last_step = t;
         if (p.model == 0) {
             stepped0 = 1;
-            cr_assert_eq(p.admit, 0, "the streaming model drains: it admits nothing");
+            cr_assert_eq(p.admit, 0, "model 0 has nothing queued to admit");
         }
     }
     cr_assert(stepped0, "the running streaming model steps meanwhile");
