@@ -174,6 +174,18 @@ static int any_loading(const sched_t *s, const sched_model_view_t *v)
     return 0;
 }
 
+/* A page-in under way that is not queued (view.queued): it has copies left
+ * to queue (the caller queues them as the copy engine nears them), so a
+ * page-in started meanwhile would share the copy engine with it; or the
+ * copies land after the next round, which can start the next one then. */
+static int any_unqueued(const sched_t *s, const sched_model_view_t *v)
+{
+    for (int m = 0; m < s->n; m++)
+        if (v[m].loading && !v[m].queued)
+            return 1;
+    return 0;
+}
+
 /* A model that could take the device now: one page-in at a time, so while
  * one loads only resident models are candidates. */
 static int eligible(const sched_t *s, const sched_model_view_t *v, int m, int loading)
@@ -414,7 +426,8 @@ static int late_pick(const sched_t *s, double now, const sched_model_view_t *v, 
  * meanwhile; stepping a resident model swaps nothing). A page-in runs in the
  * background (the caller's copy engine): a loading model is not stepped,
  * others are, and no second page-in starts until it can run; the prefetch
- * suggestion starts one early where the caller finds room. Waiting is so
+ * suggestion starts one early where the caller finds room (also queued
+ * behind a page-in whose copies are all queued). Waiting is so
  * bounded by max_wait plus one quantum (plus a page-in under way), and a
  * resident model with running sequences by max_stall plus one step.
  * Where the caller says a page-in would not fit beside the work queued
@@ -506,13 +519,18 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     p->admit =
         v[model].can_admit && model != s->gate ? (s->q[model].n < cap ? s->q[model].n : cap) : 0;
     /* prefetch the next most urgent cold model (the caller pages it in where
-     * that evicts nobody with work), and only while no page-in is under way
-     * nor starts with this plan: one page-in at a time, so the copy engine
-     * serves cold models in order (several at once share it, and each lands
-     * as late as the last: 30 BF16 models at 0.1 req/s each, H200 settings,
-     * p99 TTFT 2.15 s with them against 1.95 s without) */
+     * that evicts nobody with work), and only while no page-in has copies
+     * left to queue nor starts with this plan: the copy engine serves cold
+     * models in order (several sharing it each land as late as the last: 30
+     * BF16 models at 0.1 req/s each, H200 settings, p99 TTFT 2.15 s with them
+     * against 1.95 s without). Behind a page-in whose copies are all queued
+     * and land before the next round it goes at once: its copies follow (the
+     * copy engine is FIFO) instead of the engine idling until the round after
+     * a long step (an 8B Q4_K_M page-in takes 0.09 s at 55 GB/s, a prefill of
+     * 2048 tokens longer) */
     double best = -1;
-    for (int m = 0; m < s->n && !loading && v[model].resident; m++) {
+    int unqueued = any_unqueued(s, v);
+    for (int m = 0; m < s->n && !unqueued && v[model].resident; m++) {
         if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit ||
             v[m].fits < 0)
             continue;

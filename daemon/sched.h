@@ -48,6 +48,9 @@ typedef struct sched_model_view {
     double priority;    /* > 0 */
     int can_admit;      /* its next queued request would get a KV cache now */
     int loading;        /* its page-in is on the copy engine and it cannot run yet */
+    int queued;         /* (optional) loading, every copy its page-in needs is queued, and they
+                            land before the caller's next round (within its longest pass): a
+                            page-in queued now follows them (the copy engine is FIFO) */
     double last_step;   /* when its last pass ended (caller's clock; 0 = never or unknown) */
     int fits;           /* (optional) not resident: its page-in fits in free pages and pages of
                             models nobody has work for, with room left for the KV caches of the

@@ -78,6 +78,8 @@ typedef struct wk_model {
     uint64_t paging_errors; /* its total_device_errors when the page-in started */
     int paging_inflight;    /* segments in flight when last looked, -1 = not yet */
     double paging_moved;    /* when that count last changed (copy timeout) */
+    int paging_queued;      /* its last poll found every copy it needs queued, landing before
+                               the next round (sched view.queued) */
     double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */

@@ -97,6 +97,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         views[i].priority = m->cfg.priority;
         views[i].can_admit = can_admit(w, i, n_active_all);
         views[i].loading = m->paging_since > 0 || i == busy;
+        views[i].queued = m->paging_since > 0 && i != busy && m->paging_queued;
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
         views[i].streams = res_streams(m->rm);
@@ -478,14 +479,20 @@ static void step(wk_t *w, int mi, uint32_t admit)
 /* The most the loop sleeps while a page-in lands (new requests wake it). */
 #define WK_NAP_MAX_S 0.002
 
-size_t wk_pagein_window(const wk_t *w, const wk_model_t *m)
+/* The next round (and poll of the page-ins) comes after at most the
+ * longest pass of a model. */
+static double round_gap(const wk_t *w)
 {
-    /* the next poll comes after at most the longest pass of a model */
     double longest = WK_NAP_MAX_S;
     for (int i = 0; i < w->n_models; i++)
         if (w->models[i] && w->models[i]->pass_s > longest)
             longest = w->models[i]->pass_s;
-    return res_pagein_window(w->res, m->rm, 2 * longest);
+    return longest;
+}
+
+size_t wk_pagein_window(const wk_t *w, const wk_model_t *m)
+{
+    return res_pagein_window(w->res, m->rm, 2 * round_gap(w));
 }
 
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
@@ -503,6 +510,7 @@ void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
     m->paging_errors = st.total_device_errors;
     m->paging_inflight = -1;
     m->paging_moved = now;
+    m->paging_queued = 0;
 }
 
 /* The page-in is over (the model can run, or streams the rest): every
@@ -565,6 +573,7 @@ static double pagein_poll(wk_t *w, int mi, double now)
         if (isinf(in) && res_inflight(m->rm) == 0)
             in = 0; /* no room for more now: it streams the rest */
     }
+    m->paging_queued = in <= round_gap(w); /* all queued, landing before the next round */
     int n = res_inflight(m->rm);
     if (n != m->paging_inflight) {
         m->paging_inflight = n;

@@ -262,7 +262,7 @@ Test(sched, past_max_wait_the_oldest_request_pages_in_before_a_deeper_younger_qu
     sched_free(s);
 }
 
-Test(sched, no_prefetch_while_a_page_in_is_under_way_or_starts_with_the_plan)
+Test(sched, prefetch_behind_a_page_in_only_once_its_copies_are_all_queued)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
     sched_t *s = sched_new(&c, 4);
@@ -282,6 +282,19 @@ Test(sched, no_prefetch_while_a_page_in_is_under_way_or_starts_with_the_plan)
     sched_next(s, 0.6, v, &p);
     cr_assert_eq(p.model, 0);
     cr_assert_eq(p.prefetch, -1, "no second page-in while one is under way (got %d)", p.prefetch);
+    /* its copies all queued and landing before the next round: the next
+     * one queues behind them (FIFO) instead of the copy engine idling */
+    v[1].queued = 1;
+    sched_next(s, 0.65, v, &p);
+    cr_assert_eq(p.model, 0);
+    cr_assert_eq(p.prefetch, 2, "the next cold model queues behind (got %d)", p.prefetch);
+    v[2].loading = 1; /* its copies not all queued yet: nothing more */
+    v[3].fits = 1;
+    sched_submit(s, item(3, 0.2));
+    sched_next(s, 0.66, v, &p);
+    cr_assert_eq(p.prefetch, -1, "not behind a page-in with copies left to queue (got %d)",
+                 p.prefetch);
+    v[1].queued = v[2].loading = v[3].fits = 0;
     /* nothing resident has work: the plan is itself a page-in, and no
      * prefetch starts beside it */
     v[1].loading = 0;

@@ -336,6 +336,8 @@ typedef struct vmodel {
     double swap_in_s;    /* as the worker measures it */
     double paging_since; /* virtual s its background page-in started (0 = none) */
     int paging_evict;    /* RES_EVICT_* of that page-in */
+    int paging_queued;   /* its last poll found every copy it needs queued, landing before the
+                            next round (sched view.queued) */
     double pass_s;       /* compute of its last pass (the worker's estimate) */
     double last_step;    /* when its last pass ended */
     /* lru policy */
@@ -899,18 +901,25 @@ static double ready_in(sim_t *S, vmodel_t *m)
     return in;
 }
 
+/* As the worker's round_gap: the next round comes after at most the
+ * longest pass of a model. */
+static double round_gap(const sim_t *S)
+{
+    double longest = 0;
+    for (int i = 0; i < S->n_m; i++)
+        if (S->m[i]->pass_s > longest)
+            longest = S->m[i]->pass_s;
+    return longest;
+}
+
 /* Queue the next segments of m's page-in (as the copy engine nears them). */
 static void pagein_more(sim_t *S, vmodel_t *m, int evict)
 {
     char err[256];
     int before = all_mapped(S, m);
     /* not quiet: evicting a victim whose copy is in flight blocks the host */
-    double longest = 0; /* as wk_pagein_window: until the next round */
-    for (int i = 0; i < S->n_m; i++)
-        if (S->m[i]->pass_s > longest)
-            longest = S->m[i]->pass_s;
-    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(S->res, m->rm, 2 * longest), err,
-                       sizeof err);
+    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(S->res, m->rm, 2 * round_gap(S)),
+                       err, sizeof err);
     if (!before && all_mapped(S, m))
         S->loads++;
 }
@@ -935,6 +944,7 @@ static double pagein_poll(sim_t *S, int mi)
         if (isinf(in) && res_inflight(m->rm) == 0)
             in = 0;
     }
+    m->paging_queued = in <= round_gap(S); /* all queued, landing before the next round */
     if (in == 0)
         pagein_end(S, mi);
     return in;
@@ -1028,6 +1038,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
             .priority = 1.0,
             .can_admit = can_admit(S, i),
             .loading = m->paging_since > 0,
+            .queued = m->paging_since > 0 && m->paging_queued,
             .last_step = m->last_step,
             .streams = res_streams(m->rm),
         };
@@ -1042,6 +1053,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
         pagein_more(S, pm, RES_EVICT_UNWANTED);
         if (res_inflight(pm->rm) > 0) {
             pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
+            pm->paging_queued = 0; /* the next round's poll says */
             pm->paging_evict = RES_EVICT_UNWANTED;
         }
     }
