@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_sched.sh BUILD_DIR OUT_DIR: the scheduler scenarios of issue 14: the default policy beside fifo, lru, lru-batch N (every N the pool holds, and the best per metric) and Belady, on synthetic, bursty and real-trace workloads; models per GPU on H200 settings. CSVs, and a summary of default against the best baseline per metric.
+# run_sched.sh BUILD_DIR OUT_DIR: the scheduler scenarios of issue 14: the default policy beside fifo, lru, lru-batch N (every N the pool holds, and the best per metric) and Belady, on synthetic, bursty and real-trace workloads, each with the seeds of SCHED_SEEDS (default 1 2 3); models per GPU on H200 settings. CSVs, and a summary of default against the best baseline per metric.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-$BUILD/bench}
@@ -11,13 +11,31 @@ t0=$(date +%s)
 POL=default,fifo,lru,lru-batch,belady
 TRACE=$(dirname "$0")/../data/traces/AzureLLMInferenceTrace_code.csv
 
+# The scenarios run with each seed of SCHED_SEEDS (the arrivals, token counts
+# and, for the real hour, the models' Zipf draw): a p99 of a 120 s run is the
+# 5th-20th worst request, so one seed's ratios move by 10-40% from one draw to
+# the next. The first seed's tables are printed and summarised row by row;
+# the others run in the background (CSVs in $OUT/seeds/) for the summary over
+# all seeds at the end.
+SEEDS=${SCHED_SEEDS:-1 2 3}
+FIRST=${SEEDS%% *}
+mkdir -p "$OUT/seeds"
+rm -f "$OUT"/seeds/sched_*.csv
+SEED=$FIRST
 run() { # label, then tracesim options
     local label=$1
     shift
-    echo "== $label: $*"
-    "$SIM" --policies "$POL" --label "$label" --csv "$OUT/sched_$label.csv" "$@" 2>&1 | grep -v '^lru-batch-[0-9]' || true
+    if [ "$SEED" = "$FIRST" ]; then
+        echo "== $label: $*"
+        "$SIM" --policies "$POL" --seed "$SEED" --label "$label" --csv "$OUT/sched_$label.csv" "$@" 2>&1 |
+            grep -v '^lru-batch-[0-9]' || true
+    else
+        "$SIM" --policies "$POL" --seed "$SEED" --label "$label" --quiet \
+            --csv "$OUT/seeds/sched_${label}_s$SEED.csv" "$@"
+    fi
 }
 
+scenarios() {
 # Synthetic: Zipf 1.0 and uniform popularity, 4 and 12 models (Llama-3-8B-shaped
 # Q8_0, 8.6 GB; the pool holds 3 plus 4 GiB of KV), Poisson arrivals at 0.2, 0.6
 # and 0.95 of the ideal capacity.
@@ -42,6 +60,14 @@ POL=default,fifo,lru-batch,belady run mix-bf16-70b-quota $MIX --mix 8b-bf16,3b-b
 if [ -f "$TRACE" ]; then
     run llm-trace-zipf1.0-m12 --llm-trace "$TRACE" --models 12 --max-context 8192
 fi
+}
+
+for SEED in $SEEDS; do
+    [ "$SEED" = "$FIRST" ] || scenarios &
+done
+SEED=$FIRST
+scenarios
+wait
 
 # default against the best baseline per metric
 summary() {
@@ -76,6 +102,57 @@ summary() {
 echo
 echo "default against the best baseline per metric (fifo, lru, lru-batch N); ratio default/best, '*' = default worse"
 summary
+
+# The same over every seed: per row the geometric mean of each ratio and the
+# seeds where one baseline configuration is at least as good on all three
+# figures; then the geometric means over all rows and seeds.
+seeds_summary() {
+    local files=()
+    for f in "$OUT"/sched_*.csv "$OUT"/seeds/sched_*.csv; do
+        case $f in */sched_mpg_*) continue ;; esac
+        [ -f "$f" ] && files+=("$f")
+    done
+    awk -F, -v first="$FIRST" -v order="$SEEDS" 'FNR == 1 {
+            seed = first
+            if (match(FILENAME, /_s[0-9]+\.csv$/)) seed = substr(FILENAME, RSTART + 2, RLENGTH - 6)
+            next
+        }
+        $4 != "belady" && $4 != "lru-batch-best" {
+            k = $1 SUBSEP $2 SUBSEP seed
+            if ($4 == "default") { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
+            n[k]++; pi[k, n[k]] = $8 + 0; t[k, n[k]] = $16 + 0; e[k, n[k]] = $19 + 0
+            if (!(k in bpi) || $8 + 0 < bpi[k]) bpi[k] = $8 + 0
+            if (!(k in bt) || $16 + 0 < bt[k]) bt[k] = $16 + 0
+            if (!(k in be) || $19 + 0 < be[k]) be[k] = $19 + 0
+        }
+        END {
+            for (k in keys) {
+                split(k, p, SUBSEP); r = p[1] SUBSEP p[2]; rows[r] = 1; seeds[p[3]] = 1
+                l1 = log(dpi[k] / (bpi[k] ? bpi[k] : 1)); l2 = log(dt[k] / bt[k]); l3 = log(de[k] / be[k])
+                s1[r] += l1; s2[r] += l2; s3[r] += l3; c[r]++
+                a1 += l1; a2 += l2; a3 += l3; na++
+                for (i = 1; i <= n[k]; i++)
+                    if (pi[k, i] <= dpi[k] && t[k, i] <= dt[k] && e[k, i] <= de[k]) { d[r]++; ds[p[3]]++; nd++; break }
+            }
+            printf "%-24s %5s | %7s %7s %7s | %s\n", "scenario", "load", "pi", "ttft99", "e2e99", "seeds beaten outright"
+            for (r in rows) {
+                split(r, p, SUBSEP)
+                printf "%-24s %5s | %7.2f %7.2f %7.2f | %d of %d\n", p[1], p[2], exp(s1[r] / c[r]),
+                    exp(s2[r] / c[r]), exp(s3[r] / c[r]), d[r], c[r] | "sort"
+            }
+            close("sort")
+            per = ""
+            ns = split(order, so, " ")
+            for (i = 1; i <= ns; i++) per = per sprintf("%sseed %s: %d", i > 1 ? ", " : "", so[i], ds[so[i]])
+            printf "all %d rows x seeds: geomeans page-ins %.3f, p99 TTFT %.3f, p99 end-to-end %.3f; beaten outright %d (%s)\n",
+                na, exp(a1 / na), exp(a2 / na), exp(a3 / na), nd, per
+        }' "${files[@]}"
+}
+if [ "$SEEDS" != "$FIRST" ]; then
+    echo
+    echo "the same over seeds $SEEDS: geometric means of default/best per row, and the seeds where one baseline configuration beats the default on all three"
+    seeds_summary
+fi
 
 # Models per GPU: H200 settings (55 GB/s host-to-device, 4.8 TB/s HBM, a 120 GiB
 # pool), Llama-3-8B-shaped models at 0.1 req/s each, uniform, the most models whose
