@@ -64,7 +64,7 @@ typedef struct args {
     unsigned replicas, balance_factor;
     /* models per GPU */
     double mpg_rate;
-    int mpg_max, mpg_step;
+    int mpg_max, mpg_step, mpg_seeds;
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
@@ -171,6 +171,8 @@ static const opt_t opts[] = {
      "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
     {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
     {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
+    {"mpg-seeds", OPT_INT, A(mpg_seeds), "1",
+     "models per GPU: a count passes when its p99 TTFT is within --slo-ttft with each of this many seeds (--seed, --seed + 1, ...); reported: the worst seed's p99 (of a count that fails, the first seed's over the target)"},
     {"policies", OPT_STR, A(policies), "default,fifo,lru,belady",
      "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
     {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
@@ -814,11 +816,12 @@ static void write_rows(FILE *f, const args_t *a, const row_t *rows, int n)
 /* ------------------------------------------------------------------ models per GPU */
 
 /* p99 TTFT of policy ps with m models at a->mpg_rate req/s each (uniform,
- * --duration s of arrivals); INFINITY when a request failed. */
-static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, char *err,
-                   size_t errlen)
+ * --duration s of arrivals, seed a->seed + k); INFINITY when a request failed. */
+static int mpg_try_seed(const args_t *a, const pol_spec_t *ps, int m, int k, double *p99, char *err,
+                        size_t errlen)
 {
     args_t b = *a;
+    b.seed = a->seed + k;
     b.models = m;
     b.zipf = 0;
     sim_cfg_t c;
@@ -839,7 +842,7 @@ static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, ch
         snprintf(err, errlen, "cannot generate the workload");
         return -1;
     }
-    tokens_from(a, reqs, n);
+    tokens_from(&b, reqs, n);
     c.lru_batch_n = ps->n;
     sim_result_t r;
     int rc = sim_run(&c, ps->pol, reqs, n, &r, err, errlen);
@@ -847,6 +850,25 @@ static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, ch
     if (rc)
         return -1;
     *p99 = r.completed == r.requests ? r.ttft_p99 : INFINITY;
+    return 0;
+}
+
+/* The worst p99 TTFT over --mpg-seeds seeds (one 300 s run's p99 is its
+ * 20th-worst request or so: near the limit a seed moves it by 20-40%). */
+static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, char *err,
+                   size_t errlen)
+{
+    int seeds = a->mpg_seeds > 0 ? a->mpg_seeds : 1;
+    *p99 = 0;
+    for (int k = 0; k < seeds; k++) {
+        double p;
+        if (mpg_try_seed(a, ps, m, k, &p, err, errlen))
+            return -1;
+        if (p > *p99)
+            *p99 = p;
+        if (*p99 > a->slo_ttft)
+            break; /* the count fails: the other seeds cannot bring it back */
+    }
     return 0;
 }
 
