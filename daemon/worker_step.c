@@ -151,6 +151,8 @@ static void step_aside(wk_t *w, int busy, uint32_t seg, int streams)
     w->aside = 0;
 }
 
+static void pagein_topup(wk_t *w, int busy);
+
 static int timed_wait(void *ctx, uint32_t seg)
 {
     timed_hooks_t *h = ctx;
@@ -159,6 +161,7 @@ static int timed_wait(void *ctx, uint32_t seg)
     wk_beat(w); /* a long pass still shows progress segment by segment */
     int rc = 0;
     if (!w->aside && !w->be->zero_copy) {
+        pagein_topup(w, h->mi);
         /* its copy queued (what this pass streams), others step meanwhile */
         rc = res_seg_request(w->res, w->models[h->mi]->rm, seg);
         if (!rc)
@@ -588,6 +591,25 @@ static double pagein_poll(wk_t *w, int mi, double now)
     if (in == 0)
         pagein_end(w, mi, now);
     return in;
+}
+
+/* Before each segment of busy's pass (not one stepped aside): the page-ins
+ * under way with copies left to queue get their next ones, as pagein_poll
+ * gives them between rounds. Their window covers the longest pass seen, but
+ * a pass can be longer (a prefill after decode steps): without this the
+ * copy engine idled through it (tracesim, H200 settings, 30 BF16 models at
+ * 0.1 req/s with the real token mix: worst p99 TTFT of three seeds 2.12 s,
+ * 1.60 s with it). Failures show at the next poll. */
+static void pagein_topup(wk_t *w, int busy)
+{
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        char err[256];
+        if (i != busy && m && m->rm && m->paging_since > 0 &&
+            isinf(res_ready_in(w->res, m->rm, m->pass_s)))
+            res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err,
+                               sizeof err);
+    }
 }
 
 /* The scheduler chose mi and it is not resident: 1 when its pass can start

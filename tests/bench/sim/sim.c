@@ -19,7 +19,8 @@
  *   segments with res_prefetch_ahead), builds the per-model views (loading,
  *   last step, wanted), calls sched_next (swap-aware), runs one step of the
  *   chosen model (res_acquire, admissions with whole KV caches, the pass
- *   through the segment hooks, res_release) or, when it is not resident,
+ *   through the segment hooks, the page-ins under way topped up before each
+ *   segment, res_release) or, when it is not resident,
  *   starts its page-in in the background, and then prefetches the suggested
  *   model (evicting only idle models nobody waits for).
  * - fifo: the same loop with SCHED_POLICY_FIFO.
@@ -738,8 +739,13 @@ static int has_parked(const vmodel_t *m)
 }
 
 /* Wait for segment seg through residency's hook, then spend dt of compute. */
-static int seg_run(sim_t *S, fwd_hooks_t *h, uint32_t seg, double dt)
+static void pagein_topup(sim_t *S, int busy);
+
+/* One segment of model busy's pass, as the worker's timed_wait: the page-ins
+ * under way get their next copies first. */
+static int seg_run(sim_t *S, int busy, fwd_hooks_t *h, uint32_t seg, double dt)
 {
+    pagein_topup(S, busy);
     if (h->wait(h->ctx, seg))
         return -1;
     vb_advance(S->vb, dt);
@@ -847,11 +853,11 @@ static void step(sim_t *S, int mi, uint32_t admit)
     vb_advance(S->vb, S->c->cost.t_fixed_s);
     S->busy_s += S->c->cost.t_fixed_s;
     double busy0 = S->busy_s;
-    int rc = seg_run(S, &h, FWD_SEG_EMBED, 0);
+    int rc = seg_run(S, mi, &h, FWD_SEG_EMBED, 0);
     for (uint32_t l = 0; l < L && !rc; l++)
-        rc = seg_run(S, &h, FWD_SEG_LAYER(l), lt);
+        rc = seg_run(S, mi, &h, FWD_SEG_LAYER(l), lt);
     if (!rc)
-        rc = seg_run(S, &h, FWD_SEG_HEAD(L), head_time(S->c, &m->si, nseq));
+        rc = seg_run(S, mi, &h, FWD_SEG_HEAD(L), head_time(S->c, &m->si, nseq));
     if (!rc)
         for (sim_seq_t *s = m->active; s; s = s->next)
             if (!s->parked)
@@ -922,6 +928,17 @@ static void pagein_more(sim_t *S, vmodel_t *m, int evict)
                        err, sizeof err);
     if (!before && all_mapped(S, m))
         S->loads++;
+}
+
+/* As the worker's pagein_topup: before each segment of busy's pass, the
+ * page-ins under way with copies left to queue get their next ones. */
+static void pagein_topup(sim_t *S, int busy)
+{
+    for (int i = 0; i < S->n_m; i++) {
+        vmodel_t *m = S->m[i];
+        if (i != busy && m->paging_since > 0 && isinf(ready_in(S, m)))
+            pagein_more(S, m, m->paging_evict);
+    }
 }
 
 /* The page-in ended: the requests waiting for their first token waited for it. */
