@@ -261,6 +261,61 @@ def test_swap_ms_is_the_page_in_whoever_started_it():
         assert d.stop() == 0
 
 
+def prefill_per_token(d):
+    """a's prefill time per prompt token (seconds), from the first pass of a 64-token prompt."""
+    c = d.client()
+    done = c.call({"op": "generate", "id": "probe", "model": "a", "tokens": [5 + i for i in range(64)],
+                   "max_tokens": 1, "temperature": 0})
+    c.close()
+    assert done.get("event") == "done", done
+    return first_pass(done) / 64
+
+
+def test_a_page_in_keeps_copying_through_a_long_prefill_of_another_model():
+    """b pages in while a prefills a prompt that takes over a third of b's copy time: a pass far
+    longer than the ones before it, so the copies b's page-in had queued (its window: about two of
+    b's layers) run out early in it. The worker queues b's next copies before each of a's segments,
+    so b's page-in takes its copy time; without that the copy engine idled until a's pass ended, and
+    b's swap_ms was the prefill plus the copy left after it."""
+    d = start()
+    try:
+        ok = False
+        for attempt in range(ATTEMPTS):
+            n = max(8, min(1500, int(0.6 * COPY_S / prefill_per_token(d))))
+            # decode steps after the probe's prefill: a's measured pass (an average) is short again,
+            # and with it the window of copies a background page-in queues at a time
+            Stream(d, "a", SOLO_TOKENS, "settle-%d" % attempt).wait()
+            before = d.stats()["models"]["b"]
+            cb, ca = d.client(), d.client()
+            cb.send({"op": "generate", "id": "b", "model": "b", "tokens": PROMPT, "max_tokens": 2,
+                     "temperature": 0})
+            time.sleep(0.02)  # b's page-in starts first, a's prefill runs beside it
+            ca.send({"op": "generate", "id": "a", "model": "a", "tokens": [5 + i % 500 for i in range(n)],
+                     "max_tokens": 1, "temperature": 0})
+            bd, ad = cb.recv(), ca.recv()
+            cb.close()
+            ca.close()
+            assert bd.get("event") == "done" and ad.get("event") == "done", (bd, ad)
+            copy = copy_s(d, "b", before)
+            prefill = first_pass(ad)
+            swap = bd["timing"]["swap_ms"] / 1e3
+            print("   a's prefill of %d tokens %.0f ms; b's copy %.0f ms, swap_ms %.0f" % (
+                n, prefill * 1e3, copy * 1e3, swap * 1e3), flush=True)
+            assert 0.5 * COPY_S < copy < 2 * COPY_S, copy
+            check_stats(d)
+            # the prefill must be long against the window and end before the copy would (else the
+            # page-in's end is only seen after it): otherwise measure again
+            if 0.35 * copy <= prefill <= 0.85 * copy:
+                check_swap(bd, copy, "b, paged in beside a's %d-token prefill" % n)
+                ok = True
+                break
+            ans = d.admin_call({"op": "evict", "id": "e", "model": "b"})  # cold again for the next try
+            assert ans.get("ok"), ans
+        assert ok, "a's prefill never took 35-85%% of b's copy time in %d tries" % ATTEMPTS
+    finally:
+        assert d.stop() == 0
+
+
 def test_running_streams_never_stall_past_max_stall():
     d = start()
     try:
@@ -499,6 +554,7 @@ if __name__ == "__main__":
     for fn in [test_worker_c_is_under_600_lines_and_no_worker_function_over_80,
                test_a_stream_does_not_stall_while_another_model_pages_in,
                test_swap_ms_is_the_page_in_whoever_started_it,
+               test_a_page_in_keeps_copying_through_a_long_prefill_of_another_model,
                test_running_streams_never_stall_past_max_stall,
                test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall,
                test_a_stream_does_not_stall_while_a_quota_streamed_model_runs,
