@@ -547,6 +547,21 @@ static void pagein_fail(wk_t *w, int mi, proto_err_t code, const char *msg)
     step_failed(w, mi, room, code, msg);
 }
 
+/* A page-in under way with copies left to queue (res_ready_in infinite)
+ * queues its next segments, as the copy engine nears them; *in: then how
+ * long until m can run. */
+static int pagein_more(wk_t *w, wk_model_t *m, double *in, char *err, size_t errlen)
+{
+    *in = res_ready_in(w->res, m->rm, m->pass_s);
+    if (!isinf(*in))
+        return 0;
+    int rc =
+        res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err, errlen);
+    if (!rc)
+        *in = res_ready_in(w->res, m->rm, m->pass_s);
+    return rc;
+}
+
 /* Where the page-in of mi stands: 0 when the model can run now (page-in
  * over), -1 when it failed (its waiting requests answered), else seconds
  * until it may. Never blocks. */
@@ -563,19 +578,14 @@ static double pagein_poll(wk_t *w, int mi, double now)
         pagein_fail(w, mi, rerr ? wk_device_error_code(rerr) : PROTO_E_INTERNAL, err);
         return -1;
     }
-    double in = res_ready_in(w->res, m->rm, m->pass_s);
-    if (isinf(in)) {
-        /* not all queued: the next segments, as the copy engine nears them */
-        int rc = res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err,
-                                    sizeof err);
-        if (rc) {
-            pagein_fail(w, mi, wk_device_error_code(rc), err);
-            return -1;
-        }
-        in = res_ready_in(w->res, m->rm, m->pass_s);
-        if (isinf(in) && res_inflight(m->rm) == 0)
-            in = 0; /* no room for more now: it streams the rest */
+    double in;
+    int rc = pagein_more(w, m, &in, err, sizeof err);
+    if (rc) {
+        pagein_fail(w, mi, wk_device_error_code(rc), err);
+        return -1;
     }
+    if (isinf(in) && res_inflight(m->rm) == 0)
+        in = 0;                            /* no room for more now: it streams the rest */
     m->paging_queued = in <= round_gap(w); /* all queued, landing before the next round */
     int n = res_inflight(m->rm);
     if (n != m->paging_inflight) {
@@ -605,10 +615,9 @@ static void pagein_topup(wk_t *w, int busy)
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         char err[256];
-        if (i != busy && m && m->rm && m->paging_since > 0 &&
-            isinf(res_ready_in(w->res, m->rm, m->pass_s)))
-            res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err,
-                               sizeof err);
+        double in;
+        if (i != busy && m && m->rm && m->paging_since > 0)
+            (void)pagein_more(w, m, &in, err, sizeof err);
     }
 }
 

@@ -69,14 +69,18 @@ SEED=$FIRST
 scenarios
 wait
 
-# default against the best baseline per metric
-summary() {
-    printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %s\n' scenario load "pi def" "pi best" ratio \
-        "ttft99 d" "best" ratio "e2e99 d" "best" ratio "better on all three"
-    for f in "$OUT"/sched_*.csv; do
-        case $f in */sched_mpg_*) continue ;; esac # models per GPU: below (a rerun finds them here)
-        awk -F, 'FNR == 1 { file++ } FNR > 1 && $4 != "belady" && $4 != "lru-batch-best" {
-            k = $1 SUBSEP $2
+# Default against the best baseline per metric (the lowest of fifo, lru and
+# every lru-batch N), one line per scenario row and seed of the CSVs given:
+# label load seed, default and best page-ins, p99 TTFT, p99 end-to-end, and
+# the baseline configurations at least as good on all three (or "none").
+compare() {
+    awk -F, -v first="$FIRST" 'FNR == 1 {
+            seed = first
+            if (match(FILENAME, /_s[0-9]+\.csv$/)) seed = substr(FILENAME, RSTART + 2, RLENGTH - 6)
+            next
+        }
+        $4 != "belady" && $4 != "lru-batch-best" {
+            k = $1 SUBSEP $2 SUBSEP seed
             if ($4 == "default") { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
             n[k]++; nm[k, n[k]] = $4; pi[k, n[k]] = $8 + 0; t[k, n[k]] = $16 + 0; e[k, n[k]] = $19 + 0
             if (!(k in bpi) || $8 + 0 < bpi[k]) bpi[k] = $8 + 0
@@ -86,18 +90,34 @@ summary() {
         END {
             for (k in keys) {
                 split(k, p, SUBSEP)
-                r1 = dpi[k] / (bpi[k] ? bpi[k] : 1); r2 = dt[k] / bt[k]; r3 = de[k] / be[k]
-                # one baseline configuration at least as good on every figure
                 dom = ""
                 for (i = 1; i <= n[k]; i++)
                     if (pi[k, i] <= dpi[k] && t[k, i] <= dt[k] && e[k, i] <= de[k])
                         dom = dom (dom == "" ? "" : ",") nm[k, i]
-                printf "%-24s %5s | %8d %8d %5.2f%s | %8.2f %8.2f %5.2f%s | %8.2f %8.2f %5.2f%s | %s\n", p[1], p[2],
-                    dpi[k], bpi[k], r1, (r1 > 1 ? "*" : " "), dt[k], bt[k], r2, (r2 > 1 ? "*" : " "),
-                    de[k], be[k], r3, (r3 > 1 ? "*" : " "), (dom == "" ? "none" : dom)
+                printf "%s %s %s %s %.9g %s %.9g %s %.9g %s\n", p[1], p[2], p[3], dpi[k], bpi[k], dt[k], bt[k],
+                    de[k], be[k], (dom == "" ? "none" : dom)
             }
-        }' "$f" | sort
+        }' "$@" </dev/null
+}
+
+# The CSVs of the first seed, or of every seed (all).
+csvs() {
+    for f in "$OUT"/sched_*.csv ${1:+"$OUT"/seeds/sched_*.csv}; do
+        case $f in */sched_mpg_*) continue ;; esac # models per GPU: below (a rerun finds them here)
+        [ -f "$f" ] && echo "$f"
     done
+}
+
+# The first seed, row by row; ratio default / best, '*' = default worse.
+summary() {
+    printf '%-24s %5s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %s\n' scenario load "pi def" "pi best" ratio \
+        "ttft99 d" "best" ratio "e2e99 d" "best" ratio "better on all three"
+    mapfile -t files < <(csvs)
+    compare "${files[@]}" | awk '{
+        r1 = $4 / ($5 ? $5 : 1); r2 = $6 / $7; r3 = $8 / $9
+        printf "%-24s %5s | %8d %8d %5.2f%s | %8.2f %8.2f %5.2f%s | %8.2f %8.2f %5.2f%s | %s\n", $1, $2,
+            $4, $5, r1, (r1 > 1 ? "*" : " "), $6, $7, r2, (r2 > 1 ? "*" : " "), $8, $9, r3, (r3 > 1 ? "*" : " "), $10
+    }' | sort
 }
 echo
 echo "default against the best baseline per metric (fifo, lru, lru-batch N); ratio default/best, '*' = default worse"
@@ -107,33 +127,15 @@ summary
 # seeds where one baseline configuration is at least as good on all three
 # figures; then the geometric means over all rows and seeds.
 seeds_summary() {
-    local files=()
-    for f in "$OUT"/sched_*.csv "$OUT"/seeds/sched_*.csv; do
-        case $f in */sched_mpg_*) continue ;; esac
-        [ -f "$f" ] && files+=("$f")
-    done
-    awk -F, -v first="$FIRST" -v order="$SEEDS" 'FNR == 1 {
-            seed = first
-            if (match(FILENAME, /_s[0-9]+\.csv$/)) seed = substr(FILENAME, RSTART + 2, RLENGTH - 6)
-            next
-        }
-        $4 != "belady" && $4 != "lru-batch-best" {
-            k = $1 SUBSEP $2 SUBSEP seed
-            if ($4 == "default") { keys[k] = 1; dpi[k] = $8; dt[k] = $16; de[k] = $19; next }
-            n[k]++; pi[k, n[k]] = $8 + 0; t[k, n[k]] = $16 + 0; e[k, n[k]] = $19 + 0
-            if (!(k in bpi) || $8 + 0 < bpi[k]) bpi[k] = $8 + 0
-            if (!(k in bt) || $16 + 0 < bt[k]) bt[k] = $16 + 0
-            if (!(k in be) || $19 + 0 < be[k]) be[k] = $19 + 0
+    mapfile -t files < <(csvs all)
+    compare "${files[@]}" | awk -v order="$SEEDS" '{
+            r = $1 SUBSEP $2; rows[r] = 1
+            l1 = log($4 / ($5 ? $5 : 1)); l2 = log($6 / $7); l3 = log($8 / $9)
+            s1[r] += l1; s2[r] += l2; s3[r] += l3; c[r]++
+            a1 += l1; a2 += l2; a3 += l3; na++
+            if ($10 != "none") { d[r]++; ds[$3]++; nd++ }
         }
         END {
-            for (k in keys) {
-                split(k, p, SUBSEP); r = p[1] SUBSEP p[2]; rows[r] = 1; seeds[p[3]] = 1
-                l1 = log(dpi[k] / (bpi[k] ? bpi[k] : 1)); l2 = log(dt[k] / bt[k]); l3 = log(de[k] / be[k])
-                s1[r] += l1; s2[r] += l2; s3[r] += l3; c[r]++
-                a1 += l1; a2 += l2; a3 += l3; na++
-                for (i = 1; i <= n[k]; i++)
-                    if (pi[k, i] <= dpi[k] && t[k, i] <= dt[k] && e[k, i] <= de[k]) { d[r]++; ds[p[3]]++; nd++; break }
-            }
             printf "%-24s %5s | %7s %7s %7s | %s\n", "scenario", "load", "pi", "ttft99", "e2e99", "seeds beaten outright"
             for (r in rows) {
                 split(r, p, SUBSEP)
@@ -146,7 +148,7 @@ seeds_summary() {
             for (i = 1; i <= ns; i++) per = per sprintf("%sseed %s: %d", i > 1 ? ", " : "", so[i], ds[so[i]])
             printf "all %d rows x seeds: geomeans page-ins %.3f, p99 TTFT %.3f, p99 end-to-end %.3f; beaten outright %d (%s)\n",
                 na, exp(a1 / na), exp(a2 / na), exp(a3 / na), nd, per
-        }' "${files[@]}"
+        }'
 }
 if [ "$SEEDS" != "$FIRST" ]; then
     echo

@@ -738,11 +738,11 @@ static int has_parked(const vmodel_t *m)
     return 0;
 }
 
-/* Wait for segment seg through residency's hook, then spend dt of compute. */
 static void pagein_topup(sim_t *S, int busy);
 
 /* One segment of model busy's pass, as the worker's timed_wait: the page-ins
- * under way get their next copies first. */
+ * under way get their next copies first, then it waits for segment seg
+ * through residency's hook and spends dt of compute. */
 static int seg_run(sim_t *S, int busy, fwd_hooks_t *h, uint32_t seg, double dt)
 {
     pagein_topup(S, busy);
