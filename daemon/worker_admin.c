@@ -192,7 +192,7 @@ static void admin_load(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, d
     }
     wk_pagein_begin(w, mi, t_recv, RES_EVICT_ANY);
     int prc =
-        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err, sizeof err);
+        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, mi), err, sizeof err);
     if (prc) {
         m->paging_since = 0;
         wk_send_error(w, conn, req->id, wk_device_error_code(prc), "%s", err);
@@ -298,8 +298,8 @@ void wk_admin_poll_loads(wk_t *w)
             const char *why = NULL;
             if (st.total_device_errors - l->device_errors >= WK_LOAD_RETRIES)
                 res_last_error(m->rm, &why);
-            else if (res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err,
-                                        sizeof err))
+            else if (res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, l->model),
+                                        err, sizeof err))
                 res_last_error(m->rm, &why);
             else if (!m->paging_since && res_inflight(m->rm) > 0)
                 wk_pagein_begin(w, l->model, wk_now(),

@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 #include "residency.h"
 #include "engine/sampler.h"
+#include "passtime.h"
 #include "sched.h"
 #include "stats.h"
 #include "store.h"
@@ -80,7 +81,7 @@ typedef struct wk_model {
     double paging_moved;    /* when that count last changed (copy timeout) */
     int paging_queued;      /* its last poll found every copy it needs queued, landing before
                                the next round (sched view.queued) */
-    double pass_s;          /* a pass's compute time, s (moving average; 0 = not measured) */
+    pass_time_t pass;       /* its passes' compute, measured (passtime.h) */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
@@ -217,7 +218,7 @@ uint32_t wk_active_total(const wk_t *w);
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
 /* What a page-in of m keeps queued on the copy engine: enough to last until
  * the next round (twice the longest pass), two segments at least. */
-size_t wk_pagein_window(const wk_t *w, const wk_model_t *m);
+size_t wk_pagein_window(wk_t *w, int mi);
 /* One scheduling round: follow the page-ins under way, ask the scheduler,
  * step the chosen model or start its page-in, prefetch. Returns how long the
  * loop may sleep before the next one (0 when it stepped). */

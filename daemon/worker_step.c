@@ -32,6 +32,21 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
            res_kv_available_for(w->res, m->rm);
 }
 
+/* The compute of mi's next pass: its running sequences (one token each, or
+ * a parked one's prompt and generated ids) and the queued requests it has
+ * room for (their prompts). For a model paging in, res_ready_in's compute:
+ * a first pass that prefills starts while its last copies land. */
+static double next_pass_s(wk_t *w, int mi)
+{
+    wk_model_t *m = w->models[mi];
+    uint32_t toks = 0, nseq = 0, mb = m->cfg.max_batch ? m->cfg.max_batch : 1;
+    for (const wk_seq_t *s = m->active; s; s = s->next_active, nseq++)
+        toks += s->parked ? s->n_prompt + s->n_gen : 1;
+    for (sched_item_t *it = sched_peek(w->sched, mi); it && nseq < mb; it = it->next, nseq++)
+        toks += ((const wk_seq_t *)it->user)->n_prompt;
+    return pass_time_for(&m->pass, toks, nseq);
+}
+
 /* The KV pages (prompt + 1 each: caches grow as sequences advance) of the
  * requests model i could admit. */
 static size_t queued_kv(wk_t *w, const sched_model_view_t *views, int i)
@@ -88,7 +103,8 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
          * resort: what comes back in a part of max_stall, RES_STALL_PARTS)
          * runs once that part passed without a step, even while another model pages in:
          * its pass takes them back at once (others step while they land) */
-        int ready = !m->paging_since && i != busy && res_ready_in(w->res, m->rm, m->pass_s) == 0;
+        int ready =
+            !m->paging_since && i != busy && res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0;
         views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 &&
                                       part_stall > 0 && now - m->last_step >= part_stall);
         views[i].n_active = m->n_active;
@@ -142,7 +158,7 @@ static void step_aside(wk_t *w, int busy, uint32_t seg, int streams)
             break;
         wk_model_t *m = w->models[plan.model];
         double last = m->last_step;
-        if (!streams && m->pass_s > left)
+        if (!streams && next_pass_s(w, plan.model) > left)
             break;
         step(w, plan.model, plan.admit);
         if (m->last_step == last)
@@ -394,8 +410,8 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         p->order[k]->redo = NULL;
     }
     double compute = p->t_end - t0 - p->th.waited;
-    if (!p->rc && compute > 0)
-        m->pass_s = m->pass_s > 0 ? 0.8 * m->pass_s + 0.2 * compute : compute;
+    if (!p->rc)
+        pass_time_note(&m->pass, compute, (uint32_t)n_tok, p->n);
     m->last_step = p->t_end;
     return 0;
 }
@@ -458,7 +474,7 @@ static void step(wk_t *w, int mi, uint32_t admit)
     step_pass_t p = {0};
     res_model_stats(w->res, m->rm, &p.before);
     p.cold = !res_fully_resident(w->res, m->rm);
-    p.streams = p.cold && res_ready_in(w->res, m->rm, m->pass_s) != 0;
+    p.streams = p.cold && res_ready_in(w->res, m->rm, next_pass_s(w, mi)) != 0;
     int arc = res_acquire(w->res, m->rm, err, sizeof err);
     if (arc) {
         step_failed(w, mi, admit, wk_device_error_code(arc), err);
@@ -488,14 +504,17 @@ static double round_gap(const wk_t *w)
 {
     double longest = WK_NAP_MAX_S;
     for (int i = 0; i < w->n_models; i++)
-        if (w->models[i] && w->models[i]->pass_s > longest)
-            longest = w->models[i]->pass_s;
+        if (w->models[i] && w->models[i]->pass.pass_s > longest)
+            longest = w->models[i]->pass.pass_s;
     return longest;
 }
 
-size_t wk_pagein_window(const wk_t *w, const wk_model_t *m)
+size_t wk_pagein_window(wk_t *w, int mi)
 {
-    return res_pagein_window(w->res, m->rm, 2 * round_gap(w));
+    /* the copies queued ahead cover the next round, and mi's next pass: it
+     * may start once every copy is queued and its compute covers them */
+    double cover = 2 * round_gap(w), pass = next_pass_s(w, mi);
+    return res_pagein_window(w->res, w->models[mi]->rm, pass > cover ? pass : cover);
 }
 
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
@@ -550,15 +569,16 @@ static void pagein_fail(wk_t *w, int mi, proto_err_t code, const char *msg)
 /* A page-in under way with copies left to queue (res_ready_in infinite)
  * queues its next segments, as the copy engine nears them; *in: then how
  * long until m can run. */
-static int pagein_more(wk_t *w, wk_model_t *m, double *in, char *err, size_t errlen)
+static int pagein_more(wk_t *w, int mi, double *in, char *err, size_t errlen)
 {
-    *in = res_ready_in(w->res, m->rm, m->pass_s);
+    wk_model_t *m = w->models[mi];
+    *in = res_ready_in(w->res, m->rm, next_pass_s(w, mi));
     if (!isinf(*in))
         return 0;
     int rc =
-        res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, m), err, errlen);
+        res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, mi), err, errlen);
     if (!rc)
-        *in = res_ready_in(w->res, m->rm, m->pass_s);
+        *in = res_ready_in(w->res, m->rm, next_pass_s(w, mi));
     return rc;
 }
 
@@ -579,7 +599,7 @@ static double pagein_poll(wk_t *w, int mi, double now)
         return -1;
     }
     double in;
-    int rc = pagein_more(w, m, &in, err, sizeof err);
+    int rc = pagein_more(w, mi, &in, err, sizeof err);
     if (rc) {
         pagein_fail(w, mi, wk_device_error_code(rc), err);
         return -1;
@@ -617,7 +637,7 @@ static void pagein_topup(wk_t *w, int busy)
         char err[256];
         double in;
         if (i != busy && m && m->rm && m->paging_since > 0)
-            (void)pagein_more(w, m, &in, err, sizeof err);
+            (void)pagein_more(w, i, &in, err, sizeof err);
     }
 }
 
@@ -627,12 +647,12 @@ static void pagein_topup(wk_t *w, int busy)
 static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
 {
     wk_model_t *m = w->models[mi];
-    if (res_ready_in(w->res, m->rm, m->pass_s) == 0)
+    if (res_ready_in(w->res, m->rm, next_pass_s(w, mi)) == 0)
         return 1;
     char err[512];
     wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
     int rc =
-        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, m), err, sizeof err);
+        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, mi), err, sizeof err);
     if (rc) {
         m->paging_since = 0;
         step_failed(w, mi, admit, wk_device_error_code(rc), err);
@@ -666,7 +686,7 @@ static void prefetch(wk_t *w, int mi, double now)
     /* a page-in in the background: into free pages, or those of idle
      * models nobody waits for */
     char err[256];
-    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, wk_pagein_window(w, m), err, sizeof err);
+    res_prefetch_ahead(w->res, m->rm, RES_EVICT_UNWANTED, wk_pagein_window(w, mi), err, sizeof err);
     if (res_inflight(m->rm) > 0)
         wk_pagein_begin(w, mi, now, RES_EVICT_UNWANTED); /* its requests wait for it now */
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/forward.h"
+#include "passtime.h"
 #include "residency.h"
 #include "store.h"
 #include "vbackend.h"
@@ -339,7 +340,7 @@ typedef struct vmodel {
     int paging_evict;    /* RES_EVICT_* of that page-in */
     int paging_queued;   /* its last poll found every copy it needs queued, landing before the
                             next round (sched view.queued) */
-    double pass_s;       /* compute of its last pass (the worker's estimate) */
+    pass_time_t pt;      /* its passes' compute (the worker's estimate) */
     double last_step;    /* when its last pass ended */
     /* lru policy */
     sim_seq_t *pend_head, *pend_tail;
@@ -865,7 +866,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
     res_release(S->res, m->rm);
     S->steps++;
     if (!rc)
-        m->pass_s = S->c->cost.t_fixed_s + S->busy_s - busy0;
+        pass_time_note(&m->pt, S->c->cost.t_fixed_s + S->busy_s - busy0, (uint32_t)toks,
+                       (uint32_t)nseq);
     m->last_step = now(S);
     model_stats(S, m, &after);
     int paged = after.total_bytes_in != before.total_bytes_in;
@@ -899,10 +901,30 @@ static void step(sim_t *S, int mi, uint32_t admit)
 
 /* ------------------------------------------------------------------ page-ins (worker_step.c) */
 
-static double ready_in(sim_t *S, vmodel_t *m)
+/* As the worker's next_pass_s: the compute of mi's next pass, its running
+ * sequences and the queued requests it has room for. */
+static double next_pass_s(sim_t *S, int mi)
 {
+    vmodel_t *m = S->m[mi];
+    uint32_t toks = 0, nseq = 0, room = S->c->max_batch;
+    for (sim_seq_t *s = m->active; s; s = s->next, room = room > 0 ? room - 1 : 0)
+        if (!s->parked) {
+            toks += s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
+            nseq++;
+        }
+    if (!pol_pending(S))
+        for (sched_item_t *it = sched_peek(S->sched, mi); it && room > 0; it = it->next, room--) {
+            toks += ((sim_seq_t *)it->user)->rq->prompt;
+            nseq++;
+        }
+    return pass_time_for(&m->pt, toks, nseq);
+}
+
+static double ready_in(sim_t *S, int mi)
+{
+    vmodel_t *m = S->m[mi];
     vb_quiet(S->vb, 1);
-    double in = res_ready_in(S->res, m->rm, m->pass_s);
+    double in = res_ready_in(S->res, m->rm, next_pass_s(S, mi));
     vb_quiet(S->vb, 0);
     return in;
 }
@@ -913,19 +935,24 @@ static double round_gap(const sim_t *S)
 {
     double longest = 0;
     for (int i = 0; i < S->n_m; i++)
-        if (S->m[i]->pass_s > longest)
-            longest = S->m[i]->pass_s;
+        if (S->m[i]->pt.pass_s > longest)
+            longest = S->m[i]->pt.pass_s;
     return longest;
 }
 
-/* Queue the next segments of m's page-in (as the copy engine nears them). */
-static void pagein_more(sim_t *S, vmodel_t *m, int evict)
+/* Queue the next segments of mi's page-in (as the copy engine nears them),
+ * as the worker's wk_pagein_window: the copies ahead cover the next round
+ * and mi's next pass. */
+static void pagein_more(sim_t *S, int mi, int evict)
 {
     char err[256];
+    vmodel_t *m = S->m[mi];
     int before = all_mapped(S, m);
+    double cover = 2 * round_gap(S), pass = next_pass_s(S, mi);
     /* not quiet: evicting a victim whose copy is in flight blocks the host */
-    res_prefetch_ahead(S->res, m->rm, evict, res_pagein_window(S->res, m->rm, 2 * round_gap(S)),
-                       err, sizeof err);
+    res_prefetch_ahead(S->res, m->rm, evict,
+                       res_pagein_window(S->res, m->rm, pass > cover ? pass : cover), err,
+                       sizeof err);
     if (!before && all_mapped(S, m))
         S->loads++;
 }
@@ -936,8 +963,8 @@ static void pagein_topup(sim_t *S, int busy)
 {
     for (int i = 0; i < S->n_m; i++) {
         vmodel_t *m = S->m[i];
-        if (i != busy && m->paging_since > 0 && isinf(ready_in(S, m)))
-            pagein_more(S, m, m->paging_evict);
+        if (i != busy && m->paging_since > 0 && isinf(ready_in(S, i)))
+            pagein_more(S, i, m->paging_evict);
     }
 }
 
@@ -954,10 +981,10 @@ static void pagein_end(sim_t *S, int mi)
 static double pagein_poll(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    double in = ready_in(S, m);
+    double in = ready_in(S, mi);
     if (isinf(in)) {
-        pagein_more(S, m, m->paging_evict);
-        in = ready_in(S, m);
+        pagein_more(S, mi, m->paging_evict);
+        in = ready_in(S, mi);
         if (isinf(in) && res_inflight(m->rm) == 0)
             in = 0;
     }
@@ -970,11 +997,11 @@ static double pagein_poll(sim_t *S, int mi)
 static int pagein_start(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    if (ready_in(S, m) == 0)
+    if (ready_in(S, mi) == 0)
         return 1;
     m->paging_since = now(S) > 0 ? now(S) : 1e-9;
     m->paging_evict = RES_EVICT_ANY;
-    pagein_more(S, m, RES_EVICT_ANY);
+    pagein_more(S, mi, RES_EVICT_ANY);
     return pagein_poll(S, mi) == 0;
 }
 
@@ -1044,7 +1071,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
          * (INFINITY) without asking again (a walk over every model) */
         int ready = 0;
         if (work && !m->paging_since && (!settled || res_weight_bytes(m->rm) == m->span_bytes)) {
-            ready = ready_in(S, m) == 0;
+            ready = ready_in(S, i) == 0;
             settled = 1;
         }
         S->views[i] = (sched_model_view_t){
@@ -1067,7 +1094,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
     /* the prefetch first, as the worker: its copies run during the step */
     if (plan.prefetch >= 0 && S->m[plan.prefetch]->paging_since == 0) {
         vmodel_t *pm = S->m[plan.prefetch];
-        pagein_more(S, pm, RES_EVICT_UNWANTED);
+        pagein_more(S, plan.prefetch, RES_EVICT_UNWANTED);
         if (res_inflight(pm->rm) > 0) {
             pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
             pm->paging_queued = 0; /* the next round's poll says */
@@ -1085,7 +1112,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
     *nap = INFINITY;
     for (int i = 0; i < S->n_m; i++)
         if (S->m[i]->paging_since > 0) {
-            double in = ready_in(S, S->m[i]);
+            double in = ready_in(S, i);
             if (isinf(in)) /* more to queue once what is queued lands */
                 in = vb_copy_tail(S->vb) - now(S);
             if (in < *nap)
