@@ -159,9 +159,9 @@ fi
 # Models per GPU: H200 settings (55 GB/s host-to-device, 4.8 TB/s HBM, a 120 GiB
 # pool), Llama-3-8B-shaped models at 0.1 req/s each, uniform, the most models whose
 # p99 TTFT stays within 2 s with each of MPG_SEEDS seeds (default 3: one seed's p99 moves
-# by 20-40% near the limit), to within 5 models; BF16- and Q4_K_M-sized (4.85 bits a
+# by 20-40% near the limit), to within MPG_STEP models (default 1); BF16- and Q4_K_M-sized (4.85 bits a
 # weight).
-H200="--h2d-gbs 55 --hbm-gbs 4800 --pool-gib 120 --models-per-gpu 0.1 --mpg-step 5 --duration ${MPG_DURATION:-300} --mpg-seeds ${MPG_SEEDS:-3}"
+H200="--h2d-gbs 55 --hbm-gbs 4800 --pool-gib 120 --models-per-gpu 0.1 --mpg-step ${MPG_STEP:-1} --duration ${MPG_DURATION:-300} --mpg-seeds ${MPG_SEEDS:-3}"
 echo
 echo "== models per GPU within p99 TTFT 2 s (H200 settings, 8B at 0.1 req/s each, uniform; synthetic tokens, and -trace: tokens from the real hour)"
 mpg() { # label, then tracesim options: every policy
