@@ -49,7 +49,7 @@ echo "results: $pcsv $qcsv"
 
 echo
 echo "== service overhead: C clients over the unix socket, tiny model (dim 64, 2 layers), cpu backend, 8 tokens per request"
-SD=$OUT/load
+SD=$(realpath -m "$OUT/load") # absolute: the config's paths resolve beside it
 mkdir -p "$SD"
 tm=$SD/tiny.gguf
 [ -f "$tm" ] || "$BUILD/mkmodel" --out "$tm" --type f32 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
