@@ -74,7 +74,12 @@ dpid=$!
 for _ in $(seq 100); do [ -S "$SD/s.sock" ] && break; sleep 0.05; done
 lcsv=$OUT/load.csv
 "$BUILD/bench_load" "$SD/s.sock" tiny "$tm" 8 ${LOAD_REQS:-40} 1 2 4 8 16 32 64 > "$lcsv"
-kill -TERM $dpid; wait $dpid || true
+kill -TERM $dpid 2>/dev/null; wait $dpid || true
+if awk -F, 'NR > 1 && $3 > 0 { bad = 1 } END { exit !bad }' "$lcsv"; then
+    echo "run.sh: requests failed in the service-overhead stage; the daemon said:" >&2
+    tail -5 "$SD/daemon.log" >&2
+    exit 1
+fi
 printf "%-8s %-10s %-10s %-10s %-10s %s\n" clients "req/s" "p50 ms" "p99 ms" errors "added p50 ms (vs a direct engine call)"
 tail -n +2 "$lcsv" | while IFS=, read -r nc n err rps p50 p99 direct added; do
     printf "%-8s %-10s %-10s %-10s %-10s %s (direct %s ms)\n" "$nc" "$rps" "$p50" "$p99" "$err" "$added" "$direct"
