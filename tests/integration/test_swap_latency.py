@@ -66,8 +66,10 @@ MODELS = models()
 SIZES = sizes(MODELS)
 BANDWIDTH = SIZES["b"] / COPY_S
 A_TOKENS = 1000          # a's long stream (cancelled when done): outlasts the page-ins
-# a and b (or c) with room for KV caches (a's long stream takes 12 MiB), never all three
-POOL = (SIZES["a"] + SIZES["b"] + (24 << 20)) // (64 << 10) * (64 << 10)
+# a and b (or c) with room for KV caches (a's long stream takes 12 MiB; 2 MiB with valgrind's
+# smaller a, whose c is only 12 MiB), never all three
+KV_ROOM = (4 << 20) if gsd.VALGRIND else (24 << 20)
+POOL = (SIZES["a"] + SIZES["b"] + KV_ROOM) // (64 << 10) * (64 << 10)
 assert POOL < SIZES["a"] + SIZES["b"] + SIZES["c"]
 
 
@@ -364,7 +366,8 @@ def test_a_cold_models_first_pass_starts_while_its_last_copies_land():
             print("   d's %d-token prefill %.0f ms resident; cold: copy %.0f ms, ttft %.0f ms (bound %.0f ms; "
                   "after the copy %.0f ms)" % (n, prefill * 1e3, copy * 1e3, ttft * 1e3, bound * 1e3,
                                                (ttft - copy) * 1e3), flush=True)
-            assert 0.5 * COPY_S < copy < 2 * COPY_S, copy
+            # memcheck slows d's 32 copies a segment at a time (2.5 s of copy)
+            assert 0.5 * COPY_S < copy < (4 if gsd.VALGRIND else 2) * COPY_S, copy
             assert done["timing"]["swapped"] is True, done
             # the prefill must stand out against the host's noise: otherwise measure again
             if prefill >= 0.25 * copy and ttft <= bound:
@@ -420,7 +423,7 @@ def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_sta
     max_stall plus one step without a token: its pages go only within what comes back in time
     behind the copies queued ahead, and c's pass, waiting on copies, lets a step."""
     # c's layers: enough that c alone outgrows the pool left beside a whole a (a's KV cache grows
-    # page by page, F16, so it leaves room: b's 8 layers plus 24 MiB)
+    # page by page, F16, so it leaves room: b's 8 layers plus KV_ROOM)
     layers = (POOL - SIZES["a"]) * 8 // SIZES["b"] + 2
     big_c = [MODELS[0], MODELS[1], ("c", gsd.mkmodel(os.path.join(TMP, "cbig.gguf"), SHAPE_BC.replace(
         "--layers 8", "--layers %d" % layers) % 3), "")]
