@@ -155,10 +155,13 @@ def first_pass(done):
     return (t["ttft_ms"] - t["queue_ms"] - t["swap_ms"]) / 1e3
 
 
-def check_swap(done, copy, what):
+def check_swap(done, copy, what, step=0.0):
+    """swap_ms within 20% of the copy time, plus step: another model's step in progress when the
+    page-in lands (its end is seen after that step; under memcheck a step is 100 ms or more)."""
     t = done["timing"]
     assert t["swapped"] is True, (what, t)
-    assert abs(t["swap_ms"] / 1e3 - copy) <= 0.2 * copy, (what, "swap_ms vs copy time %.1f ms" % (copy * 1e3), t)
+    assert abs(t["swap_ms"] / 1e3 - copy) <= 0.2 * copy + step, (
+        what, "swap_ms vs copy time %.1f ms (+ a step of %.1f ms)" % (copy * 1e3, step * 1e3), t)
     assert t["swap_ms"] <= t["ttft_ms"], (what, t)
     print("   %s: copy %.1f ms, swap_ms %.1f, ttft_ms %.1f, queue_ms %.1f" % (
         what, copy * 1e3, t["swap_ms"], t["ttft_ms"], t["queue_ms"]), flush=True)
@@ -225,7 +228,7 @@ def test_a_stream_does_not_stall_while_another_model_pages_in():
             print("   b ttft %.1f ms, copy %.1f ms, one step %.1f ms (a %.1f + b's first pass), bound %.1f ms" % (
                 ttft * 1e3, copy * 1e3, one_step * 1e3, step * 1e3, (1.2 * copy + one_step) * 1e3), flush=True)
             assert 0.5 * COPY_S < copy < 2 * COPY_S, copy
-            check_swap(bd, copy, "b, paged in by prefetch beside a running stream")
+            check_swap(bd, copy, "b, paged in by prefetch beside a running stream", solo)
             check_stats(d)
             if worst <= bound and ttft <= 1.2 * copy + one_step + SLACK_MS / 1e3:
                 worst_ok = True
