@@ -902,16 +902,14 @@ static void step(sim_t *S, int mi, uint32_t admit)
 /* ------------------------------------------------------------------ page-ins (worker_step.c) */
 
 /* As the worker's next_pass_s: the compute of mi's next pass, its running
- * sequences and the queued requests it has room for. */
+ * sequences (one token each, or a parked one's prompt and generated tokens)
+ * and the queued requests it has room for (their prompts). */
 static double next_pass_s(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
     uint32_t toks = 0, nseq = 0, room = S->c->max_batch;
-    for (sim_seq_t *s = m->active; s; s = s->next, room = room > 0 ? room - 1 : 0)
-        if (!s->parked) {
-            toks += s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
-            nseq++;
-        }
+    for (sim_seq_t *s = m->active; s; s = s->next, room = room > 0 ? room - 1 : 0, nseq++)
+        toks += s->parked ? s->rq->prompt + s->n_gen : 1;
     if (!pol_pending(S))
         for (sched_item_t *it = sched_peek(S->sched, mi); it && room > 0; it = it->next, room--) {
             toks += ((sim_seq_t *)it->user)->rq->prompt;
