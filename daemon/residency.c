@@ -930,8 +930,9 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     return worst;
 }
 
-size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s)
+size_t res_pagein_window(const res_t *r, const res_model_t *m, double round_s, double pass_s)
 {
+    double cover_s = pass_s > round_s ? pass_s : round_s;
     size_t mx = 0;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         if (m->sm->segs[s].span > mx)

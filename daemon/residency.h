@@ -127,10 +127,12 @@ int res_prefetch(res_t *r, res_model_t *m, int evict, char *err, size_t errlen);
  * spread over the caller's rounds). */
 int res_prefetch_ahead(res_t *r, res_model_t *m, int evict, size_t ahead, char *err, size_t errlen);
 /* What res_prefetch_ahead should keep in flight for m when the caller calls
- * again within cover_s: its two largest segments, or what the copy engine
- * moves in cover_s at the measured bandwidth if more (the engine never
- * idles for want of queued copies). */
-size_t res_pagein_window(const res_t *r, const res_model_t *m, double cover_s);
+ * again within round_s, and m's next pass computes pass_s (it may start only
+ * once every copy it needs is queued, res_ready_in): its two largest
+ * segments, or what the copy engine moves in the longer of the two at the
+ * measured bandwidth if more (the engine never idles for want of queued
+ * copies). */
+size_t res_pagein_window(const res_t *r, const res_model_t *m, double round_s, double pass_s);
 /* Whether the caller has work queued for m: an idle model nobody waits for
  * is the first victim. */
 void res_set_wanted(res_model_t *m, int wanted);

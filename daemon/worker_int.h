@@ -216,8 +216,9 @@ uint32_t wk_active_total(const wk_t *w);
 /* A page-in of model mi is on the copy engine from now (started by the
  * scheduler's choice, a prefetch or an admin load; evict: RES_EVICT_*). */
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
-/* What a page-in of m keeps queued on the copy engine: enough to last until
- * the next round (twice the longest pass), two segments at least. */
+/* What a page-in of mi keeps queued on the copy engine: enough to last until
+ * the next round (twice the longest pass) and through mi's next pass, two
+ * segments at least (res_pagein_window). */
 size_t wk_pagein_window(wk_t *w, int mi);
 /* One scheduling round: follow the page-ins under way, ask the scheduler,
  * step the chosen model or start its page-in, prefetch. Returns how long the

@@ -509,12 +509,15 @@ static double round_gap(const wk_t *w)
     return longest;
 }
 
+/* The copies a page-in of mi keeps queued, its next pass computing pass_s. */
+static size_t pagein_window(const wk_t *w, int mi, double pass_s)
+{
+    return res_pagein_window(w->res, w->models[mi]->rm, 2 * round_gap(w), pass_s);
+}
+
 size_t wk_pagein_window(wk_t *w, int mi)
 {
-    /* the copies queued ahead cover the next round, and mi's next pass: it
-     * may start once every copy is queued and its compute covers them */
-    double cover = 2 * round_gap(w), pass = next_pass_s(w, mi);
-    return res_pagein_window(w->res, w->models[mi]->rm, pass > cover ? pass : cover);
+    return pagein_window(w, mi, next_pass_s(w, mi));
 }
 
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict)
@@ -572,13 +575,14 @@ static void pagein_fail(wk_t *w, int mi, proto_err_t code, const char *msg)
 static int pagein_more(wk_t *w, int mi, double *in, char *err, size_t errlen)
 {
     wk_model_t *m = w->models[mi];
-    *in = res_ready_in(w->res, m->rm, next_pass_s(w, mi));
+    double pass = next_pass_s(w, mi);
+    *in = res_ready_in(w->res, m->rm, pass);
     if (!isinf(*in))
         return 0;
     int rc =
-        res_prefetch_ahead(w->res, m->rm, m->paging_evict, wk_pagein_window(w, mi), err, errlen);
+        res_prefetch_ahead(w->res, m->rm, m->paging_evict, pagein_window(w, mi, pass), err, errlen);
     if (!rc)
-        *in = res_ready_in(w->res, m->rm, next_pass_s(w, mi));
+        *in = res_ready_in(w->res, m->rm, pass);
     return rc;
 }
 
@@ -647,12 +651,13 @@ static void pagein_topup(wk_t *w, int busy)
 static int pagein_start(wk_t *w, int mi, uint32_t admit, double now)
 {
     wk_model_t *m = w->models[mi];
-    if (res_ready_in(w->res, m->rm, next_pass_s(w, mi)) == 0)
+    double pass = next_pass_s(w, mi);
+    if (res_ready_in(w->res, m->rm, pass) == 0)
         return 1;
     char err[512];
     wk_pagein_begin(w, mi, now, RES_EVICT_ANY);
-    int rc =
-        res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, wk_pagein_window(w, mi), err, sizeof err);
+    int rc = res_prefetch_ahead(w->res, m->rm, RES_EVICT_ANY, pagein_window(w, mi, pass), err,
+                                sizeof err);
     if (rc) {
         m->paging_since = 0;
         step_failed(w, mi, admit, wk_device_error_code(rc), err);

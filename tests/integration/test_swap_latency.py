@@ -326,7 +326,7 @@ def test_a_page_in_keeps_copying_through_a_long_prefill_of_another_model():
 
 
 def test_a_cold_models_first_pass_starts_while_its_last_copies_land():
-    """d, cold, is asked for a prompt whose prefill takes about half its copy time. The worker knows
+    """d, cold, is asked for a prompt whose prefill takes about 0.4 of its copy time. The worker knows
     from d's earlier passes how long that prefill computes (a decode step plus a time per prompt
     token), so d's pass starts while its last copies are still landing, each layer computed as it
     arrives: the first token comes at about the copy time plus the last layers' share of the

@@ -706,7 +706,7 @@ Test(residency, a_background_page_in_becomes_runnable_once_its_copies_are_covere
     fx_fini(&f);
     fx_init(&f, 100, bw, one, 1);
     cr_assert(isinf(res_ready_in(f.res, f.rm[0], 0)), "nothing queued: not runnable");
-    size_t window = res_pagein_window(f.res, f.rm[0], 0);
+    size_t window = res_pagein_window(f.res, f.rm[0], 0, 0);
     cr_assert_eq(res_prefetch_ahead(f.res, f.rm[0], RES_EVICT_ANY, window, err, sizeof err), 0,
                  "%s", err);
     cr_assert_gt(res_inflight(f.rm[0]), 0);

@@ -907,14 +907,12 @@ static void step(sim_t *S, int mi, uint32_t admit)
 static double next_pass_s(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    uint32_t toks = 0, nseq = 0, room = S->c->max_batch;
-    for (sim_seq_t *s = m->active; s; s = s->next, room = room > 0 ? room - 1 : 0, nseq++)
+    uint32_t toks = 0, nseq = 0, mb = S->c->max_batch;
+    for (sim_seq_t *s = m->active; s; s = s->next, nseq++)
         toks += s->parked ? s->rq->prompt + s->n_gen : 1;
-    if (!pol_pending(S))
-        for (sched_item_t *it = sched_peek(S->sched, mi); it && room > 0; it = it->next, room--) {
-            toks += ((sim_seq_t *)it->user)->rq->prompt;
-            nseq++;
-        }
+    sched_item_t *it = pol_pending(S) ? NULL : sched_peek(S->sched, mi);
+    for (; it && nseq < mb; it = it->next, nseq++)
+        toks += ((sim_seq_t *)it->user)->rq->prompt;
     return pass_time_for(&m->pt, toks, nseq);
 }
 
@@ -946,10 +944,9 @@ static void pagein_more(sim_t *S, int mi, int evict)
     char err[256];
     vmodel_t *m = S->m[mi];
     int before = all_mapped(S, m);
-    double cover = 2 * round_gap(S), pass = next_pass_s(S, mi);
     /* not quiet: evicting a victim whose copy is in flight blocks the host */
     res_prefetch_ahead(S->res, m->rm, evict,
-                       res_pagein_window(S->res, m->rm, pass > cover ? pass : cover), err,
+                       res_pagein_window(S->res, m->rm, 2 * round_gap(S), next_pass_s(S, mi)), err,
                        sizeof err);
     if (!before && all_mapped(S, m))
         S->loads++;
