@@ -38,7 +38,8 @@ DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-
             python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
             clang-format cppcheck
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
-# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test;
+# clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test,
+# Debian's nodejs and npm unless a node and npm are already there (NodeSource's nodejs conflicts with npm);
 # clang-format, cppcheck: make check / make format)
 DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm clang-format cppcheck
 
@@ -109,10 +110,13 @@ deps:
 	$(PY) -c 'import numpy, yaml' 2>/dev/null || missing=1; \
 	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || [ -x /usr/sbin/$$c ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
-	  echo "deps: installing $(DEB_PKGS)"; \
+	  pkgs='$(DEB_PKGS)'; \
+	  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	    pkgs='$(filter-out nodejs npm,$(DEB_PKGS))'; fi; \
+	  echo "deps: installing $$pkgs"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$pkgs >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
 	@# the OpenAI Node SDK for test_auth.py, pinned by tests/node/package-lock.json (skipped without node)
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/openai ]; then \
