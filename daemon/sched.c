@@ -345,9 +345,10 @@ static int switch_preempts(const sched_t *s, double now, const sched_model_view_
     if (v[c].streams && running_streamer(s, v, c) >= 0 && h &&
         now - h->t_arrival <= hold * SCHED_HOLD_STREAMS)
         return 1;
-    /* and past it one such page-in per hold at most: under overload (more
-     * models with running sequences than the pool holds) the others drain */
-    return !h || now - h->t_arrival <= hold || now - s->preempt_at < hold;
+    /* and past it one such page-in per SCHED_PREEMPT_GAP_HOLDS holds at most:
+     * under overload (more models with running sequences than the pool
+     * holds) the others drain */
+    return !h || now - h->t_arrival <= hold || now - s->preempt_at < hold * SCHED_PREEMPT_GAP_HOLDS;
 }
 
 /* A model the drain may gate or step: resident, or streaming with sequences

@@ -462,22 +462,23 @@ static void overload_spacing(int resident)
     v[first].n_active = 1;
     v[first].fits = 0;
     /* the second cold model waits past max_wait: another page-in that
-     * preempts waits a max_wait after the first, the drain meanwhile */
-    double t = 2.2;
-    for (; t < 4.05; t += 0.01) {
+     * preempts waits SCHED_PREEMPT_GAP_HOLDS max_waits after the first, the
+     * drain meanwhile */
+    double gap = c.max_wait_s * SCHED_PREEMPT_GAP_HOLDS, t = 2.2;
+    for (; t < 2.1 + gap - 0.05; t += 0.01) {
         sched_next(s, t, v, &p);
-        cr_assert_neq(p.model, second, "%.2f s: one preempting page-in per max_wait", t);
+        cr_assert_neq(p.model, second, "%.2f s: one preempting page-in per %.1f s", t, gap);
     }
-    for (; t < 4.3 && p.model != second; t += 0.01)
+    for (; t < 2.1 + gap + 0.2 && p.model != second; t += 0.01)
         sched_next(s, t, v, &p);
-    cr_assert_eq(p.model, second, "a max_wait after the first it starts");
+    cr_assert_eq(p.model, second, "%.1f s after the first it starts", gap);
     sched_remove(s, its[second - 2]);
     free(its[0]);
     free(its[1]);
     sched_free(s);
 }
 
-Test(sched, under_overload_one_page_in_that_preempts_per_max_wait_the_next_drains)
+Test(sched, under_overload_one_page_in_that_preempts_per_gap_the_next_drains)
 {
     overload_spacing(1);
 }
