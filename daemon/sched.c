@@ -8,7 +8,8 @@
 /* How long a cold model's request may wait for a drain before its page-in
  * preempts running sequences: max_wait itself (so the max_wait promise
  * holds), or this many measured steps (EWMA) where steps are slow
- * (memcheck: 20-50x); and one such preempting page-in per hold at most. */
+ * (memcheck: 20-50x); and one such preempting page-in per
+ * SCHED_PREEMPT_GAP_HOLDS holds at most (sched.h). */
 #define SCHED_HOLD_WAITS 1.0
 #define SCHED_HOLD_STEPS 100.0
 /* how many holds a streaming model's page-in waits for another streaming
@@ -436,7 +437,7 @@ static int late_pick(const sched_t *s, double now, const sched_model_view_t *v, 
  * page-in waits instead of preempting them: one resident model is drained
  * (admits nothing) until it is idle and can go, for at most the hold bound
  * (SCHED_HOLD_*: max_wait); past it the page-in preempts, at most one such
- * page-in per hold, and the drained model still admits nothing until its
+ * page-in per SCHED_PREEMPT_GAP_HOLDS holds, and the drained model still admits nothing until its
  * sequences are done; prefetch suggestions go only to models that fit. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {

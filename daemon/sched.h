@@ -21,14 +21,14 @@ typedef struct sched_cfg {
     uint32_t max_queued;  /* queued requests in all */
 } sched_cfg_t;
 
-/* under overload (more models with running sequences than the pool holds),
- * preempting page-ins start at most one per this many holds (a hold: max_wait, or 100 measured
- * steps where steps are slow): each one pauses
- * a model's sequences and splits the batches of the models it cycles through
- * (tracesim, 17 scenario rows x 12 seeds, against one per hold: page-ins
- * 1.394 -> 1.333x the best baseline, p99 TTFT 0.827 -> 0.818, end-to-end
- * 0.951 -> 0.921; 4 models at load 0.95 made 18% fewer page-ins at about the
- * same p99s) */
+/* Under overload (more models with running sequences than the pool holds),
+ * page-ins that preempt running sequences start at most one per this many
+ * holds (a hold: max_wait, or 100 measured steps where steps are slow). Each
+ * one pauses a model's sequences and cuts the batches of the models it
+ * cycles through (tracesim, 17 scenario rows x 12 seeds, against one per
+ * hold: page-ins 1.394 -> 1.333x the best baseline, p99 TTFT 0.827 -> 0.818,
+ * end-to-end 0.951 -> 0.921; 4 models at load 0.95 made 12-19% fewer
+ * page-ins at the same or lower p99s). */
 #define SCHED_PREEMPT_GAP_HOLDS 4.0
 
 enum {
