@@ -437,8 +437,9 @@ static int late_pick(const sched_t *s, double now, const sched_model_view_t *v, 
  * page-in waits instead of preempting them: one resident model is drained
  * (admits nothing) until it is idle and can go, for at most the hold bound
  * (SCHED_HOLD_*: max_wait); past it the page-in preempts, at most one such
- * page-in per SCHED_PREEMPT_GAP_HOLDS holds, and the drained model still admits nothing until its
- * sequences are done; prefetch suggestions go only to models that fit. */
+ * page-in per SCHED_PREEMPT_GAP_HOLDS holds, and the drained model still
+ * admits nothing until its sequences are done; prefetch suggestions go only
+ * to models that fit. */
 static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v, sched_plan_t *p)
 {
     int loading = any_loading(s, v);

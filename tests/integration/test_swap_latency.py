@@ -64,7 +64,14 @@ def sizes(ms):
 
 MODELS = models()
 SIZES = sizes(MODELS)
-BANDWIDTH = SIZES["b"] / COPY_S
+
+
+def bandwidth(copy=COPY_S):
+    """The throttle under which b (or c) pages in in about copy seconds."""
+    return SIZES["b"] / copy
+
+
+BANDWIDTH = bandwidth()
 A_TOKENS = 1000          # a's long stream (cancelled when done): outlasts the page-ins
 # a and b (or c) with room for KV caches (a's long stream takes 12 MiB; 2 MiB with valgrind's
 # smaller a, whose c is only 12 MiB), never all three
@@ -75,7 +82,7 @@ assert POOL < SIZES["a"] + SIZES["b"] + SIZES["c"]
 
 def start(scheduler="", copy=COPY_S):
     """a loaded, b and c paging in in about copy seconds each."""
-    d = SwapDaemon(MODELS, POOL, SIZES["b"] / copy, scheduler="max_stall: %dms\n" % MAX_STALL_MS + scheduler)
+    d = SwapDaemon(MODELS, POOL, bandwidth(copy), scheduler="max_stall: %dms\n" % MAX_STALL_MS + scheduler)
     ans = d.admin_call({"op": "load", "id": "warm", "model": "a"})
     assert ans.get("ok"), ans
     return d
