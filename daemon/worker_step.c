@@ -101,11 +101,12 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         /* runnable without a page-in: on the device, or its last copies
          * covered. A model with running sequences that lost pages (the last
          * resort: what comes back in a part of max_stall, RES_STALL_PARTS)
-         * runs once that part passed without a step, even while another model pages in:
-         * its pass takes them back at once (others step while they land) */
+         * runs once that part passed without a step, even while another
+         * model pages in or its pass waits for copies (step_aside): its pass
+         * takes them back at once (others step while they land) */
         int ready =
             !m->paging_since && i != busy && res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0;
-        views[i].resident = ready || (busy < 0 && !m->paging_since && m->n_active > 0 &&
+        views[i].resident = ready || (i != busy && !m->paging_since && m->n_active > 0 &&
                                       part_stall > 0 && now - m->last_step >= part_stall);
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
@@ -134,6 +135,25 @@ typedef struct timed_hooks {
 
 static void step(wk_t *w, int mi, uint32_t admit);
 
+/* Seconds until the soonest model other than busy whose running sequences
+ * lost pages comes due for a pass (build_views: a part of max_stall without
+ * one); INFINITY if none. */
+static double stall_due_in(wk_t *w, int busy, double now)
+{
+    double part = (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS, due = INFINITY;
+    if (part <= 0)
+        return due;
+    for (int i = 0; i < w->n_models; i++) {
+        wk_model_t *m = w->models[i];
+        if (i == busy || !m || !m->sm || m->paging_since || m->n_active == 0 ||
+            res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0)
+            continue;
+        double in = m->last_step + part - now;
+        due = in < due ? in : due;
+    }
+    return due;
+}
+
 /* While the pass of model busy waits for segment seg's copy (it streams
  * through its quota or a full pool, or gets back pages it lost), the worker
  * steps the other models that can run now, one level deep (their own waits
@@ -154,8 +174,16 @@ static void step_aside(wk_t *w, int busy, uint32_t seg, int streams)
         build_views(w, views, busy);
         sched_plan_t plan;
         sched_next(w->sched, wk_now(), views, &plan);
-        if (plan.model < 0 || !views[plan.model].resident)
+        if (plan.model < 0 || !views[plan.model].resident) {
+            /* a model that lost pages comes due before the copy lands:
+             * wait for it rather than for the copy */
+            double due = stall_due_in(w, busy, wk_now());
+            if (due > 0 && due < left) {
+                util_sleep_s(due);
+                continue;
+            }
             break;
+        }
         wk_model_t *m = w->models[plan.model];
         double last = m->last_step;
         if (!streams && next_pass_s(w, plan.model) > left)

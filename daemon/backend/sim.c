@@ -75,12 +75,7 @@ static int take(atomic_uint *n)
 
 static void sleep_until(double t)
 {
-    double d = t - util_now_s();
-    if (d <= 0)
-        return;
-    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
+    util_sleep_s(t - util_now_s());
 }
 
 /* ------------------------------------------------------------------ copy thread */

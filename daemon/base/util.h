@@ -2,6 +2,7 @@
 #ifndef UTIL_H
 #define UTIL_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -28,6 +29,16 @@ static inline uint64_t util_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps seconds (nothing when <= 0), resumed after signals. */
+static inline void util_sleep_s(double seconds)
+{
+    if (!(seconds > 0))
+        return;
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
 }
 
 /* Seconds since the epoch on CLOCK_REALTIME: for timestamps shown to people. */

@@ -433,8 +433,10 @@ def gaps_between(s, t0, t1):
 def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_stall():
     """The last resort: c is larger than the pool beside a whole a, so once b is gone c fits only with a's tail
     (a streams, holding its KV cache) or by streaming its own layers. Either way a goes at most
-    max_stall plus one step without a token: its pages go only within what comes back in time
-    behind the copies queued ahead, and c's pass, waiting on copies, lets a step."""
+    max_stall plus one step plus one of c's layer copies without a token: its pages go only within
+    what comes back in time behind the copies queued ahead, and c's pass, waiting on copies, lets a
+    step once a third of max_stall passed, where a's pass takes its pages back. The copy engine is
+    FIFO, so a's pages land behind the copy of c's layer that c's pass waits for."""
     # c's layers: enough that c alone outgrows the pool left beside a whole a (a's KV cache grows
     # page by page, F16, so it leaves room: b's 8 layers plus KV_ROOM)
     layers = (POOL - SIZES["a"]) * 8 // SIZES["b"] + 2
@@ -457,14 +459,16 @@ def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_sta
         stall = worst - solo
         one_step = max(solo, first_pass(done))
         st = d.stats()["models"]
+        layer_copy = st["c"]["weight_bytes"] / layers / d.bandwidth  # one of c's layers (its share of the rest too)
         print("   a while c needed its pages: %d gaps, largest %.2f ms (%.3f s in), a stall of %.2f ms beyond its "
               "step %.2f ms; a lost %d segments (preemption), c %d (capacity, quota: it streamed); bound max_stall "
-              "%d ms + one step %.2f ms" % (
+              "%d ms + one step %.2f ms + one layer copy of c %.0f ms" % (
                   len(gaps), worst * 1e3, at - t0, stall * 1e3, solo * 1e3, st["a"]["evictions_preemption"],
-                  st["c"]["evictions_capacity"] + st["c"]["evictions_quota"], MAX_STALL_MS, one_step * 1e3), flush=True)
+                  st["c"]["evictions_capacity"] + st["c"]["evictions_quota"], MAX_STALL_MS, one_step * 1e3,
+                  layer_copy * 1e3), flush=True)
         assert st["b"]["curr_resident_bytes"] == 0 and st["a"]["curr_resident_bytes"] + st["c"][
             "curr_resident_bytes"] < SIZES["a"] + st["c"]["weight_bytes"], st  # c never fit beside a whole
-        assert stall <= MAX_STALL_MS / 1e3 + one_step + SLACK_MS / 1e3, (stall, one_step)
+        assert stall <= MAX_STALL_MS / 1e3 + one_step + layer_copy + SLACK_MS / 1e3, (stall, one_step, layer_copy)
         check_stats(d)
     finally:
         assert d.stop() == 0
