@@ -1234,6 +1234,11 @@ int res_streams(const res_model_t *m)
     return !m->r->be->zero_copy && quota_of(m->r, m) < m->span_bytes;
 }
 
+int res_lost_pages(const res_model_t *m)
+{
+    return m->stolen > 0;
+}
+
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out)
 {
     settle(r, m);

@@ -192,6 +192,9 @@ int res_fully_resident(res_t *r, res_model_t *m);
 /* Whether m's weights exceed its gpu_quota (or the pool): every pass of it
  * streams what the quota does not hold. */
 int res_streams(const res_model_t *m);
+/* Whether m's running sequences lost weight pages to another model since its
+ * last pass began (the last resort: preemption within the stall budget). */
+int res_lost_pages(const res_model_t *m);
 void res_model_stats(res_t *r, res_model_t *m, stats_res_t *out);
 void res_pool_stats(const res_t *r, stats_pool_t *out);
 size_t res_page_size(const res_t *r);

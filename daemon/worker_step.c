@@ -102,12 +102,14 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
          * covered. A model with running sequences that lost pages (the last
          * resort: what comes back in a part of max_stall, RES_STALL_PARTS)
          * runs once that part passed without a step, even while another
-         * model pages in or its pass waits for copies (step_aside): its pass
-         * takes them back at once (others step while they land) */
+         * model pages in, or, if another model took them, while that
+         * model's pass waits for copies (step_aside): its pass takes them
+         * back at once (others step while they land) */
         int ready =
             !m->paging_since && i != busy && res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0;
-        views[i].resident = ready || (i != busy && !m->paging_since && m->n_active > 0 &&
-                                      part_stall > 0 && now - m->last_step >= part_stall);
+        int due = !m->paging_since && m->n_active > 0 && part_stall > 0 &&
+                  now - m->last_step >= part_stall;
+        views[i].resident = ready || (due && (busy < 0 || (i != busy && res_lost_pages(m->rm))));
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
         views[i].swap_in_s = m->swap_in_s;
@@ -136,8 +138,8 @@ typedef struct timed_hooks {
 static void step(wk_t *w, int mi, uint32_t admit);
 
 /* Seconds until the soonest model other than busy whose running sequences
- * lost pages comes due for a pass (build_views: a part of max_stall without
- * one); INFINITY if none. */
+ * lost pages to another model comes due for a pass (build_views: a part of
+ * max_stall without one); INFINITY if none. */
 static double stall_due_in(wk_t *w, int busy, double now)
 {
     double part = (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS, due = INFINITY;
@@ -146,7 +148,7 @@ static double stall_due_in(wk_t *w, int busy, double now)
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         if (i == busy || !m || !m->sm || m->paging_since || m->n_active == 0 ||
-            res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0)
+            !res_lost_pages(m->rm))
             continue;
         double in = m->last_step + part - now;
         due = in < due ? in : due;

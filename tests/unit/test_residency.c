@@ -755,6 +755,7 @@ Test(residency, idle_models_nobody_waits_for_are_evicted_first_and_running_ones_
     cr_assert_eq(res_kv_new(f.res, f.rm[0], 8, &kv, err, sizeof err), 0, "%s", err);
     cr_assert_eq(res_kv_ensure(f.res, kv, 8, err, sizeof err), 0, "%s", err);
     res_release(f.res, f.rm[0]); /* m0: a running sequence paused between passes */
+    cr_assert(!res_lost_pages(f.rm[0]));
     cr_assert_eq(res_prefetch(f.res, f.rm[1], RES_EVICT_NONE, err, sizeof err), 0, "%s", err);
     while (!res_fully_resident(f.res, f.rm[1]))
         ;
@@ -806,6 +807,7 @@ Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall
     cr_assert_eq(res_kv_new(f.res, f.rm[0], 8, &kv, err, sizeof err), 0, "%s", err);
     cr_assert_eq(res_kv_ensure(f.res, kv, 8, err, sizeof err), 0, "%s", err);
     res_release(f.res, f.rm[0]); /* m0: a running sequence paused between passes */
+    cr_assert(!res_lost_pages(f.rm[0]));
     while (!res_fully_resident(f.res, f.rm[0]) || !res_fully_resident(f.res, f.rm[1]))
         ;
     /* a page-in ahead of m2's pass takes nothing from m0, however generous max_stall */
@@ -828,6 +830,12 @@ Test(residency, only_a_pass_takes_pages_of_paused_sequences_and_within_the_stall
     res_release(f.res, f.rm[2]);
     res_model_stats(f.res, f.rm[0], &s0);
     cr_assert_gt(s0.evictions_preemption, 0);
+    cr_assert(res_lost_pages(f.rm[0]), "m0 lost pages to m2: its next pass is due early");
+    cr_assert(!res_lost_pages(f.rm[2]), "m2 took pages, it lost none");
+    /* m0's next pass takes them back */
+    cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0, "%s", err);
+    cr_assert(!res_lost_pages(f.rm[0]), "its pass began: nothing lost since");
+    res_release(f.res, f.rm[0]);
     res_kv_free(f.res, kv);
     fx_fini(&f);
 }
