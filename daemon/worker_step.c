@@ -85,14 +85,21 @@ static void fill_fits(wk_t *w, sched_model_view_t *views)
     }
 }
 
+/* A part of max_stall (RES_STALL_PARTS): how long a model whose running
+ * sequences lost pages goes without a pass before it is stepped; 0 = no
+ * bound. */
+static double part_stall_s(const wk_t *w)
+{
+    return (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS;
+}
+
 /* What the scheduler sees of each model. busy: the model whose pass waits
  * for a copy while others step aside (-1 = none): it counts as loading, and
  * only models that run without waiting count as resident. */
 static void build_views(wk_t *w, sched_model_view_t *views, int busy)
 {
     uint32_t n_active_all = wk_active_total(w);
-    double now = wk_now(),
-           part_stall = (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS;
+    double now = wk_now(), part_stall = part_stall_s(w);
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         views[i] = (sched_model_view_t){0};
@@ -142,7 +149,7 @@ static void step(wk_t *w, int mi, uint32_t admit);
  * max_stall without one); INFINITY if none. */
 static double stall_due_in(wk_t *w, int busy, double now)
 {
-    double part = (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS, due = INFINITY;
+    double part = part_stall_s(w), due = INFINITY;
     if (part <= 0)
         return due;
     for (int i = 0; i < w->n_models; i++) {
