@@ -85,12 +85,16 @@ static void fill_fits(wk_t *w, sched_model_view_t *views)
     }
 }
 
-/* A part of max_stall (RES_STALL_PARTS): how long a model whose running
- * sequences lost pages goes without a pass before it is stepped; 0 = no
- * bound. */
-static double part_stall_s(const wk_t *w)
+/* Seconds until model m, with running sequences and no page-in under way,
+ * has gone a part of max_stall (RES_STALL_PARTS) without a pass: then it is
+ * stepped even if it lost pages (<= 0: due now); INFINITY if it never comes
+ * due (no sequences running, paging in, or no max_stall). */
+static double stall_part_left(const wk_t *w, const wk_model_t *m, double now)
 {
-    return (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS;
+    double part = (double)w->cfg->scheduler.max_stall_ms / 1e3 / RES_STALL_PARTS;
+    if (part <= 0 || m->paging_since || m->n_active == 0)
+        return INFINITY;
+    return m->last_step + part - now;
 }
 
 /* What the scheduler sees of each model. busy: the model whose pass waits
@@ -99,7 +103,7 @@ static double part_stall_s(const wk_t *w)
 static void build_views(wk_t *w, sched_model_view_t *views, int busy)
 {
     uint32_t n_active_all = wk_active_total(w);
-    double now = wk_now(), part_stall = part_stall_s(w);
+    double now = wk_now();
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         views[i] = (sched_model_view_t){0};
@@ -114,8 +118,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
          * back at once (others step while they land) */
         int ready =
             !m->paging_since && i != busy && res_ready_in(w->res, m->rm, next_pass_s(w, i)) == 0;
-        int due = !m->paging_since && m->n_active > 0 && part_stall > 0 &&
-                  now - m->last_step >= part_stall;
+        int due = stall_part_left(w, m, now) <= 0;
         views[i].resident = ready || (due && (busy < 0 || (i != busy && res_lost_pages(m->rm))));
         views[i].n_active = m->n_active;
         views[i].max_batch = m->cfg.max_batch ? m->cfg.max_batch : 1;
@@ -149,15 +152,12 @@ static void step(wk_t *w, int mi, uint32_t admit);
  * max_stall without one); INFINITY if none. */
 static double stall_due_in(wk_t *w, int busy, double now)
 {
-    double part = part_stall_s(w), due = INFINITY;
-    if (part <= 0)
-        return due;
+    double due = INFINITY;
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
-        if (i == busy || !m || !m->sm || m->paging_since || m->n_active == 0 ||
-            !res_lost_pages(m->rm))
+        if (i == busy || !m || !m->sm || !res_lost_pages(m->rm))
             continue;
-        double in = m->last_step + part - now;
+        double in = stall_part_left(w, m, now);
         due = in < due ? in : due;
     }
     return due;

@@ -236,8 +236,8 @@ class Daemon:
             time.sleep(0.02)
         return self.logtext()
 
-    def client(self):
-        return Client(self.sock)
+    def client(self, timeout=30):
+        return Client(self.sock, timeout)
 
     def admin_call(self, obj):
         c = Client(self.admin)

@@ -93,7 +93,7 @@ class Stream:
 
     def __init__(self, d, model, max_tokens, rid, timeout=30):
         """timeout: seconds (scaled) the stream may go without an event, the wait for its first token too."""
-        self.c = gsd.Client(d.sock, timeout)
+        self.c = d.client(timeout)
         self.rid = rid
         self.ts, self.done, self.other = [], None, []
         self.c.send({"op": "generate", "id": rid, "model": model, "tokens": PROMPT, "max_tokens": max_tokens,
