@@ -420,6 +420,34 @@ static int late_pick(const sched_t *s, double now, const sched_model_view_t *v, 
     return model;
 }
 
+/* A resident model with work, in round-robin order from the last one
+ * picked; with SCHED_SRPT_RUNNING or more resident models running
+ * sequences, the first in that order with the fewest passes left (0 for one
+ * that only has requests to admit: its first token). -1 if none. */
+static int resident_pick(sched_t *s, const sched_model_view_t *v)
+{
+    int running = 0;
+    for (int m = 0; m < s->n; m++)
+        running += v[m].resident && v[m].n_active > 0;
+    int model = -1;
+    uint32_t best = UINT32_MAX;
+    for (int k = 0; k < s->n; k++) {
+        int m = (s->rr + 1 + k) % s->n;
+        if (!has_work(s, v, m) || !v[m].resident)
+            continue;
+        uint32_t left = v[m].n_active > 0 ? v[m].steps_left : 0;
+        if (model < 0 || (running >= SCHED_SRPT_RUNNING && left < best)) {
+            model = m;
+            best = left;
+        }
+        if (running < SCHED_SRPT_RUNNING)
+            break;
+    }
+    if (model >= 0)
+        s->rr = model;
+    return model;
+}
+
 /* Swap-aware: keep the device on resident models as long as they have work;
  * page a model in only when nothing resident can progress, or when a request
  * has waited past max_wait; a freshly swapped-in model keeps the device for
@@ -464,17 +492,10 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     /* 2. starvation bound: the oldest request past max_wait wins */
     if (model < 0)
         model = late_pick(s, now, v, loading);
-    /* 3. resident models with work, round robin (no swap needed) */
-    if (model < 0) {
-        for (int k = 0; k < s->n; k++) {
-            int m = (s->rr + 1 + k) % s->n;
-            if (has_work(s, v, m) && v[m].resident) {
-                model = m;
-                s->rr = m;
-                break;
-            }
-        }
-    }
+    /* 3. resident models with work, round robin (no swap needed); with
+     * many running, shortest remaining first (SCHED_SRPT_RUNNING) */
+    if (model < 0)
+        model = resident_pick(s, v);
     /* 4. otherwise page in the most urgent model (one page-in at a time) */
     if (model < 0) {
         double best = -1;

@@ -605,3 +605,48 @@ Test(sched, a_small_models_page_in_past_the_hold_still_preempts_a_streaming_mode
     /* model 1 fits its quota: the bounded hold (max_wait) as for any page-in */
     stream_waits_then_preempts(0, 2.0);
 }
+
+Test(sched, with_many_models_running_the_nearly_done_step_first_else_round_robin)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    enum { N = SCHED_SRPT_RUNNING + 2 };
+    sched_t *s = sched_new(&c, N);
+    sched_model_view_t v[N];
+    views_init(v, N);
+    /* SCHED_SRPT_RUNNING resident models running sequences, with these passes left */
+    for (int m = 0; m < SCHED_SRPT_RUNNING; m++) {
+        v[m].resident = 1;
+        v[m].n_active = 1;
+        v[m].steps_left = (uint32_t)(50 - 13 * (m % 3) + m);
+    }
+    uint32_t fewest = v[0].steps_left;
+    int nearly_done = 0;
+    for (int m = 1; m < SCHED_SRPT_RUNNING; m++)
+        if (v[m].steps_left < fewest)
+            fewest = v[m].steps_left, nearly_done = m;
+    /* a resident model with a request to admit, and an idle one */
+    int fresh = SCHED_SRPT_RUNNING;
+    v[fresh].resident = v[fresh + 1].resident = 1;
+    sched_item_t *it = item(fresh, 0.0);
+    sched_submit(s, it);
+    sched_plan_t p;
+    sched_next(s, 0.1, v, &p);
+    cr_assert_eq(p.model, fresh, "a model that only has a request to admit steps first (its first token)");
+    cr_assert_eq(p.admit, 1);
+    sched_remove(s, it);
+    free(it);
+    for (int k = 0; k < 3; k++) {
+        sched_next(s, 0.2 + k, v, &p);
+        cr_assert_eq(p.model, nearly_done, "the model with the fewest passes left steps (%u)", fewest);
+    }
+    /* one fewer running: round robin, passes left or not */
+    v[nearly_done].n_active = 0;
+    v[nearly_done].steps_left = 0;
+    int seen[N] = {0};
+    for (int k = 0; k < SCHED_SRPT_RUNNING - 1; k++) {
+        sched_next(s, 4.0 + k, v, &p);
+        cr_assert(p.model >= 0 && p.model < SCHED_SRPT_RUNNING && p.model != nearly_done);
+        cr_assert_eq(seen[p.model]++, 0, "round robin: model %d twice in a round", p.model);
+    }
+    sched_free(s);
+}

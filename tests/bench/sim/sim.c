@@ -1081,6 +1081,9 @@ static int round_plan(sim_t *S, double *nap, int *started)
             .last_step = m->last_step,
             .streams = res_streams(m->rm),
         };
+        for (sim_seq_t *q = m->active; q; q = q->next)
+            if (q->rq->output > q->n_gen && q->rq->output - q->n_gen > S->views[i].steps_left)
+                S->views[i].steps_left = q->rq->output - q->n_gen;
         res_set_wanted(m->rm, work);
     }
     fill_fits(S);
