@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 BUILD = os.environ.get("GPUSWAPD_BUILD", "build")
@@ -318,6 +319,51 @@ def generate_cli(model_path, prompt, n):
     if out.returncode != 0:
         raise subprocess.CalledProcessError(out.returncode, "gpuswapd generate", out.stdout, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class Stream:
+    """One streaming generate on its own connection, read by a thread: token timestamps and the done."""
+
+    def __init__(self, d, model, max_tokens, rid, timeout=30, tokens=(5, 6, 7, 8)):
+        """timeout: seconds (scaled) the stream may go without an event, the wait for its first token
+        too; tokens: the prompt."""
+        self.c = d.client(timeout)
+        self.rid = rid
+        self.ts, self.done, self.other = [], None, []
+        self.c.send({"op": "generate", "id": rid, "model": model, "tokens": list(tokens), "max_tokens": max_tokens,
+                     "temperature": 0, "stream": True})
+        self.t = threading.Thread(target=self.read)
+        self.t.start()
+
+    def read(self):
+        while self.done is None:
+            ev = self.c.recv()
+            if ev.get("id") != self.rid:
+                self.other.append(ev)
+            elif ev.get("event") == "token":
+                self.ts.append(ev["ts"])
+            else:
+                self.done = ev
+
+    def cancel(self):
+        self.c.send({"op": "cancel", "id": "x-" + self.rid, "target": self.rid})
+
+    def wait(self, timeout=60):
+        self.t.join(scaled(timeout))
+        assert not self.t.is_alive(), "no answer for %s" % self.rid
+        self.c.close()
+        assert self.done.get("event") == "done", self.done
+        return self.done
+
+    def gaps(self):
+        return [(b - a, b) for a, b in zip(self.ts, self.ts[1:])]
+
+
+def until(cond, timeout):
+    deadline = time.time() + scaled(timeout)
+    while not cond():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.005)
 
 
 class Runner:

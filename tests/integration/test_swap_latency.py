@@ -3,7 +3,6 @@ import os
 import re
 import statistics
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -88,48 +87,12 @@ def start(scheduler="", copy=COPY_S):
     return d
 
 
-class Stream:
-    """One streaming generate on its own connection, read by a thread: token timestamps and the done."""
-
-    def __init__(self, d, model, max_tokens, rid, timeout=30):
-        """timeout: seconds (scaled) the stream may go without an event, the wait for its first token too."""
-        self.c = d.client(timeout)
-        self.rid = rid
-        self.ts, self.done, self.other = [], None, []
-        self.c.send({"op": "generate", "id": rid, "model": model, "tokens": PROMPT, "max_tokens": max_tokens,
-                     "temperature": 0, "stream": True})
-        self.t = threading.Thread(target=self.read)
-        self.t.start()
-
-    def read(self):
-        while self.done is None:
-            ev = self.c.recv()
-            if ev.get("id") != self.rid:
-                self.other.append(ev)
-            elif ev.get("event") == "token":
-                self.ts.append(ev["ts"])
-            else:
-                self.done = ev
-
-    def cancel(self):
-        self.c.send({"op": "cancel", "id": "x-" + self.rid, "target": self.rid})
-
-    def wait(self, timeout=60):
-        self.t.join(gsd.scaled(timeout))
-        assert not self.t.is_alive(), "no answer for %s" % self.rid
-        self.c.close()
-        assert self.done.get("event") == "done", self.done
-        return self.done
-
-    def gaps(self):
-        return [(b - a, b) for a, b in zip(self.ts, self.ts[1:])]
+def Stream(d, model, max_tokens, rid, timeout=30):
+    """gsd.Stream with this file's prompt."""
+    return gsd.Stream(d, model, max_tokens, rid, timeout, PROMPT)
 
 
-def until(cond, timeout):
-    deadline = time.time() + gsd.scaled(timeout)
-    while not cond():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.005)
+until = gsd.until
 
 
 def copy_s(d, model, before):
