@@ -609,7 +609,9 @@ Test(sched, a_small_models_page_in_past_the_hold_still_preempts_a_streaming_mode
 Test(sched, with_many_models_running_the_nearly_done_step_first_else_round_robin)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
-    enum { N = SCHED_SRPT_RUNNING + 2 };
+    enum {
+        N = SCHED_SRPT_RUNNING + 2
+    };
     sched_t *s = sched_new(&c, N);
     sched_model_view_t v[N];
     views_init(v, N);
@@ -631,13 +633,15 @@ Test(sched, with_many_models_running_the_nearly_done_step_first_else_round_robin
     sched_submit(s, it);
     sched_plan_t p;
     sched_next(s, 0.1, v, &p);
-    cr_assert_eq(p.model, fresh, "a model that only has a request to admit steps first (its first token)");
+    cr_assert_eq(p.model, fresh,
+                 "a model that only has a request to admit steps first (its first token)");
     cr_assert_eq(p.admit, 1);
     sched_remove(s, it);
     free(it);
     for (int k = 0; k < 3; k++) {
         sched_next(s, 0.2 + k, v, &p);
-        cr_assert_eq(p.model, nearly_done, "the model with the fewest passes left steps (%u)", fewest);
+        cr_assert_eq(p.model, nearly_done, "the model with the fewest passes left steps (%u)",
+                     fewest);
     }
     /* one fewer running: round robin, passes left or not */
     v[nearly_done].n_active = 0;
