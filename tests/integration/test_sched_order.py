@@ -2,6 +2,7 @@
 sequences (sched.h SCHED_SRPT_RUNNING), shortest remaining first (the fewest max_tokens left), read
 from the daemon's own token timestamps."""
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -13,7 +14,9 @@ SHAPE = "--type f16 --dim 256 --layers 8 --heads 4 --kv-heads 1 --ff 768 --vocab
 SEEDS = {"l1": 10, "l2": 12, "l3": 16, "s": 19}
 MODELS = [(n, gsd.mkmodel(os.path.join(TMP, n + ".gguf"), SHAPE % k), "") for n, k in SEEDS.items()]
 LONG, SHORT = 600, 40  # max_tokens of the long streams and of the short one
-RUNNING = 4  # sched.h SCHED_SRPT_RUNNING
+# the running models from which the order changes (one place: sched.h)
+RUNNING = int(re.search(r"#define SCHED_SRPT_RUNNING (\d+)",
+                        open(os.path.join(gsd.ROOT, "daemon", "sched.h")).read()).group(1))
 
 
 def beside(d, longs, tag):
@@ -39,6 +42,7 @@ def test_with_four_models_running_the_nearly_done_one_steps_first():
     """l1, l2 and l3 stream 600 tokens each; s's request for 40 comes: with 4 models running, s has
     the fewest max_tokens left, so it steps on every round until it is done (max_stall, 10 s here,
     is far away) and the long streams wait; with 3 models running (l1, l2 and s) they take turns."""
+    assert len(SEEDS) == RUNNING, "the test runs SCHED_SRPT_RUNNING (%d) models, then one fewer" % RUNNING
     d = gsd.Daemon(MODELS, memory="256MiB", scheduler="max_stall: 10s\n")
     try:
         got, steps = beside(d, ["l1", "l2", "l3"], "four")
@@ -52,7 +56,6 @@ def test_with_four_models_running_the_nearly_done_one_steps_first():
 
 
 if __name__ == "__main__":
-    assert len(SEEDS) == RUNNING
     r = gsd.Runner()
     r.run(test_with_four_models_running_the_nearly_done_one_steps_first)
     sys.exit(r.exit_code())

@@ -411,7 +411,7 @@ def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_sta
     # waited for, no page fault), each time just after the host's reclaim (kdamond) ran; a plain
     # read loop over 300 MiB, no daemon, shows the same 4-11x passes then. The bound is the
     # scheduler's: exceeded in every attempt, it is the daemon's doing.
-    worst_seen = []
+    seen = []  # (stall, bound) of each attempt
     for attempt in range(ATTEMPTS):
         d = SwapDaemon(big_c, POOL, BANDWIDTH, scheduler="max_stall: %dms\n" % MAX_STALL_MS)
         try:
@@ -441,14 +441,14 @@ def test_a_running_stream_whose_pages_another_model_needs_stalls_at_most_max_sta
             assert st["b"]["curr_resident_bytes"] == 0 and st["a"]["curr_resident_bytes"] + st["c"][
                 "curr_resident_bytes"] < SIZES["a"] + st["c"]["weight_bytes"], st  # c never fit beside a whole
             check_stats(d)
-            worst_seen.append((stall, bound))
+            seen.append((stall, bound))
         finally:
             assert d.stop() == 0
         if stall <= bound:
             break
-    assert worst_seen[-1][0] <= worst_seen[-1][1], (
-        "a stalled past max_stall + one step + one layer copy of c in %d runs (stall, bound): %s" % (
-            ATTEMPTS, worst_seen))
+    else:
+        raise AssertionError("a stalled past max_stall + one step + one layer copy of c in %d runs "
+                             "(stall, bound): %s" % (ATTEMPTS, seen))
 
 
 def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
