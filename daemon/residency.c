@@ -56,6 +56,8 @@ struct res_model {
     size_t stolen;          /* bytes evicted while it had live KV caches, since its last pass */
     double freq;            /* uses, for the GreedyDual score */
     double h;               /* GreedyDual value: lowest goes first */
+    uint64_t ord;           /* order of res_add: the models list runs newest first */
+    struct res_model *if_next, *if_prev; /* the in-flight list (n_inflight > 0) */
     stats_res_t st;
     int err_code;  /* RES_ERR_* of the last failure since acquire, 0 if none */
     char err[192]; /* its message */
@@ -72,6 +74,9 @@ struct res {
     size_t peak_used;     /* most device bytes in use at once: pool pages and scratch */
     double L;             /* GreedyDual inflation value */
     res_model_t *models;
+    res_model_t *inflight; /* models with copies in flight, in models-list order: settling
+                              walks these (the order keeps bw's average as a walk over all) */
+    uint64_t n_added;      /* res_add calls (res_model.ord) */
     size_t kv_bytes;       /* KV pages mapped, all models */
     int n_kv_reserve;      /* models with a kv_reserve (update_headroom): res_kv_available_for
                               walks the models only when there are any */
@@ -273,10 +278,38 @@ static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
     update_gauges(m);
 }
 
+/* m's first copy is queued: into the in-flight list at its place in the
+ * models list (insertion walks the few models copying). */
+static void inflight_link(res_t *r, res_model_t *m)
+{
+    res_model_t **pp = &r->inflight, *prev = NULL;
+    while (*pp && (*pp)->ord > m->ord) {
+        prev = *pp;
+        pp = &(*pp)->if_next;
+    }
+    m->if_next = *pp;
+    m->if_prev = prev;
+    if (*pp)
+        (*pp)->if_prev = m;
+    *pp = m;
+}
+
+static void inflight_unlink(res_t *r, res_model_t *m)
+{
+    if (m->if_prev)
+        m->if_prev->if_next = m->if_next;
+    else
+        r->inflight = m->if_next;
+    if (m->if_next)
+        m->if_next->if_prev = m->if_prev;
+    m->if_next = m->if_prev = NULL;
+}
+
 /* A copy landed (or failed): the FIFO position reached, and its bandwidth. */
 static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
 {
-    m->n_inflight--;
+    if (--m->n_inflight == 0)
+        inflight_unlink(r, m);
     m->inflight_bytes -= sg->q_span;
     if (sg->q_end > r->landed_q)
         r->landed_q = sg->q_end;
@@ -313,9 +346,19 @@ static void settle_seg(res_t *r, res_model_t *m, uint32_t s)
 static void settle(res_t *r, res_model_t *m)
 {
     if (m->n_inflight == 0)
-        return; /* nothing to settle (res_ready_in settles every model) */
+        return; /* nothing to settle */
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         settle_seg(r, m, s);
+}
+
+/* How far the copy engine's FIFO has come: settle every model with copies
+ * in flight (a host may hold thousands of models, few of them copying). */
+static void settle_all(res_t *r)
+{
+    for (res_model_t *v = r->inflight, *nx; v; v = nx) {
+        nx = v->if_next;
+        settle(r, v);
+    }
 }
 
 /* Block the host until a queued copy has landed or failed (be_event_sync);
@@ -527,7 +570,8 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     r->q_bytes += ss->span;
     sg->q_end = r->q_bytes;
     sg->q_span = ss->span;
-    m->n_inflight++;
+    if (m->n_inflight++ == 0)
+        inflight_link(r, m);
     m->inflight_bytes += ss->span;
     m->st.total_page_ins++;
     m->st.total_bytes_in += ss->span;
@@ -625,6 +669,7 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
         if (store_weights_at(sm, m->base, &m->dev, m->dev_layers))
             goto oom;
     }
+    m->ord = ++r->n_added;
     m->next = r->models;
     r->models = m;
     update_headroom(r);
@@ -656,6 +701,8 @@ int res_remove(res_t *r, res_model_t *m)
         }
         r->be->release(r->be->ctx, m->base, m->sm->image_bytes);
     }
+    if (m->n_inflight)
+        inflight_unlink(r, m); /* a copy that never settled (its evict_seg failed) */
     res_model_t **pp = &r->models;
     while (*pp && *pp != m)
         pp = &(*pp)->next;
@@ -854,8 +901,7 @@ double res_seg_lands_in(res_t *r, res_model_t *m, uint32_t seg)
         return 0;
     if (sg->state == RES_SEG_ABSENT)
         return INFINITY;
-    for (res_model_t *v = r->models; v; v = v->next)
-        settle(r, v); /* how far the copy engine's FIFO has come */
+    settle_all(r);
     if (sg->state != RES_SEG_INFLIGHT)
         return 0;
     if (r->bw <= 0)
@@ -908,8 +954,7 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
 {
     if (r->be->zero_copy)
         return 0;
-    for (res_model_t *v = r->models; v; v = v->next)
-        settle(r, v); /* how far the copy engine's FIFO has come */
+    settle_all(r);
     double worst = 0, image = (double)m->sm->image_bytes;
     for (uint32_t s = 0; s < m->sm->n_segs; s++)
         if (m->segs[s].state == RES_SEG_ABSENT)

@@ -359,7 +359,9 @@ typedef struct sim {
     sched_t *sched;
     vmodel_t **m; /* n_m models it serves, local index order; owned */
     int n_m, cap_m;
-    int *local;                /* c->n_models: the local index of a model, -1 = not served */
+    int n_paging; /* models with paging_since > 0 (paging_mark): a host of many models walks
+                     them for page-ins only while there are any */
+    int *local;   /* c->n_models: the local index of a model, -1 = not served */
     sched_model_view_t *views; /* cap_m */
     sim_seq_t *seqs;           /* every request of the run (borrowed; lru uses the order) */
     size_t in_flight;          /* queued + pending + active */
@@ -956,18 +958,25 @@ static void pagein_more(sim_t *S, int mi, int evict)
  * page-ins under way with copies left to queue get their next ones. */
 static void pagein_topup(sim_t *S, int busy)
 {
-    for (int i = 0; i < S->n_m; i++) {
+    for (int i = 0; i < S->n_m && S->n_paging > 0; i++) {
         vmodel_t *m = S->m[i];
         if (i != busy && m->paging_since > 0 && isinf(ready_in(S, i)))
             pagein_more(S, i, m->paging_evict);
     }
 }
 
+/* A page-in starts (since: now) or ends (0): m->paging_since and S->n_paging. */
+static void paging_mark(sim_t *S, vmodel_t *m, double since)
+{
+    S->n_paging += (since > 0) - (m->paging_since > 0);
+    m->paging_since = since;
+}
+
 /* The page-in ended: the requests waiting for their first token waited for it. */
 static void pagein_end(sim_t *S, int mi)
 {
     vmodel_t *m = S->m[mi];
-    m->paging_since = 0;
+    paging_mark(S, m, 0);
     for (sched_item_t *it = sched_peek(S->sched, mi); it; it = it->next)
         ((sim_seq_t *)it->user)->swapped = 1;
 }
@@ -994,7 +1003,7 @@ static int pagein_start(sim_t *S, int mi)
     vmodel_t *m = S->m[mi];
     if (ready_in(S, mi) == 0)
         return 1;
-    m->paging_since = now(S) > 0 ? now(S) : 1e-9;
+    paging_mark(S, m, now(S) > 0 ? now(S) : 1e-9);
     m->paging_evict = RES_EVICT_ANY;
     pagein_more(S, mi, RES_EVICT_ANY);
     return pagein_poll(S, mi) == 0;
@@ -1051,7 +1060,7 @@ static int round_sched(sim_t *S, double *nap)
 static int round_plan(sim_t *S, double *nap, int *started)
 {
     *started = 0;
-    for (int i = 0; i < S->n_m; i++)
+    for (int i = 0; i < S->n_m && S->n_paging > 0; i++)
         if (S->m[i]->paging_since > 0)
             pagein_poll(S, i);
     int settled = 0;
@@ -1094,7 +1103,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
         vmodel_t *pm = S->m[plan.prefetch];
         pagein_more(S, plan.prefetch, RES_EVICT_UNWANTED);
         if (res_inflight(pm->rm) > 0) {
-            pm->paging_since = now(S) > 0 ? now(S) : 1e-9;
+            paging_mark(S, pm, now(S) > 0 ? now(S) : 1e-9);
             pm->paging_queued = 0; /* the next round's poll says */
             pm->paging_evict = RES_EVICT_UNWANTED;
         }
@@ -1108,7 +1117,7 @@ static int round_plan(sim_t *S, double *nap, int *started)
     }
     /* nothing stepped: the loop waits until a page-in may end */
     *nap = INFINITY;
-    for (int i = 0; i < S->n_m; i++)
+    for (int i = 0; i < S->n_m && S->n_paging > 0; i++)
         if (S->m[i]->paging_since > 0) {
             double in = ready_in(S, i);
             if (isinf(in)) /* more to queue once what is queued lands */
