@@ -20,6 +20,14 @@
 /* above any urgency of a request within max_wait */
 #define SCHED_URGENCY_LATE 1e12
 
+/* Output lengths (sched_passes_left): buckets of 2^(1/3) ratio (1 to 2^21
+ * tokens), each finished sequence fading the others by SCHED_OUT_DECAY (a
+ * window of about 1/(1 - decay) sequences); below SCHED_OUT_MIN sequences'
+ * weight the lengths are not used. */
+#define SCHED_OUT_BUCKETS 64
+#define SCHED_OUT_DECAY (1.0 - 1.0 / 1024)
+#define SCHED_OUT_MIN 32.0
+
 typedef struct mqueue {
     sched_item_t *head, *tail;
     uint32_t n;
@@ -40,6 +48,12 @@ struct sched {
     double last_now; /* when that plan was made */
     double step_s;   /* EWMA of a resident step's duration, measured between plans (0 = none yet) */
     double preempt_at; /* when the last page-in that preempts running sequences started */
+    double out_w[SCHED_OUT_BUCKETS];   /* finished sequences by output length (faded) */
+    double out_sum[SCHED_OUT_BUCKETS]; /* their tokens */
+    double out_total;                  /* sum of out_w */
+    double out_capped;                 /* of those, ended at their max_tokens (faded alike) */
+    double above_w[SCHED_OUT_BUCKETS]; /* sum of out_w over the buckets above */
+    int out_dirty;                     /* above_w to be summed again */
 };
 
 sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
@@ -156,6 +170,58 @@ uint32_t sched_queued(const sched_t *s, int model)
 uint32_t sched_queued_total(const sched_t *s)
 {
     return s->total;
+}
+
+/* ------------------------------------------------------------------ output lengths */
+
+static int out_bucket(uint32_t n)
+{
+    int b = (int)(3.0 * log2((double)n + 1.0));
+    return b < SCHED_OUT_BUCKETS ? b : SCHED_OUT_BUCKETS - 1;
+}
+
+void sched_note_output(sched_t *s, uint32_t n_gen, uint32_t max_tokens)
+{
+    s->out_total = 0;
+    s->out_capped = s->out_capped * SCHED_OUT_DECAY + (n_gen >= max_tokens);
+    for (int b = 0; b < SCHED_OUT_BUCKETS; b++) {
+        s->out_w[b] *= SCHED_OUT_DECAY;
+        s->out_sum[b] *= SCHED_OUT_DECAY;
+        s->out_total += s->out_w[b];
+    }
+    int b = out_bucket(n_gen);
+    s->out_w[b] += 1.0;
+    s->out_sum[b] += n_gen;
+    s->out_total += 1.0;
+    s->out_dirty = 1;
+}
+
+uint32_t sched_passes_left(sched_t *s, uint32_t n_gen, uint32_t max_tokens, uint32_t n_running)
+{
+    uint32_t asked = max_tokens > n_gen ? max_tokens - n_gen : 0;
+    /* too few seen, or most ran to their max_tokens: the asks say it */
+    if (s->out_total < SCHED_OUT_MIN || 2.0 * s->out_capped >= s->out_total)
+        return asked;
+    if (s->out_dirty) {
+        double w = 0;
+        for (int b = SCHED_OUT_BUCKETS - 1; b >= 0; b--) {
+            s->above_w[b] = w;
+            w += s->out_w[b];
+        }
+        s->out_dirty = 0;
+    }
+    /* among the lengths seen past n_gen's bucket, the n/(n+1) quantile (the
+     * expected longest of n): a sequence longer than any seen, what it asked */
+    int b = out_bucket(n_gen);
+    if (s->above_w[b] < 1.0)
+        return asked;
+    double n = n_running ? (double)n_running : 1.0, want = s->above_w[b] * n / (n + 1.0), acc = 0;
+    int k = b + 1;
+    while (k < SCHED_OUT_BUCKETS - 1 && (acc += s->out_w[k]) < want)
+        k++;
+    double left = (s->out_w[k] > 0 ? s->out_sum[k] / s->out_w[k] : (double)n_gen) - (double)n_gen;
+    uint32_t est = left < 1.0 ? 1 : (uint32_t)lround(left);
+    return est < asked ? est : asked;
 }
 
 /* ------------------------------------------------------------------ policies */

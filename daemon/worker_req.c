@@ -81,6 +81,9 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         m->svc.total_cancelled++;
     else
         m->svc.total_completed++;
+    if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
+        sched_note_output(w->sched, s->n_gen,
+                          s->max_tokens); /* what sequences use (sched_passes_left) */
     stats_hist_add(&m->latency, tm.total_ms);
     stats_hist_add(&m->queue, tm.queue_ms);
     if (s->t_first)

@@ -129,9 +129,11 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         views[i].queued = m->paging_since > 0 && i != busy && m->paging_queued;
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
-        for (wk_seq_t *q = m->active; q; q = q->next_active)
-            if (q->max_tokens > q->n_gen && q->max_tokens - q->n_gen > views[i].steps_left)
-                views[i].steps_left = q->max_tokens - q->n_gen;
+        for (wk_seq_t *q = m->active; q; q = q->next_active) {
+            uint32_t left = sched_passes_left(w->sched, q->n_gen, q->max_tokens, m->n_active);
+            if (left > views[i].steps_left)
+                views[i].steps_left = left;
+        }
         views[i].streams = res_streams(m->rm);
     }
     fill_fits(w, views);

@@ -177,6 +177,10 @@ mpg q4km --wbytes 0.60625 --mpg-max 120 &
 if [ -f "$TRACE" ]; then
     mpg bf16-trace --tokens-from "$TRACE" --max-context 8192 --wbytes 2 --mpg-max 60 &
     mpg q4km-trace --tokens-from "$TRACE" --max-context 8192 --wbytes 0.60625 --mpg-max 120 &
+    # clients asking for 4096 tokens and stopping at the trace's output (an end of sequence):
+    # the scheduler knows only what they ask and what finished sequences used (sched_passes_left)
+    mpg q4km-trace-ask4096 --tokens-from "$TRACE" --max-context 8192 --ask-tokens 4096 --wbytes 0.60625 \
+        --mpg-max 120 &
 fi
 wait
 awk -F, 'FNR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-16s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \

@@ -1,6 +1,7 @@
 """The order in which resident models step: round robin, and with 4 or more of them running
-sequences (sched.h SCHED_SRPT_RUNNING), shortest remaining first (the fewest max_tokens left), read
-from the daemon's own token timestamps."""
+sequences (sched.h SCHED_SRPT_RUNNING), shortest remaining first (the fewest max_tokens left, or
+where sequences have mostly stopped before their max_tokens, what their lengths so far say:
+sched_passes_left), read from the daemon's own token timestamps."""
 import os
 import re
 import sys
@@ -14,6 +15,7 @@ SHAPE = "--type f16 --dim 256 --layers 8 --heads 4 --kv-heads 1 --ff 768 --vocab
 SEEDS = {"l1": 10, "l2": 12, "l3": 16, "s": 19}
 MODELS = [(n, gsd.mkmodel(os.path.join(TMP, n + ".gguf"), SHAPE % k), "") for n, k in SEEDS.items()]
 LONG, SHORT = 600, 40  # max_tokens of the long streams and of the short one
+EOS_PROMPT = (9, 10)  # s's greedy output from it ends with eos after 36 tokens (asserted below)
 # the running models from which the order changes (one place: sched.h)
 RUNNING = int(re.search(r"#define SCHED_SRPT_RUNNING (\d+)",
                         open(os.path.join(gsd.ROOT, "daemon", "sched.h")).read()).group(1))
@@ -55,7 +57,38 @@ def test_with_four_models_running_the_nearly_done_one_steps_first():
         assert d.stop() == 0
 
 
+def test_where_clients_ask_for_more_than_they_use_the_lengths_seen_rank_the_streams():
+    """40 requests on s that ask for 600 tokens and stop at eos after 36 teach the daemon that
+    sequences stop well before their max_tokens. Then l1, l2 and l3 stream 600 tokens each, past
+    60, and s's stream of 600 (a prompt without eos) comes: by max_tokens left it would rank last
+    (600 against about 540) and step once per max_stall (10 s here); by the lengths seen its first
+    ~30 tokens look nearly done, so it steps on every round while the long streams wait."""
+    d = gsd.Daemon(MODELS, memory="256MiB", scheduler="max_stall: 10s\n")
+    try:
+        for k in range(5):  # 8 at a time
+            teach = [gsd.Stream(d, "s", LONG, "teach-%d-%d" % (k, j), tokens=EOS_PROMPT) for j in range(8)]
+            for t in teach:
+                done = t.wait()
+                assert done["finish_reason"] == "eos" and len(t.ts) < 40, (done, len(t.ts))
+        ls = [gsd.Stream(d, m, LONG, m + "-asks") for m in ("l1", "l2", "l3")]
+        gsd.until(lambda: all(len(x.ts) >= 60 for x in ls), 60)
+        s = gsd.Stream(d, "s", LONG, "s-asks")
+        gsd.until(lambda: len(s.ts) >= 26, 30)
+        for x in ls + [s]:
+            x.cancel()
+        for x in ls + [s]:
+            x.wait()
+        assert all(len(x.ts) < LONG for x in ls), "a long stream ran to its end before s had 26 tokens: s was held back"
+        t0, t1 = s.ts[1], s.ts[25]
+        got = [sum(1 for t in x.ts if t0 < t < t1) for x in ls]
+        print("   while s stepped 24 times, the long streams got %s tokens" % got, flush=True)
+        assert max(got) <= 2, got
+    finally:
+        assert d.stop() == 0
+
+
 if __name__ == "__main__":
     r = gsd.Runner()
     r.run(test_with_four_models_running_the_nearly_done_one_steps_first)
+    r.run(test_where_clients_ask_for_more_than_they_use_the_lengths_seen_rank_the_streams)
     sys.exit(r.exit_code())

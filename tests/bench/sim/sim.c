@@ -625,6 +625,17 @@ fail:
 
 /* ------------------------------------------------------------------ sequences */
 
+/* The max_tokens s asks for: its output, or c->ask_tokens where more, within
+ * ctx (a client asking for more than it uses: the sequence stops at its
+ * output, as at an end-of-sequence token). */
+static uint32_t asked(const sim_t *S, const sim_seq_t *s, uint32_t ctx)
+{
+    uint32_t a = S->c->ask_tokens, room = ctx > s->rq->prompt ? ctx - s->rq->prompt : 0;
+    if (a > room)
+        a = room;
+    return a > s->rq->output ? a : s->rq->output;
+}
+
 static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 {
     if (s->state == SEQ_ACTIVE) {
@@ -640,6 +651,9 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
     if (s->kv)
         res_kv_free(S->res, s->kv);
     s->kv = NULL;
+    if (how == SEQ_DONE && s->n_gen > 0)
+        sched_note_output(S->sched, s->n_gen,
+                          asked(S, s, m->ctx)); /* as the worker's wk_seq_finish */
     s->state = how;
     s->t_done = now(S);
     if (how == SEQ_FAILED)
@@ -720,7 +734,7 @@ static int seq_park(sim_t *S, vmodel_t *m, sim_seq_t *s)
 static void seq_unpark(sim_t *S, vmodel_t *m, sim_seq_t *s, uint32_t ctx)
 {
     char err[256];
-    uint32_t n_ctx = s->rq->prompt + s->rq->output;
+    uint32_t n_ctx = s->rq->prompt + asked(S, s, ctx);
     if (res_kv_new(S->res, m->rm, n_ctx < ctx ? n_ctx : ctx, &s->kv, err, sizeof err) ||
         res_kv_ensure(S->res, s->kv, s->rq->prompt + s->n_gen + 1, err, sizeof err)) {
         if (s->kv)
@@ -779,7 +793,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
         sim_seq_t *s = peek_waiting(S, mi);
         if (!s)
             break;
-        uint32_t n_ctx = s->rq->prompt + s->rq->output;
+        uint32_t n_ctx = s->rq->prompt + asked(S, s, ctx);
         if (n_ctx > ctx)
             n_ctx = ctx;
         /* the prompt's pages mapped, as the worker does (the cache grows
@@ -1090,9 +1104,11 @@ static int round_plan(sim_t *S, double *nap, int *started)
             .last_step = m->last_step,
             .streams = res_streams(m->rm),
         };
-        for (sim_seq_t *q = m->active; q; q = q->next)
-            if (q->rq->output > q->n_gen && q->rq->output - q->n_gen > S->views[i].steps_left)
-                S->views[i].steps_left = q->rq->output - q->n_gen;
+        for (sim_seq_t *q = m->active; q; q = q->next) {
+            uint32_t left = sched_passes_left(S->sched, q->n_gen, asked(S, q, m->ctx), m->n_active);
+            if (left > S->views[i].steps_left)
+                S->views[i].steps_left = left;
+        }
         res_set_wanted(m->rm, work);
     }
     fill_fits(S);

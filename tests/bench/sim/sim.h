@@ -64,6 +64,9 @@ typedef struct sim_cfg {
     size_t pool_bytes;          /* device pool, bytes (see sim_pool_bytes) */
     uint32_t max_batch;         /* per model */
     uint32_t max_context;       /* per sequence */
+    uint32_t ask_tokens;        /* requests ask for max_tokens this (within the context, at
+                                   least their output) and stop at their output; 0 = ask
+                                   for the output */
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;

@@ -49,7 +49,7 @@ typedef struct args {
     const char *mix; /* model shapes by name, model i has entry i % count */
     sim_shape_t mix_shapes[MAX_FILES];
     int n_mix;
-    unsigned max_batch, max_context;
+    unsigned max_batch, max_context, ask_tokens;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
     unsigned queue_limit, max_queued;
@@ -137,6 +137,8 @@ static const opt_t opts[] = {
     {"pool-gib", OPT_DBL, A(pool_gib), "0", "pool size, GiB (overrides the two above when > 0)"},
     {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
+    {"ask-tokens", OPT_UINT, A(ask_tokens), "0",
+     "clients ask for max_tokens this (within the context, at least the output) and stop at the output (0: ask for the output)"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
@@ -346,6 +348,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
         c->pool_bytes = sim_pool_bytes(&c->shape, c->page_size, a->pool_models, headroom);
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
+    c->ask_tokens = a->ask_tokens;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
