@@ -61,6 +61,9 @@ typedef struct stats_pool {
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
     X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \
+    X(total_stopped_early,                                                                         \
+      "requests that ended before their max_tokens (eos or a stop string): where most do, "        \
+      "shortest remaining first goes by the output lengths seen")                                  \
     X(total_kv_recomputes,                                                                         \
       "sequences whose KV cache was given back when the pool ran short, then recomputed")
 

@@ -70,6 +70,8 @@ def test_where_clients_ask_for_more_than_they_use_the_lengths_seen_rank_the_stre
             for t in teach:
                 done = t.wait()
                 assert done["finish_reason"] == "eos" and len(t.ts) < 40, (done, len(t.ts))
+        m = d.stats()["models"]["s"]
+        assert m["total_stopped_early"] == 40 and m["total_completed"] == 40, m
         ls = [gsd.Stream(d, m, LONG, m + "-asks") for m in ("l1", "l2", "l3")]
         gsd.until(lambda: all(len(x.ts) >= 60 for x in ls), 60)
         s = gsd.Stream(d, "s", LONG, "s-asks")
