@@ -651,9 +651,8 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
     if (s->kv)
         res_kv_free(S->res, s->kv);
     s->kv = NULL;
-    if (how == SEQ_DONE && s->n_gen > 0)
-        sched_note_output(S->sched, s->n_gen,
-                          asked(S, s, m->ctx)); /* as the worker's wk_seq_finish */
+    if (how == SEQ_DONE && s->n_gen > 0) /* as the worker's wk_seq_finish */
+        sched_note_output(S->sched, s->n_gen, asked(S, s, m->ctx));
     s->state = how;
     s->t_done = now(S);
     if (how == SEQ_FAILED)
