@@ -23,14 +23,20 @@
 /* Output lengths (sched_passes_left): buckets of 2^(1/3) ratio (1 to 2^21
  * tokens), each finished sequence fading the others by SCHED_OUT_DECAY (a
  * window of about 1/(1 - decay) sequences); below SCHED_OUT_MIN sequences'
- * weight the lengths are not used. */
+ * weight the lengths are not used; whether asks are exact (most sequences
+ * ran to their max_tokens) a model decides from its own sequences once they
+ * weigh SCHED_OUT_MIN_MODEL (77 models at 0.1 req/s see about 30 each in
+ * 300 s). */
 #define SCHED_OUT_BUCKETS 64
 #define SCHED_OUT_DECAY (1.0 - 1.0 / 1024)
 #define SCHED_OUT_MIN 32.0
+#define SCHED_OUT_MIN_MODEL 8.0
 
 typedef struct mqueue {
     sched_item_t *head, *tail;
     uint32_t n;
+    double out_seen, out_capped; /* its finished sequences, and those that ran to their
+                                    max_tokens (faded as the global ones, on its own) */
 } mqueue_t;
 
 struct sched {
@@ -180,8 +186,13 @@ static int out_bucket(uint32_t n)
     return b < SCHED_OUT_BUCKETS ? b : SCHED_OUT_BUCKETS - 1;
 }
 
-void sched_note_output(sched_t *s, uint32_t n_gen, uint32_t max_tokens)
+void sched_note_output(sched_t *s, int model, uint32_t n_gen, uint32_t max_tokens)
 {
+    if (model >= 0 && model < s->n) {
+        mqueue_t *q = &s->q[model];
+        q->out_seen = q->out_seen * SCHED_OUT_DECAY + 1.0;
+        q->out_capped = q->out_capped * SCHED_OUT_DECAY + (n_gen >= max_tokens);
+    }
     s->out_total = 0;
     s->out_capped = s->out_capped * SCHED_OUT_DECAY + (n_gen >= max_tokens);
     for (int b = 0; b < SCHED_OUT_BUCKETS; b++) {
@@ -196,11 +207,16 @@ void sched_note_output(sched_t *s, uint32_t n_gen, uint32_t max_tokens)
     s->out_dirty = 1;
 }
 
-uint32_t sched_passes_left(sched_t *s, uint32_t n_gen, uint32_t max_tokens, uint32_t n_running)
+uint32_t sched_passes_left(sched_t *s, int model, uint32_t n_gen, uint32_t max_tokens,
+                           uint32_t n_running)
 {
     uint32_t asked = max_tokens > n_gen ? max_tokens - n_gen : 0;
-    /* too few seen, or most ran to their max_tokens: the asks say it */
-    if (s->out_total < SCHED_OUT_MIN || 2.0 * s->out_capped >= s->out_total)
+    /* too few seen, or most ran to their max_tokens (the model's own
+     * sequences where it has had enough, else all): the asks say it */
+    double seen = s->out_total, capped = s->out_capped;
+    if (model >= 0 && model < s->n && s->q[model].out_seen >= SCHED_OUT_MIN_MODEL)
+        seen = s->q[model].out_seen, capped = s->q[model].out_capped;
+    if (s->out_total < SCHED_OUT_MIN || 2.0 * capped >= seen)
         return asked;
     if (s->out_dirty) {
         double w = 0;

@@ -85,7 +85,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         m->svc.total_stopped_early++;
     /* what sequences use, for shortest remaining first (sched_passes_left) */
     if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
-        sched_note_output(w->sched, s->n_gen, s->max_tokens);
+        sched_note_output(w->sched, s->model, s->n_gen, s->max_tokens);
     stats_hist_add(&m->latency, tm.total_ms);
     stats_hist_add(&m->queue, tm.queue_ms);
     if (s->t_first)

@@ -130,7 +130,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
         for (wk_seq_t *q = m->active; q; q = q->next_active) {
-            uint32_t left = sched_passes_left(w->sched, q->n_gen, q->max_tokens, m->n_active);
+            uint32_t left = sched_passes_left(w->sched, i, q->n_gen, q->max_tokens, m->n_active);
             if (left > views[i].steps_left)
                 views[i].steps_left = left;
         }

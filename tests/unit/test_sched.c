@@ -659,36 +659,59 @@ Test(sched, passes_left_is_what_is_asked_until_sequences_stop_short_of_it)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
     sched_t *s = sched_new(&c, 1);
-    cr_assert_eq(sched_passes_left(s, 10, 600, 1), 590, "nothing seen yet: max_tokens less n_gen");
-    cr_assert_eq(sched_passes_left(s, 700, 600, 1), 0);
+    cr_assert_eq(sched_passes_left(s, 0, 10, 600, 1), 590,
+                 "nothing seen yet: max_tokens less n_gen");
+    cr_assert_eq(sched_passes_left(s, 0, 700, 600, 1), 0);
     /* every sequence ran to its max_tokens: the asks are what is used */
     for (int k = 0; k < 100; k++)
-        sched_note_output(s, 20, 20);
-    cr_assert_eq(sched_passes_left(s, 0, 600, 1), 600);
+        sched_note_output(s, 0, 20, 20);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 600, 1), 600);
     sched_free(s);
 
     s = sched_new(&c, 1);
     /* 32 sequences stopped short: too few to go by (their weight, faded, is 31.5) */
     for (int k = 0; k < 32; k++)
-        sched_note_output(s, 36, 600);
-    cr_assert_eq(sched_passes_left(s, 0, 600, 1), 600);
-    sched_note_output(s, 36, 600);
-    cr_assert_eq(sched_passes_left(s, 0, 600, 1), 36, "the length seen");
-    cr_assert_eq(sched_passes_left(s, 10, 600, 1), 26);
-    cr_assert_eq(sched_passes_left(s, 0, 20, 1), 20, "never more than asked");
-    cr_assert_eq(sched_passes_left(s, 100, 600, 1), 500, "longer than any seen: what it asked");
+        sched_note_output(s, 0, 36, 600);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 600, 1), 600);
+    sched_note_output(s, 0, 36, 600);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 600, 1), 36, "the length seen");
+    cr_assert_eq(sched_passes_left(s, 0, 10, 600, 1), 26);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 20, 1), 20, "never more than asked");
+    cr_assert_eq(sched_passes_left(s, 0, 100, 600, 1), 500, "longer than any seen: what it asked");
     sched_free(s);
 
     /* half stop at 10 tokens, half at 1000: the longest of n sequences is a higher quantile */
     s = sched_new(&c, 1);
     for (int k = 0; k < 200; k++)
-        sched_note_output(s, k % 2 ? 1000 : 10, 4096);
-    uint32_t one = sched_passes_left(s, 0, 4096, 1), eight = sched_passes_left(s, 0, 4096, 8);
+        sched_note_output(s, 0, k % 2 ? 1000 : 10, 4096);
+    uint32_t one = sched_passes_left(s, 0, 0, 4096, 1), eight = sched_passes_left(s, 0, 0, 4096, 8);
     cr_assert(one >= 10 && one <= 1000 && eight == 1000, "one %u eight %u", one, eight);
-    cr_assert_eq(sched_passes_left(s, 500, 4096, 1), 500, "past 10, only the 1000s remain");
+    cr_assert_eq(sched_passes_left(s, 0, 500, 4096, 1), 500, "past 10, only the 1000s remain");
     /* what fades: 2000 more sequences of 10 tokens leave little of the 1000s */
     for (int k = 0; k < 2000; k++)
-        sched_note_output(s, 10, 4096);
-    cr_assert_eq(sched_passes_left(s, 0, 4096, 1), 10);
+        sched_note_output(s, 0, 10, 4096);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 4096, 1), 10);
+    sched_free(s);
+}
+
+Test(sched, passes_left_follows_each_models_own_asks_once_it_has_seen_enough)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 3);
+    /* model 0's clients ask for 600 and stop at 36; model 1's ask for exactly what they use */
+    for (int k = 0; k < 40; k++)
+        sched_note_output(s, 0, 36, 600);
+    for (int k = 0; k < 8; k++)
+        sched_note_output(s, 1, 36, 36);
+    cr_assert_eq(sched_passes_left(s, 0, 0, 600, 1), 36, "model 0 goes by the lengths seen");
+    cr_assert_eq(sched_passes_left(s, 1, 0, 600, 1), 36,
+                 "model 1 has seen 8 sequences (faded, 7.97): too few of its own, so all "
+                 "models' go");
+    cr_assert_eq(sched_passes_left(s, 2, 0, 600, 1), 36, "model 2 has seen none: all models'");
+    sched_note_output(s, 1, 36, 36);
+    cr_assert_eq(sched_passes_left(s, 1, 0, 600, 1), 600,
+                 "9 of model 1's ran to their max_tokens: its asks say it");
+    cr_assert_eq(sched_passes_left(s, 0, 0, 600, 1), 36, "model 0 as before");
+    cr_assert_eq(sched_passes_left(s, -1, 0, 600, 1), 36, "no model: all models'");
     sched_free(s);
 }

@@ -625,12 +625,14 @@ fail:
 
 /* ------------------------------------------------------------------ sequences */
 
-/* The max_tokens s asks for: its output, or c->ask_tokens where more, within
- * ctx (a client asking for more than it uses: the sequence stops at its
+/* The max_tokens s asks for: its output, or c->ask_tokens where more (for
+ * the models c->ask_stride picks), within ctx (a client asking for more than it uses: the sequence stops at its
  * output, as at an end-of-sequence token). */
 static uint32_t asked(const sim_t *S, const sim_seq_t *s, uint32_t ctx)
 {
-    uint32_t a = S->c->ask_tokens, room = ctx > s->rq->prompt ? ctx - s->rq->prompt : 0;
+    uint32_t stride = S->c->ask_stride ? S->c->ask_stride : 1;
+    uint32_t a = s->rq->model % stride ? 0 : S->c->ask_tokens;
+    uint32_t room = ctx > s->rq->prompt ? ctx - s->rq->prompt : 0;
     if (a > room)
         a = room;
     return a > s->rq->output ? a : s->rq->output;
@@ -652,7 +654,7 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
         res_kv_free(S->res, s->kv);
     s->kv = NULL;
     if (how == SEQ_DONE && s->n_gen > 0) /* as the worker's wk_seq_finish */
-        sched_note_output(S->sched, s->n_gen, asked(S, s, m->ctx));
+        sched_note_output(S->sched, s->item.model, s->n_gen, asked(S, s, m->ctx));
     s->state = how;
     s->t_done = now(S);
     if (how == SEQ_FAILED)
@@ -1104,7 +1106,8 @@ static int round_plan(sim_t *S, double *nap, int *started)
             .streams = res_streams(m->rm),
         };
         for (sim_seq_t *q = m->active; q; q = q->next) {
-            uint32_t left = sched_passes_left(S->sched, q->n_gen, asked(S, q, m->ctx), m->n_active);
+            uint32_t left =
+                sched_passes_left(S->sched, i, q->n_gen, asked(S, q, m->ctx), m->n_active);
             if (left > S->views[i].steps_left)
                 S->views[i].steps_left = left;
         }

@@ -67,6 +67,8 @@ typedef struct sim_cfg {
     uint32_t ask_tokens;        /* requests ask for max_tokens this (within the context, at
                                    least their output) and stop at their output; 0 = ask
                                    for the output */
+    uint32_t ask_stride;        /* ask_tokens applies to models whose index % this is 0
+                                   (0 or 1: all) */
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;

@@ -49,7 +49,7 @@ typedef struct args {
     const char *mix; /* model shapes by name, model i has entry i % count */
     sim_shape_t mix_shapes[MAX_FILES];
     int n_mix;
-    unsigned max_batch, max_context, ask_tokens;
+    unsigned max_batch, max_context, ask_tokens, ask_stride;
     /* scheduler */
     double max_wait, max_stall, quantum, min_quantum;
     unsigned queue_limit, max_queued;
@@ -139,6 +139,8 @@ static const opt_t opts[] = {
     {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
     {"ask-tokens", OPT_UINT, A(ask_tokens), "0",
      "clients ask for max_tokens this (within the context, at least the output) and stop at the output (0: ask for the output)"},
+    {"ask-stride", OPT_UINT, A(ask_stride), "1",
+     "--ask-tokens applies to the clients of every this-many-th model (model % stride == 0); the others ask for their output"},
     {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
     {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
     {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
@@ -349,6 +351,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
     c->ask_tokens = a->ask_tokens;
+    c->ask_stride = a->ask_stride ? a->ask_stride : 1;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
