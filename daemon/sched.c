@@ -56,7 +56,7 @@ struct sched {
     double preempt_at; /* when the last page-in that preempts running sequences started */
     double out_w[SCHED_OUT_BUCKETS];   /* finished sequences by output length (faded) */
     double out_sum[SCHED_OUT_BUCKETS]; /* their tokens */
-    double out_total;                  /* sum of out_w */
+    double out_total;                  /* sum of out_w (faded alike) */
     double out_capped;                 /* of those, ended at their max_tokens (faded alike) */
     double above_w[SCHED_OUT_BUCKETS]; /* sum of out_w over the buckets above */
     int out_dirty;                     /* above_w to be summed again */
@@ -193,17 +193,15 @@ void sched_note_output(sched_t *s, int model, uint32_t n_gen, uint32_t max_token
         q->out_seen = q->out_seen * SCHED_OUT_DECAY + 1.0;
         q->out_capped = q->out_capped * SCHED_OUT_DECAY + (n_gen >= max_tokens);
     }
-    s->out_total = 0;
+    s->out_total = s->out_total * SCHED_OUT_DECAY + 1.0;
     s->out_capped = s->out_capped * SCHED_OUT_DECAY + (n_gen >= max_tokens);
     for (int b = 0; b < SCHED_OUT_BUCKETS; b++) {
         s->out_w[b] *= SCHED_OUT_DECAY;
         s->out_sum[b] *= SCHED_OUT_DECAY;
-        s->out_total += s->out_w[b];
     }
     int b = out_bucket(n_gen);
     s->out_w[b] += 1.0;
     s->out_sum[b] += n_gen;
-    s->out_total += 1.0;
     s->out_dirty = 1;
 }
 

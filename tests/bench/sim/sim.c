@@ -626,8 +626,9 @@ fail:
 /* ------------------------------------------------------------------ sequences */
 
 /* The max_tokens s asks for: its output, or c->ask_tokens where more (for
- * the models c->ask_stride picks), within ctx (a client asking for more than it uses: the sequence stops at its
- * output, as at an end-of-sequence token). */
+ * the models c->ask_stride picks), within ctx (a client asking for more
+ * than it uses: the sequence stops at its output, as at an end-of-sequence
+ * token). */
 static uint32_t asked(const sim_t *S, const sim_seq_t *s, uint32_t ctx)
 {
     uint32_t stride = S->c->ask_stride ? S->c->ask_stride : 1;

@@ -351,7 +351,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
     c->max_batch = a->max_batch;
     c->max_context = a->max_context;
     c->ask_tokens = a->ask_tokens;
-    c->ask_stride = a->ask_stride ? a->ask_stride : 1;
+    c->ask_stride = a->ask_stride;
     c->sched = (sched_cfg_t){.max_wait_s = a->max_wait,
                              .max_stall_s = a->max_stall,
                              .quantum = a->quantum,
