@@ -36,12 +36,12 @@ endif
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev libseccomp-dev pkg-config \
             python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
-            clang-format cppcheck
+            clang-format cppcheck patchelf xz-utils
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
 # clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test,
 # Debian's nodejs and npm unless a node and npm are already there (NodeSource's nodejs conflicts with npm);
-# clang-format, cppcheck: make check / make format)
-DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm clang-format cppcheck
+# clang-format, cppcheck: make check / make format; patchelf, xz: make gpu-bundle)
+DEB_CMDS := curl promtool gnuplot clang valgrind haproxy node npm clang-format cppcheck patchelf xz
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -186,6 +186,7 @@ format:
 test: deps
 	$(MAKE) check
 	$(MAKE) all $(UNIT_BIN) $(TRACESIM)
+	$(MAKE) gpu-bundle-if-cuda
 	$(MAKE) test-unit test-integration
 
 test-unit: $(UNIT_BIN) $(TOOLS)
@@ -202,6 +203,7 @@ test-integration: all $(TRACESIM)
 	GPUSWAPD_BUILD=$(BUILD) bash tests/integration/run.sh
 
 test-asan: deps
+	$(MAKE) gpu-bundle-if-cuda
 	$(MAKE) BUILD=build-asan SAN=1 all build-asan/unit_tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build-asan SAN=1 test-unit test-integration
@@ -233,30 +235,40 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 
-# On a GPU machine: make gpu-check (builds, then runs tests/tools/gpu-check.sh: 6 minutes at most,
-# report in $(BUILD)/gpu-check.txt or $$OUT/). From a machine without one: make gpu-bundle, then carry
-# build-gpu/ (binaries and the shared libraries they need, < 64 MiB, no nvcc needed there) and run
-# `BUILD=build-gpu bash tests/tools/gpu-check.sh`. `bash tests/tools/gpu-check.sh --dry-run` prints the plan.
-GPU_BUILD ?= build-gpu
-GPU_OBJ   ?= $(BUILD)/gpu-obj
-GPU_BINS  := gpuswapd unit_tests bench_paging mkmodel beinfo $(if $(SECCOMP_LIBS),syscage)
-GPU_BUNDLE_MAX_MIB := 64
+# GPU (README "GPU check"). Here: make gpu-bundle packs the binaries gpu-check runs and the shared
+# libraries they need (DT_RPATH $ORIGIN/lib, no LD_LIBRARY_PATH) into $(GPU_ARCHIVE), refused when it
+# and the working tree pass $(GPU_CARRY_MAX_MIB) MiB. There: carry $(GPU_CARRY), unpack, and run
+# tests/tools/gpu-check.sh --call 1, then --call 2 (the exact commands are in the README).
+# make gpu-check on a GPU machine runs every stage on the bundle, or on a build when it can make one.
+GPU_FROM    ?= build
+GPU_BUILD   ?= build-gpu
+GPU_CARRY   ?= build-carry
+GPU_ARCHIVE ?= $(GPU_CARRY)/gpu-bundle.tar.xz
+GPU_BINS    := gpuswapd unit_tests bench_paging mkmodel beinfo $(if $(SECCOMP_LIBS),syscage)
+GPU_CARRY_MAX_MIB := 60
 gpu-check:
-	@if [ -x $(GPU_BUILD)/unit_tests ] && [ -x $(GPU_BUILD)/beinfo ]; then b=$(GPU_BUILD); else \
-	  $(MAKE) all $(UNIT_BIN) $(BUILD)/bench_paging $(BUILD)/beinfo || exit 1; b=$(BUILD); fi; \
-	BUILD=$$b bash tests/tools/gpu-check.sh
+	@if [ -x $(GPU_BUILD)/unit_tests ] && [ -x $(GPU_BUILD)/beinfo ]; then b=$(GPU_BUILD); \
+	elif [ -f $(GPU_ARCHIVE) ]; then tar -xJf $(GPU_ARCHIVE) || exit 1; b=$(GPU_BUILD); \
+	elif [ -n "$(NVCC)" ] && pkg-config --exists $(PKGS) criterion 2>/dev/null; then \
+	  $(MAKE) all $(UNIT_BIN) $(BUILD)/bench_paging $(BUILD)/beinfo $(TRACESIM) || exit 1; b=$(BUILD); \
+	else echo "gpu-check: nothing to run: no bundle ($(GPU_BUILD)/ or $(GPU_ARCHIVE)), and no build can be made" \
+	  "here ($(if $(NVCC),nvcc found,no nvcc); libraries: $$(pkg-config --exists $(PKGS) criterion 2>/dev/null && echo found || \
+	  echo 'missing, from: libevent jansson libyaml libsystemd pcre2 libcrypto criterion'))." \
+	  "Run make gpu-bundle on a machine that builds the project and carry $(GPU_CARRY)/ here, or install" \
+	  "the libraries (make deps) and nvcc." >&2; exit 2; fi; \
+	BUILD=$$b bash tests/tools/gpu-check.sh --call all
+
+# make test and test-asan: the bundle the dry run (tests/integration/test_gpu_dryrun.sh) carries
+.PHONY: gpu-bundle-if-cuda
+gpu-bundle-if-cuda:
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory gpu-bundle; else echo "gpu-bundle: skipped, no nvcc"; fi
 
 gpu-bundle:
-	$(MAKE) BUILD=$(GPU_OBJ) CUDA=1 $(patsubst %,$(GPU_OBJ)/%,$(GPU_BINS))
-	rm -rf $(GPU_BUILD) && mkdir -p $(GPU_BUILD)/lib
-	for b in $(GPU_BINS); do cp $(GPU_OBJ)/$$b $(GPU_BUILD)/ && strip --strip-debug $(GPU_BUILD)/$$b; done
-	for b in $(GPU_BINS); do ldd $(GPU_BUILD)/$$b | awk '/=> \//{print $$3}'; done | sort -u | \
-	  grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' | xargs -r cp -L -t $(GPU_BUILD)/lib
-	{ echo "gpuswapd gpu bundle"; echo "built: $$(date -u +%FT%TZ) on $$(uname -srm)"; \
-	  echo "commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"; \
-	  echo "nvcc: $$($(NVCC) --version 2>/dev/null | tail -1)"; } > $(GPU_BUILD)/BUILD-INFO
-	@mib=$$(du -sm $(GPU_BUILD) | cut -f1); du -sh $(GPU_BUILD); \
-	if [ $$mib -ge $(GPU_BUNDLE_MAX_MIB) ]; then echo "gpu-bundle: $(GPU_BUILD) is $$mib MiB, over $(GPU_BUNDLE_MAX_MIB) MiB"; exit 1; fi
+	@[ -n "$(NVCC)" ] || { echo "gpu-bundle: no nvcc: a bundle without the cuda backend would check nothing" >&2; exit 1; }
+	$(MAKE) BUILD=$(GPU_FROM) SAN= CUDA=1 $(GPU_ARCHIVE)
+
+$(GPU_ARCHIVE): $(patsubst %,$(GPU_FROM)/%,$(GPU_BINS)) tests/tools/gpu-bundle.sh
+	NVCC=$(NVCC) bash tests/tools/gpu-bundle.sh $(GPU_FROM) $(GPU_BUILD) $@ $(GPU_CARRY_MAX_MIB) $(GPU_BINS)
 
 # ---------------------------------------------------------------- install
 # `make install [PREFIX=/usr/local] [DESTDIR=...]`. Units go to $(PREFIX)/lib/systemd/system,
@@ -310,6 +322,6 @@ uninstall:
 	  echo "systemctl daemon-reload"; systemctl daemon-reload; fi
 
 clean:
-	rm -rf build build-asan build-gpu
+	rm -rf build build-asan build-gpu build-carry
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -186,6 +186,11 @@ static const uint32_t block_types[11] = {GGUF_T_Q4_0, GGUF_T_Q4_1,   GGUF_T_Q5_0
 
 Test(backend_cuda, pool_maps_unmaps_and_enforces_its_budget, .timeout = 60)
 {
+    /* GPUSWAPD_PLANT_CUDA_FAILURE=1, a test-only switch: the gpu-check dry run plants this one
+     * failing assertion and expects its text and file:line in the report */
+    const char *plant = getenv("GPUSWAPD_PLANT_CUDA_FAILURE");
+    cr_assert(!plant || strcmp(plant, "1") != 0,
+              "planted failure (GPUSWAPD_PLANT_CUDA_FAILURE=1): the report must show this text");
     backend_t *be = open_cuda_sized(16u << 20);
     size_t pg = be->page_size;
     cr_assert_geq(pg, 2u << 20);

@@ -1,4 +1,4 @@
-/* costs: the simulator's device figures, measured ones from a gpu-check report (tests/tools/gpu-check.sh) or an H200's datasheet figures. */
+/* costs: the simulator's device figures, measured ones from gpu-check's figures files (tests/tools/gpu-check.sh) or an H200's datasheet figures. */
 #include "costs.h"
 
 #include <errno.h>
@@ -18,50 +18,68 @@ typedef struct report {
     int not_gpu; /* the report says NOT A GPU CHECK */
 } report_t;
 
-/* ------------------------------------------------------------------ reading the report */
+/* ------------------------------------------------------------------ reading the figures */
 
-static int report_read(const char *path, report_t *r, char *err, size_t errlen)
+/* Reads one figures file (gpu-check.sh's gpu-check-N-figures.txt) into r, adding to what is there:
+ * "gpu NAME", "test_only 1", "pagein_1g_gb_s X", "pagein_8b_gb_s X", "model_8b_bytes N",
+ * "decode BATCH CONTEXT TOK_S BYTES_PER_TOKEN", "prefill TOKENS TOK_S"; '#' lines and other keys
+ * are passed over (the file has more figures than the simulator takes). */
+static int figures_read(const char *path, report_t *r, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    memset(r, 0, sizeof *r);
-    char line[1024], stage[32] = "";
+    char line[1024];
     while (fgets(line, sizeof line, f)) {
         double a, b, c, d;
+        int flag;
         char name[96];
-        if (sscanf(line, "== %31s", stage) == 1)
+        if (line[0] == '#')
             continue;
-        if (strstr(line, "NOT A GPU CHECK"))
-            r->not_gpu = 1;
-        if (sscanf(line, "gpu: %95[^,]", name) == 1)
+        if (sscanf(line, "gpu %95[^\n]", name) == 1)
             snprintf(r->gpu, sizeof r->gpu, "%s", name);
-        if (!strcmp(stage, "paging") &&
-            sscanf(line, "page-in wall (map + copy overlapped): %lf GB/s", &a) == 1)
+        else if (sscanf(line, "test_only %d", &flag) == 1)
+            r->not_gpu |= flag != 0;
+        else if (sscanf(line, "pagein_1g_gb_s %lf", &a) == 1 && a > 0)
             r->pagein_1g = a;
-        if (!strcmp(stage, "ttft8b")) {
-            if (sscanf(line, "page-in %lf GB/s", &a) == 1)
-                r->pagein_8b = a;
-            if (sscanf(line, "8B BF16, %lf bytes", &a) == 1)
-                r->model_bytes = a;
-        }
-        if (sscanf(line, "decode, batch %lf, context %lf: %lf tok/s, %lf bytes read per token", &a,
-                   &b, &c, &d) == 4 &&
-            r->n_dec < MAX_PTS && a >= 1 && c > 0 && d > 0) {
+        else if (sscanf(line, "pagein_8b_gb_s %lf", &a) == 1 && a > 0)
+            r->pagein_8b = a;
+        else if (sscanf(line, "model_8b_bytes %lf", &a) == 1 && a > 0)
+            r->model_bytes = a;
+        else if (sscanf(line, "decode %lf %lf %lf %lf", &a, &b, &c, &d) == 4 &&
+                 r->n_dec < MAX_PTS && a >= 1 && c > 0 && d > 0) {
             r->dec_b[r->n_dec] = a;
             r->dec_ctx[r->n_dec] = b;
             r->dec_tps[r->n_dec] = c;
             r->dec_bpt[r->n_dec++] = d;
-        }
-        if (sscanf(line, "prefill of %lf tokens: %lf tok/s", &a, &b) == 2 && a > r->pre_tok &&
-            b > 0) {
+        } else if (sscanf(line, "prefill %lf %lf", &a, &b) == 2 && a > r->pre_tok && b > 0) {
             r->pre_tok = a;
             r->pre_tps = b;
         }
     }
     fclose(f);
+    return 0;
+}
+
+/* what: figures files separated by commas (the two gpu-check calls'), read in order. */
+static int report_read(const char *what, report_t *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    char path[1024];
+    for (const char *p = what; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof path) {
+            snprintf(err, errlen, "'%s': an empty or overlong path in the list", what);
+            return -1;
+        }
+        memcpy(path, p, n);
+        path[n] = 0;
+        if (figures_read(path, r, err, errlen))
+            return -1;
+        p += n + (p[n] == ',');
+    }
     return 0;
 }
 

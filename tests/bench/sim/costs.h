@@ -1,4 +1,4 @@
-/* costs: the simulator's device figures, measured ones from a gpu-check report (tests/tools/gpu-check.sh) or an H200's datasheet figures. */
+/* costs: the simulator's device figures, measured ones from gpu-check's figures files (tests/tools/gpu-check.sh) or an H200's datasheet figures. */
 #ifndef COSTS_H
 #define COSTS_H
 
@@ -18,11 +18,11 @@ typedef struct costs_src {
 } costs_src_t;
 
 /* Sets cost->h2d_bw, hbm_bw, flops, t_fixed_s, t_step_s and t_token_s.
- * what: "h200" (the datasheet) or the path of a gpu-check report (gpu-check.txt):
+ * what: "h200" (the datasheet), or gpu-check figures files (gpu-check-N-figures.txt), several
+ * separated by commas or concatenated into one:
  *  - h2d_bw: the page-in GB/s of the 8B stage (ttft8b), else the paging stage's;
  *  - hbm_bw, t_step_s, t_token_s: a least-squares fit of step time = t_step + bytes / hbm_bw +
- *    t_token * batch to the decode figures ("decode, batch B, context C: T tok/s, N bytes read
- *    per token"): of the fits with hbm_bw and no more unknowns than distinct points (one point:
+ *    t_token * batch to the decode figures ("decode B C TOK_S BYTES_PER_TOKEN": batch, context): of the fits with hbm_bw and no more unknowns than distinct points (one point:
  *    hbm_bw alone) whose terms come out non-negative, the closest; t_fixed_s is then 0 (the fit
  *    holds it);
  *  - flops: 2 x parameters x tokens / (time - weight read) for the longest prefill figure, the

@@ -56,7 +56,7 @@ typedef struct args {
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
         slo_ttft;
-    const char *costs; /* h200 | a gpu-check report */
+    const char *costs; /* h200 | gpu-check figures files */
     int print_costs;
     /* fleet */
     int hosts;
@@ -159,7 +159,7 @@ static const opt_t opts[] = {
      "cost: measured compute per token of a step, ms (spread over the layers)"},
     {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
     {"costs", OPT_STR, A(costs), NULL,
-     "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or a gpu-check report (gpu-check.txt): its measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
+     "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or gpu-check figures files (gpu-check-1-figures.txt,gpu-check-2-figures.txt; comma-separated or concatenated): their measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
     {"print-costs", OPT_FLAG, A(print_costs), NULL,
      "print the cost model's device figures (and where they came from) and exit"},
     {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
