@@ -1419,12 +1419,24 @@ static int gs_cmd_admin(const gs_cmd_t *cmd, gs_opts_t *o)
         } else if (req.op == PROTO_OP_RELOAD) {
             char *ad = gs_join_names(json_object_get(r, "added"));
             char *rm = gs_join_names(json_object_get(r, "removed"));
-            char *ch = gs_join_names(json_object_get(r, "changed"));
-            printf("reloaded: added %s; removed %s; changed %s\n", ad ? ad : "?", rm ? rm : "?",
-                   ch ? ch : "?");
+            char *st = gs_join_names(json_object_get(r, "settings"));
+            printf("reloaded: added %s; removed %s; changed ", ad ? ad : "?", rm ? rm : "?");
+            /* each changed model with the keys that changed: "tiny (chat_template, gpu_quota)" */
+            const json_t *ch = json_object_get(r, "changed"),
+                         *keys = json_object_get(r, "changed_keys");
+            size_t i;
+            const json_t *m;
+            if (!json_array_size(ch))
+                printf("none");
+            json_array_foreach (ch, i, m) {
+                char *k = gs_join_names(json_object_get(keys, json_string_value(m)));
+                printf("%s%s (%s)", i ? ", " : "", json_string_value(m), k ? k : "?");
+                free(k);
+            }
+            printf("; settings %s\n", st ? st : "none");
             free(ad);
             free(rm);
-            free(ch);
+            free(st);
         } else {
             printf("drained: %.0f requests completed during the drain; the daemon exits\n",
                    gs_num(r, "completed", 0));

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1383,6 +1384,7 @@ static int validate(ld_t *ld)
                     m->name, i, j, c->models[j].line);
         if (!model_set(ld, i, "models", "max_batch"))
             m->max_batch = c->scheduler.max_batch;
+        m->max_context_set = model_set(ld, i, "models", "max_context");
         if (m->gpu_quota && m->kv_cache > m->gpu_quota)
             return ld_fail(
                 ld, at_model(ld, i, "models", "kv_cache"), CFG_ERR_INVALID,
@@ -1438,6 +1440,65 @@ static mark_t mark_at_offset(const char *text, size_t off)
 }
 
 /* Loads the one document of parser into ld->c. */
+int cfg_runtime_dir(const char *config_dir, char *buf, size_t len)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int k;
+    if (geteuid() == 0)
+        k = snprintf(buf, len, "/run/gpuswapd");
+    else if (xdg && xdg[0] == '/')
+        k = snprintf(buf, len, "%s/gpuswapd", xdg);
+    else if (config_dir)
+        k = snprintf(buf, len, "%s", config_dir);
+    else
+        k = snprintf(buf, len, "/tmp/gpuswapd-%u", (unsigned)geteuid());
+    return k < 0 || (size_t)k >= len ? -1 : 0;
+}
+
+/* The defaults that depend on how the file is written and who runs it: a config without a listen
+ * section (a models-only config) serves OpenAI HTTP on CFG_DEFAULT_HTTP; a socket the file does
+ * not name goes to the runtime directory (cfg_runtime_dir: the table's /run/gpuswapd as root),
+ * which the daemon creates when missing (c->rundir). */
+static int runtime_defaults(ld_t *ld)
+{
+    cfg_t *c = ld->c;
+    if (!ld->top[opt_find("", "listen")].line && !c->listen.http &&
+        !(c->listen.http = strdup(CFG_DEFAULT_HTTP)))
+        return ld_fail(ld, ld->root, CFG_ERR_NOMEM, "out of memory");
+    static const struct {
+        const char *section, *file;
+        size_t off;
+    } socks[] = {{"listen", "gpuswapd.sock", offsetof(cfg_t, listen.socket)},
+                 {"admin", "admin.sock", offsetof(cfg_t, admin.socket)}};
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    if (cfg_runtime_dir(ld->dir, dir, sizeof dir))
+        return ld_fail(ld, ld->root, CFG_ERR_INVALID, "the runtime directory's path is too long");
+    for (size_t i = 0; i < sizeof socks / sizeof *socks; i++) {
+        if (ld->top[opt_find(socks[i].section, "socket")].line)
+            continue;
+        if (geteuid() == 0) { /* the table's default, in /run/gpuswapd: created if missing */
+            if (!c->rundir && !(c->rundir = strdup(dir)))
+                return ld_fail(ld, ld->root, CFG_ERR_NOMEM, "out of memory");
+            continue;
+        }
+        char **field = (char **)((char *)c + socks[i].off), why[64];
+        snprintf(path, sizeof path, "%s/%s", dir, socks[i].file);
+        if (check_sockpath(&(const char *){path}, why, sizeof why))
+            return ld_fail(ld, ld->root, CFG_ERR_INVALID,
+                           "%s.socket: the default %s is %s: set it in the file", socks[i].section,
+                           path, why);
+        free(*field);
+        if (!(*field = strdup(path)) || (!c->rundir && !(c->rundir = strdup(dir))))
+            return ld_fail(ld, ld->root, CFG_ERR_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+uint32_t cfg_model_context(const cfg_model_t *m, uint32_t n_ctx_train)
+{
+    return n_ctx_train && m->max_context > n_ctx_train ? n_ctx_train : m->max_context;
+}
+
 static int load_document(ld_t *ld, yaml_parser_t *parser, const char *yaml)
 {
     yaml_document_t doc2;
@@ -1471,6 +1532,8 @@ static int load_document(ld_t *ld, yaml_parser_t *parser, const char *yaml)
     rc = apply_defaults(false, ld->c, ld->err, ld->errlen);
     if (!rc)
         rc = load_map(ld, root, "", "", ld->c, ld->top);
+    if (!rc)
+        rc = runtime_defaults(ld);
     if (!rc)
         rc = validate(ld);
     return rc;
@@ -1615,6 +1678,7 @@ void cfg_free(cfg_t *c)
     free(c->auth.keys);
     free_fields(false, c);
     free(c->file);
+    free(c->rundir);
     free(c);
 }
 
@@ -1813,6 +1877,60 @@ static bool value_equal(const opt_t *o, const void *a, const void *b)
     case OPT_FLOAT: return *(const float *)a == *(const float *)b;
     default: /* every remaining type is 4 bytes wide */ return memcmp(a, b, 4) == 0;
     }
+}
+
+/* Appends "name" to buf, comma-separated; counts it in *n. */
+static void change_add(char *buf, size_t len, size_t *used, int *n, const char *sec,
+                       const char *key)
+{
+    int k =
+        snprintf(buf + *used, len - *used, "%s%s%s%s", *n ? ", " : "", sec, *sec ? "." : "", key);
+    if (k > 0)
+        *used = *used + (size_t)k < len ? *used + (size_t)k : len - 1;
+    ++*n;
+}
+
+int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len)
+{
+    size_t used = 0;
+    int n = 0;
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < N_OPTS && len; i++) {
+        const opt_t *o = &opts[i];
+        if (opt_kind(o) != OPT_KIND_MODEL || o->type == OPT_SECTION || !strcmp(o->key, "name"))
+            continue;
+        if (!value_equal(o, (const char *)a + o->off, (const char *)b + o->off))
+            change_add(buf, len, &used, &n, strcmp(o->section, "models") ? o->section + 7 : "",
+                       o->key);
+    }
+    return n;
+}
+
+int cfg_changes(const cfg_t *a, const cfg_t *b, char *buf, size_t len)
+{
+    size_t used = 0;
+    int n = 0;
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < N_OPTS && len; i++) {
+        const opt_t *o = &opts[i];
+        if (opt_kind(o) != OPT_KIND_TOP || o->type == OPT_SECTION || o->type == OPT_MODELS)
+            continue;
+        bool same = true;
+        if (o->type == OPT_KEYS) {
+            same = a->auth.n_keys == b->auth.n_keys;
+            for (size_t k = 0; same && k < a->auth.n_keys; k++)
+                for (size_t j = 0; same && j < N_OPTS; j++)
+                    if (opt_kind(&opts[j]) == OPT_KIND_KEY)
+                        same = value_equal(&opts[j], (const char *)&a->auth.keys[k] + opts[j].off,
+                                           (const char *)&b->auth.keys[k] + opts[j].off);
+        } else
+            same = value_equal(o, (const char *)a + o->off, (const char *)b + o->off);
+        if (!same)
+            change_add(buf, len, &used, &n, o->section, o->key);
+    }
+    return n;
 }
 
 int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errlen)

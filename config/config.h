@@ -96,7 +96,9 @@ typedef struct cfg_model {
     double priority;       /* > 0, default 1; scales urgency and the worth of keeping it */
     int pinned;            /* 1: never evicted once paged in */
     uint32_t max_batch;    /* sequences per step; default scheduler.max_batch */
-    uint32_t max_context;  /* positions per sequence (prompt + generated), default 4096 */
+    uint32_t max_context; /* positions per sequence (prompt + generated), default 4096; what applies
+                              is at most the model's trained context (cfg_model_context) */
+    int max_context_set;  /* the file sets max_context (lowering it is then worth a warning) */
     char *
         chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
@@ -108,8 +110,13 @@ typedef struct cfg_model {
     int line; /* 1-based line of this model's entry in the file, for later messages */
 } cfg_model_t;
 
+/* listen.http of a config without a listen section (a models-only config), as gpuswapd serve */
+#define CFG_DEFAULT_HTTP "127.0.0.1:8400"
+
 typedef struct cfg {
-    char *file; /* name the config was loaded under, used in messages; owned */
+    char *file;   /* name the config was loaded under, used in messages; owned */
+    char *rundir; /* the runtime directory (cfg_runtime_dir) a default socket path is in, for the
+                     daemon to create (0700; 0755 as root); NULL when the file names every socket */
     struct {
         char *socket;             /* unix socket path; NULL = no unix listener */
         unsigned mode;            /* permission bits of the socket, default 0660 */
@@ -190,6 +197,15 @@ void cfg_free(cfg_t *c); /* accepts NULL */
  * cfg_load_string accepts again and that prints identically. 0 or CFG_ERR_IO. */
 int cfg_print(const cfg_t *c, FILE *f);
 
+/* Where sockets go that a config does not name: /run/gpuswapd as root; else
+ * $XDG_RUNTIME_DIR/gpuswapd, else config_dir (the config file's directory), else
+ * /tmp/gpuswapd-UID. 0, or -1 when it does not fit buf. */
+int cfg_runtime_dir(const char *config_dir, char *buf, size_t len);
+
+/* The positions a sequence of model m may use: its max_context (default 4096), at most the
+ * model's trained context n_ctx_train (0: unknown). */
+uint32_t cfg_model_context(const cfg_model_t *m, uint32_t n_ctx_train);
+
 /* The model called name, or NULL. The pointer lives as long as c. */
 const cfg_model_t *cfg_find_model(const cfg_t *c, const char *name);
 
@@ -198,6 +214,12 @@ const cfg_model_t *cfg_find_model(const cfg_t *c, const char *name);
  * may change; the listeners, admin socket and mode and every device key may
  * not. 0, or CFG_ERR_RELOAD with the first such key that changed named in err. */
 int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errlen);
+
+/* What a reload changes, named as the file names the keys, comma-separated into buf (cut short
+ * when it does not fit): a model's options ("gpu_quota, chat_template, defaults.temperature";
+ * its name aside), the top-level ones ("scheduler.max_wait, auth.keys"). The count. */
+int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len);
+int cfg_changes(const cfg_t *a, const cfg_t *b, char *buf, size_t len);
 
 /* Value parsers, shared with the CLI. s is the whole text (no surrounding
  * blanks). 0 with *out set, or CFG_ERR_INVALID with a short reason in err

@@ -576,8 +576,12 @@ static void models_ok(hreq_t *r, const json_t *root)
         const json_t *ctx = json_object_get(m, "context");
         if (json_is_integer(ctx))
             json_object_set_new(o, "context_length", json_integer(json_integer_value(ctx)));
+        /* a model that could not be loaded stays listed, marked: "available": false, "error" */
+        const char *state = json_string_value(json_object_get(m, "state"));
+        int failed = state && !strcmp(state, "failed");
+        json_object_set_new(o, "available", json_boolean(!failed));
         /* gpuswapd's own fields, as the socket's models answer has them */
-        static const char *const own[] = {"tensor_types", "bytes_per_param"};
+        static const char *const own[] = {"tensor_types", "bytes_per_param", "state"};
         for (size_t k = 0; k < sizeof own / sizeof *own; k++) {
             json_t *v = json_object_get(m, own[k]);
             if (v)

@@ -1,13 +1,18 @@
 /* main: gpuswapd's command line and daemon lifecycle: config, worker, server, signals (TERM drains, HUP reloads), sd_notify. */
+#include <ctype.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <systemd/sd-daemon.h>
 
 #include "base/log.h"
@@ -15,6 +20,7 @@
 #include "generate.h"
 #include "tokenize_cli.h"
 #include "http.h"
+#include "preflight.h"
 #include "engine/model.h"
 #include "server.h"
 #include "worker.h"
@@ -49,8 +55,14 @@ typedef struct daemon_state {
 static void usage(FILE *f)
 {
     fputs(
-        "usage: gpuswapd [serve] [--config FILE]   run the daemon (default " DEFAULT_CONFIG ")\n"
-        "       gpuswapd --check-config FILE       validate a config and print it in full\n"
+        "usage: gpuswapd serve [--http HOST:PORT] [--strict] MODEL.gguf...\n"
+        "                                          serve GGUF files (OpenAI HTTP on " CFG_DEFAULT_HTTP
+        ")\n"
+        "       gpuswapd [serve] [--config FILE] [--strict]\n"
+        "                                          run the daemon on a config (default " DEFAULT_CONFIG
+        ");\n"
+        "                                          --strict: refuse to start when a model cannot load\n"
+        "       gpuswapd --check-config FILE       validate a config, its listeners and models, print it\n"
         "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
         "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
         "       gpuswapd version\n",
@@ -80,12 +92,17 @@ static json_t *auth_report_fn(void *ctx)
 
 /* ------------------------------------------------------------------ reload */
 
-static int names_differ(const cfg_model_t *a, const cfg_model_t *b)
+/* "a, b.c" (cfg_model_changes, cfg_changes) as a JSON array of strings. */
+static json_t *split_list(const char *list)
 {
-    return strcmp(a->path, b->path) || a->gpu_quota != b->gpu_quota || a->pinned != b->pinned ||
-           a->priority != b->priority || a->max_batch != b->max_batch ||
-           a->max_context != b->max_context || a->kv_cache != b->kv_cache ||
-           a->kv_type != b->kv_type || memcmp(&a->defaults, &b->defaults, sizeof a->defaults);
+    json_t *a = json_array();
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        json_array_append_new(a, json_stringn(p, n));
+        p += n;
+        p += strspn(p, ", ");
+    }
+    return a;
 }
 
 /* Re-reads the config; answers an admin reload when conn != 0. */
@@ -103,20 +120,32 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
             srv_send_error(d->srv, conn, id, PROTO_E_BAD_REQUEST, err);
         return;
     }
+    /* every changed key by name: per model, and the top-level settings */
     json_t *added = json_array(), *removed = json_array(), *changed = json_array();
+    json_t *keys = json_object(), *settings = json_array();
+    char list[1024];
     for (size_t i = 0; i < next->n_models; i++) {
         const cfg_model_t *o = cfg_find_model(d->cfg, next->models[i].name);
         if (!o)
             json_array_append_new(added, json_string(next->models[i].name));
-        else if (names_differ(o, &next->models[i]))
+        else if (cfg_model_changes(o, &next->models[i], list, sizeof list)) {
             json_array_append_new(changed, json_string(next->models[i].name));
+            json_object_set_new(keys, next->models[i].name, split_list(list));
+            log_notice("reload: model '%s': %s changed", next->models[i].name, list);
+        }
     }
     for (size_t i = 0; i < d->cfg->n_models; i++)
         if (!cfg_find_model(next, d->cfg->models[i].name))
             json_array_append_new(removed, json_string(d->cfg->models[i].name));
+    if (cfg_changes(d->cfg, next, list, sizeof list)) {
+        json_decref(settings);
+        settings = split_list(list);
+        log_notice("reload: %s changed", list);
+    }
     log_set_level(LOG_LEVEL_OF_INDEX(next->log.level));
-    log_notice("reloaded %s (%zu added, %zu removed, %zu changed)", d->config_path,
-               json_array_size(added), json_array_size(removed), json_array_size(changed));
+    log_notice("reloaded %s (%zu added, %zu removed, %zu changed, %zu settings)", d->config_path,
+               json_array_size(added), json_array_size(removed), json_array_size(changed),
+               json_array_size(settings));
     cfg_t **no = realloc(d->old, (d->n_old + 1) * sizeof *no);
     if (no) {
         d->old = no;
@@ -127,12 +156,15 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     wk_reload(d->wk, next);
     if (conn)
         srv_send_line(d->srv, conn,
-                      proto_encode_ok(id, json_pack("{s:o, s:o, s:o}", "added", added, "removed",
-                                                    removed, "changed", changed)));
+                      proto_encode_ok(id, json_pack("{s:o, s:o, s:o, s:o, s:o}", "added", added,
+                                                    "removed", removed, "changed", changed,
+                                                    "changed_keys", keys, "settings", settings)));
     else {
         json_decref(added);
         json_decref(removed);
         json_decref(changed);
+        json_decref(keys);
+        json_decref(settings);
     }
     sd_notify(0, "READY=1");
 }
@@ -315,15 +347,45 @@ static void raise_nofile(const cfg_t *c)
                     (unsigned)c->listen.max_connections);
 }
 
-static int serve(const char *path)
+/* One command to try it, on stderr at every start (after "serving on ..."). */
+static void say_try(const cfg_t *c)
+{
+    if (c->listen.http)
+        log_notice(
+            "OpenAI API on http://%s/v1; try: curl -s http://%s/v1/completions -H "
+            "'Content-Type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"Once upon a "
+            "time\",\"max_tokens\":32}'",
+            c->listen.http, c->listen.http, c->models[0].name);
+    else if (c->listen.socket)
+        log_notice("try: GPUSWAP_SOCKET=%s gpuswap generate -m %s \"Once upon a time\"",
+                   c->listen.socket, c->models[0].name);
+}
+
+static int serve(const char *path, int strict)
 {
     daemon_state_t d = {.config_path = path};
     char err[1024];
     if (cfg_load_file(path, &d.cfg, err, sizeof err)) {
         log_error("%s", err);
+        if (!strcmp(path, DEFAULT_CONFIG) && access(path, F_OK) != 0)
+            log_error("no config at %s. To serve GGUF files: gpuswapd serve MODEL.gguf...; with a "
+                      "config of your own: gpuswapd --config FILE (the project's "
+                      "config/gpuswapd.yaml documents every key; a file with only `models:` is "
+                      "enough); gpuswapd --help",
+                      path);
         return 1;
     }
     log_set_level(LOG_LEVEL_OF_INDEX(d.cfg->log.level));
+    /* the listeners, before any model loads (which can take minutes) */
+    char problems[4096];
+    int np = preflight(d.cfg, 1, problems, sizeof problems);
+    if (np) {
+        for (char *line = strtok(problems, "\n"); line; line = strtok(NULL, "\n"))
+            log_error("%s: %s", d.cfg->file, line);
+        log_error("%d problem%s with the listeners; nothing started", np, np == 1 ? "" : "s");
+        cfg_free(d.cfg);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     raise_nofile(d.cfg);
     if (evthread_use_pthreads() != 0) {
@@ -342,6 +404,10 @@ static int serve(const char *path)
     d.wk = wk_new(d.cfg, srv_notify_tramp, &d, err, sizeof err);
     if (!d.wk) {
         log_error("%s", err);
+        goto out;
+    }
+    if (strict && wk_readiness(d.wk, err, sizeof err) == WK_READY_FAILED) {
+        log_error("--strict: %s; not starting", err);
         goto out;
     }
     /* signals are caught from before the sockets exist: a SIGTERM that
@@ -398,6 +464,7 @@ static int serve(const char *path)
     log_notice("serving on %s (admin %s)%s%s", d.cfg->listen.socket ? d.cfg->listen.socket : "-",
                d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
                d.cfg->listen.tcp ? d.cfg->listen.tcp : "");
+    say_try(d.cfg);
     sd_notify(0, "READY=1");
     notify_status(&d);
     event_base_dispatch(d.base);
@@ -432,9 +499,10 @@ out:
     return rc;
 }
 
-/* --check-config: loads the config, opens every model's GGUF header (metadata, tensor table,
- * tokenizer: what the engine must understand, not the weights) and prints the effective config.
- * Every model that cannot be served is named with its file:line on stderr; 1 if any, else 0. */
+/* --check-config: loads the config, checks its listeners as the daemon will open them (preflight),
+ * opens every model's GGUF header (metadata, tensor table, tokenizer: what the engine must
+ * understand, not the weights) and prints the effective config, each model's max_context as it
+ * applies. Every problem is named on stderr (a model with its file:line); 1 if any, else 0. */
 static int check_config(const char *path)
 {
     cfg_t *c = NULL;
@@ -443,23 +511,136 @@ static int check_config(const char *path)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    int bad = 0;
+    char problems[4096];
+    int bad = preflight(c, 0, problems, sizeof problems);
+    for (char *line = strtok(problems, "\n"); line; line = strtok(NULL, "\n"))
+        fprintf(stderr, "%s: %s\n", c->file, line);
     for (size_t i = 0; i < c->n_models; i++) {
-        const cfg_model_t *m = &c->models[i];
+        cfg_model_t *m = &c->models[i];
         model_t *mo = model_open(m->path, err, sizeof err);
         if (!mo) {
             fprintf(stderr, "%s:%d: model '%s': %s\n", c->file, m->line, m->name, err);
             bad++;
             continue;
         }
-        fprintf(stderr, "%s:%d: model '%s': %s %s, %u layers, context %u\n", c->file, m->line,
-                m->name, model_arch_name(mo->hp.arch), gguf_ttype_name(mo->wtype),
-                (unsigned)mo->hp.n_layer, (unsigned)mo->hp.n_ctx_train);
+        uint32_t ctx = cfg_model_context(m, mo->hp.n_ctx_train);
+        fprintf(stderr,
+                "%s:%d: model '%s': %s %s, %u layers, trained context %u, max_context %u%s\n",
+                c->file, m->line, m->name, model_arch_name(mo->hp.arch), gguf_ttype_name(mo->wtype),
+                (unsigned)mo->hp.n_layer, (unsigned)mo->hp.n_ctx_train, (unsigned)ctx,
+                ctx == m->max_context ? ""
+                : m->max_context_set  ? " (lowered from the file's, the model's context_length)"
+                                      : " (the default 4096, at most the model's context)");
+        m->max_context = ctx; /* printed as it applies */
         model_close(mo);
     }
     cfg_print(c, stdout);
+    if (bad)
+        fprintf(stderr, "%s: %d problem%s\n", c->file, bad, bad == 1 ? "" : "s");
     cfg_free(c);
     return bad ? 1 : 0;
+}
+
+/* A model name from a file name: the name without its folder and .gguf, each character outside
+ * [A-Za-z0-9._:-] as '-'; unique among the first n names (-2, -3, ...). */
+static void name_of_file(const char *path, char names[][129], size_t n)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t len = strlen(base);
+    if (len > 5 && !strcasecmp(base + len - 5, ".gguf"))
+        len -= 5;
+    if (len > 120)
+        len = 120;
+    char name[129];
+    for (size_t i = 0; i < len; i++)
+        name[i] = isalnum((unsigned char)base[i]) || strchr("._:-", base[i]) ? base[i] : '-';
+    name[len] = 0;
+    if (!len)
+        snprintf(name, sizeof name, "model");
+    snprintf(names[n], 129, "%s", name);
+    for (int k = 2;; k++) {
+        int dup = 0;
+        for (size_t j = 0; j < n; j++)
+            dup |= !strcmp(names[j], names[n]);
+        if (!dup)
+            break;
+        snprintf(names[n], 129, "%.112s-%d", name, k % 1000000);
+    }
+}
+
+/* Writes s as a YAML double-quoted scalar. */
+static void yaml_quoted(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\x%02x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* gpuswapd serve MODEL.gguf...: writes a config of the files (absolute paths, names from the file
+ * names, listen.http as given, every other key at its default) into the runtime directory and
+ * serves it: a SIGHUP re-reads that file, which an operator may edit. */
+static int serve_files(char **files, int n, const char *http, int strict)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    if (cfg_runtime_dir(NULL, dir, sizeof dir) || (mkdir(dir, 0700) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "gpuswapd serve: cannot create the runtime directory %s: %s\n", dir,
+                strerror(errno));
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/serve.yaml", dir);
+    char(*names)[129] = calloc((size_t)n, sizeof *names);
+    char **abs = calloc((size_t)n, sizeof *abs);
+    int rc = 1;
+    FILE *f = NULL;
+    if (!names || !abs)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        if (!(abs[i] = realpath(files[i], NULL))) {
+            fprintf(stderr, "gpuswapd serve: %s: %s\n", files[i], strerror(errno));
+            goto out;
+        }
+        name_of_file(abs[i], names, (size_t)i);
+    }
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "w"))) {
+        fprintf(stderr, "gpuswapd serve: %s: %s\n", tmp, strerror(errno));
+        goto out;
+    }
+    fprintf(f,
+            "# written by `gpuswapd serve`: the files it serves, every other key at its default\n"
+            "# (config/gpuswapd.yaml documents them); a SIGHUP re-reads this file\n"
+            "listen:\n  http: ");
+    yaml_quoted(f, http);
+    fputs("\nmodels:\n", f);
+    for (int i = 0; i < n; i++) {
+        fputs("  - name: ", f);
+        yaml_quoted(f, names[i]);
+        fputs("\n    path: ", f);
+        yaml_quoted(f, abs[i]);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        f = NULL;
+        fprintf(stderr, "gpuswapd serve: %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+    log_notice("gpuswapd serve: config %s", path);
+    rc = serve(path, strict);
+out:
+    for (int i = 0; abs && i < n; i++)
+        free(abs[i]);
+    free(abs);
+    free(names);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -477,22 +658,44 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    int first = 1;
+    int first = 1, is_serve = 0, strict = 0, n_files = 0;
     if (argc >= 2 && strcmp(argv[1], "serve") == 0)
-        first = 2;
-    const char *config = DEFAULT_CONFIG, *check = NULL;
+        first = 2, is_serve = 1;
+    const char *config = NULL, *check = NULL, *http = NULL;
+    char **files = calloc((size_t)argc, sizeof *files);
+    if (!files)
+        return 1;
     for (int i = first; i < argc; i++) {
         if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) && i + 1 < argc)
             config = argv[++i];
         else if (strcmp(argv[i], "--check-config") == 0 && i + 1 < argc)
             check = argv[++i];
+        else if (strcmp(argv[i], "--strict") == 0)
+            strict = 1;
+        else if (is_serve && strcmp(argv[i], "--http") == 0 && i + 1 < argc)
+            http = argv[++i];
+        else if (is_serve && argv[i][0] != '-')
+            files[n_files++] = argv[i];
         else {
             fprintf(stderr, "gpuswapd: unknown argument '%s'\n", argv[i]);
             usage(stderr);
+            free(files);
             return 2;
         }
     }
-    if (check)
-        return check_config(check);
-    return serve(config);
+    int rc;
+    if ((n_files || http) && (config || check)) {
+        fprintf(stderr, "gpuswapd serve: model files or a config, not both\n");
+        rc = 2;
+    } else if (http && !n_files) {
+        fprintf(stderr, "gpuswapd serve: --http needs model files\n");
+        rc = 2;
+    } else if (check)
+        rc = check_config(check);
+    else if (n_files)
+        rc = serve_files(files, n_files, http ? http : CFG_DEFAULT_HTTP, strict);
+    else
+        rc = serve(config ? config : DEFAULT_CONFIG, strict);
+    free(files);
+    return rc;
 }

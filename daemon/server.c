@@ -424,11 +424,14 @@ static void accept2_cb(struct evconnlistener *l, evutil_socket_t fd, struct sock
 
 /* ------------------------------------------------------------------ listeners */
 
-/* 0 when path is free to bind: absent, or a stale socket no one listens on
- * (left by a daemon that was killed), which is removed. A live socket or
- * anything that is not a socket is never replaced. */
-static int claim_path(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
+int srv_path_check(const char *path, char *err, size_t errlen)
 {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "socket path too long: %s", path);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
     struct stat st;
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT)
@@ -445,7 +448,7 @@ static int claim_path(const char *path, const struct sockaddr_un *sa, char *err,
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    int rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+    int rc = connect(fd, (const struct sockaddr *)&sa, sizeof sa);
     int e = errno;
     close(fd);
     if (rc == 0) {
@@ -456,11 +459,20 @@ static int claim_path(const char *path, const struct sockaddr_un *sa, char *err,
         snprintf(err, errlen, "%s: cannot tell whether it is in use: %s", path, strerror(e));
         return -1;
     }
-    if (unlink(path) != 0 && errno != ENOENT) {
+    return 1;
+}
+
+/* 0 when path is free to bind: absent, or a stale socket no one listens on
+ * (left by a daemon that was killed), which is removed. A live socket or
+ * anything that is not a socket is never replaced. */
+static int claim_path(const char *path, char *err, size_t errlen)
+{
+    int rc = srv_path_check(path, err, errlen);
+    if (rc == 1 && unlink(path) != 0 && errno != ENOENT) {
         snprintf(err, errlen, "%s: stale socket: %s", path, strerror(errno));
         return -1;
     }
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 int srv_backlog(const cfg_t *cfg)
@@ -482,7 +494,7 @@ static int unix_listen(const char *path, unsigned mode, int backlog, char *err, 
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    if (claim_path(path, &sa, err, errlen)) {
+    if (claim_path(path, err, errlen)) {
         close(fd);
         return -1;
     }
@@ -497,7 +509,8 @@ static int unix_listen(const char *path, unsigned mode, int backlog, char *err, 
     return fd;
 }
 
-static int tcp_listen(const char *hostport, int backlog, char *err, size_t errlen)
+/* A socket bound to hostport (SO_REUSEADDR), not yet listening; -1 with the reason. */
+static int tcp_bind(const char *hostport, char *err, size_t errlen)
 {
     char host[256];
     const char *colon = strrchr(hostport, ':');
@@ -507,6 +520,11 @@ static int tcp_listen(const char *hostport, int backlog, char *err, size_t errle
     }
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = 0;
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') { /* [::1]:8400 */
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = 0;
+    }
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
@@ -520,14 +538,39 @@ static int tcp_listen(const char *hostport, int backlog, char *err, size_t errle
     int one = 1;
     if (fd >= 0)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
-        snprintf(err, errlen, "%s: %s", hostport, strerror(errno));
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s%s", hostport, strerror(e),
+                 e == EADDRINUSE      ? " (another process listens there)"
+                 : e == EACCES        ? " (a port below 1024 needs root or CAP_NET_BIND_SERVICE)"
+                 : e == EADDRNOTAVAIL ? " (no interface of this host has that address)"
+                                      : "");
         if (fd >= 0)
             close(fd);
         freeaddrinfo(ai);
         return -1;
     }
     freeaddrinfo(ai);
+    return fd;
+}
+
+int srv_tcp_check(const char *hostport, char *err, size_t errlen)
+{
+    int fd = tcp_bind(hostport, err, errlen);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int tcp_listen(const char *hostport, int backlog, char *err, size_t errlen)
+{
+    int fd = tcp_bind(hostport, err, errlen);
+    if (fd >= 0 && listen(fd, backlog) != 0) {
+        snprintf(err, errlen, "%s: %s", hostport, strerror(errno));
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 

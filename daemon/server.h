@@ -63,6 +63,13 @@ void srv_set_foreign(srv_t *s, const srv_foreign_t *f); /* NULL: drop such lines
  * so a burst of connects up to the limit waits in the kernel rather than failing with EAGAIN;
  * those past the limit are accepted and refused with an answer. */
 int srv_backlog(const cfg_t *cfg);
+
+/* Checks without side effects, as the listeners will open (daemon/preflight.c): whether a unix
+ * socket path is free to bind: 0 absent, 1 a stale socket (no one listens; it is replaced), -1
+ * with the reason (in use, not a socket, too long); whether "host:port" resolves and binds (the
+ * port free, allowed to this user): 0, or -1 with the reason. */
+int srv_path_check(const char *path, char *err, size_t errlen);
+int srv_tcp_check(const char *hostport, char *err, size_t errlen);
 uint64_t srv_conn_id_new(srv_t *s);
 
 #endif

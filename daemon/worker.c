@@ -98,8 +98,7 @@ int wk_find_model(const wk_t *w, const char *name)
  * model was trained for. */
 uint32_t wk_model_context(const wk_model_t *m)
 {
-    uint32_t train = m->sm->model->hp.n_ctx_train;
-    return m->cfg.max_context < train ? m->cfg.max_context : train;
+    return cfg_model_context(&m->cfg, m->sm->model->hp.n_ctx_train);
 }
 
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c)
@@ -208,6 +207,23 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
         w->models[w->n_models++] = nm;
     }
+    /* the start's summary: every model that could not be loaded, at warning level */
+    int failed = 0;
+    char sum[2048] = "";
+    size_t used = 0;
+    for (int i = 0; i < w->n_models; i++) {
+        const wk_model_t *m = w->models[i];
+        if (m->sm)
+            continue;
+        int k = snprintf(sum + used, sizeof sum - used, "%s'%s': %s", failed++ ? "; " : "", m->name,
+                         m->load_error ? m->load_error : "not loaded");
+        if (k > 0)
+            used = used + (size_t)k < sizeof sum ? used + (size_t)k : sizeof sum - 1;
+    }
+    if (failed)
+        log_warning("%d of %d models could not be loaded and are unavailable (failed in `gpuswap "
+                    "models`, \"available\": false in /v1/models; --strict refuses to start): %s",
+                    failed, w->n_models, sum);
     if (sched_resize(w->sched, w->n_models)) {
         snprintf(err, errlen, "out of memory");
         goto fail;

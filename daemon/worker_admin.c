@@ -47,14 +47,17 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     if (gguf_get_str(m->sm->model->gguf, "tokenizer.chat_template", &tmpl) == 0)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
-    if (c->max_context > m->sm->model->hp.n_ctx_train)
+    /* the context that applies, said once; a warning only when the file asked for more */
+    uint32_t ctx = wk_model_context(m);
+    if (c->max_context_set && ctx < c->max_context)
         log_warning("%s:%d: model '%s': max_context %u lowered to %u, the model's context_length",
-                    w->cfg->file, c->line, c->name, (unsigned)c->max_context,
-                    (unsigned)m->sm->model->hp.n_ctx_train);
+                    w->cfg->file, c->line, c->name, (unsigned)c->max_context, (unsigned)ctx);
     char tn[16];
-    log_info("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
-             model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
-             m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
+    log_info(
+        "model '%s': %s %s, %.1f M params, context %u, %.1f MiB in host RAM, loaded in %.0f ms",
+        c->name, model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
+        m->sm->model->n_params / 1e6, (unsigned)ctx, m->sm->image_bytes / 1048576.0,
+        m->sm->load_ms);
     return m;
 }
 

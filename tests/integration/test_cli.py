@@ -487,7 +487,7 @@ def test_evict_pin_and_unpin():
 
 def test_reload_reports_changes_and_a_bad_file_exits_1():
     out, _ = expect(gs("reload"), 0)
-    assert out == "reloaded: added none; removed none; changed none\n", out
+    assert out == "reloaded: added none; removed none; changed none; settings none\n", out
     out, _ = expect(gs("reload", "--json"), 0)
     ans = json.loads(out)
     assert (ans["added"], ans["removed"], ans["changed"]) == ([], [], []), ans

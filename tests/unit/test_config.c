@@ -157,6 +157,57 @@ Test(config, the_example_survives_a_print_and_reload_round_trip)
 
 /* ------------------------------------------------------------------ defaults */
 
+Test(config, a_listen_section_turns_the_default_http_off_and_runtime_dir_follows_the_rules)
+{
+    cfg_t *c = load_ok("listen:\n  socket: /s.sock\nadmin:\n  socket: /a.sock\n" MODELS);
+    cr_assert_null(c->listen.http, "a listen section names its listeners");
+    cr_assert_null(c->rundir, "every socket named: no runtime directory to make");
+    cfg_free(c);
+    c = load_ok(MODELS);
+    cr_assert_not_null(c->rundir, "a default socket: its directory is made at start");
+    cr_assert(strncmp(c->listen.socket, c->rundir, strlen(c->rundir)) == 0, "%s in %s",
+              c->listen.socket, c->rundir);
+    cfg_free(c);
+    char buf[256];
+    cr_assert_eq(cfg_runtime_dir("/etc/x", buf, sizeof buf), 0);
+    if (geteuid() == 0)
+        cr_assert_str_eq(buf, "/run/gpuswapd");
+    cr_assert_eq(cfg_runtime_dir("/etc/x", buf, 4), -1, "too long for the buffer");
+}
+
+Test(config, max_context_applies_at_most_the_trained_context_and_says_whether_set)
+{
+    cfg_t *c = load_ok(MODELS);
+    cr_assert_eq(c->models[0].max_context, 4096);
+    cr_assert_eq(c->models[0].max_context_set, 0);
+    cr_assert_eq(cfg_model_context(&c->models[0], 2048), 2048);
+    cr_assert_eq(cfg_model_context(&c->models[0], 8192), 4096);
+    cr_assert_eq(cfg_model_context(&c->models[0], 0), 4096, "trained context unknown");
+    cfg_free(c);
+    c = load_ok("models:\n  - name: a\n    path: /m/a.gguf\n    max_context: 8192\n");
+    cr_assert_eq(c->models[0].max_context_set, 1);
+    cfg_free(c);
+}
+
+Test(config, changes_name_every_changed_key_as_the_file_does)
+{
+    cfg_t *a = load_ok("scheduler:\n  max_wait: 2s\n" MODELS);
+    cfg_t *b = load_ok("scheduler:\n  max_wait: 3s\nlog:\n  level: debug\n"
+                       "models:\n  - name: a\n    path: /m/a.gguf\n    chat_template: chatml\n"
+                       "    gpu_quota: 4MiB\n    defaults:\n      top_k: 7\n");
+    char buf[256];
+    cr_assert_eq(cfg_model_changes(&a->models[0], &b->models[0], buf, sizeof buf), 3);
+    cr_assert_str_eq(buf, "gpu_quota, chat_template, defaults.top_k");
+    cr_assert_eq(cfg_model_changes(&a->models[0], &a->models[0], buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "");
+    cr_assert_eq(cfg_changes(a, b, buf, sizeof buf), 2);
+    cr_assert_str_eq(buf, "scheduler.max_wait, log.level");
+    cr_assert_eq(cfg_changes(a, b, buf, 12), 2, "counted also when cut short");
+    cr_assert_str_eq(buf, "scheduler.m");
+    cfg_free(a);
+    cfg_free(b);
+}
+
 Test(config, a_minimal_config_gets_the_documented_defaults)
 {
     cfg_t *c = load_ok(MODELS);
@@ -164,7 +215,8 @@ Test(config, a_minimal_config_gets_the_documented_defaults)
     cr_assert_str_eq(c->listen.socket, "/run/gpuswapd/gpuswapd.sock");
     cr_assert_eq(c->listen.mode, 0660);
     cr_assert_null(c->listen.tcp);
-    cr_assert_null(c->listen.http);
+    /* no listen section (a models-only config): OpenAI HTTP on loopback, as gpuswapd serve */
+    cr_assert_str_eq(c->listen.http, CFG_DEFAULT_HTTP);
     cr_assert_eq(c->listen.max_line, 1u << 20);
     cr_assert_eq(c->listen.max_connections, 1024);
     cr_assert_str_eq(c->admin.socket, "/run/gpuswapd/admin.sock");
@@ -880,8 +932,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
     cfg_t *c = load_ok(MODELS);
     char *p = print_str(c);
     static const char *const want[] = {
-        "listen:\n  socket: \"/run/gpuswapd/gpuswapd.sock\"\n  mode: \"0660\"\n  tcp: ~\n  http: ~\n"
-        "  max_line: 1MiB\n  max_connections: 1024\n",
+        "listen:\n  socket: \"/run/gpuswapd/gpuswapd.sock\"\n  mode: \"0660\"\n  tcp: ~\n"
+        "  http: \"127.0.0.1:8400\"\n  max_line: 1MiB\n  max_connections: 1024\n",
         "admin:\n  socket: \"/run/gpuswapd/admin.sock\"\n  mode: \"0600\"\n  uids: []\n  gids: []\n",
         "device:\n  backend: auto\n  gpu: 0\n  memory: 0\n  page_size: 2MiB\n  sim_bandwidth: 0\n  sim_load_bandwidth: 0\n"
         "  threads: 0\n",
@@ -929,8 +981,9 @@ Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
         {"listen:\n  socket: /other.sock\n" MODELS,
          "t.yaml: listen.socket cannot change on reload (\"/run/gpuswapd/gpuswapd.sock\" -> \"/other.sock\"); "
          "restart gpuswapd to apply it"},
-        {"listen:\n  http: 127.0.0.1:8400\n" MODELS,
-         "t.yaml: listen.http cannot change on reload (~ -> \"127.0.0.1:8400\"); restart gpuswapd to apply it"},
+        {"listen:\n  http: 127.0.0.1:8401\n" MODELS,
+         "t.yaml: listen.http cannot change on reload (\"127.0.0.1:8400\" -> \"127.0.0.1:8401\"); restart "
+         "gpuswapd to apply it"},
         {"listen:\n  mode: \"0666\"\n" MODELS,
          "t.yaml: listen.mode cannot change on reload (\"0660\" -> \"0666\"); restart gpuswapd to apply it"},
         {"admin:\n  socket: /a.sock\n" MODELS,
@@ -997,8 +1050,8 @@ Test(config, bad_auth_sections_are_errors_naming_the_place)
     static const struct {
         const char *yaml, *want;
     } cases[] = {
-        {"auth:\n  http: true\n" MODELS,
-         "t.yaml:2:9: auth.http requires a key on listen.http, which is off"},
+        {"listen:\n  http: ~\nauth:\n  http: true\n" MODELS,
+         "t.yaml:4:9: auth.http requires a key on listen.http, which is off"},
         {"listen:\n  http: 127.0.0.1:8400\nauth:\n  tcp: true\n" MODELS,
          "t.yaml:4:8: auth.tcp requires a key on listen.tcp, which is off"},
         {"auth:\n  keys:\n    - name: k\n      hash: \"sha256:abc\"\n      models: [a]\n" MODELS,
