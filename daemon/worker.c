@@ -137,6 +137,27 @@ static be_kind_t backend_kind(cfg_backend_t b)
 
 static void update_status(wk_t *w);
 
+/* The start's summary: every model that could not be loaded, at warning level. */
+static void log_failed_models(const wk_t *w)
+{
+    int failed = 0;
+    char sum[2048] = "";
+    size_t used = 0;
+    for (int i = 0; i < w->n_models; i++) {
+        const wk_model_t *m = w->models[i];
+        if (m->sm)
+            continue;
+        int k = snprintf(sum + used, sizeof sum - used, "%s'%s': %s", failed++ ? "; " : "", m->name,
+                         m->load_error ? m->load_error : "not loaded");
+        if (k > 0)
+            used = used + (size_t)k < sizeof sum ? used + (size_t)k : sizeof sum - 1;
+    }
+    if (failed)
+        log_warning("%d of %d models could not be loaded and are unavailable (failed in `gpuswap "
+                    "models`, \"available\": false in /v1/models; --strict refuses to start): %s",
+                    failed, w->n_models, sum);
+}
+
 wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err, size_t errlen)
 {
     wk_t *w = calloc(1, sizeof *w);
@@ -207,23 +228,7 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
         w->models[w->n_models++] = nm;
     }
-    /* the start's summary: every model that could not be loaded, at warning level */
-    int failed = 0;
-    char sum[2048] = "";
-    size_t used = 0;
-    for (int i = 0; i < w->n_models; i++) {
-        const wk_model_t *m = w->models[i];
-        if (m->sm)
-            continue;
-        int k = snprintf(sum + used, sizeof sum - used, "%s'%s': %s", failed++ ? "; " : "", m->name,
-                         m->load_error ? m->load_error : "not loaded");
-        if (k > 0)
-            used = used + (size_t)k < sizeof sum ? used + (size_t)k : sizeof sum - 1;
-    }
-    if (failed)
-        log_warning("%d of %d models could not be loaded and are unavailable (failed in `gpuswap "
-                    "models`, \"available\": false in /v1/models; --strict refuses to start): %s",
-                    failed, w->n_models, sum);
+    log_failed_models(w);
     if (sched_resize(w->sched, w->n_models)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
