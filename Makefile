@@ -174,7 +174,8 @@ $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/client
 # ---------------------------------------------------------------- source rules
 # `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
 # CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
-# calls beyond tests/tools/check-unused.txt (tests/tools/check.sh says which rule and where).
+# calls beyond tests/tools/check-unused.txt, Markdown tables with a header row (tests/tools/check.sh
+# says which rule and where).
 # `make format` rewrites every C, header and CUDA file git knows in the house style.
 check:
 	bash tests/tools/check.sh
