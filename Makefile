@@ -127,8 +127,9 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-# nvcc has no -iquote and -Idaemon would make <sched.h> daemon/sched.h: it sees the layer
-# folders only, through links ("kernels/quant.h" as the C compiler reads it with -iquote daemon).
+# nvcc has no -iquote, and -Idaemon would put daemon/'s own headers on the <...> path and within
+# reach of the backend layer: it sees the layer folders only, through links ("kernels/quant.h" as
+# the C compiler reads it with -iquote daemon).
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
 	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done

@@ -14,7 +14,7 @@
 #include "residency.h"
 #include "engine/sampler.h"
 #include "passtime.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "stats.h"
 #include "store.h"
 #include "engine/tokenizer.h"
