@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hostport.h"
 #include "proto.h"
 #include "stats.h"
 
@@ -1711,20 +1712,11 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
 static int bind_hostport(struct evhttp *eh, const cfg_t *cfg, const char *key, const char *hp,
                          struct evhttp_bound_socket **bound, char *err, size_t errlen)
 {
-    const char *colon = hp ? strrchr(hp, ':') : NULL;
-    char host[256];
-    char *end = NULL;
-    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
-    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || !end || *end ||
-        port > 65535) {
-        snprintf(err, errlen, "%s: bad host:port '%s'", key, hp ? hp : "");
+    char host[HOSTPORT_HOST_MAX], why[160];
+    unsigned port;
+    if (hostport_split(hp, host, sizeof host, &port, why, sizeof why)) { /* [::1]:8400 -> ::1 */
+        snprintf(err, errlen, "%s: bad host:port '%s': %s", key, hp ? hp : "", why);
         return -1;
-    }
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = 0;
-    if (host[0] == '[' && colon[-1] == ']') { /* [::1]:8400 */
-        memmove(host, host + 1, strlen(host) - 2);
-        host[strlen(host) - 2] = 0;
     }
     errno = 0;
     *bound = evhttp_bind_socket_with_handle(eh, host, (ev_uint16_t)port);

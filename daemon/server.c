@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "hostport.h"
 #include "stats.h"
 
 #define SRV_BUCKETS 1024
@@ -499,19 +500,18 @@ static int unix_listen(const char *path, unsigned mode, int backlog, char *err, 
 
 static int tcp_listen(const char *hostport, int backlog, char *err, size_t errlen)
 {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof host) {
-        snprintf(err, errlen, "bad host:port '%s'", hostport);
+    char host[HOSTPORT_HOST_MAX], serv[8], why[160];
+    unsigned port;
+    if (hostport_split(hostport, host, sizeof host, &port, why, sizeof why)) {
+        snprintf(err, errlen, "bad host:port '%s': %s", hostport, why);
         return -1;
     }
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = 0;
+    snprintf(serv, sizeof serv, "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *ai;
-    int g = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+    int g = getaddrinfo(host, serv, &hints, &ai);
     if (g) {
         snprintf(err, errlen, "%s: %s", hostport, gai_strerror(g));
         return -1;

@@ -557,6 +557,41 @@ def test_off_unless_configured():
         assert d.stop() == 0
 
 
+def test_listeners_on_ipv6_loopback_in_brackets():
+    """listen.http and listen.tcp take "[::1]:port" (config/hostport.c splits it for both listeners)."""
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        print("  skip: no IPv6")
+        return
+    hp, tp = gsd.free_port(), gsd.free_port()
+    d = gsd.Daemon(MODELS[:1], memory=POOL, listen='http: "[::1]:%d"\ntcp: "[::1]:%d"' % (hp, tp))
+    try:
+        deadline = time.time() + gsd.scaled(10)
+        while True:
+            try:
+                socket.create_connection(("::1", hp), 1).close()
+                break
+            except OSError:
+                assert d.proc.poll() is None and time.time() < deadline, d.logtext()
+                time.sleep(0.02)
+        c = http.client.HTTPConnection("::1", hp, timeout=30)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+        c.close()
+        s = socket.create_connection(("::1", tp), 30)
+        s.sendall(b'{"op":"models","id":6}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+        s.close()
+        ans = json.loads(buf)
+        assert ans["id"] == 6 and ans["ok"] and ans["models"][0]["name"] == MODELS[0][0], ans
+    finally:
+        assert d.stop() == 0
+
+
 def test_drain_linger_fails_ready_first_and_serves_until_it_ends():
     d = HttpDaemon(MODELS[:1], memory=POOL, listen="drain_linger: 1500ms")
     try:
@@ -787,6 +822,7 @@ if __name__ == "__main__":
                test_metrics_pass_promtool_and_match_the_stats_report,
                test_gateway_metrics_with_vllm_compat_while_resident_waiting_and_after_an_eviction,
                test_default_metrics_have_the_gateway_gauges_under_gpuswapd_names_only,
-               test_off_unless_configured]:
+               test_off_unless_configured,
+               test_listeners_on_ipv6_loopback_in_brackets]:
         r.run(fn)
     sys.exit(r.exit_code())
