@@ -675,14 +675,13 @@ static const prom_def_t prom_model_extra[] = {
     {"bytes_per_param", "weight bytes per parameter (x 8: bits per weight)"},
 };
 
+/* Every histogram of the stats report (stats.h STATS_HISTS), once each. */
 static const struct {
     const char *key, *name, *help;
 } prom_hists[] = {
-    {"hist_ttft_ms", "ttft_seconds", "time from receiving a request to its first token"},
-    {"hist_queue_ms", "queue_seconds",
-     "time a request waited for its first step, swap-in excluded"},
-    {"hist_swap_ms", "swap_in_seconds",
-     "time a request's first token waited for its model's page-in (swap_ms)"},
+#define PROM_HIST(field, metric, help) {"hist_" #field "_ms", metric, help},
+    STATS_HISTS(PROM_HIST)
+#undef PROM_HIST
 };
 
 /* Stats key -> metric name and kind: total_x -> x_total (counter; x_ns ->
