@@ -215,6 +215,18 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
     if (!c->key) {
         if (!auth_required(s->auth, c->lkind))
             return 0;
+        /* auth_check with no key counts it (total_auth_missing) and refuses an address
+         * that backs off, as HTTP does */
+        auth_key_t *none = NULL;
+        uint32_t retry = 0;
+        if (auth_check(s->auth, c->lkind, c->addr, NULL, 0, auth_now(), &none, &retry) ==
+            AUTH_E_BACKOFF) {
+            char msg[128];
+            snprintf(msg, sizeof msg,
+                     "too many failed API key attempts from this address: retry in %u s", retry);
+            srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
+            return -1;
+        }
         srv_send_error(
             s, c->id, req->id, PROTO_E_UNAUTHORIZED,
             "this listener requires an API key: send {\"op\":\"auth\",\"key\":\"...\"} first");

@@ -211,6 +211,20 @@ def test_wrong_key_is_401_and_unauthorized():
     c.close()
 
 
+def test_a_tcp_request_without_a_key_counts_as_missing():
+    d = daemon()
+    before = d.stats()["auth"]["listeners"]["tcp"]
+    c = Tcp(d.tcp_port)
+    ans = c.call(gen("nokey"))
+    assert ans["id"] == "nokey" and ans["error"]["code"] == "unauthorized", ans
+    ans = c.call({"op": "models", "id": "nokey2"})
+    assert ans["id"] == "nokey2" and ans["error"]["code"] == "unauthorized", ans
+    c.close()
+    after = d.stats()["auth"]["listeners"]["tcp"]
+    assert after["total_auth_missing"] == before["total_auth_missing"] + 2, (before, after)
+    assert after["total_auth_invalid"] == before["total_auth_invalid"], (before, after)
+
+
 def test_key_limited_to_one_model_sees_others_as_unknown():
     d = daemon()
     bob, alice = KEYS["bob"]["key"], KEYS["alice"]["key"]
@@ -551,6 +565,7 @@ def test_no_key_material_in_logs_or_metrics():
 def main():
     r = gsd.Runner()
     for t in (test_no_key_is_401_and_unauthorized, test_wrong_key_is_401_and_unauthorized,
+              test_a_tcp_request_without_a_key_counts_as_missing,
               test_key_limited_to_one_model_sees_others_as_unknown,
               test_rate_limited_key_bursting_gets_429_while_another_key_does_not,
               test_concurrent_limit_overflow_gets_429_while_another_key_does_not,
