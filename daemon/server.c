@@ -189,8 +189,7 @@ static void conn_auth_op(conn_t *c, const proto_req_t *req)
     }
     auth_key_t *k = NULL;
     uint32_t retry = 0;
-    int rc =
-        auth_check(s->auth, c->lkind, c->addr, req->key, strlen(req->key), auth_now(), &k, &retry);
+    int rc = auth_check(s->auth, c->lkind, c->addr, req->key, req->key_len, auth_now(), &k, &retry);
     if (rc == AUTH_E_BACKOFF) {
         char msg[128];
         snprintf(msg, sizeof msg,

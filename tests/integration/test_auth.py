@@ -225,6 +225,24 @@ def test_a_tcp_request_without_a_key_counts_as_missing():
     assert after["total_auth_invalid"] == before["total_auth_invalid"], (before, after)
 
 
+def test_a_tcp_key_holding_a_nul_is_unauthorized_with_the_request_id():
+    d = daemon()
+    alice = KEYS["alice"]["key"]
+    before = d.stats()["auth"]["listeners"]["tcp"]
+    c = Tcp(d.tcp_port)
+    # json.dumps sends the NUL as \u0000
+    for rid, key in (("n1", alice + "\x00junk"), ("n2", alice + "\x00"), (3, "\x00" + alice)):
+        ans = c.auth(key, rid=rid)
+        assert ans["id"] == rid and ans["event"] == "error" and ans["error"]["code"] == "unauthorized", ans
+    assert c.call(gen("g"))["error"]["code"] == "unauthorized"  # not authenticated by it
+    after = d.stats()["auth"]["listeners"]["tcp"]
+    assert after["total_auth_invalid"] == before["total_auth_invalid"] + 3, (before, after)
+    ans = c.auth(alice, rid="ok")  # the connection stays usable
+    assert ans.get("ok") is True and ans["id"] == "ok" and ans["key"] == "alice", ans
+    assert c.call(gen("g2"))["event"] == "done"
+    c.close()
+
+
 def test_key_limited_to_one_model_sees_others_as_unknown():
     d = daemon()
     bob, alice = KEYS["bob"]["key"], KEYS["alice"]["key"]
@@ -566,6 +584,7 @@ def main():
     r = gsd.Runner()
     for t in (test_no_key_is_401_and_unauthorized, test_wrong_key_is_401_and_unauthorized,
               test_a_tcp_request_without_a_key_counts_as_missing,
+              test_a_tcp_key_holding_a_nul_is_unauthorized_with_the_request_id,
               test_key_limited_to_one_model_sees_others_as_unknown,
               test_rate_limited_key_bursting_gets_429_while_another_key_does_not,
               test_concurrent_limit_overflow_gets_429_while_another_key_does_not,
