@@ -73,7 +73,13 @@ typedef struct hconn {
     struct evhttp_connection *evcon; /* NULL until conn_adopt */
     hreq_t *req;                     /* the request being served, NULL between requests */
     int refused;                     /* over the limit: its request gets a 503, then it closes */
-    struct hconn *next;              /* pending list, then the bucket of evcon */
+    /* evhttp reads a header up to a NUL byte and drops the rest of its line ("Bearer KEY\0x"
+     * reads as "Bearer KEY"): conn_in_scan watches the raw bytes for NULs instead */
+    struct evbuffer_cb_entry *scan; /* conn_in_scan on bev's input; NULL: out of memory */
+    uint64_t in_total;              /* bytes read from the socket, all requests */
+    uint64_t nul_at;    /* stream offset of the first NUL byte not in an answered request;
+                        UINT64_MAX = none */
+    struct hconn *next; /* pending list, then the bucket of evcon */
 } hconn_t;
 
 struct http {
@@ -198,6 +204,47 @@ static hconn_t *conn_find(http_t *h, const struct evhttp_connection *evcon)
     return NULL;
 }
 
+/* The input buffer's callback (before evhttp parses what arrived): counts the bytes
+ * and notes where the first NUL byte after the last request answered lies. */
+static void conn_in_scan(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    hconn_t *c = arg;
+    if (!info->n_added)
+        return;
+    c->in_total += info->n_added;
+    if (c->nul_at != UINT64_MAX)
+        return;
+    size_t len = evbuffer_get_length(in); /* the new bytes are its last n_added */
+    struct evbuffer_ptr p;
+    if (evbuffer_ptr_set(in, &p, len > info->n_added ? len - info->n_added : 0, EVBUFFER_PTR_SET) !=
+        0)
+        return;
+    p = evbuffer_search(in, "", 1, &p);
+    if (p.pos >= 0)
+        c->nul_at = c->in_total - len + (uint64_t)p.pos;
+}
+
+/* Whether the request evhttp just read whole on c held a NUL byte (a header, or a body:
+ * JSON has none either). Its bytes end where the unread input begins. */
+static int conn_request_has_nul(hconn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    uint64_t end = c->in_total - evbuffer_get_length(in);
+    if (c->nul_at >= end)
+        return 0;
+    /* the next requests: look again in what is read beyond this one */
+    struct evbuffer_ptr p = evbuffer_search(in, "", 1, NULL);
+    c->nul_at = p.pos >= 0 ? end + (uint64_t)p.pos : UINT64_MAX;
+    return 1;
+}
+
+static void conn_scan_stop(hconn_t *c)
+{
+    if (c->scan)
+        evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->scan);
+    c->scan = NULL;
+}
+
 static void conn_uncount(hconn_t *c)
 {
     if (c->refused)
@@ -220,6 +267,7 @@ static void conn_closed(struct evhttp_connection *evcon, void *arg)
         pp = &(*pp)->next;
     if (*pp)
         *pp = c->next;
+    conn_scan_stop(c);
     conn_uncount(c);
     free(c);
 }
@@ -243,6 +291,7 @@ static void conn_adopt(evutil_socket_t fd, short what, void *arg)
         if (!evcon || evhttp_connection_get_bufferevent(evcon) != c->bev) {
             /* evhttp failed to set the connection up and freed the
              * bufferevent already (bufferevent_free clears its callbacks) */
+            conn_scan_stop(c);
             bufferevent_decref(c->bev);
             conn_uncount(c);
             free(c);
@@ -275,6 +324,8 @@ static struct bufferevent *conn_bev_new(struct event_base *base, void *arg)
         return bev; /* out of memory: served, not counted */
     c->h = h;
     c->bev = bev;
+    c->nul_at = UINT64_MAX;
+    c->scan = evbuffer_add_cb(bufferevent_get_input(bev), conn_in_scan, c);
     bufferevent_incref(bev); /* valid until conn_adopt even if evhttp drops it */
     c->refused = h->n_conns >= h->cfg->listen.max_connections;
     if (c->refused)
@@ -1582,6 +1633,15 @@ static void on_request(struct evhttp_request *req, void *arg)
         http_fail(r, 503, PROTO_E_OVERLOADED,
                   "too many HTTP connections (listen.max_connections is %u): retry later",
                   h->cfg->listen.max_connections);
+        return;
+    }
+    if (r->hc && !r->hc->scan) {
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    if (r->hc && conn_request_has_nul(r->hc)) { /* RFC 9110 5.5: reject it */
+        http_fail(r, 400, PROTO_E_BAD_REQUEST,
+                  "the request holds a NUL byte, which no header (nor a JSON body) may");
         return;
     }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
