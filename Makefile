@@ -127,8 +127,9 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-# nvcc has no -iquote and -Idaemon would make <sched.h> daemon/sched.h: it sees the layer
-# folders only, through links ("kernels/quant.h" as the C compiler reads it with -iquote daemon).
+# nvcc has no -iquote, and -Idaemon would put daemon/'s own headers on the <...> path and within
+# reach of the backend layer: it sees the layer folders only, through links ("kernels/quant.h" as
+# the C compiler reads it with -iquote daemon).
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
 	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
@@ -174,7 +175,8 @@ $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/client
 # ---------------------------------------------------------------- source rules
 # `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
 # CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
-# calls beyond tests/tools/check-unused.txt (tests/tools/check.sh says which rule and where).
+# calls beyond tests/tools/check-unused.txt, Markdown tables with a header row (tests/tools/check.sh
+# says which rule and where).
 # `make format` rewrites every C, header and CUDA file git knows in the house style.
 check:
 	bash tests/tools/check.sh

@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "hostport.h"
 
 #define FLEET_SLACK 1.5          /* a host carries at most this multiple of its share */
 #define FLEET_HEADER_BYTES 16384 /* bytes of request headers HAProxy's buffer leaves room for */
@@ -136,18 +137,6 @@ static int name_ok(const char *s, int colon)
     return 1;
 }
 
-/* "host:port" or "[v6]:port"; port 1..65535. */
-static int hostport_ok(const char *s, unsigned *port)
-{
-    const char *c = s ? strrchr(s, ':') : NULL;
-    char *end = NULL;
-    unsigned long p = c ? strtoul(c + 1, &end, 10) : 0;
-    if (!c || c == s || !end || *end || p == 0 || p > 65535)
-        return 0;
-    *port = (unsigned)p;
-    return 1;
-}
-
 /* Walks a mapping: for each pair, fn(key, value) must accept the key; a key
  * given twice is an error. */
 typedef int (*ld_pair_fn)(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
@@ -187,12 +176,12 @@ static int proxy_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
     double d;
     int rc;
     if (!strcmp(key, "listen")) {
-        unsigned port;
+        char why[160];
         if ((rc = get_str(ld, v, "proxy.listen", &f->proxy.listen)))
             return rc;
-        if (!hostport_ok(f->proxy.listen, &port))
-            return ld_fail(ld, v, FLEET_ERR_INVALID, "proxy.listen \"%s\" is not host:port",
-                           f->proxy.listen);
+        if (hostport_check(f->proxy.listen, why, sizeof why))
+            return ld_fail(ld, v, FLEET_ERR_INVALID, "proxy.listen \"%s\" is not host:port (%s)",
+                           f->proxy.listen, why);
         return 0;
     }
     if (!strcmp(key, "addresses")) {
@@ -323,13 +312,16 @@ static int host_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
                                              "invalid host name \"%s\" ([A-Za-z0-9._-]+)", h->name);
     }
     if (!strcmp(key, "http")) {
-        unsigned port;
+        char why[160];
         c->seen |= 2;
         if ((rc = get_str(ld, v, nm, &h->http)))
             return rc;
-        return hostport_ok(h->http, &port)
-                   ? 0
-                   : ld_fail(ld, v, FLEET_ERR_INVALID, "%s \"%s\" is not host:port", nm, h->http);
+        /* hostport.h's syntax, as the daemon's listen.http takes it: what the host's
+         * gpuswapd.yaml gets passes its --check-config */
+        return hostport_check(h->http, why, sizeof why)
+                   ? ld_fail(ld, v, FLEET_ERR_INVALID, "%s \"%s\" is not host:port (%s)", nm,
+                             h->http, why)
+                   : 0;
     }
     if (!strcmp(key, "device_memory")) {
         c->seen |= 4;
@@ -871,10 +863,15 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
     fprintf(fp, "listen:\n  socket: ");
     put_quoted(fp, sock);
     fputc('\n', fp);
-    if (k8s)
+    if (k8s) {
         fprintf(fp, "  http: 0.0.0.0:%u\n", f->k8s.port);
-    else
+    } else if (ho->http[0] == '[') { /* [::1]:8400 plain would be a YAML flow sequence */
+        fprintf(fp, "  http: ");
+        put_quoted(fp, ho->http);
+        fputc('\n', fp);
+    } else {
         fprintf(fp, "  http: %s\n", ho->http);
+    }
     /* a draining host fails /ready and keeps serving for three health checks, so the
      * proxy takes it out of rotation before it refuses anything */
     uint64_t linger = 3 * f->proxy.check_ms < 1000 ? 1000 : 3 * f->proxy.check_ms;

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "chat.h"
+#include "hostport.h"
 
 /* ------------------------------------------------------------------ option table */
 
@@ -512,35 +513,10 @@ static int check_sockpath(const void *field, char *why, size_t n)
     return 0;
 }
 
+/* The syntax is hostport.h's, the same as `gpuswap fleet` checks. */
 static int check_hostport(const void *field, char *why, size_t n)
 {
-    const char *s = *(char *const *)field, *port;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (!close || close == s + 1 || close[1] != ':' ||
-            strspn(s + 1, "0123456789abcdefABCDEF:.") != (size_t)(close - s - 1))
-            goto bad;
-        port = close + 2;
-    } else {
-        const char *colon = strrchr(s, ':');
-        if (!colon || colon == s)
-            goto bad;
-        if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
-            (size_t)(colon - s)) {
-            snprintf(why, n, "use host:port; write an IPv6 address as [addr]:port");
-            return -1;
-        }
-        port = colon + 1;
-    }
-    int64_t p;
-    if (parse_i64(port, &p) || *port == '-' || p < 1 || p > 65535) {
-        snprintf(why, n, "port must be 1..65535");
-        return -1;
-    }
-    return 0;
-bad:
-    snprintf(why, n, "use host:port, e.g. 127.0.0.1:8400 or [::1]:8400");
-    return -1;
+    return hostport_check(*(char *const *)field, why, n) ? -1 : 0;
 }
 
 static int check_pow2(const void *field, char *why, size_t n)

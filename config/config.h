@@ -29,7 +29,8 @@
  *             must be a whole number of milliseconds; bare "0" is allowed.
  *   bool      true, false, yes, no (any case).
  *   mode      an octal permission string such as "0660" (at most 0777).
- *   host:port "127.0.0.1:8400", "localhost:8400", "[::1]:8400".
+ *   host:port "127.0.0.1:8400", "localhost:8400", "gpu_a.local:8400", "[::1]:8400"
+ *             (config/hostport.h: IPv4, a DNS name, '_' allowed, or IPv6 in brackets).
  *   ~ / null  (or an empty value) turns an optional listener off.
  */
 

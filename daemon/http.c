@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hostport.h"
 #include "proto.h"
 #include "stats.h"
 
@@ -72,7 +73,13 @@ typedef struct hconn {
     struct evhttp_connection *evcon; /* NULL until conn_adopt */
     hreq_t *req;                     /* the request being served, NULL between requests */
     int refused;                     /* over the limit: its request gets a 503, then it closes */
-    struct hconn *next;              /* pending list, then the bucket of evcon */
+    /* evhttp reads a header up to a NUL byte and drops the rest of its line ("Bearer KEY\0x"
+     * reads as "Bearer KEY"): conn_in_scan watches the raw bytes for NULs instead */
+    struct evbuffer_cb_entry *scan; /* conn_in_scan on bev's input; NULL: out of memory */
+    uint64_t in_total;              /* bytes read from the socket, all requests */
+    uint64_t nul_at;    /* stream offset of the first NUL byte not in an answered request;
+                        UINT64_MAX = none */
+    struct hconn *next; /* pending list, then the bucket of evcon */
 } hconn_t;
 
 struct http {
@@ -197,6 +204,47 @@ static hconn_t *conn_find(http_t *h, const struct evhttp_connection *evcon)
     return NULL;
 }
 
+/* The input buffer's callback (before evhttp parses what arrived): counts the bytes
+ * and notes where the first NUL byte after the last request answered lies. */
+static void conn_in_scan(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    hconn_t *c = arg;
+    if (!info->n_added)
+        return;
+    c->in_total += info->n_added;
+    if (c->nul_at != UINT64_MAX)
+        return;
+    size_t len = evbuffer_get_length(in); /* the new bytes are its last n_added */
+    struct evbuffer_ptr p;
+    if (evbuffer_ptr_set(in, &p, len > info->n_added ? len - info->n_added : 0, EVBUFFER_PTR_SET) !=
+        0)
+        return;
+    p = evbuffer_search(in, "", 1, &p);
+    if (p.pos >= 0)
+        c->nul_at = c->in_total - len + (uint64_t)p.pos;
+}
+
+/* Whether the request evhttp just read whole on c held a NUL byte (a header, or a body:
+ * JSON has none either). Its bytes end where the unread input begins. */
+static int conn_request_has_nul(hconn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    uint64_t end = c->in_total - evbuffer_get_length(in);
+    if (c->nul_at >= end)
+        return 0;
+    /* the next requests: look again in what is read beyond this one */
+    struct evbuffer_ptr p = evbuffer_search(in, "", 1, NULL);
+    c->nul_at = p.pos >= 0 ? end + (uint64_t)p.pos : UINT64_MAX;
+    return 1;
+}
+
+static void conn_scan_stop(hconn_t *c)
+{
+    if (c->scan)
+        evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->scan);
+    c->scan = NULL;
+}
+
 static void conn_uncount(hconn_t *c)
 {
     if (c->refused)
@@ -219,6 +267,7 @@ static void conn_closed(struct evhttp_connection *evcon, void *arg)
         pp = &(*pp)->next;
     if (*pp)
         *pp = c->next;
+    conn_scan_stop(c);
     conn_uncount(c);
     free(c);
 }
@@ -242,6 +291,7 @@ static void conn_adopt(evutil_socket_t fd, short what, void *arg)
         if (!evcon || evhttp_connection_get_bufferevent(evcon) != c->bev) {
             /* evhttp failed to set the connection up and freed the
              * bufferevent already (bufferevent_free clears its callbacks) */
+            conn_scan_stop(c);
             bufferevent_decref(c->bev);
             conn_uncount(c);
             free(c);
@@ -274,6 +324,8 @@ static struct bufferevent *conn_bev_new(struct event_base *base, void *arg)
         return bev; /* out of memory: served, not counted */
     c->h = h;
     c->bev = bev;
+    c->nul_at = UINT64_MAX;
+    c->scan = evbuffer_add_cb(bufferevent_get_input(bev), conn_in_scan, c);
     bufferevent_incref(bev); /* valid until conn_adopt even if evhttp drops it */
     c->refused = h->n_conns >= h->cfg->listen.max_connections;
     if (c->refused)
@@ -678,14 +730,13 @@ static const prom_def_t prom_model_extra[] = {
     {"bytes_per_param", "weight bytes per parameter (x 8: bits per weight)"},
 };
 
+/* Every histogram of the stats report (stats.h STATS_HISTS), once each. */
 static const struct {
     const char *key, *name, *help;
 } prom_hists[] = {
-    {"hist_ttft_ms", "ttft_seconds", "time from receiving a request to its first token"},
-    {"hist_queue_ms", "queue_seconds",
-     "time a request waited for its first step, swap-in excluded"},
-    {"hist_swap_ms", "swap_in_seconds",
-     "time a request's first token waited for its model's page-in (swap_ms)"},
+#define PROM_HIST(field, metric, help) {"hist_" #field "_ms", metric, help},
+    STATS_HISTS(PROM_HIST)
+#undef PROM_HIST
 };
 
 /* Stats key -> metric name and kind: total_x -> x_total (counter; x_ns ->
@@ -1588,6 +1639,15 @@ static void on_request(struct evhttp_request *req, void *arg)
                   h->cfg->listen.max_connections);
         return;
     }
+    if (r->hc && !r->hc->scan) {
+        http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    if (r->hc && conn_request_has_nul(r->hc)) { /* RFC 9110 5.5: reject it */
+        http_fail(r, 400, PROTO_E_BAD_REQUEST,
+                  "the request holds a NUL byte, which no header (nor a JSON body) may");
+        return;
+    }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -1715,20 +1775,11 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
 static int bind_hostport(struct evhttp *eh, const cfg_t *cfg, const char *key, const char *hp,
                          struct evhttp_bound_socket **bound, char *err, size_t errlen)
 {
-    const char *colon = hp ? strrchr(hp, ':') : NULL;
-    char host[256];
-    char *end = NULL;
-    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
-    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || !end || *end ||
-        port > 65535) {
-        snprintf(err, errlen, "%s: bad host:port '%s'", key, hp ? hp : "");
+    char host[HOSTPORT_HOST_MAX], why[160];
+    unsigned port;
+    if (hostport_split(hp, host, sizeof host, &port, why, sizeof why)) { /* [::1]:8400 -> ::1 */
+        snprintf(err, errlen, "%s: bad host:port '%s': %s", key, hp ? hp : "", why);
         return -1;
-    }
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = 0;
-    if (host[0] == '[' && colon[-1] == ']') { /* [::1]:8400 */
-        memmove(host, host + 1, strlen(host) - 2);
-        host[strlen(host) - 2] = 0;
     }
     errno = 0;
     *bound = evhttp_bind_socket_with_handle(eh, host, (ev_uint16_t)port);

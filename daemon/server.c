@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "hostport.h"
 #include "stats.h"
 
 #define SRV_BUCKETS 1024
@@ -188,8 +189,7 @@ static void conn_auth_op(conn_t *c, const proto_req_t *req)
     }
     auth_key_t *k = NULL;
     uint32_t retry = 0;
-    int rc =
-        auth_check(s->auth, c->lkind, c->addr, req->key, strlen(req->key), auth_now(), &k, &retry);
+    int rc = auth_check(s->auth, c->lkind, c->addr, req->key, req->key_len, auth_now(), &k, &retry);
     if (rc == AUTH_E_BACKOFF) {
         char msg[128];
         snprintf(msg, sizeof msg,
@@ -214,6 +214,18 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
     if (!c->key) {
         if (!auth_required(s->auth, c->lkind))
             return 0;
+        /* auth_check with no key counts it (total_auth_missing) and refuses an address
+         * that backs off, as HTTP does */
+        auth_key_t *none = NULL;
+        uint32_t retry = 0;
+        if (auth_check(s->auth, c->lkind, c->addr, NULL, 0, auth_now(), &none, &retry) ==
+            AUTH_E_BACKOFF) {
+            char msg[128];
+            snprintf(msg, sizeof msg,
+                     "too many failed API key attempts from this address: retry in %u s", retry);
+            srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
+            return -1;
+        }
         srv_send_error(
             s, c->id, req->id, PROTO_E_UNAUTHORIZED,
             "this listener requires an API key: send {\"op\":\"auth\",\"key\":\"...\"} first");
@@ -512,24 +524,18 @@ static int unix_listen(const char *path, unsigned mode, int backlog, char *err, 
 /* A socket bound to hostport (SO_REUSEADDR), not yet listening; -1 with the reason. */
 static int tcp_bind(const char *hostport, char *err, size_t errlen)
 {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof host) {
-        snprintf(err, errlen, "bad host:port '%s'", hostport);
+    char host[HOSTPORT_HOST_MAX], serv[8], why[160];
+    unsigned port;
+    if (hostport_split(hostport, host, sizeof host, &port, why, sizeof why)) {
+        snprintf(err, errlen, "bad host:port '%s': %s", hostport, why);
         return -1;
     }
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = 0;
-    size_t hl = strlen(host);
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') { /* [::1]:8400 */
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = 0;
-    }
+    snprintf(serv, sizeof serv, "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *ai;
-    int g = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+    int g = getaddrinfo(host, serv, &hints, &ai);
     if (g) {
         snprintf(err, errlen, "%s: %s", hostport, gai_strerror(g));
         return -1;

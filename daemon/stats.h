@@ -104,6 +104,22 @@ double stats_hist_quantile(const stats_hist_t *h, double q);
 /* Upper bound of bucket i, ms. */
 double stats_hist_bound(int i);
 
+/* Per-model latency histograms, X(field, metric, help): a stats_hist_t field of
+ * stats_hists_t, "hist_<field>_ms" in the stats report and gpuswapd_<metric>
+ * (seconds) on /metrics, each once. */
+#define STATS_HISTS(X)                                                                             \
+    X(ttft, "ttft_seconds", "time from receiving a request to its first token")                    \
+    X(latency, "latency_seconds", "time from receiving a request to its done event (total_ms)")    \
+    X(queue, "queue_seconds", "time a request waited for its first step, swap-in excluded")        \
+    X(swap, "swap_in_seconds",                                                                     \
+      "time a request's first token waited for its model's page-in (swap_ms)")
+
+typedef struct stats_hists {
+#define STATS_HIST_FIELD(field, metric, help) stats_hist_t field;
+    STATS_HISTS(STATS_HIST_FIELD)
+#undef STATS_HIST_FIELD
+} stats_hists_t;
+
 /* Zero the resettable counters, keep the gauges. */
 static inline void stats_res_reset(stats_res_t *s)
 {

@@ -14,7 +14,7 @@
 #include "residency.h"
 #include "engine/sampler.h"
 #include "passtime.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "stats.h"
 #include "store.h"
 #include "engine/tokenizer.h"
@@ -86,7 +86,7 @@ typedef struct wk_model {
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
     stats_svc_t svc;
-    stats_hist_t ttft, latency, queue, swap;
+    stats_hists_t hist; /* latency histograms (stats.h STATS_HISTS) */
 } wk_model_t;
 
 typedef enum in_kind {

@@ -59,11 +59,12 @@ static json_t *svc_json(const wk_model_t *m)
 #define SVC_JSON(name, help) json_object_set_new(o, #name, json_integer((json_int_t)m->svc.name));
     STATS_SVC_COUNTERS(SVC_JSON)
 #undef SVC_JSON
-    json_object_set_new(o, "ttft_ms_p50", json_real(stats_hist_quantile(&m->ttft, 0.5)));
-    json_object_set_new(o, "ttft_ms_p99", json_real(stats_hist_quantile(&m->ttft, 0.99)));
-    json_object_set_new(o, "latency_ms_p50", json_real(stats_hist_quantile(&m->latency, 0.5)));
-    json_object_set_new(o, "latency_ms_p99", json_real(stats_hist_quantile(&m->latency, 0.99)));
-    json_object_set_new(o, "queue_ms_p99", json_real(stats_hist_quantile(&m->queue, 0.99)));
+    json_object_set_new(o, "ttft_ms_p50", json_real(stats_hist_quantile(&m->hist.ttft, 0.5)));
+    json_object_set_new(o, "ttft_ms_p99", json_real(stats_hist_quantile(&m->hist.ttft, 0.99)));
+    json_object_set_new(o, "latency_ms_p50", json_real(stats_hist_quantile(&m->hist.latency, 0.5)));
+    json_object_set_new(o, "latency_ms_p99",
+                        json_real(stats_hist_quantile(&m->hist.latency, 0.99)));
+    json_object_set_new(o, "queue_ms_p99", json_real(stats_hist_quantile(&m->hist.queue, 0.99)));
     return o;
 }
 
@@ -121,9 +122,10 @@ json_t *wk_report_stats(wk_t *w)
         json_object_set_new(o, "state", json_string(model_state(w, m)));
         json_object_set_new(o, "curr_queued", json_integer(sched_queued(w->sched, i)));
         json_object_set_new(o, "curr_active", json_integer(m->n_active));
-        json_object_set_new(o, "hist_ttft_ms", hist_json(&m->ttft));
-        json_object_set_new(o, "hist_queue_ms", hist_json(&m->queue));
-        json_object_set_new(o, "hist_swap_ms", hist_json(&m->swap));
+#define HIST_JSON(field, metric, help)                                                             \
+    json_object_set_new(o, "hist_" #field "_ms", hist_json(&m->hist.field));
+        STATS_HISTS(HIST_JSON)
+#undef HIST_JSON
         json_object_set_new(models, m->name, o);
     }
     json_t *server = json_object();

@@ -86,10 +86,10 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     /* what sequences use, for shortest remaining first (sched_passes_left) */
     if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
         sched_note_output(w->sched, s->model, s->n_gen, s->max_tokens);
-    stats_hist_add(&m->latency, tm.total_ms);
-    stats_hist_add(&m->queue, tm.queue_ms);
+    stats_hist_add(&m->hist.latency, tm.total_ms);
+    stats_hist_add(&m->hist.queue, tm.queue_ms);
     if (s->t_first)
-        stats_hist_add(&m->ttft, tm.ttft_ms);
+        stats_hist_add(&m->hist.ttft, tm.ttft_ms);
     if (s->state == SEQ_ACTIVE)
         wk_seq_unlink(m, s);
     else if (s->state == SEQ_QUEUED)

@@ -500,7 +500,7 @@ static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
             }
             if (s->swapped) {
                 m->svc.total_swapped_requests++;
-                stats_hist_add(&m->swap, s->swap_s * 1e3);
+                stats_hist_add(&m->hist.swap, s->swap_s * 1e3);
             }
         }
         wk_seq_token(w, s, p->fs[i].logits, t);

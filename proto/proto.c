@@ -418,6 +418,27 @@ static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, ch
 
 /* ------------------------------------------------------------------ request parser */
 
+/* Whether v holds a string with a NUL character (\u0000), at any depth (PROTO_MAX_DEPTH). */
+static int has_nul(const json_t *v)
+{
+    if (json_is_string(v))
+        return memchr(json_string_value(v), 0, json_string_length(v)) != NULL;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (has_nul(json_array_get(v, i)))
+                return 1;
+        return 0;
+    }
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *m;
+        json_object_foreach ((json_t *)v, k, m)
+            if (has_nul(m))
+                return 1;
+    }
+    return 0;
+}
+
 /* A short printable rendering of a string value for messages. */
 static void quote_short(char *out, size_t cap, const char *s)
 {
@@ -764,10 +785,12 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
             return rc;
         req->fault_delay_ms = (uint32_t)x;
         return 0;
-    case F_KEY: /* never echoed in a message */
-        if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'key' contains a NUL character");
-        return get_string(name, v, 1, PROTO_MAX_KEY_BYTES, &req->key, err, errlen);
+    case F_KEY: /* never echoed in a message; a NUL in it stays, for the server to refuse the
+                 * whole key as a wrong one (unauthorized, with the request's id) */
+        if ((rc = get_string(name, v, 1, PROTO_MAX_KEY_BYTES, &req->key, err, errlen)))
+            return rc;
+        req->key_len = json_string_length(v);
+        return 0;
     case F_SAMPLER:
     case F_COUNT: break;
     }
@@ -858,7 +881,7 @@ int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *re
         err[0] = '\0';
 
     int rc = 0;
-    json_t *root = load_line(line, len, JSON_REJECT_DUPLICATES, &rc, err, errlen);
+    json_t *root = load_line(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &rc, err, errlen);
     if (!root)
         return rc;
     if (!json_is_object(root)) {
@@ -866,6 +889,18 @@ int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *re
                   type_word(root));
         json_decref(root);
         return rc;
+    }
+    /* \u0000 is read only so that a key holding one fails as the wrong key it is; in any
+     * other string (an id, a name, a prompt: C strings from here on) it is invalid JSON */
+    const char *k;
+    json_t *v;
+    json_object_foreach (root, k, v) {
+        if (strcmp(k, field_names[F_KEY]) != 0 && has_nul(v)) {
+            rc = fail(err, errlen, PROTO_E_BAD_JSON,
+                      "invalid JSON: \\u0000 in field '%s' (allowed in 'key' only)", k);
+            json_decref(root);
+            return rc;
+        }
     }
     rc = parse_object(root, admin, req, err, errlen);
     json_decref(root);
@@ -897,7 +932,7 @@ void proto_req_free(proto_req_t *req)
         free(req->stop[i]);
     free(req->stop);
     if (req->key) {
-        explicit_bzero(req->key, strlen(req->key));
+        explicit_bzero(req->key, req->key_len ? req->key_len : strlen(req->key));
         free(req->key);
     }
     for (size_t i = 0; i < req->n_allow; i++)
@@ -1112,7 +1147,11 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_TIMES: return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
     case F_DELAY_MS:
         return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
-    case F_KEY: return req->key ? set_new(root, name, str_new(req->key)) : 0;
+    case F_KEY:
+        if (!req->key)
+            return 0;
+        return set_new(root, name,
+                       req->key_len ? json_stringn(req->key, req->key_len) : str_new(req->key));
     case F_SAMPLER:
     case F_COUNT: break;
     }

@@ -104,6 +104,8 @@ typedef struct proto_req {
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy */
     char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */
+    size_t key_len;          /* bytes of key, NULs (\u0000) included: a key holding one is checked
+                     * whole and fails as a wrong key; 0 with key set = strlen(key) (encoders) */
     /* Not on the wire: the models the caller's API key may use, set by the server
      * (daemon/auth.c); NULL = every model. (n_allow) names, owned. */
     char **allow;

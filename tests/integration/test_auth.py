@@ -1,4 +1,4 @@
-"""API keys on the real daemon (sim backend) over its real HTTP and TCP sockets: no key, a wrong key, a key revoked by a reload, a key limited to one model (answered as an unknown model), a rate-limited key bursting, concurrent-limit overflow, a spent tokens-per-minute budget, the back-off keyed by X-Forwarded-For from a trusted proxy, per-key usage in stats and /metrics, the CLI's --api-key, the OpenAI Node SDK, and no key material in any log or metrics."""
+"""API keys on the real daemon (sim backend) over its real HTTP and TCP sockets: no key, a wrong key, a NUL byte after a valid key (HTTP header, TCP key), a missing TCP key counted, a key revoked by a reload, a key limited to one model (answered as an unknown model), a rate-limited key bursting, concurrent-limit overflow, a spent tokens-per-minute budget, the back-off keyed by X-Forwarded-For from a trusted proxy, per-key usage in stats and /metrics, the CLI's --api-key, the OpenAI Node SDK, and no key material in any log or metrics."""
 import http.client
 import json
 import os
@@ -207,6 +207,97 @@ def test_wrong_key_is_401_and_unauthorized():
     assert c.call(gen("g"))["error"]["code"] == "unauthorized"
     ans = c.auth(KEYS["alice"]["key"])  # the connection stays usable
     assert ans.get("ok") is True and ans["key"] == "alice", ans
+    assert c.call(gen("g2"))["event"] == "done"
+    c.close()
+
+
+class _SharedFile:
+    """A socket stand-in whose makefile() is one shared buffered file, which a response's
+    close leaves open: http.client reads pipelined responses one after another from it."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def makefile(self, *a, **k):
+        return self
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def close(self):
+        pass
+
+
+def raw_http(port, requests, n_answers=None):
+    """Sends raw request bytes (one sendall: pipelined) and reads that many answers: [(status, JSON)]."""
+    s = socket.create_connection(("127.0.0.1", port), gsd.scaled(30))
+    s.settimeout(gsd.scaled(30))
+    try:
+        s.sendall(b"".join(requests))
+        f = s.makefile("rb")
+        out = []
+        for _ in range(n_answers or len(requests)):
+            r = http.client.HTTPResponse(_SharedFile(f))
+            r.begin()
+            out.append((r.status, json.loads(r.read())))
+        return out
+    finally:
+        s.close()
+
+
+def raw_completion(auth_value, extra=b"", body=None):
+    body = body if body is not None else json.dumps(
+        {"model": "m0", "prompt": "Once", "max_tokens": 2, "temperature": 0}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: gsd\r\nAuthorization: " + auth_value + b"\r\n" + extra +
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def test_a_nul_byte_after_a_valid_key_in_the_authorization_header_is_refused():
+    d = daemon()
+    alice = KEYS["alice"]["key"].encode()
+    ok = raw_completion(b"Bearer " + alice)
+    # evhttp cuts a header at a NUL: "Bearer KEY\0junk" must not read as "Bearer KEY"
+    for i, bad in enumerate((raw_completion(b"Bearer " + alice + b"\0junk"),
+                             raw_completion(b"Bearer " + alice + b"\0"),
+                             raw_completion(b"Bearer " + alice, extra=b"X-Forwarded-For: 10.0.0.1\0x\r\n"),
+                             raw_completion(b"Bearer " + alice, body=b'{"model":"m0","prompt":"a\0"}'))):
+        (st, body), = raw_http(d.port, [bad])  # (the message names no key material)
+        assert st == 400 and body["error"]["code"] == "bad_request" and "NUL" in body["error"]["message"], \
+            (i, st, body)
+    # on one keep-alive connection, pipelined: only the request that holds the NUL is refused
+    answers = raw_http(d.port, [ok, raw_completion(b"Bearer " + alice + b"\0junk"), ok, ok])
+    assert [st for st, _ in answers] == [200, 400, 200, 200], answers
+    assert answers[0][1]["choices"][0]["text"] == answers[2][1]["choices"][0]["text"], answers
+
+
+def test_a_tcp_request_without_a_key_counts_as_missing():
+    d = daemon()
+    before = d.stats()["auth"]["listeners"]["tcp"]
+    c = Tcp(d.tcp_port)
+    ans = c.call(gen("nokey"))
+    assert ans["id"] == "nokey" and ans["error"]["code"] == "unauthorized", ans
+    ans = c.call({"op": "models", "id": "nokey2"})
+    assert ans["id"] == "nokey2" and ans["error"]["code"] == "unauthorized", ans
+    c.close()
+    after = d.stats()["auth"]["listeners"]["tcp"]
+    assert after["total_auth_missing"] == before["total_auth_missing"] + 2, (before, after)
+    assert after["total_auth_invalid"] == before["total_auth_invalid"], (before, after)
+
+
+def test_a_tcp_key_holding_a_nul_is_unauthorized_with_the_request_id():
+    d = daemon()
+    alice = KEYS["alice"]["key"]
+    before = d.stats()["auth"]["listeners"]["tcp"]
+    c = Tcp(d.tcp_port)
+    # json.dumps sends the NUL as \u0000
+    for rid, key in (("n1", alice + "\x00junk"), ("n2", alice + "\x00"), (3, "\x00" + alice)):
+        ans = c.auth(key, rid=rid)
+        assert ans["id"] == rid and ans["event"] == "error" and ans["error"]["code"] == "unauthorized", ans
+    assert c.call(gen("g"))["error"]["code"] == "unauthorized"  # not authenticated by it
+    after = d.stats()["auth"]["listeners"]["tcp"]
+    assert after["total_auth_invalid"] == before["total_auth_invalid"] + 3, (before, after)
+    ans = c.auth(alice, rid="ok")  # the connection stays usable
+    assert ans.get("ok") is True and ans["id"] == "ok" and ans["key"] == "alice", ans
     assert c.call(gen("g2"))["event"] == "done"
     c.close()
 
@@ -551,6 +642,9 @@ def test_no_key_material_in_logs_or_metrics():
 def main():
     r = gsd.Runner()
     for t in (test_no_key_is_401_and_unauthorized, test_wrong_key_is_401_and_unauthorized,
+              test_a_nul_byte_after_a_valid_key_in_the_authorization_header_is_refused,
+              test_a_tcp_request_without_a_key_counts_as_missing,
+              test_a_tcp_key_holding_a_nul_is_unauthorized_with_the_request_id,
               test_key_limited_to_one_model_sees_others_as_unknown,
               test_rate_limited_key_bursting_gets_429_while_another_key_does_not,
               test_concurrent_limit_overflow_gets_429_while_another_key_does_not,

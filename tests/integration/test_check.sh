@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make check` (tests/tools/check.sh) passes on a formatted copy of the sources and fails, naming the
 # file, on one planted violation of each rule: an include against the layer order, a layered header
-# without its layer's path, a CUDA header outside daemon/backend/cuda/, a clang-format difference and
-# a function nothing calls.
+# without its layer's path, a CUDA header outside daemon/backend/cuda/, a clang-format difference,
+# a function nothing calls and Markdown table rows without a header.
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -62,5 +62,12 @@ fresh
 # a function nothing calls
 printf '\nint log_planted_unused(void)\n{\n    return 1;\n}\n' >> "$tmp/src/daemon/base/log.c"
 expect unused 'log_planted_unused'
+fresh
+# table rows after a paragraph, without a header (docs/ARCHITECTURE.md had them)
+printf '\nA paragraph.\n| `proto/` | the codec |\n| `config/` | the loader |\n' >> "$tmp/src/proto/PROTOCOL.md"
+expect tables 'proto/PROTOCOL.md:'
+fresh
+printf '\n| a | b |\n| --- |\n| 1 | 2 |\n' >> "$tmp/src/proto/PROTOCOL.md"
+expect tables 'the header has 2 cells, its delimiter row 1'
 
 exit $fail

@@ -1,5 +1,6 @@
-"""`gpuswap fleet render`: deterministic output equal to config/fleet/example, HAProxy accepts every rendered haproxy.cfg, the Kubernetes manifests parse and agree on ports, labels and probe paths, each host's gpuswapd.yaml loads in gpuswapd, placement balance and movement when a host is added, and fleet-file errors with file:line:col."""
+"""`gpuswap fleet render`: deterministic output equal to config/fleet/example, HAProxy accepts every rendered haproxy.cfg, the Kubernetes manifests parse and agree on ports, labels and probe paths, each host's gpuswapd.yaml loads in gpuswapd (hosts named by IPv4, DNS name or IPv6 too, and fleet and --check-config agree on every address), placement balance and movement when a host is added, and fleet-file errors with file:line:col."""
 import filecmp
+import json
 import os
 import random
 import subprocess
@@ -182,6 +183,59 @@ def test_host_configs_load_in_gpuswapd_with_their_models():
     assert len(served) == 5 * 2 and {m for m, _ in served} == {"m%d" % i for i in range(5)}, served
 
 
+def check_config(path):
+    return subprocess.run([gsd.GPUSWAPD, "--check-config", path], capture_output=True, text=True, timeout=60)
+
+
+def test_hosts_named_by_ip_dns_name_and_ipv6_render_configs_that_pass_check_config():
+    """One host:port validator (config/hostport.c): hosts named by IPv4, DNS names (gpu_a.local too:
+    '_' is allowed on both sides) and bracketed IPv6 render configs that pass --check-config; and an
+    address the fleet file refuses, --check-config refuses too, and the other way round."""
+    model = gsd.mkmodel(os.path.join(TMP, "hp.gguf"), "--type f16 --dim 64 --layers 2 --heads 2 "
+                        "--kv-heads 1 --ff 128 --vocab 300 --seed 3")
+    hosts = [("h-ip", "127.0.0.1:%d"), ("h-dns", "localhost:%d"), ("h_us", "gpu_a.local:%d"),
+             ("h-v6", "[::1]:%d"), ("h-v6all", "[::]:%d")]
+    lines = ["proxy:", "  listen: \"[::1]:%d\"" % gsd.free_port(), "  addresses: [127.0.0.1, \"::1\"]",
+             "defaults:", "  backend: sim", "  page_size: 64KiB", "  run_dir: %s" % TMP, "hosts:"]
+    for name, http in hosts:
+        lines += ["  - name: %s" % name, "    http: \"%s\"" % (http % gsd.free_port()),
+                  "    device_memory: 4MiB", "    host_memory: 64MiB"]
+    lines += ["models:", "  - name: m", "    path: \"%s\"" % model, "    size: %d" % os.path.getsize(model),
+              "    replicas: %d" % len(hosts)]
+    fp = os.path.join(TMP, "hostport.yaml")
+    with open(fp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    out = render(fp, os.path.join(TMP, "hostport"))
+    for name, http in hosts:
+        conf = os.path.join(out, "hosts", name, "gpuswapd.yaml")
+        p = check_config(conf)
+        assert p.returncode == 0, (conf, open(conf).read(), p.stderr)
+        got = yaml.safe_load(p.stdout)["listen"]["http"]
+        assert got == yaml.safe_load(open(conf))["listen"]["http"] and got.startswith(http.split("%")[0]), got
+    # both sides give the same verdict, address by address
+    candidates = ["127.0.0.1:8400", "gpu_a.local:8400", "gpu-a.example.com:1", "[::1]:8400", "[fe80::1]:80",
+                  "::1:8400", "[localhost]:80", "300.1.1.1:80", "1.2.3:80", "-gpu.local:80", "gpu-.local:80",
+                  "a..b:80", "gpu a:80", "localhost:0", "localhost:65536", "localhost:http", ":8400",
+                  "localhost", "h\u00e9.local:80", "[::1%lo]:80", "a" * 64 + ".local:80"]
+    sock = os.path.join(TMP, "hp.sock")
+    for i, addr in enumerate(candidates):
+        ff = os.path.join(TMP, "hp-fleet-%d.yaml" % i)
+        with open(ff, "w") as f:
+            f.write("proxy:\n  listen: 127.0.0.1:1\n  addresses: [127.0.0.1]\nhosts:\n  - name: a\n"
+                    "    http: %s\n    device_memory: 4MiB\n    host_memory: 64MiB\nmodels:\n  - name: m\n"
+                    "    path: \"%s\"\n    size: 1\n    replicas: 1\n" % (json.dumps(addr), model))
+        r = fleet("render", ff, "--out", os.path.join(TMP, "hp-out-%d" % i), check=False)
+        cf = os.path.join(TMP, "hp-conf-%d.yaml" % i)
+        with open(cf, "w") as f:
+            f.write("listen:\n  socket: %s\n  http: %s\nmodels:\n  - name: m\n    path: \"%s\"\n"
+                    % (json.dumps(sock), json.dumps(addr), model))
+        c = check_config(cf)
+        assert (r.returncode == 0) == (c.returncode == 0), (addr, r.returncode, r.stderr, c.returncode, c.stderr)
+        if r.returncode:
+            assert "is not host:port (" in r.stderr and "invalid address" in c.stderr, (addr, r.stderr, c.stderr)
+        print("  %-24s %s on both sides" % (addr, "accepted" if r.returncode == 0 else "refused"))
+
+
 def test_placement_is_balanced_and_adding_a_host_moves_about_one_in_h():
     for H, M in ((4, 40), (8, 40), (8, 200), (16, 200)):
         a = placement(synthetic(H, M))
@@ -230,6 +284,7 @@ if __name__ == "__main__":
                test_haproxy_accepts_every_rendered_config,
                test_kubernetes_manifests_parse_and_agree_on_ports_labels_and_probes,
                test_host_configs_load_in_gpuswapd_with_their_models,
+               test_hosts_named_by_ip_dns_name_and_ipv6_render_configs_that_pass_check_config,
                test_placement_is_balanced_and_adding_a_host_moves_about_one_in_h,
                test_fleet_file_errors_name_file_line_and_column]:
         r.run(fn)

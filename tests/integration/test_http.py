@@ -486,7 +486,17 @@ def test_ready_503_and_requests_503_while_draining_and_the_running_stream_comple
     d.log.close()
 
 
+def stats_hists():
+    """(report key, metric) of every histogram in daemon/stats.h's STATS_HISTS, the one list."""
+    src = open(os.path.join(gsd.ROOT, "daemon", "stats.h")).read()
+    block = re.search(r"#define STATS_HISTS\(X\)(.*?)\n\n", src, re.S).group(1)
+    hists = [("hist_%s_ms" % f, metric) for f, metric in re.findall(r'X\((\w+),\s*"(\w+)"', block)]
+    assert len(hists) >= 4 and ("hist_latency_ms", "latency_seconds") in hists, hists
+    return hists
+
+
 def test_metrics_pass_promtool_and_match_the_stats_report():
+    hists = stats_hists()
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: apt-get install prometheus (make test's deps step)"
     d = HttpDaemon(MODELS, memory=POOL)
@@ -522,26 +532,32 @@ def test_metrics_pass_promtool_and_match_the_stats_report():
             for cause in ("capacity", "quota", "admin", "preemption"):
                 assert samples['gpuswapd_evictions_total{%s,cause="%s"}' % (lab, cause)] == \
                     m["evictions_" + cause], (name, cause)
-            for hist, key in (("ttft", "hist_ttft_ms"), ("queue", "hist_queue_ms"),
-                              ("swap_in", "hist_swap_ms")):
+            # every histogram of the report, by the one list in stats.h
+            assert sorted(k for k in m if k.startswith("hist_")) == sorted(k for k, _ in hists), (name, m.keys())
+            for key, metric in hists:
                 h = m[key]
-                base = "gpuswapd_%s_seconds" % hist
-                assert samples["%s_count{%s}" % (base, lab)] == h["count"], (name, hist)
+                base = "gpuswapd_%s" % metric
+                assert samples["%s_count{%s}" % (base, lab)] == h["count"], (name, metric)
                 assert abs(samples["%s_sum{%s}" % (base, lab)] - h["sum_ms"] / 1e3) < 1e-6
                 buckets = [(k, v) for k, v in samples.items()
                            if k.startswith(base + "_bucket{" + lab + ",")]
                 assert len(buckets) == 96 and buckets[-1][0].endswith('le="+Inf"}'), buckets[-2:]
                 vals = [v for _, v in buckets]
-                assert vals == sorted(vals) and vals[-1] == h["count"], (name, hist)
+                assert vals == sorted(vals) and vals[-1] == h["count"], (name, metric)
         assert sum(models[n]["evictions_capacity"] for n in models) > 0, models
         pool = st["pool"]
         assert samples['gpuswapd_pool_pages{state="used"}'] == pool["curr_pool_used"]
         assert samples['gpuswapd_pool_pages{state="free"}'] == pool["curr_pool_free"]
         assert samples['gpuswapd_errors_total{code="bad_request"}'] == \
             st["server"]["total_errors_bad_request"]
-        for family in ("page_ins_total", "evictions_total", "resident_bytes", "pool_pages",
-                       "ttft_seconds", "queue_seconds", "swap_in_seconds"):
+        for family in ("page_ins_total", "evictions_total", "resident_bytes", "pool_pages") + \
+                tuple(metric for _, metric in hists):
             assert text.count("# TYPE gpuswapd_%s " % family) == 1, family
+            assert text.count("# HELP gpuswapd_%s " % family) == 1, family
+        # no histogram but those, each once (latency was missing)
+        families = re.findall(r"^# TYPE gpuswapd_(\S+) histogram$", text, re.M)
+        assert sorted(families) == sorted(metric for _, metric in hists), families
+        assert "latency_seconds" in families
     finally:
         assert d.stop() == 0
 
@@ -553,6 +569,41 @@ def test_off_unless_configured():
         c = d.client()
         assert c.call({"op": "models", "id": 1})["ok"]
         c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_listeners_on_ipv6_loopback_in_brackets():
+    """listen.http and listen.tcp take "[::1]:port" (config/hostport.c splits it for both listeners)."""
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        print("  skip: no IPv6")
+        return
+    hp, tp = gsd.free_port(), gsd.free_port()
+    d = gsd.Daemon(MODELS[:1], memory=POOL, listen='http: "[::1]:%d"\ntcp: "[::1]:%d"' % (hp, tp))
+    try:
+        deadline = time.time() + gsd.scaled(10)
+        while True:
+            try:
+                socket.create_connection(("::1", hp), 1).close()
+                break
+            except OSError:
+                assert d.proc.poll() is None and time.time() < deadline, d.logtext()
+                time.sleep(0.02)
+        c = http.client.HTTPConnection("::1", hp, timeout=30)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+        c.close()
+        s = socket.create_connection(("::1", tp), 30)
+        s.sendall(b'{"op":"models","id":6}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+        s.close()
+        ans = json.loads(buf)
+        assert ans["id"] == 6 and ans["ok"] and ans["models"][0]["name"] == MODELS[0][0], ans
     finally:
         assert d.stop() == 0
 
@@ -787,6 +838,7 @@ if __name__ == "__main__":
                test_metrics_pass_promtool_and_match_the_stats_report,
                test_gateway_metrics_with_vllm_compat_while_resident_waiting_and_after_an_eviction,
                test_default_metrics_have_the_gateway_gauges_under_gpuswapd_names_only,
-               test_off_unless_configured]:
+               test_off_unless_configured,
+               test_listeners_on_ipv6_loopback_in_brackets]:
         r.run(fn)
     sys.exit(r.exit_code())

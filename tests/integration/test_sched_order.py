@@ -1,5 +1,5 @@
 """The order in which resident models step: round robin, and with 4 or more of them running
-sequences (sched.h SCHED_SRPT_RUNNING), shortest remaining first (the fewest max_tokens left, or
+sequences (scheduler.h SCHED_SRPT_RUNNING), shortest remaining first (the fewest max_tokens left, or
 where sequences have mostly stopped before their max_tokens, what their lengths so far say:
 sched_passes_left), read from the daemon's own token timestamps."""
 import os
@@ -16,9 +16,9 @@ SEEDS = {"l1": 10, "l2": 12, "l3": 16, "s": 19}
 MODELS = [(n, gsd.mkmodel(os.path.join(TMP, n + ".gguf"), SHAPE % k), "") for n, k in SEEDS.items()]
 LONG, SHORT = 600, 40  # max_tokens of the long streams and of the short one
 EOS_PROMPT = (9, 10)  # s's greedy output from it ends with eos after 36 tokens (asserted below)
-# the running models from which the order changes (one place: sched.h)
+# the running models from which the order changes (one place: scheduler.h)
 RUNNING = int(re.search(r"#define SCHED_SRPT_RUNNING (\d+)",
-                        open(os.path.join(gsd.ROOT, "daemon", "sched.h")).read()).group(1))
+                        open(os.path.join(gsd.ROOT, "daemon", "scheduler.h")).read()).group(1))
 
 
 def beside(d, longs, tag):

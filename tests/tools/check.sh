@@ -8,19 +8,23 @@
 #             daemon/backend/cuda/
 #   format    a `clang-format --dry-run` difference (.clang-format) in a C, header or CUDA file
 #   unused    a `cppcheck --enable=unusedFunction` finding not listed in tests/tools/check-unused.txt
+#   tables    a Markdown table (rows starting with '|', outside code fences) that does not open
+#             with a header row and a delimiter row of as many cells, so it would not render
 # CHECK_ONLY="layers cuda" runs some of them.
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root" || exit 2
-only=${CHECK_ONLY:-layers cuda format unused}
+only=${CHECK_ONLY:-layers cuda format unused tables}
 fail=0
 say() { echo "check: $*"; fail=1; }
 
 # The C, header and CUDA files the rules look at: git's when this is a checkout, else all.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ "$(git rev-parse --show-toplevel)" = "$PWD" ]; then
     files=$(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cu' '*.cuh')
+    docs=$(git ls-files --cached --others --exclude-standard -- '*.md')
 else
     files=$(find daemon proto config clients tests -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort)
+    docs=$(find . -name '*.md' -not -path '*/node_modules/*' | sed 's|^\./||' | sort)
 fi
 
 layer_of() { # path -> rank, or empty for files outside the daemon's layers
@@ -104,6 +108,31 @@ if [[ " $only " == *" unused "* ]]; then
         extra=$(comm -23 <(echo "$found") <(echo "$expected") | grep .)
         [ -n "$extra" ] && say "unused: functions nothing calls (remove them, or list them in tests/tools/check-unused.txt with why): $(echo $extra)"
     fi
+fi
+
+if [[ " $only " == *" tables "* ]]; then
+    for f in $docs; do
+        # a run of '|' lines is one table: its first line the header, its second the delimiter
+        # (| --- | :-: |) with as many cells; cells split at '|' not escaped as '\|'
+        awk -v f="$f" '
+            function cells(s) { gsub(/\\\|/, "", s); sub(/^[ \t]*\|/, "", s); sub(/\|[ \t]*$/, "", s); return split(s, _, "|") }
+            /^[ \t]*(```|~~~)/ { fence = !fence; run = 0; next }
+            fence { next }
+            /^[ \t]*\|/ {
+                run++
+                if (run == 1) { head = NR; n = cells($0) }
+                else if (run == 2) {
+                    if ($0 !~ /^[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/)
+                        printf "check: tables: %s:%d: table rows without a header and delimiter row (| a | b |, then | --- | --- |)\n", f, head
+                    else if (cells($0) != n)
+                        printf "check: tables: %s:%d: the header has %d cells, its delimiter row %d\n", f, head, n, cells($0)
+                }
+                next
+            }
+            { if (run == 1) printf "check: tables: %s:%d: a lone table row, without a delimiter row\n", f, head; run = 0 }
+            END { if (run == 1) printf "check: tables: %s:%d: a lone table row, without a delimiter row\n", f, head }
+        ' "$f"
+    done | grep . && fail=1
 fi
 
 [ "$fail" = 0 ] && echo "check: ok ($only)"

@@ -445,14 +445,14 @@ Test(config, other_bad_values_name_the_value_and_what_is_accepted)
                "t.yaml:2:9: invalid mode \"4777\" for listen.mode (at most 0777)");
     load_fails(
         "listen:\n  http: 8400\n" MODELS, CFG_ERR_INVALID,
-        "t.yaml:2:9: invalid address \"8400\" for listen.http (use host:port, e.g. 127.0.0.1:8400 or "
-        "[::1]:8400)");
+        "t.yaml:2:9: invalid address \"8400\" for listen.http (use host:port, e.g. 127.0.0.1:8400, "
+        "gpu-a.example:8400 or [::1]:8400)");
     load_fails(
         "listen:\n  http: localhost:99999\n" MODELS, CFG_ERR_INVALID,
         "t.yaml:2:9: invalid address \"localhost:99999\" for listen.http (port must be 1..65535)");
     load_fails(
         "listen:\n  tcp: ::1:8400\n" MODELS, CFG_ERR_INVALID,
-        "t.yaml:2:8: invalid address \"::1:8400\" for listen.tcp (use host:port; write an IPv6 address as "
+        "t.yaml:2:8: invalid address \"::1:8400\" for listen.tcp (write an IPv6 address in brackets: "
         "[addr]:port)");
     load_fails(
         "models:\n  - name: my model\n    path: /m\n", CFG_ERR_INVALID,

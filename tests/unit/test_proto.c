@@ -654,6 +654,49 @@ Test(proto, embedded_nuls_are_refused)
     cr_assert_null(parse_fail_n(after, sizeof after - 1, 0, PROTO_E_BAD_JSON, "invalid JSON"));
 }
 
+Test(proto, a_nul_in_a_nested_string_is_bad_json)
+{
+    cr_assert_null(parse_fail("{\"op\":\"generate\",\"id\":1,\"model\":\"m\",\"prompt\":\"x\","
+                              "\"stop\":[\"a\",\"b\\u0000\"]}",
+                              0, PROTO_E_BAD_JSON, "\\u0000 in field 'stop'"));
+    cr_assert_null(parse_fail("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                              "\"content\":\"\\u0000\"}]}",
+                              0, PROTO_E_BAD_JSON, "invalid JSON"));
+}
+
+Test(proto, an_auth_key_holding_a_nul_is_kept_whole_with_its_length)
+{
+    static const char line[] = "{\"op\":\"auth\",\"id\":\"k1\",\"key\":\"gsk_a\\u0000junk\"}";
+    proto_req_t r;
+    char err[256] = "";
+    json_t *id = NULL;
+    cr_assert_eq(proto_parse_request(line, strlen(line), 0, &r, &id, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(r.op, PROTO_OP_AUTH);
+    cr_assert_str_eq(json_string_value(r.id), "k1");
+    cr_assert_eq(r.key_len, 10);
+    cr_assert(memcmp(r.key, "gsk_a\0junk", 10) == 0);
+    /* re-encoded, the NUL stays in the key */
+    char *enc = proto_encode_request(&r);
+    cr_assert_not_null(enc);
+    cr_assert(strstr(enc, "\"key\":\"gsk_a\\u0000junk\""), "%s", enc);
+    proto_req_t again;
+    cr_assert_eq(proto_parse_request(enc, strlen(enc) - 1, 0, &again, NULL, err, sizeof err), 0);
+    cr_assert_eq(again.key_len, 10);
+    cr_assert(memcmp(again.key, r.key, 10) == 0);
+    free(enc);
+    proto_req_free(&again);
+    proto_req_free(&r);
+}
+
+Test(proto, a_key_field_on_another_op_is_bad_request_with_the_id_nul_or_not)
+{
+    json_t *id = parse_fail("{\"op\":\"models\",\"id\":7,\"key\":\"a\\u0000\"}", 0,
+                            PROTO_E_BAD_REQUEST, "field 'key' is not valid for op 'models'");
+    cr_assert(json_is_integer(id) && json_integer_value(id) == 7);
+    json_decref(id);
+}
+
 Test(proto, invalid_utf8_is_refused)
 {
     static const char *const lines[] = {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sched.h"
+#include "scheduler.h"
 #include "workload.h"
 
 enum {

@@ -1,6 +1,6 @@
-/* sched: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. */
-#ifndef SCHED_H
-#define SCHED_H
+/* scheduler: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. Its names keep the sched_ prefix. */
+#ifndef SCHEDULER_H
+#define SCHEDULER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* sched: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. */
-#include "sched.h"
+/* scheduler: per-model request queues and the policy that picks which model steps next (swap-aware or fifo); no threads, no engine. Its names keep the sched_ prefix. */
+#include "scheduler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
  * preempts running sequences: max_wait itself (so the max_wait promise
  * holds), or this many measured steps (EWMA) where steps are slow
  * (memcheck: 20-50x); and one such preempting page-in per
- * SCHED_PREEMPT_GAP_HOLDS holds at most (sched.h). */
+ * SCHED_PREEMPT_GAP_HOLDS holds at most (scheduler.h). */
 #define SCHED_HOLD_WAITS 1.0
 #define SCHED_HOLD_STEPS 100.0
 /* how many holds a streaming model's page-in waits for another streaming

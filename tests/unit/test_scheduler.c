@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "scheduler.h"
 #include "stats.h"
 
 static sched_cfg_t cfg(sched_policy_t p)
