@@ -62,7 +62,9 @@ static void usage(FILE *f)
         "                                          run the daemon on a config (default " DEFAULT_CONFIG
         ");\n"
         "                                          --strict: refuse to start when a model cannot load\n"
-        "       gpuswapd --check-config FILE       validate a config, its listeners and models, print it\n"
+        "       gpuswapd --check-config FILE [--remote]\n"
+        "                                          validate a config, its listeners and models, print it;\n"
+        "                                          --remote: a config for another host (no listener checks)\n"
         "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
         "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
         "       gpuswapd version\n",
@@ -502,8 +504,10 @@ out:
 /* --check-config: loads the config, checks its listeners as the daemon will open them (preflight),
  * opens every model's GGUF header (metadata, tensor table, tokenizer: what the engine must
  * understand, not the weights) and prints the effective config, each model's max_context as it
- * applies. Every problem is named on stderr (a model with its file:line); 1 if any, else 0. */
-static int check_config(const char *path)
+ * applies. Every problem is named on stderr (a model with its file:line); 1 if any, else 0.
+ * remote: the config is another host's (gpuswap fleet render): the listener checks, which only
+ * that host can make (its addresses, directories, ports), are left out. */
+static int check_config(const char *path, int remote)
 {
     cfg_t *c = NULL;
     char err[1024];
@@ -511,8 +515,8 @@ static int check_config(const char *path)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    char problems[4096];
-    int bad = preflight(c, 0, problems, sizeof problems);
+    char problems[4096] = "";
+    int bad = remote ? 0 : preflight(c, 0, problems, sizeof problems);
     for (char *line = strtok(problems, "\n"); line; line = strtok(NULL, "\n"))
         fprintf(stderr, "%s: %s\n", c->file, line);
     for (size_t i = 0; i < c->n_models; i++) {
@@ -658,7 +662,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    int first = 1, is_serve = 0, strict = 0, n_files = 0;
+    int first = 1, is_serve = 0, strict = 0, remote = 0, n_files = 0;
     if (argc >= 2 && strcmp(argv[1], "serve") == 0)
         first = 2, is_serve = 1;
     const char *config = NULL, *check = NULL, *http = NULL;
@@ -670,6 +674,8 @@ int main(int argc, char **argv)
             config = argv[++i];
         else if (strcmp(argv[i], "--check-config") == 0 && i + 1 < argc)
             check = argv[++i];
+        else if (strcmp(argv[i], "--remote") == 0)
+            remote = 1;
         else if (strcmp(argv[i], "--strict") == 0)
             strict = 1;
         else if (is_serve && strcmp(argv[i], "--http") == 0 && i + 1 < argc)
@@ -687,11 +693,14 @@ int main(int argc, char **argv)
     if ((n_files || http) && (config || check)) {
         fprintf(stderr, "gpuswapd serve: model files or a config, not both\n");
         rc = 2;
+    } else if (remote && !check) {
+        fprintf(stderr, "gpuswapd: --remote goes with --check-config\n");
+        rc = 2;
     } else if (http && !n_files) {
         fprintf(stderr, "gpuswapd serve: --http needs model files\n");
         rc = 2;
     } else if (check)
-        rc = check_config(check);
+        rc = check_config(check, remote);
     else if (n_files)
         rc = serve_files(files, n_files, http ? http : CFG_DEFAULT_HTTP, strict);
     else

@@ -174,7 +174,7 @@ def test_host_configs_load_in_gpuswapd_with_their_models():
     served = set()
     for h in range(3):
         conf = os.path.join(out, "hosts", "h%d" % h, "gpuswapd.yaml")
-        p = subprocess.run([gsd.GPUSWAPD, "--check-config", conf], capture_output=True, text=True,
+        p = subprocess.run([gsd.GPUSWAPD, "--check-config", conf, "--remote"], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, (conf, p.stderr)
         served |= {(m["name"], h) for m in yaml.safe_load(p.stdout)["models"]}
@@ -184,7 +184,9 @@ def test_host_configs_load_in_gpuswapd_with_their_models():
 
 
 def check_config(path):
-    return subprocess.run([gsd.GPUSWAPD, "--check-config", path], capture_output=True, text=True, timeout=60)
+    # --remote: these are other hosts' configs (their addresses are not this machine's)
+    return subprocess.run([gsd.GPUSWAPD, "--check-config", path, "--remote"], capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_hosts_named_by_ip_dns_name_and_ipv6_render_configs_that_pass_check_config():
