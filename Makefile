@@ -175,11 +175,14 @@ $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/client
 # ---------------------------------------------------------------- source rules
 # `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
 # CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
-# calls beyond tests/tools/check-unused.txt, Markdown tables with a header row (tests/tools/check.sh
-# says which rule and where).
+# calls beyond tests/tools/check-unused.txt, Markdown tables with a header row, no cycle among
+# folders by includes nor among files by the symbols of their objects beyond
+# tests/tools/check-cycles.txt (tests/tools/check.sh says which rule and where). It builds the
+# production objects first (only those): the file rule reads them with nm.
 # `make format` rewrites every C, header and CUDA file git knows in the house style.
-check:
-	bash tests/tools/check.sh
+CHECK_OBJ := $(call obj,$(ENGINE_SRC) $(DAEMON_SRC) $(wildcard clients/*.c)) $(CUDA_OBJ)
+check: $(CHECK_OBJ)
+	BUILD=$(BUILD) CHECK_CUDA=$(if $(CUDA_OBJ),1,0) bash tests/tools/check.sh
 
 format:
 	git ls-files -z -- '*.c' '*.h' '*.cu' '*.cuh' | xargs -0 -r clang-format -i

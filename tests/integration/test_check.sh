@@ -2,7 +2,10 @@
 # `make check` (tests/tools/check.sh) passes on a formatted copy of the sources and fails, naming the
 # file, on one planted violation of each rule: an include against the layer order, a layered header
 # without its layer's path, a CUDA header outside daemon/backend/cuda/, a clang-format difference,
-# a function nothing calls and Markdown table rows without a header.
+# a function nothing calls, Markdown table rows without a header, a folder cycle by includes (in a
+# new folder, and between layers), a file cycle by the symbols of two planted objects (and no cycle
+# through a function pointer), a stale line in tests/tools/check-cycles.txt and missing objects.
+# The file rule reads the production objects of the build (GPUSWAPD_BUILD, make all), copied.
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -12,13 +15,29 @@ fail=0
 for c in clang-format cppcheck; do
     command -v $c >/dev/null || { echo "skip: $c not installed (make deps)"; exit 0; }
 done
+build=${GPUSWAPD_BUILD:-build}
+case $build in /*) ;; *) build=$root/$build ;; esac
+# the objects of the production sources, for the file rule: BUILD of every check.sh run below
+mkdir -p "$tmp/build/obj"
+for d in daemon proto config clients; do
+    [ -d "$build/obj/$d" ] || { echo "FAIL no objects in $build/obj/$d (make all builds them)"; exit 1; }
+    cp -r "$build/obj/$d" "$tmp/build/obj/"
+done
+export BUILD=$tmp/build
 
-fresh() { # a copy of the sources in the house style
-    rm -rf "$tmp/src" && mkdir -p "$tmp/src/tests/tools"
-    cp -r daemon proto config clients .clang-format "$tmp/src/"
-    cp tests/tools/check.sh tests/tools/check-unused.txt "$tmp/src/tests/tools/"
-    (cd "$tmp/src" && find daemon proto config clients -name '*.[ch]' -o -name '*.cu' | xargs clang-format -i)
+# a copy of the sources in the house style, made once; fresh() puts it back in $tmp/src
+mkdir -p "$tmp/clean/tests/tools"
+cp -r daemon proto config clients .clang-format Makefile "$tmp/clean/"
+cp tests/tools/check.sh tests/tools/check-unused.txt tests/tools/cycles.py tests/tools/check-cycles.txt \
+    "$tmp/clean/tests/tools/"
+(cd "$tmp/clean" && find daemon proto config clients -name '*.[ch]' -o -name '*.cu' | xargs clang-format -i)
+fresh() {
+    rm -rf "$tmp/src" && cp -r "$tmp/clean" "$tmp/src"
+    rm -f "$tmp/build/obj/daemon/planted_"*
 }
+
+# cc FILE.c: its object where the file rule looks for it
+cc_planted() { ${CC:-cc} -std=c11 -Wall -Werror -c "$tmp/src/$1" -o "$BUILD/obj/${1%.c}.o"; }
 
 # expect RULE WANT: check.sh with CHECK_ONLY=RULE fails and says WANT
 expect() {
@@ -69,5 +88,44 @@ expect tables 'proto/PROTOCOL.md:'
 fresh
 printf '\n| a | b |\n| --- |\n| 1 | 2 |\n' >> "$tmp/src/proto/PROTOCOL.md"
 expect tables 'the header has 2 cells, its delimiter row 1'
+fresh
+# folder cycles: a new folder daemon/front/ and daemon/ including each other; a kernel including engine
+mkdir "$tmp/src/daemon/front"
+printf '#pragma once\n#include "server.h"\n' > "$tmp/src/daemon/front/front.h"
+printf '#include "front/front.h"\n' >> "$tmp/src/daemon/http.h"
+expect folder-cycles 'daemon/front/front.h:2 includes "server.h" = daemon/server.h'
+fresh
+printf '#include "engine/model.h"\n' >> "$tmp/src/daemon/kernels/pool.c"
+expect folder-cycles 'includes "engine/model.h" = daemon/engine/model.h'
+fresh
+# a file cycle: two objects that call each other
+printf 'int planted_b(void);\nint planted_a(void) { return planted_b() + 1; }\n' > "$tmp/src/daemon/planted_a.c"
+printf 'int planted_a(void);\nint planted_b(void) { return 0; }\nint planted_c(void) { return planted_a(); }\n' \
+    > "$tmp/src/daemon/planted_b.c"
+cc_planted daemon/planted_a.c && cc_planted daemon/planted_b.c
+expect file-cycles 'file cycle: daemon/planted_a.c -> daemon/planted_b.c -> daemon/planted_a.c (daemon/planted_a.c uses planted_b from daemon/planted_b.c; daemon/planted_b.c uses planted_a from daemon/planted_a.c)'
+fresh
+# ... but a call back through a function pointer (a sink, a vtable) is no edge: no cycle
+printf 'int (*planted_hook)(void);\nint planted_b(void) { return planted_hook ? planted_hook() : 0; }\n' \
+    > "$tmp/src/daemon/planted_b.c"
+printf 'extern int (*planted_hook)(void);\nint planted_b(void);\nstatic int up(void) { return 1; }\n%s\n' \
+    'int planted_a(void) { planted_hook = up; return planted_b(); }' > "$tmp/src/daemon/planted_a.c"
+cc_planted daemon/planted_a.c && cc_planted daemon/planted_b.c
+if out=$(CHECK_ONLY=file-cycles bash "$tmp/src/tests/tools/check.sh" "$tmp/src" 2>&1); then
+    echo "ok   file-cycles passes on a call back through a function pointer"
+else
+    echo "FAIL file-cycles on a call back through a function pointer:"; echo "$out" | head -5; fail=1
+fi
+fresh
+# a listed cycle that no longer exists, of each kind
+echo 'files daemon/gone_b.c daemon/gone_a.c' >> "$tmp/src/tests/tools/check-cycles.txt"
+expect file-cycles "'files daemon/gone_a.c daemon/gone_b.c' is no longer a cycle: delete the line"
+fresh
+echo 'folders daemon/base daemon/engine' >> "$tmp/src/tests/tools/check-cycles.txt"
+expect folder-cycles "'folders daemon/base daemon/engine' is no longer a cycle: delete the line"
+fresh
+# objects not built: the rule names the target that builds them, and builds nothing
+BUILD=$tmp/nobuild expect file-cycles 'objects missing (make all builds them'
+[ -e "$tmp/nobuild" ] && { echo "FAIL check.sh made $tmp/nobuild"; fail=1; }
 
 exit $fail

@@ -10,11 +10,18 @@
 #   unused    a `cppcheck --enable=unusedFunction` finding not listed in tests/tools/check-unused.txt
 #   tables    a Markdown table (rows starting with '|', outside code fences) that does not open
 #             with a header row and a delimiter row of as many cells, so it would not render
+#   folder-cycles  a cycle among the folders under daemon/ proto/ config/ clients/ (each one a node,
+#             daemon/ apart from daemon/engine) by `#include "..."` (tests/tools/cycles.py)
+#   file-cycles    a cycle among the production .c/.cu files by the global symbols their objects
+#             ($BUILD/obj, default build/; `nm`) define and use: a call through a function pointer
+#             is no edge. Reads the objects, builds none: `make check` makes them first; CHECK_CUDA=1
+#             requires the .cu ones, 0 leaves them out, unset uses them when there.
+#             Both accept the cycles tests/tools/check-cycles.txt lists and fail on a listed one gone.
 # CHECK_ONLY="layers cuda" runs some of them.
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root" || exit 2
-only=${CHECK_ONLY:-layers cuda format unused tables}
+only=${CHECK_ONLY:-layers cuda format unused tables folder-cycles file-cycles}
 fail=0
 say() { echo "check: $*"; fail=1; }
 
@@ -133,6 +140,14 @@ if [[ " $only " == *" tables "* ]]; then
             END { if (run == 1) printf "check: tables: %s:%d: a lone table row, without a delimiter row\n", f, head }
         ' "$f"
     done | grep . && fail=1
+fi
+
+if [[ " $only " == *" folder-cycles "* ]]; then
+    echo "$files" | /usr/bin/python3 tests/tools/cycles.py folders || fail=1
+fi
+
+if [[ " $only " == *" file-cycles "* ]]; then
+    echo "$files" | /usr/bin/python3 tests/tools/cycles.py files --build "${BUILD:-build}" --cuda "${CHECK_CUDA:-}" || fail=1
 fi
 
 [ "$fail" = 0 ] && echo "check: ok ($only)"
