@@ -16,7 +16,7 @@
 #include <yaml.h>
 
 #include "base/log.h"
-#include "chat.h"
+#include "engine/chat.h"
 #include "hostport.h"
 
 /* ------------------------------------------------------------------ option table */

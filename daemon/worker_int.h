@@ -9,7 +9,7 @@
 #include "backend/backend.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "chat.h"
+#include "engine/chat.h"
 #include "engine/forward.h"
 #include "residency.h"
 #include "engine/sampler.h"

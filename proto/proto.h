@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/chat.h"
 #include "engine/sampler_params.h"
 
 /* Limits the parser enforces (PROTOCOL.md section 5). */
@@ -72,10 +73,7 @@ const char *proto_op_name(proto_op_t op);
 /* The wire name of an admin fault kind ("copy_fail" ...); NULL outside the set. */
 const char *proto_fault_name(int fault);
 
-typedef struct proto_msg {
-    char role[16]; /* "system" | "user" | "assistant" */
-    char *content; /* UTF-8, owned */
-} proto_msg_t;
+typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant"), content */
 
 /* A parsed request: plain data, every pointer owned by it (proto_req_free). */
 typedef struct proto_req {

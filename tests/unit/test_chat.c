@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "engine/chat.h"
 #include "testutil.h"
 
 #define CHAT_REF "chat/llama-cpp-templates.json"
@@ -23,9 +23,9 @@ static json_t *load_ref(void)
 }
 
 /* The messages of a recorded conversation (caller frees the array). */
-static proto_msg_t *conversation(json_t *conv, size_t *n)
+static chat_msg_t *conversation(json_t *conv, size_t *n)
 {
-    proto_msg_t *m = calloc(json_array_size(conv) + 1, sizeof *m);
+    chat_msg_t *m = calloc(json_array_size(conv) + 1, sizeof *m);
     size_t i;
     json_t *v;
 
@@ -98,7 +98,7 @@ Test(chat, every_family_renders_every_recorded_conversation_exactly_as_llama_cpp
         cr_assert_neq(f, CHAT_UNKNOWN, "llama.cpp family \"%s\" is not in chat.c's table", family);
         json_object_foreach (per, cname, want) {
             size_t n;
-            proto_msg_t *m = conversation(json_object_get(convs, cname), &n);
+            chat_msg_t *m = conversation(json_object_get(convs, cname), &n);
             char *out = NULL, err[256] = "";
 
             cr_assert_eq(chat_render(f, m, n, &out, err, sizeof err), CHAT_OK, "%s: %s", family,
@@ -132,7 +132,7 @@ Test(chat, family_names_round_trip_and_unknown_names_are_refused)
 
 Test(chat, a_missing_or_unknown_template_is_a_clear_error)
 {
-    proto_msg_t m = {.role = "user", .content = "Hi"};
+    chat_msg_t m = {.role = "user", .content = "Hi"};
     char *out = (char *)"untouched", err[1024] = "";
 
     cr_assert_eq(chat_detect(NULL, 0), CHAT_NONE);

@@ -4,7 +4,11 @@
 
 #include <stddef.h>
 
-#include "proto.h"
+/* One chat message (the socket protocol's and HTTP's messages are these: proto_msg_t). */
+typedef struct chat_msg {
+    char role[16]; /* "system" | "user" | "assistant" */
+    char *content; /* UTF-8, owned */
+} chat_msg_t;
 
 /* The families of llama.cpp's built-in templates (c392e50, llama-chat.cpp);
  * chat.c's table holds what each one detects by and renders. */
@@ -70,7 +74,7 @@ void chat_family_list(char *buf, size_t cap);
  * must be parsed (tok_encode parse_special = 1). *out is malloc'ed (caller
  * frees). CHAT_ERR_TEMPLATE with the reason in err for CHAT_NONE and
  * CHAT_UNKNOWN. */
-int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, char *err,
+int chat_render(chat_family_t f, const chat_msg_t *msgs, size_t n, char **out, char *err,
                 size_t errlen);
 
 #endif

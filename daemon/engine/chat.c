@@ -1,5 +1,5 @@
 /* chat: renders chat messages into a prompt as llama.cpp's built-in chat templates do, the family detected from the model's template text. */
-#include "chat.h"
+#include "engine/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,7 +499,7 @@ static const chat_turn_t *chat_turn_of(const chat_def_t *d, const char *role)
     return t->pre ? t : NULL;
 }
 
-static void chat_render_def(const chat_def_t *d, const proto_msg_t *msgs, size_t n, chat_buf_t *b)
+static void chat_render_def(const chat_def_t *d, const chat_msg_t *msgs, size_t n, chat_buf_t *b)
 {
     const char *held = NULL; /* CHAT_SYS_MERGE: a system content waiting for the next user turn */
     int in_turn = (d->flags & CHAT_HEAD_OPENS) != 0, written = 0;
@@ -545,7 +545,7 @@ static void chat_render_def(const chat_def_t *d, const proto_msg_t *msgs, size_t
     chat_puts(b, d->gen);
 }
 
-int chat_render(chat_family_t f, const proto_msg_t *msgs, size_t n, char **out, char *err,
+int chat_render(chat_family_t f, const chat_msg_t *msgs, size_t n, char **out, char *err,
                 size_t errlen)
 {
     const chat_def_t *d = chat_def_of(f);
