@@ -54,7 +54,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     char tn[16];
     log_info("model '%s': %s %s, %.1f M params, %.1f MiB in host RAM, loaded in %.0f ms", c->name,
              model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
-             m->sm->model->n_params / 1e6, m->sm->image_bytes / 1048576.0, m->sm->load_ms);
+             m->sm->model->n_params / 1e6, m->sm->host_bytes / 1048576.0, m->sm->load_ms);
     return m;
 }
 
