@@ -124,6 +124,9 @@ proto_err_t wk_device_error_code(int res_err)
                                                                   : PROTO_E_INTERNAL;
 }
 
+_Static_assert(PROTO_FAULT_STALL == BE_FAULT_MAP_SHORT + 1,
+               "the admin fault kinds are the backend's, then stall");
+
 static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
     if (!w->cfg->device.fault_injection) {
@@ -133,7 +136,14 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
     }
     be_fault_t f = {(be_fault_kind_t)req->fault, req->fault_count ? req->fault_count : 1,
                     req->fault_delay_ms};
-    if (w->be->inject(w->be->ctx, &f)) {
+    if (req->fault == PROTO_FAULT_STALL) {
+        /* the worker's own: a planted stall the latency tests must catch */
+        w->stall_left = f.count;
+        w->stall_ms = f.delay_ms;
+    } else if (req->fault == BE_FAULT_OFF) {
+        w->stall_left = 0;
+    }
+    if (req->fault != PROTO_FAULT_STALL && w->be->inject(w->be->ctx, &f)) {
         wk_send_error(w, conn, req->id, PROTO_E_BAD_REQUEST, "the %s backend cannot inject faults",
                       w->be->name);
         return;
