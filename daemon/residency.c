@@ -555,8 +555,10 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
     r->free_pages -= ss->span / r->page;
     note_used(r);
     m->weight_bytes += ss->span;
-    if (r->be->copy_h2d(r->be->ctx, (uint8_t *)m->base + ss->off, m->sm->image + ss->off, ss->span,
-                        sg->ev)) {
+    /* the host image holds the segment packed: its host_span is copied, the
+     * rest of the span (page padding) is never read */
+    if (r->be->copy_h2d(r->be->ctx, (uint8_t *)m->base + ss->off, m->sm->image + ss->host_off,
+                        ss->host_span, sg->ev)) {
         r->be->unmap(r->be->ctx, m->base, ss->off, ss->span);
         r->free_pages += ss->span / r->page;
         m->weight_bytes -= ss->span;
@@ -652,7 +654,7 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
         /* weights are used in place: always resident, nothing to page */
         for (uint32_t s = 0; s < sm->n_segs; s++)
             m->segs[s].state = RES_SEG_RESIDENT;
-        if (store_weights_at(sm, sm->image, &m->dev, m->dev_layers))
+        if (store_weights_at(sm, sm->image, STORE_AT_HOST, &m->dev, m->dev_layers))
             goto oom;
     } else {
         if (r->be->reserve(r->be->ctx, sm->image_bytes, &m->base)) {
@@ -666,7 +668,7 @@ int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out
         for (uint32_t s = 0; s < sm->n_segs; s++)
             if (r->be->event_new(r->be->ctx, &m->segs[s].ev))
                 goto oom;
-        if (store_weights_at(sm, m->base, &m->dev, m->dev_layers))
+        if (store_weights_at(sm, m->base, STORE_AT_DEVICE, &m->dev, m->dev_layers))
             goto oom;
     }
     m->ord = ++r->n_added;

@@ -9,7 +9,7 @@
 /* Per-model residency counters (resettable): X(name, help). */
 #define STATS_RES_COUNTERS(X)                                                                      \
     X(total_page_ins, "segments copied host->device")                                              \
-    X(total_bytes_in, "bytes copied host->device")                                                 \
+    X(total_bytes_in, "bytes paged in host->device (segment spans)")                               \
     X(total_copy_ns, "time the copy queue spent on this model's segments, ns")                     \
     X(total_map_ns, "time spent mapping device pages for this model, ns")                          \
     X(total_hits, "acquires that found every segment resident")                                    \

@@ -1,4 +1,4 @@
-/* store: the host model store: loads GGUF models and repacks each into page-aligned segments in (pinned) host RAM. */
+/* store: the host model store: loads GGUF models and repacks each into segments in (pinned) host RAM, laid out for page-aligned device ranges. */
 #include "store.h"
 
 #include <stdio.h>
@@ -11,6 +11,14 @@
 
 /* Tensors inside a segment start on this boundary (kernels like aligned rows). */
 #define STORE_TENSOR_ALIGN 256
+
+/* Host segment alignment: at most the device page, halved while the page
+ * padding of the host image would exceed 1/STORE_HOST_WASTE of its tensor
+ * bytes, down to STORE_HOST_ALIGN_MIN (a host page). A large model keeps
+ * the device layout in host RAM too (a page-in copies whole pages, as
+ * before); a small one is packed (a 1.2 MB model took 14 MiB at 2 MiB pages). */
+#define STORE_HOST_WASTE 64
+#define STORE_HOST_ALIGN_MIN (4u << 10)
 
 /* Models smaller than this load without progress reports. */
 #define STORE_PROGRESS_MIN (256u << 20)
@@ -91,26 +99,56 @@ static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t 
     return n;
 }
 
-/* Lays the tensors out: offsets within the image written into off[]. */
-static void layout(store_model_t *m, size_t page, model_weight_t **v, const uint32_t *seg,
-                   size_t nw, size_t *off)
+/* Lays the tensors out: each segment's tensor bytes, and offsets from its
+ * start written into off[]. */
+static void layout_tensors(store_model_t *m, model_weight_t **v, const uint32_t *seg, size_t nw,
+                           size_t *off)
 {
-    size_t pos = 0;
     for (uint32_t s = 0; s < m->n_segs; s++) {
-        m->segs[s].off = pos;
         size_t cur = 0;
         for (size_t i = 0; i < nw; i++) {
             if (seg[i] != s || !v[i]->data)
                 continue;
             cur = round_up(cur, STORE_TENSOR_ALIGN);
-            off[i] = pos + cur;
+            off[i] = cur;
             cur += v[i]->nbytes;
         }
         m->segs[s].bytes = cur;
-        m->segs[s].span = round_up(cur ? cur : 1, page);
-        pos += m->segs[s].span;
+    }
+}
+
+/* Bytes the segments take when each is rounded up to align. */
+static size_t spans_at(const store_model_t *m, size_t align)
+{
+    size_t n = 0;
+    for (uint32_t s = 0; s < m->n_segs; s++)
+        n += round_up(m->segs[s].bytes ? m->segs[s].bytes : 1, align);
+    return n;
+}
+
+void store_layout_segments(store_model_t *m, size_t page)
+{
+    size_t tensors = 0;
+    for (uint32_t s = 0; s < m->n_segs; s++)
+        tensors += m->segs[s].bytes;
+    size_t align = page;
+    while (align > STORE_HOST_ALIGN_MIN && align % 2 == 0 &&
+           spans_at(m, align) - tensors > tensors / STORE_HOST_WASTE)
+        align /= 2;
+    m->host_align = align;
+    size_t pos = 0, hpos = 0;
+    for (uint32_t s = 0; s < m->n_segs; s++) {
+        store_seg_t *sg = &m->segs[s];
+        size_t b = sg->bytes ? sg->bytes : 1;
+        sg->off = pos;
+        sg->span = round_up(b, page);
+        pos += sg->span;
+        sg->host_off = hpos;
+        sg->host_span = round_up(b, align);
+        hpos += sg->host_span;
     }
     m->image_bytes = pos;
+    m->host_bytes = hpos;
 }
 
 static void free_model(const store_t *s, store_model_t *m)
@@ -118,7 +156,7 @@ static void free_model(const store_t *s, store_model_t *m)
     if (!m)
         return;
     if (m->image)
-        s->be->host_free(s->be->ctx, m->image, m->image_bytes);
+        s->be->host_free(s->be->ctx, m->image, m->host_bytes);
     free(m->host.layers);
     free(m->segs);
     free(m->woff);
@@ -168,27 +206,27 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     /* views of the file's weights, then the same views rebased on the image */
     model_weights_t file = m->model->w;
     size_t nw = list_weights(&file, hp->n_layer, v, seg);
-    layout(m, s->be->page_size, v, seg, nw, off);
-    if (s->budget && m->image_bytes > s->budget - s->used) {
+    layout_tensors(m, v, seg, nw, off);
+    store_layout_segments(m, s->be->page_size);
+    if (s->budget && m->host_bytes > s->budget - s->used) {
         snprintf(err, errlen,
                  "model '%s' (%s): needs %.1f MiB of host memory, %.1f MiB of the %.1f MiB "
                  "host budget are left",
-                 name, path, m->image_bytes / 1048576.0, (s->budget - s->used) / 1048576.0,
+                 name, path, m->host_bytes / 1048576.0, (s->budget - s->used) / 1048576.0,
                  s->budget / 1048576.0);
         rc = STORE_ERR_BUDGET;
         goto fail;
     }
-    m->image = s->be->host_alloc(s->be->ctx, m->image_bytes);
+    m->image = s->be->host_alloc(s->be->ctx, m->host_bytes);
     if (!m->image) {
         snprintf(err, errlen, "model '%s': cannot allocate %.1f MiB of %shost memory", name,
-                 m->image_bytes / 1048576.0, s->be->needs_pinned ? "pinned " : "");
+                 m->host_bytes / 1048576.0, s->be->needs_pinned ? "pinned " : "");
         rc = STORE_ERR_NOMEM;
         goto fail;
     }
-    /* zero the padding so the image (and every device copy) is deterministic */
-    for (uint32_t i = 0; i < m->n_segs; i++)
-        memset(m->image + m->segs[i].off, 0, m->segs[i].span);
-    size_t copied = 0, next_report = m->image_bytes / 10;
+    /* zero the padding so the image (and what every page-in copies) is deterministic */
+    memset(m->image, 0, m->host_bytes);
+    size_t copied = 0, next_report = m->host_bytes / 10;
     double t_copy = util_now_s();
     for (size_t i = 0; i < nw; i++) {
         if (!v[i]->data)
@@ -198,7 +236,8 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
             size_t n = v[i]->nbytes - done;
             if (s->load_rate > 0 && n > STORE_THROTTLE_CHUNK)
                 n = STORE_THROTTLE_CHUNK;
-            memcpy(m->image + off[i] + done, (const char *)v[i]->data + done, n);
+            memcpy(m->image + m->segs[seg[i]].host_off + off[i] + done,
+                   (const char *)v[i]->data + done, n);
             done += n;
             copied += n;
             if (s->load_rate > 0) {
@@ -208,20 +247,20 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
                                                  (long)((wait - (double)(time_t)wait) * 1e9)},
                               NULL);
                 if (s->progress)
-                    s->progress(s->progress_ctx, name, copied, m->image_bytes);
-            } else if (s->progress && m->image_bytes >= STORE_PROGRESS_MIN &&
+                    s->progress(s->progress_ctx, name, copied, m->host_bytes);
+            } else if (s->progress && m->host_bytes >= STORE_PROGRESS_MIN &&
                        copied >= next_report) {
-                s->progress(s->progress_ctx, name, copied, m->image_bytes);
-                next_report += m->image_bytes / 10;
+                s->progress(s->progress_ctx, name, copied, m->host_bytes);
+                next_report += m->host_bytes / 10;
             }
         }
     }
     m->woff = off;
     m->n_w = nw;
     off = NULL;
-    if (store_weights_at(m, m->image, &m->host, m->host.layers))
+    if (store_weights_at(m, m->image, STORE_AT_HOST, &m->host, m->host.layers))
         goto oom;
-    s->used += m->image_bytes;
+    s->used += m->host_bytes;
     m->load_ms = util_now_ms() - t0;
     free(v);
     free(seg);
@@ -242,11 +281,11 @@ void store_unload(store_t *s, store_model_t *m)
 {
     if (!m)
         return;
-    s->used -= m->image_bytes;
+    s->used -= m->host_bytes;
     free_model(s, m);
 }
 
-int store_weights_at(const store_model_t *m, const void *base, model_weights_t *w,
+int store_weights_at(const store_model_t *m, const void *base, store_at_t at, model_weights_t *w,
                      model_layer_t *layers)
 {
     const model_hparams_t *hp = &m->model->hp;
@@ -261,9 +300,13 @@ int store_weights_at(const store_model_t *m, const void *base, model_weights_t *
     memcpy(layers, m->model->w.layers, hp->n_layer * sizeof *layers);
     w->layers = layers;
     size_t nw = list_weights(w, hp->n_layer, v, seg);
-    for (size_t i = 0; i < nw; i++)
-        if (v[i]->data)
-            v[i]->data = (const uint8_t *)base + m->woff[i];
+    for (size_t i = 0; i < nw; i++) {
+        if (!v[i]->data)
+            continue;
+        const store_seg_t *sg = &m->segs[seg[i]];
+        v[i]->data =
+            (const uint8_t *)base + (at == STORE_AT_HOST ? sg->host_off : sg->off) + m->woff[i];
+    }
     if (w->tied)
         w->output = w->tok_embd;
     free(v);

@@ -1,4 +1,4 @@
-/* store: the host model store: loads GGUF models and repacks each into page-aligned segments in (pinned) host RAM. */
+/* store: the host model store: loads GGUF models and repacks each into segments in (pinned) host RAM, laid out for page-aligned device ranges. */
 #ifndef STORE_H
 #define STORE_H
 
@@ -22,10 +22,17 @@ enum {
  * 1 + STORE_PER_LAYER * n_layer + 1 views, plus the output head unless tied. */
 #define STORE_PER_LAYER 16
 
+/* A segment has two homes: the device range (page-aligned, so it maps and
+ * evicts by whole pages) and the host image (packed at the model's host
+ * alignment, so a small model holds no device-page padding in host RAM).
+ * Tensors sit at the same offsets from either start; a page-in copies
+ * host_span bytes, and the device rest of span is never read. */
 typedef struct store_seg {
-    size_t off;   /* bytes from the image start; a multiple of the page size */
-    size_t bytes; /* bytes of tensor data in it */
-    size_t span;  /* bytes it occupies: bytes rounded up to whole pages */
+    size_t off;       /* device: bytes from the range start; a multiple of the page size */
+    size_t bytes;     /* bytes of tensor data in it */
+    size_t span;      /* device: bytes it occupies, bytes rounded up to whole pages */
+    size_t host_off;  /* host: bytes from the image start; a multiple of host_align */
+    size_t host_span; /* host: bytes it occupies (what a page-in copies), <= span */
 } store_seg_t;
 
 typedef struct store_model {
@@ -33,13 +40,17 @@ typedef struct store_model {
     char *path;           /* owned */
     model_t *model;       /* owned: hyperparameters, tokenizer, file mapping */
     uint8_t *image;       /* host copy of all segments, host_alloc'ed (pinned if wanted) */
-    size_t image_bytes;   /* sum of spans */
+    size_t image_bytes;   /* device layout: sum of spans (the range it reserves, all resident) */
+    size_t host_bytes;    /* host image: sum of host_spans (what it holds in host RAM) */
+    size_t host_align;    /* bytes: host segment alignment, the page size or, where
+                             that padding would take over 1/64 of the weights, less
+                             (down to 4 KiB) */
     uint32_t n_segs;      /* n_layer + 2: FWD_SEG_EMBED, layers, FWD_SEG_HEAD */
     store_seg_t *segs;    /* n_segs */
     model_weights_t host; /* weights pointing into image */
     size_t n_w;           /* weight views (store.c's list order) */
-    size_t *woff;         /* n_w image offsets, one per view (0 for absent ones) */
-    double load_ms;       /* wall time of the load */
+    size_t *woff;   /* n_w offsets from their segment's start, one per view (0 for absent ones) */
+    double load_ms; /* wall time of the load */
 } store_model_t;
 
 typedef struct store store_t;
@@ -58,16 +69,31 @@ void store_set_progress(store_t *s, store_progress_fn fn, void *ctx);
 int store_load(store_t *s, const char *name, const char *path, store_model_t **out, char *err,
                size_t errlen);
 void store_unload(store_t *s, store_model_t *m);
-size_t store_used(const store_t *s); /* image bytes of loaded models */
+size_t store_used(const store_t *s); /* host bytes of loaded models */
 /* Loads copy at most bytes_per_s into host RAM (0: unthrottled), reporting
  * progress after every chunk: the sim backend's slow load, to watch a model
  * in its `loading` state. */
 void store_set_load_rate(store_t *s, double bytes_per_s);
 
+/* Places segments whose bytes are set: their off, span, host_off and
+ * host_span, and the model's image_bytes, host_bytes and host_align. Device
+ * ranges align segments to page; the host image to host_align, the page
+ * halved (down to 4 KiB) while the padding would exceed 1/64 of the tensor
+ * bytes. store_load uses it; so does the trace simulator for the models it
+ * builds from shapes. */
+void store_layout_segments(store_model_t *m, size_t page);
+
+/* Which layout a copy of the segments has: the host image's (host_off) or
+ * a device range's (off). */
+typedef enum store_at {
+    STORE_AT_HOST = 0,
+    STORE_AT_DEVICE,
+} store_at_t;
+
 /* Fill w (layers: caller's array of n_layer) with the model's weights as
- * they sit at base, a copy of the image (the image itself, or a device
- * range holding the same segment layout). */
-int store_weights_at(const store_model_t *m, const void *base, model_weights_t *w,
+ * they sit at base, a copy of the segments in layout at (the image itself,
+ * or a device range). */
+int store_weights_at(const store_model_t *m, const void *base, store_at_t at, model_weights_t *w,
                      model_layer_t *layers);
 
 #endif

@@ -360,6 +360,9 @@ static void drain_check(wk_t *w)
 static void *worker_main(void *arg)
 {
     wk_t *w = arg;
+    /* named for top -H, and for the latency tests, which read its run-queue
+     * wait (/proc/PID/task/TID/schedstat) to tell neighbours' load from stalls */
+    pthread_setname_np(pthread_self(), "gsd-worker");
     for (;;) {
         wk_beat(w);
         pthread_mutex_lock(&w->mu);

@@ -56,8 +56,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     log_info(
         "model '%s': %s %s, %.1f M params, context %u, %.1f MiB in host RAM, loaded in %.0f ms",
         c->name, model_arch_name(m->sm->model->hp.arch), wk_type_name(m->sm->model->wtype, tn),
-        m->sm->model->n_params / 1e6, (unsigned)ctx, m->sm->image_bytes / 1048576.0,
-        m->sm->load_ms);
+        m->sm->model->n_params / 1e6, (unsigned)ctx, m->sm->host_bytes / 1048576.0, m->sm->load_ms);
     return m;
 }
 
@@ -127,6 +126,9 @@ proto_err_t wk_device_error_code(int res_err)
                                                                   : PROTO_E_INTERNAL;
 }
 
+_Static_assert(PROTO_FAULT_STALL == BE_FAULT_MAP_SHORT + 1,
+               "the admin fault kinds are the backend's, then stall");
+
 static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
 {
     if (!w->cfg->device.fault_injection) {
@@ -136,7 +138,14 @@ static void admin_fault(wk_t *w, uint64_t conn, const proto_req_t *req)
     }
     be_fault_t f = {(be_fault_kind_t)req->fault, req->fault_count ? req->fault_count : 1,
                     req->fault_delay_ms};
-    if (w->be->inject(w->be->ctx, &f)) {
+    if (req->fault == PROTO_FAULT_STALL) {
+        /* the worker's own: a planted stall the latency tests must catch */
+        w->stall_left = f.count;
+        w->stall_ms = f.delay_ms;
+    } else if (req->fault == BE_FAULT_OFF) {
+        w->stall_left = 0;
+    }
+    if (req->fault != PROTO_FAULT_STALL && w->be->inject(w->be->ctx, &f)) {
         wk_send_error(w, conn, req->id, PROTO_E_BAD_REQUEST, "the %s backend cannot inject faults",
                       w->be->name);
         return;

@@ -125,8 +125,10 @@ struct wk {
     res_t *res;
     sched_t *sched;
     fwd_t *fwd;
-    fwd_t *fwd_aside; /* for passes stepped while another pass waits for a copy */
-    int aside;        /* such a pass is running (steps aside do not nest) */
+    fwd_t *fwd_aside;    /* for passes stepped while another pass waits for a copy */
+    int aside;           /* such a pass is running (steps aside do not nest) */
+    uint32_t stall_left; /* admin fault "stall": passes left that first sleep stall_ms */
+    uint32_t stall_ms;
     wk_model_t *models[WK_MAX_MODELS];
     int n_models;        /* slots used (some may be NULL after reloads) */
     wk_model_t *loading; /* the model wk_model_load is reading, maybe not in models[] yet */

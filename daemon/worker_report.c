@@ -116,6 +116,7 @@ json_t *wk_report_stats(wk_t *w)
 #undef RES_JSON
             json_object_set_new(o, "gpu_quota", json_integer((json_int_t)m->cfg.gpu_quota));
             json_object_set_new(o, "weight_bytes", json_integer((json_int_t)m->sm->image_bytes));
+            json_object_set_new(o, "host_bytes", json_integer((json_int_t)m->sm->host_bytes));
             kv_report(o, m);
             types_report(o, m->sm->model);
         }
@@ -181,6 +182,7 @@ json_t *wk_report_models(wk_t *w, int admin)
                 res_model_stats(w->res, m->rm, &st);
                 json_object_set_new(o, "weight_bytes",
                                     json_integer((json_int_t)m->sm->image_bytes));
+                json_object_set_new(o, "host_bytes", json_integer((json_int_t)m->sm->host_bytes));
                 json_object_set_new(o, "curr_resident_bytes",
                                     json_integer((json_int_t)st.curr_resident_bytes));
                 json_object_set_new(o, "curr_kv_bytes", json_integer((json_int_t)st.curr_kv_bytes));

@@ -514,6 +514,10 @@ static void step(wk_t *w, int mi, uint32_t admit)
     wk_model_t *m = w->models[mi];
     char err[512];
     step_pass_t p = {0};
+    if (w->stall_left) { /* admin fault "stall" (tests only) */
+        w->stall_left--;
+        util_sleep_s(w->stall_ms / 1e3);
+    }
     res_model_stats(w->res, m->rm, &p.before);
     p.cold = !res_fully_resident(w->res, m->rm);
     p.streams = p.cold && res_ready_in(w->res, m->rm, next_pass_s(w, mi)) != 0;

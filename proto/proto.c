@@ -92,8 +92,11 @@ const char *proto_finish_name(proto_finish_t f)
 }
 
 /* The kinds the admin "fault" op takes. */
-static const char *const fault_names[] = {"off", "copy_fail", "copy_slow", "map_fail", "map_short"};
+static const char *const fault_names[] = {"off",      "copy_fail", "copy_slow",
+                                          "map_fail", "map_short", "stall"};
 #define N_FAULTS ((int)(sizeof fault_names / sizeof fault_names[0]))
+
+_Static_assert(PROTO_FAULT_STALL == N_FAULTS - 1, "stall is the last fault name");
 
 const char *proto_fault_name(int fault)
 {
@@ -773,7 +776,8 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
                 return 0;
             }
         return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail, map_short");
+                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail, map_short, "
+                    "stall");
     }
     case F_TIMES:
         if ((rc = get_int(name, v, 1, 1000000, &x, err, errlen)))

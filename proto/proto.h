@@ -72,6 +72,9 @@ proto_err_t proto_err_from_code(const char *code);
 const char *proto_op_name(proto_op_t op);
 /* The wire name of an admin fault kind ("copy_fail" ...); NULL outside the set. */
 const char *proto_fault_name(int fault);
+/* The admin fault kind past the backend's (be_fault_kind_t): the worker itself sleeps
+ * delay_ms before each of its next count passes (a stall, for the latency tests). */
+#define PROTO_FAULT_STALL 5
 
 typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant"), content */
 
@@ -97,10 +100,11 @@ typedef struct proto_req {
     int has_max_tokens, has_seed;
     char **stop; /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
-    int stream; /* generate/chat: token events; admin load: progress events */
-    int fault; /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short (be_fault_kind_t) */
-    uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
-    uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy */
+    int stream;           /* generate/chat: token events; admin load: progress events */
+    int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
+                  (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
+    uint32_t fault_count; /* admin fault: operations affected, 0 = not given (1) */
+    uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy; stall: ms per pass */
     char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */
     size_t key_len;          /* bytes of key, NULs (\u0000) included: a key holding one is checked
                      * whole and fails as a wrong key; 0 with key set = strlen(key) (encoders) */

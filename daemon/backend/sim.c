@@ -83,6 +83,7 @@ static void sleep_until(double t)
 static void *copy_thread(void *arg)
 {
     sim_ctx_t *s = arg;
+    pthread_setname_np(pthread_self(), "gsd-sim-copy");
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stop)

@@ -1,5 +1,6 @@
 """Helpers for integration tests: generated models, a real gpuswapd daemon on the sim backend, socket clients."""
 import atexit
+import bisect
 import json
 import os
 import re
@@ -357,6 +358,102 @@ class Stream:
 
     def gaps(self):
         return [(b - a, b) for a, b in zip(self.ts, self.ts[1:])]
+
+
+class RunWait:
+    """The run-queue wait of a daemon's threads (run_delay in /proc/PID/task/TID/schedstat: time a
+    thread was ready to run while other processes had the CPUs) and their CPU time, sampled every
+    SAMPLE_S seconds by a thread of this process: the neighbours' share of a gap between two tokens.
+    The threads: the worker (`gsd-worker`), which computes and stamps each token (`ts`,
+    CLOCK_MONOTONIC as time.monotonic), and the sim backend's copy thread (`gsd-sim-copy`), whose
+    copies a pass may wait for. What is left of a gap (compute, or the worker blocked) is the
+    daemon's own: a timing test bounds that, so a loaded host does not fail it and a stall (the
+    worker blocked, or computing what it should not) still does."""
+
+    SAMPLE_S = 0.001
+    WORKER = "gsd-worker"
+    THREADS = (WORKER, "gsd-sim-copy")
+
+    def __init__(self, d, threads=THREADS):
+        self.names = tuple(threads)
+        paths = {}
+        deadline = time.time() + scaled(10)
+        while len(paths) < len(threads):
+            for tid in os.listdir("/proc/%d/task" % d.proc.pid):
+                try:
+                    with open("/proc/%d/task/%s/comm" % (d.proc.pid, tid)) as f:
+                        name = f.read().strip()
+                except OSError:
+                    continue
+                if name in threads:
+                    paths[name] = "/proc/%d/task/%s/schedstat" % (d.proc.pid, tid)
+            if len(paths) < len(threads):
+                assert time.time() < deadline, "gpuswapd %d has threads %s, not all of %s" % (
+                    d.proc.pid, sorted(paths), threads)
+                time.sleep(0.01)
+        self.paths = [paths[n] for n in self.names]
+        # (monotonic s before the reads, after them, ((cpu s, run-queue wait s) of each thread))
+        self.samples = []
+        self.stopped = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+        until(lambda: len(self.samples) >= 2, 10)
+
+    def _run(self):
+        while not self.stopped:
+            t0 = time.monotonic()
+            vals = []
+            try:
+                for path in self.paths:
+                    with open(path) as f:
+                        cpu, delay = f.read().split()[:2]
+                    vals.append((int(cpu) / 1e9, int(delay) / 1e9))
+            except OSError:  # the daemon exited
+                return
+            self.samples.append((t0, time.monotonic(), tuple(vals)))
+            time.sleep(self.SAMPLE_S)
+
+    def _span(self, s, t0, t1):
+        """The samples bracketing [t0, t1]: the last read before t0, the first begun after t1."""
+        before, after = [x[0] for x in s], [x[1] for x in s]
+        return s[max(0, bisect.bisect_right(after, t0) - 1)], s[bisect.bisect_left(before, t1)]
+
+    def _until(self, t):
+        until(lambda: self.samples[-1][0] >= t, 10)
+        return list(self.samples)
+
+    def _waited(self, s, t0, t1, threads, lead=0.0):
+        total = 0.0
+        for n in threads or self.names:
+            lo, hi = self._span(s, t0 - (lead if n != self.WORKER else 0.0), t1)
+            i = self.names.index(n)
+            total += max(0.0, hi[2][i][1] - lo[2][i][1])
+        return total
+
+    def waited(self, t0, t1, threads=None):
+        """Seconds the threads (all, or those named) waited for a CPU between t0 and t1
+        (monotonic), together, at most: from the last sample read before t0 to the first one begun
+        after t1 (a thread's wait is counted when it runs, and the worker ran to stamp a token at t1)."""
+        return self._waited(self._until(t1), t0, t1, threads)
+
+    def cpu(self, t0, t1, thread=WORKER):
+        """Seconds of CPU the thread had between t0 and t1 (monotonic), at most."""
+        lo, hi = self._span(self._until(t1), t0, t1)
+        i = self.names.index(thread)
+        return hi[2][i][0] - lo[2][i][0]
+
+    def own(self, gaps, threads=None, lead=0.0):
+        """[(gap, end)] of a Stream's gaps, each less the threads' wait for a CPU inside it. lead:
+        seconds before each gap from which the threads other than the worker count too (a copy the
+        worker waits for in a gap may have been starved since it started, one copy's time before)."""
+        if not gaps:
+            return []
+        s = self._until(max(end for _, end in gaps))
+        return [(max(0.0, g - self._waited(s, end - g, end, threads, lead)), end) for g, end in gaps]
+
+    def close(self):
+        self.stopped = True
+        self.t.join(5)
 
 
 def until(cond, timeout):

@@ -98,30 +98,41 @@ MAX_WAIT_MS = int(gsd.scaled(2000))
 
 
 def run_policy(policy, order):
+    """(page-ins, final answers by id, seconds the worker waited for a CPU while each was queued:
+    a loaded host's share of its queue_ms, gsd.RunWait)."""
     d = gsd.Daemon(MODELS, memory=POOL,
                    scheduler="policy: %s\nmax_wait: %dms\nquantum: 4\nmax_batch: 6" % (policy, MAX_WAIT_MS))
+    wait = gsd.RunWait(d)
     try:
         c = d.client()
         for i, name in enumerate(order):
             c.send({"op": "generate", "id": i, "model": name, "prompt": PROMPTS[i % 4],
                     "max_tokens": 6, "temperature": 0})
-        finals = {}
+        finals, seen = {}, {}
         while len(finals) < len(order):
             ev = c.recv()
             finals[ev["id"]] = ev
+            seen[ev["id"]] = time.monotonic()
         c.close()
         st = d.stats()
         page_ins = sum(m["total_page_ins"] for m in st["models"].values())
-        return page_ins, finals
+        waited = {}
+        for rid, ev in finals.items():
+            t = ev.get("timing")
+            if t:  # queued from (answer - total) to (answer - total + queue), at most
+                start = seen[rid] - t["total_ms"] / 1e3
+                waited[rid] = wait.waited(start, start + t["queue_ms"] / 1e3, (gsd.RunWait.WORKER,))
+        return page_ins, finals, waited
     finally:
+        wait.close()
         d.stop()
 
 
 def test_swap_aware_pages_in_at_least_3x_less_than_fifo_and_bounds_waiting():
     # a recorded interleaved sequence: round robin over four models, 48 requests
     order = ["m%d" % (i % 4) for i in range(48)]
-    sa, sa_final = run_policy("swap-aware", order)
-    ff, ff_final = run_policy("fifo", order)
+    sa, sa_final, sa_waited = run_policy("swap-aware", order)
+    ff, ff_final, _ = run_policy("fifo", order)
     print("   page-ins: swap-aware %d, fifo %d (%.1fx)" % (sa, ff, ff / max(sa, 1)))
     bad = [e for e in list(sa_final.values()) + list(ff_final.values()) if e["event"] != "done"]
     assert not bad, bad[:3]
@@ -129,9 +140,12 @@ def test_swap_aware_pages_in_at_least_3x_less_than_fifo_and_bounds_waiting():
     # policy's trade-off shifts (measured there: 2.25x); it must still never page in more than fifo
     assert ff >= (3 if gsd.TIMEOUT_FACTOR == 1 else 1) * sa, (sa, ff)
     # max_wait plus one quantum (4 x swap-in time, at least 50 ms) and the step under way when
-    # the wait ran out
+    # the wait ran out, plus what the worker waited for a CPU meanwhile (a loaded host's share)
+    over = [(e["timing"]["queue_ms"], 1e3 * sa_waited[rid]) for rid, e in sa_final.items()
+            if e["timing"]["queue_ms"] > MAX_WAIT_MS + gsd.scaled(250) + 1e3 * sa_waited[rid]]
     worst = max(e["timing"]["queue_ms"] for e in sa_final.values())
-    assert worst <= MAX_WAIT_MS + gsd.scaled(250), worst
+    print("   swap-aware: longest queue_ms %.0f (max_wait %d ms)" % (worst, MAX_WAIT_MS))
+    assert not over, over
 
 
 def test_every_error_code_and_the_connection_survives():

@@ -223,6 +223,30 @@ def test_a_slow_copy_only_delays_and_the_daemon_keeps_answering():
         assert d.stop() == 0
 
 
+def test_a_planted_worker_stall_only_delays_the_passes_it_hits():
+    """The "stall" fault (what the latency tests plant to show they catch a stall): the worker sleeps
+    before each of its next count passes; the answers stay right, and then it runs as before."""
+    d = FaultDaemon(MODELS, memory=POOL)
+    try:
+        assert_served(d, "m0")
+        d.fault("stall", count=2, delay_ms=300)
+        t0 = time.monotonic()
+        assert_served(d, "m0", "stalled")
+        assert time.monotonic() - t0 >= 0.6, "two passes, each 300 ms late"
+        assert "fault injection: stall, next 2 operations, delay 300 ms" in d.logtext()
+        d.fault("stall", count=5, delay_ms=300)
+        d.fault("off")  # clears it
+        wait = gsd.RunWait(d)
+        s = gsd.Stream(d, "m0", N, "after")
+        s.wait()
+        # the gaps less the worker's wait for a CPU (a loaded host's share), none a stall
+        own = wait.own(s.gaps())
+        wait.close()
+        assert all(g < 0.3 for g, _ in own), own
+    finally:
+        assert d.stop() == 0
+
+
 def test_a_copy_past_the_timeout_fails_its_request_then_the_model_serves():
     d = FaultDaemon(MODELS, memory=POOL, copy_timeout="500ms")
     try:
@@ -474,6 +498,7 @@ if __name__ == "__main__":
                test_a_persistent_map_failure_evicts_retries_answers_overloaded_and_never_wedges,
                test_a_failing_copy_during_an_admin_load_is_retried,
                test_a_slow_copy_only_delays_and_the_daemon_keeps_answering,
+               test_a_planted_worker_stall_only_delays_the_passes_it_hits,
                test_a_copy_past_the_timeout_fails_its_request_then_the_model_serves,
                test_model_files_corrupted_or_deleted_around_a_reload,
                test_socket_paths_already_taken_at_start,

@@ -1063,6 +1063,20 @@ Test(proto, fault_op_is_admin_only_and_typed)
                      -PROTO_E_BAD_REQUEST, "%s", bad[i]);
 }
 
+Test(proto, fault_stall_is_the_kind_after_the_backends_and_takes_a_delay)
+{
+    proto_req_t r;
+    char err[256];
+    const char *ok = "{\"op\":\"fault\",\"id\":1,\"fault\":\"stall\",\"delay_ms\":300}";
+    cr_assert_eq(proto_parse_request(ok, strlen(ok), 1, &r, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.fault, PROTO_FAULT_STALL);
+    cr_assert_str_eq(proto_fault_name(r.fault), "stall");
+    cr_assert_eq(r.fault_delay_ms, 300);
+    cr_assert_eq(r.fault_count, 0, "count not given: one pass");
+    proto_req_free(&r);
+    cr_assert_null(proto_fault_name(PROTO_FAULT_STALL + 1));
+}
+
 /* ------------------------------------------------------------------ client-side events */
 
 static void event_ok(char *line, int kind, proto_event_t *ev)

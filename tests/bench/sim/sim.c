@@ -476,17 +476,13 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     sm->name = m->name;
     sm->path = m->name;
     sm->model = &m->mod;
-    size_t off = 0;
     for (uint32_t s = 0; s < sm->n_segs; s++) {
         double b = s == FWD_SEG_EMBED               ? m->si.embed_bytes
                    : s == FWD_SEG_HEAD(sh->n_layer) ? m->si.head_store_bytes
                                                     : m->si.layer_bytes;
-        sm->segs[s].off = off;
         sm->segs[s].bytes = (size_t)b;
-        sm->segs[s].span = round_up((size_t)b ? (size_t)b : 1, page);
-        off += sm->segs[s].span;
     }
-    sm->image_bytes = off;
+    store_layout_segments(sm, page); /* as the store lays a file out */
     /* a host address the virtual device never reads; distinct per model */
     sm->image = (uint8_t *)(uintptr_t)(((uint64_t)0x7f00 + (uint64_t)i) << 32);
     m->sm = sm;
