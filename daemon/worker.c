@@ -158,6 +158,27 @@ static void log_failed_models(const wk_t *w)
                     failed, w->n_models, sum);
 }
 
+/* What the device came out as, against what the config asked. */
+static void log_device(const wk_t *w)
+{
+    const cfg_t *cfg = w->cfg;
+    char hostmem[32], a[32], b[32];
+    if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
+        log_info("device.page_size %s changed to %s (the %s backend's granularity)",
+                 cfg_format_size(cfg->device.page_size, a, sizeof a),
+                 cfg_format_size(w->be->page_size, b, sizeof b), w->be->name);
+    if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
+        log_info("device.memory %s lowered to %s (whole pages)",
+                 cfg_format_size(cfg->device.memory, a, sizeof a),
+                 cfg_format_size(w->be->pool_bytes, b, sizeof b));
+    log_info("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
+             w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
+             cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem)
+                              : "unlimited");
+    if (w->be->desc)
+        log_info("%s backend: %s", w->be->name, w->be->desc);
+}
+
 wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err, size_t errlen)
 {
     wk_t *w = calloc(1, sizeof *w);
@@ -209,21 +230,7 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
         snprintf(err, errlen, "setup failed: %s", berr);
         goto fail;
     }
-    char hostmem[32], a[32], b[32];
-    if (cfg->device.page_size && w->be->page_size != cfg->device.page_size)
-        log_info("device.page_size %s changed to %s (the %s backend's granularity)",
-                 cfg_format_size(cfg->device.page_size, a, sizeof a),
-                 cfg_format_size(w->be->page_size, b, sizeof b), w->be->name);
-    if (cfg->device.memory && w->be->pool_bytes != cfg->device.memory && !w->be->zero_copy)
-        log_info("device.memory %s lowered to %s (whole pages)",
-                 cfg_format_size(cfg->device.memory, a, sizeof a),
-                 cfg_format_size(w->be->pool_bytes, b, sizeof b));
-    log_info("%s backend, device pool %.1f MiB in %.0f KiB pages, host budget %s", w->be->name,
-             w->be->pool_bytes / 1048576.0, w->be->page_size / 1024.0,
-             cfg->host.memory ? cfg_format_size(cfg->host.memory, hostmem, sizeof hostmem)
-                              : "unlimited");
-    if (w->be->desc)
-        log_info("%s backend: %s", w->be->name, w->be->desc);
+    log_device(w);
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++) {
         wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
         w->models[w->n_models++] = nm;

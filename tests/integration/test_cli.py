@@ -34,10 +34,23 @@ class SlowDaemon(gsd.Daemon):
         with open(self.config) as f:
             text = f.read()
         with open(self.config, "w") as f:
-            f.write(text.replace("  threads: 1\n", "  threads: 1\n  sim_bandwidth: 64MiB\n", 1))
+            f.write(text.replace("  threads: 1\n", "  threads: 1\n  sim_bandwidth: 64MiB\n  fault_injection: true\n", 1))
 
 
 D = SlowDaemon(MODELS, memory="32MiB", page="256KiB")
+
+
+class paced:
+    """Every pass of the daemon's at least 5 ms for a while (the admin "stall" fault), so that a
+    signal sent mid-answer lands mid-answer also on a loaded host, where the client may run late:
+    greedy "Once" on big ends at eos after some 400 tokens, 0.3 s unpaced."""
+
+    def __enter__(self):
+        ans = D.admin_call({"op": "fault", "id": "p", "fault": "stall", "count": 100000, "delay_ms": 5})
+        assert ans.get("ok"), ans
+
+    def __exit__(self, *exc):
+        D.admin_call({"op": "fault", "id": "p", "fault": "off"})
 
 
 def gs(*args, stdin=None, env=None, sockets=True, timeout=60):
@@ -303,6 +316,8 @@ def test_chat_on_a_terminal_prompts_and_ctrl_c_stops_only_the_answer():
     try:
         read_until(b"> ")
         assert b"Chatting with big" in seen, seen
+        pace = paced()
+        pace.__enter__()
         os.write(master, b"Once\n")
         start = len(seen)
         deadline = time.time() + 20
@@ -314,6 +329,7 @@ def test_chat_on_a_terminal_prompts_and_ctrl_c_stops_only_the_answer():
         os.write(master, b"/exit\n")
         p.wait(20)
     finally:
+        D.admin_call({"op": "fault", "id": "p", "fault": "off"})
         if p.poll() is None:
             p.kill()
             p.wait()
@@ -323,6 +339,11 @@ def test_chat_on_a_terminal_prompts_and_ctrl_c_stops_only_the_answer():
 
 
 def test_ctrl_c_during_generate_sends_a_cancel_and_exits_130():
+    with paced():
+        ctrl_c_during_generate()
+
+
+def ctrl_c_during_generate():
     before = D.stats()["models"]["big"]["total_cancelled"]
     p = subprocess.Popen([GPUSWAP, "--socket", D.sock, "generate", "-m", "big", "-n", "3000", "--temp", "0",
                           "-v", "Once"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -558,7 +558,10 @@ def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
             q_recv = qs.ts[0] - qd["timing"]["ttft_ms"] / 1e3
             during = [g for g, _ in beside]
             copy = copy_s(d, "q", before)
-            worst, bound = max(during), min(CATCH_S, 1.5 * step + q_pass + SLACK_MS / 1e3)
+            # 2x step + 3x slack: q's streamed passes run beside a's and their copies land late
+            # on a loaded host (two CPU hogs: 42-58 ms gaps against 1.5x + 10 ms's 39 ms); a
+            # planted 300 ms stall still shows (312-320 ms), and CATCH_S caps the bound
+            worst, bound = max(during), min(CATCH_S, 2 * step + q_pass + 3 * SLACK_MS / 1e3)
             print("   a solo: step %.2f ms (largest gap %.2f); while q streamed (%d tokens, %.0f ms of copy in %.0f ms; "
                   "q's first pass computes %.1f ms): %d gaps, median %.2f ms, largest %.2f ms (bound %.2f ms; "
                   "%.2f ms as the clock saw it)" % (
@@ -571,7 +574,7 @@ def test_a_stream_does_not_stall_while_a_quota_streamed_model_runs():
             if worst <= bound:
                 ok = True
                 break
-        assert ok, "a's largest gap while q streamed exceeded 1.5x its solo step + q's compute + %g ms in %d runs" % (
+        assert ok, "a's largest gap while q streamed exceeded 2x its solo step + q's compute + 3x %g ms in %d runs" % (
             SLACK_MS, ATTEMPTS)
     finally:
         assert d.stop() == 0
