@@ -158,6 +158,11 @@ char *proto_encode_ok(const json_t *id, json_t *body);
 /* {"id":..,"event":"progress","model":..,"bytes":..,"total":..} (admin load). */
 char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total);
 
+/* A JSON string of s (NULL: ""), bytes that are not valid UTF-8 written as U+FFFD, as
+ * every encoder writes text; new reference, NULL on OOM. For front ends that build
+ * their own answers from the same text (daemon/http.c). */
+json_t *proto_str_new(const char *s);
+
 /* ------------------------------------------------------------------ client side */
 
 /* Builds the request line for req (the inverse of proto_parse_request: parsing
