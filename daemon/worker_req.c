@@ -64,7 +64,7 @@ static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t 
                      .text = strndup(text, n),
                      .token = token,
                      .ts = t};
-    if (!ev.text) { /* out of memory: no event, as no line before */
+    if (!ev.text) { /* out of memory: the token is not sent */
         wk_event_clear(&ev);
         return;
     }
