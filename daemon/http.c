@@ -380,7 +380,7 @@ static size_t http_pending(void *ctx)
 static void reply_json(hreq_t *r, int status, json_t *body)
 {
     struct evbuffer *buf = evbuffer_new();
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, PROTO_DUMP_FLAGS) : NULL;
     json_decref(body);
     struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
     evhttp_add_header(hd, "Content-Type", "application/json");
@@ -449,7 +449,7 @@ static json_t *error_body(int status, const char *code, const char *message)
 
 static void send_sse(hreq_t *r, json_t *obj /* stolen */)
 {
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = obj ? json_dumps(obj, PROTO_DUMP_FLAGS) : NULL;
     json_decref(obj);
     struct evbuffer *buf = evbuffer_new();
     if (buf && text) {

@@ -353,7 +353,7 @@ static char *line_finish(json_t *root)
     if (!root)
         return NULL;
     linebuf_t lb = {0};
-    int rc = json_dump_callback(root, linebuf_put, &lb, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    int rc = json_dump_callback(root, linebuf_put, &lb, PROTO_DUMP_FLAGS);
     json_decref(root);
     if (rc != 0 || !lb.buf) {
         free(lb.buf);

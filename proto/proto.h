@@ -128,6 +128,10 @@ void proto_req_sampler_set(proto_req_t *req, int i, double v);
 /* Frees everything req owns and zeroes it; accepts NULL. */
 void proto_req_free(proto_req_t *req);
 
+/* How every answer is dumped: compact, reals to 15 significant digits, so a
+ * number reads the same on every surface (socket lines, HTTP bodies). */
+#define PROTO_DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+
 /* ------------------------------------------------------------------ encoders
  * Each returns one malloc'ed, NUL-terminated line INCLUDING the trailing '\n'
  * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
