@@ -380,7 +380,7 @@ static size_t http_pending(void *ctx)
 static void reply_json(hreq_t *r, int status, json_t *body)
 {
     struct evbuffer *buf = evbuffer_new();
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, PROTO_DUMP_FLAGS) : NULL;
     json_decref(body);
     struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
     evhttp_add_header(hd, "Content-Type", "application/json");
@@ -442,13 +442,14 @@ static const char *type_of(int status)
 /* {"error":{"message","type","param":null,"code"}} */
 static json_t *error_body(int status, const char *code, const char *message)
 {
-    return json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message ? message : code,
-                     "type", type_of(status), "param", "code", code);
+    return json_pack("{s:{s:o, s:s, s:n, s:s}}", "error", "message",
+                     proto_str_new(message ? message : code), "type", type_of(status), "param",
+                     "code", code);
 }
 
 static void send_sse(hreq_t *r, json_t *obj /* stolen */)
 {
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = obj ? json_dumps(obj, PROTO_DUMP_FLAGS) : NULL;
     json_decref(obj);
     struct evbuffer *buf = evbuffer_new();
     if (buf && text) {
@@ -477,7 +478,7 @@ static void sse_end(hreq_t *r, int done)
 }
 
 /* The one way an HTTP error leaves: through the server's emitter (counted),
- * which hands the encoded line back to http_line. status 0 = the code's. */
+ * which hands the error event back to http_event. status 0 = the code's. */
 static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, ...)
@@ -493,36 +494,89 @@ static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, 
 
 /* ------------------------------------------------------------------ completions: answers */
 
-static const char *finish_of(const char *reason)
+/* OpenAI's finish_reason: length -> "length"; stop, eos, cancelled -> "stop". */
+static const char *finish_of(proto_finish_t reason)
 {
-    if (reason && strcmp(reason, proto_finish_name(PROTO_FINISH_LENGTH)) == 0)
-        return "length";
-    return "stop"; /* stop, eos, cancelled */
+    return reason == PROTO_FINISH_LENGTH ? "length" : "stop";
 }
 
-static json_t *chunk_new(hreq_t *r, json_t *choices /* stolen */)
+static json_t *chunk_new(const http_answer_t *a, json_t *choices /* stolen */)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->rid, "object",
-                     r->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)r->created, "model", r->model, "choices", choices);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", a->rid, "object",
+                     a->chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)a->created, "model", a->model ? a->model : "", "choices", choices);
 }
 
 /* One streamed choice: text NULL with finish set for the last one. */
-static json_t *chunk_choice(hreq_t *r, const char *text, const char *finish, int role)
+static json_t *chunk_choice(const http_answer_t *a, const char *text, const char *finish, int role)
 {
     json_t *c = json_pack("{s:i, s:n}", "index", 0, "logprobs");
-    if (r->kind == HK_CHAT) {
+    if (!c)
+        return NULL;
+    if (a->chat) {
         json_t *delta = json_object();
         if (role)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (text)
-            json_object_set_new(delta, "content", json_string(text));
+            json_object_set_new(delta, "content", proto_str_new(text));
         json_object_set_new(c, "delta", delta);
     } else {
-        json_object_set_new(c, "text", json_string(text ? text : ""));
+        json_object_set_new(c, "text", proto_str_new(text));
     }
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     return json_pack("[o]", c);
+}
+
+static json_t *usage_of(const wk_event_t *ev)
+{
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)ev->prompt_tokens,
+                     "completion_tokens", (json_int_t)ev->completion_tokens, "total_tokens",
+                     (json_int_t)ev->prompt_tokens + (json_int_t)ev->completion_tokens);
+}
+
+json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage)
+{
+    if (ev->kind == WK_EVENT_DONE && usage) {
+        json_t *c = chunk_new(a, json_array());
+        if (c && json_object_set_new(c, "usage", usage_of(ev))) {
+            json_decref(c);
+            return NULL;
+        }
+        return c;
+    }
+    if (ev->kind == WK_EVENT_TOKEN)
+        return chunk_new(a, chunk_choice(a, ev->text ? ev->text : "", NULL, 0));
+    if (ev->kind == WK_EVENT_DONE)
+        return chunk_new(a, chunk_choice(a, NULL, finish_of(ev->finish), 0));
+    return NULL;
+}
+
+json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev)
+{
+    if (ev->kind != WK_EVENT_DONE)
+        return NULL;
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    if (!choice)
+        return NULL;
+    if (a->chat)
+        json_object_set_new(
+            choice, "message",
+            json_pack("{s:s, s:o}", "role", "assistant", "content", proto_str_new(ev->text)));
+    else
+        json_object_set_new(choice, "text", proto_str_new(ev->text));
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", json_string(finish_of(ev->finish)));
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", a->rid, "object",
+                     a->chat ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)a->created, "model", a->model ? a->model : "", "choices", choice,
+                     "usage", usage_of(ev));
+}
+
+/* What r's OpenAI answers say of it. */
+static http_answer_t answer_of(const hreq_t *r)
+{
+    return (http_answer_t){
+        .rid = r->rid, .model = r->model, .created = r->created, .chat = r->kind == HK_CHAT};
 }
 
 static void stream_start(hreq_t *r)
@@ -534,92 +588,61 @@ static void stream_start(hreq_t *r)
     evhttp_add_header(hd, "Cache-Control", "no-cache");
     evhttp_send_reply_start(r->req, 200, "OK");
     r->started = 1;
-    if (r->kind == HK_CHAT)
-        send_sse(r, chunk_new(r, chunk_choice(r, "", NULL, 1)));
+    if (r->kind == HK_CHAT) {
+        http_answer_t a = answer_of(r);
+        send_sse(r, chunk_new(&a, chunk_choice(&a, "", NULL, 1)));
+    }
 }
 
-static json_t *usage_of(const json_t *root)
-{
-    const json_t *u = json_object_get(root, "usage");
-    json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
-    json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", p, "completion_tokens", c, "total_tokens",
-                     p + c);
-}
-
-static void gen_token(hreq_t *r, const json_t *root)
+static void gen_token(hreq_t *r, const wk_event_t *ev)
 {
     if (!r->stream)
         return;
-    const char *text = json_string_value(json_object_get(root, "text"));
     stream_start(r);
-    if (text && text[0])
-        send_sse(r, chunk_new(r, chunk_choice(r, text, NULL, 0)));
+    http_answer_t a = answer_of(r);
+    if (ev->text && ev->text[0])
+        send_sse(r, http_chunk_of(&a, ev, 0));
 }
 
-static void gen_done(hreq_t *r, const json_t *root)
+static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
     if (r->admitted) {
-        const json_t *u = json_object_get(root, "usage");
-        json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
-        json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
         r->admitted = 0;
-        auth_finish(r->h->auth, r->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(c > 0 ? c : 0),
-                    auth_now());
+        auth_finish(r->h->auth, r->key,
+                    (uint64_t)ev->prompt_tokens + (uint64_t)ev->completion_tokens, auth_now());
     }
-    const char *finish = finish_of(json_string_value(json_object_get(root, "finish_reason")));
+    http_answer_t a = answer_of(r);
     if (r->stream) {
         stream_start(r);
-        send_sse(r, chunk_new(r, chunk_choice(r, NULL, finish, 0)));
-        if (r->include_usage) {
-            json_t *c = chunk_new(r, json_array());
-            json_object_set_new(c, "usage", usage_of(root));
-            send_sse(r, c);
-        }
+        send_sse(r, http_chunk_of(&a, ev, 0));
+        if (r->include_usage)
+            send_sse(r, http_chunk_of(&a, ev, 1));
         sse_end(r, 1);
         return;
     }
-    const char *text = json_string_value(json_object_get(root, "text"));
-    json_t *choice = json_pack("{s:i}", "index", 0);
-    if (r->kind == HK_CHAT)
-        json_object_set_new(
-            choice, "message",
-            json_pack("{s:s, s:s}", "role", "assistant", "content", text ? text : ""));
-    else
-        json_object_set_new(choice, "text", json_string(text ? text : ""));
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", json_string(finish));
-    reply_json(r, 200,
-               json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->rid, "object",
-                         r->kind == HK_CHAT ? "chat.completion" : "text_completion", "created",
-                         (json_int_t)r->created, "model", r->model, "choices", choice, "usage",
-                         usage_of(root)));
+    reply_json(r, 200, http_completion_of(&a, ev));
 }
 
-static void any_error(hreq_t *r, const json_t *root)
+static void any_error(hreq_t *r, const wk_event_t *ev)
 {
-    const json_t *e = json_object_get(root, "error");
-    const char *code = json_string_value(json_object_get(e, "code"));
-    const char *msg = json_string_value(json_object_get(e, "message"));
-    if (!code)
-        code = "internal";
-    int status = r->status ? r->status : status_of(proto_err_from_code(code));
+    const char *code = proto_err_code(ev->code);
+    int status = r->status ? r->status : status_of(ev->code);
     if (r->started) {
-        send_sse(r, error_body(status, code, msg));
+        send_sse(r, error_body(status, code, ev->message));
         sse_end(r, 0);
         return;
     }
-    reply_json(r, status, error_body(status, code, msg));
+    reply_json(r, status, error_body(status, code, ev->message));
 }
 
 /* ------------------------------------------------------------------ /v1/models, /metrics */
 
-static void models_ok(hreq_t *r, const json_t *root)
+static void models_ok(hreq_t *r, const json_t *body)
 {
     json_t *data = json_array();
     size_t i;
     const json_t *m;
-    json_array_foreach (json_object_get(root, "models"), i, m) {
+    json_array_foreach (json_object_get(body, "models"), i, m) {
         const char *name = json_string_value(json_object_get(m, "name"));
         if (!name)
             continue;
@@ -1119,61 +1142,49 @@ static void prom_auth(struct evbuffer *b, const json_t *auth)
     }
 }
 
-static void metrics_ok(hreq_t *r, const json_t *root)
+static void metrics_ok(hreq_t *r, const json_t *body)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) {
         http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
         return;
     }
-    prom_render(b, root);
-    prom_gateway(b, root, r->h->cfg->metrics.vllm_compat);
-    prom_auth(b, json_object_get(root, "auth"));
+    prom_render(b, body);
+    prom_gateway(b, body, r->h->cfg->metrics.vllm_compat);
+    prom_auth(b, json_object_get(body, "auth"));
     reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b);
     evbuffer_free(b);
 }
 
 /* ------------------------------------------------------------------ answers from the worker */
 
-/* Every line for one of our ids: worker answers and srv_send_error's. */
-static void http_line(void *ctx, uint64_t conn, char *line)
+/* Every event for one of our ids, worker answers and srv_send_error's: the
+ * OpenAI encoders above build the answer from its fields. */
+static void http_event(void *ctx, const wk_event_t *ev)
 {
     http_t *h = ctx;
-    hreq_t *r = hreq_find(h, conn);
-    if (!r || r->answered) {
-        free(line);
+    hreq_t *r = hreq_find(h, ev->conn);
+    if (!r || r->answered)
         return;
-    }
-    size_t len = strlen(line);
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-        len--;
-    proto_event_t ev;
-    char err[256];
-    if (proto_parse_event(line, len, &ev, err, sizeof err)) {
-        free(line);
-        http_fail(r, 0, PROTO_E_INTERNAL, "unreadable answer from the worker: %s", err);
-        return;
-    }
-    free(line);
-    switch (ev.kind) {
-    case PROTO_EV_ERROR: any_error(r, ev.root); break;
-    case PROTO_EV_TOKEN:
-        if (r->kind == HK_COMPLETION || r->kind == HK_CHAT)
-            gen_token(r, ev.root);
+    int gen = r->kind == HK_COMPLETION || r->kind == HK_CHAT;
+    switch (ev->kind) {
+    case WK_EVENT_ERROR: any_error(r, ev); break;
+    case WK_EVENT_TOKEN:
+        if (gen)
+            gen_token(r, ev);
         break;
-    case PROTO_EV_DONE:
-        if (r->kind == HK_COMPLETION || r->kind == HK_CHAT)
-            gen_done(r, ev.root);
+    case WK_EVENT_DONE:
+        if (gen)
+            gen_done(r, ev);
         break;
-    case PROTO_EV_OK:
+    case WK_EVENT_RESULT:
         if (r->kind == HK_MODELS || r->kind == HK_MODEL)
-            models_ok(r, ev.root);
+            models_ok(r, ev->body);
         else if (r->kind == HK_METRICS)
-            metrics_ok(r, ev.root);
+            metrics_ok(r, ev->body);
         break;
-    case PROTO_EV_PROGRESS: break;
+    case WK_EVENT_PROGRESS: break;
     }
-    proto_event_free(&ev);
 }
 
 /* ------------------------------------------------------------------ completions: requests */
@@ -1849,7 +1860,7 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
                           errlen))
             goto fail;
     }
-    srv_foreign_t f = {.line = http_line, .pending = http_pending, .ctx = h};
+    srv_foreign_t f = {.event = http_event, .pending = http_pending, .ctx = h};
     srv_set_foreign(srv, &f);
     return h;
 fail:

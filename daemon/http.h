@@ -3,10 +3,13 @@
 #define HTTP_H
 
 #include <event2/event.h>
+#include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "server.h"
+#include "wk_event.h"
 #include "worker.h"
 
 /*
@@ -32,8 +35,10 @@
  * Each HTTP request is translated into a JSON-lines request and parsed by
  * proto_parse_request (the socket's validation and messages), then handed to
  * the worker under a connection id from the server's space
- * (srv_conn_id_new); the server forwards the answers for ids it does not own
- * here (srv_set_foreign). Errors go through the server's one emitter
+ * (srv_conn_id_new); the server forwards the worker's events (wk_event.h) for
+ * ids it does not own here (srv_set_foreign), and the answer is built from
+ * their typed fields (http_chunk_of, http_completion_of). Errors go through
+ * the server's one emitter
  * (srv_send_error: counted) and come back as OpenAI's shape
  * {"error":{"message","type","param":null,"code"}}, code being the wire code:
  *   400 bad_json, bad_request, context_overflow   404 unknown_model, unknown path
@@ -102,5 +107,25 @@ void http_free(http_t *h);
  * -PROTO_E_INTERNAL (out of memory). No state is touched: safe in any thread. */
 int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
                      int *include_usage, char *err, size_t errlen);
+
+/* What an OpenAI answer says of its request (plain data; strings borrowed). */
+typedef struct http_answer {
+    const char *rid;   /* the answer's id: "cmpl-..." or "chatcmpl-..." */
+    const char *model; /* the model the request named */
+    int64_t created;   /* unix seconds at its arrival */
+    int chat;          /* /v1/chat/completions (chat.completion objects), else /v1/completions */
+} http_answer_t;
+
+/* The OpenAI encoders of the worker's generation events: a new reference, or
+ * NULL on OOM or for an event they do not encode. Pure: safe in any thread.
+ *   http_chunk_of       one streamed chunk (object "text_completion" or
+ *                       "chat.completion.chunk"): TOKEN -> its text in
+ *                       choices[0].text or .delta.content; DONE -> the last
+ *                       choice, with finish_reason; usage set: DONE -> the
+ *                       usage chunk (choices empty, usage with total_tokens)
+ *   http_completion_of  DONE -> the whole answer of a request without stream
+ *                       (choices[0].text or .message, finish_reason, usage) */
+json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage);
+json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev);
 
 #endif

@@ -157,10 +157,9 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     srv_set_cfg(d->srv, next);
     wk_reload(d->wk, next);
     if (conn)
-        srv_send_line(d->srv, conn,
-                      proto_encode_ok(id, json_pack("{s:o, s:o, s:o, s:o, s:o}", "added", added,
-                                                    "removed", removed, "changed", changed,
-                                                    "changed_keys", keys, "settings", settings)));
+        srv_send_result(d->srv, conn, id,
+                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "added", added, "removed", removed,
+                                  "changed", changed, "changed_keys", keys, "settings", settings));
     else {
         json_decref(added);
         json_decref(removed);

@@ -60,7 +60,7 @@ struct srv {
     uint64_t next_id;
     uint32_t n_conns;
     int draining;
-    srv_foreign_t foreign; /* lines for ids not in the table (HTTP) */
+    srv_foreign_t foreign; /* events for ids not in the table (HTTP) */
     auth_t *auth;          /* API keys (srv_set_auth); NULL = the auth op is refused */
     int from_worker;       /* sending the worker's answers (wake_cb): only they end requests */
 };
@@ -89,30 +89,27 @@ static void conn_auth_drop(conn_t *c)
     c->key = NULL;
 }
 
-/* A line from the worker to a connection with generate/chat requests in
- * flight under a key: when it ends one of them (a done or error event, whose
- * quoted keys cannot occur inside a JSON string), the key's slot is released
- * and its tokens charged. The server's own errors never do: one tagged with
- * the id of a request still running must not free its slot. */
-static void conn_auth_line(conn_t *c, const char *line)
+/* An event from the worker to a connection with generate/chat requests in
+ * flight under a key: when it ends one of them (a done or error event), the
+ * key's slot is released and its tokens charged. The server's own errors
+ * never do: one tagged with the id of a request still running must not free
+ * its slot. */
+static void conn_auth_event(conn_t *c, const wk_event_t *ev)
 {
-    if (!strstr(line, "\"event\":\"done\"") && !strstr(line, "\"event\":\"error\""))
+    if (ev->kind != WK_EVENT_DONE && ev->kind != WK_EVENT_ERROR)
         return;
-    json_t *root = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
-    const json_t *id = json_object_get(root, "id");
-    for (size_t i = 0; id && i < c->n_gen; i++) {
+    const json_t *id = ev->id ? ev->id : json_null();
+    for (size_t i = 0; i < c->n_gen; i++) {
         if (!json_equal(c->gen[i], id))
             continue;
-        const json_t *u = json_object_get(root, "usage");
-        json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
-        json_int_t g = json_integer_value(json_object_get(u, "completion_tokens"));
-        auth_finish(c->s->auth, c->key, (uint64_t)(p > 0 ? p : 0) + (uint64_t)(g > 0 ? g : 0),
-                    auth_now());
+        uint64_t used = ev->kind == WK_EVENT_DONE
+                            ? (uint64_t)ev->prompt_tokens + (uint64_t)ev->completion_tokens
+                            : 0;
+        auth_finish(c->s->auth, c->key, used, auth_now());
         json_decref(c->gen[i]);
         c->gen[i] = c->gen[--c->n_gen];
         break;
     }
-    json_decref(root);
 }
 
 static void conn_free(conn_t *c)
@@ -140,16 +137,41 @@ static void conn_write(conn_t *c, const char *line, size_t len)
     bufferevent_write(c->bev, line, len);
 }
 
-void srv_send_line(srv_t *s, uint64_t conn, char *line)
+/* ------------------------------------------------------------------ answers */
+
+char *srv_event_line(const wk_event_t *ev)
 {
-    conn_t *c = conn_find(s, conn);
-    if (!c && line && s->foreign.line) {
-        s->foreign.line(s->foreign.ctx, conn, line);
+    switch (ev->kind) {
+    case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts);
+    case WK_EVENT_DONE:
+        return proto_encode_done(ev->id, ev->text ? ev->text : "", proto_finish_name(ev->finish),
+                                 ev->prompt_tokens, ev->completion_tokens, &ev->timing);
+    case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message);
+    case WK_EVENT_RESULT: return proto_encode_ok(ev->id, json_incref(ev->body));
+    case WK_EVENT_PROGRESS: return proto_encode_progress(ev->id, ev->model, ev->bytes, ev->total);
+    }
+    return NULL;
+}
+
+void srv_emit(srv_t *s, const wk_event_t *ev)
+{
+    if (ev->kind == WK_EVENT_ERROR) {
+        stats_server.total_errors++;
+        if ((int)ev->code > 0 && (int)ev->code < 16)
+            stats_server.errors_by_code[ev->code]++;
+    }
+    conn_t *c = conn_find(s, ev->conn);
+    if (!c) {
+        if (s->foreign.event)
+            s->foreign.event(s->foreign.ctx, ev);
         return;
     }
-    if (c && line && c->n_gen && s->from_worker)
-        conn_auth_line(c, line);
-    if (c && line)
+    if (c->n_gen && s->from_worker)
+        conn_auth_event(c, ev);
+    if (c->closing)
+        return;
+    char *line = srv_event_line(ev);
+    if (line)
         conn_write(c, line, strlen(line));
     free(line);
 }
@@ -157,10 +179,24 @@ void srv_send_line(srv_t *s, uint64_t conn, char *line)
 void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
                     const char *message)
 {
-    stats_server.total_errors++;
-    if ((int)code > 0 && (int)code < 16)
-        stats_server.errors_by_code[code]++;
-    srv_send_line(s, conn, proto_encode_error(id, code, message));
+    /* borrowed for the call: srv_emit keeps nothing of it */
+    wk_event_t ev = {.kind = WK_EVENT_ERROR,
+                     .conn = conn,
+                     .id = (json_t *)id,
+                     .code = code,
+                     .message = (char *)message};
+    srv_emit(s, &ev);
+}
+
+void srv_send_result(srv_t *s, uint64_t conn, const json_t *id, json_t *body)
+{
+    if (body && !json_is_object(body)) {
+        json_decref(body);
+        return;
+    }
+    wk_event_t ev = {.kind = WK_EVENT_RESULT, .conn = conn, .id = (json_t *)id, .body = body};
+    srv_emit(s, &ev);
+    json_decref(body);
 }
 
 static void close_after_flush(conn_t *c)
@@ -203,7 +239,7 @@ static void conn_auth_op(conn_t *c, const proto_req_t *req)
     }
     auth_key_unref(c->key);
     c->key = k;
-    srv_send_line(s, c->id, proto_encode_ok(req->id, json_pack("{s:s}", "key", auth_key_name(k))));
+    srv_send_result(s, c->id, req->id, json_pack("{s:s}", "key", auth_key_name(k)));
 }
 
 /* Applies the connection's key to req before it goes to the worker: 0, or -1
@@ -644,13 +680,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     for (wk_out_t *o = wk_take(s->wk), *nx; o; o = nx) {
         nx = o->next;
         switch (o->kind) {
-        case WK_OUT_LINE:
-            srv_send_line(s, o->conn, o->line);
-            o->line = NULL;
-            break;
-        case WK_OUT_ERROR:
-            srv_send_error(s, o->conn, o->id, o->code, o->message ? o->message : "error");
-            break;
+        case WK_OUT_EVENT: srv_emit(s, &o->ev); break;
         case WK_OUT_RELOAD:
             if (s->hooks.reload)
                 s->hooks.reload(s->hooks.ctx, o->conn, o->id);

@@ -34,10 +34,22 @@ void srv_free(srv_t *s); /* accepts NULL; unlinks the sockets it created */
 void srv_notify(void *srv);
 /* Stop accepting: close listeners; further inference requests get shutting_down. */
 void srv_drain(srv_t *s);
-/* The one error emitter: encodes, counts and sends (loop thread). */
+/* Every answer of the loop thread leaves through srv_emit: the worker's events
+ * (from the outbox) and the loop's own. An error is counted (the one error
+ * emitter); an event for a connection the server owns is encoded once into a
+ * socket line (srv_event_line), one for another id goes to foreign.event.
+ * ev is borrowed: nothing of it is kept. Loop thread. */
+void srv_emit(srv_t *s, const wk_event_t *ev);
+/* An ERROR event for conn (message NULL: the code itself), through srv_emit. */
 void srv_send_error(srv_t *s, uint64_t conn, const json_t *id, proto_err_t code,
                     const char *message);
-void srv_send_line(srv_t *s, uint64_t conn, char *line /* taken */);
+/* A RESULT event for conn: body (taken; an object, NULL for none) tagged id,
+ * through srv_emit; a body that is not an object is dropped. */
+void srv_send_result(srv_t *s, uint64_t conn, const json_t *id, json_t *body);
+/* The socket encoder: ev as its one protocol line (proto/PROTOCOL.md; the
+ * proto_encode_* of its kind), malloc'ed, ending in '\n' (caller frees);
+ * NULL on OOM or a RESULT body that is not an object. Pure. */
+char *srv_event_line(const wk_event_t *ev);
 /* Bytes still waiting in connections' output buffers. */
 size_t srv_pending_output(const srv_t *s);
 /* The config the server was set up with changed (reload); listeners stay.
@@ -50,15 +62,16 @@ void srv_set_auth(srv_t *s, auth_t *a);
 auth_t *srv_auth(const srv_t *s);
 
 /* Connections the server does not own (the HTTP module's, daemon/http.c) take
- * their ids from the server's space (srv_conn_id_new); every line for an id
+ * their ids from the server's space (srv_conn_id_new); every event for an id
  * the server does not know, worker answers and srv_send_error alike, goes to
- * foreign.line, and srv_pending_output adds foreign.pending. Loop thread. */
+ * foreign.event (the other front end's encoder; ev borrowed for the call),
+ * and srv_pending_output adds foreign.pending. Loop thread. */
 typedef struct srv_foreign {
-    void (*line)(void *ctx, uint64_t conn, char *line /* taken */);
+    void (*event)(void *ctx, const wk_event_t *ev);
     size_t (*pending)(void *ctx); /* bytes still waiting in its output buffers */
     void *ctx;
 } srv_foreign_t;
-void srv_set_foreign(srv_t *s, const srv_foreign_t *f); /* NULL: drop such lines (the default) */
+void srv_set_foreign(srv_t *s, const srv_foreign_t *f); /* NULL: drop such events (the default) */
 /* The listen backlog of every listener: listen.max_connections (at least 128, at most SOMAXCONN),
  * so a burst of connects up to the limit waits in the kernel rather than failing with EAGAIN;
  * those past the limit are accepted and refused with an answer. */

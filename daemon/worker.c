@@ -18,9 +18,8 @@ void wk_out_free(wk_out_t *o)
 {
     if (!o)
         return;
-    free(o->line);
+    wk_event_clear(&o->ev);
     json_decref(o->id);
-    free(o->message);
     free(o);
 }
 
@@ -37,42 +36,43 @@ void wk_push_out(wk_t *w, wk_out_t *o)
         w->notify(w->notify_ctx);
 }
 
-void wk_send_line(wk_t *w, uint64_t conn, char *line)
+void wk_emit(wk_t *w, wk_event_t *ev)
 {
-    if (!line)
-        return;
     wk_out_t *o = calloc(1, sizeof *o);
     if (!o) {
-        free(line);
+        wk_event_clear(ev);
         return;
     }
-    o->kind = WK_OUT_LINE;
-    o->conn = conn;
-    o->line = line;
+    o->kind = WK_OUT_EVENT;
+    o->ev = *ev;
+    memset(ev, 0, sizeof *ev);
     wk_push_out(w, o);
 }
 
 void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
 {
-    wk_out_t *o = calloc(1, sizeof *o);
-    if (!o)
-        return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    o->kind = WK_OUT_ERROR;
-    o->conn = conn;
-    o->id = id ? json_deep_copy(id) : NULL;
-    o->code = code;
-    o->message = strdup(msg);
-    wk_push_out(w, o);
+    wk_event_t ev = {.kind = WK_EVENT_ERROR,
+                     .conn = conn,
+                     .id = id ? json_deep_copy(id) : NULL,
+                     .code = code,
+                     .message = strdup(msg)};
+    wk_emit(w, &ev);
 }
 
 void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body)
 {
-    wk_send_line(w, conn, proto_encode_ok(id, body));
+    if (body && !json_is_object(body)) { /* no answer to give (the encoder's rule) */
+        json_decref(body);
+        return;
+    }
+    wk_event_t ev = {
+        .kind = WK_EVENT_RESULT, .conn = conn, .id = id ? json_deep_copy(id) : NULL, .body = body};
+    wk_emit(w, &ev);
 }
 
 wk_out_t *wk_take(wk_t *w)

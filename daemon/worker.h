@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "proto.h"
+#include "wk_event.h"
 
 typedef struct wk wk_t;
 
@@ -16,19 +17,16 @@ typedef struct wk wk_t;
 typedef void (*wk_notify_fn)(void *ctx);
 
 typedef enum wk_out_kind {
-    WK_OUT_LINE = 1, /* send line to conn */
-    WK_OUT_ERROR,    /* send an error (through the loop's one emitter) */
-    WK_OUT_RELOAD,   /* the admin asked for a config reload */
-    WK_OUT_IDLE,     /* draining and nothing is left in flight */
+    WK_OUT_EVENT = 1, /* an event for a connection: the loop's front ends encode it */
+    WK_OUT_RELOAD,    /* the admin asked for a config reload */
+    WK_OUT_IDLE,      /* draining and nothing is left in flight */
 } wk_out_kind_t;
 
 typedef struct wk_out {
     wk_out_kind_t kind;
-    uint64_t conn;    /* target connection */
-    char *line;       /* LINE: malloc'ed, ends in '\n' */
-    json_t *id;       /* ERROR: request id (owned ref, may be NULL) */
-    proto_err_t code; /* ERROR */
-    char *message;    /* ERROR: malloc'ed */
+    wk_event_t ev; /* EVENT: owned (wk_event.h) */
+    uint64_t conn; /* RELOAD: the admin connection to answer */
+    json_t *id;    /* RELOAD: its request id (owned ref, may be NULL) */
     struct wk_out *next;
 } wk_out_t;
 

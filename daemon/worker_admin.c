@@ -300,9 +300,16 @@ void wk_admin_poll_loads(wk_t *w)
             res_model_stats(w->res, m->rm, &st);
             if (l->stream && st.curr_resident_bytes != l->last_bytes) {
                 l->last_bytes = st.curr_resident_bytes;
-                wk_send_line(
-                    w, l->conn,
-                    proto_encode_progress(l->id, m->name, l->last_bytes, m->sm->image_bytes));
+                wk_event_t ev = {.kind = WK_EVENT_PROGRESS,
+                                 .conn = l->conn,
+                                 .id = l->id ? json_deep_copy(l->id) : NULL,
+                                 .model = strdup(m->name),
+                                 .bytes = l->last_bytes,
+                                 .total = m->sm->image_bytes};
+                if (ev.model)
+                    wk_emit(w, &ev);
+                else
+                    wk_event_clear(&ev);
             }
             /* not all queued (pool held by others, or a copy failed and
              * was dropped): try again, a few times for device failures */

@@ -168,10 +168,16 @@ double wk_now(void);   /* CLOCK_MONOTONIC seconds */
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
 /* Outbox: each call queues one item for the loop and wakes it. */
 void wk_push_out(wk_t *w, wk_out_t *o);
-void wk_send_line(wk_t *w, uint64_t conn, char *line); /* takes line */
+/* The worker's sink: every answer leaves as one event (wk_event.h) for the
+ * loop's front ends to encode. Takes what ev owns and zeroes it (released
+ * if it cannot be queued). */
+void wk_emit(wk_t *w, wk_event_t *ev);
+/* An ERROR event for conn, tagged with a copy of id. */
 void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body); /* takes body */
+/* A RESULT event: body (taken; an object, or NULL for none) tagged with a copy
+ * of id; a body that is not an object is dropped, and nothing is sent. */
+void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body);
 int wk_find_model(const wk_t *w, const char *name);
 uint32_t wk_model_context(const wk_model_t *m);
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c);

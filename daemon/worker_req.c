@@ -53,6 +53,24 @@ static int text_append(wk_seq_t *s, const char *p, size_t n)
     return 0;
 }
 
+/* A token event for s: the n bytes of text (a copy), the sampled token id
+ * (-1 = none) and when it was produced. */
+static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t n, int32_t token,
+                           double t)
+{
+    wk_event_t ev = {.kind = WK_EVENT_TOKEN,
+                     .conn = s->conn,
+                     .id = s->id ? json_deep_copy(s->id) : NULL,
+                     .text = strndup(text, n),
+                     .token = token,
+                     .ts = t};
+    if (!ev.text) { /* out of memory: the token is not sent */
+        wk_event_clear(&ev);
+        return;
+    }
+    wk_emit(w, &ev);
+}
+
 /* Ends a sequence with a done event (and frees it). */
 void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
 {
@@ -63,7 +81,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     if (np > 0 && !s->stopped_on_string)
         text_append(s, piece, (size_t)np);
     if (s->req.stream && s->text_len > s->sent) {
-        wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, -1, t));
+        seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t);
         s->sent = s->text_len;
     }
     double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
@@ -74,9 +92,17 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         .total_ms = (t - s->t_arrival) * 1e3,
         .swapped = s->swapped,
     };
-    wk_send_line(w, s->conn,
-                 proto_encode_done(s->id, s->text ? s->text : "", proto_finish_name(reason),
-                                   s->n_prompt, s->n_gen, &tm));
+    wk_event_t ev = {.kind = WK_EVENT_DONE,
+                     .conn = s->conn,
+                     .id = s->id ? json_deep_copy(s->id) : NULL,
+                     .text = s->text, /* the whole text: the sequence ends here */
+                     .finish = reason,
+                     .prompt_tokens = s->n_prompt,
+                     .completion_tokens = s->n_gen,
+                     .timing = tm};
+    s->text = NULL;
+    s->text_len = s->text_cap = 0;
+    wk_emit(w, &ev);
     if (reason == PROTO_FINISH_CANCELLED)
         m->svc.total_cancelled++;
     else
@@ -192,17 +218,14 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
 static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t)
 {
     if (!s->text) { /* nothing generated as text yet */
-        wk_send_line(w, s->conn, proto_encode_token(s->id, "", id, t));
+        seq_send_token(w, s, "", 0, id, t);
         return;
     }
     size_t hold = holdback(s);
     size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
     while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
         upto--;
-    char saved = s->text[upto];
-    s->text[upto] = 0;
-    wk_send_line(w, s->conn, proto_encode_token(s->id, s->text + s->sent, id, t));
-    s->text[upto] = saved;
+    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t);
     s->sent = upto;
 }
 

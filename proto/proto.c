@@ -261,7 +261,7 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 }
 
 /* A JSON string of s (NULL = ""); invalid UTF-8 bytes become U+FFFD. NULL on OOM. */
-static json_t *str_new(const char *s)
+json_t *proto_str_new(const char *s)
 {
     if (!s)
         s = "";
@@ -356,7 +356,7 @@ static char *line_finish(json_t *root)
     if (!root)
         return NULL;
     linebuf_t lb = {0};
-    int rc = json_dump_callback(root, linebuf_put, &lb, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    int rc = json_dump_callback(root, linebuf_put, &lb, PROTO_DUMP_FLAGS);
     json_decref(root);
     if (rc != 0 || !lb.buf) {
         free(lb.buf);
@@ -964,7 +964,7 @@ char *proto_encode_token(const json_t *id, const char *text, int32_t token, doub
 {
     json_t *root = answer_new(id);
     if (!root || set_new(root, "event", json_string("token")) ||
-        set_new(root, "text", str_new(text)) || set_new(root, "token", json_integer(token)) ||
+        set_new(root, "text", proto_str_new(text)) || set_new(root, "token", json_integer(token)) ||
         (ts >= 0 && set_new(root, "ts", json_real(round(ts * 1e6) / 1e6)))) {
         json_decref(root);
         return NULL;
@@ -980,8 +980,8 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
     json_t *timing = t ? json_object() : NULL;
     int bad = !root || !usage || (t && !timing);
     bad = bad || set_new(root, "event", json_string("done")) ||
-          set_new(root, "text", str_new(text)) ||
-          set_new(root, "finish_reason", str_new(finish_reason ? finish_reason : "stop"));
+          set_new(root, "text", proto_str_new(text)) ||
+          set_new(root, "finish_reason", proto_str_new(finish_reason ? finish_reason : "stop"));
     bad = bad || set_new(usage, "prompt_tokens", json_integer(prompt_tokens)) ||
           set_new(usage, "completion_tokens", json_integer(completion_tokens));
     if (!bad && t)
@@ -1012,7 +1012,7 @@ char *proto_encode_error(const json_t *id, proto_err_t code, const char *message
     json_t *root = answer_new(id);
     json_t *e = json_object();
     if (!root || !e || set_new(e, "code", json_string(c)) ||
-        set_new(e, "message", str_new(message ? message : c)) ||
+        set_new(e, "message", proto_str_new(message ? message : c)) ||
         set_new(root, "event", json_string("error")) || set_new(root, "ok", json_false())) {
         json_decref(root);
         json_decref(e);
@@ -1058,7 +1058,7 @@ char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes,
 {
     json_t *root = answer_new(id);
     if (!root || set_new(root, "event", json_string("progress")) ||
-        set_new(root, "model", str_new(model)) ||
+        set_new(root, "model", proto_str_new(model)) ||
         set_new(root, "bytes", json_integer((json_int_t)(bytes > INT64_MAX ? INT64_MAX : bytes))) ||
         set_new(root, "total", json_integer((json_int_t)(total > INT64_MAX ? INT64_MAX : total)))) {
         json_decref(root);
@@ -1084,8 +1084,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
                                                                        : float_new((float)v));
     }
     switch (f) {
-    case F_MODEL: return req->model ? set_new(root, name, str_new(req->model)) : 0;
-    case F_PROMPT: return req->prompt ? set_new(root, name, str_new(req->prompt)) : 0;
+    case F_MODEL: return req->model ? set_new(root, name, proto_str_new(req->model)) : 0;
+    case F_PROMPT: return req->prompt ? set_new(root, name, proto_str_new(req->prompt)) : 0;
     case F_TOKENS: {
         if (!req->tokens)
             return 0;
@@ -1107,8 +1107,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
             return -1;
         for (size_t i = 0; i < req->n_messages; i++) {
             json_t *m = json_object();
-            if (!m || set_new(m, "role", str_new(req->messages[i].role)) ||
-                set_new(m, "content", str_new(req->messages[i].content)) ||
+            if (!m || set_new(m, "role", proto_str_new(req->messages[i].role)) ||
+                set_new(m, "content", proto_str_new(req->messages[i].content)) ||
                 json_array_append_new(a, m)) {
                 json_decref(a);
                 return -1;
@@ -1116,12 +1116,12 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         }
         return set_new(root, name, a);
     }
-    case F_TEXT: return req->text ? set_new(root, name, str_new(req->text)) : 0;
+    case F_TEXT: return req->text ? set_new(root, name, proto_str_new(req->text)) : 0;
     case F_ADD_BOS: return set_new(root, name, json_boolean(req->add_bos));
     case F_TARGET:
         if (req->target_id)
             return set_new(root, name, json_deep_copy(req->target_id));
-        return req->target ? set_new(root, name, str_new(req->target)) : 0;
+        return req->target ? set_new(root, name, proto_str_new(req->target)) : 0;
     case F_MAX_TOKENS:
         return req->has_max_tokens ? set_new(root, name, json_integer(req->max_tokens)) : 0;
     case F_SEED:
@@ -1137,7 +1137,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         if (!a)
             return -1;
         for (size_t i = 0; i < req->n_stop; i++)
-            if (json_array_append_new(a, str_new(req->stop[i]))) {
+            if (json_array_append_new(a, proto_str_new(req->stop[i]))) {
                 json_decref(a);
                 return -1;
             }
@@ -1155,7 +1155,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         if (!req->key)
             return 0;
         return set_new(root, name,
-                       req->key_len ? json_stringn(req->key, req->key_len) : str_new(req->key));
+                       req->key_len ? json_stringn(req->key, req->key_len)
+                                    : proto_str_new(req->key));
     case F_SAMPLER:
     case F_COUNT: break;
     }

@@ -130,6 +130,10 @@ void proto_req_sampler_set(proto_req_t *req, int i, double v);
 /* Frees everything req owns and zeroes it; accepts NULL. */
 void proto_req_free(proto_req_t *req);
 
+/* How every answer is dumped: compact, reals to 15 significant digits, so a
+ * number reads the same on every surface (socket lines, HTTP bodies). */
+#define PROTO_DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+
 /* ------------------------------------------------------------------ encoders
  * Each returns one malloc'ed, NUL-terminated line INCLUDING the trailing '\n'
  * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
@@ -159,6 +163,11 @@ char *proto_encode_error(const json_t *id, proto_err_t code, const char *message
 char *proto_encode_ok(const json_t *id, json_t *body);
 /* {"id":..,"event":"progress","model":..,"bytes":..,"total":..} (admin load). */
 char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total);
+
+/* A JSON string of s (NULL: ""), bytes that are not valid UTF-8 written as U+FFFD, as
+ * every encoder writes text; new reference, NULL on OOM. For front ends that build
+ * their own answers from the same text (daemon/http.c). */
+json_t *proto_str_new(const char *s);
 
 /* ------------------------------------------------------------------ client side */
 
