@@ -157,9 +157,26 @@ static int gs_wait(int fd, int64_t deadline)
 
 /* Returns the next line in *line (NUL-terminated, without "\n" or "\r\n"; valid
  * until the next call) and its length, or one of the GS_LINE_* conditions. */
+/* Whether SIGINT or SIGTERM is pending (blocked outside waits): it is then delivered at once,
+ * so that Ctrl-C takes effect also while whole lines are still buffered (a loaded client may have
+ * read the rest of an answer in one go, and would otherwise print it all before noticing). */
+static int gs_signal_due(void)
+{
+    sigset_t p;
+    if (g_signal)
+        return 1;
+    if (sigpending(&p) != 0 || (!sigismember(&p, SIGINT) && !sigismember(&p, SIGTERM)))
+        return 0;
+    struct timespec zero = {0, 0};
+    ppoll(NULL, 0, &zero, &g_waitmask); /* the handler runs and sets g_signal */
+    return g_signal != 0;
+}
+
 static int gs_lines_next(gs_lines_t *lb, int64_t deadline, char **line, size_t *len)
 {
     for (;;) {
+        if (gs_signal_due())
+            return GS_LINE_SIGNAL;
         if (lb->buf) {
             char *from = lb->buf + lb->start + lb->scan;
             char *nl = memchr(from, '\n', lb->end - lb->start - lb->scan);
