@@ -67,11 +67,13 @@ LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Everything but main.c goes into one library, libgpuswapd.a, that the daemon, tools and tests
 # link. Its layers (each includes only those before it; make check): daemon/base, daemon/kernels,
-# daemon/backend (CUDA in daemon/backend/cuda), daemon/engine, then daemon/, proto/ and config/.
+# daemon/backend (CUDA in daemon/backend/cuda), daemon/engine, proto/ and config/, then the
+# worker (daemon/worker) and the one-shot modes (daemon/oneshot), then the front end (daemon/front).
 ENGINE_SRC := $(wildcard daemon/base/*.c) $(wildcard daemon/kernels/*.c) $(wildcard daemon/backend/*.c) \
-              $(wildcard daemon/engine/*.c) \
-              $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard proto/*.c) $(wildcard config/*.c)
-DAEMON_SRC := daemon/main.c
+              $(wildcard daemon/engine/*.c) $(wildcard proto/*.c) $(wildcard config/*.c) \
+              $(wildcard daemon/worker/*.c) $(wildcard daemon/oneshot/*.c) \
+              $(filter-out daemon/front/main.c,$(wildcard daemon/front/*.c))
+DAEMON_SRC := daemon/front/main.c
 TOOL_SRC   := $(wildcard tests/tools/*.c)
 # syscage (the systemd unit's W^X and system-call filter around a test run) needs libseccomp-dev;
 # without it the other tools still build and gpu-check's unit stage says it ran unwrapped.

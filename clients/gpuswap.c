@@ -1,6 +1,6 @@
 /* gpuswap: the command-line client of gpuswapd, speaking the JSON-line sockets of proto/PROTOCOL.md. */
 
-#include "auth.h"
+#include "keyhash.h"
 #include "fleet.h"
 #include "proto.h"
 #include "base/util.h"
@@ -1496,8 +1496,8 @@ static int gs_cmd_keygen(const gs_cmd_t *cmd, gs_opts_t *o)
     if (o->n_pos > 1)
         return gs_usage_error(cmd->name, "keygen takes at most one NAME");
     const char *name = o->n_pos ? o->pos[0] : "NAME";
-    char key[80], hash[AUTH_HASH_LEN + 1];
-    if (auth_keygen(key, sizeof key, hash)) {
+    char key[80], hash[KEYHASH_LEN + 1];
+    if (keyhash_gen(key, sizeof key, hash)) {
         gs_err("cannot draw random bytes for a key");
         return GS_EXIT_ERROR;
     }

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "engine/chat.h"
+#include "keyhash.h"
 #include "hostport.h"
 
 /* ------------------------------------------------------------------ option table */
@@ -554,8 +555,7 @@ static int check_path(const void *field, char *why, size_t n)
 static int check_key_hash(const void *field, char *why, size_t n)
 {
     const char *s = *(char *const *)field;
-    if (strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 ||
-        strspn(s + 7, "0123456789abcdef") != 64) {
+    if (keyhash_parse(s, NULL)) {
         snprintf(why, n, "use sha256: and 64 lower-case hex digits, as `gpuswap keygen` prints");
         return -1;
     }

@@ -76,7 +76,7 @@ typedef struct cfg_strlist {
     size_t n;
 } cfg_strlist_t;
 
-/* An API key (daemon/auth.c): the key itself is never stored, only its hash. */
+/* An API key (daemon/front/auth.c): the key itself is never stored, only its hash. */
 typedef struct cfg_key {
     char *name;              /* unique, [A-Za-z0-9._:-]+: the label in stats and metrics; owned */
     char *hash;              /* "sha256:" + 64 lower-case hex digits of SHA-256(key); owned */

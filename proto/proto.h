@@ -109,7 +109,7 @@ typedef struct proto_req {
     size_t key_len;          /* bytes of key, NULs (\u0000) included: a key holding one is checked
                      * whole and fails as a wrong key; 0 with key set = strlen(key) (encoders) */
     /* Not on the wire: the models the caller's API key may use, set by the server
-     * (daemon/auth.c); NULL = every model. (n_allow) names, owned. */
+     * (daemon/front/auth.c); NULL = every model. (n_allow) names, owned. */
     char **allow;
     size_t n_allow;
 } proto_req_t;
@@ -166,7 +166,7 @@ char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes,
 
 /* A JSON string of s (NULL: ""), bytes that are not valid UTF-8 written as U+FFFD, as
  * every encoder writes text; new reference, NULL on OOM. For front ends that build
- * their own answers from the same text (daemon/http.c). */
+ * their own answers from the same text (daemon/front/http.c). */
 json_t *proto_str_new(const char *s);
 
 /* ------------------------------------------------------------------ client side */

@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "engine/forward.h"
-#include "residency.h"
-#include "store.h"
+#include "worker/residency.h"
+#include "worker/store.h"
 #include "base/util.h"
 
 /* How long one raw copy of the whole image may take before the run fails

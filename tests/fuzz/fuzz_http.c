@@ -10,10 +10,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "front/auth.h"
 #include "config.h"
 #include "fuzz.h"
-#include "http.h"
+#include "front/http.h"
 #include "proto.h"
 
 #define FZ_RID "cmpl-fuzz"
@@ -29,7 +29,7 @@
  *        parsed, the rest answered 404/405; an Authorization header goes
  *        through auth_parse_bearer, X-Forwarded-For through auth_client_addr)
  *   'a'  an Authorization header value up to the first '\n', then an
- *        X-Forwarded-For value (the API key hooks, daemon/auth.c)
+ *        X-Forwarded-For value (the API key hooks, daemon/front/auth.c)
  * Any other selector byte picks one of c, h, p, r by its value mod 4.
  */
 

@@ -33,7 +33,7 @@ cp tests/tools/check.sh tests/tools/check-unused.txt tests/tools/cycles.py tests
 (cd "$tmp/clean" && find daemon proto config clients -name '*.[ch]' -o -name '*.cu' | xargs clang-format -i)
 fresh() {
     rm -rf "$tmp/src" && cp -r "$tmp/clean" "$tmp/src"
-    rm -f "$tmp/build/obj/daemon/planted_"*
+    rm -f "$tmp/build/obj/daemon/worker/planted_"*
 }
 
 # cc FILE.c: its object where the file rule looks for it
@@ -63,8 +63,15 @@ sed -i 's|#include "kernels/tensor.h"|#include "kernels/tensor.h"\n#include "eng
 expect layers 'daemon/backend/backend.h:'
 fresh
 # a layered header by its bare name, from another folder
-printf '#include "quant.h"\n' >> "$tmp/src/daemon/store.c"
+printf '#include "quant.h"\n' >> "$tmp/src/daemon/worker/store.c"
 expect layers '"quant.h" must be written with its layer'
+fresh
+# the worker including the front end (a layer above it); a source file straight in daemon/
+printf '#include "front/server.h"\n' >> "$tmp/src/daemon/worker/scheduler.c"
+expect layers 'daemon/worker/scheduler.c:'
+fresh
+printf 'int planted_loose;\n' > "$tmp/src/daemon/loose.c"
+expect layers 'daemon/loose.c: not in a layer folder'
 fresh
 # CUDA outside daemon/backend/cuda/
 sed -i '0,/#include <math.h>/s||#include <math.h>\n#include <cuda_runtime.h>|' "$tmp/src/daemon/engine/forward.c"
@@ -89,28 +96,32 @@ fresh
 printf '\n| a | b |\n| --- |\n| 1 | 2 |\n' >> "$tmp/src/proto/PROTOCOL.md"
 expect tables 'the header has 2 cells, its delimiter row 1'
 fresh
-# folder cycles: a new folder daemon/front/ and daemon/ including each other; a kernel including engine
-mkdir "$tmp/src/daemon/front"
-printf '#pragma once\n#include "server.h"\n' > "$tmp/src/daemon/front/front.h"
-printf '#include "front/front.h"\n' >> "$tmp/src/daemon/http.h"
-expect folder-cycles 'daemon/front/front.h:2 includes "server.h" = daemon/server.h'
+# folder cycles: a new folder daemon/extra/ and daemon/worker/ including each other; the worker
+# including the front end; a kernel including engine
+mkdir "$tmp/src/daemon/extra"
+printf '#pragma once\n#include "worker/worker.h"\n' > "$tmp/src/daemon/extra/extra.h"
+printf '#include "extra/extra.h"\n' >> "$tmp/src/daemon/worker/stats.h"
+expect folder-cycles 'daemon/extra/extra.h:2 includes "worker/worker.h" = daemon/worker/worker.h'
+fresh
+printf '#include "front/auth.h"\n' >> "$tmp/src/daemon/worker/stats.h"
+expect folder-cycles 'includes "front/auth.h" = daemon/front/auth.h'
 fresh
 printf '#include "engine/model.h"\n' >> "$tmp/src/daemon/kernels/pool.c"
 expect folder-cycles 'includes "engine/model.h" = daemon/engine/model.h'
 fresh
 # a file cycle: two objects that call each other
-printf 'int planted_b(void);\nint planted_a(void) { return planted_b() + 1; }\n' > "$tmp/src/daemon/planted_a.c"
+printf 'int planted_b(void);\nint planted_a(void) { return planted_b() + 1; }\n' > "$tmp/src/daemon/worker/planted_a.c"
 printf 'int planted_a(void);\nint planted_b(void) { return 0; }\nint planted_c(void) { return planted_a(); }\n' \
-    > "$tmp/src/daemon/planted_b.c"
-cc_planted daemon/planted_a.c && cc_planted daemon/planted_b.c
-expect file-cycles 'file cycle: daemon/planted_a.c -> daemon/planted_b.c -> daemon/planted_a.c (daemon/planted_a.c uses planted_b from daemon/planted_b.c; daemon/planted_b.c uses planted_a from daemon/planted_a.c)'
+    > "$tmp/src/daemon/worker/planted_b.c"
+cc_planted daemon/worker/planted_a.c && cc_planted daemon/worker/planted_b.c
+expect file-cycles 'file cycle: daemon/worker/planted_a.c -> daemon/worker/planted_b.c -> daemon/worker/planted_a.c (daemon/worker/planted_a.c uses planted_b from daemon/worker/planted_b.c; daemon/worker/planted_b.c uses planted_a from daemon/worker/planted_a.c)'
 fresh
 # ... but a call back through a function pointer (a sink, a vtable) is no edge: no cycle
 printf 'int (*planted_hook)(void);\nint planted_b(void) { return planted_hook ? planted_hook() : 0; }\n' \
-    > "$tmp/src/daemon/planted_b.c"
+    > "$tmp/src/daemon/worker/planted_b.c"
 printf 'extern int (*planted_hook)(void);\nint planted_b(void);\nstatic int up(void) { return 1; }\n%s\n' \
-    'int planted_a(void) { planted_hook = up; return planted_b(); }' > "$tmp/src/daemon/planted_a.c"
-cc_planted daemon/planted_a.c && cc_planted daemon/planted_b.c
+    'int planted_a(void) { planted_hook = up; return planted_b(); }' > "$tmp/src/daemon/worker/planted_a.c"
+cc_planted daemon/worker/planted_a.c && cc_planted daemon/worker/planted_b.c
 if out=$(CHECK_ONLY=file-cycles bash "$tmp/src/tests/tools/check.sh" "$tmp/src" 2>&1); then
     echo "ok   file-cycles passes on a call back through a function pointer"
 else
@@ -118,8 +129,8 @@ else
 fi
 fresh
 # a listed cycle that no longer exists, of each kind
-echo 'files daemon/gone_b.c daemon/gone_a.c' >> "$tmp/src/tests/tools/check-cycles.txt"
-expect file-cycles "'files daemon/gone_a.c daemon/gone_b.c' is no longer a cycle: delete the line"
+echo 'files daemon/worker/gone_b.c daemon/worker/gone_a.c' >> "$tmp/src/tests/tools/check-cycles.txt"
+expect file-cycles "'files daemon/worker/gone_a.c daemon/worker/gone_b.c' is no longer a cycle: delete the line"
 fresh
 echo 'folders daemon/base daemon/engine' >> "$tmp/src/tests/tools/check-cycles.txt"
 expect folder-cycles "'folders daemon/base daemon/engine' is no longer a cycle: delete the line"

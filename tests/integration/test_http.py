@@ -487,8 +487,8 @@ def test_ready_503_and_requests_503_while_draining_and_the_running_stream_comple
 
 
 def stats_hists():
-    """(report key, metric) of every histogram in daemon/stats.h's STATS_HISTS, the one list."""
-    src = open(os.path.join(gsd.ROOT, "daemon", "stats.h")).read()
+    """(report key, metric) of every histogram in daemon/worker/stats.h's STATS_HISTS, the one list."""
+    src = open(os.path.join(gsd.ROOT, "daemon", "worker", "stats.h")).read()
     block = re.search(r"#define STATS_HISTS\(X\)(.*?)\n\n", src, re.S).group(1)
     hists = [("hist_%s_ms" % f, metric) for f, metric in re.findall(r'X\((\w+),\s*"(\w+)"', block)]
     assert len(hists) >= 4 and ("hist_latency_ms", "latency_seconds") in hists, hists

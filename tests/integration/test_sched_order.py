@@ -18,7 +18,7 @@ LONG, SHORT = 600, 40  # max_tokens of the long streams and of the short one
 EOS_PROMPT = (9, 10)  # s's greedy output from it ends with eos after 36 tokens (asserted below)
 # the running models from which the order changes (one place: scheduler.h)
 RUNNING = int(re.search(r"#define SCHED_SRPT_RUNNING (\d+)",
-                        open(os.path.join(gsd.ROOT, "daemon", "scheduler.h")).read()).group(1))
+                        open(os.path.join(gsd.ROOT, "daemon", "worker", "scheduler.h")).read()).group(1))
 
 
 def beside(d, longs, tag):

@@ -2,8 +2,9 @@
 # `make check`: the source rules the compiler does not enforce. Usage: tests/tools/check.sh [ROOT]
 # (default: the repository). Exits 1 naming every finding of:
 #   layers    a daemon include against the layer order base -> kernels -> backend -> engine ->
-#             daemon/ (a file includes only its own layer or those below; proto/ and config/ count
-#             as daemon/), or a daemon/ header included without its layer's path
+#             proto/ and config/ -> daemon/worker and daemon/oneshot -> daemon/front (a file
+#             includes only its own layer or those below), a daemon/ header included without its
+#             layer's path, or a source file straight in daemon/ or in a folder not in the order
 #   cuda      a CUDA header (cuda*.h, cublas*.h, nvml.h, ...) or a .cu/.cuh file outside
 #             daemon/backend/cuda/
 #   format    a `clang-format --dry-run` difference (.clang-format) in a C, header or CUDA file
@@ -40,8 +41,10 @@ layer_of() { # path -> rank, or empty for files outside the daemon's layers
     daemon/kernels/*) echo 1 ;;
     daemon/backend/*) echo 2 ;;
     daemon/engine/*) echo 3 ;;
-    daemon/*/*) echo 9 ;; # a folder not in the order
-    daemon/* | proto/* | config/*) echo 4 ;;
+    proto/* | config/*) echo 4 ;;
+    daemon/worker/* | daemon/oneshot/*) echo 5 ;;
+    daemon/front/*) echo 6 ;;
+    daemon/*) echo 9 ;; # straight in daemon/, or a folder not in the order
     esac
 }
 
@@ -49,7 +52,7 @@ if [[ " $only " == *" layers "* ]]; then
     for f in $files; do
         me=$(layer_of "$f")
         [ -n "$me" ] || continue
-        [ "$me" = 9 ] && { say "layers: $f: daemon/$(echo "$f" | cut -d/ -f2)/ is not a layer (base kernels backend engine)"; continue; }
+        [ "$me" = 9 ] && { say "layers: $f: not in a layer folder (daemon/ holds base kernels backend engine worker oneshot front)"; continue; }
         dir=$(dirname "$f")
         while IFS=: read -r line inc; do
             # resolve as the compiler does: next to the file, then -iquote daemon, proto, config;
@@ -60,7 +63,7 @@ if [[ " $only " == *" layers "* ]]; then
             elif [ -f "proto/$inc" ]; then target=proto/$inc how=path
             elif [ -f "config/$inc" ]; then target=config/$inc how=path
             else
-                for l in base kernels backend engine backend/cuda; do
+                for l in base kernels backend engine backend/cuda worker oneshot front; do
                     [ -f "daemon/$l/$inc" ] && { target=daemon/$l/$inc how=bare; break; }
                 done
             fi

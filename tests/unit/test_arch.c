@@ -10,7 +10,7 @@
 #include "engine/forward.h"
 #include "engine/kv.h"
 #include "engine/model.h"
-#include "store.h"
+#include "worker/store.h"
 #include "testutil.h"
 
 #define ARCH_SHAPE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 320"

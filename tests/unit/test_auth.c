@@ -4,19 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "front/auth.h"
+#include "keyhash.h"
 #include "config.h"
 
-/* Two keys; their hashes (auth_hash) go into the configs the tests load. */
+/* Two keys; their hashes (keyhash_of) go into the configs the tests load. */
 #define ALPHA "alpha-key"
 #define BETA "beta-key"
 
-static char alpha_hash[AUTH_HASH_LEN + 1], beta_hash[AUTH_HASH_LEN + 1];
+static char alpha_hash[KEYHASH_LEN + 1], beta_hash[KEYHASH_LEN + 1];
 
 static cfg_t *load(const char *auth_yaml)
 {
-    auth_hash(ALPHA, strlen(ALPHA), alpha_hash);
-    auth_hash(BETA, strlen(BETA), beta_hash);
+    keyhash_of(ALPHA, strlen(ALPHA), alpha_hash);
+    keyhash_of(BETA, strlen(BETA), beta_hash);
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
              "listen:\n  http: 127.0.0.1:8400\n  tcp: 127.0.0.1:8401\n%s"
@@ -32,8 +33,8 @@ static cfg_t *load(const char *auth_yaml)
 static cfg_t *two_keys(const char *alpha_more, const char *beta_more, const char *auth_more)
 {
     char tmp[2048];
-    auth_hash(ALPHA, strlen(ALPHA), alpha_hash);
-    auth_hash(BETA, strlen(BETA), beta_hash);
+    keyhash_of(ALPHA, strlen(ALPHA), alpha_hash);
+    keyhash_of(BETA, strlen(BETA), beta_hash);
     snprintf(tmp, sizeof tmp,
              "auth:\n  http: true\n  tcp: true\n%s  keys:\n"
              "    - name: alpha\n      hash: \"%s\"\n      models: [\"*\"]\n%s"
@@ -58,26 +59,6 @@ static auth_key_t *check_ok(auth_t *a, const char *key, double now)
     cr_assert_eq(rc, AUTH_OK, "rc %d for %s", rc, key);
     cr_assert_not_null(k);
     return k;
-}
-
-Test(auth, the_hash_is_sha256_in_hex_with_its_prefix)
-{
-    char h[AUTH_HASH_LEN + 1];
-    auth_hash("abc", 3, h);
-    cr_assert_str_eq(h, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-}
-
-Test(auth, keygen_draws_distinct_keys_whose_hash_it_prints)
-{
-    char k1[80], k2[80], h1[AUTH_HASH_LEN + 1], h2[AUTH_HASH_LEN + 1], again[AUTH_HASH_LEN + 1];
-    cr_assert_eq(auth_keygen(k1, sizeof k1, h1), 0);
-    cr_assert_eq(auth_keygen(k2, sizeof k2, h2), 0);
-    cr_assert_eq(strlen(k1), 68);
-    cr_assert_eq(strncmp(k1, "gsk_", 4), 0);
-    cr_assert_str_neq(k1, k2);
-    auth_hash(k1, strlen(k1), again);
-    cr_assert_str_eq(again, h1);
-    cr_assert_eq(auth_keygen(k1, 10, h1), -1, "too small a buffer");
 }
 
 Test(auth, a_known_key_authenticates_and_names_itself)

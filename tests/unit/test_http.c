@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
-#include "wk_event.h"
+#include "front/http.h"
+#include "worker/wk_event.h"
 
 static const http_answer_t cmpl = {.rid = "cmpl-1", .model = "tiny", .created = 1700000000};
 static const http_answer_t chat = {

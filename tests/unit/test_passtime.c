@@ -1,7 +1,7 @@
 /* Unit tests for passtime: a pass's compute split into a decode step and a time per prompt token. */
 #include <criterion/criterion.h>
 
-#include "passtime.h"
+#include "worker/passtime.h"
 
 Test(passtime, nothing_measured_says_zero)
 {

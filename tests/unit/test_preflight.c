@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "preflight.h"
+#include "front/preflight.h"
 
 static cfg_t *load(const char *yaml)
 {

@@ -7,8 +7,8 @@
 
 #include "backend/backend.h"
 #include "engine/forward.h"
-#include "residency.h"
-#include "store.h"
+#include "worker/residency.h"
+#include "worker/store.h"
 #include "testutil.h"
 #include "base/util.h"
 

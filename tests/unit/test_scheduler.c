@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler.h"
-#include "stats.h"
+#include "worker/scheduler.h"
+#include "worker/stats.h"
 
 static sched_cfg_t cfg(sched_policy_t p)
 {

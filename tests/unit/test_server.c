@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
-#include "wk_event.h"
+#include "front/server.h"
+#include "worker/wk_event.h"
 
 /* Asserts that ev encodes to exactly want (both lines; want is freed). */
 static void line_is(const wk_event_t *ev, char *want)

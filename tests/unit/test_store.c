@@ -6,7 +6,7 @@
 
 #include "base/util.h"
 #include "engine/forward.h"
-#include "store.h"
+#include "worker/store.h"
 #include "testutil.h"
 
 typedef struct calls {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wk_event.h"
+#include "worker/wk_event.h"
 
 static int is_zero(const void *p, size_t n)
 {

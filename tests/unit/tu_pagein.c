@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include "engine/forward.h"
-#include "residency.h"
-#include "store.h"
+#include "worker/residency.h"
+#include "worker/store.h"
 #include "testutil.h"
 
 #define PI_PROMPT 12 /* over the GEMM threshold of the cuda backend */

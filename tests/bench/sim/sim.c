@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "engine/forward.h"
-#include "passtime.h"
-#include "residency.h"
-#include "store.h"
+#include "worker/passtime.h"
+#include "worker/residency.h"
+#include "worker/store.h"
 #include "vbackend.h"
 
 /* Policies:

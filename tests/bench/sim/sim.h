@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "scheduler.h"
+#include "worker/scheduler.h"
 #include "workload.h"
 
 enum {

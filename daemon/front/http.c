@@ -18,7 +18,7 @@
 
 #include "hostport.h"
 #include "proto.h"
-#include "stats.h"
+#include "worker/stats.h"
 
 #define HTTP_BUCKETS 256
 #define HTTP_MAX_HEADERS (64 * 1024) /* bytes of request headers */

@@ -18,7 +18,7 @@
 
 #include "auth.h"
 #include "hostport.h"
-#include "stats.h"
+#include "worker/stats.h"
 
 #define SRV_BUCKETS 1024
 

@@ -162,7 +162,19 @@ struct wk {
     uint64_t drain_completed;
     int drain_told;
 };
-/* ------------------------------------------------------------------ worker.c */
+/*
+ * The worker's files, each calling only those after it in this list (make check's file rule
+ * keeps it; none calls back up):
+ *   worker_loop.c    the thread, the inbox, readiness (the public face, worker.h)
+ *   worker_admin.c   model loads and frees, admin operations, reloads
+ *   worker_req.c     admission of client requests, cancel, models, tokenize
+ *   worker_step.c    a scheduling round: views, page-ins, one model's pass
+ *   worker_report.c  the stats and models reports
+ *   worker_seq.c     a sequence's tokens and end
+ *   worker.c         the core: clock, heartbeat, outbox and sink, lookups, counts
+ */
+
+/* ------------------------------------------------------------------ worker.c (core) */
 
 double wk_now(void);   /* CLOCK_MONOTONIC seconds */
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
@@ -182,9 +194,18 @@ int wk_find_model(const wk_t *w, const char *name);
 uint32_t wk_model_context(const wk_model_t *m);
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c);
 sched_cfg_t wk_sched_cfg_of(const cfg_t *c);
-uint32_t wk_in_flight(const wk_t *w);
+/* Whether req's API key (req->allow, set by the server) may use model name. */
+int wk_allowed(const proto_req_t *req, const char *name);
+/* The index of the loaded model a request names, or -1 after answering
+ * unknown_model: the message lists the configured models (those the key may
+ * use), or says why the named one failed. */
+int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req);
+/* The answer for requests a device failure (RES_ERR_*) ended. */
+proto_err_t wk_device_error_code(int res_err);
+uint32_t wk_active_total(const wk_t *w); /* admitted sequences, every model */
+uint32_t wk_in_flight(const wk_t *w);    /* queued + admitted */
 
-/* ------------------------------------------------------------------ worker_req.c */
+/* ------------------------------------------------------------------ worker_seq.c */
 
 void wk_seq_free(wk_t *w, wk_seq_t *s); /* accepts NULL */
 void wk_seq_unlink(wk_model_t *m, wk_seq_t *s);
@@ -195,10 +216,6 @@ void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg);
 /* Samples the next token from logits (a pass that ended at time t), streams
  * its text and finishes the sequence when it is done (s may be freed). */
 void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t);
-int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req);
-int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent);
-/* One request from the inbox (admin ones go to wk_admin_op); frees req. */
-void wk_handle_req(wk_t *w, uint64_t conn, int admin, proto_req_t *req, double t_recv);
 
 /* ------------------------------------------------------------------ worker_report.c */
 
@@ -207,20 +224,8 @@ const char *wk_type_name(uint32_t t, char *buf);
 json_t *wk_report_stats(wk_t *w);
 json_t *wk_report_models(wk_t *w, int admin);
 
-/* ------------------------------------------------------------------ worker_admin.c */
-
-wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c);
-void wk_model_free(wk_t *w, wk_model_t *m); /* accepts NULL */
-void wk_load_progress(void *ctx, const char *name, size_t done, size_t total);
-proto_err_t wk_device_error_code(int res_err);
-void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv);
-void wk_admin_poll_loads(wk_t *w);
-void wk_apply_reload(wk_t *w, const cfg_t *next);
-void wk_reap_removed(wk_t *w);
-
 /* ------------------------------------------------------------------ worker_step.c */
 
-uint32_t wk_active_total(const wk_t *w);
 /* A page-in of model mi is on the copy engine from now (started by the
  * scheduler's choice, a prefetch or an admin load; evict: RES_EVICT_*). */
 void wk_pagein_begin(wk_t *w, int mi, double now, int evict);
@@ -232,5 +237,22 @@ size_t wk_pagein_window(wk_t *w, int mi);
  * step the chosen model or start its page-in, prefetch. Returns how long the
  * loop may sleep before the next one (0 when it stepped). */
 double wk_round(wk_t *w);
+
+/* ------------------------------------------------------------------ worker_req.c */
+
+int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent);
+/* One client request from the inbox (not an admin one: wk_admin_op); takes req. */
+void wk_handle_req(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv);
+
+/* ------------------------------------------------------------------ worker_admin.c */
+
+wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c);
+void wk_model_free(wk_t *w, wk_model_t *m); /* accepts NULL */
+void wk_load_progress(void *ctx, const char *name, size_t done, size_t total);
+/* One admin-socket operation (load, evict, pin, stats, fault, ...); req stays the caller's. */
+void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv);
+void wk_admin_poll_loads(wk_t *w);
+void wk_apply_reload(wk_t *w, const cfg_t *next);
+void wk_reap_removed(wk_t *w);
 
 #endif

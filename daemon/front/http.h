@@ -9,8 +9,8 @@
 
 #include "config.h"
 #include "server.h"
-#include "wk_event.h"
-#include "worker.h"
+#include "worker/wk_event.h"
+#include "worker/worker.h"
 
 /*
  * Enabled only when the config sets listen.http ("host:port"; bind loopback,

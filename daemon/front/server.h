@@ -9,7 +9,7 @@
 #include "auth.h"
 #include "config.h"
 #include "proto.h"
-#include "worker.h"
+#include "worker/worker.h"
 
 typedef struct srv srv_t;
 

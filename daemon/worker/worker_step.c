@@ -8,15 +8,6 @@
 
 /* ------------------------------------------------------------------ views */
 
-uint32_t wk_active_total(const wk_t *w)
-{
-    uint32_t n = 0;
-    for (int i = 0; i < w->n_models; i++)
-        if (w->models[i])
-            n += w->models[i]->n_active;
-    return n;
-}
-
 /* Whether the next queued request of model mi would get its KV cache now. */
 static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
 {

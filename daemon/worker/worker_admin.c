@@ -118,14 +118,6 @@ void wk_load_progress(void *ctx, const char *name, size_t done, size_t total)
 
 /* ------------------------------------------------------------------ admin */
 
-/* The answer for requests a device failure (RES_ERR_*) ended: memory that
- * ran out is worth retrying, anything else is the device's fault. */
-proto_err_t wk_device_error_code(int res_err)
-{
-    return res_err == RES_ERR_NOMEM || res_err == RES_ERR_NOSPACE ? PROTO_E_OVERLOADED
-                                                                  : PROTO_E_INTERNAL;
-}
-
 _Static_assert(PROTO_FAULT_STALL == BE_FAULT_MAP_SHORT + 1,
                "the admin fault kinds are the backend's, then stall");
 

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "keyhash.h"
 
 #define AUTH_MAX_ADDRS 1024  /* client addresses remembered for the back-off */
 #define AUTH_ADDR_LEN 64     /* bytes of one address, NUL included */
@@ -66,63 +67,11 @@ struct auth {
 
 static const char *const lst_names[AUTH_LST_COUNT] = {"http", "tcp", "unix"};
 
-/* ------------------------------------------------------------------ hashing */
+/* ------------------------------------------------------------------ clock */
 
 double auth_now(void)
 {
     return util_now_s();
-}
-
-static void sha256(const char *data, size_t len, unsigned char out[32])
-{
-    unsigned int n = 32;
-    if (!EVP_Digest(data, len, out, &n, EVP_sha256(), NULL))
-        memset(out, 0, 32); /* matches no configured hash: the lookup fails closed */
-}
-
-static void hex(const unsigned char *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
-void auth_hash(const char *key, size_t len, char *out)
-{
-    unsigned char h[32];
-    sha256(key, len, h);
-    memcpy(out, "sha256:", 7);
-    hex(h, 32, out + 7);
-    OPENSSL_cleanse(h, sizeof h);
-}
-
-int auth_keygen(char *key, size_t keylen, char *hash)
-{
-    unsigned char r[32];
-    if (keylen < 4 + 64 + 1 || RAND_bytes(r, sizeof r) != 1)
-        return -1;
-    memcpy(key, "gsk_", 4);
-    hex(r, sizeof r, key + 4);
-    OPENSSL_cleanse(r, sizeof r);
-    auth_hash(key, strlen(key), hash);
-    return 0;
-}
-
-/* "sha256:<64 hex>" (validated by the config loader) into 32 bytes. */
-static int unhex_hash(const char *s, unsigned char out[32])
-{
-    if (strncmp(s, "sha256:", 7) || strlen(s) != AUTH_HASH_LEN)
-        return -1;
-    for (int i = 0; i < 32; i++) {
-        unsigned v = 0;
-        if (sscanf(s + 7 + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (unsigned char)v;
-    }
-    return 0;
 }
 
 /* ------------------------------------------------------------------ parsing */
@@ -319,7 +268,8 @@ static int key_configure(auth_key_t *k, const cfg_key_t *c)
 static auth_key_t *key_new(const cfg_key_t *c)
 {
     auth_key_t *k = calloc(1, sizeof *k);
-    if (!k || !(k->name = strdup(c->name)) || unhex_hash(c->hash, k->hash) || key_configure(k, c)) {
+    if (!k || !(k->name = strdup(c->name)) || keyhash_parse(c->hash, k->hash) ||
+        key_configure(k, c)) {
         if (k)
             free(k->name);
         free(k);
@@ -359,7 +309,7 @@ static int do_apply(auth_t *a, const cfg_t *cfg)
     for (size_t i = 0; i < nk; i++) {
         const cfg_key_t *c = &cfg->auth.keys[i];
         unsigned char h[32];
-        if (unhex_hash(c->hash, h))
+        if (keyhash_parse(c->hash, h))
             goto fail;
         for (size_t j = 0; j < a->n_keys && !keys[i]; j++) {
             auth_key_t *o = a->keys[j];
@@ -507,7 +457,7 @@ int auth_check(auth_t *a, auth_listener_t l, const char *addr, const char *key, 
         return AUTH_E_UNAUTHORIZED;
     }
     unsigned char h[32];
-    sha256(key, len, h);
+    keyhash_digest(key, len, h);
     auth_key_t *found = NULL;
     for (size_t i = 0; i < a->n_keys; i++) { /* every key compared, in constant time */
         int eq = CRYPTO_memcmp(h, a->keys[i]->hash, 32) == 0;

@@ -1,131 +1,16 @@
-/* worker: the device worker thread: owns backend, store, residency, scheduler and sequences; talks to the loop only through its inbox and outbox. */
+/* worker_loop: the worker thread and its public face: start and stop, the inbox (requests to
+ * admission, admin operations to worker_admin, reloads, drains), a scheduling round (worker_step)
+ * per turn, readiness and status. The top of the worker: nothing in it calls back up here. */
 #include "worker_int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-double wk_now(void)
-{
-    return util_now_s();
-}
+static void update_status(wk_t *w);
 
-/* ------------------------------------------------------------------ outbox */
-
-void wk_out_free(wk_out_t *o)
-{
-    if (!o)
-        return;
-    wk_event_clear(&o->ev);
-    json_decref(o->id);
-    free(o);
-}
-
-void wk_push_out(wk_t *w, wk_out_t *o)
-{
-    pthread_mutex_lock(&w->mu);
-    if (w->out_tail)
-        w->out_tail->next = o;
-    else
-        w->out_head = o;
-    w->out_tail = o;
-    pthread_mutex_unlock(&w->mu);
-    if (w->notify)
-        w->notify(w->notify_ctx);
-}
-
-void wk_emit(wk_t *w, wk_event_t *ev)
-{
-    wk_out_t *o = calloc(1, sizeof *o);
-    if (!o) {
-        wk_event_clear(ev);
-        return;
-    }
-    o->kind = WK_OUT_EVENT;
-    o->ev = *ev;
-    memset(ev, 0, sizeof *ev);
-    wk_push_out(w, o);
-}
-
-void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    wk_event_t ev = {.kind = WK_EVENT_ERROR,
-                     .conn = conn,
-                     .id = id ? json_deep_copy(id) : NULL,
-                     .code = code,
-                     .message = strdup(msg)};
-    wk_emit(w, &ev);
-}
-
-void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body)
-{
-    if (body && !json_is_object(body)) { /* no answer to give (the encoder's rule) */
-        json_decref(body);
-        return;
-    }
-    wk_event_t ev = {
-        .kind = WK_EVENT_RESULT, .conn = conn, .id = id ? json_deep_copy(id) : NULL, .body = body};
-    wk_emit(w, &ev);
-}
-
-wk_out_t *wk_take(wk_t *w)
-{
-    pthread_mutex_lock(&w->mu);
-    wk_out_t *o = w->out_head;
-    w->out_head = w->out_tail = NULL;
-    pthread_mutex_unlock(&w->mu);
-    return o;
-}
-
-/* ------------------------------------------------------------------ models */
-
-int wk_find_model(const wk_t *w, const char *name)
-{
-    for (int i = 0; i < w->n_models; i++)
-        if (w->models[i] && !w->models[i]->removing && strcmp(w->models[i]->name, name) == 0)
-            return i;
-    return -1;
-}
-
-/* Positions a request of this model may use: max_context, at most what the
- * model was trained for. */
-uint32_t wk_model_context(const wk_model_t *m)
-{
-    return cfg_model_context(&m->cfg, m->sm->model->hp.n_ctx_train);
-}
-
-res_cfg_t wk_res_cfg_of(const cfg_model_t *c)
-{
-    return (res_cfg_t){.gpu_quota = c->gpu_quota,
-                       .pinned = c->pinned,
-                       .priority = c->priority,
-                       .kv_type = c->kv_type == CFG_KV_F32 ? KV_TYPE_F32 : KV_TYPE_F16,
-                       .kv_reserve = c->kv_cache};
-}
-void wk_beat(wk_t *w)
-{
-    atomic_store(&w->beat_ns, (uint64_t)(wk_now() * 1e9));
-}
-sched_cfg_t wk_sched_cfg_of(const cfg_t *c)
-{
-    return (sched_cfg_t){
-        .policy =
-            c->scheduler.policy == CFG_POLICY_FIFO ? SCHED_POLICY_FIFO : SCHED_POLICY_SWAP_AWARE,
-        .max_wait_s = c->scheduler.max_wait_ms / 1e3,
-        .max_stall_s = c->scheduler.max_stall_ms / 1e3,
-        .quantum = c->scheduler.quantum,
-        .min_quantum_s = 0.05,
-        .queue_limit = c->scheduler.queue_limit,
-        .max_queued = c->scheduler.max_queued,
-    };
-}
+/* ------------------------------------------------------------------ start */
 
 /* The backend the config names, by its name (the two tables spell the same names). */
 static be_kind_t backend_kind(cfg_backend_t b)
@@ -134,8 +19,6 @@ static be_kind_t backend_kind(cfg_backend_t b)
     be_kind_from_name(cfg_backend_name(b), &k);
     return k;
 }
-
-static void update_status(wk_t *w);
 
 /* The start's summary: every model that could not be loaded, at warning level. */
 static void log_failed_models(const wk_t *w)
@@ -269,7 +152,14 @@ static void process_inbox(wk_t *w, wk_in_t *in, int stopping)
     while (in) {
         wk_in_t *nx = in->next;
         switch (in->kind) {
-        case IN_REQ: wk_handle_req(w, in->conn, in->admin, &in->req, in->t_recv); break;
+        case IN_REQ:
+            if (in->admin) { /* admin operations (admin socket) */
+                wk_admin_op(w, in->conn, &in->req, in->t_recv);
+                proto_req_free(&in->req);
+            } else {
+                wk_handle_req(w, in->conn, &in->req, in->t_recv);
+            }
+            break;
         case IN_CANCEL_CONN: wk_cancel_where(w, in->conn, NULL, 1); break;
         case IN_RELOAD:
             /* what came after it waits in the inbox, where a long model load still
@@ -286,11 +176,6 @@ static void process_inbox(wk_t *w, wk_in_t *in, int stopping)
         free(in);
         in = nx;
     }
-}
-
-uint32_t wk_in_flight(const wk_t *w)
-{
-    return sched_queued_total(w->sched) + wk_active_total(w);
 }
 
 /* Readiness from the worker's own state (worker thread): the first model that
@@ -403,8 +288,6 @@ static void *worker_main(void *arg)
     }
     return NULL;
 }
-
-/* ------------------------------------------------------------------ loop side */
 
 static void push_in(wk_t *w, wk_in_t *in)
 {

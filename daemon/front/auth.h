@@ -59,8 +59,6 @@ typedef enum auth_cause {
     AUTH_CAUSE_COUNT
 } auth_cause_t;
 
-#define AUTH_HASH_LEN 71 /* "sha256:" + 64 hex digits, without the NUL */
-
 /* A new store for cfg's auth section (cfg need not outlive it). NULL + reason. */
 auth_t *auth_new(const cfg_t *cfg, char *err, size_t errlen);
 /* Accepts NULL. Keys still referenced elsewhere stay valid until their last unref. */
@@ -73,12 +71,6 @@ int auth_reload(auth_t *a, const cfg_t *cfg);
 int auth_required(const auth_t *a, auth_listener_t l);
 /* Monotonic seconds. */
 double auth_now(void);
-
-/* Writes "sha256:" + hex of SHA-256 of len bytes of key into out (AUTH_HASH_LEN + 1 bytes). */
-void auth_hash(const char *key, size_t len, char *out);
-/* A new random key ("gsk_" + 64 hex digits, from the OS's CSPRNG) into key
- * (at least 69 bytes) and its hash into hash (AUTH_HASH_LEN + 1). 0 or -1. */
-int auth_keygen(char *key, size_t keylen, char *hash);
 
 /* The token of an Authorization header value "Bearer TOKEN" (scheme in any
  * case, spaces or tabs around TOKEN): 0 with *tok pointing into hdr and *len

@@ -17,13 +17,13 @@
 
 #include "base/log.h"
 #include "config.h"
-#include "generate.h"
-#include "tokenize_cli.h"
+#include "oneshot/generate.h"
+#include "oneshot/tokenize_cli.h"
 #include "http.h"
 #include "preflight.h"
 #include "engine/model.h"
 #include "server.h"
-#include "worker.h"
+#include "worker/worker.h"
 
 #define GPUSWAPD_VERSION "0.2.0"
 #define DEFAULT_CONFIG "/etc/gpuswapd/gpuswapd.yaml"

@@ -1,0 +1,224 @@
+/* worker_seq: a sequence's life on the worker once admitted: each sampled token (stop strings,
+ * streamed text held back until it cannot become one), its end with a done event or an error, and
+ * freeing it. Calls only the core (worker.c) and below. */
+#include "worker_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void wk_seq_free(wk_t *w, wk_seq_t *s)
+{
+    if (!s)
+        return;
+    if (s->kv)
+        res_kv_free(w->res, s->kv);
+    sampler_free(s->smp);
+    json_decref(s->id);
+    proto_req_free(&s->req);
+    free(s->prompt);
+    free(s->gen);
+    free(s->redo);
+    free(s->text);
+    free(s);
+}
+
+void wk_seq_unlink(wk_model_t *m, wk_seq_t *s)
+{
+    wk_seq_t **pp = &m->active;
+    while (*pp && *pp != s)
+        pp = &(*pp)->next_active;
+    if (*pp) {
+        *pp = s->next_active;
+        m->n_active--;
+    }
+}
+
+/* Appends n bytes to the generated text (kept NUL-terminated); -1 when out
+ * of memory (the text is then left as it was). */
+static int text_append(wk_seq_t *s, const char *p, size_t n)
+{
+    size_t need = s->text_len + n + 1;
+    if (need > s->text_cap) {
+        size_t nc = need * 2;
+        char *nt = realloc(s->text, nc);
+        if (!nt)
+            return -1;
+        s->text = nt;
+        s->text_cap = nc;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return 0;
+}
+
+/* A token event for s: the n bytes of text (a copy), the sampled token id
+ * (-1 = none) and when it was produced. */
+static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t n, int32_t token,
+                           double t)
+{
+    wk_event_t ev = {.kind = WK_EVENT_TOKEN,
+                     .conn = s->conn,
+                     .id = s->id ? json_deep_copy(s->id) : NULL,
+                     .text = strndup(text, n),
+                     .token = token,
+                     .ts = t};
+    if (!ev.text) { /* out of memory: the token is not sent */
+        wk_event_clear(&ev);
+        return;
+    }
+    wk_emit(w, &ev);
+}
+
+/* Ends a sequence with a done event (and frees it). */
+void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
+{
+    wk_model_t *m = w->models[s->model];
+    double t = wk_now();
+    char piece[64];
+    int np = tok_stream_flush(&s->ts, piece, sizeof piece);
+    if (np > 0 && !s->stopped_on_string)
+        text_append(s, piece, (size_t)np);
+    if (s->req.stream && s->text_len > s->sent) {
+        seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t);
+        s->sent = s->text_len;
+    }
+    double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
+    proto_timing_t tm = {
+        .queue_ms = (queued > 0 ? queued : 0) * 1e3,
+        .swap_ms = s->swap_s * 1e3,
+        .ttft_ms = s->t_first ? (s->t_first - s->t_arrival) * 1e3 : 0,
+        .total_ms = (t - s->t_arrival) * 1e3,
+        .swapped = s->swapped,
+    };
+    wk_event_t ev = {.kind = WK_EVENT_DONE,
+                     .conn = s->conn,
+                     .id = s->id ? json_deep_copy(s->id) : NULL,
+                     .text = s->text, /* the whole text: the sequence ends here */
+                     .finish = reason,
+                     .prompt_tokens = s->n_prompt,
+                     .completion_tokens = s->n_gen,
+                     .timing = tm};
+    s->text = NULL;
+    s->text_len = s->text_cap = 0;
+    wk_emit(w, &ev);
+    if (reason == PROTO_FINISH_CANCELLED)
+        m->svc.total_cancelled++;
+    else
+        m->svc.total_completed++;
+    if (reason == PROTO_FINISH_EOS || reason == PROTO_FINISH_STOP)
+        m->svc.total_stopped_early++;
+    /* what sequences use, for shortest remaining first (sched_passes_left) */
+    if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
+        sched_note_output(w->sched, s->model, s->n_gen, s->max_tokens);
+    stats_hist_add(&m->hist.latency, tm.total_ms);
+    stats_hist_add(&m->hist.queue, tm.queue_ms);
+    if (s->t_first)
+        stats_hist_add(&m->hist.ttft, tm.ttft_ms);
+    if (s->state == SEQ_ACTIVE)
+        wk_seq_unlink(m, s);
+    else if (s->state == SEQ_QUEUED)
+        sched_remove(w->sched, &s->item);
+    if (w->draining)
+        w->drain_completed++;
+    wk_seq_free(w, s);
+}
+
+void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
+{
+    wk_model_t *m = w->models[s->model];
+    wk_send_error(w, s->conn, s->id, code, "%s", msg);
+    m->svc.total_failed++;
+    if (s->state == SEQ_ACTIVE)
+        wk_seq_unlink(m, s);
+    else if (s->state == SEQ_QUEUED)
+        sched_remove(w->sched, &s->item);
+    wk_seq_free(w, s);
+}
+
+/* Appends text to the sequence; returns 1 when a stop string ended it. */
+static int seq_append(wk_seq_t *s, const char *p, size_t n)
+{
+    size_t old_len = s->text_len;
+    if (text_append(s, p, n))
+        return 0;
+    for (size_t i = 0; i < s->req.n_stop; i++) {
+        /* a stop string may end anywhere in the new bytes: it starts at
+         * most strlen(stop) - 1 bytes before them */
+        size_t l = strlen(s->req.stop[i]);
+        size_t from = old_len >= l ? old_len - l + 1 : 0;
+        const char *hit = strstr(s->text + from, s->req.stop[i]);
+        if (hit) {
+            s->text_len = (size_t)(hit - s->text);
+            s->text[s->text_len] = 0;
+            s->stopped_on_string = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* How many bytes at the end of the text may still turn into a stop string. */
+static size_t holdback(const wk_seq_t *s)
+{
+    size_t h = 0;
+    for (size_t i = 0; i < s->req.n_stop; i++) {
+        size_t l = strlen(s->req.stop[i]);
+        if (l - 1 > h)
+            h = l - 1;
+    }
+    return h;
+}
+
+/* One token event per generated token: the text that can no longer become
+ * a stop string, never splitting a UTF-8 character between two events
+ * ("" when all of it is held back). */
+static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t)
+{
+    if (!s->text) { /* nothing generated as text yet */
+        seq_send_token(w, s, "", 0, id, t);
+        return;
+    }
+    size_t hold = holdback(s);
+    size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
+    while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
+        upto--;
+    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t);
+    s->sent = upto;
+}
+
+void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
+{
+    wk_model_t *m = w->models[s->model];
+    const model_t *mod = m->sm->model;
+    int32_t id = sampler_sample(s->smp, logits);
+    if (s->n_gen == s->gen_cap) { /* kept to rebuild its KV cache if it is given back */
+        uint32_t cap = s->gen_cap ? 2 * s->gen_cap : 64;
+        int32_t *g = realloc(s->gen, cap * sizeof *g);
+        if (!g) {
+            wk_seq_fail(w, s, PROTO_E_INTERNAL, "out of memory");
+            return;
+        }
+        s->gen = g;
+        s->gen_cap = cap;
+    }
+    s->gen[s->n_gen] = id;
+    s->last = id;
+    s->n_gen++;
+    m->svc.total_generated_tokens++;
+    if (!s->t_first)
+        s->t_first = t;
+    int eog = tok_is_eog(mod->tok, id);
+    char piece[256];
+    int np = eog ? 0 : tok_stream_feed(&s->ts, id, piece, sizeof piece);
+    int stop = np > 0 && seq_append(s, piece, (size_t)np);
+    if (s->req.stream && !stop)
+        seq_stream(w, s, id, t);
+    if (stop)
+        wk_seq_finish(w, s, PROTO_FINISH_STOP);
+    else if (eog)
+        wk_seq_finish(w, s, PROTO_FINISH_EOS);
+    else if (s->n_gen >= s->max_tokens)
+        wk_seq_finish(w, s, PROTO_FINISH_LENGTH);
+}
