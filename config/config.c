@@ -67,6 +67,153 @@ static char *opt_path_join(const opt_t *o, const char *dir, const char *text)
     return asprintf(&p, "%s/%s", dir, text) < 0 ? NULL : p;
 }
 
+static int set_str(const opt_t *o, const char *text, void *field, const char *name, const char *dir,
+                   const char *val, char *msg, size_t n)
+{
+    char why[160] = "";
+    if (!*text && (o->flags & OPT_NULLABLE)) {
+        free(*(char **)field);
+        *(char **)field = NULL;
+        return 0;
+    }
+    char *copy = opt_path_join(o, dir, text);
+    if (!copy) {
+        snprintf(msg, n, "out of memory");
+        return CFG_ERR_NOMEM;
+    }
+    if (o->check && o->check(&copy, why, sizeof why)) {
+        snprintf(msg, n, "invalid %s \"%s\" for %s (%s)", o->what ? o->what : "value", val, name,
+                 why);
+        free(copy);
+        return CFG_ERR_INVALID;
+    }
+    free(*(char **)field);
+    *(char **)field = copy;
+    return 0;
+}
+
+static int set_mode(const char *text, void *field, const char *name, const char *val, char *msg,
+                    size_t n)
+{
+    size_t len = strlen(text);
+    if (len == 0 || len > 4 || strspn(text, "01234567") != len) {
+        snprintf(msg, n, "invalid mode \"%s\" for %s (use an octal string such as \"0660\")", val,
+                 name);
+        return CFG_ERR_INVALID;
+    }
+    unsigned m = (unsigned)strtoul(text, NULL, 8);
+    if (m > 0777) {
+        snprintf(msg, n, "invalid mode \"%s\" for %s (at most 0777)", val, name);
+        return CFG_ERR_INVALID;
+    }
+    memcpy(field, &m, sizeof m);
+    return 0;
+}
+
+/* OPT_SIZE, OPT_RATE (a size, "/s" allowed), OPT_DURATION: the field and *num set. */
+static int set_scaled(const opt_t *o, const char *text, void *field, double *num, const char *name,
+                      const char *val, char *msg, size_t n)
+{
+    char why[160] = "", buf[80];
+    uint64_t v;
+    if (o->type == OPT_DURATION) {
+        if (cfg_parse_duration_ms(text, &v, why, sizeof why)) {
+            snprintf(msg, n, "invalid duration \"%s\" for %s (%s)", val, name, why);
+            return CFG_ERR_INVALID;
+        }
+    } else {
+        const char *t = text;
+        size_t len = strlen(text);
+        if (o->type == OPT_RATE && len >= 2 && len < sizeof buf &&
+            strcmp(text + len - 2, "/s") == 0) {
+            memcpy(buf, text, len - 2);
+            buf[len - 2] = 0;
+            t = buf;
+        }
+        if (cfg_parse_size(t, &v, why, sizeof why)) {
+            snprintf(msg, n, "invalid %s \"%s\" for %s (%s%s)",
+                     o->type == OPT_RATE ? "rate" : "size", val, name, why,
+                     o->type == OPT_RATE ? ", per second" : "");
+            return CFG_ERR_INVALID;
+        }
+    }
+    memcpy(field, &v, sizeof v);
+    *num = (double)v;
+    return 0;
+}
+
+/* OPT_U32, OPT_I32, OPT_DOUBLE, OPT_FLOAT: the field (an integer only when in
+ * bounds) and *num set; out of range reads as infinite for the bounds check. */
+static int set_number(const opt_t *o, const char *text, void *field, double *num, const char *name,
+                      const char *val, char *msg, size_t n)
+{
+    if (o->type == OPT_U32 || o->type == OPT_I32) {
+        int64_t v = 0;
+        int r = cfg_parse_i64(text, &v);
+        if (r == 1) {
+            snprintf(msg, n, "invalid integer \"%s\" for %s", val, name);
+            return CFG_ERR_INVALID;
+        }
+        *num = r == 2 ? (text[0] == '-' ? -HUGE_VAL : HUGE_VAL) : (double)v;
+        if (in_bounds(o, *num)) { /* every U32/I32 bound lies inside its type */
+            if (o->type == OPT_U32) {
+                uint32_t u = (uint32_t)v;
+                memcpy(field, &u, sizeof u);
+            } else {
+                int32_t i = (int32_t)v;
+                memcpy(field, &i, sizeof i);
+            }
+        }
+        return 0;
+    }
+    int r = cfg_parse_double(text, num, o->type == OPT_FLOAT);
+    if (r == 1) {
+        snprintf(msg, n, "invalid number \"%s\" for %s", val, name);
+        return CFG_ERR_INVALID;
+    }
+    if (r == 2)
+        *num = HUGE_VAL;
+    if (o->type == OPT_DOUBLE) {
+        memcpy(field, num, sizeof *num);
+    } else {
+        float f = (float)*num;
+        memcpy(field, &f, sizeof f);
+    }
+    return 0;
+}
+
+/* OPT_BOOL, OPT_ENUM: one of the names. */
+static int set_choice(const opt_t *o, const char *text, void *field, const char *name,
+                      const char *val, char *msg, size_t n)
+{
+    if (o->type == OPT_BOOL) {
+        int b;
+        if (strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0) {
+            b = 1;
+        } else if (strcasecmp(text, "false") == 0 || strcasecmp(text, "no") == 0) {
+            b = 0;
+        } else {
+            snprintf(msg, n, "invalid boolean \"%s\" for %s (use true, false, yes, no)", val, name);
+            return CFG_ERR_INVALID;
+        }
+        memcpy(field, &b, sizeof b);
+        return 0;
+    }
+    for (int i = 0; o->names[i]; i++) {
+        if (strcmp(text, o->names[i]) == 0) {
+            memcpy(field, &i, sizeof i);
+            return 0;
+        }
+    }
+    int len = 0;
+    char list[96];
+    list[0] = 0;
+    for (int i = 0; o->names[i]; i++)
+        len += snprintf(list + len, sizeof list - (size_t)len, "%s%s", i ? ", " : "", o->names[i]);
+    snprintf(msg, n, "invalid value \"%s\" for %s (use %s)", val, name, list);
+    return CFG_ERR_INVALID;
+}
+
 /* Parses text into the field of option o (name is its full dotted name, for
  * messages). null: the YAML value was empty/~/null. dir: the directory that
  * relative OPT_PATH values are taken from (NULL: as written). Returns 0, or an
@@ -87,143 +234,23 @@ static int opt_set(const opt_t *o, const char *text, bool null, void *field, con
         return CFG_ERR_INVALID;
     }
     double num = 0; /* the value as a number, for the bounds check */
+    int rc;
     switch (o->type) {
-    case OPT_STR: {
-        if (!*text && (o->flags & OPT_NULLABLE)) {
-            free(*(char **)field);
-            *(char **)field = NULL;
-            return 0;
-        }
-        char *copy = opt_path_join(o, dir, text);
-        if (!copy) {
-            snprintf(msg, n, "out of memory");
-            return CFG_ERR_NOMEM;
-        }
-        if (o->check && o->check(&copy, why, sizeof why)) {
-            snprintf(msg, n, "invalid %s \"%s\" for %s (%s)", o->what ? o->what : "value", val,
-                     name, why);
-            free(copy);
-            return CFG_ERR_INVALID;
-        }
-        free(*(char **)field);
-        *(char **)field = copy;
-        return 0;
-    }
-    case OPT_MODE: {
-        size_t len = strlen(text);
-        if (len == 0 || len > 4 || strspn(text, "01234567") != len) {
-            snprintf(msg, n, "invalid mode \"%s\" for %s (use an octal string such as \"0660\")",
-                     val, name);
-            return CFG_ERR_INVALID;
-        }
-        unsigned m = (unsigned)strtoul(text, NULL, 8);
-        if (m > 0777) {
-            snprintf(msg, n, "invalid mode \"%s\" for %s (at most 0777)", val, name);
-            return CFG_ERR_INVALID;
-        }
-        memcpy(field, &m, sizeof m);
-        return 0;
-    }
+    case OPT_STR: return set_str(o, text, field, name, dir, val, msg, n);
+    case OPT_MODE: return set_mode(text, field, name, val, msg, n);
+    case OPT_BOOL:
+    case OPT_ENUM: return set_choice(o, text, field, name, val, msg, n);
     case OPT_SIZE:
-    case OPT_RATE: {
-        char buf[80];
-        const char *t = text;
-        size_t len = strlen(text);
-        if (o->type == OPT_RATE && len >= 2 && len < sizeof buf &&
-            strcmp(text + len - 2, "/s") == 0) {
-            memcpy(buf, text, len - 2);
-            buf[len - 2] = 0;
-            t = buf;
-        }
-        uint64_t v;
-        if (cfg_parse_size(t, &v, why, sizeof why)) {
-            snprintf(msg, n, "invalid %s \"%s\" for %s (%s%s)",
-                     o->type == OPT_RATE ? "rate" : "size", val, name, why,
-                     o->type == OPT_RATE ? ", per second" : "");
-            return CFG_ERR_INVALID;
-        }
-        memcpy(field, &v, sizeof v);
-        num = (double)v;
-        break;
-    }
-    case OPT_DURATION: {
-        uint64_t v;
-        if (cfg_parse_duration_ms(text, &v, why, sizeof why)) {
-            snprintf(msg, n, "invalid duration \"%s\" for %s (%s)", val, name, why);
-            return CFG_ERR_INVALID;
-        }
-        memcpy(field, &v, sizeof v);
-        num = (double)v;
-        break;
-    }
+    case OPT_RATE:
+    case OPT_DURATION: rc = set_scaled(o, text, field, &num, name, val, msg, n); break;
     case OPT_U32:
-    case OPT_I32: {
-        int64_t v = 0;
-        int r = cfg_parse_i64(text, &v);
-        if (r == 1) {
-            snprintf(msg, n, "invalid integer \"%s\" for %s", val, name);
-            return CFG_ERR_INVALID;
-        }
-        num = r == 2 ? (text[0] == '-' ? -HUGE_VAL : HUGE_VAL) : (double)v;
-        if (in_bounds(o, num)) { /* every U32/I32 bound lies inside its type */
-            if (o->type == OPT_U32) {
-                uint32_t u = (uint32_t)v;
-                memcpy(field, &u, sizeof u);
-            } else {
-                int32_t i = (int32_t)v;
-                memcpy(field, &i, sizeof i);
-            }
-        }
-        break;
-    }
+    case OPT_I32:
     case OPT_DOUBLE:
-    case OPT_FLOAT: {
-        int r = cfg_parse_double(text, &num, o->type == OPT_FLOAT);
-        if (r == 1) {
-            snprintf(msg, n, "invalid number \"%s\" for %s", val, name);
-            return CFG_ERR_INVALID;
-        }
-        if (r == 2)
-            num = HUGE_VAL;
-        if (o->type == OPT_DOUBLE) {
-            memcpy(field, &num, sizeof num);
-        } else {
-            float f = (float)num;
-            memcpy(field, &f, sizeof f);
-        }
-        break;
-    }
-    case OPT_BOOL: {
-        int b;
-        if (strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0) {
-            b = 1;
-        } else if (strcasecmp(text, "false") == 0 || strcasecmp(text, "no") == 0) {
-            b = 0;
-        } else {
-            snprintf(msg, n, "invalid boolean \"%s\" for %s (use true, false, yes, no)", val, name);
-            return CFG_ERR_INVALID;
-        }
-        memcpy(field, &b, sizeof b);
-        return 0;
-    }
-    case OPT_ENUM: {
-        for (int i = 0; o->names[i]; i++) {
-            if (strcmp(text, o->names[i]) == 0) {
-                memcpy(field, &i, sizeof i);
-                return 0;
-            }
-        }
-        int len = 0;
-        char list[96];
-        list[0] = 0;
-        for (int i = 0; o->names[i]; i++)
-            len +=
-                snprintf(list + len, sizeof list - (size_t)len, "%s%s", i ? ", " : "", o->names[i]);
-        snprintf(msg, n, "invalid value \"%s\" for %s (use %s)", val, name, list);
-        return CFG_ERR_INVALID;
-    }
+    case OPT_FLOAT: rc = set_number(o, text, field, &num, name, val, msg, n); break;
     default: snprintf(msg, n, "internal: %s is not a scalar option", name); return CFG_ERR_INVALID;
     }
+    if (rc)
+        return rc;
     if (!in_bounds(o, num)) {
         char b[96];
         fmt_bounds(o, b, sizeof b);
