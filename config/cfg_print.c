@@ -249,38 +249,123 @@ int cfg_changes(const cfg_t *a, const cfg_t *b, char *buf, size_t len)
     return n;
 }
 
+/* "name (was -> now)" of a top-level option that differs, appended to f. */
+static void describe_change(FILE *f, const opt_t *o, const void *a, const void *b)
+{
+    char *was = NULL, *now = NULL;
+    size_t wl = 0, nl = 0;
+    FILE *fw = open_memstream(&was, &wl), *fn = open_memstream(&now, &nl);
+    if (fw) {
+        print_value(fw, o, a);
+        fclose(fw);
+    }
+    if (fn) {
+        print_value(fn, o, b);
+        fclose(fn);
+    }
+    char sw[64], sn[64];
+    fprintf(f, "%s.%s cannot change on reload (%s -> %s)", o->section, o->key,
+            cfg_sanitize(was ? was : "?", sw, sizeof sw),
+            cfg_sanitize(now ? now : "?", sn, sizeof sn));
+    free(was);
+    free(now);
+}
+
 int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
+    char *text = NULL;
+    size_t tl = 0;
+    FILE *f = open_memstream(&text, &tl);
+    if (!f)
+        return CFG_ERR_NOMEM;
+    int n = 0;
     for (size_t i = 0; i < cfg_n_opts; i++) {
         const opt_t *o = &cfg_opts[i];
         if (cfg_opt_kind(o) != OPT_KIND_TOP || o->type == OPT_SECTION || o->type == OPT_MODELS ||
-            o->type == OPT_KEYS || (o->flags & OPT_RELOAD))
+            o->type == OPT_KEYS || o->apply != CFG_APPLY_RESTART)
             continue;
         const void *a = (const char *)cur + o->off, *b = (const char *)next + o->off;
         if (value_equal(o, a, b))
             continue;
-        char *was = NULL, *now = NULL;
-        size_t wl = 0, nl = 0;
-        FILE *fw = open_memstream(&was, &wl), *fn = open_memstream(&now, &nl);
-        if (fw)
-            print_value(fw, o, a);
-        if (fn)
-            print_value(fn, o, b);
-        if (fw)
-            fclose(fw);
-        if (fn)
-            fclose(fn);
-        char sw[64], sn[64];
-        cfg_set_err(err, errlen,
-                    "%s: %s.%s cannot change on reload (%s -> %s); restart gpuswapd to apply it",
-                    next->file ? next->file : "<config>", o->section, o->key,
-                    cfg_sanitize(was ? was : "?", sw, sizeof sw),
-                    cfg_sanitize(now ? now : "?", sn, sizeof sn));
-        free(was);
-        free(now);
-        return CFG_ERR_RELOAD;
+        fputs(n++ ? "; " : "", f);
+        describe_change(f, o, a, b);
     }
-    return 0;
+    fclose(f);
+    if (n)
+        cfg_set_err(err, errlen, "%s: %s; restart gpuswapd to apply %s",
+                    next->file ? next->file : "<config>", text ? text : "?", n > 1 ? "them" : "it");
+    free(text);
+    return n ? CFG_ERR_RELOAD : 0;
+}
+
+int cfg_model_reloads(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len)
+{
+    size_t used = 0;
+    int n = 0;
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < cfg_n_opts && len; i++) {
+        const opt_t *o = &cfg_opts[i];
+        if (cfg_opt_kind(o) != OPT_KIND_MODEL || o->apply != CFG_APPLY_MODEL)
+            continue;
+        if (!value_equal(o, (const char *)a + o->off, (const char *)b + o->off))
+            change_add(buf, len, &used, &n, strcmp(o->section, "models") ? o->section + 7 : "",
+                       o->key);
+    }
+    return n;
+}
+
+static const char *const apply_names[] = {"live", "reloads the model", "restart"};
+
+/* The option table's type column: "size", "one of `a`, `b`", ... */
+static const char *opt_type_name(const opt_t *o, char *buf, size_t len)
+{
+    switch (o->type) {
+    case OPT_MODELS: return "list of models";
+    case OPT_STR: return o->flags & OPT_PATH ? "path" : "string";
+    case OPT_MODE: return "octal mode";
+    case OPT_SIZE: return "size";
+    case OPT_RATE: return "size per second";
+    case OPT_DURATION: return "duration";
+    case OPT_U32:
+    case OPT_I32: return "integer";
+    case OPT_DOUBLE:
+    case OPT_FLOAT: return "number";
+    case OPT_BOOL: return "bool";
+    case OPT_IDLIST: return "list of ids";
+    case OPT_STRLIST: return "list of strings";
+    case OPT_KEYS: return "list of keys";
+    case OPT_ENUM: {
+        size_t used = 0;
+        buf[0] = 0;
+        for (int i = 0; o->names[i] && used < len; i++) {
+            int k = snprintf(buf + used, len - used, "%s`%s`", i ? ", " : "", o->names[i]);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        return buf;
+    }
+    default: return "";
+    }
+}
+
+int cfg_options_markdown(FILE *f)
+{
+    fputs("| option | type | default | on reload | what |\n| --- | --- | --- | --- | --- |\n", f);
+    for (size_t i = 0; i < cfg_n_opts; i++) {
+        const opt_t *o = &cfg_opts[i];
+        if (o->type == OPT_SECTION)
+            continue;
+        char def[64] = "";
+        if (o->def)
+            snprintf(def, sizeof def, "`%s`", o->def);
+        else if (o->type == OPT_STR || o->type == OPT_IDLIST || o->type == OPT_STRLIST)
+            snprintf(def, sizeof def, "none");
+        char type[128];
+        fprintf(f, "| `%s%s%s` | %s | %s | %s | %s |\n", o->section, *o->section ? "." : "", o->key,
+                opt_type_name(o, type, sizeof type), def, apply_names[o->apply],
+                o->doc ? o->doc : "");
+    }
+    return ferror(f) ? CFG_ERR_IO : 0;
 }

@@ -185,6 +185,15 @@ typedef struct cfg {
     size_t n_models;
 } cfg_t;
 
+/* What a reload that changes an option does: it applies at once, the model
+ * is loaded again from its file (requests under way finish on the old one),
+ * or it needs a restart (the reload is refused, naming every such key). */
+typedef enum cfg_apply {
+    CFG_APPLY_LIVE = 0,
+    CFG_APPLY_MODEL,
+    CFG_APPLY_RESTART,
+} cfg_apply_t;
+
 /* Loads and validates a config file. On success *out is a new config the
  * caller frees with cfg_free; on failure *out is NULL, the return value is a
  * CFG_ERR_* code and err holds "file:line:col: reason". */
@@ -210,10 +219,10 @@ uint32_t cfg_model_context(const cfg_model_t *m, uint32_t n_ctx_train);
 /* The model called name, or NULL. The pointer lives as long as c. */
 const cfg_model_t *cfg_find_model(const cfg_t *c, const char *name);
 
-/* Whether next may replace cur on SIGHUP: models (added, removed, changed),
- * quotas, priorities, admin uids/gids, host.memory and every scheduler knob
- * may change; the listeners, admin socket and mode and every device key may
- * not. 0, or CFG_ERR_RELOAD with the first such key that changed named in err. */
+/* Whether next may replace cur on SIGHUP: every option whose class is not
+ * CFG_APPLY_RESTART may change (the listeners, the admin socket and its mode,
+ * every device and metrics key, auth.http and auth.tcp may not). 0, or
+ * CFG_ERR_RELOAD with every such key that changed named in err. */
 int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errlen);
 
 /* What a reload changes, named as the file names the keys, comma-separated into buf (cut short
@@ -221,6 +230,13 @@ int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errl
  * its name aside), the top-level ones ("scheduler.max_wait, auth.keys"). The count. */
 int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len);
 int cfg_changes(const cfg_t *a, const cfg_t *b, char *buf, size_t len);
+/* Of a model's changes, those that load it again from its file (CFG_APPLY_MODEL: path, kv_type,
+ * max_context), named into buf as cfg_model_changes does. The count (0: it changes in place). */
+int cfg_model_reloads(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len);
+
+/* Every option as a Markdown table (option, type, default, what a reload does, a line of doc):
+ * `gpuswapd --options`, and README's table, which make check keeps equal. 0 or CFG_ERR_IO. */
+int cfg_options_markdown(FILE *f);
 
 /* Value parsers, shared with the CLI. s is the whole text (no surrounding
  * blanks). 0 with *out set, or CFG_ERR_INVALID with a short reason in err

@@ -29,7 +29,6 @@ typedef enum opt_type {
 } opt_type_t;
 
 enum {
-    OPT_RELOAD = 1u << 0,   /* SIGHUP may change it */
     OPT_NULLABLE = 1u << 1, /* ~, null or "" turns it off (NULL) */
     OPT_LO_OPEN = 1u << 2,  /* value must be > lo rather than >= lo */
     OPT_HI_OPEN = 1u << 3,  /* value must be < hi rather than <= hi */
@@ -48,7 +47,9 @@ typedef struct opt {
     unsigned flags;  /* OPT_* */
     const char *const *names; /* OPT_ENUM: value i is names[i]; NULL-terminated */
     int (*check)(const void *field, char *why, size_t n); /* extra check after parsing */
-    const char *what; /* OPT_STR: noun for messages ("address"); default "value" */
+    const char *what;  /* OPT_STR: noun for messages ("address"); default "value" */
+    cfg_apply_t apply; /* what a reload that changes it does (CFG_APPLY_*) */
+    const char *doc;   /* one line for the option table (`gpuswapd --options`, README) */
 } opt_t;
 
 #define CFG_MAX_OPTS 256 /* at least cfg_n_opts (a static assert says so) */

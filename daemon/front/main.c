@@ -67,6 +67,8 @@ static void usage(FILE *f)
         "                                          --remote: a config for another host (no listener checks)\n"
         "       gpuswapd generate --model FILE ... run a model once (generate --help)\n"
         "       gpuswapd tokenize --model FILE < TEXT  print the token ids of stdin (tokenize --help)\n"
+        "       gpuswapd options                   every config option: type, default, what a reload\n"
+        "                                          does, a line of doc (a Markdown table)\n"
         "       gpuswapd version\n",
         f);
 }
@@ -124,7 +126,7 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     }
     /* every changed key by name: per model, and the top-level settings */
     json_t *added = json_array(), *removed = json_array(), *changed = json_array();
-    json_t *keys = json_object(), *settings = json_array();
+    json_t *keys = json_object(), *settings = json_array(), *reloaded = json_array();
     char list[1024];
     for (size_t i = 0; i < next->n_models; i++) {
         const cfg_model_t *o = cfg_find_model(d->cfg, next->models[i].name);
@@ -134,6 +136,11 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
             json_array_append_new(changed, json_string(next->models[i].name));
             json_object_set_new(keys, next->models[i].name, split_list(list));
             log_notice("reload: model '%s': %s changed", next->models[i].name, list);
+            if (cfg_model_reloads(o, &next->models[i], list, sizeof list)) {
+                json_array_append_new(reloaded, json_string(next->models[i].name));
+                log_notice("reload: model '%s' loads again from its file (%s)",
+                           next->models[i].name, list);
+            }
         }
     }
     for (size_t i = 0; i < d->cfg->n_models; i++)
@@ -158,14 +165,16 @@ static void do_reload(daemon_state_t *d, uint64_t conn, const json_t *id)
     wk_reload(d->wk, next);
     if (conn)
         srv_send_result(d->srv, conn, id,
-                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "added", added, "removed", removed,
-                                  "changed", changed, "changed_keys", keys, "settings", settings));
+                        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "added", added, "removed",
+                                  removed, "changed", changed, "changed_keys", keys, "settings",
+                                  settings, "reloaded", reloaded));
     else {
         json_decref(added);
         json_decref(removed);
         json_decref(changed);
         json_decref(keys);
         json_decref(settings);
+        json_decref(reloaded);
     }
     sd_notify(0, "READY=1");
 }
@@ -656,6 +665,8 @@ int main(int argc, char **argv)
         printf("gpuswapd %s\n", GPUSWAPD_VERSION);
         return 0;
     }
+    if (argc >= 2 && (strcmp(argv[1], "options") == 0 || strcmp(argv[1], "--options") == 0))
+        return cfg_options_markdown(stdout) || fflush(stdout) ? 1 : 0;
     if (argc >= 2 && (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
                       strcmp(argv[1], "-h") == 0)) {
         usage(stdout);

@@ -50,6 +50,11 @@ static size_t round_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
+void store_set_budget(store_t *s, size_t host_budget)
+{
+    s->budget = host_budget;
+}
+
 store_t *store_new(const backend_t *be, size_t host_budget)
 {
     store_t *s = calloc(1, sizeof *s);
@@ -208,12 +213,12 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     size_t nw = list_weights(&file, hp->n_layer, v, seg);
     layout_tensors(m, v, seg, nw, off);
     store_layout_segments(m, s->be->page_size);
-    if (s->budget && m->host_bytes > s->budget - s->used) {
+    size_t left = s->budget > s->used ? s->budget - s->used : 0;
+    if (s->budget && m->host_bytes > left) {
         snprintf(err, errlen,
                  "model '%s' (%s): needs %.1f MiB of host memory, %.1f MiB of the %.1f MiB "
                  "host budget are left",
-                 name, path, m->host_bytes / 1048576.0, (s->budget - s->used) / 1048576.0,
-                 s->budget / 1048576.0);
+                 name, path, m->host_bytes / 1048576.0, left / 1048576.0, s->budget / 1048576.0);
         rc = STORE_ERR_BUDGET;
         goto fail;
     }

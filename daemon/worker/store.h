@@ -58,6 +58,9 @@ typedef struct store store_t;
 /* be is borrowed (its host_alloc backs the images); budget 0 = unlimited. */
 store_t *store_new(const backend_t *be, size_t host_budget);
 void store_free(store_t *s); /* unloads every model; accepts NULL */
+/* A new budget (host.memory on reload): loads from now on must fit it; the
+ * models loaded stay, also when they hold more than it. */
+void store_set_budget(store_t *s, size_t host_budget);
 
 /* (optional) called while a large model is copied into its image, about
  * every tenth of it: the daemon logs loading progress with it. */

@@ -332,6 +332,7 @@ void wk_admin_poll_loads(wk_t *w)
 void wk_apply_reload(wk_t *w, const cfg_t *next)
 {
     w->cfg = next;
+    store_set_budget(w->store, next->host.memory);
     sched_cfg_t sc = wk_sched_cfg_of(next);
     sched_set_cfg(w->sched, &sc);
     res_set_max_stall(w->res, next->scheduler.max_stall_ms / 1e3);
@@ -362,16 +363,14 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             w->models[i] = wk_model_load(w, c);
             continue;
         }
+        char what[256];
+        if (cfg_model_reloads(&m->cfg, c, what, sizeof what)) {
+            /* it loads again from its file (below, as an added model); this one
+             * finishes what it holds, queued and running, and goes when idle */
+            m->removing = 1;
+            continue;
+        }
         m->cfg = *c;
-        const model_hparams_t *hp = &m->sm->model->hp;
-        if (hp->rope_freqs_short &&
-            (wk_model_context(m) > hp->rope_ctx_orig) != (hp->rope_freqs == hp->rope_freqs_long))
-            log_warning("reload: model '%s': max_context %u would take its %s RoPE factors; it "
-                        "keeps the %s ones it was loaded with until it is loaded again (remove "
-                        "it and add it back, or restart)",
-                        m->name, (unsigned)c->max_context,
-                        hp->rope_freqs == hp->rope_freqs_long ? "short" : "long",
-                        hp->rope_freqs == hp->rope_freqs_long ? "long" : "short");
         if (m->rm) {
             res_cfg_t rc = wk_res_cfg_of(c);
             char err[256];

@@ -973,18 +973,22 @@ Test(config, reload_accepts_model_quota_and_scheduler_changes)
     cfg_free(b);
 }
 
-Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
+Test(config, reload_refuses_listener_and_device_changes_naming_every_key)
 {
     static const struct {
         const char *yaml, *want;
     } cases[] = {
+        /* a listen section turns the default HTTP listener off: two keys change */
         {"listen:\n  socket: /other.sock\n" MODELS,
          "t.yaml: listen.socket cannot change on reload (\"/run/gpuswapd/gpuswapd.sock\" -> \"/other.sock\"); "
-         "restart gpuswapd to apply it"},
+         "listen.http cannot change on reload (\"127.0.0.1:8400\" -> ~); restart gpuswapd to apply them"},
+        {"device:\n  memory: 8GiB\n  gpu: 1\n" MODELS,
+         "t.yaml: device.gpu cannot change on reload (0 -> 1); device.memory cannot change on reload (0 -> "
+         "8GiB); restart gpuswapd to apply them"},
         {"listen:\n  http: 127.0.0.1:8401\n" MODELS,
          "t.yaml: listen.http cannot change on reload (\"127.0.0.1:8400\" -> \"127.0.0.1:8401\"); restart "
          "gpuswapd to apply it"},
-        {"listen:\n  mode: \"0666\"\n" MODELS,
+        {"listen:\n  mode: \"0666\"\n  http: 127.0.0.1:8400\n" MODELS,
          "t.yaml: listen.mode cannot change on reload (\"0660\" -> \"0666\"); restart gpuswapd to apply it"},
         {"admin:\n  socket: /a.sock\n" MODELS,
          "t.yaml: admin.socket cannot change on reload (\"/run/gpuswapd/admin.sock\" -> \"/a.sock\"); restart "
@@ -1001,7 +1005,7 @@ Test(config, reload_refuses_listener_and_device_changes_naming_the_key)
     cfg_t *cur = load_ok(MODELS);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cfg_t *next = load_ok(cases[i].yaml);
-        char err[256] = "";
+        char err[512] = "";
         cr_assert_eq(cfg_reload_check(cur, next, err, sizeof err), CFG_ERR_RELOAD, "%s",
                      cases[i].yaml);
         cr_assert_str_eq(err, cases[i].want);
@@ -1099,4 +1103,43 @@ Test(config, reload_may_change_keys_but_not_which_listeners_require_them)
     cfg_free(a);
     cfg_free(b);
     cfg_free(c);
+}
+
+Test(config, the_options_table_has_every_option_once_with_its_reload_class)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_eq(cfg_options_markdown(f), 0);
+    fclose(f);
+    cr_assert(strstr(text, "| option | type | default | on reload | what |\n| --- |"), "%s", text);
+    cr_assert(strstr(text, "| `models.path` | path | none | reloads the model |"), "%s", text);
+    cr_assert(strstr(text, "| `device.memory` | size | `0` | restart |"), "%s", text);
+    cr_assert(strstr(text, "| `scheduler.max_wait` | duration | `2s` | live |"), "%s", text);
+    cr_assert(
+        strstr(text, "| `models.defaults.temperature` | number | `0.8` | live | 0 = greedy |"),
+        "%s", text);
+    cr_assert_null(strstr(text, "`listen` |"), "sections are no rows");
+    int rows = 0;
+    for (const char *p = text; (p = strstr(p, "\n| `")); p++)
+        rows++;
+    cr_assert_gt(rows, 50);
+    cr_assert_null(strstr(strstr(text, "`models.path`") + 1, "`models.path`"), "each option once");
+    free(text);
+}
+
+Test(config, a_changed_path_kv_type_or_max_context_loads_the_model_again)
+{
+    cfg_t *a = load_ok(MODELS);
+    cfg_model_t m = a->models[0];
+    char buf[256];
+    cr_assert_eq(cfg_model_reloads(&a->models[0], &m, buf, sizeof buf), 0);
+    m.priority = 3;
+    m.pinned = 1;
+    cr_assert_eq(cfg_model_reloads(&a->models[0], &m, buf, sizeof buf), 0, "%s", buf);
+    m.kv_type = CFG_KV_F32;
+    m.max_context = 128;
+    cr_assert_eq(cfg_model_reloads(&a->models[0], &m, buf, sizeof buf), 2);
+    cr_assert_str_eq(buf, "kv_type, max_context");
+    cfg_free(a);
 }
