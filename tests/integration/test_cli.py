@@ -41,12 +41,14 @@ D = SlowDaemon(MODELS, memory="32MiB", page="256KiB")
 
 
 class paced:
-    """Every pass of the daemon's at least 5 ms for a while (the admin "stall" fault), so that a
-    signal sent mid-answer lands mid-answer also on a loaded host, where the client may run late:
-    greedy "Once" on big ends at eos after some 400 tokens, 0.3 s unpaced."""
+    """Every pass of the daemon's at least 25 ms for a while (the admin "stall" fault), so that a
+    signal sent mid-answer lands mid-answer also on a loaded host, where the client and this test
+    may run late: greedy "Once" on big ends at eos after some 400 tokens, 0.3 s unpaced, 10 s
+    paced. (At 5 ms, 3.7 s, beside two CPU hogs and two builds this test once sent its signal
+    after the client had printed the whole answer and exited 0.)"""
 
     def __enter__(self):
-        ans = D.admin_call({"op": "fault", "id": "p", "fault": "stall", "count": 100000, "delay_ms": 5})
+        ans = D.admin_call({"op": "fault", "id": "p", "fault": "stall", "count": 100000, "delay_ms": 25})
         assert ans.get("ok"), ans
 
     def __exit__(self, *exc):
