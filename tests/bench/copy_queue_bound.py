@@ -2,7 +2,7 @@
 """The copy engine alone as a first-come-first-served queue (M/D/1): Poisson requests, each needing
 a page-in of fixed length with a given probability, nothing else in the way. Its p99 wait is what a
 scheduler that pages a cold model in for each such request cannot beat on average (it can only
-share a page-in among requests of one model). README, models per GPU: 35 BF16 models at 0.1 req/s
+share a page-in among requests of one model). docs/scheduling.md, models per GPU: 35 BF16 models at 0.1 req/s
 each, a pool of 7, page-ins of 0.29 s.
 
 usage: copy_queue_bound.py [rate_rps miss_fraction pagein_s duration_s draws seed]"""

@@ -186,6 +186,6 @@ wait
 awk -F, 'FNR > 1 && ($2 !~ /^lru-batch-[0-9]/) { printf "%-16s %-16s %4d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $2, $3, $4, $5, $6 }' \
     "$OUT"/sched_mpg_*.csv
 # What one step more would ask of the copy engine (BF16, real mix, 35 models at 0.1 req/s, a pool
-# of 7, page-ins of 0.29 s: README): the p99 of page-ins served first come first served alone.
+# of 7, page-ins of 0.29 s: docs/scheduling.md): the p99 of page-ins served first come first served alone.
 /usr/bin/python3 "$(dirname "$0")/copy_queue_bound.py" 3.5 0.78 0.293 300 200 1
 echo "results: $OUT/sched_*.csv ($(( $(date +%s) - t0 )) s)"

@@ -158,7 +158,7 @@ else
         show "$tmp/verify.log"
     fi
     if systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
-        # The exposure the unit reached (README "Hardening"): a change that raises it fails
+        # The exposure the unit reached (docs/operations.md "Hardening"): a change that raises it fails
         # here. --threshold is in tenths (14 = 1.4); the parsed score is checked as well.
         max_exposure=1.4
         (cd "$vdir" && systemd-analyze security --offline=yes --threshold=14 "$vdir/gpuswapd.service") \
