@@ -100,7 +100,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps check format test test-unit test-unit-caged test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format options test test-unit test-unit-caged test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -175,16 +175,22 @@ $(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/client
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- source rules
-# `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> daemon/),
-# CUDA only under daemon/backend/cuda/, clang-format clean (.clang-format), and no function nothing
-# calls beyond tests/tools/check-unused.txt, Markdown tables with a header row, no cycle among
-# folders by includes nor among files by the symbols of their objects beyond
-# tests/tools/check-cycles.txt (tests/tools/check.sh says which rule and where). It builds the
-# production objects first (only those): the file rule reads them with nm.
+# `make check`: includes follow the layer order (base -> kernels -> backend -> engine -> proto,
+# config -> worker, oneshot -> front), CUDA only under daemon/backend/cuda/, clang-format clean
+# (.clang-format), no function nothing calls beyond tests/tools/check-unused.txt, Markdown tables
+# with a header row, no production file over 1,200 lines nor function over 120, README's option
+# table as the schema prints it, no cycle among folders by includes nor among files by the symbols
+# of their objects beyond tests/tools/check-cycles.txt (tests/tools/check.sh says which rule and
+# where). It builds the production objects and gpuswapd first: the file rule reads the objects
+# with nm, the options rule runs `gpuswapd options`.
 # `make format` rewrites every C, header and CUDA file git knows in the house style.
 CHECK_OBJ := $(call obj,$(ENGINE_SRC) $(DAEMON_SRC) $(wildcard clients/*.c)) $(CUDA_OBJ)
-check: $(CHECK_OBJ)
+check: $(CHECK_OBJ) $(GPUSWAPD)
 	BUILD=$(BUILD) CHECK_CUDA=$(if $(CUDA_OBJ),1,0) bash tests/tools/check.sh
+
+# the README's option table from the schema (config/cfg_schema.c; make check compares them)
+options: $(GPUSWAPD)
+	$(PY) tests/tools/options-table.py $(GPUSWAPD) README.md --write
 
 format:
 	git ls-files -z -- '*.c' '*.h' '*.cu' '*.cuh' | xargs -0 -r clang-format -i

@@ -2,7 +2,8 @@
 # `make check` (tests/tools/check.sh) passes on a formatted copy of the sources and fails, naming the
 # file, on one planted violation of each rule: an include against the layer order, a layered header
 # without its layer's path, a CUDA header outside daemon/backend/cuda/, a clang-format difference,
-# a function nothing calls, Markdown table rows without a header, a folder cycle by includes (in a
+# a function nothing calls, a file over 1,200 lines and a function over 120, README's option table
+# edited by hand, Markdown table rows without a header, a folder cycle by includes (in a
 # new folder, and between layers), a file cycle by the symbols of two planted objects (and no cycle
 # through a function pointer), a stale line in tests/tools/check-cycles.txt and missing objects.
 # The file rule reads the production objects of the build (GPUSWAPD_BUILD, make all), copied.
@@ -23,13 +24,14 @@ for d in daemon proto config clients; do
     [ -d "$build/obj/$d" ] || { echo "FAIL no objects in $build/obj/$d (make all builds them)"; exit 1; }
     cp -r "$build/obj/$d" "$tmp/build/obj/"
 done
+cp "$build/gpuswapd" "$tmp/build/" || { echo "FAIL no $build/gpuswapd (make all builds it)"; exit 1; }
 export BUILD=$tmp/build
 
 # a copy of the sources in the house style, made once; fresh() puts it back in $tmp/src
 mkdir -p "$tmp/clean/tests/tools"
-cp -r daemon proto config clients .clang-format Makefile "$tmp/clean/"
+cp -r daemon proto config clients .clang-format Makefile README.md "$tmp/clean/"
 cp tests/tools/check.sh tests/tools/check-unused.txt tests/tools/cycles.py tests/tools/check-cycles.txt \
-    "$tmp/clean/tests/tools/"
+    tests/tools/sizes.py tests/tools/options-table.py "$tmp/clean/tests/tools/"
 (cd "$tmp/clean" && find daemon proto config clients -name '*.[ch]' -o -name '*.cu' | xargs clang-format -i)
 fresh() {
     rm -rf "$tmp/src" && cp -r "$tmp/clean" "$tmp/src"
@@ -88,6 +90,18 @@ fresh
 # a function nothing calls
 printf '\nint log_planted_unused(void)\n{\n    return 1;\n}\n' >> "$tmp/src/daemon/base/log.c"
 expect unused 'log_planted_unused'
+fresh
+# a production file over 1,200 lines, a function over 120
+for i in $(seq 1300); do echo "/* line $i */"; done >> "$tmp/src/daemon/base/log.c"
+expect size 'daemon/base/log.c: 1'
+fresh
+{ printf '\nint log_planted_long(int x)\n{\n'; for i in $(seq 125); do echo "    x += $i;"; done
+  printf '    return x;\n}\n'; } >> "$tmp/src/daemon/base/log.c"
+expect size 'log_planted_long is 129 lines, more than 120'
+fresh
+# README's option table edited by hand: it differs from the schema
+sed -i 's/^| `scheduler.max_wait` | duration | `2s` |/| `scheduler.max_wait` | duration | `3s` |/' "$tmp/src/README.md"
+expect options 'the option table differs from the schema'
 fresh
 # table rows after a paragraph, without a header (docs/ARCHITECTURE.md had them)
 printf '\nA paragraph.\n| `proto/` | the codec |\n| `config/` | the loader |\n' >> "$tmp/src/proto/PROTOCOL.md"

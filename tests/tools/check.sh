@@ -13,6 +13,11 @@
 #             with a header row and a delimiter row of as many cells, so it would not render
 #   folder-cycles  a cycle among the folders under daemon/ proto/ config/ clients/ (each one a node,
 #             daemon/ apart from daemon/engine) by `#include "..."` (tests/tools/cycles.py)
+#   size      a production file (daemon/ proto/ config/ clients/) over 1,200 lines or a function over
+#             120 (tests/tools/sizes.py)
+#   options   README.md's option table (between <!-- options:begin --> and <!-- options:end -->)
+#             not what `$BUILD/gpuswapd options` prints from the schema (tests/tools/options-table.py;
+#             `make options` rewrites it)
 #   file-cycles    a cycle among the production .c/.cu files by the global symbols their objects
 #             ($BUILD/obj, default build/; `nm`) define and use: a call through a function pointer
 #             is no edge. Reads the objects, builds none: `make check` makes them first; CHECK_CUDA=1
@@ -22,7 +27,7 @@
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root" || exit 2
-only=${CHECK_ONLY:-layers cuda format unused tables folder-cycles file-cycles}
+only=${CHECK_ONLY:-layers cuda format unused tables size options folder-cycles file-cycles}
 fail=0
 say() { echo "check: $*"; fail=1; }
 
@@ -143,6 +148,14 @@ if [[ " $only " == *" tables "* ]]; then
             END { if (run == 1) printf "check: tables: %s:%d: a lone table row, without a delimiter row\n", f, head }
         ' "$f"
     done | grep . && fail=1
+fi
+
+if [[ " $only " == *" size "* ]]; then
+    echo "$files" | /usr/bin/python3 tests/tools/sizes.py || fail=1
+fi
+
+if [[ " $only " == *" options "* ]]; then
+    /usr/bin/python3 tests/tools/options-table.py "${BUILD:-build}/gpuswapd" README.md || fail=1
 fi
 
 if [[ " $only " == *" folder-cycles "* ]]; then
