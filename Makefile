@@ -152,7 +152,7 @@ $(TOOLS_LIB): $(call obj,$(TLIB_SRC))
 $(GPUSWAPD): $(call obj,$(DAEMON_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
+$(BUILD)/gpuswap: $(call obj,$(wildcard clients/*.c)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
