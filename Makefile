@@ -152,7 +152,7 @@ $(TOOLS_LIB): $(call obj,$(TLIB_SRC))
 $(GPUSWAPD): $(call obj,$(DAEMON_SRC)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/gpuswap: $(BUILD)/obj/clients/gpuswap.o $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
+$(BUILD)/gpuswap: $(call obj,$(wildcard clients/*.c)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(TOOLS_LIB) $(ENGINE_LIB)
@@ -168,10 +168,10 @@ $(BUILD)/bench_%: $(BUILD)/obj/tests/bench/bench_%.o $(TOOLS_LIB) $(ENGINE_LIB)
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(CFLAGS_ALL) -DFUZZ_LIBFUZZER -fsanitize=fuzzer $(LDFLAGS_ALL) -o $@ $< $(TOOLS_LIB) $(ENGINE_LIB) $(LDLIBS_ALL)
 
-$(TRACESIM): $(call obj,$(SIM_SRC)) $(BUILD)/obj/clients/fleet.o $(ENGINE_LIB)
+$(TRACESIM): $(call obj,$(SIM_SRC)) $(call obj,$(wildcard clients/fleet*.c)) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(BUILD)/obj/clients/fleet.o $(TOOLS_LIB) $(ENGINE_LIB)
+$(UNIT_BIN): $(call obj,$(UNIT_SRC)) $(call obj,$(FUZZ_SRC)) $(call obj,$(wildcard clients/fleet*.c)) $(TOOLS_LIB) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ -lcriterion $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- source rules

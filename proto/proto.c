@@ -1,5 +1,6 @@
-/* proto: the JSON-line codec of the inference and admin sockets (proto/PROTOCOL.md), shared by the daemon and the C client. */
+/* proto: the JSON-line codec of the inference and admin sockets (proto/PROTOCOL.md), shared by the daemon and the C client: names, the JSON helpers and the requests (parsed by the daemon, encoded by clients); the answers are proto_answer.c's. */
 #include "proto.h"
+#include "proto_int.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -155,9 +156,7 @@ static const char *const roles[] = {"system", "user", "assistant"};
 /* ------------------------------------------------------------------ helpers */
 
 /* Writes a message into err (when given) and returns -code. */
-static int fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
+int proto_fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
 {
     if (err && errlen) {
         va_list ap;
@@ -169,7 +168,7 @@ static int fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...
 }
 
 /* The JSON type of v as a message word. */
-static const char *type_word(const json_t *v)
+const char *proto_type_word(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
@@ -293,13 +292,13 @@ json_t *proto_str_new(const char *s)
 }
 
 /* A copy of id for an answer (null when absent). */
-static json_t *id_new(const json_t *id)
+json_t *proto_id_new(const json_t *id)
 {
     return id ? json_deep_copy(id) : json_null();
 }
 
 /* Sets key in obj to v (stolen); returns -1 when v is NULL or the set fails. */
-static int set_new(json_t *obj, const char *key, json_t *v)
+int proto_set_new(json_t *obj, const char *key, json_t *v)
 {
     if (!v)
         return -1;
@@ -307,7 +306,7 @@ static int set_new(json_t *obj, const char *key, json_t *v)
 }
 
 /* A time in ms rounded to 3 decimals; non-finite values become 0 (json_real refuses them). */
-static json_t *ms_new(double ms)
+json_t *proto_ms_new(double ms)
 {
     if (!isfinite(ms))
         ms = 0.0;
@@ -351,7 +350,7 @@ static int linebuf_put(const char *data, size_t size, void *arg)
 }
 
 /* Dumps root as one compact line with '\n' and releases root (NULL root = OOM upstream). */
-static char *line_finish(json_t *root)
+char *proto_line_finish(json_t *root)
 {
     if (!root)
         return NULL;
@@ -394,26 +393,26 @@ static int depth_ok(const char *line, size_t len)
 }
 
 /* Parses line as one JSON value; NULL with the error in err. */
-static json_t *load_line(const char *line, size_t len, size_t flags, int *rc, char *err,
-                         size_t errlen)
+json_t *proto_load_line(const char *line, size_t len, size_t flags, int *rc, char *err,
+                        size_t errlen)
 {
     size_t i = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
         i++;
     if (i == len) {
-        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "empty line");
+        *rc = proto_fail(err, errlen, PROTO_E_BAD_JSON, "empty line");
         return NULL;
     }
     if (!depth_ok(line, len)) {
-        *rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "JSON nested deeper than %d levels",
-                   PROTO_MAX_DEPTH);
+        *rc = proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "JSON nested deeper than %d levels",
+                         PROTO_MAX_DEPTH);
         return NULL;
     }
     json_error_t je;
     json_t *root = json_loadb(line, len, flags | JSON_DECODE_ANY, &je);
     if (!root) {
-        *rc = fail(err, errlen, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position,
-                   je.text);
+        *rc = proto_fail(err, errlen, PROTO_E_BAD_JSON, "invalid JSON at byte %d: %s", je.position,
+                         je.text);
         return NULL;
     }
     return root;
@@ -443,7 +442,7 @@ static int has_nul(const json_t *v)
 }
 
 /* A short printable rendering of a string value for messages. */
-static void quote_short(char *out, size_t cap, const char *s)
+void proto_quote_short(char *out, size_t cap, const char *s)
 {
     size_t n = strlen(s);
     if (n + 3 <= cap || cap < 8)
@@ -459,12 +458,13 @@ static int check_id(const char *name, const json_t *v, char *err, size_t errlen)
         return 0;
     if (json_is_string(v)) {
         if (json_string_length(v) > PROTO_MAX_ID_BYTES)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %d bytes",
-                        name, PROTO_MAX_ID_BYTES);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field '%s' is longer than %d bytes", name, PROTO_MAX_ID_BYTES);
         return 0;
     }
-    return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                "field '%s' must be a string or an integer (got %s)", name, type_word(v));
+    return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                      "field '%s' must be a string or an integer (got %s)", name,
+                      proto_type_word(v));
 }
 
 /* A string field of min..max bytes into a new heap copy (*out). */
@@ -472,17 +472,17 @@ static int get_string(const char *name, const json_t *v, size_t min, size_t max,
                       char *err, size_t errlen)
 {
     if (!json_is_string(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)", name,
-                    type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)",
+                          name, proto_type_word(v));
     size_t n = json_string_length(v);
     if (n < min)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must not be empty", name);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must not be empty", name);
     if (n > max)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %zu bytes", name,
-                    max);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is longer than %zu bytes",
+                          name, max);
     char *s = malloc(n + 1);
     if (!s)
-        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     memcpy(s, json_string_value(v), n + 1);
     *out = s;
     return 0;
@@ -492,14 +492,14 @@ static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t 
                    char *err, size_t errlen)
 {
     if (!json_is_integer(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be an integer (got %s)",
-                    name, type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field '%s' must be an integer (got %s)", name, proto_type_word(v));
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field '%s' must be in %" JSON_INTEGER_FORMAT " .. %" JSON_INTEGER_FORMAT
-                    " (got %" JSON_INTEGER_FORMAT ")",
-                    name, lo, hi, x);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field '%s' must be in %" JSON_INTEGER_FORMAT " .. %" JSON_INTEGER_FORMAT
+                          " (got %" JSON_INTEGER_FORMAT ")",
+                          name, lo, hi, x);
     *out = x;
     return 0;
 }
@@ -507,8 +507,8 @@ static int get_int(const char *name, const json_t *v, json_int_t lo, json_int_t 
 static int get_bool(const char *name, const json_t *v, int *out, char *err, size_t errlen)
 {
     if (!json_is_boolean(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be true or false (got %s)",
-                    name, type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field '%s' must be true or false (got %s)", name, proto_type_word(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -518,12 +518,12 @@ static int get_float(const char *name, const json_t *v, float *out, double *raw,
                      size_t errlen)
 {
     if (!json_is_number(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a number (got %s)", name,
-                    type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a number (got %s)",
+                          name, proto_type_word(v));
     double d = json_number_value(v);
     if (!isfinite(d) || fabs(d) > FLT_MAX)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is out of range (got %g)", name,
-                    d);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' is out of range (got %g)",
+                          name, d);
     *out = (float)d;
     *raw = d;
     return 0;
@@ -532,26 +532,27 @@ static int get_float(const char *name, const json_t *v, float *out, double *raw,
 static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
     if (!json_is_array(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field 'tokens' must be an array of token ids (got %s)", type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'tokens' must be an array of token ids (got %s)",
+                          proto_type_word(v));
     size_t n = json_array_size(v);
     if (n == 0)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must not be empty");
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' must not be empty");
     if (n > PROTO_MAX_TOKENS)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'tokens' has %zu entries (max %d)", n,
-                    PROTO_MAX_TOKENS);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'tokens' has %zu entries (max %d)", n, PROTO_MAX_TOKENS);
     req->tokens = malloc(n * sizeof *req->tokens);
     if (!req->tokens)
-        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *t = json_array_get(v, i);
         if (!json_is_integer(t))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                        "field 'tokens[%zu]' must be an integer token id (got %s)", i,
-                        type_word(t));
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field 'tokens[%zu]' must be an integer token id (got %s)", i,
+                              proto_type_word(t));
         json_int_t x = json_integer_value(t);
         if (x < 0 || x > INT32_MAX)
-            return fail(
+            return proto_fail(
                 err, errlen, PROTO_E_BAD_REQUEST,
                 "field 'tokens[%zu]' must be a token id in 0 .. %d (got %" JSON_INTEGER_FORMAT ")",
                 i, INT32_MAX, x);
@@ -564,58 +565,59 @@ static int parse_tokens(const json_t *v, proto_req_t *req, char *err, size_t err
 static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
     if (!json_is_array(v))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must be an array (got %s)",
-                    type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'messages' must be an array (got %s)", proto_type_word(v));
     size_t n = json_array_size(v);
     if (n == 0)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must not be empty");
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' must not be empty");
     if (n > PROTO_MAX_MESSAGES)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'messages' has %zu entries (max %d)",
-                    n, PROTO_MAX_MESSAGES);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'messages' has %zu entries (max %d)", n, PROTO_MAX_MESSAGES);
     req->messages = calloc(n, sizeof *req->messages);
     if (!req->messages)
-        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     req->n_messages = n; /* contents are NULL until filled; proto_req_free copes */
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(v, i);
         proto_msg_t *pm = &req->messages[i];
         char name[48];
         if (!json_is_object(m))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                        "field 'messages[%zu]' must be an object (got %s)", i, type_word(m));
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field 'messages[%zu]' must be an object (got %s)", i,
+                              proto_type_word(m));
         const char *key;
         json_t *val;
         json_object_foreach ((json_t *)m, key, val) {
             if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0) {
                 char q[72];
-                quote_short(q, sizeof q, key);
-                return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                            "unknown field %s in 'messages[%zu]' (a message has role and content)",
-                            q, i);
+                proto_quote_short(q, sizeof q, key);
+                return proto_fail(
+                    err, errlen, PROTO_E_BAD_REQUEST,
+                    "unknown field %s in 'messages[%zu]' (a message has role and content)", q, i);
             }
         }
         const json_t *role = json_object_get(m, "role");
         const json_t *content = json_object_get(m, "content");
         snprintf(name, sizeof name, "messages[%zu].role", i);
         if (!role)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
         if (!json_is_string(role))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be a string (got %s)",
-                        name, type_word(role));
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field '%s' must be a string (got %s)", name, proto_type_word(role));
         const char *r = json_string_value(role);
         size_t k = 0;
         while (k < sizeof roles / sizeof roles[0] && strcmp(roles[k], r) != 0)
             k++;
         if (k == sizeof roles / sizeof roles[0]) {
             char q[48];
-            quote_short(q, sizeof q, r);
-            return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                        "field '%s' must be system, user or assistant (got %s)", name, q);
+            proto_quote_short(q, sizeof q, r);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field '%s' must be system, user or assistant (got %s)", name, q);
         }
         snprintf(pm->role, sizeof pm->role, "%s", roles[k]);
         snprintf(name, sizeof name, "messages[%zu].content", i);
         if (!content)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
         int rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen);
         if (rc)
             return rc;
@@ -631,16 +633,17 @@ static int parse_stop(const json_t *v, proto_req_t *req, char *err, size_t errle
     else if (json_is_array(v))
         n = json_array_size(v);
     else
-        return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field 'stop' must be a string or an array of strings (got %s)", type_word(v));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'stop' must be a string or an array of strings (got %s)",
+                          proto_type_word(v));
     if (n > PROTO_MAX_STOP)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' has %zu entries (max %d)", n,
-                    PROTO_MAX_STOP);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'stop' has %zu entries (max %d)",
+                          n, PROTO_MAX_STOP);
     if (n == 0)
         return 0;
     req->stop = calloc(n, sizeof *req->stop);
     if (!req->stop)
-        return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+        return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     req->n_stop = n;
     for (size_t i = 0; i < n; i++) {
         char name[32];
@@ -715,8 +718,8 @@ static int parse_sampler(int i, const json_t *v, proto_req_t *req, char *err, si
     if ((rc = get_float(d->name, v, &f, &raw, err, errlen)))
         return rc;
     if (!sampler_param_in_range(d, raw))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be in %s (got %g)", d->name,
-                    sampler_param_range_text(d, range, sizeof range), raw);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field '%s' must be in %s (got %g)",
+                          d->name, sampler_param_range_text(d, range, sizeof range), raw);
     proto_req_sampler_set(req, i, raw);
     return 0;
 }
@@ -746,10 +749,10 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         else
             s = json_string_value(v);
         if (!(req->target = strdup(s)))
-            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+            return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
         req->target_id = json_deep_copy(v);
         if (!req->target_id)
-            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+            return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
         return 0;
     }
     case F_MAX_TOKENS:
@@ -768,16 +771,17 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_STREAM: return get_bool(name, v, &req->stream, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'fault' must be a string (got %s)",
-                        type_word(v));
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field 'fault' must be a string (got %s)", proto_type_word(v));
         for (int k = 0; k < N_FAULTS; k++)
             if (strcmp(json_string_value(v), fault_names[k]) == 0) {
                 req->fault = k;
                 return 0;
             }
-        return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    "field 'fault' must be one of off, copy_fail, copy_slow, map_fail, map_short, "
-                    "stall");
+        return proto_fail(
+            err, errlen, PROTO_E_BAD_REQUEST,
+            "field 'fault' must be one of off, copy_fail, copy_slow, map_fail, map_short, "
+            "stall");
     }
     case F_TIMES:
         if ((rc = get_int(name, v, 1, 1000000, &x, err, errlen)))
@@ -798,7 +802,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_SAMPLER:
     case F_COUNT: break;
     }
-    return fail(err, errlen, PROTO_E_INTERNAL, "field table out of step");
+    return proto_fail(err, errlen, PROTO_E_INTERNAL, "field table out of step");
 }
 
 /* The body of proto_parse_request once root is an object; req->id is set first. */
@@ -811,29 +815,29 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
         if ((rc = check_id("id", id, err, errlen)))
             return rc;
         if (!(req->id = json_deep_copy(id)))
-            return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+            return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     }
 
     const json_t *op = json_object_get(root, "op");
     if (!op)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'op'");
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'op'");
     if (!json_is_string(op))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'op' must be a string (got %s)",
-                    type_word(op));
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'op' must be a string (got %s)",
+                          proto_type_word(op));
     const char *opname = json_string_value(op);
     int o = 1;
     while (o < N_OPS && strcmp(op_table[o].name, opname) != 0)
         o++;
     char q[72];
-    quote_short(q, sizeof q, opname);
+    proto_quote_short(q, sizeof q, opname);
     if (o == N_OPS)
-        return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown op %s", q);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown op %s", q);
     const struct op_desc *od = &op_table[o];
     if (!(od->sockets & (admin ? SOCK_ADMIN : SOCK_INFERENCE)))
-        return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                    admin ? "op %s is not an admin op (use the inference socket)"
-                          : "op %s is only valid on the admin socket",
-                    q);
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          admin ? "op %s is not an admin op (use the inference socket)"
+                                : "op %s is only valid on the admin socket",
+                          q);
     req->op = (proto_op_t)o;
 
     uint32_t seen = 0;
@@ -845,17 +849,17 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
         int f = 0;
         while (f < F_COUNT && strcmp(field_names[f], key) != 0)
             f++;
-        quote_short(q, sizeof q, key);
+        proto_quote_short(q, sizeof q, key);
         if (f == F_COUNT) {
             const char *s = suggest_field(key);
             if (s)
-                return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                            "unknown field %s (did you mean '%s'?)", q, s);
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s", q);
+                return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                                  "unknown field %s (did you mean '%s'?)", q, s);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown field %s", q);
         }
         if (!(od->allowed & FB(f)))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "field %s is not valid for op '%s'", q,
-                        od->name);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "field %s is not valid for op '%s'",
+                              q, od->name);
         if ((rc = parse_field((pfield_t)f, val, req, err, errlen)))
             return rc;
         seen |= FB(f);
@@ -863,14 +867,16 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
 
     for (int f = 0; f < F_COUNT; f++)
         if ((od->required & FB(f)) && !(seen & FB(f)))
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", field_names[f]);
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'",
+                              field_names[f]);
     if (req->op == PROTO_OP_GENERATE) {
         int np = !!(seen & FB(F_PROMPT)), nt = !!(seen & FB(F_TOKENS));
         if (np && nt)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST,
-                        "give either 'prompt' or 'tokens', not both");
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "give either 'prompt' or 'tokens', not both");
         if (!np && !nt)
-            return fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field 'prompt' (or 'tokens')");
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "missing field 'prompt' (or 'tokens')");
     }
     return 0;
 }
@@ -885,12 +891,13 @@ int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *re
         err[0] = '\0';
 
     int rc = 0;
-    json_t *root = load_line(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &rc, err, errlen);
+    json_t *root =
+        proto_load_line(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &rc, err, errlen);
     if (!root)
         return rc;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "a request must be a JSON object (got %s)",
-                  type_word(root));
+        rc = proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                        "a request must be a JSON object (got %s)", proto_type_word(root));
         json_decref(root);
         return rc;
     }
@@ -900,8 +907,8 @@ int proto_parse_request(const char *line, size_t len, int admin, proto_req_t *re
     json_t *v;
     json_object_foreach (root, k, v) {
         if (strcmp(k, field_names[F_KEY]) != 0 && has_nul(v)) {
-            rc = fail(err, errlen, PROTO_E_BAD_JSON,
-                      "invalid JSON: \\u0000 in field '%s' (allowed in 'key' only)", k);
+            rc = proto_fail(err, errlen, PROTO_E_BAD_JSON,
+                            "invalid JSON: \\u0000 in field '%s' (allowed in 'key' only)", k);
             json_decref(root);
             return rc;
         }
@@ -945,128 +952,6 @@ void proto_req_free(proto_req_t *req)
     memset(req, 0, sizeof *req);
 }
 
-/* ------------------------------------------------------------------ encoders */
-
-/* A new object with "id" first. */
-static json_t *answer_new(const json_t *id)
-{
-    json_t *root = json_object();
-    if (!root)
-        return NULL;
-    if (set_new(root, "id", id_new(id))) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
-
-char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts)
-{
-    json_t *root = answer_new(id);
-    if (!root || set_new(root, "event", json_string("token")) ||
-        set_new(root, "text", proto_str_new(text)) || set_new(root, "token", json_integer(token)) ||
-        (ts >= 0 && set_new(root, "ts", json_real(round(ts * 1e6) / 1e6)))) {
-        json_decref(root);
-        return NULL;
-    }
-    return line_finish(root);
-}
-
-char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t)
-{
-    json_t *root = answer_new(id);
-    json_t *usage = json_object();
-    json_t *timing = t ? json_object() : NULL;
-    int bad = !root || !usage || (t && !timing);
-    bad = bad || set_new(root, "event", json_string("done")) ||
-          set_new(root, "text", proto_str_new(text)) ||
-          set_new(root, "finish_reason", proto_str_new(finish_reason ? finish_reason : "stop"));
-    bad = bad || set_new(usage, "prompt_tokens", json_integer(prompt_tokens)) ||
-          set_new(usage, "completion_tokens", json_integer(completion_tokens));
-    if (!bad && t)
-        bad = set_new(timing, "queue_ms", ms_new(t->queue_ms)) ||
-              set_new(timing, "swap_ms", ms_new(t->swap_ms)) ||
-              set_new(timing, "ttft_ms", ms_new(t->ttft_ms)) ||
-              set_new(timing, "total_ms", ms_new(t->total_ms)) ||
-              set_new(timing, "swapped", json_boolean(t->swapped));
-    if (bad) {
-        json_decref(root);
-        json_decref(usage);
-        json_decref(timing);
-        return NULL;
-    }
-    int rc = json_object_set_new(root, "usage", usage);
-    if (timing)
-        rc |= json_object_set_new(root, "timing", timing);
-    if (rc) {
-        json_decref(root);
-        return NULL;
-    }
-    return line_finish(root);
-}
-
-char *proto_encode_error(const json_t *id, proto_err_t code, const char *message)
-{
-    const char *c = proto_err_code(code);
-    json_t *root = answer_new(id);
-    json_t *e = json_object();
-    if (!root || !e || set_new(e, "code", json_string(c)) ||
-        set_new(e, "message", proto_str_new(message ? message : c)) ||
-        set_new(root, "event", json_string("error")) || set_new(root, "ok", json_false())) {
-        json_decref(root);
-        json_decref(e);
-        return NULL;
-    }
-    if (json_object_set_new(root, "error", e)) {
-        json_decref(root);
-        return NULL;
-    }
-    return line_finish(root);
-}
-
-char *proto_encode_ok(const json_t *id, json_t *body)
-{
-    if (body && !json_is_object(body)) {
-        json_decref(body);
-        return NULL;
-    }
-    json_t *root = answer_new(id);
-    if (!root || set_new(root, "ok", json_true())) {
-        json_decref(root);
-        json_decref(body);
-        return NULL;
-    }
-    if (body) {
-        const char *key;
-        json_t *val;
-        json_object_foreach (body, key, val) {
-            if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
-                continue;
-            if (json_object_set(root, key, val)) {
-                json_decref(root);
-                json_decref(body);
-                return NULL;
-            }
-        }
-        json_decref(body);
-    }
-    return line_finish(root);
-}
-
-char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes, uint64_t total)
-{
-    json_t *root = answer_new(id);
-    if (!root || set_new(root, "event", json_string("progress")) ||
-        set_new(root, "model", proto_str_new(model)) ||
-        set_new(root, "bytes", json_integer((json_int_t)(bytes > INT64_MAX ? INT64_MAX : bytes))) ||
-        set_new(root, "total", json_integer((json_int_t)(total > INT64_MAX ? INT64_MAX : total)))) {
-        json_decref(root);
-        return NULL;
-    }
-    return line_finish(root);
-}
-
 /* ------------------------------------------------------------------ client side */
 
 /* Adds req's field f to root; -1 on OOM or an unencodable value. */
@@ -1079,13 +964,14 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         proto_req_sampler_get(req, i, &v, &has);
         if (!has)
             return 0;
-        return set_new(root, name,
-                       sampler_param_descs[i].kind == SAMPLER_KIND_I32 ? json_integer((json_int_t)v)
-                                                                       : float_new((float)v));
+        return proto_set_new(root, name,
+                             sampler_param_descs[i].kind == SAMPLER_KIND_I32
+                                 ? json_integer((json_int_t)v)
+                                 : float_new((float)v));
     }
     switch (f) {
-    case F_MODEL: return req->model ? set_new(root, name, proto_str_new(req->model)) : 0;
-    case F_PROMPT: return req->prompt ? set_new(root, name, proto_str_new(req->prompt)) : 0;
+    case F_MODEL: return req->model ? proto_set_new(root, name, proto_str_new(req->model)) : 0;
+    case F_PROMPT: return req->prompt ? proto_set_new(root, name, proto_str_new(req->prompt)) : 0;
     case F_TOKENS: {
         if (!req->tokens)
             return 0;
@@ -1097,7 +983,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
                 json_decref(a);
                 return -1;
             }
-        return set_new(root, name, a);
+        return proto_set_new(root, name, a);
     }
     case F_MESSAGES: {
         if (!req->messages)
@@ -1107,29 +993,29 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
             return -1;
         for (size_t i = 0; i < req->n_messages; i++) {
             json_t *m = json_object();
-            if (!m || set_new(m, "role", proto_str_new(req->messages[i].role)) ||
-                set_new(m, "content", proto_str_new(req->messages[i].content)) ||
+            if (!m || proto_set_new(m, "role", proto_str_new(req->messages[i].role)) ||
+                proto_set_new(m, "content", proto_str_new(req->messages[i].content)) ||
                 json_array_append_new(a, m)) {
                 json_decref(a);
                 return -1;
             }
         }
-        return set_new(root, name, a);
+        return proto_set_new(root, name, a);
     }
-    case F_TEXT: return req->text ? set_new(root, name, proto_str_new(req->text)) : 0;
-    case F_ADD_BOS: return set_new(root, name, json_boolean(req->add_bos));
+    case F_TEXT: return req->text ? proto_set_new(root, name, proto_str_new(req->text)) : 0;
+    case F_ADD_BOS: return proto_set_new(root, name, json_boolean(req->add_bos));
     case F_TARGET:
         if (req->target_id)
-            return set_new(root, name, json_deep_copy(req->target_id));
-        return req->target ? set_new(root, name, proto_str_new(req->target)) : 0;
+            return proto_set_new(root, name, json_deep_copy(req->target_id));
+        return req->target ? proto_set_new(root, name, proto_str_new(req->target)) : 0;
     case F_MAX_TOKENS:
-        return req->has_max_tokens ? set_new(root, name, json_integer(req->max_tokens)) : 0;
+        return req->has_max_tokens ? proto_set_new(root, name, json_integer(req->max_tokens)) : 0;
     case F_SEED:
         if (!req->has_seed)
             return 0;
         if (req->seed > INT64_MAX)
             return -1;
-        return set_new(root, name, json_integer((json_int_t)req->seed));
+        return proto_set_new(root, name, json_integer((json_int_t)req->seed));
     case F_STOP: {
         if (req->n_stop == 0)
             return 0;
@@ -1141,22 +1027,24 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
                 json_decref(a);
                 return -1;
             }
-        return set_new(root, name, a);
+        return proto_set_new(root, name, a);
     }
-    case F_STREAM: return req->stream ? set_new(root, name, json_true()) : 0;
+    case F_STREAM: return req->stream ? proto_set_new(root, name, json_true()) : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
-                   ? set_new(root, name, json_string(proto_fault_name(req->fault)))
+                   ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))
                    : -1;
-    case F_TIMES: return req->fault_count ? set_new(root, name, json_integer(req->fault_count)) : 0;
+    case F_TIMES:
+        return req->fault_count ? proto_set_new(root, name, json_integer(req->fault_count)) : 0;
     case F_DELAY_MS:
-        return req->fault_delay_ms ? set_new(root, name, json_integer(req->fault_delay_ms)) : 0;
+        return req->fault_delay_ms ? proto_set_new(root, name, json_integer(req->fault_delay_ms))
+                                   : 0;
     case F_KEY:
         if (!req->key)
             return 0;
-        return set_new(root, name,
-                       req->key_len ? json_stringn(req->key, req->key_len)
-                                    : proto_str_new(req->key));
+        return proto_set_new(root, name,
+                             req->key_len ? json_stringn(req->key, req->key_len)
+                                          : proto_str_new(req->key));
     case F_SAMPLER:
     case F_COUNT: break;
     }
@@ -1169,8 +1057,8 @@ char *proto_encode_request(const proto_req_t *req)
     if (!opname)
         return NULL;
     json_t *root = json_object();
-    if (!root || set_new(root, "op", json_string(opname)) ||
-        (req->id && set_new(root, "id", id_new(req->id)))) {
+    if (!root || proto_set_new(root, "op", json_string(opname)) ||
+        (req->id && proto_set_new(root, "id", proto_id_new(req->id)))) {
         json_decref(root);
         return NULL;
     }
@@ -1180,105 +1068,5 @@ char *proto_encode_request(const proto_req_t *req)
             json_decref(root);
             return NULL;
         }
-    return line_finish(root);
-}
-
-int proto_parse_event(const char *line, size_t len, proto_event_t *ev, char *err, size_t errlen)
-{
-    memset(ev, 0, sizeof *ev);
-    if (err && errlen)
-        err[0] = '\0';
-    int rc = 0;
-    json_t *root = load_line(line, len, 0, &rc, err, errlen);
-    if (!root)
-        return rc;
-    if (!json_is_object(root)) {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "an answer must be a JSON object (got %s)",
-                  type_word(root));
-        goto fail;
-    }
-    const json_t *event = json_object_get(root, "event");
-    const json_t *ok = json_object_get(root, "ok");
-    int kind = 0;
-    if (event) {
-        const char *e = json_string_value(event);
-        if (!e) {
-            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "field 'event' must be a string (got %s)",
-                      type_word(event));
-            goto fail;
-        }
-        if (strcmp(e, "token") == 0)
-            kind = PROTO_EV_TOKEN;
-        else if (strcmp(e, "done") == 0)
-            kind = PROTO_EV_DONE;
-        else if (strcmp(e, "error") == 0)
-            kind = PROTO_EV_ERROR;
-        else if (strcmp(e, "progress") == 0)
-            kind = PROTO_EV_PROGRESS;
-        else {
-            char q[72];
-            quote_short(q, sizeof q, e);
-            rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "unknown event %s", q);
-            goto fail;
-        }
-    } else if (json_is_boolean(ok)) {
-        kind = json_is_true(ok) ? PROTO_EV_OK : PROTO_EV_ERROR;
-    } else {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "answer has neither 'event' nor 'ok'");
-        goto fail;
-    }
-
-    const char *missing = NULL;
-    switch (kind) {
-    case PROTO_EV_TOKEN:
-        if (!json_is_string(json_object_get(root, "text")))
-            missing = "text";
-        else if (!json_is_integer(json_object_get(root, "token")))
-            missing = "token";
-        break;
-    case PROTO_EV_DONE:
-        if (!json_is_string(json_object_get(root, "text")))
-            missing = "text";
-        else if (!json_is_string(json_object_get(root, "finish_reason")))
-            missing = "finish_reason";
-        break;
-    case PROTO_EV_ERROR:
-        if (!json_is_string(json_object_get(json_object_get(root, "error"), "code")))
-            missing = "error.code";
-        break;
-    case PROTO_EV_PROGRESS:
-        if (!json_is_integer(json_object_get(root, "bytes")))
-            missing = "bytes";
-        else if (!json_is_integer(json_object_get(root, "total")))
-            missing = "total";
-        break;
-    default: break;
-    }
-    if (missing) {
-        rc = fail(err, errlen, PROTO_E_BAD_REQUEST, "%s event without a valid '%s'",
-                  kind == PROTO_EV_TOKEN   ? "token"
-                  : kind == PROTO_EV_DONE  ? "done"
-                  : kind == PROTO_EV_ERROR ? "error"
-                                           : "progress",
-                  missing);
-        goto fail;
-    }
-    ev->kind = kind;
-    ev->root = root;
-    ev->id = json_object_get(root, "id");
-    if (json_is_null(ev->id))
-        ev->id = NULL;
-    return 0;
-
-fail:
-    json_decref(root);
-    return rc;
-}
-
-void proto_event_free(proto_event_t *ev)
-{
-    if (!ev)
-        return;
-    json_decref(ev->root);
-    memset(ev, 0, sizeof *ev);
+    return proto_line_finish(root);
 }

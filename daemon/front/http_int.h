@@ -1,0 +1,24 @@
+/* http_int: what http.c shares with its rooms (http_openai.c, http_metrics.c); not for other modules.
+ * The rooms call nothing in http.c: http.c calls down into them. */
+#ifndef HTTP_INT_H
+#define HTTP_INT_H
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "http.h"
+
+/* ------------------------------------------------------------------ http_openai.c */
+
+/* The first chunk of a streamed chat answer: choices[0].delta carries the role
+ * and empty content. A new reference, NULL on OOM. Pure: safe in any thread. */
+json_t *http_role_chunk_of(const http_answer_t *a);
+
+/* ------------------------------------------------------------------ http_metrics.c */
+
+/* Appends to b the Prometheus text (0.0.4) of rep, the worker's stats report:
+ * the server and per-model families, the inference-gateway gauges (vllm_compat:
+ * also under vLLM's names) and the API keys' usage (rep's "auth"). */
+void http_metrics_render(struct evbuffer *b, const json_t *rep, int vllm_compat);
+
+#endif

@@ -1,0 +1,34 @@
+/* proto_int: the JSON helpers proto.c lends proto_answer.c; not for other modules. proto_answer.c
+ * calls down into proto.c, never the other way. */
+#ifndef PROTO_INT_H
+#define PROTO_INT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "proto.h"
+
+/* Writes a message into err (when given) and returns -code. */
+int proto_fail(char *err, size_t errlen, proto_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The JSON type of v as a message word. */
+const char *proto_type_word(const json_t *v);
+/* A short printable rendering of a string value for messages, quoted, into out (cap bytes). */
+void proto_quote_short(char *out, size_t cap, const char *s);
+
+/* A copy of id for an answer (null when absent). */
+json_t *proto_id_new(const json_t *id);
+/* Sets key in obj to v (stolen); returns -1 when v is NULL or the set fails. */
+int proto_set_new(json_t *obj, const char *key, json_t *v);
+/* A time in ms rounded to 3 decimals; non-finite values become 0 (json_real refuses them). */
+json_t *proto_ms_new(double ms);
+
+/* Dumps root as one compact line with '\n' and releases root (NULL root = OOM upstream): a
+ * malloc'ed string the caller frees, or NULL. */
+char *proto_line_finish(json_t *root);
+/* Parses line as one JSON value (jansson flags beside JSON_DECODE_ANY); NULL with *rc (a negative
+ * PROTO_E_* code) and the error in err. */
+json_t *proto_load_line(const char *line, size_t len, size_t flags, int *rc, char *err,
+                        size_t errlen);
+
+#endif
