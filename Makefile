@@ -311,6 +311,8 @@ install: $(GPUSWAPD)
 	install -m 0644 systemd/gpuswapd.sysusers $(DESTDIR)$(SYSUSERSDIR)/gpuswapd.conf
 	install -m 0644 systemd/gpuswapd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/gpuswapd.conf
 	install -m 0644 README.md proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/
+	install -d $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 	install -m 0644 config/gpuswapd.yaml $(DESTDIR)$(DOCDIR)/gpuswapd.yaml.example
 	if [ -e $(DESTDIR)$(SYSCONFDIR)/gpuswapd/gpuswapd.yaml ]; then \
 	  echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/gpuswapd/gpuswapd.yaml (example in $(DOCDIR))"; \
@@ -330,7 +332,8 @@ uninstall:
 	  $(DESTDIR)$(UNITDIR)/gpuswapd-admin.socket
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/gpuswapd.conf $(DESTDIR)$(TMPFILESDIR)/gpuswapd.conf
 	rm -f $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/gpuswapd.yaml.example
-	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(wildcard docs/*.md))
+	rmdir $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then \
 	  echo "systemctl daemon-reload"; systemctl daemon-reload; fi
 

@@ -69,7 +69,9 @@ expect=(usr/local/bin/gpuswapd
         usr/lib/tmpfiles.d/gpuswapd.conf
         etc/gpuswapd/gpuswapd.yaml
         usr/local/share/doc/gpuswapd/README.md
-        usr/local/share/doc/gpuswapd/PROTOCOL.md)
+        usr/local/share/doc/gpuswapd/PROTOCOL.md
+        usr/local/share/doc/gpuswapd/docs/ARCHITECTURE.md
+        usr/local/share/doc/gpuswapd/docs/operations.md)
 [ -x "$BUILD/gpuswap" ] && expect+=(usr/local/bin/gpuswap)
 missing=()
 for f in "${expect[@]}"; do [ -f "$dest/$f" ] || missing+=("$f"); done
