@@ -155,84 +155,103 @@ static void value_free(gguf_value_t *v)
     v->v.arr.items = NULL;
 }
 
-static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, const char *key)
+/* A fixed-size value of type (sz bytes of the file). */
+static int read_scalar(cursor_t *c, gguf_value_t *v, uint32_t type, size_t sz, const char *key)
 {
-    memset(v, 0, sizeof *v);
-    if (type >= GGUF_VT_COUNT) {
-        cfail(c, "key '%s': unknown value type %u", key, type);
+    uint8_t raw[8] = {0};
+    if (crd(c, raw, sz, key))
+        return -1;
+    switch (type) {
+    case GGUF_VT_UINT8: v->v.u64 = raw[0]; break;
+    case GGUF_VT_BOOL:
+        if (raw[0] > 1) {
+            cfail(c, "key '%s': bool value %u is not 0 or 1", key, raw[0]);
+            return -1;
+        }
+        v->v.u64 = raw[0];
+        break;
+    case GGUF_VT_INT8: v->v.i64 = (int8_t)raw[0]; break;
+    case GGUF_VT_UINT16: {
+        uint16_t x;
+        memcpy(&x, raw, 2);
+        v->v.u64 = x;
+        break;
+    }
+    case GGUF_VT_INT16: {
+        int16_t x;
+        memcpy(&x, raw, 2);
+        v->v.i64 = x;
+        break;
+    }
+    case GGUF_VT_UINT32: {
+        uint32_t x;
+        memcpy(&x, raw, 4);
+        v->v.u64 = x;
+        break;
+    }
+    case GGUF_VT_INT32: {
+        int32_t x;
+        memcpy(&x, raw, 4);
+        v->v.i64 = x;
+        break;
+    }
+    case GGUF_VT_FLOAT32: {
+        float x;
+        memcpy(&x, raw, 4);
+        v->v.f64 = x;
+        break;
+    }
+    case GGUF_VT_UINT64: {
+        uint64_t x;
+        memcpy(&x, raw, 8);
+        v->v.u64 = x;
+        break;
+    }
+    case GGUF_VT_INT64: {
+        int64_t x;
+        memcpy(&x, raw, 8);
+        v->v.i64 = x;
+        break;
+    }
+    case GGUF_VT_FLOAT64: {
+        double x;
+        memcpy(&x, raw, 8);
+        v->v.f64 = x;
+        break;
+    }
+    }
+    return 0;
+}
+
+/* n elements of fixed-size type et (esz bytes each), used in place in the file. */
+static int read_array_fixed(cursor_t *c, gguf_value_t *v, uint32_t et, size_t esz, uint64_t n,
+                            const char *key)
+{
+    /* n * esz must fit in what is left of the file */
+    if (n > (c->size - c->off) / esz) {
+        cfail(c, "key '%s': array of %llu %s elements runs past end of file", key,
+              (unsigned long long)n, gguf_vtype_name(et));
         return -1;
     }
-    v->type = (gguf_vtype_t)type;
-    size_t sz = gguf_vtype_size(type);
-    if (sz) {
-        uint8_t raw[8] = {0};
-        if (crd(c, raw, sz, key))
-            return -1;
-        switch (type) {
-        case GGUF_VT_UINT8: v->v.u64 = raw[0]; break;
-        case GGUF_VT_BOOL:
-            if (raw[0] > 1) {
-                cfail(c, "key '%s': bool value %u is not 0 or 1", key, raw[0]);
+    v->v.arr.n = n;
+    v->v.arr.data = c->p + c->off;
+    if (et == GGUF_VT_BOOL) {
+        for (uint64_t i = 0; i < n; i++) {
+            if (v->v.arr.data[i] > 1) {
+                cfail(c, "key '%s': bool element %llu is not 0 or 1", key, (unsigned long long)i);
                 return -1;
             }
-            v->v.u64 = raw[0];
-            break;
-        case GGUF_VT_INT8: v->v.i64 = (int8_t)raw[0]; break;
-        case GGUF_VT_UINT16: {
-            uint16_t x;
-            memcpy(&x, raw, 2);
-            v->v.u64 = x;
-            break;
         }
-        case GGUF_VT_INT16: {
-            int16_t x;
-            memcpy(&x, raw, 2);
-            v->v.i64 = x;
-            break;
-        }
-        case GGUF_VT_UINT32: {
-            uint32_t x;
-            memcpy(&x, raw, 4);
-            v->v.u64 = x;
-            break;
-        }
-        case GGUF_VT_INT32: {
-            int32_t x;
-            memcpy(&x, raw, 4);
-            v->v.i64 = x;
-            break;
-        }
-        case GGUF_VT_FLOAT32: {
-            float x;
-            memcpy(&x, raw, 4);
-            v->v.f64 = x;
-            break;
-        }
-        case GGUF_VT_UINT64: {
-            uint64_t x;
-            memcpy(&x, raw, 8);
-            v->v.u64 = x;
-            break;
-        }
-        case GGUF_VT_INT64: {
-            int64_t x;
-            memcpy(&x, raw, 8);
-            v->v.i64 = x;
-            break;
-        }
-        case GGUF_VT_FLOAT64: {
-            double x;
-            memcpy(&x, raw, 8);
-            v->v.f64 = x;
-            break;
-        }
-        }
-        return 0;
     }
-    if (type == GGUF_VT_STRING)
-        return crd_str(c, &v->v.str, key);
+    c->off += n * esz;
+    return 0;
+}
 
-    /* array */
+static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, const char *key);
+
+/* An array (its element type and count, then the elements) at nesting depth. */
+static int read_array(cursor_t *c, gguf_value_t *v, int depth, const char *key)
+{
     if (depth >= GGUF_MAX_NEST) {
         cfail(c, "key '%s': arrays nested deeper than %d", key, GGUF_MAX_NEST);
         return -1;
@@ -247,27 +266,8 @@ static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, co
     }
     v->v.arr.type = (gguf_vtype_t)et;
     size_t esz = gguf_vtype_size(et);
-    if (esz) {
-        /* n * esz must fit in what is left of the file */
-        if (n > (c->size - c->off) / esz) {
-            cfail(c, "key '%s': array of %llu %s elements runs past end of file", key,
-                  (unsigned long long)n, gguf_vtype_name(et));
-            return -1;
-        }
-        v->v.arr.n = n;
-        v->v.arr.data = c->p + c->off;
-        if (et == GGUF_VT_BOOL) {
-            for (uint64_t i = 0; i < n; i++) {
-                if (v->v.arr.data[i] > 1) {
-                    cfail(c, "key '%s': bool element %llu is not 0 or 1", key,
-                          (unsigned long long)i);
-                    return -1;
-                }
-            }
-        }
-        c->off += n * esz;
-        return 0;
-    }
+    if (esz)
+        return read_array_fixed(c, v, et, esz, n, key);
     /* strings need >= 8 bytes each, arrays >= 12: bound n before allocating */
     uint64_t min_elem = et == GGUF_VT_STRING ? 8 : 12;
     if (n > (c->size - c->off) / min_elem) {
@@ -288,6 +288,22 @@ static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, co
         }
     }
     return 0;
+}
+
+static int read_value(cursor_t *c, gguf_value_t *v, uint32_t type, int depth, const char *key)
+{
+    memset(v, 0, sizeof *v);
+    if (type >= GGUF_VT_COUNT) {
+        cfail(c, "key '%s': unknown value type %u", key, type);
+        return -1;
+    }
+    v->type = (gguf_vtype_t)type;
+    size_t sz = gguf_vtype_size(type);
+    if (sz)
+        return read_scalar(c, v, type, sz, key);
+    if (type == GGUF_VT_STRING)
+        return crd_str(c, &v->v.str, key);
+    return read_array(c, v, depth, key);
 }
 
 /* ------------------------------------------------------------------ parsing */
@@ -313,91 +329,247 @@ static int cmp_kv_key(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-static int parse(gguf_t *g, char *err, size_t errlen)
+/* The magic, the version and the two counts. */
+static int parse_header(cursor_t *c, gguf_t *g, uint64_t *nt, uint64_t *nkv)
 {
-    cursor_t c = {.p = g->base, .off = 0, .size = g->size, .g = g, .err = err, .errlen = errlen};
     char magic[4];
-    if (crd(&c, magic, 4, "magic"))
+    if (crd(c, magic, 4, "magic"))
         return -1;
     if (memcmp(magic, GGUF_MAGIC, 4) != 0) {
-        cfail(&c, "not a GGUF file (bad magic)");
+        cfail(c, "not a GGUF file (bad magic)");
         return -1;
     }
-    if (crd_u32(&c, &g->version, "version"))
+    if (crd_u32(c, &g->version, "version"))
         return -1;
     if (g->version != 2 && g->version != 3) {
-        cfail(&c, "unsupported GGUF version %u (2 and 3 are supported)", g->version);
+        cfail(c, "unsupported GGUF version %u (2 and 3 are supported)", g->version);
         return -1;
     }
-    uint64_t nt, nkv;
-    if (crd_u64(&c, &nt, "tensor count") || crd_u64(&c, &nkv, "metadata count"))
+    if (crd_u64(c, nt, "tensor count") || crd_u64(c, nkv, "metadata count"))
         return -1;
+    return 0;
+}
+
+/* The nkv metadata keys and values, into g->kv (g->n_kv counts those to free). */
+static int parse_kvs(cursor_t *c, gguf_t *g, uint64_t nkv)
+{
     /* each kv needs >= 8 (key len) + 4 (type) + 1 bytes; each tensor info >= 8+4+8+4+8 */
-    if (nkv > (c.size - c.off) / 13) {
-        cfail(&c, "metadata count %llu is larger than the file allows", (unsigned long long)nkv);
+    if (nkv > (c->size - c->off) / 13) {
+        cfail(c, "metadata count %llu is larger than the file allows", (unsigned long long)nkv);
         return -1;
     }
     g->kv = calloc(nkv ? nkv : 1, sizeof(gguf_kv_t));
     if (!g->kv) {
-        cfail(&c, "out of memory");
+        cfail(c, "out of memory");
         return -1;
     }
-    g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < nkv; i++) {
         gguf_kv_t *kv = &g->kv[i];
         gguf_str_t key;
         uint32_t type;
-        if (crd_str(&c, &key, "metadata key"))
+        if (crd_str(c, &key, "metadata key"))
             return -1;
         if (key.len == 0 || key.len > GGUF_MAX_NAME || memchr(key.ptr, 0, key.len)) {
-            cfail(&c, "metadata key %llu: empty, too long or contains NUL", (unsigned long long)i);
+            cfail(c, "metadata key %llu: empty, too long or contains NUL", (unsigned long long)i);
             return -1;
         }
         kv->key = str_dup(&key);
         g->n_kv = i + 1;
         if (!kv->key) {
-            cfail(&c, "out of memory");
+            cfail(c, "out of memory");
             return -1;
         }
-        if (crd_u32(&c, &type, kv->key))
+        if (crd_u32(c, &type, kv->key))
             return -1;
-        if (read_value(&c, &kv->val, type, 0, kv->key))
+        if (read_value(c, &kv->val, type, 0, kv->key))
             return -1;
     }
-    /* duplicate keys */
-    if (g->n_kv > 1) {
-        const gguf_kv_t **s = malloc(g->n_kv * sizeof *s);
-        if (!s) {
-            cfail(&c, "out of memory");
-            return -1;
-        }
-        for (size_t i = 0; i < g->n_kv; i++)
-            s[i] = &g->kv[i];
-        qsort(s, g->n_kv, sizeof *s, cmp_kv_key);
-        for (size_t i = 1; i < g->n_kv; i++) {
-            if (strcmp(s[i - 1]->key, s[i]->key) == 0) {
-                cfail(&c, "duplicate metadata key '%s'", s[i]->key);
-                free(s);
-                return -1;
-            }
-        }
-        free(s);
-    }
-    const gguf_value_t *al = gguf_get(g, "general.alignment");
-    if (al) {
-        if (al->type != GGUF_VT_UINT32 && al->type != GGUF_VT_UINT64 && al->type != GGUF_VT_INT32) {
-            cfail(&c, "general.alignment has type %s, expected uint32", gguf_vtype_name(al->type));
-            return -1;
-        }
-        uint64_t a = al->type == GGUF_VT_INT32 ? (uint64_t)al->v.i64 : al->v.u64;
-        if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
-            cfail(&c, "general.alignment %llu is not a power of two up to 1 MiB",
-                  (unsigned long long)a);
-            return -1;
-        }
-        g->alignment = a;
-    }
+    return 0;
+}
 
+/* Refuses a metadata key given twice. */
+static int check_dup_keys(cursor_t *c, gguf_t *g)
+{
+    if (g->n_kv <= 1)
+        return 0;
+    const gguf_kv_t **s = malloc(g->n_kv * sizeof *s);
+    if (!s) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < g->n_kv; i++)
+        s[i] = &g->kv[i];
+    qsort(s, g->n_kv, sizeof *s, cmp_kv_key);
+    for (size_t i = 1; i < g->n_kv; i++) {
+        if (strcmp(s[i - 1]->key, s[i]->key) == 0) {
+            cfail(c, "duplicate metadata key '%s'", s[i]->key);
+            free(s);
+            return -1;
+        }
+    }
+    free(s);
+    return 0;
+}
+
+/* general.alignment, when given, into g->alignment. */
+static int parse_alignment(cursor_t *c, gguf_t *g)
+{
+    const gguf_value_t *al = gguf_get(g, "general.alignment");
+    if (!al)
+        return 0;
+    if (al->type != GGUF_VT_UINT32 && al->type != GGUF_VT_UINT64 && al->type != GGUF_VT_INT32) {
+        cfail(c, "general.alignment has type %s, expected uint32", gguf_vtype_name(al->type));
+        return -1;
+    }
+    uint64_t a = al->type == GGUF_VT_INT32 ? (uint64_t)al->v.i64 : al->v.u64;
+    if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
+        cfail(c, "general.alignment %llu is not a power of two up to 1 MiB", (unsigned long long)a);
+        return -1;
+    }
+    g->alignment = a;
+    return 0;
+}
+
+/* Tensor t's dimensions (t->n_dims of them); *nel = their product. */
+static int parse_dims(cursor_t *c, gguf_tensor_t *t, uint64_t *nel)
+{
+    if (crd_u32(c, &t->n_dims, t->name))
+        return -1;
+    if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
+        cfail(c, "tensor '%s': %u dimensions (1..%d allowed)", t->name, t->n_dims, GGUF_MAX_DIMS);
+        return -1;
+    }
+    *nel = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
+        t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        if (crd_u64(c, &t->ne[d], t->name))
+            return -1;
+        if (t->ne[d] == 0 || t->ne[d] > (1ull << 40)) {
+            cfail(c, "tensor '%s': dimension %u is %llu", t->name, d, (unsigned long long)t->ne[d]);
+            return -1;
+        }
+        if (*nel > UINT64_MAX / t->ne[d]) {
+            cfail(c, "tensor '%s': element count overflows", t->name);
+            return -1;
+        }
+        *nel *= t->ne[d];
+    }
+    return 0;
+}
+
+/* Tensor i's info: name, dimensions, type and data offset, its byte size worked out. */
+static int parse_tensor_info(cursor_t *c, gguf_t *g, uint64_t i)
+{
+    gguf_tensor_t *t = &g->tensors[i];
+    gguf_str_t name;
+    if (crd_str(c, &name, "tensor name"))
+        return -1;
+    if (name.len == 0 || name.len > GGUF_MAX_NAME || memchr(name.ptr, 0, name.len)) {
+        cfail(c, "tensor %llu: name empty, too long or contains NUL", (unsigned long long)i);
+        return -1;
+    }
+    t->name = str_dup(&name);
+    g->n_tensors = i + 1;
+    if (!t->name) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    uint64_t nel;
+    if (parse_dims(c, t, &nel))
+        return -1;
+    uint32_t type, blck, bytes;
+    if (crd_u32(c, &type, t->name) || crd_u64(c, &t->offset, t->name))
+        return -1;
+    if (gguf_ttype_traits(type, &blck, &bytes)) {
+        cfail(c, "tensor '%s': unknown type %u", t->name, type);
+        return -1;
+    }
+    t->type = (gguf_ttype_t)type;
+    if (t->ne[0] % blck) {
+        cfail(c, "tensor '%s': row of %llu elements is not a multiple of the %s block (%u)",
+              t->name, (unsigned long long)t->ne[0], gguf_ttype_name(type), blck);
+        return -1;
+    }
+    /* nel / blck * bytes: nel < 2^64 so the division is safe; check the product */
+    uint64_t nblk = nel / blck;
+    if (nblk > UINT64_MAX / bytes) {
+        cfail(c, "tensor '%s': byte size overflows", t->name);
+        return -1;
+    }
+    t->nbytes = nblk * bytes;
+    if (t->offset % g->alignment) {
+        cfail(c, "tensor '%s': data offset %llu is not aligned to %llu", t->name,
+              (unsigned long long)t->offset, (unsigned long long)g->alignment);
+        return -1;
+    }
+    return 0;
+}
+
+/* The data section after the infos: each tensor's data inside the file. */
+static int parse_data(cursor_t *c, gguf_t *g, uint64_t nt)
+{
+    /* data section starts at the next aligned offset */
+    uint64_t off = c->off;
+    uint64_t pad = (g->alignment - off % g->alignment) % g->alignment;
+    if (off + pad > c->size && nt > 0) {
+        cfail(c, "data section starts past end of file");
+        return -1;
+    }
+    g->data_offset = off + pad;
+    uint64_t data_size = c->size >= g->data_offset ? c->size - g->data_offset : 0;
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        gguf_tensor_t *t = &g->tensors[i];
+        if (t->offset > data_size || t->nbytes > data_size - t->offset) {
+            cfail(c, "tensor '%s': data runs past end of file", t->name);
+            return -1;
+        }
+        t->data = g->base + g->data_offset + t->offset;
+    }
+    return 0;
+}
+
+/* Refuses a tensor name given twice and tensors whose data overlap. */
+static int check_tensor_layout(cursor_t *c, gguf_t *g)
+{
+    if (g->n_tensors <= 1)
+        return 0;
+    const gguf_tensor_t **s = malloc(g->n_tensors * sizeof *s);
+    if (!s) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < g->n_tensors; i++)
+        s[i] = &g->tensors[i];
+    qsort(s, g->n_tensors, sizeof *s, cmp_tensor_name);
+    for (size_t i = 1; i < g->n_tensors; i++) {
+        if (strcmp(s[i - 1]->name, s[i]->name) == 0) {
+            cfail(c, "duplicate tensor name '%s'", s[i]->name);
+            free(s);
+            return -1;
+        }
+    }
+    qsort(s, g->n_tensors, sizeof *s, cmp_tensor_off);
+    for (size_t i = 1; i < g->n_tensors; i++) {
+        if (s[i - 1]->offset + s[i - 1]->nbytes > s[i]->offset) {
+            cfail(c, "tensor '%s' overlaps tensor '%s'", s[i]->name, s[i - 1]->name);
+            free(s);
+            return -1;
+        }
+    }
+    free(s);
+    return 0;
+}
+
+static int parse(gguf_t *g, char *err, size_t errlen)
+{
+    cursor_t c = {.p = g->base, .off = 0, .size = g->size, .g = g, .err = err, .errlen = errlen};
+    uint64_t nt, nkv;
+    if (parse_header(&c, g, &nt, &nkv))
+        return -1;
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (parse_kvs(&c, g, nkv) || check_dup_keys(&c, g) || parse_alignment(&c, g))
+        return -1;
     if (nt > (c.size - c.off) / 32) {
         cfail(&c, "tensor count %llu is larger than the file allows", (unsigned long long)nt);
         return -1;
@@ -407,115 +579,10 @@ static int parse(gguf_t *g, char *err, size_t errlen)
         cfail(&c, "out of memory");
         return -1;
     }
-    for (uint64_t i = 0; i < nt; i++) {
-        gguf_tensor_t *t = &g->tensors[i];
-        gguf_str_t name;
-        if (crd_str(&c, &name, "tensor name"))
+    for (uint64_t i = 0; i < nt; i++)
+        if (parse_tensor_info(&c, g, i))
             return -1;
-        if (name.len == 0 || name.len > GGUF_MAX_NAME || memchr(name.ptr, 0, name.len)) {
-            cfail(&c, "tensor %llu: name empty, too long or contains NUL", (unsigned long long)i);
-            return -1;
-        }
-        t->name = str_dup(&name);
-        g->n_tensors = i + 1;
-        if (!t->name) {
-            cfail(&c, "out of memory");
-            return -1;
-        }
-        if (crd_u32(&c, &t->n_dims, t->name))
-            return -1;
-        if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-            cfail(&c, "tensor '%s': %u dimensions (1..%d allowed)", t->name, t->n_dims,
-                  GGUF_MAX_DIMS);
-            return -1;
-        }
-        uint64_t nel = 1;
-        for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
-            t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            if (crd_u64(&c, &t->ne[d], t->name))
-                return -1;
-            if (t->ne[d] == 0 || t->ne[d] > (1ull << 40)) {
-                cfail(&c, "tensor '%s': dimension %u is %llu", t->name, d,
-                      (unsigned long long)t->ne[d]);
-                return -1;
-            }
-            if (nel > UINT64_MAX / t->ne[d]) {
-                cfail(&c, "tensor '%s': element count overflows", t->name);
-                return -1;
-            }
-            nel *= t->ne[d];
-        }
-        uint32_t type, blck, bytes;
-        if (crd_u32(&c, &type, t->name) || crd_u64(&c, &t->offset, t->name))
-            return -1;
-        if (gguf_ttype_traits(type, &blck, &bytes)) {
-            cfail(&c, "tensor '%s': unknown type %u", t->name, type);
-            return -1;
-        }
-        t->type = (gguf_ttype_t)type;
-        if (t->ne[0] % blck) {
-            cfail(&c, "tensor '%s': row of %llu elements is not a multiple of the %s block (%u)",
-                  t->name, (unsigned long long)t->ne[0], gguf_ttype_name(type), blck);
-            return -1;
-        }
-        /* nel / blck * bytes: nel < 2^64 so the division is safe; check the product */
-        uint64_t nblk = nel / blck;
-        if (nblk > UINT64_MAX / bytes) {
-            cfail(&c, "tensor '%s': byte size overflows", t->name);
-            return -1;
-        }
-        t->nbytes = nblk * bytes;
-        if (t->offset % g->alignment) {
-            cfail(&c, "tensor '%s': data offset %llu is not aligned to %llu", t->name,
-                  (unsigned long long)t->offset, (unsigned long long)g->alignment);
-            return -1;
-        }
-    }
-    /* data section starts at the next aligned offset */
-    uint64_t off = c.off;
-    uint64_t pad = (g->alignment - off % g->alignment) % g->alignment;
-    if (off + pad > c.size && nt > 0) {
-        cfail(&c, "data section starts past end of file");
-        return -1;
-    }
-    g->data_offset = off + pad;
-    uint64_t data_size = c.size >= g->data_offset ? c.size - g->data_offset : 0;
-    for (size_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor_t *t = &g->tensors[i];
-        if (t->offset > data_size || t->nbytes > data_size - t->offset) {
-            cfail(&c, "tensor '%s': data runs past end of file", t->name);
-            return -1;
-        }
-        t->data = g->base + g->data_offset + t->offset;
-    }
-    if (g->n_tensors > 1) {
-        const gguf_tensor_t **s = malloc(g->n_tensors * sizeof *s);
-        if (!s) {
-            cfail(&c, "out of memory");
-            return -1;
-        }
-        for (size_t i = 0; i < g->n_tensors; i++)
-            s[i] = &g->tensors[i];
-        qsort(s, g->n_tensors, sizeof *s, cmp_tensor_name);
-        for (size_t i = 1; i < g->n_tensors; i++) {
-            if (strcmp(s[i - 1]->name, s[i]->name) == 0) {
-                cfail(&c, "duplicate tensor name '%s'", s[i]->name);
-                free(s);
-                return -1;
-            }
-        }
-        qsort(s, g->n_tensors, sizeof *s, cmp_tensor_off);
-        for (size_t i = 1; i < g->n_tensors; i++) {
-            if (s[i - 1]->offset + s[i - 1]->nbytes > s[i]->offset) {
-                cfail(&c, "tensor '%s' overlaps tensor '%s'", s[i]->name, s[i - 1]->name);
-                free(s);
-                return -1;
-            }
-        }
-        free(s);
-    }
-    return 0;
+    return parse_data(&c, g, nt) || check_tensor_layout(&c, g) ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------ open/close */

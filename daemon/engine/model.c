@@ -488,10 +488,11 @@ void model_set_context(model_t *m, uint32_t n_ctx)
         hp->rope_freqs = n_ctx > hp->rope_ctx_orig ? hp->rope_freqs_long : hp->rope_freqs_short;
 }
 
-static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
+/* general.architecture, found in model_archs (*ad): hp zeroed and its arch set. */
+static int read_arch(const gguf_t *g, char *arch, size_t archlen, model_hparams_t *hp,
+                     const model_arch_desc_t **out, char *err, size_t errlen)
 {
-    char arch[32];
-    int rc = hp_str(g, "general.architecture", arch, sizeof arch, err, errlen);
+    int rc = hp_str(g, "general.architecture", arch, archlen, err, errlen);
     if (rc <= 0) {
         if (rc == 0)
             snprintf(err, errlen, "%s: missing or non-string 'general.architecture'", gguf_path(g));
@@ -513,8 +514,14 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
     }
     hp->arch = ad->arch;
     hp->rope_neox = ad->rope_neox;
-    if ((rc = check_keys(g, ad, err, errlen)))
-        return rc;
+    *out = ad;
+    return 0;
+}
+
+/* Width, depth, feed-forward, heads and trained context, within plausible bounds; no experts. */
+static int read_shape(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
+                      size_t errlen)
+{
     uint32_t n_expert = 0, n_expert_used = 0;
     if (hp_u32(g, arch, "embedding_length", -1, &hp->n_embd, err, errlen) ||
         hp_u32(g, arch, "block_count", -1, &hp->n_layer, err, errlen) ||
@@ -542,6 +549,13 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
                  hp->n_ctx_train);
         return MODEL_ERR_FORMAT;
     }
+    return 0;
+}
+
+/* The head width (key and value alike) and the rotated part of it. */
+static int read_head_dims(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
+                          size_t errlen)
+{
     /* head width: attention.key_length, else n_embd / n_head */
     uint32_t vlen;
     if (hp_u32(g, arch, "attention.key_length",
@@ -574,22 +588,13 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
                  gguf_path(g), hp->rope_dim, hp->head_dim);
         return MODEL_ERR_FORMAT;
     }
-    if (hp_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err, errlen) ||
-        hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err, errlen))
-        return MODEL_ERR_FORMAT;
-    if (hp->rope_base <= 0.0f || hp->rms_eps <= 0.0f || hp->rms_eps > 1.0f) {
-        snprintf(err, errlen, "%s: rope base %g / rms epsilon %g out of range", gguf_path(g),
-                 (double)hp->rope_base, (double)hp->rms_eps);
-        return MODEL_ERR_FORMAT;
-    }
-    if ((rc = read_rope_scaling(g, ad, hp, err, errlen)))
-        return rc;
-    if (ad->qk_norm)
-        hp->feats |= MODEL_FEAT_QK_NORM;
-    if (ad->gemma && (rc = read_gemma(g, arch, ad, hp, err, errlen)))
-        return rc;
-    if (ad->phi3 && (rc = read_phi3(g, arch, hp, err, errlen)))
-        return rc;
+    return 0;
+}
+
+/* The vocabulary size: token_embd.weight's rows, which vocab_size must agree with. */
+static int read_vocab_size(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
+                           size_t errlen)
+{
     const gguf_tensor_t *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) {
         snprintf(err, errlen, "%s: missing tensor 'token_embd.weight'", gguf_path(g));
@@ -610,6 +615,34 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
         return MODEL_ERR_FORMAT;
     }
     return 0;
+}
+
+static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
+{
+    char arch[32];
+    const model_arch_desc_t *ad = NULL;
+    int rc;
+    if ((rc = read_arch(g, arch, sizeof arch, hp, &ad, err, errlen)) ||
+        (rc = check_keys(g, ad, err, errlen)) || (rc = read_shape(g, arch, hp, err, errlen)) ||
+        (rc = read_head_dims(g, arch, hp, err, errlen)))
+        return rc;
+    if (hp_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err, errlen) ||
+        hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (hp->rope_base <= 0.0f || hp->rms_eps <= 0.0f || hp->rms_eps > 1.0f) {
+        snprintf(err, errlen, "%s: rope base %g / rms epsilon %g out of range", gguf_path(g),
+                 (double)hp->rope_base, (double)hp->rms_eps);
+        return MODEL_ERR_FORMAT;
+    }
+    if ((rc = read_rope_scaling(g, ad, hp, err, errlen)))
+        return rc;
+    if (ad->qk_norm)
+        hp->feats |= MODEL_FEAT_QK_NORM;
+    if (ad->gemma && (rc = read_gemma(g, arch, ad, hp, err, errlen)))
+        return rc;
+    if (ad->phi3 && (rc = read_phi3(g, arch, hp, err, errlen)))
+        return rc;
+    return read_vocab_size(g, arch, hp, err, errlen);
 }
 
 /* rope_freqs.weight (llama3): rope_dim/2 positive F32 divisors. */

@@ -371,11 +371,12 @@ static void say_try(const cfg_t *c)
                    c->listen.socket, c->models[0].name);
 }
 
-static int serve(const char *path, int strict)
+/* Loads the config and checks its listeners before any model loads (which can take minutes).
+ * 0, or 1 with the reasons logged and nothing held. */
+static int serve_config(daemon_state_t *d, const char *path)
 {
-    daemon_state_t d = {.config_path = path};
     char err[1024];
-    if (cfg_load_file(path, &d.cfg, err, sizeof err)) {
+    if (cfg_load_file(path, &d->cfg, err, sizeof err)) {
         log_error("%s", err);
         if (!strcmp(path, DEFAULT_CONFIG) && access(path, F_OK) != 0)
             log_error("no config at %s. To serve GGUF files: gpuswapd serve MODEL.gguf...; with a "
@@ -385,17 +386,151 @@ static int serve(const char *path, int strict)
                       path);
         return 1;
     }
-    log_set_level(LOG_LEVEL_OF_INDEX(d.cfg->log.level));
-    /* the listeners, before any model loads (which can take minutes) */
+    log_set_level(LOG_LEVEL_OF_INDEX(d->cfg->log.level));
     char problems[4096];
-    int np = preflight(d.cfg, 1, problems, sizeof problems);
+    int np = preflight(d->cfg, 1, problems, sizeof problems);
     if (np) {
         for (char *line = strtok(problems, "\n"); line; line = strtok(NULL, "\n"))
-            log_error("%s: %s", d.cfg->file, line);
+            log_error("%s: %s", d->cfg->file, line);
         log_error("%d problem%s with the listeners; nothing started", np, np == 1 ? "" : "s");
-        cfg_free(d.cfg);
+        cfg_free(d->cfg);
         return 1;
     }
+    return 0;
+}
+
+/* TERM and INT drain, HUP reloads; the drain timer. Caught from before the sockets exist: a
+ * SIGTERM that arrives as the first clients connect drains rather than kills. */
+static void serve_signals(daemon_state_t *d)
+{
+    d->sig_term = evsignal_new(d->base, SIGTERM, on_term, d);
+    d->sig_int = evsignal_new(d->base, SIGINT, on_term, d);
+    d->sig_hup = evsignal_new(d->base, SIGHUP, on_hup, d);
+    d->drain_timer = evtimer_new(d->base, on_drain_timeout, d);
+    evsignal_add(d->sig_term, NULL);
+    evsignal_add(d->sig_int, NULL);
+    evsignal_add(d->sig_hup, NULL);
+}
+
+/* The key store, the socket server and (with listen.http or metrics.listen) HTTP.
+ * 0, or -1 with the reason logged. */
+static int serve_front(daemon_state_t *d)
+{
+    char err[1024];
+    srv_hooks_t hooks = {
+        .reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = d};
+    d->auth = auth_new(d->cfg, err, sizeof err);
+    if (!d->auth) {
+        log_error("%s", err);
+        return -1;
+    }
+    wk_set_report_section(d->wk, "auth", auth_report_fn, d->auth);
+    if (d->cfg->auth.n_keys || d->cfg->auth.http || d->cfg->auth.tcp)
+        log_notice("auth: %zu API keys; a key is required on %s", d->cfg->auth.n_keys,
+                   d->cfg->auth.http && d->cfg->auth.tcp ? "listen.http and listen.tcp"
+                   : d->cfg->auth.http                   ? "listen.http"
+                   : d->cfg->auth.tcp                    ? "listen.tcp"
+                                                         : "no listener (the auth op is optional)");
+    d->srv = srv_new(d->base, d->cfg, d->wk, &hooks, err, sizeof err);
+    if (!d->srv) {
+        log_error("%s", err);
+        return -1;
+    }
+    srv_set_auth(d->srv, d->auth);
+    if (d->cfg->listen.http || d->cfg->metrics.listen) {
+        d->http = http_new(d->base, d->cfg, d->wk, d->srv, err, sizeof err);
+        if (!d->http) {
+            log_error("%s", err);
+            return -1;
+        }
+        if (d->cfg->listen.http)
+            log_notice("http on %s", d->cfg->listen.http);
+        if (d->cfg->metrics.listen)
+            log_notice("metrics on %s", d->cfg->metrics.listen);
+    }
+    return 0;
+}
+
+/* systemd's watchdog, when the unit has one: a ping every half period (on_watchdog). */
+static void serve_watchdog(daemon_state_t *d)
+{
+    uint64_t wd_us = 0;
+    if (sd_watchdog_enabled(0, &wd_us) > 0 && wd_us > 0) {
+        d->watchdog_s = (double)wd_us / 1e6;
+        d->watchdog = event_new(d->base, -1, EV_PERSIST, on_watchdog, d);
+        struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
+        evtimer_add(d->watchdog, &tv);
+    }
+}
+
+/* Frees what serve built, the worker first (it may still wake the server). */
+static void serve_free(daemon_state_t *d)
+{
+    wk_free(d->wk);
+    http_free(d->http);
+    srv_free(d->srv);
+    auth_free(d->auth);
+    if (d->sig_term)
+        event_free(d->sig_term);
+    if (d->sig_int)
+        event_free(d->sig_int);
+    if (d->sig_hup)
+        event_free(d->sig_hup);
+    if (d->drain_timer)
+        event_free(d->drain_timer);
+    if (d->watchdog)
+        event_free(d->watchdog);
+    if (d->flush_timer)
+        event_free(d->flush_timer);
+    if (d->linger)
+        event_free(d->linger);
+    if (d->drain_req_set)
+        proto_req_free(&d->drain_req);
+    event_base_free(d->base);
+    for (size_t i = 0; i < d->n_old; i++)
+        cfg_free(d->old[i]);
+    free(d->old);
+    cfg_free(d->cfg);
+}
+
+/* Builds the worker and the front end, serves until the loop ends, frees them; 0 or 1. */
+static int serve_run(daemon_state_t *d, int strict)
+{
+    char err[1024];
+    /* the worker's wake-up needs the server; the server needs the worker:
+     * create the worker with a trampoline that reads d->srv */
+    d->wk = wk_new(d->cfg, srv_notify_tramp, d, err, sizeof err);
+    if (!d->wk) {
+        log_error("%s", err);
+        return 1;
+    }
+    if (strict && wk_readiness(d->wk, err, sizeof err) == WK_READY_FAILED) {
+        log_error("--strict: %s; not starting", err);
+        return 1;
+    }
+    serve_signals(d);
+    if (serve_front(d))
+        return 1;
+    if (wk_start(d->wk)) {
+        log_error("cannot start the worker thread");
+        return 1;
+    }
+    serve_watchdog(d);
+    log_notice("serving on %s (admin %s)%s%s", d->cfg->listen.socket ? d->cfg->listen.socket : "-",
+               d->cfg->admin.socket ? d->cfg->admin.socket : "-",
+               d->cfg->listen.tcp ? ", tcp " : "", d->cfg->listen.tcp ? d->cfg->listen.tcp : "");
+    say_try(d->cfg);
+    sd_notify(0, "READY=1");
+    notify_status(d);
+    event_base_dispatch(d->base);
+    return 0;
+}
+
+static int serve(const char *path, int strict)
+{
+    daemon_state_t d = {.config_path = path};
+    if (serve_config(&d, path))
+        return 1;
     signal(SIGPIPE, SIG_IGN);
     raise_nofile(d.cfg);
     if (evthread_use_pthreads() != 0) {
@@ -408,104 +543,8 @@ static int serve(const char *path, int strict)
         cfg_free(d.cfg);
         return 1;
     }
-    int rc = 1;
-    /* the worker's wake-up needs the server; the server needs the worker:
-     * create the worker with a trampoline that reads d.srv */
-    d.wk = wk_new(d.cfg, srv_notify_tramp, &d, err, sizeof err);
-    if (!d.wk) {
-        log_error("%s", err);
-        goto out;
-    }
-    if (strict && wk_readiness(d.wk, err, sizeof err) == WK_READY_FAILED) {
-        log_error("--strict: %s; not starting", err);
-        goto out;
-    }
-    /* signals are caught from before the sockets exist: a SIGTERM that
-     * arrives as the first clients connect drains rather than kills */
-    d.sig_term = evsignal_new(d.base, SIGTERM, on_term, &d);
-    d.sig_int = evsignal_new(d.base, SIGINT, on_term, &d);
-    d.sig_hup = evsignal_new(d.base, SIGHUP, on_hup, &d);
-    d.drain_timer = evtimer_new(d.base, on_drain_timeout, &d);
-    evsignal_add(d.sig_term, NULL);
-    evsignal_add(d.sig_int, NULL);
-    evsignal_add(d.sig_hup, NULL);
-    srv_hooks_t hooks = {
-        .reload = hook_reload, .drained = hook_drained, .drain = hook_drain, .ctx = &d};
-    d.auth = auth_new(d.cfg, err, sizeof err);
-    if (!d.auth) {
-        log_error("%s", err);
-        goto out;
-    }
-    wk_set_report_section(d.wk, "auth", auth_report_fn, d.auth);
-    if (d.cfg->auth.n_keys || d.cfg->auth.http || d.cfg->auth.tcp)
-        log_notice("auth: %zu API keys; a key is required on %s", d.cfg->auth.n_keys,
-                   d.cfg->auth.http && d.cfg->auth.tcp ? "listen.http and listen.tcp"
-                   : d.cfg->auth.http                  ? "listen.http"
-                   : d.cfg->auth.tcp                   ? "listen.tcp"
-                                                       : "no listener (the auth op is optional)");
-    d.srv = srv_new(d.base, d.cfg, d.wk, &hooks, err, sizeof err);
-    if (!d.srv) {
-        log_error("%s", err);
-        goto out;
-    }
-    srv_set_auth(d.srv, d.auth);
-    if (d.cfg->listen.http || d.cfg->metrics.listen) {
-        d.http = http_new(d.base, d.cfg, d.wk, d.srv, err, sizeof err);
-        if (!d.http) {
-            log_error("%s", err);
-            goto out;
-        }
-        if (d.cfg->listen.http)
-            log_notice("http on %s", d.cfg->listen.http);
-        if (d.cfg->metrics.listen)
-            log_notice("metrics on %s", d.cfg->metrics.listen);
-    }
-    if (wk_start(d.wk)) {
-        log_error("cannot start the worker thread");
-        goto out;
-    }
-    uint64_t wd_us = 0;
-    if (sd_watchdog_enabled(0, &wd_us) > 0 && wd_us > 0) {
-        d.watchdog_s = (double)wd_us / 1e6;
-        d.watchdog = event_new(d.base, -1, EV_PERSIST, on_watchdog, &d);
-        struct timeval tv = {(time_t)(wd_us / 2 / 1000000), (suseconds_t)(wd_us / 2 % 1000000)};
-        evtimer_add(d.watchdog, &tv);
-    }
-    log_notice("serving on %s (admin %s)%s%s", d.cfg->listen.socket ? d.cfg->listen.socket : "-",
-               d.cfg->admin.socket ? d.cfg->admin.socket : "-", d.cfg->listen.tcp ? ", tcp " : "",
-               d.cfg->listen.tcp ? d.cfg->listen.tcp : "");
-    say_try(d.cfg);
-    sd_notify(0, "READY=1");
-    notify_status(&d);
-    event_base_dispatch(d.base);
-    rc = 0;
-out:
-    /* the worker first: it may still wake the server */
-    wk_free(d.wk);
-    http_free(d.http);
-    srv_free(d.srv);
-    auth_free(d.auth);
-    if (d.sig_term)
-        event_free(d.sig_term);
-    if (d.sig_int)
-        event_free(d.sig_int);
-    if (d.sig_hup)
-        event_free(d.sig_hup);
-    if (d.drain_timer)
-        event_free(d.drain_timer);
-    if (d.watchdog)
-        event_free(d.watchdog);
-    if (d.flush_timer)
-        event_free(d.flush_timer);
-    if (d.linger)
-        event_free(d.linger);
-    if (d.drain_req_set)
-        proto_req_free(&d.drain_req);
-    event_base_free(d.base);
-    for (size_t i = 0; i < d.n_old; i++)
-        cfg_free(d.old[i]);
-    free(d.old);
-    cfg_free(d.cfg);
+    int rc = serve_run(&d, strict);
+    serve_free(&d);
     return rc;
 }
 

@@ -103,153 +103,161 @@ static int parse_float(const char *s, float *out)
     return 0;
 }
 
-static int parse_args(int argc, char **argv, gen_opts_t *o)
+/* ------------------------------------------------------------------ arguments */
+
+/* The long options' codes beyond the short ones. */
+enum {
+    O_RLN = 256,
+    O_NOBOS,
+    O_JSON,
+    O_DUMP,
+    O_IDS,
+    O_IGNEOS,
+    O_SPECIAL,
+    O_ISA,
+    O_EXACT,
+    O_KVTYPE,
+    O_CHUNK,
+    O_SAMPLER = 512 /* + sampler_param_id_t */
+};
+
+/* What an option's handler answers besides 0. */
+enum {
+    GEN_OPT_HELP = 1,     /* --help: usage printed on stdout */
+    GEN_OPT_UNKNOWN = -1, /* an option getopt refused: usage printed on stderr */
+    GEN_OPT_BAD = -2,     /* a bad value */
+};
+
+static const struct option gen_fixed_opts[] = {
+    {"model", required_argument, 0, 'm'},
+    {"prompt", required_argument, 0, 'p'},
+    {"n-predict", required_argument, 0, 'n'},
+    {"seed", required_argument, 0, 's'},
+    {"threads", required_argument, 0, 't'},
+    {"ctx", required_argument, 0, 'c'},
+    {"temp", required_argument, 0, O_SAMPLER + SAMPLER_PARAM_temperature},
+    {"repeat-last-n", required_argument, 0, O_RLN},
+    {"no-bos", no_argument, 0, O_NOBOS},
+    {"json", no_argument, 0, O_JSON},
+    {"dump-logits", required_argument, 0, O_DUMP},
+    {"prompt-ids", required_argument, 0, O_IDS},
+    {"ignore-eos", no_argument, 0, O_IGNEOS},
+    {"special", no_argument, 0, O_SPECIAL},
+    {"isa", required_argument, 0, O_ISA},
+    {"quiet", no_argument, 0, 'q'},
+    {"exact", no_argument, 0, O_EXACT},
+    {"kv-type", required_argument, 0, O_KVTYPE},
+    {"prefill-chunk", required_argument, 0, O_CHUNK},
+    {"help", no_argument, 0, 'h'},
+};
+
+enum {
+    N_FIXED = sizeof gen_fixed_opts / sizeof gen_fixed_opts[0]
+};
+
+/* The getopt table: the fixed options, then one per sampler_params.h row. */
+static void gen_opts_table(struct option lo[N_FIXED + SAMPLER_PARAM_COUNT + 1])
 {
-    enum {
-        O_RLN = 256,
-        O_NOBOS,
-        O_JSON,
-        O_DUMP,
-        O_IDS,
-        O_IGNEOS,
-        O_SPECIAL,
-        O_ISA,
-        O_EXACT,
-        O_KVTYPE,
-        O_CHUNK,
-        O_SAMPLER = 512 /* + sampler_param_id_t */
-    };
-    static const struct option fixed[] = {
-        {"model", required_argument, 0, 'm'},
-        {"prompt", required_argument, 0, 'p'},
-        {"n-predict", required_argument, 0, 'n'},
-        {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 'c'},
-        {"temp", required_argument, 0, O_SAMPLER + SAMPLER_PARAM_temperature},
-        {"repeat-last-n", required_argument, 0, O_RLN},
-        {"no-bos", no_argument, 0, O_NOBOS},
-        {"json", no_argument, 0, O_JSON},
-        {"dump-logits", required_argument, 0, O_DUMP},
-        {"prompt-ids", required_argument, 0, O_IDS},
-        {"ignore-eos", no_argument, 0, O_IGNEOS},
-        {"special", no_argument, 0, O_SPECIAL},
-        {"isa", required_argument, 0, O_ISA},
-        {"quiet", no_argument, 0, 'q'},
-        {"exact", no_argument, 0, O_EXACT},
-        {"kv-type", required_argument, 0, O_KVTYPE},
-        {"prefill-chunk", required_argument, 0, O_CHUNK},
-        {"help", no_argument, 0, 'h'},
-    };
-    enum {
-        N_FIXED = sizeof fixed / sizeof fixed[0]
-    };
     static char names[SAMPLER_PARAM_COUNT][32];
-    struct option lo[N_FIXED + SAMPLER_PARAM_COUNT + 1];
-    memcpy(lo, fixed, sizeof fixed);
+    memcpy(lo, gen_fixed_opts, sizeof gen_fixed_opts);
     for (int i = 0; i < SAMPLER_PARAM_COUNT; i++) {
         gen_opt_name(sampler_param_descs[i].name, names[i], sizeof names[i]);
         lo[N_FIXED + i] = (struct option){names[i], required_argument, 0, O_SAMPLER + i};
     }
     lo[N_FIXED + SAMPLER_PARAM_COUNT] = (struct option){0, 0, 0, 0};
-    memset(o, 0, sizeof *o);
-    o->n_predict = 64;
-    o->prefill_chunk = FWD_CHUNK_DEFAULT;
-    o->isa = QUANT_ISA_AUTO;
-    sampler_params_default(&o->sp);
-    optind = 1;
-    int c;
+}
+
+/* A sampling option's value (the sampler checks values: it takes a wider range than requests). */
+static int gen_opt_sampler(gen_opts_t *o, int id)
+{
     long v;
-    while ((c = getopt_long(argc, argv, "m:p:n:s:t:c:qh", lo, NULL)) != -1) {
-        if (c >= O_SAMPLER && c < O_SAMPLER + SAMPLER_PARAM_COUNT) {
-            /* the sampler checks values (it takes a wider range than requests) */
-            float f;
-            switch (c - O_SAMPLER) {
+    float f;
+    switch (id) {
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     case SAMPLER_PARAM_##name:                                                                     \
         if (SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? parse_long(optarg, INT32_MIN, INT32_MAX, &v) \
                                                     : parse_float(optarg, &f))                     \
-            goto bad;                                                                              \
+            return GEN_OPT_BAD;                                                                    \
         o->sp.name = SAMPLER_KIND_##kind == SAMPLER_KIND_I32 ? (ctype)v : (ctype)f;                \
         break;
-                SAMPLER_PARAMS(X)
+        SAMPLER_PARAMS(X)
 #undef X
-            }
-            continue;
-        }
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'p': o->prompt = optarg; break;
-        case 'n':
-            if (parse_long(optarg, 0, 1 << 24, &o->n_predict))
-                goto bad;
-            break;
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end)
-                goto bad;
-            o->sp.seed = s;
-            o->seed_given = 1;
-            break;
-        }
-        case 't':
-            if (parse_long(optarg, 1, 256, &o->threads))
-                goto bad;
-            break;
-        case 'c':
-            if (parse_long(optarg, 1, 1 << 24, &o->n_ctx))
-                goto bad;
-            break;
-        case O_RLN:
-            if (parse_long(optarg, 0, 1 << 20, &v))
-                goto bad;
-            o->sp.repeat_last_n = (int32_t)v;
-            break;
-        case O_NOBOS: o->no_bos = 1; break;
-        case O_JSON: o->json = 1; break;
-        case O_DUMP: o->dump_logits = optarg; break;
-        case O_IDS: o->prompt_ids = optarg; break;
-        case O_IGNEOS: o->ignore_eos = 1; break;
-        case O_SPECIAL: o->special = 1; break;
-        case O_EXACT: o->path = QUANT_PATH_EXACT; break;
-        case O_KVTYPE:
-            if (strcmp(optarg, "f16") == 0)
-                o->kv_type = KV_TYPE_F16;
-            else if (strcmp(optarg, "f32") == 0)
-                o->kv_type = KV_TYPE_F32;
-            else
-                goto bad;
-            break;
-        case O_CHUNK:
-            if (parse_long(optarg, 0, 1 << 24, &o->prefill_chunk))
-                goto bad;
-            break;
-        case O_ISA:
-            if (strcmp(optarg, "auto") == 0)
-                o->isa = QUANT_ISA_AUTO;
-            else if (strcmp(optarg, "avx2") == 0)
-                o->isa = QUANT_ISA_AVX2;
-            else if (strcmp(optarg, "avx512") == 0)
-                o->isa = QUANT_ISA_AVX512;
-            else if (strcmp(optarg, "vnni") == 0)
-                o->isa = QUANT_ISA_AVX2_VNNI;
-            else if (strcmp(optarg, "portable") == 0)
-                o->isa = QUANT_ISA_PORTABLE;
-            else
-                goto bad;
-            break;
-        case 'q': o->quiet = 1; break;
-        case 'h': usage(stdout); return 1;
-        default: usage(stderr); return -1;
-        }
-        continue;
-    bad:
-        fprintf(stderr, "gpuswapd generate: invalid value '%s' for option %s\n", optarg,
-                argv[optind - 1]);
-        return -1;
     }
+    return 0;
+}
+
+static int gen_opt_seed(gen_opts_t *o)
+{
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(optarg, &end, 10);
+    if (errno || end == optarg || *end)
+        return GEN_OPT_BAD;
+    o->sp.seed = s;
+    o->seed_given = 1;
+    return 0;
+}
+
+static int gen_opt_isa(gen_opts_t *o)
+{
+    if (strcmp(optarg, "auto") == 0)
+        o->isa = QUANT_ISA_AUTO;
+    else if (strcmp(optarg, "avx2") == 0)
+        o->isa = QUANT_ISA_AVX2;
+    else if (strcmp(optarg, "avx512") == 0)
+        o->isa = QUANT_ISA_AVX512;
+    else if (strcmp(optarg, "vnni") == 0)
+        o->isa = QUANT_ISA_AVX2_VNNI;
+    else if (strcmp(optarg, "portable") == 0)
+        o->isa = QUANT_ISA_PORTABLE;
+    else
+        return GEN_OPT_BAD;
+    return 0;
+}
+
+/* Option c other than a sampling one, its value in optarg: 0 or a GEN_OPT_* answer. */
+static int gen_opt_apply(gen_opts_t *o, int c)
+{
+    long v;
+    switch (c) {
+    case 'm': o->model = optarg; break;
+    case 'p': o->prompt = optarg; break;
+    case 'n': return parse_long(optarg, 0, 1 << 24, &o->n_predict) ? GEN_OPT_BAD : 0;
+    case 's': return gen_opt_seed(o);
+    case 't': return parse_long(optarg, 1, 256, &o->threads) ? GEN_OPT_BAD : 0;
+    case 'c': return parse_long(optarg, 1, 1 << 24, &o->n_ctx) ? GEN_OPT_BAD : 0;
+    case O_RLN:
+        if (parse_long(optarg, 0, 1 << 20, &v))
+            return GEN_OPT_BAD;
+        o->sp.repeat_last_n = (int32_t)v;
+        break;
+    case O_NOBOS: o->no_bos = 1; break;
+    case O_JSON: o->json = 1; break;
+    case O_DUMP: o->dump_logits = optarg; break;
+    case O_IDS: o->prompt_ids = optarg; break;
+    case O_IGNEOS: o->ignore_eos = 1; break;
+    case O_SPECIAL: o->special = 1; break;
+    case O_EXACT: o->path = QUANT_PATH_EXACT; break;
+    case O_KVTYPE:
+        if (strcmp(optarg, "f16") == 0)
+            o->kv_type = KV_TYPE_F16;
+        else if (strcmp(optarg, "f32") == 0)
+            o->kv_type = KV_TYPE_F32;
+        else
+            return GEN_OPT_BAD;
+        break;
+    case O_CHUNK: return parse_long(optarg, 0, 1 << 24, &o->prefill_chunk) ? GEN_OPT_BAD : 0;
+    case O_ISA: return gen_opt_isa(o);
+    case 'q': o->quiet = 1; break;
+    case 'h': usage(stdout); return GEN_OPT_HELP;
+    default: usage(stderr); return GEN_OPT_UNKNOWN;
+    }
+    return 0;
+}
+
+/* What the options need together, once all are read: 0 or -1 (said on stderr). */
+static int gen_opts_check(int argc, char **argv, gen_opts_t *o)
+{
     if (optind < argc) {
         fprintf(stderr, "gpuswapd generate: unexpected argument '%s'\n", argv[optind]);
         return -1;
@@ -266,6 +274,33 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
     if (!o->seed_given)
         o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     return 0;
+}
+
+/* 0: run; 1: --help printed; -1: a usage error (said on stderr). */
+static int parse_args(int argc, char **argv, gen_opts_t *o)
+{
+    struct option lo[N_FIXED + SAMPLER_PARAM_COUNT + 1];
+    gen_opts_table(lo);
+    memset(o, 0, sizeof *o);
+    o->n_predict = 64;
+    o->prefill_chunk = FWD_CHUNK_DEFAULT;
+    o->isa = QUANT_ISA_AUTO;
+    sampler_params_default(&o->sp);
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:p:n:s:t:c:qh", lo, NULL)) != -1) {
+        int rc = c >= O_SAMPLER && c < O_SAMPLER + SAMPLER_PARAM_COUNT
+                     ? gen_opt_sampler(o, c - O_SAMPLER)
+                     : gen_opt_apply(o, c);
+        if (rc == GEN_OPT_BAD) {
+            fprintf(stderr, "gpuswapd generate: invalid value '%s' for option %s\n", optarg,
+                    argv[optind - 1]);
+            return -1;
+        }
+        if (rc)
+            return rc;
+    }
+    return gen_opts_check(argc, argv, o);
 }
 
 /* Parses "1,2,3" into a malloc'ed array; -1 on a bad list. */
@@ -307,219 +342,294 @@ static int write_logits(FILE *f, const float *l, uint32_t n)
     return fputc('\n', f) == EOF ? -1 : 0;
 }
 
-int gen_main(int argc, char **argv)
-{
+/* ------------------------------------------------------------------ the run */
+
+/* One generate run: what its phases share, freed by gen_run_free. */
+typedef struct gen_run {
     gen_opts_t o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc > 0 ? 0 : 2;
-    quant_isa_set(o.isa);
-    quant_path_set(o.path);
-
     char err[512];
-    int status = 1;
-    model_t *m = NULL;
-    backend_t *be = NULL;
-    fwd_t *fw = NULL;
-    kv_seq_t *kv = NULL;
-    sampler_t *smp = NULL;
-    int32_t *prompt = NULL, *out_ids = NULL;
-    float *logits = NULL, *scratch = NULL;
-    FILE *dump = NULL;
-    json_t *jids = NULL;
-    char *text = NULL;
-    size_t text_len = 0, text_cap = 0;
+    model_t *m;
+    backend_t *be;
+    fwd_t *fw;
+    kv_seq_t *kv;
+    sampler_t *smp;
+    int32_t *prompt; /* (n_prompt) */
+    size_t n_prompt;
+    uint32_t n_ctx;
+    int32_t *out_ids; /* (n_predict + 1) the generated ids */
+    long n_gen;       /* ids generated */
+    const char *finish;
+    float *logits, *scratch; /* (n_vocab) */
+    FILE *dump;              /* --dump-logits, or NULL */
+    char *text;              /* --json: the generated text, NUL-terminated (text_len) */
+    size_t text_len, text_cap;
+    double t_load, t_prompt, t_gen; /* ms */
+} gen_run_t;
 
-    double t0 = util_now_ms();
-    m = model_open(o.model, err, sizeof err);
-    if (!m) {
-        fprintf(stderr, "gpuswapd generate: %s\n", err);
-        goto done;
-    }
-    double t_load = util_now_ms() - t0;
-    size_t n_prompt = 0;
-    if (o.prompt_ids) {
-        if (parse_ids(o.prompt_ids, (int32_t)m->hp.n_vocab, &prompt, &n_prompt) || !n_prompt) {
+static int gen_oom(void)
+{
+    fprintf(stderr, "gpuswapd generate: out of memory\n");
+    return -1;
+}
+
+/* The prompt's ids: --prompt-ids, or --prompt tokenized. 0 or -1 (said on stderr). */
+static int gen_prompt(gen_run_t *g)
+{
+    const model_t *m = g->m;
+    if (g->o.prompt_ids) {
+        if (parse_ids(g->o.prompt_ids, (int32_t)m->hp.n_vocab, &g->prompt, &g->n_prompt) ||
+            !g->n_prompt) {
             fprintf(stderr, "gpuswapd generate: --prompt-ids: need comma-separated ids below %u\n",
                     m->hp.n_vocab);
-            goto done;
+            return -1;
         }
-    } else {
-        const char *p = o.prompt ? o.prompt : "";
-        int add_bos = tok_add_bos(m->tok) && !o.no_bos;
-        size_t cap = strlen(p) + 8;
-        prompt = malloc(cap * sizeof *prompt);
-        if (!prompt)
-            goto oom;
-        int n = tok_encode(m->tok, p, strlen(p), add_bos, 1, prompt, cap);
-        if (n < 0) {
-            fprintf(stderr, "gpuswapd generate: cannot tokenize the prompt (error %d)\n", n);
-            goto done;
-        }
-        n_prompt = (size_t)n;
-        if (n_prompt == 0) {
-            fprintf(stderr, "gpuswapd generate: the prompt is empty and the model has no BOS\n");
-            goto done;
-        }
+        return 0;
     }
-    uint32_t n_ctx =
-        o.n_ctx ? (uint32_t)o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-    if (n_prompt + (size_t)o.n_predict > n_ctx) {
+    const char *p = g->o.prompt ? g->o.prompt : "";
+    int add_bos = tok_add_bos(m->tok) && !g->o.no_bos;
+    size_t cap = strlen(p) + 8;
+    g->prompt = malloc(cap * sizeof *g->prompt);
+    if (!g->prompt)
+        return gen_oom();
+    int n = tok_encode(m->tok, p, strlen(p), add_bos, 1, g->prompt, cap);
+    if (n < 0) {
+        fprintf(stderr, "gpuswapd generate: cannot tokenize the prompt (error %d)\n", n);
+        return -1;
+    }
+    g->n_prompt = (size_t)n;
+    if (g->n_prompt == 0) {
+        fprintf(stderr, "gpuswapd generate: the prompt is empty and the model has no BOS\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The context, the CPU backend, the forward pass, the KV cache, the sampler (fed the prompt),
+ * the buffers and the dump file. 0 or -1 (said on stderr). */
+static int gen_setup(gen_run_t *g)
+{
+    model_t *m = g->m;
+    const gen_opts_t *o = &g->o;
+    g->n_ctx =
+        o->n_ctx ? (uint32_t)o->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (g->n_prompt + (size_t)o->n_predict > g->n_ctx) {
         fprintf(stderr,
                 "gpuswapd generate: %zu prompt + %ld new tokens exceed the context of %u "
                 "(use --ctx or a smaller -n)\n",
-                n_prompt, o.n_predict, n_ctx);
-        goto done;
+                g->n_prompt, o->n_predict, g->n_ctx);
+        return -1;
     }
-    model_set_context(m, n_ctx);
-    be_params_t bp = {.kind = BE_KIND_CPU, .threads = (int)o.threads};
-    be = be_open(&bp, err, sizeof err);
-    if (!be) {
-        fprintf(stderr, "gpuswapd generate: %s\n", err);
-        goto done;
+    model_set_context(m, g->n_ctx);
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = (int)o->threads};
+    g->be = be_open(&bp, g->err, sizeof g->err);
+    if (!g->be) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g->err);
+        return -1;
     }
-    if (model_feats_check(&m->hp, be->model_feats, be->name, err, sizeof err)) {
-        fprintf(stderr, "gpuswapd generate: %s\n", err);
-        goto done;
+    if (model_feats_check(&m->hp, g->be->model_feats, g->be->name, g->err, sizeof g->err)) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g->err);
+        return -1;
     }
-    fw = fwd_new(be);
-    if (fw)
-        fwd_set_chunk(fw, (uint32_t)o.prefill_chunk);
-    kv = kv_seq_new(&m->hp, n_ctx, o.kv_type);
-    smp = sampler_new(&o.sp, (int32_t)m->hp.n_vocab, err, sizeof err);
-    logits = malloc(m->hp.n_vocab * sizeof(float));
-    scratch = malloc(m->hp.n_vocab * sizeof(float));
-    out_ids = malloc(((size_t)o.n_predict + 1) * sizeof *out_ids);
-    if (!smp) {
-        fprintf(stderr, "gpuswapd generate: %s\n", err);
-        goto done;
+    g->fw = fwd_new(g->be);
+    if (g->fw)
+        fwd_set_chunk(g->fw, (uint32_t)o->prefill_chunk);
+    g->kv = kv_seq_new(&m->hp, g->n_ctx, o->kv_type);
+    g->smp = sampler_new(&o->sp, (int32_t)m->hp.n_vocab, g->err, sizeof g->err);
+    g->logits = malloc(m->hp.n_vocab * sizeof(float));
+    g->scratch = malloc(m->hp.n_vocab * sizeof(float));
+    g->out_ids = malloc(((size_t)o->n_predict + 1) * sizeof *g->out_ids);
+    if (!g->smp) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g->err);
+        return -1;
     }
-    if (!fw || !kv || !logits || !scratch || !out_ids)
-        goto oom;
-    if (o.dump_logits && !(dump = fopen(o.dump_logits, "w"))) {
-        fprintf(stderr, "gpuswapd generate: %s: %s\n", o.dump_logits, strerror(errno));
-        goto done;
+    if (!g->fw || !g->kv || !g->logits || !g->scratch || !g->out_ids)
+        return gen_oom();
+    if (o->dump_logits && !(g->dump = fopen(o->dump_logits, "w"))) {
+        fprintf(stderr, "gpuswapd generate: %s: %s\n", o->dump_logits, strerror(errno));
+        return -1;
     }
-    for (size_t i = 0; i < n_prompt; i++)
-        sampler_accept(smp, prompt[i]);
+    for (size_t i = 0; i < g->n_prompt; i++)
+        sampler_accept(g->smp, g->prompt[i]);
+    return 0;
+}
 
-    tok_stream_t ts;
-    tok_stream_init(&ts, m->tok, o.special);
-    char piece[512];
-    fwd_seq_t sq = {.kv = kv, .tokens = prompt, .n_tokens = (uint32_t)n_prompt, .logits = logits};
-    double t1 = util_now_ms();
-    if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
-        fprintf(stderr, "gpuswapd generate: %s\n", err);
-        goto done;
+/* A piece of generated text: printed at once, or kept for --json. 0 or -1 (out of memory). */
+static int gen_emit(gen_run_t *g, const char *piece, size_t np)
+{
+    if (!g->o.json) {
+        fwrite(piece, 1, np, stdout);
+        fflush(stdout);
+        return 0;
     }
-    double t_prompt = util_now_ms() - t1, t2 = util_now_ms();
-    long n_gen = 0;
-    const char *finish = "length";
-    for (; n_gen < o.n_predict; n_gen++) {
-        if (dump && write_logits(dump, logits, m->hp.n_vocab)) {
-            fprintf(stderr, "gpuswapd generate: writing %s failed\n", o.dump_logits);
-            goto done;
+    if (g->text_len + np + 1 > g->text_cap) {
+        size_t nc = (g->text_cap + np + 1) * 2;
+        char *nt = realloc(g->text, nc);
+        if (!nt)
+            return gen_oom();
+        g->text = nt;
+        g->text_cap = nc;
+    }
+    memcpy(g->text + g->text_len, piece, np);
+    g->text_len += np;
+    g->text[g->text_len] = 0;
+    return 0;
+}
+
+/* Samples up to n_predict tokens after the prompt's logits, emitting their text (ts) and
+ * running a pass for each but the last. 0 or -1 (said on stderr). */
+static int gen_sample_loop(gen_run_t *g, fwd_seq_t *sq, tok_stream_t *ts)
+{
+    model_t *m = g->m;
+    char piece[512];
+    g->finish = "length";
+    for (g->n_gen = 0; g->n_gen < g->o.n_predict; g->n_gen++) {
+        if (g->dump && write_logits(g->dump, g->logits, m->hp.n_vocab)) {
+            fprintf(stderr, "gpuswapd generate: writing %s failed\n", g->o.dump_logits);
+            return -1;
         }
-        memcpy(scratch, logits, m->hp.n_vocab * sizeof(float));
-        int32_t id = sampler_sample(smp, scratch);
-        out_ids[n_gen] = id;
+        memcpy(g->scratch, g->logits, m->hp.n_vocab * sizeof(float));
+        int32_t id = sampler_sample(g->smp, g->scratch);
+        g->out_ids[g->n_gen] = id;
         int eog = tok_is_eog(m->tok, id);
-        int np = tok_stream_feed(&ts, id, piece, sizeof piece);
-        if (np > 0) {
-            if (o.json) {
-                if (text_len + (size_t)np + 1 > text_cap) {
-                    size_t nc = (text_cap + (size_t)np + 1) * 2;
-                    char *nt = realloc(text, nc);
-                    if (!nt)
-                        goto oom;
-                    text = nt;
-                    text_cap = nc;
-                }
-                memcpy(text + text_len, piece, (size_t)np);
-                text_len += (size_t)np;
-                text[text_len] = 0;
-            } else {
-                fwrite(piece, 1, (size_t)np, stdout);
-                fflush(stdout);
-            }
-        }
-        if (eog && !o.ignore_eos) {
-            n_gen++;
-            finish = "eos";
+        int np = tok_stream_feed(ts, id, piece, sizeof piece);
+        if (np > 0 && gen_emit(g, piece, (size_t)np))
+            return -1;
+        if (eog && !g->o.ignore_eos) {
+            g->n_gen++;
+            g->finish = "eos";
             break;
         }
-        if (n_gen + 1 == o.n_predict)
+        if (g->n_gen + 1 == g->o.n_predict)
             continue; /* no need to compute logits nobody reads */
-        sq.tokens = &out_ids[n_gen];
-        sq.n_tokens = 1;
-        if (fwd_run(fw, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err)) {
-            fprintf(stderr, "gpuswapd generate: %s\n", err);
-            goto done;
+        sq->tokens = &g->out_ids[g->n_gen];
+        sq->n_tokens = 1;
+        if (fwd_run(g->fw, &m->hp, &m->w, sq, 1, NULL, g->err, sizeof g->err)) {
+            fprintf(stderr, "gpuswapd generate: %s\n", g->err);
+            return -1;
         }
     }
+    return 0;
+}
+
+/* The prompt's pass, then the tokens, timed; the decoder's last bytes flushed. 0 or -1. */
+static int gen_decode(gen_run_t *g)
+{
+    model_t *m = g->m;
+    tok_stream_t ts;
+    tok_stream_init(&ts, m->tok, g->o.special);
+    char piece[512];
+    fwd_seq_t sq = {
+        .kv = g->kv, .tokens = g->prompt, .n_tokens = (uint32_t)g->n_prompt, .logits = g->logits};
+    double t1 = util_now_ms();
+    if (fwd_run(g->fw, &m->hp, &m->w, &sq, 1, NULL, g->err, sizeof g->err)) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g->err);
+        return -1;
+    }
+    g->t_prompt = util_now_ms() - t1;
+    double t2 = util_now_ms();
+    if (gen_sample_loop(g, &sq, &ts))
+        return -1;
     int np = tok_stream_flush(&ts, piece, sizeof piece);
-    double t_gen = util_now_ms() - t2;
-    if (np > 0 && !o.json)
+    g->t_gen = util_now_ms() - t2;
+    if (np > 0 && !g->o.json)
         fwrite(piece, 1, (size_t)np, stdout);
-    if (o.json) {
-        if (np > 0) {
-            char *nt = realloc(text, text_len + (size_t)np + 1);
-            if (!nt)
-                goto oom;
-            text = nt;
-            memcpy(text + text_len, piece, (size_t)np);
-            text_len += (size_t)np;
-            text[text_len] = 0;
-        }
-        json_t *jp = json_array();
-        jids = json_array();
-        for (size_t i = 0; i < n_prompt; i++)
-            json_array_append_new(jp, json_integer(prompt[i]));
-        for (long i = 0; i < n_gen; i++)
-            json_array_append_new(jids, json_integer(out_ids[i]));
-        json_t *root =
-            json_pack("{s:o, s:O, s:s%, s:s, s:{s:f, s:f, s:f}}", "prompt_ids", jp, "ids", jids,
-                      "text", text ? text : "", text_len, "finish_reason", finish, "timing",
-                      "load_ms", t_load, "prompt_ms", t_prompt, "gen_ms", t_gen);
-        if (!root)
-            goto oom;
-        char *s = json_dumps(root, JSON_COMPACT);
-        json_decref(root);
-        if (!s)
-            goto oom;
-        puts(s);
-        free(s);
+    if (g->o.json && np > 0) {
+        char *nt = realloc(g->text, g->text_len + (size_t)np + 1);
+        if (!nt)
+            return gen_oom();
+        g->text = nt;
+        memcpy(g->text + g->text_len, piece, (size_t)np);
+        g->text_len += (size_t)np;
+        g->text[g->text_len] = 0;
+    }
+    return 0;
+}
+
+/* --json: one object {prompt_ids, ids, text, finish_reason, timing}. 0 or -1 (out of memory). */
+static int gen_print_json(const gen_run_t *g)
+{
+    json_t *jp = json_array(), *jids = json_array();
+    for (size_t i = 0; i < g->n_prompt; i++)
+        json_array_append_new(jp, json_integer(g->prompt[i]));
+    for (long i = 0; i < g->n_gen; i++)
+        json_array_append_new(jids, json_integer(g->out_ids[i]));
+    json_t *root =
+        json_pack("{s:o, s:O, s:s%, s:s, s:{s:f, s:f, s:f}}", "prompt_ids", jp, "ids", jids, "text",
+                  g->text ? g->text : "", g->text_len, "finish_reason", g->finish, "timing",
+                  "load_ms", g->t_load, "prompt_ms", g->t_prompt, "gen_ms", g->t_gen);
+    json_decref(jids);
+    if (!root)
+        return gen_oom();
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!s)
+        return gen_oom();
+    puts(s);
+    free(s);
+    return 0;
+}
+
+/* The answer's end (the JSON object, or a newline) and the timing line on stderr. */
+static int gen_report(const gen_run_t *g)
+{
+    const model_t *m = g->m;
+    const gen_opts_t *o = &g->o;
+    if (o->json) {
+        if (gen_print_json(g))
+            return -1;
     } else {
         putchar('\n');
     }
-    if (!o.quiet)
+    if (!o->quiet)
         fprintf(stderr,
                 "gpuswapd generate: %s %s, %u threads, %s kernels; prompt %zu tokens in %.1f ms "
                 "(%.1f tok/s); generated %ld tokens in %.1f ms (%.1f tok/s)\n",
                 model_arch_name(m->hp.arch), gguf_ttype_name(m->wtype),
-                o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-                quant_isa_name(quant_isa_get()), n_prompt, t_prompt,
-                t_prompt > 0 ? n_prompt * 1e3 / t_prompt : 0.0, n_gen, t_gen,
-                t_gen > 0 ? n_gen * 1e3 / t_gen : 0.0);
-    status = 0;
-    goto done;
-oom:
-    fprintf(stderr, "gpuswapd generate: out of memory\n");
-done:
-    if (dump && fclose(dump) != 0 && status == 0) {
-        fprintf(stderr, "gpuswapd generate: writing %s failed\n", o.dump_logits);
+                o->threads ? (int)o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                quant_isa_name(quant_isa_get()), g->n_prompt, g->t_prompt,
+                g->t_prompt > 0 ? g->n_prompt * 1e3 / g->t_prompt : 0.0, g->n_gen, g->t_gen,
+                g->t_gen > 0 ? g->n_gen * 1e3 / g->t_gen : 0.0);
+    return 0;
+}
+
+/* Frees what the run holds; closes the dump file, which turns a success into a failure
+ * (status 1) when that fails. Returns the status. */
+static int gen_run_free(gen_run_t *g, int status)
+{
+    if (g->dump && fclose(g->dump) != 0 && status == 0) {
+        fprintf(stderr, "gpuswapd generate: writing %s failed\n", g->o.dump_logits);
         status = 1;
     }
-    json_decref(jids);
-    free(text);
-    free(prompt);
-    free(out_ids);
-    free(logits);
-    free(scratch);
-    sampler_free(smp);
-    kv_seq_free(kv);
-    fwd_free(fw);
-    be_close(be);
-    model_close(m);
+    free(g->text);
+    free(g->prompt);
+    free(g->out_ids);
+    free(g->logits);
+    free(g->scratch);
+    sampler_free(g->smp);
+    kv_seq_free(g->kv);
+    fwd_free(g->fw);
+    be_close(g->be);
+    model_close(g->m);
     return status;
+}
+
+int gen_main(int argc, char **argv)
+{
+    gen_run_t g = {0};
+    int rc = parse_args(argc, argv, &g.o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    quant_isa_set(g.o.isa);
+    quant_path_set(g.o.path);
+
+    double t0 = util_now_ms();
+    g.m = model_open(g.o.model, g.err, sizeof g.err);
+    if (!g.m) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g.err);
+        return gen_run_free(&g, 1);
+    }
+    g.t_load = util_now_ms() - t0;
+    if (gen_prompt(&g) || gen_setup(&g) || gen_decode(&g) || gen_report(&g))
+        return gen_run_free(&g, 1);
+    return gen_run_free(&g, 0);
 }

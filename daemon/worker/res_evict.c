@@ -1,0 +1,330 @@
+/* res_evict: beneath page-in and KV pages: the pool's accounting, copies settled as they land, a segment unmapped, and the tail-first GreedyDual victim choice that makes room. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "residency_int.h"
+
+/* Reload cost model for the GreedyDual score: seconds = fixed + bytes / bw. */
+#define RES_COST_FIXED_S 1e-3
+#define RES_COST_BW 25e9
+
+/* ------------------------------------------------------------------ accounting */
+
+size_t res_pages_of(const res_t *r, size_t bytes)
+{
+    return (bytes + r->page - 1) / r->page;
+}
+
+size_t res_quota_of(const res_t *r, const res_model_t *m)
+{
+    return m->cfg.gpu_quota ? m->cfg.gpu_quota : r->n_pages * r->page;
+}
+
+size_t res_model_bytes(const res_model_t *m)
+{
+    return m->weight_bytes + m->kv_bytes;
+}
+void res_update_gauges(res_model_t *m)
+{
+    m->st.curr_resident_bytes = m->weight_bytes;
+    m->st.curr_kv_bytes = m->kv_bytes;
+    m->st.curr_running = (uint64_t)m->running;
+    m->st.curr_kv_seqs = (uint64_t)m->n_kv;
+}
+
+void res_set_err(res_model_t *m, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    m->err_code = code;
+}
+
+/* Records the device's high-water mark after pages or scratch were taken. */
+void res_note_used(res_t *r)
+{
+    size_t used = (r->n_pages - r->free_pages) * r->page + r->scratch_bytes;
+    if (used > r->peak_used)
+        r->peak_used = used;
+}
+
+/* ------------------------------------------------------------------ copies in flight */
+
+/* A copy that failed left garbage: unmap the segment so the next pass
+ * pages it in again. */
+static void drop_failed(res_t *r, res_model_t *m, uint32_t s)
+{
+    res_seg_t *sg = &m->segs[s];
+    const store_seg_t *ss = &m->sm->segs[s];
+    r->be->unmap(r->be->ctx, m->base, ss->off, ss->span);
+    sg->state = RES_SEG_ABSENT;
+    sg->timed = 0;
+    m->weight_bytes -= ss->span;
+    r->free_pages += ss->span / r->page;
+    m->st.total_device_errors++;
+    res_set_err(m, RES_ERR_DEVICE,
+                "model '%s': the %s backend failed to copy segment %u to the device", m->sm->name,
+                r->be->name, s);
+    res_update_gauges(m);
+}
+
+/* m's first copy is queued: into the in-flight list at its place in the
+ * models list (insertion walks the few models copying). */
+void res_inflight_link(res_t *r, res_model_t *m)
+{
+    res_model_t **pp = &r->inflight, *prev = NULL;
+    while (*pp && (*pp)->ord > m->ord) {
+        prev = *pp;
+        pp = &(*pp)->if_next;
+    }
+    m->if_next = *pp;
+    m->if_prev = prev;
+    if (*pp)
+        (*pp)->if_prev = m;
+    *pp = m;
+}
+
+void res_inflight_unlink(res_t *r, res_model_t *m)
+{
+    if (m->if_prev)
+        m->if_prev->if_next = m->if_next;
+    else
+        r->inflight = m->if_next;
+    if (m->if_next)
+        m->if_next->if_prev = m->if_prev;
+    m->if_next = m->if_prev = NULL;
+}
+
+/* A copy landed (or failed): the FIFO position reached, and its bandwidth. */
+static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
+{
+    if (--m->n_inflight == 0)
+        res_inflight_unlink(r, m);
+    m->inflight_bytes -= sg->q_span;
+    if (sg->q_end > r->landed_q)
+        r->landed_q = sg->q_end;
+    double d = sg->timed ? sg->t.end - sg->t.start : 0;
+    if (d > 0) {
+        double bw = (double)span / d;
+        r->bw = r->bw > 0 ? 0.7 * r->bw + 0.3 * bw : bw;
+    }
+}
+
+/* Move finished copies to RESIDENT and account their copy time; drop
+ * failed ones. */
+void res_settle_seg(res_t *r, res_model_t *m, uint32_t s)
+{
+    res_seg_t *sg = &m->segs[s];
+    if (sg->state != RES_SEG_INFLIGHT)
+        return;
+    int done = r->be->event_done(r->be->ctx, sg->ev);
+    if (done == 0)
+        return;
+    if (done < 0) {
+        note_landed(r, m, sg, 0);
+        drop_failed(r, m, s);
+        return;
+    }
+    sg->state = RES_SEG_RESIDENT;
+    if (!sg->timed && r->be->event_times(r->be->ctx, sg->ev, &sg->t) == 0) {
+        m->st.total_copy_ns += (uint64_t)((sg->t.end - sg->t.start) * 1e9);
+        sg->timed = 1;
+    }
+    note_landed(r, m, sg, m->sm->segs[s].span);
+}
+
+void res_settle(res_t *r, res_model_t *m)
+{
+    if (m->n_inflight == 0)
+        return; /* nothing to settle */
+    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+        res_settle_seg(r, m, s);
+}
+
+/* How far the copy engine's FIFO has come: settle every model with copies
+ * in flight (a host may hold thousands of models, few of them copying). */
+void res_settle_all(res_t *r)
+{
+    for (res_model_t *v = r->inflight, *nx; v; v = nx) {
+        nx = v->if_next;
+        res_settle(r, v);
+    }
+}
+
+/* Block the host until a queued copy has landed or failed (be_event_sync);
+ * -1 if it is still in flight after timeout_s (INFINITY: wait for good, as
+ * before unmapping it). A failed copy returns 0: res_settle_seg drops it. */
+int res_copy_sync(res_t *r, res_seg_t *sg, double timeout_s)
+{
+    return be_event_sync(r->be, sg->ev, timeout_s) == BE_ERR_TIMEOUT ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ eviction */
+
+static void count_eviction(res_model_t *m, res_cause_t cause)
+{
+    switch (cause) {
+    case RES_CAUSE_CAPACITY: m->st.evictions_capacity++; break;
+    case RES_CAUSE_QUOTA: m->st.evictions_quota++; break;
+    case RES_CAUSE_ADMIN: m->st.evictions_admin++; break;
+    case RES_CAUSE_PREEMPTION: m->st.evictions_preemption++; break;
+    }
+}
+
+int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
+{
+    res_seg_t *sg = &m->segs[s];
+    if (sg->state == RES_SEG_ABSENT)
+        return 0;
+    if (sg->state == RES_SEG_INFLIGHT)
+        res_copy_sync(r, sg, INFINITY);
+    res_settle_seg(r, m, s);
+    if (sg->state == RES_SEG_ABSENT)
+        return 0; /* its copy failed: already unmapped */
+    const store_seg_t *ss = &m->sm->segs[s];
+    if (r->be->unmap(r->be->ctx, m->base, ss->off, ss->span))
+        return RES_ERR_DEVICE;
+    sg->state = RES_SEG_ABSENT;
+    sg->timed = 0;
+    m->weight_bytes -= ss->span;
+    r->free_pages += ss->span / r->page;
+    m->st.total_bytes_evicted += ss->span;
+    count_eviction(m, cause);
+    res_update_gauges(m);
+    return 0;
+}
+
+/* Highest-index mapped segment in [lo, hi), or -1. */
+int64_t res_tail_seg(const res_model_t *m, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t s = hi; s-- > lo;)
+        if (m->segs[s].state != RES_SEG_ABSENT)
+            return s;
+    return -1;
+}
+
+int res_evictable(const res_model_t *v)
+{
+    return v->running == 0 && !v->cfg.pinned && v->weight_bytes > 0;
+}
+
+/* Bytes a model with live KV caches may still lose before its next pass:
+ * what the copy engine brings back within max_stall / RES_STALL_PARTS (no
+ * bound when unset or before any copy was timed), counting that its pages
+ * come back behind the copies already queued and the ahead bytes the pass
+ * that takes them still queues. The caller steps such a model after as long
+ * without a pass (its pass takes them back); the rest is margin. */
+static size_t stall_budget(const res_t *r, const res_model_t *v, size_t ahead)
+{
+    if (r->max_stall_s <= 0 || r->bw <= 0)
+        return SIZE_MAX;
+    double b = r->max_stall_s / RES_STALL_PARTS * r->bw - (double)(r->q_bytes - r->landed_q) -
+               (double)ahead - (double)v->stolen;
+    return b > 0 ? (size_t)b : 0;
+}
+
+/* GreedyDual-Size-Frequency: value of keeping m per byte of pool. */
+void res_touch(res_t *r, res_model_t *m)
+{
+    double bytes = (double)m->sm->image_bytes;
+    double cost = RES_COST_FIXED_S + bytes / RES_COST_BW;
+    double prio = m->cfg.priority > 0 ? m->cfg.priority : 1.0;
+    m->freq += 1.0;
+    m->h = r->L + m->freq * prio * cost / bytes * 1e9;
+}
+
+/* Which victims a tier takes: 0 idle models (no live KV caches, no copy
+ * in flight) nobody waits for; 1 idle models with work queued; 2 idle
+ * models whose page-in is under way (unmapping waits for the copy); 3, the
+ * last resort, models whose running sequences are paused between passes,
+ * while their next tail segment fits the stall budget. */
+static int in_tier(const res_t *r, const res_model_t *v, int tier, size_t ahead)
+{
+    if (tier < 2)
+        return v->n_kv == 0 && v->n_inflight == 0 && v->wanted == tier;
+    if (tier == 2)
+        return v->n_kv == 0 && v->n_inflight > 0;
+    int64_t s = res_tail_seg(v, 0, v->sm->n_segs);
+    return v->n_kv > 0 && s >= 0 && v->sm->segs[s].span <= stall_budget(r, v, ahead);
+}
+
+/* The cheapest victim (GreedyDual) of the first tier below tiers that has one
+ * (ahead: what the page-in that evicts keeps queued, see stall_budget). */
+static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers, size_t ahead)
+{
+    res_model_t *best = NULL;
+    for (int tier = 0; tier < tiers && !best; tier++)
+        for (res_model_t *v = r->models; v; v = v->next)
+            if (v != except && res_evictable(v) && in_tier(r, v, tier, ahead) &&
+                (!best || v->h < best->h))
+                best = v;
+    return best;
+}
+
+/* Free pages by evicting other models tail-first (victims from the first
+ * tiers only) until need pages are free; ahead as for pick_victim. */
+int res_make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers, size_t ahead)
+{
+    while (r->free_pages < need) {
+        res_model_t *v = pick_victim(r, m, tiers, ahead);
+        if (!v)
+            return RES_ERR_NOSPACE;
+        r->L = v->h > r->L ? v->h : r->L;
+        int64_t s = res_tail_seg(v, 0, v->sm->n_segs);
+        /* a victim with live KV caches has sequences paused mid-generation:
+         * that is preemption (their caches stay; the weights come back) */
+        if (v->n_kv > 0)
+            v->stolen += v->sm->segs[s].span;
+        int rc = res_evict_seg(r, v, (uint32_t)s,
+                               v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* A map failed for lack of physical memory (BE_ERR_NOMEM) although the
+ * budget said there was room: the device gives less than the budget (other
+ * processes, the driver's own use). Lower the budget to what is in use now
+ * (never below the largest model wholly resident plus the KV minimum: what
+ * the configuration needs to work at all) and
+ * evict idle models to free need pages more, so the caller can retry the map
+ * once. 0 when it may retry. */
+int res_device_short(res_t *r, const res_model_t *m, size_t need)
+{
+    size_t floor = res_pages_of(r, r->headroom) + 2, used = r->n_pages - r->free_pages;
+    size_t keep = used > floor ? used : floor;
+    if (keep < r->n_pages) {
+        size_t cut = r->n_pages - keep;
+        if (cut > r->free_pages)
+            cut = r->free_pages;
+        r->n_pages -= cut;
+        r->free_pages -= cut;
+        r->cut_pages += cut;
+    }
+    /* pages free in the pool are not held on the device: only unmapping
+     * gives it room. Evict idle models (tiers 0..2) for need pages more;
+     * retry if something was freed and the pool has room for the map */
+    size_t before = r->free_pages;
+    res_make_room_others(r, m, before + need, 3, 0);
+    return r->free_pages > before && r->free_pages >= need ? 0 : RES_ERR_NOMEM;
+}
+
+int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs)
+{
+    if (r->be->zero_copy)
+        return RES_OK;
+    if (m->running)
+        return RES_ERR_BUSY;
+    for (uint32_t n = 0; max_segs == 0 || n < max_segs; n++) {
+        int64_t s = res_tail_seg(m, 0, m->sm->n_segs);
+        if (s < 0)
+            break;
+        int rc = res_evict_seg(r, m, (uint32_t)s, cause);
+        if (rc)
+            return rc;
+    }
+    return RES_OK;
+}

@@ -1,0 +1,128 @@
+/* residency_int: what residency's files share (residency.c, res_kv.c, res_evict.c): the pool's and models' fields and the accounting, settling and eviction helpers res_evict.c offers the files above it; not for other modules. */
+#ifndef RESIDENCY_INT_H
+#define RESIDENCY_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "residency.h"
+
+/* A segment of a model on the device. */
+typedef struct res_seg {
+    res_seg_state_t state;
+    be_event_t *ev; /* copy completion */
+    int timed;      /* copy time already added to the counters */
+    be_copy_times_t t;
+    uint64_t
+        q_end; /* bytes ever queued on the copy engine when its copy was queued, itself included */
+    size_t q_span; /* bytes of that copy */
+} res_seg_t;
+
+struct res_model {
+    res_t *r;
+    store_model_t *sm;
+    res_cfg_t cfg;
+    void *base;          /* device range holding the image layout */
+    res_seg_t *segs;     /* sm->n_segs */
+    model_weights_t dev; /* weights at base */
+    model_layer_t *dev_layers;
+    size_t weight_bytes; /* spans mapped (resident or in flight) */
+    size_t span_bytes;   /* spans of all its segments (res_pagein_fits: what is missing) */
+    size_t kv_bytes;     /* KV pages mapped */
+    int running;
+    int n_kv;
+    kv_type_t kv_live_type; /* type of its live KV caches (while n_kv > 0): a reload's
+                                new kv_type applies once they are gone, so one
+                                pass never mixes types */
+    int n_inflight;         /* segments whose copy is queued and not settled */
+    size_t inflight_bytes;  /* their spans */
+    int wanted;             /* the caller has work queued for it (res_set_wanted) */
+    int prefetch_touched;   /* a prefetch counted as a use since its last pass */
+    size_t stolen;          /* bytes evicted while it had live KV caches, since its last pass */
+    double freq;            /* uses, for the GreedyDual score */
+    double h;               /* GreedyDual value: lowest goes first */
+    uint64_t ord;           /* order of res_add: the models list runs newest first */
+    struct res_model *if_next, *if_prev; /* the in-flight list (n_inflight > 0) */
+    stats_res_t st;
+    int err_code;  /* RES_ERR_* of the last failure since acquire, 0 if none */
+    char err[192]; /* its message */
+    struct res_model *next;
+};
+
+struct res {
+    backend_t *be;
+    size_t page;
+    size_t n_pages, free_pages;
+    size_t scratch_bytes; /* device scratch in use (res_scratch_note) */
+    size_t scratch_pages; /* taken off the pool as the scratch grew (res_scratch_note) */
+    size_t cut_pages;     /* pages taken off the budget because the device could not map them */
+    size_t peak_used;     /* most device bytes in use at once: pool pages and scratch */
+    double L;             /* GreedyDual inflation value */
+    res_model_t *models;
+    res_model_t *inflight; /* models with copies in flight, in models-list order: settling
+                              walks these (the order keeps bw's average as a walk over all) */
+    uint64_t n_added;      /* res_add calls (res_model.ord) */
+    size_t kv_bytes;       /* KV pages mapped, all models */
+    int n_kv_reserve;      /* models with a kv_reserve (update_headroom): res_kv_available_for
+                              walks the models only when there are any */
+    size_t headroom;       /* bytes kept free of KV: the largest model wholly resident
+                                (image, or its gpu_quota when smaller) */
+    size_t headroom_min;   /* the most any model needs to run at all (embedding +
+                                largest other segment, streaming the rest) */
+    double copy_timeout_s; /* a pass waits this long for one segment's copy */
+    double max_stall_s;    /* a model with live KV caches loses at most what the copy
+                                engine brings back in this long (0 = no bound) */
+    uint64_t q_bytes;      /* bytes ever queued on the copy engine (FIFO) */
+    uint64_t landed_q;     /* q_end of the latest copy seen landed (copies land in order) */
+    double bw;             /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
+};
+
+/* Which victims a tier takes (res_evict.c: in_tier); a caller passes how many it allows. */
+#define RES_TIERS 4
+
+/* ------------------------------------------------------------------ res_evict.c: accounting */
+
+/* Pages that hold bytes. */
+size_t res_pages_of(const res_t *r, size_t bytes);
+/* The most m may hold on the device: its gpu_quota, else the pool. */
+size_t res_quota_of(const res_t *r, const res_model_t *m);
+/* Copies m's byte and count fields into its stats gauges. */
+void res_update_gauges(res_model_t *m);
+/* Records m's last failure: a RES_ERR_* code (0: none) and its message. */
+void res_set_err(res_model_t *m, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records the device's high-water mark after pages or scratch were taken. */
+void res_note_used(res_t *r);
+
+/* ------------------------------------------------------------------ res_evict.c: copies in flight */
+
+/* m's first copy is queued: into the in-flight list at its place in the models list. */
+void res_inflight_link(res_t *r, res_model_t *m);
+void res_inflight_unlink(res_t *r, res_model_t *m);
+/* Moves segment s's finished copy to RESIDENT (or drops a failed one). */
+void res_settle_seg(res_t *r, res_model_t *m, uint32_t s);
+/* res_settle_seg for each of m's segments, when it has copies in flight. */
+void res_settle(res_t *r, res_model_t *m);
+/* res_settle for every model with copies in flight. */
+void res_settle_all(res_t *r);
+/* Blocks until sg's copy has landed or failed; -1 if still in flight after timeout_s. */
+int res_copy_sync(res_t *r, res_seg_t *sg, double timeout_s);
+
+/* ------------------------------------------------------------------ res_evict.c: eviction */
+
+/* Unmaps segment s of m (waiting for its copy), counting the eviction under cause. */
+int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause);
+/* Highest-index mapped segment in [lo, hi), or -1. */
+int64_t res_tail_seg(const res_model_t *m, uint32_t lo, uint32_t hi);
+/* Whether v's weights may be taken: not running, not pinned, holding some. */
+int res_evictable(const res_model_t *v);
+/* GreedyDual-Size-Frequency: a use of m raises the value of keeping it. */
+void res_touch(res_t *r, res_model_t *m);
+/* Evicts other models tail-first (victims from the first tiers only) until need pages are
+ * free; ahead: what the page-in that evicts keeps queued. RES_ERR_NOSPACE when none is left. */
+int res_make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers, size_t ahead);
+/* A map failed for lack of physical memory: lowers the budget and evicts idle models for need
+ * pages more; 0 when the caller may retry the map once. */
+int res_device_short(res_t *r, const res_model_t *m, size_t need);
+
+#endif
