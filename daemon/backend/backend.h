@@ -182,7 +182,7 @@ typedef struct be_params {
 backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen);
 backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errlen);
-int be_cuda_probe(void); /* number of visible CUDA devices (cuda.cu) */
+int be_cuda_probe(void); /* number of visible CUDA devices (cuda/cuda.cu) */
 
 /* Open a backend (the registry: the one place that knows which exist).
  * Optional slots left NULL get the dispatcher's fallbacks, so callers may
@@ -196,13 +196,13 @@ int be_cuda_available(void);
  * CUDA, driver and runtime versions, the CUDA error, missing /dev/nvidia*
  * nodes). Never fails; for tests and gpu-check. */
 int be_cuda_status(char *why, size_t whylen);
-int be_cuda_probe_status(char *why, size_t whylen); /* cuda.cu */
+int be_cuda_probe_status(char *why, size_t whylen); /* cuda/cuda.cu */
 /* Where the cuda backend would find cuBLAS, as it does at open (no device
  * needed): 1 and "cuBLAS <version> (<path>)" in what; 0 and "none: <why>"
  * (the backend then runs its own GEMM kernel; also without CUDA built in);
  * BE_ERR_ARG when GPUSWAPD_CUBLAS names a file that cannot be used. */
 int be_cuda_cublas(char *what, size_t whatlen);
-int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda.cu */
+int be_cuda_cublas_find(char *what, size_t whatlen); /* cuda/cuda_blas.cu */
 
 /* Checks that ops sets every required slot and copies its slots into be,
  * the dispatcher's fallbacks in the optional ones left NULL; be->ops = ops.

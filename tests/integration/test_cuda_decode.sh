@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA block-type decoders (daemon/backend/cuda/cuda_quant.cuh) compiled on the host by
-# tests/tools/cuda_decode_check.cpp with quant.c and wtype.c: every decoder equals quant_row_to_f32
+# tests/tools/cuda_decode_check.cpp with quant (daemon/kernels/quant*.c) and wtype.c: every decoder equals quant_row_to_f32
 # bit for bit (the GPU kernels' index math checked where no GPU is); and a planted wrong shift in a
 # copy of the header is caught, so the check can fail.
 set -u
@@ -14,11 +14,14 @@ fail=0
 
 # build ROOT OUT: the check against the daemon sources under ROOT
 build() {
-    local root=$1 out=$2
-    $CC -std=c11 -D_GNU_SOURCE -O2 -iquote "$root/daemon" -c "$root/daemon/kernels/quant.c" -o "$out-quant.o" &&
-        $CC -std=c11 -D_GNU_SOURCE -O2 -iquote "$root/daemon" -c "$root/daemon/kernels/wtype.c" -o "$out-wtype.o" &&
-        $CXX -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Werror -I "$root/daemon" \
-            tests/tools/cuda_decode_check.cpp "$out-quant.o" "$out-wtype.o" -lm -o "$out"
+    local root=$1 out=$2 objs=() f o
+    for f in "$root"/daemon/kernels/quant*.c "$root/daemon/kernels/wtype.c"; do
+        o=$out-$(basename "$f" .c).o
+        $CC -std=c11 -D_GNU_SOURCE -O2 -iquote "$root/daemon" -c "$f" -o "$o" || return 1
+        objs+=("$o")
+    done
+    $CXX -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Werror -I "$root/daemon" \
+        tests/tools/cuda_decode_check.cpp "${objs[@]}" -lm -o "$out"
 }
 
 if ! build "$PWD" "$tmp/check" >"$tmp/build.log" 2>&1; then

@@ -9,7 +9,7 @@
  * of 64 rows of 1024 elements: rows made by quant's quantizer, then the
  * same rows as random bytes (every scale and value bit pattern). Exit 0
  * when no value differs; prints one line per type.
- * Build: c++ -std=c++17 -iquote daemon this file quant.o wtype.o (see
+ * Build: c++ -std=c++17 -iquote daemon this file quant*.o wtype.o (see
  * tests/integration/test_cuda_decode.sh).
  */
 #include <cmath>

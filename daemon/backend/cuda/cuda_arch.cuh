@@ -1,5 +1,5 @@
 /* cuda_arch: the device pieces the architectures beyond plain llama need (included once, by
- * cuda.cu, after its launch helpers): YaRN's per-pair RoPE frequency, the sliding window's first
+ * cuda_kern.cu, after its element-wise kernels): YaRN's per-pair RoPE frequency, the sliding window's first
  * position, and the embedding-scale, soft-cap and GELU-gate kernels with their launchers. Each
  * mirrors the cpu kernel of the same name in kernels/cpu_ops.c operation for operation. */
 #ifndef CUDA_ARCH_CUH
@@ -76,7 +76,7 @@ __global__ void k_gelu_mul(float *g, const float *u, size_t n_tok, uint32_t n, s
         }
 }
 
-/* Launch shape and checks of the one-parameter row kernels (as ew_launch in cuda.cu). */
+/* Launch shape and checks of the one-parameter row kernels (as ew_launch in cuda_kern.cu). */
 static int arch_rows_launch(cu_ctx_t *c, size_t n_tok, size_t n, dim3 *grid)
 {
     if (n > UINT32_MAX)
@@ -85,7 +85,7 @@ static int arch_rows_launch(cu_ctx_t *c, size_t n_tok, size_t n, dim3 *grid)
     return use_dev(c);
 }
 
-static int c_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
+int cuda_kern_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     dim3 grid;
@@ -98,7 +98,7 @@ static int c_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, f
     return launch_rc();
 }
 
-static int c_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
+int cuda_kern_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     dim3 grid;
@@ -113,7 +113,7 @@ static int c_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride,
     return launch_rc();
 }
 
-static int c_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
+int cuda_kern_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride)
 {
     cu_ctx_t *c = (cu_ctx_t *)ctx;
     dim3 grid;

@@ -1,10 +1,10 @@
 /* cuda_quant: the CUDA kernels of the block types beside Q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): decode, GEMV, embedding rows and F16 tiles for cuBLAS. */
 /*
- * Included once by cuda.cu after its device helpers (f16_to_f32, warp_sum)
+ * Included once by cuda_mm.cu after its device helpers (f16_to_f32, warp_sum)
  * and tuning constants (MM_WARPS, MM_TOK, MM_LOADS). The bit layouts are
- * those of daemon/kernels/quant.c (its unpack_* functions, which follow
+ * those of daemon/kernels/quant_fmt.c (its unpack_* functions, which follow
  * ggml's block structs); every decoder below names the function it mirrors
- * and keeps its index math. Values are computed as quant.c's exact
+ * and keeps its index math. Values are computed as quant_fmt.c's exact
  * dequantizer does, (d * sc) * q - dm * mn with each product and the
  * difference rounded on its own (no FMA), so a row decodes to the same
  * floats on both backends. Everything above the QK_DECODERS_ONLY line is
@@ -72,7 +72,7 @@ __device__ __forceinline__ float qk_h(const uint8_t *p)
     return f16_to_f32(*(const uint16_t *)p);
 }
 
-/* quant.c q3_scale: scale i (0..15) of Q3_K's 12-byte field, offset 32. */
+/* quant_fmt.c q3_scale: scale i (0..15) of Q3_K's 12-byte field, offset 32. */
 __device__ __forceinline__ int qk_q3_scale(const uint8_t *s, uint32_t i)
 {
     const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
@@ -80,7 +80,7 @@ __device__ __forceinline__ int qk_q3_scale(const uint8_t *s, uint32_t i)
     return (lo | hi << 4) - 32;
 }
 
-/* quant.c k4_scales_get: scale and min j (0..7) of Q4_K/Q5_K's 12 bytes. */
+/* quant_fmt.c k4_scales_get: scale and min j (0..7) of Q4_K/Q5_K's 12 bytes. */
 __device__ __forceinline__ void qk_k4_scale(const uint8_t *s, uint32_t j, int *sc, int *mn)
 {
     if (j < 4) {

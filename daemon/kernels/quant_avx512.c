@@ -1,0 +1,379 @@
+/* quant_avx512: quant's AVX-512 kernels (x86, compiled per function for AVX-512 F/BW/VL/VNNI; picked at run time by quant.c): the float tiles and the Q8_0, Q4_K and Q6_K integer dots and Q8_0 prefill tiles. */
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "kernels/quant_int.h"
+#include "kernels/wtype.h"
+
+#if QUANT_HAVE_X86
+/* ------------------------------------------------------------------ AVX-512 kernels
+ * 64 bytes an instruction (AVX-512 F, BW, VL and VNNI): the F32/F16/BF16
+ * tile with 16-lane accumulators in register tiles of up to 4 rows x 6
+ * vectors (prefill uses 4 x 4), and the integer dots of Q8_0, Q4_K and Q6_K (the other block
+ * types keep their AVX2 kernels). Within a block every product and sum is
+ * exact (maddubs, then vpdpwssd by the sub-block scales); across blocks
+ * they sum in float lanes, as llama.cpp does (one horizontal sum a row,
+ * not one a block): they differ from the portable dot by float rounding
+ * only (tested within 1e-5 of the sum of |products|). Every kernel keeps
+ * one chain per (row, vector) in one order whatever the tile shape, so
+ * batched, prefilled and token-by-token results stay identical. */
+#define AVX512_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define AVX512 __attribute__((target(AVX512_TARGET)))
+#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
+
+AVX512_INLINE __m512 load16(uint32_t type, const uint8_t *w, size_t i)
+{
+    switch (type) {
+    case GGUF_T_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+    case GGUF_T_BF16: {
+        __m512i v =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    default: return _mm512_loadu_ps((const float *)w + i);
+    }
+}
+
+AVX512_INLINE void tile_avx512_body(uint32_t type, const uint8_t *w, size_t rb, int nr,
+                                    const float *const *x, int nx, size_t n, float *out)
+{
+    __m512 acc[24];
+#pragma GCC unroll 24
+    for (int p = 0; p < nr * nx; p++)
+        acc[p] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        /* the rows' weights held, one activation vector at a time (at 4 x 6,
+         * 24 accumulators + 4 + 1 of the 32 registers: GCC spills some) */
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++)
+            wv[r] = load16(type, w + (size_t)r * rb, i);
+#pragma GCC unroll 6
+        for (int t = 0; t < nx; t++) {
+            __m512 xv = _mm512_loadu_ps(x[t] + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++)
+                acc[r * nx + t] = _mm512_fmadd_ps(wv[r], xv, acc[r * nx + t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+#pragma GCC unroll 6
+        for (int t = 0; t < nx; t++) {
+            float s = _mm512_reduce_add_ps(acc[r * nx + t]);
+            for (size_t j = i; j < n; j++)
+                s += w_at(type, w + (size_t)r * rb, j) * x[t][j];
+            out[r * nx + t] = s;
+        }
+    }
+}
+
+/* (kept by hand: one row of cases per tile height) */
+// clang-format off
+/* Specialise on (nr, nx), up to 4 x 6, so the loops unroll into registers. */
+#define TILE16_CASE(R, X, type)                                                                    \
+    case R * 8 + X: tile_avx512_body(type, w, rb, R, x, X, n, out); break;
+#define TILE16_SHAPES(type)                                                                        \
+    switch (nr * 8 + nx) {                                                                         \
+    TILE16_CASE(1, 1, type) TILE16_CASE(1, 2, type) TILE16_CASE(1, 3, type) TILE16_CASE(1, 4, type) \
+    TILE16_CASE(2, 1, type) TILE16_CASE(2, 2, type) TILE16_CASE(2, 3, type) TILE16_CASE(2, 4, type) \
+    TILE16_CASE(3, 1, type) TILE16_CASE(3, 2, type) TILE16_CASE(3, 3, type) TILE16_CASE(3, 4, type) \
+    TILE16_CASE(4, 1, type) TILE16_CASE(4, 2, type) TILE16_CASE(4, 3, type) TILE16_CASE(4, 4, type) \
+    TILE16_CASE(1, 5, type) TILE16_CASE(2, 5, type) TILE16_CASE(3, 5, type) TILE16_CASE(4, 5, type) \
+    TILE16_CASE(1, 6, type) TILE16_CASE(2, 6, type) TILE16_CASE(3, 6, type) TILE16_CASE(4, 6, type) \
+    default:                                                                                       \
+        for (int r_ = 0; r_ < nr; r_++)                                                            \
+            for (int t_ = 0; t_ < nx; t_++)                                                        \
+                tile_avx512_body(type, w + (size_t)r_ * rb, rb, 1, &x[t_], 1, n,                  \
+                                 &out[r_ * nx + t_]);                                              \
+        break;                                                                                     \
+    }
+// clang-format on
+
+AVX512 void quant_avx512_tile(uint32_t type, const void *wv, size_t rb, int nr,
+                              const float *const *x, int nx, size_t n, float *out)
+{
+    const uint8_t *w = wv;
+    switch (type) {
+    case GGUF_T_Q8_0: quant_avx2_tile(type, wv, rb, nr, x, nx, n, out); break; /* the exact path */
+    case GGUF_T_F16: TILE16_SHAPES(GGUF_T_F16) break;
+    case GGUF_T_BF16: TILE16_SHAPES(GGUF_T_BF16) break;
+    default: TILE16_SHAPES(GGUF_T_F32) break;
+    }
+}
+
+/* Q8_0: one block a 256-bit vector, |q| x (x with q's sign) by the EVEX
+ * vpdpbusd (AVX-512 VL + VNNI: CPUs with AVX-512 VNNI but no AVX-VNNI have
+ * it too), the AVX-VNNI kernel's very lanes, so the same results. Two
+ * blocks a 512-bit vector measured slower here (decode 147-174 vs
+ * 178-196 tok/s on the 134M shape, one thread, side by side). */
+AVX512_INLINE void vdot_q8_0_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    __m256 acc[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (size_t k = 0; k < nblk; k++, w += 34) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i aq = _mm256_abs_epi8(q);
+        float d = rd_f16c(w);
+#pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
+            __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
+            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(x, q));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = hsum256(acc[t]);
+}
+
+/* Q4_K: per 64 values, the low nibbles of 32 bytes (sub-block 2c) then
+ * their high nibbles (2c + 1) in one vector, against 64 activations. */
+AVX512_INLINE void vdot_q4_k_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512 acc[QUANT_DOTN_MAX];
+    __m256 accm[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++) {
+        acc[t] = _mm512_setzero_ps();
+        accm[t] = _mm256_setzero_ps();
+    }
+    for (size_t k = 0; k < nblk; k++, w += 144) {
+        uint8_t sc[8], mn[8];
+        k4_scales_bytes(w + 4, sc, mn);
+        uint64_t sc64, mn64;
+        memcpy(&sc64, sc, 8);
+        memcpy(&mn64, mn, 8);
+        __m512i sc16 =
+            _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+        __m256i mnv =
+            _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn64), dup));
+        __m512i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i b =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c)));
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi16(b, shv), m4);
+            /* int16 lanes 0..15: scale 2c, 16..31: scale 2c + 1 */
+            __m512i s = _mm512_permutexvar_epi16(
+                _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                                   _mm256_set1_epi16((short)(2 * c + 1)), 1),
+                sc16);
+#pragma GCC unroll 4
+            for (int t = 0; t < nx; t++) {
+                const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 64 * c;
+                __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)aq));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p, s);
+            }
+        }
+        float d = rd_f16c(w), dm = rd_f16c(w + 2);
+#pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(a->d * d), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mnv)),
+                                      _mm256_set1_ps(a->d * dm), accm[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]) - hsum256(accm[t]);
+}
+
+/* Q6_K: per half (128 values), the low nibbles of its 64 ql bytes with qh
+ * bits 0-1 / 2-3 (values 0..63), then the high nibbles with bits 4-5 / 6-7
+ * (64..127), each as value + 32; the offset comes back with the
+ * activation sums, as in the AVX2 kernel. */
+AVX512_INLINE void vdot_q6_k_avx512_body(const uint8_t *w, const void *const *xq, int nx,
+                                         size_t nblk, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    /* int16 lane i of the 64 values [h]alf-quarter pair: scale 8n + 4h + i / 8 */
+    __m512i idx[2][2];
+    for (int n = 0; n < 2; n++)
+        for (int h = 0; h < 2; h++) {
+            int16_t v[32];
+            for (int i = 0; i < 32; i++)
+                v[i] = (int16_t)(8 * n + 4 * h + i / 8);
+            idx[n][h] = _mm512_loadu_si512((const void *)v);
+        }
+    __m512 acc[QUANT_DOTN_MAX];
+    for (int t = 0; t < nx; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (size_t k = 0; k < nblk; k++, w += 210) {
+        __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
+        __m512i sc16 = _mm512_zextsi256_si512(sc16y);
+        __m512i sum[QUANT_DOTN_MAX];
+        for (int t = 0; t < nx; t++)
+            sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m512i ql = _mm512_loadu_si512((const void *)(w + 64 * n));
+            __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * n)));
+            __m512i q01 = _mm512_or_si512(
+                _mm512_and_si512(ql, m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+            __m512i q23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+            __m512i s01 = _mm512_permutexvar_epi16(idx[n][0], sc16);
+            __m512i s23 = _mm512_permutexvar_epi16(idx[n][1], sc16);
+#pragma GCC unroll 4
+            for (int t = 0; t < nx; t++) {
+                const int8_t *aq = ((const quant_act_q8k_t *)xq[t] + k)->qs + 128 * n;
+                __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)aq));
+                __m512i p23 =
+                    _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(aq + 64)));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p01, s01);
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p23, s23);
+            }
+        }
+        float d = rd_f16c(w + 208);
+#pragma GCC unroll 4
+        for (int t = 0; t < nx; t++) {
+            const quant_act_q8k_t *a = (const quant_act_q8k_t *)xq[t] + k;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            /* the offset: 32 x activation sums x scales, off the first 8 lanes */
+            __m512i off =
+                _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bs, sc16y), 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], off)),
+                                     _mm512_set1_ps(a->d * d), acc[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+#define VDOT512_SHAPES(body)                                                                       \
+    AVX512 static void body##_nx(const uint8_t *w, const void *const *xq, int nx, size_t nblk,     \
+                                 float *out)                                                       \
+    {                                                                                              \
+        switch (nx) {                                                                              \
+        case 1: body##_body(w, xq, 1, nblk, out); break;                                           \
+        case 2: body##_body(w, xq, 2, nblk, out); break;                                           \
+        case 3: body##_body(w, xq, 3, nblk, out); break;                                           \
+        default: body##_body(w, xq, 4, nblk, out); break;                                          \
+        }                                                                                          \
+    }
+VDOT512_SHAPES(vdot_q8_0_avx512)
+VDOT512_SHAPES(vdot_q4_k_avx512)
+VDOT512_SHAPES(vdot_q6_k_avx512)
+
+/* Q8_0 prefill: a register tile of up to 4 rows x 4 token pairs, each
+ * weight block loaded once for every token and each activation block once
+ * for every row. The weights go unsigned (q + 128, by xor), so rows share
+ * the activations as they are; each lane starts from -128 x the sum of its
+ * four activations and vpdpbusd adds the four (q + 128) x a products: the
+ * exact q x a lane sums of the one-row kernel above. A 512-bit vector holds
+ * one block of two tokens (lanes 0-7, 8-15), scaled and summed in the very
+ * float order of the one-row kernel, so every result is bit-identical to
+ * it. */
+AVX512_INLINE void vtile_q8_0_avx512_body(const uint8_t *w, size_t rb, const void *const *xq,
+                                          size_t nblk, float *out, int ostride, int R, int P)
+{
+    const __m512i c80 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * P; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (size_t k = 0; k < nblk; k++) {
+        __m512i wu[4];
+        __m512 dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + (size_t)r * rb + 34 * k;
+            wu[r] = _mm512_xor_si512(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 2))), c80);
+            dw[r] = _mm512_set1_ps(rd_f16c(b));
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            const quant_act_q8_t *a0 = (const quant_act_q8_t *)xq[2 * p] + k;
+            const quant_act_q8_t *a1 = (const quant_act_q8_t *)xq[2 * p + 1] + k;
+            __m512i x = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a0->qs)),
+                _mm256_loadu_si256((const __m256i *)a1->qs), 1);
+            __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, x));
+            __m512 da = _mm512_mask_mov_ps(_mm512_set1_ps(a0->d), 0xff00, _mm512_set1_ps(a1->d));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512i s = _mm512_dpbusd_epi32(corr, wu[r], x);
+                acc[r * P + p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da),
+                                                 acc[r * P + p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            __m512i v = _mm512_castps_si512(acc[r * P + p]);
+            out[r * ostride + 2 * p] = hsum256(_mm512_castps512_ps256(acc[r * P + p]));
+            out[r * ostride + 2 * p + 1] =
+                hsum256(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(v, 1)));
+        }
+}
+
+/* (kept by hand: one row of cases per tile height) */
+// clang-format off
+#define VTILE8_CASE(R, P)                                                                          \
+    case R * 8 + P: vtile_q8_0_avx512_body(w, rb, xq, nblk, out, ostride, R, P); break;
+// clang-format on
+
+/* Any nr x nx: tiles of up to 4 rows x 4 token pairs; an odd last token
+ * takes the one-row kernel (the same results). */
+AVX512 static void vtile_q8_0_avx512(const uint8_t *w0, size_t rb, int nr, const void *const *xq0,
+                                     int nx, size_t nblk, float *out0)
+{
+    int np = nx / 2, ostride = nx;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        int R = nr - r0 < 4 ? nr - r0 : 4;
+        const uint8_t *w = w0 + (size_t)r0 * rb;
+        for (int p0 = 0; p0 < np; p0 += 4) {
+            int P = np - p0 < 4 ? np - p0 : 4;
+            const void *const *xq = xq0 + 2 * p0;
+            float *out = out0 + (size_t)r0 * nx + 2 * p0;
+            // clang-format off
+            switch (R * 8 + P) {
+            VTILE8_CASE(1, 1) VTILE8_CASE(1, 2) VTILE8_CASE(1, 3) VTILE8_CASE(1, 4)
+            VTILE8_CASE(2, 1) VTILE8_CASE(2, 2) VTILE8_CASE(2, 3) VTILE8_CASE(2, 4)
+            VTILE8_CASE(3, 1) VTILE8_CASE(3, 2) VTILE8_CASE(3, 3) VTILE8_CASE(3, 4)
+            VTILE8_CASE(4, 1) VTILE8_CASE(4, 2) VTILE8_CASE(4, 3) default: VTILE8_CASE(4, 4)
+            }
+            // clang-format on
+        }
+        if (nx & 1)
+            for (int r = 0; r < R; r++)
+                vdot_q8_0_avx512_body(w + (size_t)r * rb, xq0 + nx - 1, 1, nblk,
+                                      out0 + (size_t)(r0 + r) * nx + nx - 1);
+    }
+}
+#undef VTILE8_CASE
+
+vdot_row_fn quant_avx512_vdot_for(uint32_t type)
+{
+    switch (type) {
+    case GGUF_T_Q8_0: return vdot_q8_0_avx512_nx;
+    case GGUF_T_Q4_K: return vdot_q4_k_avx512_nx;
+    case GGUF_T_Q6_K: return vdot_q6_k_avx512_nx;
+    default: return NULL;
+    }
+}
+
+vtile_fn quant_avx512_vtile_for(uint32_t type)
+{
+    return type == GGUF_T_Q8_0 ? vtile_q8_0_avx512 : NULL;
+}
+#endif
