@@ -205,7 +205,10 @@ static void change_add(char *buf, size_t len, size_t *used, int *n, const char *
     ++*n;
 }
 
-int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len)
+/* The model options that differ between a and b (only_class >= 0: those of that CFG_APPLY_*
+ * class), named into buf as the file names them; the count. */
+static int model_diff(const cfg_model_t *a, const cfg_model_t *b, int only_class, char *buf,
+                      size_t len)
 {
     size_t used = 0;
     int n = 0;
@@ -213,13 +216,19 @@ int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, siz
         buf[0] = 0;
     for (size_t i = 0; i < cfg_n_opts && len; i++) {
         const opt_t *o = &cfg_opts[i];
-        if (cfg_opt_kind(o) != OPT_KIND_MODEL || o->type == OPT_SECTION || !strcmp(o->key, "name"))
+        if (cfg_opt_kind(o) != OPT_KIND_MODEL || o->type == OPT_SECTION ||
+            !strcmp(o->key, "name") || (only_class >= 0 && (int)o->apply != only_class))
             continue;
         if (!value_equal(o, (const char *)a + o->off, (const char *)b + o->off))
             change_add(buf, len, &used, &n, strcmp(o->section, "models") ? o->section + 7 : "",
                        o->key);
     }
     return n;
+}
+
+int cfg_model_changes(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len)
+{
+    return model_diff(a, b, -1, buf, len);
 }
 
 int cfg_changes(const cfg_t *a, const cfg_t *b, char *buf, size_t len)
@@ -302,19 +311,7 @@ int cfg_reload_check(const cfg_t *cur, const cfg_t *next, char *err, size_t errl
 
 int cfg_model_reloads(const cfg_model_t *a, const cfg_model_t *b, char *buf, size_t len)
 {
-    size_t used = 0;
-    int n = 0;
-    if (len)
-        buf[0] = 0;
-    for (size_t i = 0; i < cfg_n_opts && len; i++) {
-        const opt_t *o = &cfg_opts[i];
-        if (cfg_opt_kind(o) != OPT_KIND_MODEL || o->apply != CFG_APPLY_MODEL)
-            continue;
-        if (!value_equal(o, (const char *)a + o->off, (const char *)b + o->off))
-            change_add(buf, len, &used, &n, strcmp(o->section, "models") ? o->section + 7 : "",
-                       o->key);
-    }
-    return n;
+    return model_diff(a, b, CFG_APPLY_MODEL, buf, len);
 }
 
 static const char *const apply_names[] = {"live", "reloads the model", "restart"};

@@ -14,6 +14,9 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 import gsd  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+import sizes as size_rule  # noqa: E402  (make check's function scanner)
+
 ROOT = gsd.ROOT
 TMP = gsd.tmpdir(prefix="gsd-swaplat-")  # removed at exit (the runner fails a suite that leaves files)
 # A: a model whose steps (about 14 ms here) stand well above the host's scheduling noise (q8_0,
@@ -642,23 +645,6 @@ def test_pin_over_capacity_is_refused_and_no_request_is_internal():
         assert d.stop() == 0
 
 
-def function_lengths(path):
-    """(name, lines) of each top-level function definition of a C file."""
-    out, name, start = [], None, 0
-    lines = open(path).read().split("\n")
-    for i, line in enumerate(lines):
-        m = re.match(r"^[A-Za-z][\w \*]*?\b(\w+)\(", line)
-        if m and not line.rstrip().endswith(";") and name is None:
-            name, start = m.group(1), i
-        elif line == "}" and name is not None:
-            out.append((name, i - start + 1))
-            name = None
-        elif line.rstrip().endswith(";") and name is not None and not lines[start].rstrip().endswith(","):
-            if "{" not in "".join(lines[start:i + 1]):
-                name = None
-    return out
-
-
 def test_under_overload_every_stream_and_queued_request_finishes():
     """Overload: streams on a, b and c at once (the pool holds a and one of b, c), and short requests for b
     and c queued behind them. Preempting page-ins come one per max_wait and the model drained for one admits
@@ -705,7 +691,8 @@ def test_worker_c_is_under_600_lines_and_no_worker_function_over_80():
     assert n < 600, n
     files = [f for f in os.listdir(wdir) if re.match(r"worker.*\.c$", f)]
     assert len(files) >= 4, files
-    long = [(f, name, k) for f in files for name, k in function_lengths(os.path.join(wdir, f)) if k > 80]
+    long = [(f, name, k) for f in files
+            for name, _, k in size_rule.functions(open(os.path.join(wdir, f)).read().split("\n")) if k > 80]
     assert not long, long
 
 
