@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "base/num.h"
 #include "config.h"
 #include "hostport.h"
 
@@ -96,10 +97,8 @@ static int get_num(ld_t *ld, const yaml_node_t *v, const char *key, double lo, d
                    int integer, double *out)
 {
     const char *s = scalar(v);
-    char *end = NULL;
-    errno = 0;
-    double d = s && *s ? strtod(s, &end) : NAN;
-    if (!s || !*s || *end || errno || !(d >= lo && d <= hi) || (integer && d != floor(d)))
+    double d;
+    if (num_double_in(s, lo, hi, &d) || (integer && d != floor(d)))
         return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid value \"%s\" for %s (%s %g..%g)",
                        s ? s : "", key, integer ? "an integer" : "a number", lo, hi);
     *out = d;

@@ -6,6 +6,8 @@
 #include "fleet.h"
 #include "proto.h"
 
+#include "base/num.h"
+
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
@@ -72,10 +74,8 @@ static const gs_optdef_t gs_optdefs[] = {
 
 static int gs_parse_ll(const char *s, long long lo, long long hi, long long *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
+    int64_t v;
+    if (num_i64_in(s, lo, hi, &v))
         return -1;
     *out = v;
     return 0;
@@ -83,10 +83,8 @@ static int gs_parse_ll(const char *s, long long lo, long long hi, long long *out
 
 static int gs_parse_f32(const char *s, float *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || fabs(v) > FLT_MAX)
+    double v;
+    if (num_double(s, true, &v))
         return -1;
     *out = (float)v;
     return 0;
@@ -144,10 +142,8 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         s->stop = o->stop;
         return 0;
     case K_INTERVAL: {
-        char *end;
-        errno = 0;
-        double iv = strtod(val, &end);
-        if (!*val || *end || errno || !(iv > 0) || iv > 86400)
+        double iv;
+        if (num_double_in(val, 0, 86400, &iv) || !(iv > 0))
             return gs_usage_error(cmd, "--interval takes seconds > 0 (got '%s')", val);
         o->interval = iv;
         o->watch = 1;

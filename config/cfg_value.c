@@ -211,33 +211,3 @@ char *cfg_format_duration_ms(uint64_t ms, char *buf, size_t len)
         snprintf(buf, len, "%llums", (unsigned long long)ms);
     return buf;
 }
-
-/* Decimal integer, optional '-', nothing else. 0, or 1 = syntax, 2 = range. */
-int cfg_parse_i64(const char *s, int64_t *v)
-{
-    const char *p = s + (*s == '-');
-    if (!*p || strspn(p, "0123456789") != strlen(p))
-        return 1;
-    errno = 0;
-    long long x = strtoll(s, NULL, 10);
-    if (errno == ERANGE)
-        return 2;
-    *v = x;
-    return 0;
-}
-
-/* A finite decimal number (no hex, inf or nan). 0, 1 = syntax, 2 = range. */
-int cfg_parse_double(const char *s, double *v, bool is_float)
-{
-    if (!*s || strspn(s, "0123456789.eE+-") != strlen(s) || !strpbrk(s, "0123456789"))
-        return 1;
-    char *end;
-    errno = 0;
-    double x = is_float ? (double)strtof(s, &end) : strtod(s, &end);
-    if (*end)
-        return 1;
-    if (!isfinite(x))
-        return 2;
-    *v = x;
-    return 0;
-}

@@ -2,6 +2,8 @@
 #include "config.h"
 #include "config_int.h"
 
+#include "base/num.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
@@ -149,12 +151,12 @@ static int set_number(const opt_t *o, const char *text, void *field, double *num
 {
     if (o->type == OPT_U32 || o->type == OPT_I32) {
         int64_t v = 0;
-        int r = cfg_parse_i64(text, &v);
-        if (r == 1) {
+        int r = num_i64(text, &v);
+        if (r == NUM_SYNTAX) {
             snprintf(msg, n, "invalid integer \"%s\" for %s", val, name);
             return CFG_ERR_INVALID;
         }
-        *num = r == 2 ? (text[0] == '-' ? -HUGE_VAL : HUGE_VAL) : (double)v;
+        *num = r == NUM_RANGE ? (text[0] == '-' ? -HUGE_VAL : HUGE_VAL) : (double)v;
         if (in_bounds(o, *num)) { /* every U32/I32 bound lies inside its type */
             if (o->type == OPT_U32) {
                 uint32_t u = (uint32_t)v;
@@ -166,12 +168,12 @@ static int set_number(const opt_t *o, const char *text, void *field, double *num
         }
         return 0;
     }
-    int r = cfg_parse_double(text, num, o->type == OPT_FLOAT);
-    if (r == 1) {
+    int r = num_double(text, o->type == OPT_FLOAT, num);
+    if (r == NUM_SYNTAX) {
         snprintf(msg, n, "invalid number \"%s\" for %s", val, name);
         return CFG_ERR_INVALID;
     }
-    if (r == 2)
+    if (r == NUM_RANGE)
         *num = HUGE_VAL;
     if (o->type == OPT_DOUBLE) {
         memcpy(field, num, sizeof *num);
@@ -460,7 +462,7 @@ static int load_idlist(ld_t *ld, yaml_node_t *v, const char *name, cfg_idlist_t 
         yaml_node_t *it = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
         int64_t x = -1;
         if (it->type != YAML_SCALAR_NODE ||
-            cfg_parse_i64((const char *)it->data.scalar.value, &x) || x < 0 || x > 4294967294LL) {
+            num_i64_in((const char *)it->data.scalar.value, 0, 4294967294LL, &x)) {
             free(ids);
             return ld_fail(ld, mark_of(it), CFG_ERR_INVALID,
                            "invalid id %s in %s[%zu] (use a number 0..4294967294)",

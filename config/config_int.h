@@ -80,9 +80,5 @@ int cfg_check_sockpath(const void *field, char *why, size_t n);
 const char *cfg_sanitize(const char *s, char *buf, size_t n);
 void cfg_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* A whole decimal integer: 0, 1 (syntax) or 2 (out of range). */
-int cfg_parse_i64(const char *s, int64_t *v);
-/* A whole decimal number (is_float: within float's range): 0, 1 (syntax) or 2 (out of range). */
-int cfg_parse_double(const char *s, double *v, bool is_float);
 
 #endif

@@ -17,6 +17,7 @@
 #include "kernels/quant.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "base/num.h"
 #include "base/util.h"
 
 typedef struct gen_opts {
@@ -83,23 +84,19 @@ static void usage(FILE *f)
 
 static int parse_long(const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    int64_t v;
+    if (num_i64_in(s, lo, hi, &v))
         return -1;
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
 static int parse_float(const char *s, float *out)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end)
+    double v;
+    if (num_double(s, true, &v))
         return -1;
-    *out = v;
+    *out = (float)v;
     return 0;
 }
 
@@ -188,10 +185,8 @@ static int gen_opt_sampler(gen_opts_t *o, int id)
 
 static int gen_opt_seed(gen_opts_t *o)
 {
-    char *end;
-    errno = 0;
-    unsigned long long s = strtoull(optarg, &end, 10);
-    if (errno || end == optarg || *end)
+    uint64_t s;
+    if (num_u64(optarg, &s))
         return GEN_OPT_BAD;
     o->sp.seed = s;
     o->seed_given = 1;
@@ -310,12 +305,12 @@ static int parse_ids(const char *s, int32_t n_vocab, int32_t **out, size_t *n)
     int32_t *ids = malloc(cap * sizeof *ids);
     if (!ids)
         return -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v >= n_vocab || (*end && *end != ',')) {
+    for (const char *p = s; *p;) {
+        char item[24];
+        size_t len = strcspn(p, ",");
+        int64_t v = -1;
+        if (len >= sizeof item || (memcpy(item, p, len), item[len] = 0,
+                                   num_i64_in(item, 0, (int64_t)n_vocab - 1, &v))) {
             free(ids);
             return -1;
         }
@@ -328,7 +323,7 @@ static int parse_ids(const char *s, int32_t n_vocab, int32_t **out, size_t *n)
             ids = nids;
         }
         ids[k++] = (int32_t)v;
-        p = *end ? end + 1 : end;
+        p += len + (p[len] == ',');
     }
     *out = ids;
     *n = k;
