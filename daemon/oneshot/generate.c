@@ -309,8 +309,11 @@ static int parse_ids(const char *s, int32_t n_vocab, int32_t **out, size_t *n)
         char item[24];
         size_t len = strcspn(p, ",");
         int64_t v = -1;
-        if (len >= sizeof item || (memcpy(item, p, len), item[len] = 0,
-                                   num_i64_in(item, 0, (int64_t)n_vocab - 1, &v))) {
+        if (len < sizeof item) {
+            memcpy(item, p, len);
+            item[len] = 0;
+        }
+        if (len >= sizeof item || num_i64_in(item, 0, (int64_t)n_vocab - 1, &v)) {
             free(ids);
             return -1;
         }
