@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "base/num.h"
+#include "cfg_doc.h"
 #include "config.h"
 #include "hostport.h"
 
@@ -21,6 +22,7 @@
 typedef struct ld {
     const char *file;
     yaml_document_t *doc;
+    cfg_doc_t *check; /* where values meant for hosts' configs are checked by the daemon's schema */
     char *err;
     size_t errlen;
 } ld_t;
@@ -67,22 +69,6 @@ static int get_size(ld_t *ld, const yaml_node_t *v, const char *key, uint64_t *o
     return 0;
 }
 
-/* A size per second: "25GiB" or "25GiB/s". */
-static int get_rate(ld_t *ld, const yaml_node_t *v, const char *key, uint64_t *out)
-{
-    const char *s = scalar(v);
-    char buf[64], why[128] = "";
-    size_t l = s ? strlen(s) : 0;
-    if (!s || l >= sizeof buf)
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid rate for %s", key);
-    memcpy(buf, s, l + 1);
-    if (l > 2 && strcmp(buf + l - 2, "/s") == 0)
-        buf[l - 2] = 0;
-    if (cfg_parse_size(buf, out, why, sizeof why))
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid rate \"%s\" for %s (%s)", s, key, why);
-    return 0;
-}
-
 static int get_ms(ld_t *ld, const yaml_node_t *v, const char *key, uint64_t *out)
 {
     const char *s = scalar(v);
@@ -102,18 +88,6 @@ static int get_num(ld_t *ld, const yaml_node_t *v, const char *key, double lo, d
         return ld_fail(ld, v, FLEET_ERR_INVALID, "invalid value \"%s\" for %s (%s %g..%g)",
                        s ? s : "", key, integer ? "an integer" : "a number", lo, hi);
     *out = d;
-    return 0;
-}
-
-static int get_bool(ld_t *ld, const yaml_node_t *v, const char *key, int *out)
-{
-    const char *s = scalar(v);
-    if (s && (!strcasecmp(s, "true") || !strcasecmp(s, "yes")))
-        *out = 1;
-    else if (s && (!strcasecmp(s, "false") || !strcasecmp(s, "no")))
-        *out = 0;
-    else
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "%s must be true or false", key);
     return 0;
 }
 
@@ -161,6 +135,19 @@ static int unknown(ld_t *ld, const yaml_node_t *k, const char *key, const char *
     return ld_fail(ld, k, FLEET_ERR_INVALID, "unknown key '%s' in %s", key, what);
 }
 
+/* value, read as daemon option `option`, the way the daemon's loader reads it: 0, or an
+ * error naming name (the fleet file's key) at v. */
+static int check_opt(ld_t *ld, const yaml_node_t *v, const char *name, const char *option)
+{
+    char why[320];
+    const char *s = scalar(v);
+    if (!s || !*s)
+        return ld_fail(ld, v, FLEET_ERR_INVALID, "%s must be a non-empty scalar", name);
+    if (cfg_doc_set(ld->check, option, s, why, sizeof why))
+        return ld_fail(ld, v, FLEET_ERR_INVALID, "%s: %s", name, why);
+    return 0;
+}
+
 static int proxy_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
@@ -202,7 +189,7 @@ static int proxy_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
             return rc;
         if (f->proxy.max_request < 1024 || f->proxy.max_request > (64u << 20))
             return ld_fail(ld, v, FLEET_ERR_INVALID, "proxy.max_request must be 1KiB..64MiB");
-        return 0;
+        return check_opt(ld, v, "proxy.max_request", "listen.max_line");
     }
     if (!strcmp(key, "balance_factor")) {
         if ((rc = get_num(ld, v, "proxy.balance_factor", 101, 1000, 1, &d)))
@@ -227,38 +214,76 @@ static int proxy_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k
     return unknown(ld, k, key, "proxy");
 }
 
+/* Fleet's short names in defaults: for the daemon options every host gets, and the value
+ * each host gets when the file says nothing (NULL: the daemon's own default). */
+static const struct {
+    const char *key, *option, *def;
+} fleet_opt_names[] = {
+    {"backend", "device.backend", "auto"},
+    {"page_size", "device.page_size", "2MiB"},
+    {"threads", "device.threads", "0"},
+    {"sim_bandwidth", "device.sim_bandwidth", NULL},
+    {"vllm_compat", "metrics.vllm_compat", "true"},
+    {"drain_timeout", "scheduler.drain_timeout", "30s"},
+};
+
+/* The daemon options fleet sets per host from hosts[] and proxy: not for defaults. */
+static const char *const fleet_owned[] = {"listen.socket",       "listen.http",  "listen.max_line",
+                                          "listen.drain_linger", "admin.socket", "device.memory",
+                                          "host.memory"};
+
+/* Sets defaults option `option` to s (replacing an earlier value). */
+static int put_option(fleet_t *f, const char *option, const char *s)
+{
+    size_t i = 0;
+    while (i < f->defaults.n_options && strcmp(f->defaults.options[i], option))
+        i++;
+    if (i == f->defaults.n_options) {
+        char **o = realloc(f->defaults.options, (i + 1) * sizeof *o);
+        if (o)
+            f->defaults.options = o;
+        char **v = realloc(f->defaults.values, (i + 1) * sizeof *v);
+        if (v)
+            f->defaults.values = v;
+        if (!o || !v || !(o[i] = strdup(option)))
+            return FLEET_ERR_NOMEM;
+        v[i] = NULL;
+        f->defaults.n_options++;
+    }
+    free(f->defaults.values[i]);
+    f->defaults.values[i] = strdup(s);
+    return f->defaults.values[i] ? 0 : FLEET_ERR_NOMEM;
+}
+
 static int defaults_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
                          const yaml_node_t *v)
 {
     fleet_t *f = ctx;
-    double d;
+    char name[128];
     int rc;
-    if (!strcmp(key, "backend")) {
-        if ((rc = get_str(ld, v, "defaults.backend", &f->defaults.backend)))
-            return rc;
-        static const char *const ok[] = {"auto", "cuda", "sim", "cpu"};
-        for (size_t i = 0; i < 4; i++)
-            if (!strcmp(f->defaults.backend, ok[i]))
-                return 0;
-        return ld_fail(ld, v, FLEET_ERR_INVALID, "defaults.backend must be auto, cuda, sim or cpu");
-    }
-    if (!strcmp(key, "page_size"))
-        return get_size(ld, v, "defaults.page_size", &f->defaults.page_size);
-    if (!strcmp(key, "threads")) {
-        if ((rc = get_num(ld, v, "defaults.threads", 0, 4096, 1, &d)))
-            return rc;
-        f->defaults.threads = (uint32_t)d;
-        return 0;
-    }
-    if (!strcmp(key, "sim_bandwidth"))
-        return get_rate(ld, v, "defaults.sim_bandwidth", &f->defaults.sim_bandwidth);
     if (!strcmp(key, "run_dir"))
         return get_str(ld, v, "defaults.run_dir", &f->defaults.run_dir);
-    if (!strcmp(key, "vllm_compat"))
-        return get_bool(ld, v, "defaults.vllm_compat", &f->defaults.vllm_compat);
-    if (!strcmp(key, "drain_timeout"))
-        return get_ms(ld, v, "defaults.drain_timeout", &f->defaults.drain_timeout_ms);
-    return unknown(ld, k, key, "defaults");
+    snprintf(name, sizeof name, "defaults.%s", key);
+    const char *option = NULL;
+    for (size_t i = 0; i < sizeof fleet_opt_names / sizeof *fleet_opt_names; i++)
+        if (!strcmp(key, fleet_opt_names[i].key))
+            option = fleet_opt_names[i].option;
+    if (!option && cfg_doc_known(key))
+        option = key;
+    if (!option)
+        return ld_fail(ld, k, FLEET_ERR_INVALID,
+                       "unknown key '%s' in defaults (fleet's short names, run_dir, or a daemon "
+                       "option by its dotted name, e.g. scheduler.max_stall)",
+                       key);
+    for (size_t i = 0; i < sizeof fleet_owned / sizeof *fleet_owned; i++)
+        if (!strcmp(option, fleet_owned[i]))
+            return ld_fail(ld, k, FLEET_ERR_INVALID,
+                           "%s is set by the fleet for each host (hosts[].http, device_memory, "
+                           "host_memory, run_dir; proxy.max_request), not in defaults",
+                           option);
+    if ((rc = check_opt(ld, v, name, option)))
+        return rc;
+    return put_option(f, option, scalar(v));
 }
 
 static int k8s_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
@@ -308,20 +333,23 @@ static int host_pair(ld_t *ld, void *ctx, const char *key, const yaml_node_t *k,
         c->seen |= 2;
         if ((rc = get_str(ld, v, nm, &h->http)))
             return rc;
-        /* hostport.h's syntax, as the daemon's listen.http takes it: what the host's
-         * gpuswapd.yaml gets passes its --check-config */
+        /* the daemon's listen.http check: what the host's gpuswapd.yaml gets passes its
+         * --check-config */
         return hostport_check(h->http, why, sizeof why)
                    ? ld_fail(ld, v, FLEET_ERR_INVALID, "%s \"%s\" is not host:port (%s)", nm,
                              h->http, why)
-                   : 0;
+                   : check_opt(ld, v, nm, "listen.http");
     }
     if (!strcmp(key, "device_memory")) {
         c->seen |= 4;
-        return get_size(ld, v, nm, &h->device_memory);
+        return (rc = get_size(ld, v, nm, &h->device_memory))
+                   ? rc
+                   : check_opt(ld, v, nm, "device.memory");
     }
     if (!strcmp(key, "host_memory")) {
         c->seen |= 8;
-        return get_size(ld, v, nm, &h->host_memory);
+        return (rc = get_size(ld, v, nm, &h->host_memory)) ? rc
+                                                           : check_opt(ld, v, nm, "host.memory");
     }
     if (!strcmp(key, "run_dir"))
         return get_str(ld, v, nm, &h->run_dir);
@@ -437,16 +465,52 @@ static int set_default(char **field, const char *value)
     return *field ? 0 : FLEET_ERR_NOMEM;
 }
 
+/* fleet_opt_names' defaults for what the file did not set, first and in the table's order;
+ * then drain_timeout_ms from scheduler.drain_timeout (the daemon's default if unset). */
+static int finish_options(ld_t *ld, fleet_t *f)
+{
+    size_t n_named = sizeof fleet_opt_names / sizeof *fleet_opt_names, k = 0;
+    for (size_t i = 0; i < n_named; i++) {
+        const char *opt = fleet_opt_names[i].option;
+        size_t j = 0;
+        while (j < f->defaults.n_options && strcmp(f->defaults.options[j], opt))
+            j++;
+        if (j == f->defaults.n_options) {
+            if (!fleet_opt_names[i].def)
+                continue;
+            if (put_option(f, opt, fleet_opt_names[i].def))
+                return FLEET_ERR_NOMEM;
+        }
+        /* move it to position k: the named options lead, in the table's order */
+        char *o = f->defaults.options[j], *v = f->defaults.values[j];
+        memmove(&f->defaults.options[k + 1], &f->defaults.options[k], (j - k) * sizeof o);
+        memmove(&f->defaults.values[k + 1], &f->defaults.values[k], (j - k) * sizeof v);
+        f->defaults.options[k] = o;
+        f->defaults.values[k++] = v;
+    }
+    f->defaults.drain_timeout_ms = 30000;
+    for (size_t j = 0; j < f->defaults.n_options; j++) {
+        char why[128];
+        if (!strcmp(f->defaults.options[j], "scheduler.drain_timeout") &&
+            cfg_parse_duration_ms(f->defaults.values[j], &f->defaults.drain_timeout_ms, why,
+                                  sizeof why))
+            return ld_fail(ld, NULL, FLEET_ERR_INVALID, "defaults.drain_timeout: %s", why);
+    }
+    return 0;
+}
+
 /* Defaults, then the checks that span entries. */
 static int ld_finish(ld_t *ld, fleet_t *f, const yaml_node_t *root)
 {
+    int rc;
     if (!f->proxy.listen || !f->proxy.n_addresses)
         return ld_fail(ld, root, FLEET_ERR_INVALID,
                        "proxy.listen and proxy.addresses are required");
     if (!f->n_hosts || !f->n_models)
         return ld_fail(ld, root, FLEET_ERR_INVALID, "hosts and models are required");
-    if (set_default(&f->defaults.backend, "auto") ||
-        set_default(&f->defaults.run_dir, "/run/gpuswapd") ||
+    if ((rc = finish_options(ld, f)))
+        return rc;
+    if (set_default(&f->defaults.run_dir, "/run/gpuswapd") ||
         set_default(&f->k8s.namespace_, "gpuswapd") ||
         set_default(&f->k8s.image, "gpuswapd:latest") ||
         set_default(&f->k8s.models_dir, "/var/lib/gpuswapd/models"))
@@ -502,15 +566,13 @@ int fleet_load_string(const char *yaml, const char *name, fleet_t **out, char *e
     f->proxy.balance_factor = 150;
     f->proxy.check_ms = 1000;
     f->proxy.stream_timeout_ms = 600000;
-    f->defaults.page_size = 2u << 20;
-    f->defaults.vllm_compat = 1;
-    f->defaults.drain_timeout_ms = 30000;
     f->k8s.port = 8400;
     yaml_parser_t p;
     yaml_document_t doc;
     int have_doc = 0, rc;
-    ld_t ld = {.file = name, .doc = &doc, .err = err, .errlen = errlen};
-    if (!f->file || !yaml_parser_initialize(&p)) {
+    ld_t ld = {.file = name, .doc = &doc, .err = err, .errlen = errlen, .check = cfg_doc_new()};
+    if (!f->file || !ld.check || !yaml_parser_initialize(&p)) {
+        cfg_doc_free(ld.check);
         free(f->file);
         free(f);
         snprintf(err, errlen, "out of memory");
@@ -535,6 +597,7 @@ int fleet_load_string(const char *yaml, const char *name, fleet_t **out, char *e
     if (rc == FLEET_ERR_NOMEM)
         snprintf(err, errlen, "out of memory");
 done:
+    cfg_doc_free(ld.check);
     if (have_doc)
         yaml_document_delete(&doc);
     yaml_parser_delete(&p);
@@ -606,7 +669,12 @@ void fleet_free(fleet_t *f)
         free(f->proxy.addresses[i]);
     free(f->proxy.addresses);
     free(f->proxy.listen);
-    free(f->defaults.backend);
+    for (size_t i = 0; i < f->defaults.n_options; i++) {
+        free(f->defaults.options[i]);
+        free(f->defaults.values[i]);
+    }
+    free(f->defaults.options);
+    free(f->defaults.values);
     free(f->defaults.run_dir);
     free(f->k8s.namespace_);
     free(f->k8s.image);

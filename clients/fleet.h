@@ -47,14 +47,14 @@ typedef struct fleet {
         uint64_t check_ms;          /* /ready check interval, default 1s */
         uint64_t stream_timeout_ms; /* longest silence on a connection, default 10m */
     } proxy;
-    struct {                       /* what every host's gpuswapd.yaml gets */
-        char *backend;             /* device.backend, default "auto"; owned */
-        uint64_t page_size;        /* device.page_size, default 2MiB */
-        uint32_t threads;          /* device.threads, default 0 (all cores) */
-        uint64_t sim_bandwidth;    /* device.sim_bandwidth in bytes/s, default 0 */
-        char *run_dir;             /* default socket directory, default /run/gpuswapd; owned */
-        int vllm_compat;           /* metrics.vllm_compat, default true */
-        uint64_t drain_timeout_ms; /* scheduler.drain_timeout, default 30s */
+    struct {           /* what every host's gpuswapd.yaml gets */
+        char *run_dir; /* default socket directory, default /run/gpuswapd; owned */
+        /* daemon options by dotted name ("device.page_size"), each checked against the
+         * daemon's schema: fleet's short names and defaults (fleet_opt_names) first, then
+         * every other option the file names, in file order; owned */
+        char **options, **values;
+        size_t n_options;
+        uint64_t drain_timeout_ms; /* scheduler.drain_timeout's value, for Kubernetes' grace */
     } defaults;
     struct {
         char *namespace_; /* default "gpuswapd"; owned */

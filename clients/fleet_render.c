@@ -1,6 +1,8 @@
 /* fleet_render: the files `gpuswap fleet render` writes from a fleet and its placement: each host's gpuswapd.yaml and systemd drop-in, haproxy.cfg, placement.txt and the Kubernetes manifests. */
 #include "fleet.h"
 
+#include "cfg_doc.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,36 +87,22 @@ static const char *src_name(const fleet_t *f)
     return b ? b + 1 : f->file;
 }
 
-/* A YAML double-quoted scalar: paths may hold ": " or " #", which plain scalars may not. */
-static void put_quoted(FILE *fp, const char *v)
-{
-    fputc('"', fp);
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(fp, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(fp, "\\x%02x", *p);
-        else
-            fputc(*p, fp);
-    }
-    fputc('"', fp);
-}
-
 static const char *sz(uint64_t v, char *buf, size_t n)
 {
     return cfg_format_size(v, buf, n);
 }
 
-/* One host's gpuswapd.yaml. k8s: the pod's variant (listens on every
- * address of the pod, sockets in /run/gpuswapd). */
-static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *place, size_t h,
-                            int k8s)
+/* One host's gpuswapd.yaml, written through the daemon's schema (cfg_doc): comment lines,
+ * then every option in the schema's order. k8s: the pod's variant (listens on every address
+ * of the pod, sockets in /run/gpuswapd). 0, or FLEET_ERR_* with the reason in why. */
+static int put_host_config(FILE *fp, const fleet_t *f, const unsigned char *place, size_t h,
+                           int k8s, char *why, size_t wn)
 {
     const fleet_host_t *ho = &f->hosts[h];
     size_t H = f->n_hosts, n = 0;
     uint64_t bytes = 0;
     double load = 0;
-    char a[32], b[32];
+    char a[32], path[4200];
     for (size_t m = 0; m < f->n_models; m++)
         if (place[m * H + h]) {
             n++;
@@ -126,51 +114,58 @@ static void put_host_config(FILE *fp, const fleet_t *f, const unsigned char *pla
             "# gpuswapd on %s, rendered by `gpuswap fleet render %s`: re-render, do not edit.\n"
             "# %zu models, %s of weights, expected load %.3g (the fleet's units).\n",
             ho->name, src_name(f), n, sz(bytes, a, sizeof a), load);
-    char sock[4200];
-    snprintf(sock, sizeof sock, "%s/gpuswapd.sock", run);
-    fprintf(fp, "listen:\n  socket: ");
-    put_quoted(fp, sock);
-    fputc('\n', fp);
-    if (k8s) {
-        fprintf(fp, "  http: 0.0.0.0:%u\n", f->k8s.port);
-    } else if (ho->http[0] == '[') { /* [::1]:8400 plain would be a YAML flow sequence */
-        fprintf(fp, "  http: ");
-        put_quoted(fp, ho->http);
-        fputc('\n', fp);
-    } else {
-        fprintf(fp, "  http: %s\n", ho->http);
-    }
-    /* a draining host fails /ready and keeps serving for three health checks, so the
-     * proxy takes it out of rotation before it refuses anything */
-    uint64_t linger = 3 * f->proxy.check_ms < 1000 ? 1000 : 3 * f->proxy.check_ms;
-    snprintf(sock, sizeof sock, "%s/admin.sock", run);
-    fprintf(fp, "  max_line: %s\n  drain_linger: %s\nadmin:\n  socket: ",
-            sz(f->proxy.max_request, a, sizeof a), cfg_format_duration_ms(linger, b, sizeof b));
-    put_quoted(fp, sock);
-    fputc('\n', fp);
-    fprintf(fp, "device:\n  backend: %s\n  memory: %s\n  page_size: %s\n  threads: %u\n",
-            f->defaults.backend, sz(ho->device_memory, a, sizeof a),
-            sz(f->defaults.page_size, b, sizeof b), f->defaults.threads);
-    if (f->defaults.sim_bandwidth)
-        fprintf(fp, "  sim_bandwidth: %s\n", sz(f->defaults.sim_bandwidth, a, sizeof a));
-    fprintf(fp,
-            "host:\n  memory: %s\nscheduler:\n  drain_timeout: %s\nmetrics:\n  vllm_compat: %s\n",
-            sz(ho->host_memory, a, sizeof a),
-            cfg_format_duration_ms(f->defaults.drain_timeout_ms, b, sizeof b),
-            f->defaults.vllm_compat ? "true" : "false");
     if (!k8s)
         fprintf(
             fp,
             "# API keys: add an auth: section (README \"API keys\"; http: true, keys from `gpuswap keygen`)\n"
             "# with this host's HAProxy addresses in auth.trusted_proxies, so that its back-off after\n"
             "# failed keys counts per client (X-Forwarded-For) rather than per proxy.\n");
-    fprintf(fp, "models:\n");
-    for (size_t m = 0; m < f->n_models; m++)
-        if (place[m * H + h]) {
-            fprintf(fp, "  - name: %s\n    path: ", f->models[m].name);
-            put_quoted(fp, f->models[m].path);
-            fputc('\n', fp);
+    cfg_doc_t *d = cfg_doc_new();
+    if (!d) {
+        snprintf(why, wn, "out of memory");
+        return FLEET_ERR_NOMEM;
+    }
+    /* a draining host fails /ready and keeps serving for three health checks, so the
+     * proxy takes it out of rotation before it refuses anything */
+    uint64_t linger = 3 * f->proxy.check_ms < 1000 ? 1000 : 3 * f->proxy.check_ms;
+    char port[16];
+    snprintf(port, sizeof port, "0.0.0.0:%u", f->k8s.port);
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/gpuswapd.sock", run);
+    rc = rc ? rc : cfg_doc_set(d, "listen.socket", path, why, wn);
+    rc = rc ? rc : cfg_doc_set(d, "listen.http", k8s ? port : ho->http, why, wn);
+    rc =
+        rc ? rc : cfg_doc_set(d, "listen.max_line", sz(f->proxy.max_request, a, sizeof a), why, wn);
+    rc = rc ? rc
+            : cfg_doc_set(d, "listen.drain_linger", cfg_format_duration_ms(linger, a, sizeof a),
+                          why, wn);
+    snprintf(path, sizeof path, "%s/admin.sock", run);
+    rc = rc ? rc : cfg_doc_set(d, "admin.socket", path, why, wn);
+    rc = rc ? rc : cfg_doc_set(d, "device.memory", sz(ho->device_memory, a, sizeof a), why, wn);
+    rc = rc ? rc : cfg_doc_set(d, "host.memory", sz(ho->host_memory, a, sizeof a), why, wn);
+    for (size_t i = 0; !rc && i < f->defaults.n_options; i++)
+        rc = cfg_doc_set(d, f->defaults.options[i], f->defaults.values[i], why, wn);
+    for (size_t m = 0; !rc && m < f->n_models; m++) {
+        if (!place[m * H + h])
+            continue;
+        int mi = cfg_doc_add_model(d);
+        if (mi < 0) {
+            snprintf(why, wn, "out of memory");
+            rc = FLEET_ERR_NOMEM;
+            break;
         }
+        rc = cfg_doc_model_set(d, (size_t)mi, "name", f->models[m].name, why, wn);
+        rc = rc ? rc : cfg_doc_model_set(d, (size_t)mi, "path", f->models[m].path, why, wn);
+    }
+    if (rc) { /* fleet_load checked every value: this is a bug */
+        cfg_doc_free(d);
+        return FLEET_ERR_INVALID;
+    }
+    rc = cfg_doc_write(d, fp);
+    cfg_doc_free(d);
+    if (rc)
+        snprintf(why, wn, "cannot write host %s's config", ho->name);
+    return rc ? FLEET_ERR_IO : 0;
 }
 
 static int render_hosts(wr_t *w, const fleet_t *f, const unsigned char *place)
@@ -182,7 +177,12 @@ static int render_hosts(wr_t *w, const fleet_t *f, const unsigned char *place)
         FILE *fp = wr_open(w, rel, tmp, sizeof tmp);
         if (!fp)
             return FLEET_ERR_IO;
-        put_host_config(fp, f, place, h, 0);
+        int rc = put_host_config(fp, f, place, h, 0, w->err, w->errlen);
+        if (rc) {
+            fclose(fp);
+            unlink(tmp);
+            return rc;
+        }
         if (wr_close(w, fp, tmp))
             return FLEET_ERR_IO;
         snprintf(rel, sizeof rel, "hosts/%s/gpuswapd.service.d/fleet.conf", ho->name);
@@ -380,8 +380,14 @@ static int render_k8s_pool(wr_t *w, const fleet_t *f, const unsigned char *place
             snprintf(w->err, w->errlen, "out of memory");
             return FLEET_ERR_NOMEM;
         }
-        put_host_config(mf, f, place, h, 1);
+        int rc = put_host_config(mf, f, place, h, 1, w->err, w->errlen);
         fclose(mf);
+        if (rc) {
+            free(text);
+            fclose(fp);
+            unlink(tmp);
+            return rc;
+        }
         for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
             fprintf(fp, "    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);

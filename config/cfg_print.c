@@ -22,15 +22,16 @@ static void print_quoted(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* Writes the value of o stored at field in config syntax. */
-static void print_value(FILE *f, const opt_t *o, const void *field)
+void cfg_value_write(FILE *f, const opt_t *o, const void *field, bool quote)
 {
     char buf[64];
     switch (o->type) {
     case OPT_STR: {
         const char *s = *(char *const *)field;
-        if (s)
+        if (s && quote)
             print_quoted(f, s);
+        else if (s)
+            fputs(s, f);
         else
             fputs("~", f);
         break;
@@ -38,7 +39,7 @@ static void print_value(FILE *f, const opt_t *o, const void *field)
     case OPT_MODE: {
         unsigned m;
         memcpy(&m, field, sizeof m);
-        fprintf(f, "\"%04o\"", m);
+        fprintf(f, quote ? "\"%04o\"" : "%04o", m);
         break;
     }
     case OPT_SIZE:
@@ -152,7 +153,7 @@ static void print_section(FILE *f, const cfg_t *c, const char *section, const vo
                 print_section(f, c, "auth.keys", &c->auth.keys[k], indent + 4, true);
         } else {
             fprintf(f, "%s: ", o->key);
-            print_value(f, o, (const char *)base + o->off);
+            cfg_value_write(f, o, (const char *)base + o->off, true);
             fputc('\n', f);
         }
     }
@@ -265,11 +266,11 @@ static void describe_change(FILE *f, const opt_t *o, const void *a, const void *
     size_t wl = 0, nl = 0;
     FILE *fw = open_memstream(&was, &wl), *fn = open_memstream(&now, &nl);
     if (fw) {
-        print_value(fw, o, a);
+        cfg_value_write(fw, o, a, true);
         fclose(fw);
     }
     if (fn) {
-        print_value(fn, o, b);
+        cfg_value_write(fn, o, b, true);
         fclose(fn);
     }
     char sw[64], sn[64];

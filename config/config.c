@@ -216,12 +216,8 @@ static int set_choice(const opt_t *o, const char *text, void *field, const char 
     return CFG_ERR_INVALID;
 }
 
-/* Parses text into the field of option o (name is its full dotted name, for
- * messages). null: the YAML value was empty/~/null. dir: the directory that
- * relative OPT_PATH values are taken from (NULL: as written). Returns 0, or an
- * error code with the reason (no location) in msg. */
-static int opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name,
-                   const char *dir, char *msg, size_t n)
+int cfg_opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name,
+                const char *dir, char *msg, size_t n)
 {
     char val[64], why[160];
     cfg_sanitize(text, val, sizeof val);
@@ -274,7 +270,8 @@ static int apply_defaults(int kind, void *base, char *err, size_t errlen)
         if (cfg_opt_kind(o) != kind || !o->def)
             continue;
         char msg[256];
-        int rc = opt_set(o, o->def, false, (char *)base + o->off, o->key, NULL, msg, sizeof msg);
+        int rc =
+            cfg_opt_set(o, o->def, false, (char *)base + o->off, o->key, NULL, msg, sizeof msg);
         if (rc) {
             cfg_set_err(err, errlen, "internal: default of %s.%s: %s", o->section, o->key, msg);
             return rc;
@@ -664,8 +661,8 @@ static int load_map(ld_t *ld, yaml_node_t *map, const char *section, const char 
                 return ld_fail(ld, mark_of(v), CFG_ERR_INVALID, "value for %s contains a NUL byte",
                                name);
             char msg[384];
-            rc = opt_set(o, text, node_is_null(v), (char *)base + o->off, name, ld->dir, msg,
-                         sizeof msg);
+            rc = cfg_opt_set(o, text, node_is_null(v), (char *)base + o->off, name, ld->dir, msg,
+                             sizeof msg);
             if (rc)
                 return ld_fail(ld, mark_of(v), rc, "%s", msg);
         }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 
@@ -73,6 +74,18 @@ int cfg_opt_kind(const opt_t *o);
 int cfg_opt_find(const char *section, const char *key);
 /* A socket path fits sockaddr_un: 0, or -1 with why. */
 int cfg_check_sockpath(const void *field, char *why, size_t n);
+
+/* ------------------------------------------------------------------ config.c, cfg_print.c */
+
+/* Parses text into the field of option o (name is its full dotted name, for
+ * messages). null: the YAML value was empty/~/null. dir: the directory that
+ * relative OPT_PATH values are taken from (NULL: as written). Returns 0, or an
+ * error code with the reason (no location) in msg. */
+int cfg_opt_set(const opt_t *o, const char *text, bool null, void *field, const char *name,
+                const char *dir, char *msg, size_t n);
+/* Writes the value of o stored at field in config syntax; quote: strings and modes in double
+ * quotes (as YAML text), else bare (for an emitter that quotes them itself). */
+void cfg_value_write(FILE *f, const opt_t *o, const void *field, bool quote);
 
 /* ------------------------------------------------------------------ cfg_value.c */
 

@@ -166,3 +166,48 @@ Test(fleet, load_errors_name_file_line_and_column)
                   "case %zu: got '%s', want '%s'", i, err, cases[i].want);
     }
 }
+
+/* defaults: fleet's short names and any daemon option by its dotted name, each checked by the
+ * daemon's schema; the options fleet sets per host are refused there. */
+Test(fleet, defaults_take_daemon_options_through_the_schema)
+{
+    const char *hm =
+        "hosts:\n  - name: a\n    http: 127.0.0.1:2\n    device_memory: 1GiB\n"
+        "    host_memory: 0\nmodels:\n  - name: m\n    path: /m.gguf\n    size: 1MiB\n";
+    char text[1024], err[512];
+    fleet_t *f = NULL;
+    snprintf(text, sizeof text,
+             HEAD "defaults:\n  scheduler.max_stall: 2s\n  page_size: 64KiB\n"
+                  "  metrics.vllm_compat: false\n%s",
+             hm);
+    f = load_ok(text);
+    /* the short names first, in fleet's order, then the others in file order */
+    const char *want[][2] = {{"device.backend", "auto"},
+                             {"device.page_size", "64KiB"},
+                             {"device.threads", "0"},
+                             {"metrics.vllm_compat", "false"},
+                             {"scheduler.drain_timeout", "30s"},
+                             {"scheduler.max_stall", "2s"}};
+    cr_assert_eq(f->defaults.n_options, 6);
+    for (size_t i = 0; i < 6; i++) {
+        cr_assert_str_eq(f->defaults.options[i], want[i][0]);
+        cr_assert_str_eq(f->defaults.values[i], want[i][1]);
+    }
+    cr_assert_eq(f->defaults.drain_timeout_ms, 30000);
+    fleet_free(f);
+    const char *bad[][2] = {
+        {"  scheduler.max_stall: soon\n", "f.yaml:5:24: defaults.scheduler.max_stall: invalid"},
+        {"  page_size: 3MiB\n", "f.yaml:5:14: defaults.page_size: invalid"},
+        {"  device.memory: 1GiB\n", "f.yaml:5:3: device.memory is set by the fleet"},
+        {"  listen.http: 1.2.3.4:5\n", "f.yaml:5:3: listen.http is set by the fleet"},
+        {"  device.nope: 1\n", "f.yaml:5:3: unknown key 'device.nope' in defaults"},
+        {"  models.path: /x\n", "f.yaml:5:3: unknown key 'models.path' in defaults"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(text, sizeof text, HEAD "defaults:\n%s%s", bad[i][0], hm);
+        f = NULL;
+        cr_assert_eq(fleet_load_string(text, "f.yaml", &f, err, sizeof err), FLEET_ERR_INVALID,
+                     "case %zu", i);
+        cr_assert(!strncmp(err, bad[i][1], strlen(bad[i][1])), "case %zu: %s", i, err);
+    }
+}
