@@ -3,6 +3,7 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -281,7 +282,7 @@ class Fleet:
         for i in range(HOSTS):
             text = open(os.path.join(self.out, "hosts", "h%d" % i, "gpuswapd.yaml")).read()
             for name, _ in self.models:
-                if "  - name: %s\n" % name in text:
+                if re.search(r"^ *- name: %s$" % re.escape(name), text, re.M):
                     self.placed.setdefault(name, []).append(self.hosts[i])
         assert all(len(v) == REPLICAS for v in self.placed.values()) and len(self.placed) == N_MODELS
         self.haproxy = HAProxy(os.path.join(self.out, "haproxy.cfg"), self.proxy_port)
