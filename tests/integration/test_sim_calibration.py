@@ -1,4 +1,4 @@
-"""The trace simulator's cost model against the real daemon on sim: one small recorded workload, page-ins equal, latencies within 20%."""
+"""The trace simulator's cost model against the real daemon on sim: one small recorded workload, page-ins equal, latencies within 20% (plus the time the daemon's worker waited for a CPU that neighbours held)."""
 import os
 import random
 import shutil
@@ -156,9 +156,12 @@ def measure(models, trace, bandwidth):
     """Replays the trace on the daemon at its recorded times; returns the done
     events by index and the stats."""
     d = ThrottledDaemon(models, bandwidth, memory="%dB" % POOL)
+    wait = None
     try:
         c = d.client()
+        wait = gsd.RunWait(d)
         done = {}
+        sent, first, end = {}, {}, {}  # monotonic seconds by request index
         late = []
         errors = []
 
@@ -166,8 +169,12 @@ def measure(models, trace, bandwidth):
             try:
                 while len(done) < len(trace):
                     ev = c.recv()
+                    now = time.monotonic()
                     if ev.get("event") == "token":
+                        first.setdefault(ev["id"], now)
                         continue
+                    first.setdefault(ev["id"], now)
+                    end[ev["id"]] = now
                     done[ev["id"]] = ev
             except Exception as e:  # reported by the caller
                 errors.append(repr(e))
@@ -181,16 +188,24 @@ def measure(models, trace, bandwidth):
                 time.sleep(delay)
             if k and (k - 1) not in done:
                 late.append(k)
+            sent[k] = time.monotonic()
             c.send({"op": "generate", "id": k, "model": "m%d" % m, "tokens": toks,
                     "max_tokens": MAX_TOKENS, "temperature": 0})
         th.join(60)
         c.close()
         stats = d.stats()
+        assert not errors, errors
+        assert len(done) == len(trace), "%d of %d answers" % (len(done), len(trace))
+        # the neighbours' share of each request: its daemon threads' wait for a CPU
+        # (the worker's: a throttled copy sleeps to a deadline from its start, so the copy thread's
+        # wait is mostly absorbed by its next sleep)
+        w = (gsd.RunWait.WORKER,)
+        noise = {k: (wait.waited(sent[k], first[k], w), wait.waited(sent[k], end[k], w)) for k in done}
     finally:
+        if wait:
+            wait.close()
         assert d.stop() == 0
-    assert not errors, errors
-    assert len(done) == len(trace), "%d of %d answers" % (len(done), len(trace))
-    return done, stats, late
+    return done, stats, late, noise
 
 
 def simulate(models, trace, bandwidth, copy_lat, t_step, t_token):
@@ -235,7 +250,7 @@ def run(check):
           "(a whole page-in %.1f ms); requests %.0f ms apart" % (
               t_step * 1e3, t_token * 1e3, bandwidth / 1048576.0, copy_lat * 1e6, load * 1e3,
               trace[1][0] * 1e3), flush=True)
-    done, stats, late = measure(models, trace, bandwidth)
+    done, stats, late, noise = measure(models, trace, bandwidth)
     totals, per = simulate(models, trace, bandwidth, copy_lat, t_step, t_token)
     n = len(trace)
 
@@ -252,17 +267,20 @@ def run(check):
     sw_s = [k for k in range(n) if per[k]["swapped"] == "1"]
     check(sw_d == sw_s, "swapped requests: daemon %d, simulator %d, the same ones (%s)"
           % (len(sw_d), len(sw_s), "yes" if sw_d == sw_s else "daemon %s, simulator %s" % (sw_d, sw_s)))
-    for key, col, name in (("ttft_ms", "ttft_s", "TTFT"), ("total_ms", "e2e_s", "end-to-end latency")):
+    for i, (key, col, name) in enumerate((("ttft_ms", "ttft_s", "TTFT"), ("total_ms", "e2e_s", "end-to-end latency"))):
         meas = [done[k]["timing"][key] / 1e3 for k in range(n)]
         pred = [float(per[k][col]) for k in range(n)]
         mm, mp = sum(meas) / n, sum(pred) / n
+        # the neighbours' share: the mean time the worker waited for a CPU that other processes
+        # held within a request (it may overlap a copy, so it widens the bound, not the figure)
+        nm = sum(noise[k][i] for k in range(n)) / n
         err = abs(mp - mm) / mm
         worst = max(range(n), key=lambda k: abs(pred[k] - meas[k]))
-        check(err <= TOLERANCE,
-              "mean %s: daemon %.2f ms, simulator %.2f ms (%.1f%% off, want <= %.0f%%); largest "
-              "per-request error: request %d, %.2f vs %.2f ms" % (
-                  name, mm * 1e3, mp * 1e3, err * 100, TOLERANCE * 100, worst, meas[worst] * 1e3,
-                  pred[worst] * 1e3))
+        check(abs(mp - mm) <= TOLERANCE * mm + nm,
+              "mean %s: daemon %.2f ms, simulator %.2f ms (%.1f%% off, want <= %.0f%% + the worker's "
+              "mean wait for a CPU, %.2f ms); largest per-request error: request %d, %.2f vs %.2f ms" % (
+                  name, mm * 1e3, mp * 1e3, err * 100, TOLERANCE * 100, nm * 1e3, worst,
+                  meas[worst] * 1e3, pred[worst] * 1e3))
 
 
 def main():
