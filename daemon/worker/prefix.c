@@ -16,7 +16,6 @@ struct pfx_entry {
 struct pfx {
     pfx_entry_t *old, *young; /* the LRU list */
     uint32_t n, max;
-    uint64_t tokens;
     pfx_free_fn free_kv;
     void *ctx;
 };
@@ -88,7 +87,6 @@ static void entry_free(pfx_t *p, pfx_entry_t *e)
 {
     lru_unlink(p, e);
     p->n--;
-    p->tokens -= e->n;
     free(e->toks);
     free(e->hash);
     free(e);
@@ -234,7 +232,6 @@ pfx_entry_t *pfx_insert(pfx_t *p, uint64_t seed, const int32_t *toks, uint32_t n
         entry_drop(p, p->old);
     lru_push(p, e);
     p->n++;
-    p->tokens += n;
     return e;
 }
 
@@ -246,14 +243,4 @@ int pfx_forget(pfx_t *p, const kv_seq_t *kv)
             return 1;
         }
     return 0;
-}
-
-uint32_t pfx_count(const pfx_t *p)
-{
-    return p ? p->n : 0;
-}
-
-uint64_t pfx_tokens(const pfx_t *p)
-{
-    return p ? p->tokens : 0;
 }

@@ -56,7 +56,5 @@ kv_seq_t *pfx_take(pfx_t *p, pfx_entry_t *e);
 pfx_entry_t *pfx_insert(pfx_t *p, uint64_t seed, const int32_t *toks, uint32_t n, kv_seq_t *kv);
 /* Forgets the entry holding kv without freeing kv (its memory was reclaimed); 1 if found. */
 int pfx_forget(pfx_t *p, const kv_seq_t *kv);
-uint32_t pfx_count(const pfx_t *p);
-uint64_t pfx_tokens(const pfx_t *p); /* tokens held, every entry */
 
 #endif
