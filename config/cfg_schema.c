@@ -132,6 +132,8 @@ const opt_t cfg_opts[] = {
      NULL, NULL, CFG_APPLY_LIVE, "queued requests over all models"},
     {"scheduler", "drain_timeout", OPT_DURATION, C(scheduler.drain_timeout_ms), "30s", 0, 3600000,
      0, NULL, NULL, NULL, CFG_APPLY_LIVE, "on SIGTERM, how long running requests may finish"},
+    {"scheduler", "prefix_cache", OPT_BOOL, C(scheduler.prefix_cache), "true", 0, 0, 0, NULL, NULL,
+     NULL, CFG_APPLY_LIVE, "reuse the KV of a prompt's cached prefix (every model; off: none)"},
 
     SECTION("", "metrics", CFG_APPLY_RESTART, "Prometheus metrics"),
     {"metrics", "listen", OPT_STR, C(metrics.listen), NULL, 0, 0, OPT_NULLABLE, NULL,
@@ -190,6 +192,8 @@ const opt_t cfg_opts[] = {
      "never evicted once paged in"},
     {"models", "max_batch", OPT_U32, M(max_batch), NULL /* scheduler.max_batch */, 1, 4096, 0, NULL,
      NULL, NULL, CFG_APPLY_LIVE, "sequences per step; default scheduler.max_batch"},
+    {"models", "prefix_cache", OPT_U32, M(prefix_cache), "16", 0, 4096, 0, NULL, NULL, NULL,
+     CFG_APPLY_LIVE, "finished sequences whose KV stays cached for prefix reuse; 0 = off"},
     {"models", "max_context", OPT_U32, M(max_context), "4096", 1, 1048576, 0, NULL, NULL, NULL,
      CFG_APPLY_MODEL, "positions per sequence, prompt + output (RoPE factors are chosen at load)"},
     {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL,

@@ -97,6 +97,7 @@ typedef struct cfg_model {
     double priority;       /* > 0, default 1; scales urgency and the worth of keeping it */
     int pinned;            /* 1: never evicted once paged in */
     uint32_t max_batch;    /* sequences per step; default scheduler.max_batch */
+    uint32_t prefix_cache; /* finished sequences kept for prefix reuse, LRU; 0 = off; default 16 */
     uint32_t max_context; /* positions per sequence (prompt + generated), default 4096; what applies
                               is at most the model's trained context (cfg_model_context) */
     int max_context_set;  /* the file sets max_context (lowering it is then worth a warning) */
@@ -163,6 +164,7 @@ typedef struct cfg {
         uint32_t queue_limit;      /* queued requests per model, default 256 */
         uint32_t max_queued;       /* queued requests in all, default 4096 */
         uint64_t drain_timeout_ms; /* SIGTERM waits this long for running work, default 30000 */
+        int prefix_cache; /* reuse cached prompt prefixes (models.prefix_cache), default on */
     } scheduler;
     struct {
         char *listen; /* a listener of its own for GET /metrics "host:port"; NULL = off (default) */

@@ -56,6 +56,8 @@ typedef enum pfield {
     F_TIMES,
     F_DELAY_MS,
     F_KEY,
+    F_CACHE_PROMPT,
+    F_CACHE_SALT,
     F_COUNT
 } pfield_t;
 
@@ -78,6 +80,8 @@ static const char *const field_names[F_COUNT] = {
     [F_TIMES] = "count",
     [F_DELAY_MS] = "delay_ms",
     [F_KEY] = "key",
+    [F_CACHE_PROMPT] = "cache_prompt",
+    [F_CACHE_SALT] = "cache_salt",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -106,7 +110,9 @@ const char *proto_fault_name(int fault)
 
 #define FB(f) (1u << (f))
 #define F_SAMPLER_BITS (((1u << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
-#define F_SAMPLING (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM))
+#define F_SAMPLING                                                                                 \
+    (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
+     FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT))
 _Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
 enum {
@@ -769,6 +775,15 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         return 0;
     case F_STOP: return parse_stop(v, req, err, errlen);
     case F_STREAM: return get_bool(name, v, &req->stream, err, errlen);
+    case F_CACHE_PROMPT: {
+        int on = 1;
+        if ((rc = get_bool(name, v, &on, err, errlen)))
+            return rc;
+        req->cache_off = !on;
+        return 0;
+    }
+    case F_CACHE_SALT:
+        return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->cache_salt, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -949,6 +964,8 @@ void proto_req_free(proto_req_t *req)
     for (size_t i = 0; i < req->n_allow; i++)
         free(req->allow[i]);
     free(req->allow);
+    free(req->tenant);
+    free(req->cache_salt);
     memset(req, 0, sizeof *req);
 }
 
@@ -1030,6 +1047,9 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         return proto_set_new(root, name, a);
     }
     case F_STREAM: return req->stream ? proto_set_new(root, name, json_true()) : 0;
+    case F_CACHE_PROMPT: return req->cache_off ? proto_set_new(root, name, json_false()) : 0;
+    case F_CACHE_SALT:
+        return req->cache_salt ? proto_set_new(root, name, proto_str_new(req->cache_salt)) : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

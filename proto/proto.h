@@ -101,6 +101,9 @@ typedef struct proto_req {
     char **stop; /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
     int stream;           /* generate/chat: token events; admin load: progress events */
+    int cache_off;        /* generate/chat: "cache_prompt": false, no prefix cache for it */
+    char *cache_salt;     /* generate/chat: prefix cache entries are shared by whoever names the
+                             same salt (instead of by API key); NULL = none */
     int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count; /* admin fault: operations affected, 0 = not given (1) */
@@ -112,6 +115,9 @@ typedef struct proto_req {
      * (daemon/front/auth.c); NULL = every model. (n_allow) names, owned. */
     char **allow;
     size_t n_allow;
+    /* Not on the wire: the name of the caller's API key, set by the server; NULL = no key.
+     * The prefix cache shares entries only among requests of one key (or one cache_salt). */
+    char *tenant;
 } proto_req_t;
 
 /* Parses one line (len bytes, without the newline; a trailing '\r' is fine).
@@ -149,9 +155,10 @@ typedef struct proto_timing {
 } proto_timing_t;
 
 /* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
- * t NULL omits "timing". */
+ * usage.cached_tokens (prompt tokens a cached prefix covered) only when not 0; t NULL omits
+ * "timing". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens,
+                        uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens,
                         const proto_timing_t *t);
 /* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
  * shape of error on both sockets (the server's error emitter calls this).

@@ -36,7 +36,8 @@ char *proto_encode_token(const json_t *id, const char *text, int32_t token, doub
 }
 
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t)
+                        uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens,
+                        const proto_timing_t *t)
 {
     json_t *root = answer_new(id);
     json_t *usage = json_object();
@@ -47,7 +48,8 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
         proto_set_new(root, "text", proto_str_new(text)) ||
         proto_set_new(root, "finish_reason", proto_str_new(finish_reason ? finish_reason : "stop"));
     bad = bad || proto_set_new(usage, "prompt_tokens", json_integer(prompt_tokens)) ||
-          proto_set_new(usage, "completion_tokens", json_integer(completion_tokens));
+          proto_set_new(usage, "completion_tokens", json_integer(completion_tokens)) ||
+          (cached_tokens && proto_set_new(usage, "cached_tokens", json_integer(cached_tokens)));
     if (!bad && t)
         bad = proto_set_new(timing, "queue_ms", proto_ms_new(t->queue_ms)) ||
               proto_set_new(timing, "swap_ms", proto_ms_new(t->swap_ms)) ||

@@ -136,6 +136,8 @@ int be_ops_install(backend_t *be, const be_ops_t *ops, char *err, size_t errlen)
         be->host_alloc = fb_host_alloc;
         be->host_free = fb_host_free;
     }
+    if (!be->copy_d2d)
+        be->copy_d2d = fb_copy;
     if (!be->download)
         be->download = fb_copy;
     if (!be->upload)

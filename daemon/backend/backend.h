@@ -86,6 +86,9 @@ typedef struct be_fault {
      * synchronous; NULL = memcpy (host-addressable device memory). */ \
     X(download, 0, int, (void *ctx, void *host, const void *dev, size_t bytes))                     \
     X(upload, 0, int, (void *ctx, void *dev, const void *host, size_t bytes))                       \
+    /* (optional) device->device copy on the compute queue, ordered after the compute queued    \
+     * before it (a cached KV prefix into a new sequence's cache); NULL = memcpy. */   \
+    X(copy_d2d, 0, int, (void *ctx, void *dst, const void *src, size_t bytes))                      \
     /* ---- kernels (compute queue). Pointers are device addresses; ids and                       \
      * positions are host arrays the backend copies as it needs. */ \
     X(embed, 1, int,                                                                                \

@@ -83,6 +83,7 @@ static const prom_def_t prom_model_extra[] = {
     {"gpu_quota", "configured gpu_quota (weights + KV cache), bytes; 0 = none"},
     {"weight_bytes", "bytes of the model's weights"},
     {"bytes_per_param", "weight bytes per parameter (x 8: bits per weight)"},
+    {"prefix_hit_rate", "share of looked-up prompt tokens a cached prefix covered"},
 };
 
 /* Every histogram of the stats report (stats.h STATS_HISTS), once each. */

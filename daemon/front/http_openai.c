@@ -45,9 +45,10 @@ static json_t *chunk_choice(const http_answer_t *a, const char *text, const char
 
 static json_t *usage_of(const wk_event_t *ev)
 {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)ev->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)ev->prompt_tokens,
                      "completion_tokens", (json_int_t)ev->completion_tokens, "total_tokens",
-                     (json_int_t)ev->prompt_tokens + (json_int_t)ev->completion_tokens);
+                     (json_int_t)ev->prompt_tokens + (json_int_t)ev->completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)ev->cached_tokens);
 }
 
 json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage)
@@ -141,6 +142,8 @@ static const struct {
     {"stop", "stop", F_COPY, OP_BOTH},
     {"stream", "stream", F_COPY, OP_BOTH},
     {"stream_options", NULL, F_STREAM_OPTIONS, OP_BOTH},
+    {"cache_prompt", "cache_prompt", F_COPY, OP_BOTH}, /* llama.cpp's name: false = no reuse */
+    {"cache_salt", "cache_salt", F_COPY, OP_BOTH},     /* vLLM's: who shares cached prefixes */
     {"n", NULL, F_ONE, OP_BOTH},
     {"best_of", NULL, F_ONE, OP_CMPL},
     {"user", NULL, F_IGNORE, OP_BOTH},

@@ -145,7 +145,8 @@ char *srv_event_line(const wk_event_t *ev)
     case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts);
     case WK_EVENT_DONE:
         return proto_encode_done(ev->id, ev->text ? ev->text : "", proto_finish_name(ev->finish),
-                                 ev->prompt_tokens, ev->completion_tokens, &ev->timing);
+                                 ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens,
+                                 &ev->timing);
     case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message);
     case WK_EVENT_RESULT: return proto_encode_ok(ev->id, json_incref(ev->body));
     case WK_EVENT_PROGRESS: return proto_encode_progress(ev->id, ev->model, ev->bytes, ev->total);
@@ -282,6 +283,8 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
         return -1;
     }
     if (auth_key_allow_copy(c->key, &req->allow, &req->n_allow))
+        goto nomem;
+    if (c->key && !(req->tenant = strdup(auth_key_name(c->key))))
         goto nomem;
     if (!gen)
         return 0;

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "residency_int.h"
 
@@ -23,7 +24,7 @@ size_t res_quota_of(const res_t *r, const res_model_t *m)
 
 size_t res_model_bytes(const res_model_t *m)
 {
-    return m->weight_bytes + m->kv_bytes;
+    return m->weight_bytes + m->kv_bytes + m->kv_cached_bytes;
 }
 void res_update_gauges(res_model_t *m)
 {
@@ -31,6 +32,8 @@ void res_update_gauges(res_model_t *m)
     m->st.curr_kv_bytes = m->kv_bytes;
     m->st.curr_running = (uint64_t)m->running;
     m->st.curr_kv_seqs = (uint64_t)m->n_kv;
+    m->st.curr_kv_cached_bytes = m->kv_cached_bytes;
+    m->st.curr_kv_cached = (uint64_t)m->n_kv_cached;
 }
 
 void res_set_err(res_model_t *m, int code, const char *fmt, ...)
@@ -48,6 +51,63 @@ void res_note_used(res_t *r)
     size_t used = (r->n_pages - r->free_pages) * r->page + r->scratch_bytes;
     if (used > r->peak_used)
         r->peak_used = used;
+}
+
+/* ------------------------------------------------------------------ cached KV */
+
+void res_kv_destroy(res_t *r, res_kv_t *k)
+{
+    res_model_t *m = k->m;
+    kv_seq_t *kv = &k->kv;
+    size_t bytes = 2 * k->mapped_bytes;
+    if (k->mapped_bytes) {
+        r->be->unmap(r->be->ctx, kv->k, 0, k->mapped_bytes);
+        r->be->unmap(r->be->ctx, kv->v, 0, k->mapped_bytes);
+        r->free_pages += bytes / r->page;
+        r->kv_bytes -= bytes;
+    }
+    if (r->be->zero_copy) {
+        free(kv->k);
+        free(kv->v);
+    } else {
+        r->be->release(r->be->ctx, kv->k, k->range_bytes);
+        r->be->release(r->be->ctx, kv->v, k->range_bytes);
+    }
+    if (k->cached) {
+        *(k->lru_prev ? &k->lru_prev->lru_next : &r->cached_old) = k->lru_next;
+        *(k->lru_next ? &k->lru_next->lru_prev : &r->cached_new) = k->lru_prev;
+        m->kv_cached_bytes -= bytes;
+        r->kv_cached_bytes -= bytes;
+        m->n_kv_cached--;
+    } else {
+        m->kv_bytes -= bytes;
+        m->n_kv--;
+        m->st.total_kv_frees++;
+    }
+    res_update_gauges(m);
+    free(k);
+}
+
+int res_kv_reclaim(res_t *r, const res_model_t *m)
+{
+    res_kv_t *k = r->cached_old;
+    while (k && m && k->m != m)
+        k = k->lru_next;
+    if (!k)
+        return 0;
+    if (k->drop)
+        k->drop(k->drop_ctx, &k->kv);
+    res_kv_destroy(r, k);
+    return 1;
+}
+
+int res_quota_room(res_t *r, res_model_t *m, size_t extra)
+{
+    size_t quota = res_quota_of(r, m);
+    while (res_model_bytes(m) + extra > quota)
+        if (!res_kv_reclaim(r, m))
+            return 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ copies in flight */
@@ -268,6 +328,8 @@ static res_model_t *pick_victim(res_t *r, const res_model_t *except, int tiers, 
 int res_make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers, size_t ahead)
 {
     while (r->free_pages < need) {
+        if (res_kv_reclaim(r, NULL))
+            continue; /* cached KV goes before any weights */
         res_model_t *v = pick_victim(r, m, tiers, ahead);
         if (!v)
             return RES_ERR_NOSPACE;

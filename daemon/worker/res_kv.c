@@ -4,16 +4,11 @@
 
 #include "residency_int.h"
 
-typedef struct res_kv {
-    kv_seq_t kv; /* first: kv_seq_t pointers are res_kv pointers */
-    res_model_t *m;
-    size_t range_bytes;  /* reserved per array (k and v) */
-    size_t mapped_bytes; /* mapped per array */
-} res_kv_t;
-
 /* ------------------------------------------------------------------ the KV budget */
 
-size_t res_kv_available(const res_t *r)
+/* The budget as mapped now, cached KV counted as held (res_kv_ensure reclaims it until the
+ * room is there). */
+static size_t kv_available_now(const res_t *r)
 {
     size_t pool = r->n_pages * r->page;
     /* with no KV mapped at all, the first cache may take everything but
@@ -24,9 +19,19 @@ size_t res_kv_available(const res_t *r)
     return limit > r->kv_bytes ? limit - r->kv_bytes : 0;
 }
 
-size_t res_kv_available_for(const res_t *r, const res_model_t *m)
+size_t res_kv_available(const res_t *r)
 {
-    size_t avail = res_kv_available(r), held = 0;
+    /* cached KV is reclaimed as soon as a live cache needs its room */
+    size_t live = r->kv_bytes - r->kv_cached_bytes, pool = r->n_pages * r->page;
+    size_t keep = live ? r->headroom : r->headroom_min;
+    size_t limit = pool > keep ? pool - keep : 0;
+    return limit > live ? limit - live : 0;
+}
+
+/* res_kv_available_for over avail (what the pool has for KV). */
+static size_t kv_available_for(const res_t *r, const res_model_t *m, size_t avail)
+{
+    size_t held = 0;
     for (const res_model_t *v = r->n_kv_reserve ? r->models : NULL; v; v = v->next)
         if (v != m && v->cfg.kv_reserve > v->kv_bytes)
             held += v->cfg.kv_reserve - v->kv_bytes; /* others' reservations not yet used */
@@ -34,6 +39,11 @@ size_t res_kv_available_for(const res_t *r, const res_model_t *m)
     /* its own reservation holds even where the headroom kept for weights would not */
     size_t own = m->cfg.kv_reserve > m->kv_bytes ? m->cfg.kv_reserve - m->kv_bytes : 0;
     return avail > own ? avail : own;
+}
+
+size_t res_kv_available_for(const res_t *r, const res_model_t *m)
+{
+    return kv_available_for(r, m, res_kv_available(r));
 }
 
 static size_t kv_bytes_typed(const res_t *r, const model_hparams_t *hp, uint32_t n_pos, kv_type_t t)
@@ -128,8 +138,10 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
     if (want <= k->mapped_bytes)
         return RES_OK;
     size_t extra = 2 * (want - k->mapped_bytes);
-    /* KV may never take the room a model needs to run (it is not evictable) */
-    if (extra > res_kv_available_for(r, m)) {
+    /* KV may never take the room a model needs to run (it is not evictable); cached KV goes */
+    while (extra > kv_available_for(r, m, kv_available_now(r)) && res_kv_reclaim(r, NULL))
+        ;
+    if (extra > kv_available_for(r, m, kv_available_now(r))) {
         snprintf(err, errlen,
                  "model '%s': the KV budget is used up (%.1f MiB of KV mapped; "
                  "%.1f MiB of the pool stay free for weights, %.1f MiB more reserved by other "
@@ -139,7 +151,7 @@ int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errl
         return RES_ERR_NOSPACE;
     }
     /* quota: shed this model's own tail (not the embedding) */
-    while (res_model_bytes(m) + extra > res_quota_of(r, m)) {
+    while (!res_quota_room(r, m, extra)) {
         int64_t s = res_tail_seg(m, 1, m->sm->n_segs);
         if (s < 0) {
             snprintf(err, errlen,
@@ -194,26 +206,84 @@ device: /* every error return says why: callers pass err on to the client */
 
 void res_kv_free(res_t *r, kv_seq_t *kv)
 {
-    if (!kv)
-        return;
+    if (kv)
+        res_kv_destroy(r, kv->owner);
+}
+
+/* ------------------------------------------------------------------ cached KV */
+
+void res_kv_cache(res_t *r, kv_seq_t *kv, res_kv_drop_fn drop, void *ctx)
+{
     res_kv_t *k = kv->owner;
     res_model_t *m = k->m;
-    if (k->mapped_bytes) {
-        r->be->unmap(r->be->ctx, kv->k, 0, k->mapped_bytes);
-        r->be->unmap(r->be->ctx, kv->v, 0, k->mapped_bytes);
-        r->free_pages += 2 * k->mapped_bytes / r->page;
-        m->kv_bytes -= 2 * k->mapped_bytes;
-        r->kv_bytes -= 2 * k->mapped_bytes;
-    }
-    if (r->be->zero_copy) {
-        free(kv->k);
-        free(kv->v);
-    } else {
-        r->be->release(r->be->ctx, kv->k, k->range_bytes);
-        r->be->release(r->be->ctx, kv->v, k->range_bytes);
-    }
+    size_t bytes = 2 * k->mapped_bytes;
+    if (k->cached)
+        return;
+    k->cached = 1;
+    k->drop = drop;
+    k->drop_ctx = ctx;
     m->n_kv--;
-    m->st.total_kv_frees++;
+    m->st.total_kv_frees++; /* a live cache ended */
+    m->kv_bytes -= bytes;
+    m->kv_cached_bytes += bytes;
+    m->n_kv_cached++;
+    r->kv_cached_bytes += bytes;
+    k->lru_prev = r->cached_new;
+    k->lru_next = NULL;
+    *(r->cached_new ? &r->cached_new->lru_next : &r->cached_old) = k;
+    r->cached_new = k;
     res_update_gauges(m);
-    free(k);
+}
+
+static void kv_unlink(res_t *r, res_kv_t *k)
+{
+    *(k->lru_prev ? &k->lru_prev->lru_next : &r->cached_old) = k->lru_next;
+    *(k->lru_next ? &k->lru_next->lru_prev : &r->cached_new) = k->lru_prev;
+    k->lru_prev = k->lru_next = NULL;
+}
+
+void res_kv_uncache(res_t *r, kv_seq_t *kv)
+{
+    res_kv_t *k = kv->owner;
+    res_model_t *m = k->m;
+    size_t bytes = 2 * k->mapped_bytes;
+    if (!k->cached)
+        return;
+    kv_unlink(r, k);
+    k->cached = 0;
+    k->drop = NULL;
+    k->drop_ctx = NULL;
+    if (m->n_kv == 0)
+        m->kv_live_type = kv->type;
+    m->n_kv++;
+    m->st.total_kv_allocs++;
+    m->kv_bytes += bytes;
+    m->kv_cached_bytes -= bytes;
+    m->n_kv_cached--;
+    r->kv_cached_bytes -= bytes;
+    res_update_gauges(m);
+}
+
+void res_kv_touch(res_t *r, kv_seq_t *kv)
+{
+    res_kv_t *k = kv->owner;
+    if (!k->cached || r->cached_new == k)
+        return;
+    kv_unlink(r, k);
+    k->lru_prev = r->cached_new;
+    *(r->cached_new ? &r->cached_new->lru_next : &r->cached_old) = k;
+    r->cached_new = k;
+}
+
+int res_kv_copy(res_t *r, kv_seq_t *dst, const kv_seq_t *src, uint32_t n)
+{
+    size_t per_pos = (size_t)src->n_layer * src->kv_dim * kv_type_size(src->type);
+    if (n > src->n_past || n > dst->n_ctx || dst->type != src->type ||
+        dst->n_layer != src->n_layer || dst->kv_dim != src->kv_dim)
+        return RES_ERR_DEVICE;
+    if (r->be->copy_d2d(r->be->ctx, dst->k, src->k, n * per_pos) ||
+        r->be->copy_d2d(r->be->ctx, dst->v, src->v, n * per_pos))
+        return RES_ERR_DEVICE;
+    dst->n_past = n;
+    return RES_OK;
 }

@@ -178,7 +178,7 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
         if (ahead && m->inflight_bytes >= ahead)
             return 0; /* enough queued for now: the rest in a later call */
         size_t span = m->sm->segs[s].span;
-        if (res_model_bytes(m) + span > res_quota_of(r, m))
+        if (!res_quota_room(r, m, span))
             return 0;
         size_t need = span / r->page;
         if (r->free_pages < need) {
@@ -282,6 +282,8 @@ int res_remove(res_t *r, res_model_t *m)
 {
     if (m->running || m->n_kv)
         return RES_ERR_BUSY;
+    while (res_kv_reclaim(r, m))
+        ;
     if (!r->be->zero_copy) {
         for (uint32_t s = 0; s < m->sm->n_segs; s++) {
             if (m->segs[s].state != RES_SEG_ABSENT)
@@ -346,8 +348,8 @@ int res_set_cfg(res_t *r, res_model_t *m, const res_cfg_t *cfg, char *err, size_
     }
     m->cfg = c;
     update_headroom(r);
-    /* shrink to a lowered quota now, tail-first, unless running */
-    while (res_model_bytes(m) > res_quota_of(r, m) && !m->running) {
+    /* shrink to a lowered quota now, cached KV first, then tail-first, unless running */
+    while (!res_quota_room(r, m, 0) && !m->running) {
         int64_t s = res_tail_seg(m, 0, m->sm->n_segs);
         if (s < 0)
             break;
@@ -431,7 +433,7 @@ int res_seg_request(res_t *r, res_model_t *m, uint32_t seg)
      * heads read it at the end of the pass). */
     size_t span = m->sm->segs[seg].span, need = span / r->page;
     for (;;) {
-        int over_quota = res_model_bytes(m) + span > res_quota_of(r, m);
+        int over_quota = !res_quota_room(r, m, span);
         if (!over_quota && r->free_pages >= need)
             break;
         if (!over_quota && res_make_room_others(r, m, need, RES_TIERS, 0) == 0)
@@ -459,7 +461,7 @@ int res_seg_request(res_t *r, res_model_t *m, uint32_t seg)
         if (m->segs[s].state != RES_SEG_ABSENT)
             continue;
         size_t sp = m->sm->segs[s].span;
-        if (res_model_bytes(m) + sp > res_quota_of(r, m) || r->free_pages < sp / r->page)
+        if (!res_quota_room(r, m, sp) || r->free_pages < sp / r->page)
             break;
         if ((rc = page_in(r, m, s)))
             return rc;
@@ -580,7 +582,7 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
 
 size_t res_spare_pages(const res_t *r)
 {
-    size_t spare = r->free_pages;
+    size_t spare = r->free_pages + r->kv_cached_bytes / r->page; /* cached KV goes first */
     for (const res_model_t *v = r->models; v; v = v->next)
         if (!v->wanted && res_evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
             spare += v->weight_bytes / r->page;

@@ -160,11 +160,28 @@ int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *e
  * idle models for capacity). RES_ERR_NOSPACE / RES_ERR_QUOTA otherwise. */
 int res_kv_ensure(res_t *r, kv_seq_t *kv, uint32_t n_pos, char *err, size_t errlen);
 void res_kv_free(res_t *r, kv_seq_t *kv); /* accepts NULL */
+/* Cached KV (a prefix cache's entries: finished sequences kept for reuse): a KV cache handed to
+ * res_kv_cache stops counting as live (curr_kv_seqs, curr_kv_bytes; counted in curr_kv_cached*)
+ * and becomes the first thing the pool gives up: before any model's weights (capacity), before
+ * its model's own weights (gpu_quota), and whenever the KV budget is short. The pool frees it
+ * least recently used first, calling drop(ctx, kv) just before (the owner forgets it; kv is freed
+ * after). Zero-copy backends have no budget: nothing is reclaimed, the owner bounds its cache. */
+typedef void (*res_kv_drop_fn)(void *ctx, kv_seq_t *kv);
+void res_kv_cache(res_t *r, kv_seq_t *kv, res_kv_drop_fn drop, void *ctx);
+/* A cached KV cache becomes a live sequence's again (its owner takes it back). */
+void res_kv_uncache(res_t *r, kv_seq_t *kv);
+/* A cached KV cache was used (copied from): last to go. */
+void res_kv_touch(res_t *r, kv_seq_t *kv);
+/* Copies positions [0, n) of src into dst (k and v, every layer: position-major, so one
+ * device-to-device copy per array) and sets dst->n_past = n; dst must hold n positions mapped
+ * (res_kv_ensure) and share src's shape and type. RES_ERR_DEVICE if the backend fails. */
+int res_kv_copy(res_t *r, kv_seq_t *dst, const kv_seq_t *src, uint32_t n);
+
 /* KV bytes that may still be mapped: the pool minus what is mapped as KV
  * minus headroom for the largest model to be resident (its image, or its
  * gpu_quota when smaller), so KV never starves paging. With no KV mapped
  * at all only the minimum to run is kept, so one sequence always fits. */
-size_t res_kv_available(const res_t *r);
+size_t res_kv_available(const res_t *r); /* cached KV counts as available: it is reclaimed */
 /* What model m may still map as KV: res_kv_available less the part of other
  * models' kv_reserve they have not mapped yet, and at least the part of its
  * own it has not (a reservation holds even against the weights' headroom). */

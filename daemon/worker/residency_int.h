@@ -18,6 +18,19 @@ typedef struct res_seg {
     size_t q_span; /* bytes of that copy */
 } res_seg_t;
 
+/* A KV cache (res_kv.c): its ranges, its pages, and whether it is a live sequence's or cached
+ * (finished, kept for a later prefix hit: evictable, on the pool's LRU list). */
+typedef struct res_kv {
+    kv_seq_t kv; /* first: kv_seq_t pointers are res_kv pointers */
+    res_model_t *m;
+    size_t range_bytes;  /* reserved per array (k and v) */
+    size_t mapped_bytes; /* mapped per array */
+    int cached;          /* res_kv_cache: not a live sequence's; reclaimable */
+    res_kv_drop_fn drop; /* the cache's owner forgets it before it is freed */
+    void *drop_ctx;
+    struct res_kv *lru_prev, *lru_next; /* the pool's cached list, oldest first */
+} res_kv_t;
+
 struct res_model {
     res_t *r;
     store_model_t *sm;
@@ -26,11 +39,13 @@ struct res_model {
     res_seg_t *segs;     /* sm->n_segs */
     model_weights_t dev; /* weights at base */
     model_layer_t *dev_layers;
-    size_t weight_bytes; /* spans mapped (resident or in flight) */
-    size_t span_bytes;   /* spans of all its segments (res_pagein_fits: what is missing) */
-    size_t kv_bytes;     /* KV pages mapped */
+    size_t weight_bytes;    /* spans mapped (resident or in flight) */
+    size_t span_bytes;      /* spans of all its segments (res_pagein_fits: what is missing) */
+    size_t kv_bytes;        /* KV pages mapped by live caches */
+    size_t kv_cached_bytes; /* KV pages mapped by cached ones (res_kv_cache) */
     int running;
-    int n_kv;
+    int n_kv;               /* live KV caches */
+    int n_kv_cached;        /* cached ones */
     kv_type_t kv_live_type; /* type of its live KV caches (while n_kv > 0): a reload's
                                 new kv_type applies once they are gone, so one
                                 pass never mixes types */
@@ -59,10 +74,12 @@ struct res {
     size_t peak_used;     /* most device bytes in use at once: pool pages and scratch */
     double L;             /* GreedyDual inflation value */
     res_model_t *models;
-    res_model_t *inflight; /* models with copies in flight, in models-list order: settling
+    res_model_t *inflight;  /* models with copies in flight, in models-list order: settling
                               walks these (the order keeps bw's average as a walk over all) */
-    uint64_t n_added;      /* res_add calls (res_model.ord) */
-    size_t kv_bytes;       /* KV pages mapped, all models */
+    uint64_t n_added;       /* res_add calls (res_model.ord) */
+    size_t kv_bytes;        /* KV pages mapped, all models, cached ones included */
+    size_t kv_cached_bytes; /* of which cached (reclaimable) */
+    struct res_kv *cached_old, *cached_new; /* cached KV caches, least recently used first */
     int n_kv_reserve;      /* models with a kv_reserve (update_headroom): res_kv_available_for
                               walks the models only when there are any */
     size_t headroom;       /* bytes kept free of KV: the largest model wholly resident
@@ -93,6 +110,16 @@ void res_set_err(res_model_t *m, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Records the device's high-water mark after pages or scratch were taken. */
 void res_note_used(res_t *r);
+
+/* ------------------------------------------------------------------ res_evict.c: cached KV */
+
+/* Unmaps and releases a KV cache's memory and counts it gone (live or cached); frees k. */
+void res_kv_destroy(res_t *r, res_kv_t *k);
+/* Frees the least recently used cached KV cache (m's only, unless m is NULL), its owner told
+ * first; 1 if there was one. */
+int res_kv_reclaim(res_t *r, const res_model_t *m);
+/* Whether extra bytes more fit m's gpu_quota, after reclaiming m's cached KV as needed. */
+int res_quota_room(res_t *r, res_model_t *m, size_t extra);
 
 /* ------------------------------------------------------------------ res_evict.c: copies in flight */
 

@@ -28,7 +28,9 @@
     X(curr_resident_bytes, "bytes of weights mapped on the device")                                \
     X(curr_kv_bytes, "bytes of KV cache mapped on the device")                                     \
     X(curr_running, "forward passes in progress")                                                  \
-    X(curr_kv_seqs, "live KV caches")
+    X(curr_kv_seqs, "live KV caches")                                                              \
+    X(curr_kv_cached_bytes, "bytes of KV cache kept for prefix reuse (reclaimed first)")           \
+    X(curr_kv_cached, "KV caches kept for prefix reuse")
 
 typedef struct stats_res {
 #define STATS_FIELD(name, help) uint64_t name;
@@ -57,7 +59,15 @@ typedef struct stats_pool {
     X(total_completed, "requests that ended with a done event")                                    \
     X(total_cancelled, "requests cancelled by the client or its disconnect")                       \
     X(total_failed, "requests that ended with an error after being accepted")                      \
-    X(total_prompt_tokens, "prompt tokens prefilled")                                              \
+    X(total_prompt_tokens, "prompt tokens prefilled (those a cached prefix covered are not)")      \
+    X(total_prefix_lookups, "requests that looked for a cached prefix of their prompt")            \
+    X(total_prefix_lookup_tokens, "prompt tokens of the requests that looked")                     \
+    X(total_prefix_hits, "requests that reused a cached prefix")                                   \
+    X(total_prefix_hit_tokens, "prompt tokens reused from the prefix cache, not prefilled")        \
+    X(total_prefix_copies, "hits whose KV was copied (the rest adopted a cached sequence whole)")  \
+    X(total_prefix_waits,                                                                          \
+      "requests held back a pass to reuse the prefix of one admitted with them")                   \
+    X(total_prefix_evictions, "cached prefixes dropped (LRU, memory pressure, superseded)")        \
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
     X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \

@@ -33,6 +33,7 @@ typedef enum wk_event_kind {
     X(VAL, proto_finish_t, finish)      /* DONE: why the generation ended */                       \
     X(VAL, uint32_t, prompt_tokens)     /* DONE: usage, tokens of the prompt */                    \
     X(VAL, uint32_t, completion_tokens) /* DONE: usage, tokens generated */                        \
+    X(VAL, uint32_t, cached_tokens)     /* DONE: usage, prompt tokens a cached prefix covered */   \
     X(VAL, proto_timing_t, timing)      /* DONE: queue/swap/ttft/total ms, swapped */              \
     X(VAL, proto_err_t, code)           /* ERROR: the wire code */                                 \
     X(STR, char *, message)             /* ERROR: what went wrong; NULL = the code itself */       \

@@ -16,6 +16,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
         return NULL;
     m->name = strdup(c->name);
     m->cfg = *c;
+    m->w = w;
     if (!m->name) {
         free(m);
         return NULL;
@@ -64,8 +65,10 @@ void wk_model_free(wk_t *w, wk_model_t *m)
 {
     if (!m)
         return;
-    if (m->rm)
+    if (m->rm) {
+        wk_pfx_close(m);
         res_remove(w->res, m->rm);
+    }
     if (m->sm)
         store_unload(w->store, m->sm);
     free(m->load_error);

@@ -14,6 +14,7 @@
 #include "residency.h"
 #include "engine/sampler.h"
 #include "passtime.h"
+#include "prefix.h"
 #include "scheduler.h"
 #include "stats.h"
 #include "store.h"
@@ -53,6 +54,9 @@ typedef struct wk_seq {
     int parked; /* its KV cache was given back when the pool ran short: it
                                stays active, without a cache, until the pages are back */
     int stopped_on_string;
+    uint64_t pfx_seed;  /* its prefix cache chain's seed: model, API key or cache_salt */
+    uint32_t pfx_hint;  /* prompt tokens a cached prefix covered when it arrived (its cost) */
+    uint32_t n_cached;  /* prompt tokens its KV cache got from a cached prefix, not prefilled */
     double t_arrival;   /* wk_now() when the loop received the request */
     double t_admit;     /* when its first pass started (it got its KV cache) */
     double t_first;     /* when its first token was sampled */
@@ -69,6 +73,8 @@ typedef struct wk_model {
     store_model_t *sm;
     res_model_t *rm;
     chat_family_t chat;
+    struct wk *w;     /* its worker (the prefix cache's callbacks) */
+    pfx_t *pfx;       /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
     char *load_error; /* why it is 'failed' */
     wk_seq_t *active; /* admitted sequences */
     uint32_t n_active;
@@ -171,6 +177,7 @@ struct wk {
  *   worker_step.c    a scheduling round: views, page-ins, one model's pass
  *   worker_report.c  the stats and models reports
  *   worker_seq.c     a sequence's tokens and end
+ *   worker_pfx.c     the prefix cache: reuse at admission, a finished sequence kept
  *   worker.c         the core: clock, heartbeat, outbox and sink, lookups, counts
  */
 
@@ -204,6 +211,27 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req);
 proto_err_t wk_device_error_code(int res_err);
 uint32_t wk_active_total(const wk_t *w); /* admitted sequences, every model */
 uint32_t wk_in_flight(const wk_t *w);    /* queued + admitted */
+
+/* ------------------------------------------------------------------ worker_pfx.c */
+
+/* Drops m's prefix cache (its KV caches back to the pool); before its res_remove. */
+void wk_pfx_close(wk_model_t *m);
+/* Whether s may reuse and leave cached prefixes (on for m, and s did not opt out). */
+int wk_pfx_wanted(const wk_t *w, const wk_model_t *m, const wk_seq_t *s);
+/* s->pfx_seed from m's name, s's API key and its cache_salt. */
+void wk_pfx_seed(const wk_model_t *m, wk_seq_t *s);
+/* Prompt tokens of s a cached prefix would cover now (the scheduler's cost of its prefill). */
+uint32_t wk_pfx_hint(wk_t *w, wk_model_t *m, const wk_seq_t *s);
+/* 1 when s should wait a pass: one of fresh (admitted in this pass) prefills a longer prefix it
+ * shares than any s could reuse now. */
+int wk_pfx_wait(wk_t *w, wk_model_t *m, const wk_seq_t *s, const wk_seq_t *fresh);
+/* s's KV cache for admission (n_ctx positions, its prompt's pages mapped): a cached entry
+ * adopted, or a new one with the longest shared prefix copied in (s->n_cached, kv->n_past);
+ * a RES_ERR_* code and err otherwise (s->kv, if set, is the caller's to free). */
+int wk_pfx_admit(wk_t *w, wk_model_t *m, wk_seq_t *s, const wk_seq_t *fresh, uint32_t n_ctx,
+                 char *err, size_t errlen);
+/* s ends normally: its KV cache (s->kv, then NULL) stays cached for a later prefix, if kept. */
+void wk_pfx_keep(wk_t *w, wk_seq_t *s);
 
 /* ------------------------------------------------------------------ worker_seq.c */
 

@@ -65,6 +65,12 @@ static json_t *svc_json(const wk_model_t *m)
     json_object_set_new(o, "latency_ms_p99",
                         json_real(stats_hist_quantile(&m->hist.latency, 0.99)));
     json_object_set_new(o, "queue_ms_p99", json_real(stats_hist_quantile(&m->hist.queue, 0.99)));
+    /* of the prompt tokens that looked for a cached prefix, the share it covered */
+    json_object_set_new(o, "prefix_hit_rate",
+                        json_real(m->svc.total_prefix_lookup_tokens
+                                      ? (double)m->svc.total_prefix_hit_tokens /
+                                            (double)m->svc.total_prefix_lookup_tokens
+                                      : 0));
     return o;
 }
 

@@ -148,6 +148,8 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
         wk_seq_finish(w, s, PROTO_FINISH_LENGTH);
         return;
     }
+    wk_pfx_seed(m, s);
+    s->pfx_hint = wk_pfx_hint(w, m, s); /* the prefill it will likely skip: its cost */
     s->item.model = mi;
     s->item.t_arrival = s->t_arrival;
     s->item.user = s;

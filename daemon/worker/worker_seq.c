@@ -1,6 +1,6 @@
 /* worker_seq: a sequence's life on the worker once admitted: each sampled token (stop strings,
  * streamed text held back until it cannot become one), its end with a done event or an error, and
- * freeing it. Calls only the core (worker.c) and below. */
+ * freeing it. Calls worker_pfx (a finished sequence's KV kept), the core (worker.c) and below. */
 #include "worker_int.h"
 
 #include <stdio.h>
@@ -99,6 +99,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
                      .finish = reason,
                      .prompt_tokens = s->n_prompt,
                      .completion_tokens = s->n_gen,
+                     .cached_tokens = s->n_cached,
                      .timing = tm};
     s->text = NULL;
     s->text_len = s->text_cap = 0;
@@ -122,6 +123,8 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         sched_remove(w->sched, &s->item);
     if (w->draining)
         w->drain_completed++;
+    if (reason != PROTO_FINISH_CANCELLED && s->state == SEQ_ACTIVE)
+        wk_pfx_keep(w, s); /* its KV stays for the next request that shares its prefix */
     wk_seq_free(w, s);
 }
 

@@ -33,8 +33,10 @@ static double next_pass_s(wk_t *w, int mi)
     uint32_t toks = 0, nseq = 0, mb = m->cfg.max_batch ? m->cfg.max_batch : 1;
     for (const wk_seq_t *s = m->active; s; s = s->next_active, nseq++)
         toks += s->parked ? s->n_prompt + s->n_gen : 1;
-    for (sched_item_t *it = sched_peek(w->sched, mi); it && nseq < mb; it = it->next, nseq++)
-        toks += ((const wk_seq_t *)it->user)->n_prompt;
+    for (sched_item_t *it = sched_peek(w->sched, mi); it && nseq < mb; it = it->next, nseq++) {
+        const wk_seq_t *q = it->user; /* a cached prefix is not prefilled */
+        toks += q->n_prompt - (q->pfx_hint < q->n_prompt ? q->pfx_hint : 0);
+    }
     return pass_time_for(&m->pass, toks, nseq);
 }
 
@@ -283,8 +285,9 @@ static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
         if (!it)
             break;
         wk_seq_t *s = it->user;
-        if (res_kv_new(w->res, m->rm, seq_ctx(m, s), &s->kv, err, sizeof err) ||
-            res_kv_ensure(w->res, s->kv, s->n_prompt + 1, err, sizeof err)) {
+        if (wk_pfx_wait(w, m, s, fresh))
+            break; /* one admitted now prefills the prefix it shares: reuse it next pass */
+        if (wk_pfx_admit(w, m, s, fresh, seq_ctx(m, s), err, sizeof err)) {
             if (s->kv)
                 res_kv_free(w->res, s->kv);
             s->kv = NULL;
@@ -414,13 +417,14 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         if (s->parked)
             continue;
         p->order[i] = s;
-        int prefill = s->kv->n_past == 0;
         const int32_t *t = s->redo ? s->redo : s->prompt; /* a rebuilt cache: prompt + generated */
         uint32_t nt = s->redo ? s->n_redo : s->n_prompt;
-        p->fs[i] = (fwd_seq_t){s->kv, prefill ? t : &s->last, prefill ? nt : 1,
+        uint32_t past = s->kv->n_past; /* a cached prefix is there already */
+        int prefill = past < nt;
+        p->fs[i] = (fwd_seq_t){s->kv, prefill ? t + past : &s->last, prefill ? nt - past : 1,
                                p->logits + (size_t)i * mod->hp.n_vocab};
         if (prefill && !s->redo)
-            m->svc.total_prompt_tokens += s->n_prompt;
+            m->svc.total_prompt_tokens += s->n_prompt - past;
         i++;
     }
     fwd_t *f =

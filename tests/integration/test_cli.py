@@ -277,7 +277,9 @@ def test_chat_through_a_pipe_keeps_the_history():
         want = c.call({"op": "chat", "id": i, "model": "m0", "messages": msgs, "max_tokens": 6,
                        "temperature": 0})
         assert want["text"] == dones[i]["text"], (i, want, dones[i])
-        assert want["usage"] == dones[i]["usage"], (i, want, dones[i])
+        # the same prompt again: its prefix is cached now (usage.cached_tokens), the counts equal
+        strip = lambda u: {k: v for k, v in u.items() if k != "cached_tokens"}  # noqa: E731
+        assert strip(want["usage"]) == strip(dones[i]["usage"]), (i, want, dones[i])
         msgs.append({"role": "assistant", "content": want["text"]})
     c.close()
     # text mode: one streamed answer per line, no prompt on a pipe
@@ -297,7 +299,7 @@ def test_chat_ends_at_exit_and_skips_blank_lines_and_takes_a_last_line_without_n
     # /reset forgets the history: the second "hello" gets the first answer again
     out, _ = expect(gs("chat", "-m", "q0", "-n", "4", "--temp", "0", "--json", stdin="hello\n/reset\nhello\n"), 0)
     a, b = [json.loads(l) for l in out.splitlines()]
-    assert a["text"] == b["text"] and a["usage"] == b["usage"], (a, b)
+    assert a["text"] == b["text"] and a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"], (a, b)
 
 
 def test_chat_on_a_terminal_prompts_and_ctrl_c_stops_only_the_answer():

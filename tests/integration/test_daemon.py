@@ -82,7 +82,8 @@ def test_concurrent_clients_get_one_answer_each_equal_to_generate():
         assert page_ins >= 6 * len(used), page_ins
         assert evictions > 0, models
         pool = st["pool"]
-        resident = sum(m["curr_resident_bytes"] + m["curr_kv_bytes"] for m in models.values())
+        resident = sum(m["curr_resident_bytes"] + m["curr_kv_bytes"] + m["curr_kv_cached_bytes"]
+                       for m in models.values())
         assert resident == pool["curr_pool_used"] * pool["page_size"], (resident, pool)
         assert all(m["curr_kv_seqs"] == 0 for m in models.values())
         # bytes in = page-ins x segment spans: every page-in copied whole pages

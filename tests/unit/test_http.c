@@ -80,26 +80,29 @@ Test(http, a_done_event_streams_openais_finish_reason)
 Test(http, a_done_event_gives_the_usage_chunk)
 {
     wk_event_t ev = done_of(PROTO_FINISH_EOS);
-    json_is(http_chunk_of(&chat, &ev, 1),
-            "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
-            "\"model\":\"tiny\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,"
-            "\"completion_tokens\":3,\"total_tokens\":8}}");
+    json_is(
+        http_chunk_of(&chat, &ev, 1),
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+        "\"model\":\"tiny\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,"
+        "\"completion_tokens\":3,\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
     wk_event_clear(&ev);
 }
 
 Test(http, a_done_event_without_stream_is_the_whole_completion)
 {
     wk_event_t ev = done_of(PROTO_FINISH_STOP);
-    json_is(http_completion_of(&chat, &ev),
-            "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
-            "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
-            "\"content\":\" there was\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],"
-            "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}");
-    json_is(http_completion_of(&cmpl, &ev),
-            "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
-            "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"text\":\" there was\","
-            "\"logprobs\":null,\"finish_reason\":\"stop\"}],"
-            "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}");
+    json_is(
+        http_completion_of(&chat, &ev),
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
+        "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+        "\"content\":\" there was\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],"
+        "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
+    json_is(
+        http_completion_of(&cmpl, &ev),
+        "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
+        "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"text\":\" there was\","
+        "\"logprobs\":null,\"finish_reason\":\"stop\"}],"
+        "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
     free(ev.text); /* no text made */
     ev.text = NULL;
     json_t *c = http_completion_of(&cmpl, &ev);

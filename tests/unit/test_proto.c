@@ -772,7 +772,7 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
         json_decref(root);
         char *toks[] = {
             proto_encode_token(r.id, "x", 1, -1),
-            proto_encode_done(r.id, "x", "stop", 1, 1, NULL),
+            proto_encode_done(r.id, "x", "stop", 1, 1, 0, NULL),
             proto_encode_error(r.id, PROTO_E_INTERNAL, "boom"),
             proto_encode_ok(r.id, NULL),
             proto_encode_progress(r.id, "m", 1, 2),
@@ -887,7 +887,7 @@ Test(proto, done_events_carry_usage_and_timing)
     json_t *id = json_integer(12);
     proto_timing_t t = {
         .queue_ms = 0.4, .swap_ms = 212.0, .ttft_ms = 231.51234, .total_ms = 910.2, .swapped = 1};
-    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, &t);
+    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, 0, &t);
     cr_assert_not_null(line);
     cr_assert(strstr(line, "\"queue_ms\":0.4,"), "times are written short: %s", line);
     cr_assert(strstr(line, "\"swap_ms\":212.0,"), "%s", line);
@@ -909,13 +909,13 @@ Test(proto, done_events_carry_usage_and_timing)
 
     t.queue_ms = NAN;
     t.swapped = 0;
-    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, &t));
+    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, 0, &t));
     tm = json_object_get(j, "timing");
     cr_assert_eq(rget(tm, "queue_ms"), 0.0, "a non-finite time is written as 0");
     cr_assert(json_is_false(json_object_get(tm, "swapped")));
     json_decref(j);
 
-    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, NULL));
+    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, 0, NULL));
     cr_assert_null(json_object_get(j, "timing"), "no timing given, none written");
     cr_assert_not_null(json_object_get(j, "usage"));
     json_decref(j);
@@ -984,7 +984,7 @@ Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
     cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd"
                                       "b\xef\xbf\xbd");
     json_decref(j);
-    j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, NULL));
+    j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, 0, NULL));
     cr_assert_str_eq(sget(j, "text"), "\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac");
     json_decref(j);
     j = reparse_line(proto_encode_token(NULL, NULL, 0, -1));
@@ -1101,7 +1101,7 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     proto_event_free(&ev);
     cr_assert(is_zero(&ev, sizeof ev));
 
-    event_ok(proto_encode_done(id, "all", "stop", 1, 2, &t), PROTO_EV_DONE, &ev);
+    event_ok(proto_encode_done(id, "all", "stop", 1, 2, 0, &t), PROTO_EV_DONE, &ev);
     cr_assert_str_eq(json_string_value(json_object_get(ev.root, "finish_reason")), "stop");
     proto_event_free(&ev);
 

@@ -55,12 +55,12 @@ Test(server, a_done_event_is_the_done_line_with_usage_and_timing)
     free(line);
     for (int f = 0; f < PROTO_FINISH_COUNT; f++) {
         ev.finish = (proto_finish_t)f;
-        line_is(&ev,
-                proto_encode_done(ev.id, ev.text, proto_finish_name(ev.finish), 5, 64, &ev.timing));
+        line_is(&ev, proto_encode_done(ev.id, ev.text, proto_finish_name(ev.finish), 5, 64, 0,
+                                       &ev.timing));
     }
     free(ev.text); /* a sequence that made no text */
     ev.text = NULL;
-    line_is(&ev, proto_encode_done(ev.id, "", proto_finish_name(ev.finish), 5, 64, &ev.timing));
+    line_is(&ev, proto_encode_done(ev.id, "", proto_finish_name(ev.finish), 5, 64, 0, &ev.timing));
     wk_event_clear(&ev);
 }
 

@@ -227,6 +227,7 @@ static const be_ops_t cuda_ops = {
     .buf_free = cuda_mem_buf_free,
     .download = cuda_mem_download,
     .upload = cuda_mem_upload,
+    .copy_d2d = cuda_mem_copy_d2d,
     .embed = cuda_mm_embed,
     .rmsnorm = cuda_kern_rmsnorm,
     .matmul = cuda_mm_matmul,

@@ -234,6 +234,9 @@ void *cuda_mem_buf_alloc(void *ctx, size_t bytes);
 void cuda_mem_buf_free(void *ctx, void *p);
 int cuda_mem_download(void *ctx, void *host, const void *dev, size_t bytes);
 int cuda_mem_upload(void *ctx, void *dev, const void *host, size_t bytes);
+/* Device-to-device on the compute stream (after the compute queued before it); asynchronous:
+ * later kernels on the stream see the bytes. */
+int cuda_mem_copy_d2d(void *ctx, void *dst, const void *src, size_t bytes);
 /* Puts bytes of host array src into stage k's device buffer, in order on the
  * compute stream; *dev is where kernels read it. Caller made the device
  * current. */

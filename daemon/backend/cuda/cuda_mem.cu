@@ -567,3 +567,12 @@ void cuda_mem_free_all(cu_ctx_t *c)
             cudaEventDestroy(c->stage[k].ev);
     }
 }
+
+int cuda_mem_copy_d2d(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    cu_ctx_t *c = (cu_ctx_t *)ctx;
+    int rc = use_dev(c);
+    if (rc || !bytes)
+        return rc;
+    return rt_rc(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->compute));
+}

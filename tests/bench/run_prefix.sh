@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The conversation benchmark (issue 38): a 134M-parameter Q8_0 Llama, token-id prompts growing by
+# BENCH_PREFIX_NEW (250) tokens a turn, max_tokens 1, BENCH_PREFIX_TURNS (10) turns, BENCH_THREADS
+# (2) threads, /v1/completions-style requests over HTTP, one server after the other: gpuswapd (cpu
+# backend) with its prefix cache on and off, and, with LLAMA_SERVER=path and/or
+# LLAMA_SERVER_OLD=path (llama.cpp's llama-server binaries, built outside the repository), llama.cpp's
+# server with cache_prompt on (one slot, the same file, the same threads). Prints each turn's time per
+# server and the ratios of the last turn; writes BUILD/bench/prefix.csv (server,turn,prompt_tokens,s).
+#
+# usage: run_prefix.sh BUILD [OUTDIR]
+set -euo pipefail
+BUILD=${1:-build}
+OUT=${2:-$BUILD/bench}
+mkdir -p "$OUT"
+TURNS=${BENCH_PREFIX_TURNS:-10}
+NEW=${BENCH_PREFIX_NEW:-250}
+THREADS=${BENCH_THREADS:-2}
+THREADS=${THREADS%% *} # one thread count: the first when several are given
+m=$OUT/llama134m-q8_0-ctx4096.gguf
+[ -f "$m" ] || "$BUILD/mkmodel" --out "$m" --type q8_0 --dim 768 --layers 12 --heads 12 \
+    --kv-heads 12 --ff 2048 --vocab 32000 --ctx 4096 --seed 7 >/dev/null
+for v in LLAMA_SERVER LLAMA_SERVER_OLD; do
+    p=${!v:-}
+    if [ -n "$p" ] && [ ! -x "$p" ]; then
+        echo "$v=$p: not an executable llama-server" >&2
+        exit 2
+    fi
+done
+echo "== prefix cache: a $TURNS-turn conversation, +$NEW tokens a turn, max_tokens 1, $THREADS threads," \
+     "134M Q8_0 Llama (dim 768, 12 layers, vocab 32000)"
+echo "   CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
+exec /usr/bin/python3 - "$BUILD" "$OUT" "$m" "$TURNS" "$NEW" "$THREADS" <<'EOF'
+import http.client, json, os, random, signal, socket, subprocess, sys, tempfile, time
+
+build, out, model, turns, new, threads = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+tmp = tempfile.mkdtemp(prefix="gsd-bench-prefix-")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, what, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("%s exited %d" % (what, proc.returncode))
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("%s did not come up" % what)
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    if r.status != 200:
+        raise SystemExit("POST %s: %d %s" % (path, r.status, data[:300]))
+    return json.loads(data)
+
+
+def gpuswapd(cache):
+    port = free_port()
+    cfg = os.path.join(tmp, "g.yaml")
+    with open(cfg, "w") as f:
+        f.write("listen:\n  socket: %s/s.sock\n  http: 127.0.0.1:%d\nadmin:\n  socket: %s/a.sock\n"
+                "device:\n  backend: cpu\n  threads: %d\nscheduler:\n  prefix_cache: %s\n"
+                "models:\n  - name: m\n    path: %s\n    max_context: 4096\n"
+                % (tmp, port, tmp, threads, "true" if cache else "false", os.path.abspath(model)))
+    proc = subprocess.Popen([os.path.join(build, "gpuswapd"), "--config", cfg],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc, "gpuswapd")
+    return proc, lambda ids: post(port, "/v1/completions", {"model": "m", "prompt": ids, "max_tokens": 1,
+                                                             "temperature": 0})
+
+
+def llama(path):
+    port = free_port()
+    proc = subprocess.Popen([path, "-m", model, "-t", str(threads), "-tb", str(threads), "-c", "4096",
+                             "-np", "1", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc, path)
+    return proc, lambda ids: post(port, "/completion", {"prompt": ids, "n_predict": 1, "temperature": 0,
+                                                         "cache_prompt": True})
+
+
+rnd = random.Random(38)
+convo = [rnd.randrange(3, 32000) for _ in range(turns * new)]
+servers = [("gpuswapd cache on", lambda: gpuswapd(True)), ("gpuswapd cache off", lambda: gpuswapd(False))]
+for v, name in (("LLAMA_SERVER", "llama.cpp current"), ("LLAMA_SERVER_OLD", "llama.cpp old")):
+    if os.environ.get(v):
+        servers.append(("%s cache_prompt" % name, lambda p=os.environ[v]: llama(p)))
+times = {}
+for name, start in servers:
+    proc, call = start()
+    try:
+        ts = []
+        for t in range(1, turns + 1):
+            t0 = time.monotonic()
+            call(convo[:t * new])
+            ts.append(time.monotonic() - t0)
+        times[name] = ts
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+with open(os.path.join(out, "prefix.csv"), "w") as f:
+    f.write("server,turn,prompt_tokens,s\n")
+    for name, ts in times.items():
+        for i, s in enumerate(ts):
+            f.write("%s,%d,%d,%.4f\n" % (name, i + 1, (i + 1) * new, s))
+w = max(len(n) for n in times)
+print("   %-*s %s" % (w, "prompt tokens", " ".join("%7d" % ((i + 1) * new) for i in range(turns))))
+for name, ts in times.items():
+    print("   %-*s %s" % (w, name, " ".join("%6.2fs" % s for s in ts)))
+on = times["gpuswapd cache on"][-1]
+print("   turn %d: cache off / on = %.1fx" % (turns, times["gpuswapd cache off"][-1] / on))
+for name, ts in times.items():
+    if name.startswith("llama.cpp"):
+        print("   turn %d: gpuswapd cache on / %s = %.2fx" % (turns, name, on / ts[-1]))
+for f in os.listdir(tmp):
+    os.unlink(os.path.join(tmp, f))
+os.rmdir(tmp)
+EOF
