@@ -114,18 +114,26 @@ typedef struct http_answer {
     const char *model; /* the model the request named */
     int64_t created;   /* unix seconds at its arrival */
     int chat;          /* /v1/chat/completions (chat.completion objects), else /v1/completions */
+    size_t *offset;    /* completions' logprobs.text_offset: characters of text before the next
+                          token, one per choice (PROTO_MAX_CHOICES), advanced; NULL = from 0 */
 } http_answer_t;
 
 /* The OpenAI encoders of the worker's generation events: a new reference, or
  * NULL on OOM or for an event they do not encode. Pure: safe in any thread.
  *   http_chunk_of       one streamed chunk (object "text_completion" or
- *                       "chat.completion.chunk"): TOKEN -> its text in
- *                       choices[0].text or .delta.content; DONE -> the last
- *                       choice, with finish_reason; usage set: DONE -> the
- *                       usage chunk (choices empty, usage with total_tokens)
- *   http_completion_of  DONE -> the whole answer of a request without stream
- *                       (choices[0].text or .message, finish_reason, usage) */
+ *                       "chat.completion.chunk"): TOKEN -> its text (and
+ *                       logprobs) in choices[0].text or .delta.content, with
+ *                       the event's index; DONE -> that choice's last chunk,
+ *                       with finish_reason; usage set: DONE -> the usage chunk
+ *                       (choices empty, usage with total_tokens)
+ *   http_choice_of      DONE -> one choice of a request without stream (index,
+ *                       text or message, logprobs, finish_reason)
+ *   http_completion_of  the last DONE of a request without stream -> the whole
+ *                       answer: its choice plus those of the earlier DONEs
+ *                       (more: http_choice_of's, an array, borrowed; NULL =
+ *                       none) sorted by index, and the usage of the last */
 json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage);
-json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev);
+json_t *http_choice_of(const http_answer_t *a, const wk_event_t *ev);
+json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev, const json_t *more);
 
 #endif
