@@ -208,7 +208,7 @@ def main():
         test_logit_bias_and_echo(d)
     finally:
         rc = d.stop()
-    check("daemon exits cleanly", rc == 0, d.logtext()[-2000:])
+    check("daemon exits cleanly", rc == 0, open(d.log_path).read()[-2000:])
     if FAILED:
         print("%d failed" % len(FAILED))
         sys.exit(1)
