@@ -23,10 +23,17 @@
  *                               presence_penalty, frequency_penalty;
  *                               extensions top_k, min_p, repeat_penalty
  *                               (alias repetition_penalty): every
- *                               SAMPLER_PARAMS row
+ *                               SAMPLER_PARAMS row; logprobs N (0..20: the
+ *                               token's and N alternatives' logprobs, the
+ *                               legacy tokens/token_logprobs/top_logprobs/
+ *                               text_offset shape), logit_bias, n (1..16),
+ *                               echo (not with logprobs)
  *   POST /v1/chat/completions   the same with messages (content a string or
- *                               text parts; role developer = system) and
- *                               max_completion_tokens (alias of max_tokens)
+ *                               text parts; role developer = system),
+ *                               max_completion_tokens (alias of max_tokens),
+ *                               logprobs (boolean) and top_logprobs (0..20:
+ *                               choices[i].logprobs.content[] of {token,
+ *                               logprob, bytes, top_logprobs})
  *   GET  /v1/models, /v1/models/{id}
  *   GET  /health                200 {"status":"ok"}; 503 {"status":"draining"}
  *   GET  /metrics               Prometheus text 0.0.4, rendered from the
@@ -51,12 +58,16 @@
  * request to the worker (proto_req_t.allow) and its limits are checked before
  * it is submitted; /metrics there needs a key for every model (others: 404).
  * The metrics listener needs no key.
+ * logprobs are the model's raw distribution, as OpenAI defines them: the
+ * log-softmax of the logits before logit_bias, penalties, temperature and
+ * truncation. n > 1 runs n sibling sequences (choice i's seed derived from
+ * seed: sampler_seed_of_choice; choice 0 draws what n = 1 draws); usage counts
+ * the prompt once and every choice's tokens.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
- * their "off" value (n and best_of 1, echo false, logprobs off,
- * logit_bias empty, no tools, response_format text; user, store, metadata,
- * service_tier and parallel_tool_calls always) and are a 400 otherwise, as
- * is any unknown field. max_tokens defaults to the model's configured
- * default, not OpenAI's 16.
+ * their "off" value (best_of 1, suffix empty: no fill-in-the-middle, no tools,
+ * response_format text; user, store, metadata, service_tier and
+ * parallel_tool_calls always) and are a 400 otherwise, as is any unknown
+ * field. max_tokens defaults to the model's configured default, not OpenAI's 16.
  *
  * finish_reason: length -> "length"; stop and eos -> "stop"; cancelled ->
  * "stop" (stays within OpenAI's set; an HTTP client cannot cancel except by
@@ -66,7 +77,9 @@
  * token or the end arrives, so errors found before generation starts keep
  * their status: one `data: {chunk}` per token (object "text_completion" with
  * choices[0].text, or "chat.completion.chunk" with choices[0].delta, the
- * first chat chunk carrying the role), a final chunk with finish_reason, a
+ * first chat chunk of each choice carrying the role; choices[0].index the
+ * choice and choices[0].logprobs the token's when asked), a final chunk per
+ * choice with finish_reason, a
  * usage chunk when stream_options.include_usage, then `data: [DONE]`. An error
  * after the stream started is sent as `data: {"error":{...}}` and ends it.
  *

@@ -90,19 +90,19 @@ Test(http, a_done_event_gives_the_usage_chunk)
 Test(http, a_done_event_without_stream_is_the_whole_completion)
 {
     wk_event_t ev = done_of(PROTO_FINISH_STOP);
-    json_is(http_completion_of(&chat, &ev),
+    json_is(http_completion_of(&chat, &ev, NULL),
             "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
             "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
             "\"content\":\" there was\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],"
             "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}");
-    json_is(http_completion_of(&cmpl, &ev),
+    json_is(http_completion_of(&cmpl, &ev, NULL),
             "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
             "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"text\":\" there was\","
             "\"logprobs\":null,\"finish_reason\":\"stop\"}],"
             "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}");
     free(ev.text); /* no text made */
     ev.text = NULL;
-    json_t *c = http_completion_of(&cmpl, &ev);
+    json_t *c = http_completion_of(&cmpl, &ev, NULL);
     cr_assert_str_eq(json_string_value(
                          json_object_get(json_array_get(json_object_get(c, "choices"), 0), "text")),
                      "");
@@ -131,9 +131,9 @@ Test(http, events_that_are_not_generation_give_no_chunk)
 {
     wk_event_t ev = {.kind = WK_EVENT_ERROR, .code = PROTO_E_INTERNAL};
     cr_assert_null(http_chunk_of(&cmpl, &ev, 0));
-    cr_assert_null(http_completion_of(&cmpl, &ev));
+    cr_assert_null(http_completion_of(&cmpl, &ev, NULL));
     ev.kind = WK_EVENT_TOKEN;
-    cr_assert_null(http_completion_of(&cmpl, &ev), "a token is no whole answer");
+    cr_assert_null(http_completion_of(&cmpl, &ev, NULL), "a token is no whole answer");
     ev.kind = WK_EVENT_RESULT;
     cr_assert_null(http_chunk_of(&cmpl, &ev, 1));
 }
