@@ -110,6 +110,9 @@ void sampler_params_default(sampler_params_t *p)
 #undef X
     p->repeat_last_n = 64;
     p->seed = 0;
+    p->bias_ids = NULL;
+    p->bias = NULL;
+    p->n_bias = 0;
 }
 
 static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char *err,

@@ -23,7 +23,7 @@ typedef struct sampler_params {
     int32_t n_bias;
 } sampler_params_t;
 
-/* Defaults: those of SAMPLER_PARAMS, repeat_last_n 64, seed 0. */
+/* Defaults: those of SAMPLER_PARAMS, repeat_last_n 64, seed 0, no logit_bias. */
 void sampler_params_default(sampler_params_t *p);
 
 typedef struct sampler sampler_t;

@@ -140,6 +140,15 @@ static void assert_req_eq(const proto_req_t *a, const proto_req_t *b)
     for (size_t i = 0; i < a->n_stop; i++)
         cr_assert_str_eq(a->stop[i], b->stop[i]);
     cr_assert_eq(a->stream, b->stream);
+    cr_assert_eq(a->logprobs, b->logprobs);
+    cr_assert_eq(a->top_logprobs, b->top_logprobs);
+    cr_assert_eq(a->n, b->n);
+    cr_assert_eq(a->echo, b->echo);
+    cr_assert_eq(a->n_bias, b->n_bias);
+    for (size_t i = 0; i < a->n_bias; i++) {
+        cr_assert_eq(a->bias_ids[i], b->bias_ids[i]);
+        cr_assert_eq(a->bias[i], b->bias[i]);
+    }
 }
 
 /* Parses line, encodes the request, parses that, and compares. */
@@ -1166,4 +1175,79 @@ Test(proto, the_client_refuses_malformed_events)
         cr_assert(strstr(err, cases[i].want), "'%s' should mention %s", err, cases[i].want);
         cr_assert(is_zero(&ev, sizeof ev));
     }
+}
+
+/* ------------------------------------------------------------------ logprobs, logit_bias, n, echo */
+
+Test(proto, logprobs_logit_bias_n_and_echo_parse_and_round_trip)
+{
+    const char *line = "{\"op\":\"generate\",\"id\":1,\"model\":\"m\",\"prompt\":\"x\","
+                       "\"logprobs\":true,\"top_logprobs\":20,\"n\":16,"
+                       "\"logit_bias\":{\"7\":-100,\"300\":2.5}}";
+    proto_req_t r;
+    parse_ok(line, 0, &r);
+    cr_assert_eq(r.logprobs, 1);
+    cr_assert_eq(r.top_logprobs, 20);
+    cr_assert_eq(r.n, 16);
+    cr_assert_eq(r.n_bias, 2);
+    cr_assert_eq(r.bias_ids[0], 7);
+    cr_assert_eq(r.bias[0], -100.0f);
+    cr_assert_eq(r.bias_ids[1], 300);
+    cr_assert_eq(r.bias[1], 2.5f);
+    proto_req_free(&r);
+    round_trip(line, 0);
+    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"n\":2}", 0);
+    round_trip("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"logprobs\":true,\"logit_bias\":{\"0\":1}}",
+               0);
+}
+
+Test(proto, bad_logprobs_logit_bias_n_and_echo_are_named)
+{
+#define GEN "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\","
+    bad(GEN "\"top_logprobs\":21,\"logprobs\":true}", "top_logprobs");
+    bad(GEN "\"top_logprobs\":2}", "needs 'logprobs'");
+    bad(GEN "\"logprobs\":1}", "logprobs");
+    bad(GEN "\"n\":0}", "'n'");
+    bad(GEN "\"n\":17}", "'n'");
+    bad(GEN "\"logit_bias\":[1]}", "logit_bias");
+    bad(GEN "\"logit_bias\":{\"-1\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"1x\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"99999999999\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"1\":100.5}}", "-100 .. 100");
+    bad(GEN "\"logit_bias\":{\"1\":\"a\"}}", "-100 .. 100");
+    bad(GEN "\"echo\":true,\"logprobs\":true}", "'echo' and 'logprobs'");
+    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"echo\":true}",
+        "echo");
+#undef GEN
+}
+
+Test(proto, token_and_done_lines_carry_index_left_and_logprobs)
+{
+    json_t *e = proto_logprob_new(5, "a\xff", 2, -0.5);
+    cr_assert_not_null(e);
+    proto_choice_t c = {.index = 1, .n = 3, .left = 2, .logprobs = e};
+    json_t *j = reparse_line(proto_encode_token_choice(NULL, "a", 5, -1, &c));
+    cr_assert_eq(iget(j, "index"), 1);
+    cr_assert_null(json_object_get(j, "left"), "left is the done line's");
+    const json_t *lp = json_object_get(j, "logprobs");
+    cr_assert_eq(json_integer_value(json_object_get(lp, "token")), 5);
+    cr_assert_str_eq(json_string_value(json_object_get(lp, "text")), "a\xef\xbf\xbd");
+    cr_assert_eq(json_array_size(json_object_get(lp, "bytes")), 2);
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(lp, "bytes"), 1)), 255);
+    cr_assert_float_eq(json_real_value(json_object_get(lp, "logprob")), -0.5, 1e-12);
+    json_decref(j);
+    j = reparse_line(proto_encode_done_choice(NULL, "a", "stop", 1, 2, NULL, &c));
+    cr_assert_eq(iget(j, "index"), 1);
+    cr_assert_eq(iget(j, "left"), 2);
+    json_decref(j);
+    c.n = 1; /* one choice: no index, no left */
+    c.logprobs = NULL;
+    j = reparse_line(proto_encode_done_choice(NULL, "a", "stop", 1, 2, NULL, &c));
+    cr_assert_null(json_object_get(j, "index"));
+    cr_assert_null(json_object_get(j, "left"));
+    cr_assert_null(json_object_get(j, "logprobs"));
+    json_decref(j);
+    json_decref(e);
 }
