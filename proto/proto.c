@@ -117,8 +117,8 @@ const char *proto_fault_name(int fault)
 #define FB(f) (1u << (f))
 #define F_SAMPLER_BITS (((1u << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
 #define F_SAMPLING                                                                                 \
-    (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                 \
-     FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) | FB(F_LOGIT_BIAS) | FB(F_N))
+    (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) | FB(F_LOGPROBS) | \
+     FB(F_TOP_LOGPROBS) | FB(F_LOGIT_BIAS) | FB(F_N))
 _Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
 enum {
@@ -905,8 +905,10 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
                               "missing field 'prompt' (or 'tokens')");
     }
     if (req->top_logprobs > 0 && !req->logprobs)
-        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "'top_logprobs' needs 'logprobs': true");
-    if (req->echo && req->logprobs) /* the prompt's own logprobs would need every position's logits */
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "'top_logprobs' needs 'logprobs': true");
+    if (req->echo &&
+        req->logprobs) /* the prompt's own logprobs would need every position's logits */
         return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                           "'echo' and 'logprobs' together are not supported");
     return 0;
@@ -1068,7 +1070,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_TOP_LOGPROBS:
         return req->top_logprobs ? proto_set_new(root, name, json_integer(req->top_logprobs)) : 0;
     case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;
-    case F_LOGIT_BIAS: return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
+    case F_LOGIT_BIAS:
+        return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

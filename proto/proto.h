@@ -10,14 +10,14 @@
 #include "engine/sampler_params.h"
 
 /* Limits the parser enforces (PROTOCOL.md section 5). */
-#define PROTO_MAX_DEPTH 32       /* JSON nesting levels */
-#define PROTO_MAX_ID_BYTES 256   /* id and target strings */
-#define PROTO_MAX_NAME_BYTES 256 /* model names */
-#define PROTO_MAX_KEY_BYTES 256  /* API keys (auth) */
-#define PROTO_MAX_TOKENS 1000000 /* entries of "tokens" */
-#define PROTO_MAX_MESSAGES 65536 /* entries of "messages" */
-#define PROTO_MAX_STOP 16        /* entries of "stop" */
-#define PROTO_MAX_STOP_BYTES 256 /* bytes of one stop string */
+#define PROTO_MAX_DEPTH 32        /* JSON nesting levels */
+#define PROTO_MAX_ID_BYTES 256    /* id and target strings */
+#define PROTO_MAX_NAME_BYTES 256  /* model names */
+#define PROTO_MAX_KEY_BYTES 256   /* API keys (auth) */
+#define PROTO_MAX_TOKENS 1000000  /* entries of "tokens" */
+#define PROTO_MAX_MESSAGES 65536  /* entries of "messages" */
+#define PROTO_MAX_STOP 16         /* entries of "stop" */
+#define PROTO_MAX_STOP_BYTES 256  /* bytes of one stop string */
 #define PROTO_MAX_TOP_LOGPROBS 20 /* top_logprobs */
 #define PROTO_MAX_LOGIT_BIAS 1024 /* entries of "logit_bias" */
 #define PROTO_MAX_CHOICES 16      /* n */
@@ -150,20 +150,18 @@ void proto_req_free(proto_req_t *req);
  * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
  * Text that is not valid UTF-8 is encoded with U+FFFD for the bad bytes. */
 
-/* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
- * daemon's monotonic clock when the token was produced (omitted when < 0). */
-char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts);
-
 /* What a token or done line adds for a request with n > 1 or logprobs. */
 typedef struct proto_choice {
-    uint32_t index;          /* the choice, 0..n-1; written when n > 1 */
-    uint32_t n;              /* the request's choices */
-    uint32_t left;           /* done: choices still running after this one; written when n > 1 */
-    const json_t *logprobs;  /* token: one entry (object), done: an array of them; NULL = none */
+    uint32_t index;         /* the choice, 0..n-1; written when n > 1 */
+    uint32_t n;             /* the request's choices */
+    uint32_t left;          /* done: choices still running after this one; written when n > 1 */
+    const json_t *logprobs; /* token: one entry (object), done: an array of them; NULL = none */
 } proto_choice_t;
-/* proto_encode_token plus c's fields ("index", "logprobs"); c NULL = proto_encode_token. */
-char *proto_encode_token_choice(const json_t *id, const char *text, int32_t token, double ts,
-                                const proto_choice_t *c);
+/* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
+ * daemon's monotonic clock when the token was produced (omitted when < 0);
+ * c (NULL = none) adds "index" and "logprobs". */
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts,
+                         const proto_choice_t *c);
 
 typedef struct proto_timing {
     double queue_ms, swap_ms, ttft_ms, total_ms; /* ms, encoded with 3 decimals at most */
@@ -171,14 +169,10 @@ typedef struct proto_timing {
 } proto_timing_t;
 
 /* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
- * t NULL omits "timing". */
+ * t NULL omits "timing"; c (NULL = none) adds "index", "left" and "logprobs". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens,
-                        const proto_timing_t *t);
-/* proto_encode_done plus c's fields ("index", "left", "logprobs"); c NULL = proto_encode_done. */
-char *proto_encode_done_choice(const json_t *id, const char *text, const char *finish_reason,
-                               uint32_t prompt_tokens, uint32_t completion_tokens,
-                               const proto_timing_t *t, const proto_choice_t *c);
+                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t,
+                        const proto_choice_t *c);
 /* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
  * shape of error on both sockets (the server's error emitter calls this).
  * message NULL uses the code itself. */

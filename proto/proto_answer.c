@@ -35,8 +35,8 @@ static int choice_add(json_t *root, const proto_choice_t *c, int done)
     return c->logprobs ? proto_set_new(root, "logprobs", json_deep_copy(c->logprobs)) : 0;
 }
 
-char *proto_encode_token_choice(const json_t *id, const char *text, int32_t token, double ts,
-                                const proto_choice_t *c)
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts,
+                         const proto_choice_t *c)
 {
     json_t *root = answer_new(id);
     if (!root || proto_set_new(root, "event", json_string("token")) ||
@@ -48,18 +48,6 @@ char *proto_encode_token_choice(const json_t *id, const char *text, int32_t toke
         return NULL;
     }
     return proto_line_finish(root);
-}
-
-char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts)
-{
-    return proto_encode_token_choice(id, text, token, ts, NULL);
-}
-
-char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
-                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t)
-{
-    return proto_encode_done_choice(id, text, finish_reason, prompt_tokens, completion_tokens, t,
-                                    NULL);
 }
 
 json_t *proto_logprob_new(int32_t token, const char *piece, size_t n, double logprob)
@@ -88,9 +76,9 @@ json_t *proto_logprob_new(int32_t token, const char *piece, size_t n, double log
     return o;
 }
 
-char *proto_encode_done_choice(const json_t *id, const char *text, const char *finish_reason,
-                               uint32_t prompt_tokens, uint32_t completion_tokens,
-                               const proto_timing_t *t, const proto_choice_t *c)
+char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
+                        uint32_t prompt_tokens, uint32_t completion_tokens, const proto_timing_t *t,
+                        const proto_choice_t *c)
 {
     json_t *root = answer_new(id);
     json_t *usage = json_object();

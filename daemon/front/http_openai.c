@@ -95,8 +95,9 @@ static json_t *chunk_choice(const http_answer_t *a, const wk_event_t *ev, const 
 {
     uint32_t index = ev ? ev->index : 0;
     size_t *off = a->offset && index < PROTO_MAX_CHOICES ? &a->offset[index] : NULL;
-    json_t *c = json_pack("{s:i, s:o}", "index", (int)index, "logprobs",
-                          logprobs_of(a, ev && ev->kind == WK_EVENT_TOKEN ? ev->logprobs : NULL, off));
+    json_t *c =
+        json_pack("{s:i, s:o}", "index", (int)index, "logprobs",
+                  logprobs_of(a, ev && ev->kind == WK_EVENT_TOKEN ? ev->logprobs : NULL, off));
     if (!c)
         return NULL;
     if (a->chat) {

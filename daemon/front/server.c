@@ -145,12 +145,10 @@ char *srv_event_line(const wk_event_t *ev)
     proto_choice_t choice = {
         .index = ev->index, .n = ev->choices, .left = ev->left, .logprobs = ev->logprobs};
     switch (ev->kind) {
-    case WK_EVENT_TOKEN:
-        return proto_encode_token_choice(ev->id, ev->text, ev->token, ev->ts, &choice);
+    case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts, &choice);
     case WK_EVENT_DONE:
-        return proto_encode_done_choice(ev->id, ev->text ? ev->text : "",
-                                        proto_finish_name(ev->finish), ev->prompt_tokens,
-                                        ev->completion_tokens, &ev->timing, &choice);
+        return proto_encode_done(ev->id, ev->text ? ev->text : "", proto_finish_name(ev->finish),
+                                 ev->prompt_tokens, ev->completion_tokens, &ev->timing, &choice);
     case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message);
     case WK_EVENT_RESULT: return proto_encode_ok(ev->id, json_incref(ev->body));
     case WK_EVENT_PROGRESS: return proto_encode_progress(ev->id, ev->model, ev->bytes, ev->total);

@@ -31,11 +31,11 @@ typedef enum seq_state {
 
 /* The sibling sequences of one request with n > 1 (one per choice), shared by them. */
 typedef struct wk_group {
-    uint32_t n;          /* choices */
-    uint32_t left;       /* choices not yet ended */
-    uint32_t refs;       /* sequences still holding it */
-    uint32_t generated;  /* tokens of the choices ended so far */
-    int failed;          /* an error was sent: the others end without a word */
+    uint32_t n;         /* choices */
+    uint32_t left;      /* choices not yet ended */
+    uint32_t refs;      /* sequences still holding it */
+    uint32_t generated; /* tokens of the choices ended so far */
+    int failed;         /* an error was sent: the others end without a word */
 } wk_group_t;
 
 typedef struct wk_seq {

@@ -230,8 +230,8 @@ static json_t *seq_logprob_entry(const tok_t *tok, int32_t id, double lp,
     json_t *alts = json_array();
     for (int32_t j = 0; alts && j < k; j++) {
         np = tok_piece(tok, top[j].id, 0, piece, sizeof piece);
-        json_array_append_new(alts, proto_logprob_new(top[j].id, piece, np > 0 ? (size_t)np : 0,
-                                                      top[j].logprob));
+        json_array_append_new(
+            alts, proto_logprob_new(top[j].id, piece, np > 0 ? (size_t)np : 0, top[j].logprob));
     }
     if (!alts || json_object_set_new(e, "top_logprobs", alts)) {
         json_decref(e);

@@ -144,7 +144,8 @@ Test(http, events_that_are_not_generation_give_no_chunk)
 static json_t *entry(int id, const char *t, double lp)
 {
     json_t *e = proto_logprob_new(id, t, strlen(t), lp);
-    json_object_set_new(e, "top_logprobs", json_pack("[o]", proto_logprob_new(id, t, strlen(t), lp)));
+    json_object_set_new(e, "top_logprobs",
+                        json_pack("[o]", proto_logprob_new(id, t, strlen(t), lp)));
     return e;
 }
 
@@ -183,8 +184,8 @@ Test(http, a_streamed_token_carries_its_index_and_logprobs)
     size_t off[PROTO_MAX_CHOICES] = {0, 4};
     http_answer_t a = cmpl;
     a.offset = off;
-    wk_event_t ev = {.kind = WK_EVENT_TOKEN, .text = strdup("y"), .token = 3, .index = 1,
-                     .choices = 2};
+    wk_event_t ev = {
+        .kind = WK_EVENT_TOKEN, .text = strdup("y"), .token = 3, .index = 1, .choices = 2};
     ev.logprobs = entry(3, "y", -1);
     json_t *c = http_chunk_of(&a, &ev, 0);
     json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
@@ -203,8 +204,8 @@ Test(http, the_last_done_of_n_gathers_every_choice_by_index)
     b.index = 0;
     json_t *more = json_pack("[o]", http_choice_of(&cmpl, &a));
     b.index = 1;
-    json_array_append_new(more, http_choice_of(&cmpl, &(wk_event_t){.kind = WK_EVENT_DONE,
-                                                                     .text = "x"}));
+    json_array_append_new(more,
+                          http_choice_of(&cmpl, &(wk_event_t){.kind = WK_EVENT_DONE, .text = "x"}));
     json_t *c = http_completion_of(&cmpl, &b, more);
     json_t *ch = json_object_get(c, "choices");
     cr_assert_eq(json_array_size(ch), 3);

@@ -780,8 +780,8 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
                   lines[i]);
         json_decref(root);
         char *toks[] = {
-            proto_encode_token(r.id, "x", 1, -1),
-            proto_encode_done(r.id, "x", "stop", 1, 1, NULL),
+            proto_encode_token(r.id, "x", 1, -1, NULL),
+            proto_encode_done(r.id, "x", "stop", 1, 1, NULL, NULL),
             proto_encode_error(r.id, PROTO_E_INTERNAL, "boom"),
             proto_encode_ok(r.id, NULL),
             proto_encode_progress(r.id, "m", 1, 2),
@@ -876,7 +876,7 @@ Test(proto, encode_request_builds_a_request_from_scratch)
 Test(proto, token_events_are_one_line_with_the_right_fields)
 {
     json_t *id = json_string("r1");
-    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727, -1));
+    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727, -1, NULL));
     cr_assert_str_eq(sget(j, "id"), "r1");
     cr_assert_str_eq(sget(j, "event"), "token");
     cr_assert_str_eq(sget(j, "text"), " there\nwas");
@@ -884,7 +884,7 @@ Test(proto, token_events_are_one_line_with_the_right_fields)
     cr_assert_eq(json_object_size(j), 4);
     json_decref(j);
     /* with the daemon's timestamp, to the microsecond */
-    j = reparse_line(proto_encode_token(id, "a", 1, 12.3456789));
+    j = reparse_line(proto_encode_token(id, "a", 1, 12.3456789, NULL));
     cr_assert_float_eq(json_real_value(json_object_get(j, "ts")), 12.345679, 1e-9);
     cr_assert_eq(json_object_size(j), 5);
     json_decref(j);
@@ -896,7 +896,7 @@ Test(proto, done_events_carry_usage_and_timing)
     json_t *id = json_integer(12);
     proto_timing_t t = {
         .queue_ms = 0.4, .swap_ms = 212.0, .ttft_ms = 231.51234, .total_ms = 910.2, .swapped = 1};
-    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, &t);
+    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, &t, NULL);
     cr_assert_not_null(line);
     cr_assert(strstr(line, "\"queue_ms\":0.4,"), "times are written short: %s", line);
     cr_assert(strstr(line, "\"swap_ms\":212.0,"), "%s", line);
@@ -918,13 +918,13 @@ Test(proto, done_events_carry_usage_and_timing)
 
     t.queue_ms = NAN;
     t.swapped = 0;
-    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, &t));
+    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, &t, NULL));
     tm = json_object_get(j, "timing");
     cr_assert_eq(rget(tm, "queue_ms"), 0.0, "a non-finite time is written as 0");
     cr_assert(json_is_false(json_object_get(tm, "swapped")));
     json_decref(j);
 
-    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, NULL));
+    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, NULL, NULL));
     cr_assert_null(json_object_get(j, "timing"), "no timing given, none written");
     cr_assert_not_null(json_object_get(j, "usage"));
     json_decref(j);
@@ -989,14 +989,14 @@ Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
     json_t *j = reparse_line(proto_encode_token(NULL,
                                                 "a\xe2\x82"
                                                 "b\xff",
-                                                5, -1));
+                                                5, -1, NULL));
     cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd"
                                       "b\xef\xbf\xbd");
     json_decref(j);
-    j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, NULL));
+    j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, NULL, NULL));
     cr_assert_str_eq(sget(j, "text"), "\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac");
     json_decref(j);
-    j = reparse_line(proto_encode_token(NULL, NULL, 0, -1));
+    j = reparse_line(proto_encode_token(NULL, NULL, 0, -1, NULL));
     cr_assert_str_eq(sget(j, "text"), "", "NULL text encodes as empty");
     json_decref(j);
 }
@@ -1104,13 +1104,13 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     proto_event_t ev;
     proto_timing_t t = {1, 2, 3, 4, 1};
 
-    event_ok(proto_encode_token(id, " a", 9, -1), PROTO_EV_TOKEN, &ev);
+    event_ok(proto_encode_token(id, " a", 9, -1, NULL), PROTO_EV_TOKEN, &ev);
     cr_assert(json_equal(ev.id, id));
     cr_assert_eq(json_integer_value(json_object_get(ev.root, "token")), 9);
     proto_event_free(&ev);
     cr_assert(is_zero(&ev, sizeof ev));
 
-    event_ok(proto_encode_done(id, "all", "stop", 1, 2, &t), PROTO_EV_DONE, &ev);
+    event_ok(proto_encode_done(id, "all", "stop", 1, 2, &t, NULL), PROTO_EV_DONE, &ev);
     cr_assert_str_eq(json_string_value(json_object_get(ev.root, "finish_reason")), "stop");
     proto_event_free(&ev);
 
@@ -1197,9 +1197,10 @@ Test(proto, logprobs_logit_bias_n_and_echo_parse_and_round_trip)
     proto_req_free(&r);
     round_trip(line, 0);
     round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"n\":2}", 0);
-    round_trip("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-               "\"logprobs\":true,\"logit_bias\":{\"0\":1}}",
-               0);
+    round_trip(
+        "{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"logprobs\":true,\"logit_bias\":{\"0\":1}}",
+        0);
 }
 
 Test(proto, bad_logprobs_logit_bias_n_and_echo_are_named)
@@ -1228,7 +1229,7 @@ Test(proto, token_and_done_lines_carry_index_left_and_logprobs)
     json_t *e = proto_logprob_new(5, "a\xff", 2, -0.5);
     cr_assert_not_null(e);
     proto_choice_t c = {.index = 1, .n = 3, .left = 2, .logprobs = e};
-    json_t *j = reparse_line(proto_encode_token_choice(NULL, "a", 5, -1, &c));
+    json_t *j = reparse_line(proto_encode_token(NULL, "a", 5, -1, &c));
     cr_assert_eq(iget(j, "index"), 1);
     cr_assert_null(json_object_get(j, "left"), "left is the done line's");
     const json_t *lp = json_object_get(j, "logprobs");
@@ -1238,13 +1239,13 @@ Test(proto, token_and_done_lines_carry_index_left_and_logprobs)
     cr_assert_eq(json_integer_value(json_array_get(json_object_get(lp, "bytes"), 1)), 255);
     cr_assert_float_eq(json_real_value(json_object_get(lp, "logprob")), -0.5, 1e-12);
     json_decref(j);
-    j = reparse_line(proto_encode_done_choice(NULL, "a", "stop", 1, 2, NULL, &c));
+    j = reparse_line(proto_encode_done(NULL, "a", "stop", 1, 2, NULL, &c));
     cr_assert_eq(iget(j, "index"), 1);
     cr_assert_eq(iget(j, "left"), 2);
     json_decref(j);
     c.n = 1; /* one choice: no index, no left */
     c.logprobs = NULL;
-    j = reparse_line(proto_encode_done_choice(NULL, "a", "stop", 1, 2, NULL, &c));
+    j = reparse_line(proto_encode_done(NULL, "a", "stop", 1, 2, NULL, &c));
     cr_assert_null(json_object_get(j, "index"));
     cr_assert_null(json_object_get(j, "left"));
     cr_assert_null(json_object_get(j, "logprobs"));

@@ -472,7 +472,9 @@ Test(sampler, defaults_are_the_documented_values)
 
 Test(sampler, logprobs_are_the_log_softmax_of_the_raw_logits_best_first)
 {
-    enum { V = 1000 };
+    enum {
+        V = 1000
+    };
     static float l[V];
     fill_logits(l, V, 3);
     l[17] = l[18] = 9.0f; /* a tie: lower id first */
