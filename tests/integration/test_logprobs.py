@@ -4,7 +4,9 @@ import http.client
 import json
 import math
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import time
 
@@ -199,6 +201,41 @@ def test_logit_bias_and_echo(d):
     check("chat top_logprobs without logprobs is refused", st == 400, r)
 
 
+def test_openai_node_sdk(d):
+    """The pinned openai npm client (tests/node, package-lock.json) reads top_logprobs and n = 3."""
+    node = shutil.which("node")
+    if not node:
+        print("skip: node not installed")
+        return
+    node_dir = os.path.join(gsd.ROOT, "tests", "node")
+    if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
+        check("the openai npm package is installed (make deps)", False, node_dir)
+        return
+    out = subprocess.run([node, os.path.join(node_dir, "openai_logprobs.mjs"),
+                          "http://127.0.0.1:%d/v1" % d.port, "m"],
+                         capture_output=True, text=True, timeout=gsd.scaled(120), cwd=node_dir)
+    check("openai node sdk runs", out.returncode == 0, out.stdout + out.stderr)
+    if out.returncode:
+        return
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    want = ref_log_softmax("the-cat", "f16")
+    chat = r["chat"]
+    check("node sdk %s: chat top_logprobs, 5 per token" % r["version"],
+          len(chat) == 3 and all(len(c["top"]) == 5 for c in chat) and
+          chat[0]["top"][0][0] == chat[0]["token"], chat)
+    check("node sdk: streamed logprobs equal the whole answer's",
+          [(c["token"], round(c["logprob"], 6)) for c in r["streamed"]] ==
+          [(c["token"], round(c["logprob"], 6)) for c in chat], r["streamed"])
+    comp = r["completion"]
+    check("node sdk: completions logprobs, step 0 as llama.cpp's",
+          len(comp["tokens"]) == 3 and abs(comp["token_logprobs"][0] - max(want.values())) <= TOL and
+          comp["text_offset"][0] == 0, comp)
+    check("node sdk: n 3 at temperature 0, three equal choices",
+          [i for i, _ in r["greedy"]] == [0, 1, 2] and len({t for _, t in r["greedy"]}) == 1, r["greedy"])
+    check("node sdk: n 3 at temperature 1 with a seed, reproducible",
+          r["seeded"][0] == r["seeded"][1] and len(r["seeded"][0]) == 3, r["seeded"])
+
+
 def main():
     d = HttpDaemon([("m", MODEL, "chat_template: chatml")], memory="8MiB")
     try:
@@ -206,6 +243,7 @@ def main():
         test_stream_logprobs(d)
         test_n_choices(d)
         test_logit_bias_and_echo(d)
+        test_openai_node_sdk(d)
     finally:
         rc = d.stop()
     check("daemon exits cleanly", rc == 0, open(d.log_path).read()[-2000:])
