@@ -165,6 +165,54 @@ def test_n_choices(d):
           and dones[-1]["usage"]["completion_tokens"] == 12, dones)
 
 
+def test_n_stream_cancel_and_errors(d):
+    """Socket: a streamed n = 3 carries index on its tokens; a cancel ends every choice, left
+    counting down to 0; a request whose choices cannot all run is answered by one error."""
+    c = d.client()
+    c.send({"op": "generate", "id": "s", "model": "m", "prompt": "Once", "max_tokens": 200, "n": 3,
+            "temperature": 1, "seed": 3, "stream": True, "logprobs": True, "top_logprobs": 1})
+    seen = set()
+    while len(seen) < 3:
+        ev = c.recv()
+        check("a streamed token of n 3 has its index and logprobs", ev.get("event") == "token" and
+              ev.get("index") in (0, 1, 2) and "logprobs" in ev, ev)
+        if ev.get("event") != "token":
+            break
+        seen.add(ev["index"])
+    c.send({"op": "cancel", "id": "k", "target": "s"})
+    dones, ok = [], None
+    while len(dones) < 3 or ok is None:
+        ev = c.recv()
+        if ev.get("id") == "k":
+            ok = ev
+        elif ev.get("event") == "done":
+            dones.append(ev)
+    check("cancel ends the three choices", ok.get("found") is True and
+          sorted(x["index"] for x in dones) == [0, 1, 2] and [x["left"] for x in dones] == [2, 1, 0]
+          and all(x["finish_reason"] == "cancelled" for x in dones), (ok, dones))
+    ev = c.call({"op": "generate", "id": "big", "model": "m", "prompt": "Once", "max_tokens": 100000,
+                 "n": 3})
+    check("n 3 over the context: one context_overflow", ev.get("event") == "error" and
+          ev["error"]["code"] == "context_overflow", ev)
+    ev = c.call({"op": "generate", "id": "after", "model": "m", "prompt": "Once", "max_tokens": 2})
+    check("the connection goes on after it", ev.get("event") == "done", ev)
+    # a client that goes away mid n = 3 frees every choice
+    c2 = d.client()
+    c2.send({"op": "generate", "id": "gone", "model": "m", "prompt": "Once", "max_tokens": 200,
+             "n": 3, "stream": True})
+    c2.recv()
+    c2.close()
+    c.close()
+    deadline, m = time.time() + gsd.scaled(10), {}
+    while time.time() < deadline:
+        m = d.stats()["models"]["m"]
+        if m["curr_active"] == 0 and m["curr_queued"] == 0:
+            break
+        time.sleep(0.1)
+    check("a client gone mid n 3 leaves no choice running",
+          m.get("curr_active") == 0 and m.get("curr_queued") == 0, m)
+
+
 def test_logit_bias_and_echo(d):
     st, r = post(d, "/v1/completions", {"model": "m", "prompt": "The cat", "max_tokens": 1,
                                         "temperature": 0, "logprobs": 1})
@@ -242,6 +290,7 @@ def main():
         test_top_logprobs_match_llama_cpp(d)
         test_stream_logprobs(d)
         test_n_choices(d)
+        test_n_stream_cancel_and_errors(d)
         test_logit_bias_and_echo(d)
         test_openai_node_sdk(d)
     finally:
