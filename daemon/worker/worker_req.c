@@ -251,7 +251,8 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
             if (s->conn == conn && (!target || (s->id && json_equal(s->id, target)))) {
                 found++;
                 if (silent) {
-                    m->svc.total_cancelled++;
+                    if (!s->grp || s->grp->refs == 1) /* n > 1: once, with its last choice */
+                        m->svc.total_cancelled++;
                     wk_seq_unlink(m, s);
                     wk_seq_free(w, s);
                 } else {
@@ -265,7 +266,8 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
             if (s->conn == conn && (!target || (s->id && json_equal(s->id, target)))) {
                 found++;
                 if (silent) {
-                    m->svc.total_cancelled++;
+                    if (!s->grp || s->grp->refs == 1) /* n > 1: once, with its last choice */
+                        m->svc.total_cancelled++;
                     sched_remove(w->sched, it);
                     wk_seq_free(w, s);
                 } else {

@@ -79,6 +79,25 @@ static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t 
     wk_emit(w, &ev);
 }
 
+/* The counters and histograms of a request that ended with reason (timing tm; first: it
+ * sampled a token). */
+static void seq_count_end(wk_t *w, wk_model_t *m, proto_finish_t reason, const proto_timing_t *tm,
+                          int first)
+{
+    if (reason == PROTO_FINISH_CANCELLED)
+        m->svc.total_cancelled++;
+    else
+        m->svc.total_completed++;
+    if (reason == PROTO_FINISH_EOS || reason == PROTO_FINISH_STOP)
+        m->svc.total_stopped_early++;
+    stats_hist_add(&m->hist.latency, tm->total_ms);
+    stats_hist_add(&m->hist.queue, tm->queue_ms);
+    if (first)
+        stats_hist_add(&m->hist.ttft, tm->ttft_ms);
+    if (w->draining)
+        w->drain_completed++;
+}
+
 /* Ends a sequence with a done event (and frees it). */
 void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
 {
@@ -127,36 +146,27 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         wk_event_clear(&ev); /* a sibling's error answered the request */
     else
         wk_emit(w, &ev);
-    if (reason == PROTO_FINISH_CANCELLED)
-        m->svc.total_cancelled++;
-    else
-        m->svc.total_completed++;
-    if (reason == PROTO_FINISH_EOS || reason == PROTO_FINISH_STOP)
-        m->svc.total_stopped_early++;
     /* what sequences use, for shortest remaining first (sched_passes_left) */
     if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
         sched_note_output(w->sched, s->model, s->n_gen, s->max_tokens);
-    stats_hist_add(&m->hist.latency, tm.total_ms);
-    stats_hist_add(&m->hist.queue, tm.queue_ms);
-    if (s->t_first)
-        stats_hist_add(&m->hist.ttft, tm.ttft_ms);
+    if (!g || (g->left == 0 && !g->failed)) /* a request counts once: n > 1 at its last choice */
+        seq_count_end(w, m, reason, &tm, s->t_first != 0);
     if (s->state == SEQ_ACTIVE)
         wk_seq_unlink(m, s);
     else if (s->state == SEQ_QUEUED)
         sched_remove(w->sched, &s->item);
-    if (w->draining)
-        w->drain_completed++;
     wk_seq_free(w, s);
 }
 
 void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
 {
     wk_model_t *m = w->models[s->model];
-    if (!s->grp || !s->grp->failed) /* one error answers all the siblings */
+    if (!s->grp || !s->grp->failed) { /* one error answers all the siblings */
         wk_send_error(w, s->conn, s->id, code, "%s", msg);
+        m->svc.total_failed++;
+    }
     if (s->grp)
         s->grp->failed = 1;
-    m->svc.total_failed++;
     if (s->state == SEQ_ACTIVE)
         wk_seq_unlink(m, s);
     else if (s->state == SEQ_QUEUED)

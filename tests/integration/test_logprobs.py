@@ -165,6 +165,29 @@ def test_n_choices(d):
           and dones[-1]["usage"]["completion_tokens"] == 12, dones)
 
 
+def test_n_runs_in_one_batch(d):
+    """n = 3 siblings step together: about the forward passes of n = 1, and one request counted."""
+    def run(n):
+        before = d.stats()["models"]["m"]
+        c = d.client()
+        c.send({"op": "generate", "id": 1, "model": "m", "prompt": "Once upon a time",
+                "max_tokens": 40, "temperature": 0, "n": n})
+        for _ in range(n):
+            done = c.recv()
+        c.close()
+        after = d.stats()["models"]["m"]
+        return ({k: after[k] - before[k] for k in ("total_steps", "total_requests", "total_completed")},
+                done["usage"]["completion_tokens"])
+    one, t1 = run(1)
+    three, t3 = run(3)
+    print("  forward passes: n 1 %d, n 3 %d (%d and %d tokens)" %
+          (one["total_steps"], three["total_steps"], t1, t3))
+    check("n 3 takes about the passes of n 1 (one batch)", t3 == 3 * t1 and
+          three["total_steps"] <= one["total_steps"] + 2, (one, three))
+    check("n 3 counts one request, completed once",
+          three["total_requests"] == 1 and three["total_completed"] == 1, three)
+
+
 def test_n_stream_cancel_and_errors(d):
     """Socket: a streamed n = 3 carries index on its tokens; a cancel ends every choice, left
     counting down to 0; a request whose choices cannot all run is answered by one error."""
@@ -290,6 +313,7 @@ def main():
         test_top_logprobs_match_llama_cpp(d)
         test_stream_logprobs(d)
         test_n_choices(d)
+        test_n_runs_in_one_batch(d)
         test_n_stream_cancel_and_errors(d)
         test_logit_bias_and_echo(d)
         test_openai_node_sdk(d)
