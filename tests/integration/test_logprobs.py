@@ -307,6 +307,36 @@ def test_openai_node_sdk(d):
           r["seeded"][0] == r["seeded"][1] and len(r["seeded"][0]) == 3, r["seeded"])
 
 
+def test_n_holds_one_key_slot():
+    """With API keys: a request with n = 3 holds one of its key's slots, released
+    once at its end, and charges the prompt once plus every choice's tokens."""
+    out = subprocess.run([os.path.join(gsd.BUILD, "gpuswap"), "keygen", "k", "--json"],
+                         capture_output=True, text=True, check=True)
+    key = json.loads(out.stdout)
+    auth = ("auth:\n  http: true\n  keys:\n    - name: k\n      hash: \"%s\"\n"
+            "      models: [\"*\"]\n      max_concurrent: 1\n" % key["hash"])
+    d = HttpDaemon([("m", MODEL, "")], memory="8MiB", extra=auth)
+    try:
+        for rnd in range(2):  # a slot kept or released twice would show on the second round
+            before = d.stats()["auth"]["keys"]["k"]
+            c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=gsd.scaled(60))
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"model": "m", "prompt": "The cat", "max_tokens": 5, "n": 3, "temperature": 0}),
+                headers={"Content-Type": "application/json", "Authorization": "Bearer " + key["key"]})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            after = d.stats()["auth"]["keys"]["k"]
+            check("HTTP n 3 with a key, round %d: 200" % rnd, r.status == 200, body)
+            check("HTTP n 3: one request, its tokens charged, no slot held (round %d)" % rnd,
+                  after["total_requests"] == before["total_requests"] + 1 and
+                  after["total_tokens"] == before["total_tokens"] + body["usage"]["total_tokens"] and
+                  after["curr_inflight"] == 0, (before, after, body.get("usage")))
+    finally:
+        rc = d.stop()
+    check("daemon with keys exits cleanly", rc == 0)
+
+
 def main():
     d = HttpDaemon([("m", MODEL, "chat_template: chatml")], memory="8MiB")
     try:
@@ -320,6 +350,7 @@ def main():
     finally:
         rc = d.stop()
     check("daemon exits cleanly", rc == 0, open(d.log_path).read()[-2000:])
+    test_n_holds_one_key_slot()
     if FAILED:
         print("%d failed" % len(FAILED))
         sys.exit(1)
