@@ -61,6 +61,7 @@ typedef enum pfield {
     F_LOGIT_BIAS,
     F_N,
     F_ECHO,
+    F_SUFFIX,
     F_COUNT
 } pfield_t;
 
@@ -88,6 +89,7 @@ static const char *const field_names[F_COUNT] = {
     [F_LOGIT_BIAS] = "logit_bias",
     [F_N] = "n",
     [F_ECHO] = "echo",
+    [F_SUFFIX] = "suffix",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -136,7 +138,8 @@ static const struct op_desc {
     uint32_t required;
 } op_table[] = {
     [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE,
-                           FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING | FB(F_ECHO),
+                           FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING | FB(F_ECHO) |
+                               FB(F_SUFFIX),
                            FB(F_MODEL)},
     [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE, FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING,
                        FB(F_MODEL) | FB(F_MESSAGES)},
@@ -784,6 +787,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_STREAM: return get_bool(name, v, &req->stream, err, errlen);
     case F_LOGPROBS: return get_bool(name, v, &req->logprobs, err, errlen);
     case F_ECHO: return get_bool(name, v, &req->echo, err, errlen);
+    case F_SUFFIX: return get_string(name, v, 0, SIZE_MAX, &req->suffix, err, errlen);
     case F_TOP_LOGPROBS:
         if ((rc = get_int(name, v, 0, PROTO_MAX_TOP_LOGPROBS, &x, err, errlen)))
             return rc;
@@ -977,6 +981,7 @@ void proto_req_free(proto_req_t *req)
     free(req->stop);
     free(req->bias_ids);
     free(req->bias);
+    free(req->suffix);
     if (req->key) {
         explicit_bzero(req->key, req->key_len ? req->key_len : strlen(req->key));
         free(req->key);
@@ -1067,6 +1072,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_STREAM: return req->stream ? proto_set_new(root, name, json_true()) : 0;
     case F_LOGPROBS: return req->logprobs ? proto_set_new(root, name, json_true()) : 0;
     case F_ECHO: return req->echo ? proto_set_new(root, name, json_true()) : 0;
+    case F_SUFFIX: return req->suffix ? proto_set_new(root, name, proto_str_new(req->suffix)) : 0;
     case F_TOP_LOGPROBS:
         return req->top_logprobs ? proto_set_new(root, name, json_integer(req->top_logprobs)) : 0;
     case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;

@@ -27,7 +27,8 @@
  *                               token's and N alternatives' logprobs, the
  *                               legacy tokens/token_logprobs/top_logprobs/
  *                               text_offset shape), logit_bias, n (1..16),
- *                               echo (not with logprobs)
+ *                               echo (not with logprobs), suffix (models
+ *                               with fill-in-the-middle tokens, else 400)
  *   POST /v1/chat/completions   the same with messages (content a string or
  *                               text parts; role developer = system),
  *                               max_completion_tokens (alias of max_tokens),
@@ -64,7 +65,7 @@
  * seed: sampler_seed_of_choice; choice 0 draws what n = 1 draws); usage counts
  * the prompt once and every choice's tokens.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
- * their "off" value (best_of 1, suffix empty: no fill-in-the-middle, no tools,
+ * their "off" value (best_of 1, no tools,
  * response_format text; user, store, metadata, service_tier and
  * parallel_tool_calls always) and are a 400 otherwise, as is any unknown
  * field. max_tokens defaults to the model's configured default, not OpenAI's 16.

@@ -226,7 +226,6 @@ typedef enum fkind {
     F_RESPONSE_FORMAT,
     F_TOOL_CHOICE,
     F_CMPL_LOGPROBS, /* completions' logprobs: N -> logprobs true, top_logprobs N */
-    F_SUFFIX,        /* completions' suffix: refused unless empty */
 } fkind_t;
 
 static const struct {
@@ -255,7 +254,7 @@ static const struct {
     {"service_tier", NULL, F_IGNORE, OP_BOTH},
     {"parallel_tool_calls", NULL, F_IGNORE, OP_CHAT},
     {"echo", "echo", F_COPY, OP_CMPL},
-    {"suffix", NULL, F_SUFFIX, OP_CMPL},
+    {"suffix", "suffix", F_COPY, OP_CMPL},
     {"logprobs", NULL, F_CMPL_LOGPROBS, OP_CMPL},
     {"logprobs", "logprobs", F_COPY, OP_CHAT},
     {"top_logprobs", "top_logprobs", F_COPY, OP_CHAT},
@@ -456,13 +455,6 @@ static json_t *map_request(int op, const char *rid, json_t *body, int *include_u
             }
             json_object_set_new(out, "logprobs", json_true());
             json_object_set(out, "top_logprobs", v); /* the codec checks its range */
-            break;
-        case F_SUFFIX:
-            if (!is_off(v)) {
-                snprintf(err, errlen,
-                         "field 'suffix' is not supported: no fill-in-the-middle (insert) mode");
-                goto fail;
-            }
             break;
         case F_TOOL_CHOICE: {
             const char *t = json_string_value(v);

@@ -69,6 +69,44 @@ static int seq_prompt(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
+/* suffix: fill in the middle, the prompt becomes [BOS] FIM_PRE prompt FIM_SUF suffix FIM_MID
+ * (the order llama.cpp's infill uses); 0, or -1 after answering the error. */
+static int seq_fim(wk_t *w, wk_seq_t *s, const wk_model_t *m)
+{
+    const tok_t *tok = m->sm->model->tok;
+    int32_t fim[3];
+    if (!s->req.suffix)
+        return 0;
+    if (tok_fim(tok, fim)) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,
+                      "model '%s' has no fill-in-the-middle tokens: 'suffix' needs them", m->name);
+        return -1;
+    }
+    size_t len = strlen(s->req.suffix), cap = s->n_prompt + len + 8;
+    int32_t *p = malloc(cap * sizeof *p);
+    uint32_t at = 0, skip = s->n_prompt && s->prompt[0] == tok_bos(tok);
+    if (p && skip)
+        p[at++] = s->prompt[0];
+    if (p) {
+        p[at++] = fim[0];
+        memcpy(p + at, s->prompt + skip, (s->n_prompt - skip) * sizeof *p);
+        at += s->n_prompt - skip;
+        p[at++] = fim[1];
+    }
+    int n = p ? tok_encode(tok, s->req.suffix, len, 0, 0, p + at, cap - at - 1) : TOK_ERR_NOMEM;
+    if (n < 0 || (size_t)n > cap - at - 1) {
+        free(p);
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "tokenizer failed (%d)", n);
+        return -1;
+    }
+    at += (uint32_t)n;
+    p[at++] = fim[2];
+    free(s->prompt);
+    s->prompt = p;
+    s->n_prompt = at;
+    return 0;
+}
+
 /* max_tokens against the context; 0, or -1 after answering the error. */
 static int seq_limits(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 {
@@ -167,7 +205,8 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     s->model = mi;
     s->t_arrival = t_recv;
     s->index = index;
-    if (seq_prompt(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) || seq_echo(w, s, m)) {
+    if (seq_prompt(w, s, m) || seq_fim(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
+        seq_echo(w, s, m)) {
         wk_seq_free(w, s);
         return NULL;
     }

@@ -263,7 +263,7 @@ def test_logit_bias_and_echo(d):
                        ({"n": 17}, "'n'"),
                        ({"logprobs": 21}, "top_logprobs"),
                        ({"echo": True, "logprobs": 1}, "'echo' and 'logprobs'"),
-                       ({"suffix": "end"}, "suffix")):
+                       ({"suffix": "end"}, "fill-in-the-middle")):
         st, r = post(d, "/v1/completions", dict(body, model="m", prompt="The cat", max_tokens=2))
         msg = r.get("error", {}).get("message", "")
         check("refused with 400: %s" % json.dumps(body), st == 400 and what in msg, (st, r))
@@ -307,6 +307,27 @@ def test_openai_node_sdk(d):
           r["seeded"][0] == r["seeded"][1] and len(r["seeded"][0]) == 3, r["seeded"])
 
 
+def test_suffix_fills_in_the_middle(d):
+    """suffix on a model with fill-in-the-middle tokens: the prompt runs as [BOS] PRE prompt SUF
+    suffix MID (llama.cpp's infill order), the same as those ids sent as tokens."""
+    c = d.client()
+    tok = lambda text, bos: c.call({"op": "tokenize", "id": "t", "model": "fim", "text": text,
+                                    "add_bos": bos})["tokens"]
+    pre, suf = tok("def add(a, b):", True), tok("    return c", False)
+    ids = pre[:1] + [300] + pre[1:] + [301] + suf + [302] if pre and pre[0] == 1 else \
+        [300] + pre + [301] + suf + [302]
+    a = c.call({"op": "generate", "id": 1, "model": "fim", "prompt": "def add(a, b):",
+                "suffix": "    return c", "max_tokens": 6, "temperature": 0})
+    b = c.call({"op": "generate", "id": 2, "model": "fim", "tokens": ids, "max_tokens": 6,
+                "temperature": 0})
+    c.close()
+    check("suffix runs PRE prompt SUF suffix MID", a.get("event") == "done" and
+          a["usage"]["prompt_tokens"] == len(ids) and a["text"] == b["text"], (a, b, ids))
+    st, r = post(d, "/v1/completions", {"model": "fim", "prompt": "x = ", "suffix": "\n", "max_tokens": 3,
+                                        "temperature": 0})
+    check("HTTP completions take suffix on a fill-in-the-middle model", st == 200, r)
+
+
 def test_n_holds_one_key_slot():
     """With API keys: a request with n = 3 holds one of its key's slots, released
     once at its end, and charges the prompt once plus every choice's tokens."""
@@ -338,7 +359,11 @@ def test_n_holds_one_key_slot():
 
 
 def main():
-    d = HttpDaemon([("m", MODEL, "chat_template: chatml")], memory="8MiB")
+    fim = gsd.mkmodel(os.path.join(gsd.tmpdir("gsd-fim-"), "fim.gguf"),
+                      "--extra-u32 tokenizer.ggml.fim_pre_token_id=300 "
+                      "--extra-u32 tokenizer.ggml.fim_suf_token_id=301 "
+                      "--extra-u32 tokenizer.ggml.fim_mid_token_id=302")
+    d = HttpDaemon([("m", MODEL, "chat_template: chatml"), ("fim", fim, "")], memory="8MiB")
     try:
         test_top_logprobs_match_llama_cpp(d)
         test_stream_logprobs(d)
@@ -346,6 +371,7 @@ def main():
         test_n_runs_in_one_batch(d)
         test_n_stream_cancel_and_errors(d)
         test_logit_bias_and_echo(d)
+        test_suffix_fills_in_the_middle(d)
         test_openai_node_sdk(d)
     finally:
         rc = d.stop()

@@ -144,6 +144,7 @@ static void assert_req_eq(const proto_req_t *a, const proto_req_t *b)
     cr_assert_eq(a->top_logprobs, b->top_logprobs);
     cr_assert_eq(a->n, b->n);
     cr_assert_eq(a->echo, b->echo);
+    cr_assert(str_eq(a->suffix, b->suffix));
     cr_assert_eq(a->n_bias, b->n_bias);
     for (size_t i = 0; i < a->n_bias; i++) {
         cr_assert_eq(a->bias_ids[i], b->bias_ids[i]);
@@ -1196,7 +1197,9 @@ Test(proto, logprobs_logit_bias_n_and_echo_parse_and_round_trip)
     cr_assert_eq(r.bias[1], 2.5f);
     proto_req_free(&r);
     round_trip(line, 0);
-    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"n\":2}", 0);
+    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"n\":2,"
+               "\"suffix\":\"y\"}",
+               0);
     round_trip(
         "{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
         "\"logprobs\":true,\"logit_bias\":{\"0\":1}}",
@@ -1221,6 +1224,10 @@ Test(proto, bad_logprobs_logit_bias_n_and_echo_are_named)
     bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
         "\"echo\":true}",
         "echo");
+    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"suffix\":\"y\"}",
+        "suffix");
+    bad(GEN "\"suffix\":3}", "suffix");
 #undef GEN
 }
 
