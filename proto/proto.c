@@ -58,6 +58,12 @@ typedef enum pfield {
     F_KEY,
     F_CACHE_PROMPT,
     F_CACHE_SALT,
+    F_LOGPROBS,
+    F_TOP_LOGPROBS,
+    F_LOGIT_BIAS,
+    F_N,
+    F_ECHO,
+    F_SUFFIX,
     F_COUNT
 } pfield_t;
 
@@ -82,6 +88,12 @@ static const char *const field_names[F_COUNT] = {
     [F_KEY] = "key",
     [F_CACHE_PROMPT] = "cache_prompt",
     [F_CACHE_SALT] = "cache_salt",
+    [F_LOGPROBS] = "logprobs",
+    [F_TOP_LOGPROBS] = "top_logprobs",
+    [F_LOGIT_BIAS] = "logit_bias",
+    [F_N] = "n",
+    [F_ECHO] = "echo",
+    [F_SUFFIX] = "suffix",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -112,7 +124,8 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLER_BITS (((1u << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
-     FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT))
+     FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
+     FB(F_LOGIT_BIAS) | FB(F_N))
 _Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
 enum {
@@ -130,7 +143,9 @@ static const struct op_desc {
     uint32_t required;
 } op_table[] = {
     [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE,
-                           FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING, FB(F_MODEL)},
+                           FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING | FB(F_ECHO) |
+                               FB(F_SUFFIX),
+                           FB(F_MODEL)},
     [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE, FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING,
                        FB(F_MODEL) | FB(F_MESSAGES)},
     [PROTO_OP_TOKENIZE] = {"tokenize", SOCK_INFERENCE, FB(F_MODEL) | FB(F_TEXT) | FB(F_ADD_BOS),
@@ -784,6 +799,20 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     }
     case F_CACHE_SALT:
         return get_string(name, v, 1, PROTO_MAX_NAME_BYTES, &req->cache_salt, err, errlen);
+    case F_LOGPROBS: return get_bool(name, v, &req->logprobs, err, errlen);
+    case F_ECHO: return get_bool(name, v, &req->echo, err, errlen);
+    case F_SUFFIX: return get_string(name, v, 0, SIZE_MAX, &req->suffix, err, errlen);
+    case F_TOP_LOGPROBS:
+        if ((rc = get_int(name, v, 0, PROTO_MAX_TOP_LOGPROBS, &x, err, errlen)))
+            return rc;
+        req->top_logprobs = (int32_t)x;
+        return 0;
+    case F_N:
+        if ((rc = get_int(name, v, 1, PROTO_MAX_CHOICES, &x, err, errlen)))
+            return rc;
+        req->n = (uint32_t)x;
+        return 0;
+    case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -893,6 +922,13 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                               "missing field 'prompt' (or 'tokens')");
     }
+    if (req->top_logprobs > 0 && !req->logprobs)
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "'top_logprobs' needs 'logprobs': true");
+    if (req->echo &&
+        req->logprobs) /* the prompt's own logprobs would need every position's logits */
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "'echo' and 'logprobs' together are not supported");
     return 0;
 }
 
@@ -957,6 +993,9 @@ void proto_req_free(proto_req_t *req)
     for (size_t i = 0; i < req->n_stop; i++)
         free(req->stop[i]);
     free(req->stop);
+    free(req->bias_ids);
+    free(req->bias);
+    free(req->suffix);
     if (req->key) {
         explicit_bzero(req->key, req->key_len ? req->key_len : strlen(req->key));
         free(req->key);
@@ -1050,6 +1089,14 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_CACHE_PROMPT: return req->cache_off ? proto_set_new(root, name, json_false()) : 0;
     case F_CACHE_SALT:
         return req->cache_salt ? proto_set_new(root, name, proto_str_new(req->cache_salt)) : 0;
+    case F_LOGPROBS: return req->logprobs ? proto_set_new(root, name, json_true()) : 0;
+    case F_ECHO: return req->echo ? proto_set_new(root, name, json_true()) : 0;
+    case F_SUFFIX: return req->suffix ? proto_set_new(root, name, proto_str_new(req->suffix)) : 0;
+    case F_TOP_LOGPROBS:
+        return req->top_logprobs ? proto_set_new(root, name, json_integer(req->top_logprobs)) : 0;
+    case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;
+    case F_LOGIT_BIAS:
+        return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

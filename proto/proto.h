@@ -10,14 +10,17 @@
 #include "engine/sampler_params.h"
 
 /* Limits the parser enforces (PROTOCOL.md section 5). */
-#define PROTO_MAX_DEPTH 32       /* JSON nesting levels */
-#define PROTO_MAX_ID_BYTES 256   /* id and target strings */
-#define PROTO_MAX_NAME_BYTES 256 /* model names */
-#define PROTO_MAX_KEY_BYTES 256  /* API keys (auth) */
-#define PROTO_MAX_TOKENS 1000000 /* entries of "tokens" */
-#define PROTO_MAX_MESSAGES 65536 /* entries of "messages" */
-#define PROTO_MAX_STOP 16        /* entries of "stop" */
-#define PROTO_MAX_STOP_BYTES 256 /* bytes of one stop string */
+#define PROTO_MAX_DEPTH 32        /* JSON nesting levels */
+#define PROTO_MAX_ID_BYTES 256    /* id and target strings */
+#define PROTO_MAX_NAME_BYTES 256  /* model names */
+#define PROTO_MAX_KEY_BYTES 256   /* API keys (auth) */
+#define PROTO_MAX_TOKENS 1000000  /* entries of "tokens" */
+#define PROTO_MAX_MESSAGES 65536  /* entries of "messages" */
+#define PROTO_MAX_STOP 16         /* entries of "stop" */
+#define PROTO_MAX_STOP_BYTES 256  /* bytes of one stop string */
+#define PROTO_MAX_TOP_LOGPROBS 20 /* top_logprobs */
+#define PROTO_MAX_LOGIT_BIAS 1024 /* entries of "logit_bias" */
+#define PROTO_MAX_CHOICES 16      /* n */
 
 typedef enum proto_op {
     PROTO_OP_GENERATE = 1,
@@ -104,6 +107,15 @@ typedef struct proto_req {
     int cache_off;        /* generate/chat: "cache_prompt": false, no prefix cache for it */
     char *cache_salt;     /* generate/chat: prefix cache entries are shared by whoever names the
                              same salt (instead of by API key); NULL = none */
+    int logprobs;         /* generate/chat: each token's log-probability in the answer */
+    int32_t top_logprobs; /* generate/chat: 0..PROTO_MAX_TOP_LOGPROBS alternatives per token
+                             (needs logprobs) */
+    int32_t *bias_ids;    /* generate/chat logit_bias: (n_bias) token ids, */
+    float *bias;          /* and what is added to each one's logit, -100..100 */
+    size_t n_bias;
+    uint32_t n;           /* generate/chat: choices, 1..PROTO_MAX_CHOICES; 0 = not given (1) */
+    int echo;             /* generate: the prompt's text heads the answer's text */
+    char *suffix;         /* generate: the text after the gap (fill in the middle), or NULL */
     int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count; /* admin fault: operations affected, 0 = not given (1) */
@@ -145,9 +157,18 @@ void proto_req_free(proto_req_t *req);
  * (caller frees with free()), NULL on OOM. id may be NULL (encoded as null).
  * Text that is not valid UTF-8 is encoded with U+FFFD for the bad bytes. */
 
+/* What a token or done line adds for a request with n > 1 or logprobs. */
+typedef struct proto_choice {
+    uint32_t index;         /* the choice, 0..n-1; written when n > 1 */
+    uint32_t n;             /* the request's choices */
+    uint32_t left;          /* done: choices still running after this one; written when n > 1 */
+    const json_t *logprobs; /* token: one entry (object), done: an array of them; NULL = none */
+} proto_choice_t;
 /* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
- * daemon's monotonic clock when the token was produced (omitted when < 0). */
-char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts);
+ * daemon's monotonic clock when the token was produced (omitted when < 0);
+ * c (NULL = none) adds "index" and "logprobs". */
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts,
+                         const proto_choice_t *c);
 
 typedef struct proto_timing {
     double queue_ms, swap_ms, ttft_ms, total_ms; /* ms, encoded with 3 decimals at most */
@@ -156,10 +177,10 @@ typedef struct proto_timing {
 
 /* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
  * usage.cached_tokens (prompt tokens a cached prefix covered) only when not 0; t NULL omits
- * "timing". */
+ * "timing"; c (NULL = none) adds "index", "left" and "logprobs". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
                         uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens,
-                        const proto_timing_t *t);
+                        const proto_timing_t *t, const proto_choice_t *c);
 /* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
  * shape of error on both sockets (the server's error emitter calls this).
  * message NULL uses the code itself. */
@@ -175,6 +196,12 @@ char *proto_encode_progress(const json_t *id, const char *model, uint64_t bytes,
  * every encoder writes text; new reference, NULL on OOM. For front ends that build
  * their own answers from the same text (daemon/front/http.c). */
 json_t *proto_str_new(const char *s);
+
+/* One token's logprobs entry as token and done lines carry it (PROTOCOL.md):
+ * {"token":id,"text":..,"bytes":[..],"logprob":x[,"top_logprobs":[{"token","text","bytes",
+ * "logprob"}..]]}; piece is the token's n bytes (any bytes: "text" is their UTF-8 with U+FFFD
+ * for bad ones, "bytes" the exact ones). A new object, NULL on OOM. */
+json_t *proto_logprob_new(int32_t token, const char *piece, size_t n, double logprob);
 
 /* ------------------------------------------------------------------ client side */
 

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ encoders */
@@ -22,22 +23,62 @@ static json_t *answer_new(const json_t *id)
     return root;
 }
 
-char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts)
+/* Adds c's fields to an answer: "index" (and on done "left") when n > 1, "logprobs" when
+ * given; -1 on OOM. */
+static int choice_add(json_t *root, const proto_choice_t *c, int done)
+{
+    if (!c)
+        return 0;
+    if (c->n > 1 && (proto_set_new(root, "index", json_integer(c->index)) ||
+                     (done && proto_set_new(root, "left", json_integer(c->left)))))
+        return -1;
+    return c->logprobs ? proto_set_new(root, "logprobs", json_deep_copy(c->logprobs)) : 0;
+}
+
+char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts,
+                         const proto_choice_t *c)
 {
     json_t *root = answer_new(id);
     if (!root || proto_set_new(root, "event", json_string("token")) ||
         proto_set_new(root, "text", proto_str_new(text)) ||
         proto_set_new(root, "token", json_integer(token)) ||
-        (ts >= 0 && proto_set_new(root, "ts", json_real(round(ts * 1e6) / 1e6)))) {
+        (ts >= 0 && proto_set_new(root, "ts", json_real(round(ts * 1e6) / 1e6))) ||
+        choice_add(root, c, 0)) {
         json_decref(root);
         return NULL;
     }
     return proto_line_finish(root);
 }
 
+json_t *proto_logprob_new(int32_t token, const char *piece, size_t n, double logprob)
+{
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < n; i++)
+        if (json_array_append_new(bytes, json_integer((unsigned char)piece[i]))) {
+            json_decref(bytes);
+            bytes = NULL;
+        }
+    char *z = strndup(piece, n); /* a NUL byte ends "text" there; "bytes" has them all */
+    json_t *o = json_object();
+    if (!o || !z || !bytes || proto_set_new(o, "token", json_integer(token)) ||
+        proto_set_new(o, "text", proto_str_new(z))) {
+        json_decref(bytes);
+        json_decref(o);
+        free(z);
+        return NULL;
+    }
+    if (proto_set_new(o, "bytes", bytes) || /* stolen */
+        proto_set_new(o, "logprob", json_real(isfinite(logprob) ? logprob : -9999.0))) {
+        json_decref(o);
+        o = NULL;
+    }
+    free(z);
+    return o;
+}
+
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,
                         uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens,
-                        const proto_timing_t *t)
+                        const proto_timing_t *t, const proto_choice_t *c)
 {
     json_t *root = answer_new(id);
     json_t *usage = json_object();
@@ -65,6 +106,7 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
     int rc = json_object_set_new(root, "usage", usage);
     if (timing)
         rc |= json_object_set_new(root, "timing", timing);
+    rc |= choice_add(root, c, 1);
     if (rc) {
         json_decref(root);
         return NULL;

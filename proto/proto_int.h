@@ -31,4 +31,9 @@ char *proto_line_finish(json_t *root);
 json_t *proto_load_line(const char *line, size_t len, size_t flags, int *rc, char *err,
                         size_t errlen);
 
+/* proto_bias.c (below proto.c: it calls none of the above): "logit_bias" ({"id": bias, ...}) into req; 0 or -code with err. */
+int proto_parse_logit_bias(const json_t *v, proto_req_t *req, char *err, size_t errlen);
+/* req's logit_bias as the wire writes it (a new object), NULL on OOM. */
+json_t *proto_logit_bias_new(const proto_req_t *req);
+
 #endif

@@ -29,6 +29,8 @@ struct sampler {
     int32_t n_gen;        /* ids in gen */
     sampler_cand_t *cand; /* (n_vocab) candidate scratch */
     double *w;            /* (n_vocab) unnormalised probabilities, parallel to cand */
+    int32_t *bias_ids;    /* (n_bias) logit_bias ids, owned */
+    float *bias;          /* (n_bias) added to those logits first */
 };
 
 /* ------------------------------------------------------------------ PRNG */
@@ -108,6 +110,9 @@ void sampler_params_default(sampler_params_t *p)
 #undef X
     p->repeat_last_n = 64;
     p->seed = 0;
+    p->bias_ids = NULL;
+    p->bias = NULL;
+    p->n_bias = 0;
 }
 
 static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char *err,
@@ -147,6 +152,13 @@ static int sampler_params_check(const sampler_params_t *p, int32_t n_vocab, char
         snprintf(err, errlen, "sampler: frequency_penalty %g is not a finite number",
                  (double)p->frequency_penalty);
         return -1;
+    }
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab || !isfinite(p->bias[i])) {
+            snprintf(err, errlen, "sampler: logit_bias for token %d: %s", (int)p->bias_ids[i],
+                     isfinite(p->bias[i]) ? "outside the vocabulary" : "not a finite number");
+            return -1;
+        }
     }
     if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLER_MAX_LAST_N) {
         snprintf(err, errlen, "sampler: repeat_last_n %d must be in 0..%d", (int)p->repeat_last_n,
@@ -191,6 +203,16 @@ sampler_t *sampler_new(const sampler_params_t *p, int32_t n_vocab, char *err, si
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
     if (!s->cand || !s->w)
         goto fail;
+    if (p->n_bias > 0) {
+        s->bias_ids = malloc((size_t)p->n_bias * sizeof *s->bias_ids);
+        s->bias = malloc((size_t)p->n_bias * sizeof *s->bias);
+        if (!s->bias_ids || !s->bias)
+            goto fail;
+        memcpy(s->bias_ids, p->bias_ids, (size_t)p->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+    }
+    s->p.bias_ids = s->bias_ids; /* the caller's arrays are not kept */
+    s->p.bias = s->bias;
     return s;
 fail:
     snprintf(err, errlen, "sampler: out of memory for a vocabulary of %d", (int)n_vocab);
@@ -208,6 +230,8 @@ void sampler_free(sampler_t *s)
     free(s->gen);
     free(s->cand);
     free(s->w);
+    free(s->bias_ids);
+    free(s->bias);
     free(s);
 }
 
@@ -342,6 +366,8 @@ int32_t sampler_sample(sampler_t *s, float *logits)
 {
     const sampler_params_t *p = &s->p;
     int32_t V = s->n_vocab;
+    for (int32_t i = 0; i < p->n_bias; i++)
+        logits[p->bias_ids[i]] += p->bias[i];
     sampler_penalize(s, logits);
     sampler_penalize_generated(s, logits);
     int32_t best = sampler_sanitize_argmax(logits, V);
@@ -424,4 +450,50 @@ int32_t sampler_sample(sampler_t *s, float *logits)
     sampler_accept(s, pick);
     sampler_count(s, pick);
     return pick;
+}
+
+/* ------------------------------------------------------------------ logprobs */
+
+double sampler_logprobs(const float *logits, int32_t n_vocab, int32_t k, sampler_logprob_t *top)
+{
+    double m = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] > m) /* false for NaN */
+            m = logits[i];
+    if (m == -INFINITY) { /* nothing has any weight */
+        for (int32_t j = 0; j < k && j < n_vocab; j++)
+            top[j] = (sampler_logprob_t){.id = j, .logprob = -INFINITY};
+        return -INFINITY;
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] > -INFINITY) /* false for NaN */
+            sum += exp((double)logits[i] - m);
+    double lse = m + log(sum);
+    if (k > n_vocab)
+        k = n_vocab;
+    /* the k best by insertion: top[0..n) sorted best first, lower id first on ties */
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab && k > 0; i++) {
+        float v = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (n == k && !(v > top[n - 1].logprob))
+            continue;
+        int32_t j = n < k ? n++ : n - 1;
+        while (j > 0 && v > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = (sampler_logprob_t){.id = i, .logprob = v};
+    }
+    for (int32_t j = 0; j < n; j++)
+        top[j].logprob = (float)((double)top[j].logprob - lse);
+    return lse;
+}
+
+uint64_t sampler_seed_of_choice(uint64_t seed, uint32_t i)
+{
+    if (i == 0)
+        return seed;
+    uint64_t x = seed ^ ((uint64_t)i * 0xd1342543de82ef95ull);
+    return sampler_splitmix64(&x);
 }

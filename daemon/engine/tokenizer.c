@@ -267,6 +267,56 @@ static const struct {
     {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}},
 };
 
+/* The fill-in-the-middle prefix, suffix and middle tokens: by id from the keys, else by the
+ * texts of the families llama.cpp knows (Qwen2.5-Coder, StarCoder, CodeLlama, DeepSeek-Coder). */
+static const char *const tok_fim_key[3] = {"tokenizer.ggml.fim_pre_token_id",
+                                           "tokenizer.ggml.fim_suf_token_id",
+                                           "tokenizer.ggml.fim_mid_token_id"};
+static const char *const tok_fim_text[][3] = {
+    {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+    {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+    {"<fim-prefix>", "<fim-suffix>", "<fim-middle>"},
+    {"\xe2\x96\x81<PRE>", "\xe2\x96\x81<SUF>", "\xe2\x96\x81<MID>"},
+    {"<PRE>", "<SUF>", "<MID>"},
+    {"<\xef\xbd\x9c"
+     "fim\xe2\x96\x81"
+     "begin\xef\xbd\x9c>",
+     "<\xef\xbd\x9c"
+     "fim\xe2\x96\x81"
+     "hole\xef\xbd\x9c>",
+     "<\xef\xbd\x9c"
+     "fim\xe2\x96\x81"
+     "end\xef\xbd\x9c>"},
+};
+
+static int tok_build_fim(tok_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    int found = 1;
+    for (int i = 0; i < 3; i++) {
+        if (tok_load_id(g, tok_fim_key[i], t->n_vocab, &t->fim[i], err, errlen) < 0)
+            return TOK_ERR_FORMAT;
+        found &= t->fim[i] >= 0;
+    }
+    for (size_t f = 0; !found && f < sizeof tok_fim_text / sizeof tok_fim_text[0]; f++) {
+        found = 1;
+        for (int i = 0; i < 3; i++) {
+            t->fim[i] = tok_map_get(&t->vocab, tok_fim_text[f][i], strlen(tok_fim_text[f][i]));
+            found &= t->fim[i] >= 0;
+        }
+    }
+    if (!found)
+        t->fim[0] = t->fim[1] = t->fim[2] = -1;
+    return 0;
+}
+
+int tok_fim(const tok_t *t, int32_t ids[3])
+{
+    if (t->fim[0] < 0)
+        return -1;
+    memcpy(ids, t->fim, sizeof t->fim);
+    return 0;
+}
+
 /* Marks the end-of-generation tokens: EOS, EOT and EOM ids, the texts above
  * and the FIM ones. Runs before tok_build_specials (it changes types). */
 static int tok_build_eog(tok_t *t, const gguf_t *g, char *err, size_t errlen)
@@ -416,7 +466,8 @@ tok_t *tok_open(const gguf_t *g, char *err, size_t errlen)
         tok_load_bool(g, "tokenizer.ggml.add_space_prefix", 1, &t->add_space_prefix, err, errlen) <
             0)
         goto fail;
-    if (tok_build_eog(t, g, err, errlen) < 0 || tok_build_specials(t, err, errlen) < 0)
+    if (tok_build_eog(t, g, err, errlen) < 0 || tok_build_fim(t, g, err, errlen) < 0 ||
+        tok_build_specials(t, err, errlen) < 0)
         goto fail;
     tok_build_strip(t, g);
     tok_build_bytes(t);

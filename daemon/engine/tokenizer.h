@@ -55,6 +55,11 @@ int tok_type(const tok_t *t, int32_t id);
 const char *tok_text(const tok_t *t, int32_t id);
 /* Find a token by exact text; -1 if absent. */
 int32_t tok_find(const tok_t *t, const char *text);
+/* The fill-in-the-middle tokens, prefix, suffix and middle, into ids[0..2]
+ * (from the tokenizer.ggml.fim_{pre,suf,mid}_token_id keys, else by the texts
+ * of Qwen2.5-Coder, StarCoder, CodeLlama and DeepSeek-Coder); 0, or -1 when
+ * the vocabulary has no such three. */
+int tok_fim(const tok_t *t, int32_t ids[3]);
 
 /* Tokenize len bytes of UTF-8 text into ids (capacity cap). add_bos adds BOS
  * when the vocabulary has one; parse_special turns special-token text

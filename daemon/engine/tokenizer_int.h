@@ -71,6 +71,7 @@ struct tok {
     size_t n_specials;
     size_t max_len;                       /* longest token text, bytes */
     int32_t bos, eos, unk, pad, eot, eom; /* -1 = none */
+    int32_t fim[3];                       /* fill-in-the-middle prefix, suffix, middle; -1 = none */
     int add_bos;
     int add_space_prefix;
     int ignore_merges;              /* BPE: a pre-token that is a whole token is not merged */

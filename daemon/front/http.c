@@ -58,6 +58,9 @@ typedef struct hreq {
     int admitted;         /* a generate/chat slot of key is held until it ends */
     uint32_t retry_after; /* Retry-After seconds of its 429; 0 = the default 1 */
     time_t created;       /* unix seconds at arrival */
+    json_t *choices;      /* n > 1 without stream: the choices ended so far (array), owned */
+    size_t offset[PROTO_MAX_CHOICES]; /* completions' logprobs text_offset, per choice */
+    uint32_t roles;                   /* streamed chat: choices whose role chunk went out (bits) */
     struct hreq *hnext;
 } hreq_t;
 
@@ -139,6 +142,7 @@ static void hreq_free(hreq_t *r)
         auth_finish(h->auth, r->key, 0, auth_now());
     auth_key_unref(r->key);
     free(r->model);
+    json_decref(r->choices);
     free(r);
 }
 
@@ -493,10 +497,23 @@ static void http_fail(hreq_t *r, int status, proto_err_t code, const char *fmt, 
 }
 
 /* What r's OpenAI answers say of it. */
-static http_answer_t answer_of(const hreq_t *r)
+static http_answer_t answer_of(hreq_t *r)
 {
-    return (http_answer_t){
-        .rid = r->rid, .model = r->model, .created = r->created, .chat = r->kind == HK_CHAT};
+    return (http_answer_t){.rid = r->rid,
+                           .model = r->model,
+                           .created = r->created,
+                           .chat = r->kind == HK_CHAT,
+                           .offset = r->offset};
+}
+
+/* A streamed chat choice opens with the role: once per index, before its first chunk. */
+static void role_chunk(hreq_t *r, uint32_t index)
+{
+    if (r->kind != HK_CHAT || index >= 32 || (r->roles & (1u << index)))
+        return;
+    r->roles |= 1u << index;
+    http_answer_t a = answer_of(r);
+    send_sse(r, http_role_chunk_of(&a, index));
 }
 
 static void stream_start(hreq_t *r)
@@ -508,10 +525,7 @@ static void stream_start(hreq_t *r)
     evhttp_add_header(hd, "Cache-Control", "no-cache");
     evhttp_send_reply_start(r->req, 200, "OK");
     r->started = 1;
-    if (r->kind == HK_CHAT) {
-        http_answer_t a = answer_of(r);
-        send_sse(r, http_role_chunk_of(&a));
-    }
+    role_chunk(r, 0);
 }
 
 static void gen_token(hreq_t *r, const wk_event_t *ev)
@@ -519,28 +533,42 @@ static void gen_token(hreq_t *r, const wk_event_t *ev)
     if (!r->stream)
         return;
     stream_start(r);
+    role_chunk(r, ev->index);
     http_answer_t a = answer_of(r);
-    if (ev->text && ev->text[0])
+    if ((ev->text && ev->text[0]) || ev->logprobs)
         send_sse(r, http_chunk_of(&a, ev, 0));
 }
 
 static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
+    http_answer_t a = answer_of(r);
+    if (ev->left > 0) { /* n > 1: one choice ended, the others go on */
+        if (r->stream) {
+            stream_start(r);
+            role_chunk(r, ev->index);
+            send_sse(r, http_chunk_of(&a, ev, 0));
+        } else {
+            if (!r->choices)
+                r->choices = json_array();
+            json_array_append_new(r->choices, http_choice_of(&a, ev));
+        }
+        return;
+    }
     if (r->admitted) {
         r->admitted = 0;
         auth_finish(r->h->auth, r->key,
                     (uint64_t)ev->prompt_tokens + (uint64_t)ev->completion_tokens, auth_now());
     }
-    http_answer_t a = answer_of(r);
     if (r->stream) {
         stream_start(r);
+        role_chunk(r, ev->index);
         send_sse(r, http_chunk_of(&a, ev, 0));
         if (r->include_usage)
             send_sse(r, http_chunk_of(&a, ev, 1));
         sse_end(r, 1);
         return;
     }
-    reply_json(r, 200, http_completion_of(&a, ev));
+    reply_json(r, 200, http_completion_of(&a, ev, r->choices));
 }
 
 static void any_error(hreq_t *r, const wk_event_t *ev)

@@ -23,10 +23,18 @@
  *                               presence_penalty, frequency_penalty;
  *                               extensions top_k, min_p, repeat_penalty
  *                               (alias repetition_penalty): every
- *                               SAMPLER_PARAMS row
+ *                               SAMPLER_PARAMS row; logprobs N (0..20: the
+ *                               token's and N alternatives' logprobs, the
+ *                               legacy tokens/token_logprobs/top_logprobs/
+ *                               text_offset shape), logit_bias, n (1..16),
+ *                               echo (not with logprobs), suffix (models
+ *                               with fill-in-the-middle tokens, else 400)
  *   POST /v1/chat/completions   the same with messages (content a string or
- *                               text parts; role developer = system) and
- *                               max_completion_tokens (alias of max_tokens)
+ *                               text parts; role developer = system),
+ *                               max_completion_tokens (alias of max_tokens),
+ *                               logprobs (boolean) and top_logprobs (0..20:
+ *                               choices[i].logprobs.content[] of {token,
+ *                               logprob, bytes, top_logprobs})
  *   GET  /v1/models, /v1/models/{id}
  *   GET  /health                200 {"status":"ok"}; 503 {"status":"draining"}
  *   GET  /metrics               Prometheus text 0.0.4, rendered from the
@@ -51,12 +59,16 @@
  * request to the worker (proto_req_t.allow) and its limits are checked before
  * it is submitted; /metrics there needs a key for every model (others: 404).
  * The metrics listener needs no key.
+ * logprobs are the model's raw distribution, as OpenAI defines them: the
+ * log-softmax of the logits before logit_bias, penalties, temperature and
+ * truncation. n > 1 runs n sibling sequences (choice i's seed derived from
+ * seed: sampler_seed_of_choice; choice 0 draws what n = 1 draws); usage counts
+ * the prompt once and every choice's tokens.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
- * their "off" value (n and best_of 1, echo false, logprobs off,
- * logit_bias empty, no tools, response_format text; user, store, metadata,
- * service_tier and parallel_tool_calls always) and are a 400 otherwise, as
- * is any unknown field. max_tokens defaults to the model's configured
- * default, not OpenAI's 16.
+ * their "off" value (best_of 1, no tools,
+ * response_format text; user, store, metadata, service_tier and
+ * parallel_tool_calls always) and are a 400 otherwise, as is any unknown
+ * field. max_tokens defaults to the model's configured default, not OpenAI's 16.
  *
  * finish_reason: length -> "length"; stop and eos -> "stop"; cancelled ->
  * "stop" (stays within OpenAI's set; an HTTP client cannot cancel except by
@@ -66,7 +78,9 @@
  * token or the end arrives, so errors found before generation starts keep
  * their status: one `data: {chunk}` per token (object "text_completion" with
  * choices[0].text, or "chat.completion.chunk" with choices[0].delta, the
- * first chat chunk carrying the role), a final chunk with finish_reason, a
+ * first chat chunk of each choice carrying the role; choices[0].index the
+ * choice and choices[0].logprobs the token's when asked), a final chunk per
+ * choice with finish_reason, a
  * usage chunk when stream_options.include_usage, then `data: [DONE]`. An error
  * after the stream started is sent as `data: {"error":{...}}` and ends it.
  *
@@ -114,18 +128,26 @@ typedef struct http_answer {
     const char *model; /* the model the request named */
     int64_t created;   /* unix seconds at its arrival */
     int chat;          /* /v1/chat/completions (chat.completion objects), else /v1/completions */
+    size_t *offset;    /* completions' logprobs.text_offset: characters of text before the next
+                          token, one per choice (PROTO_MAX_CHOICES), advanced; NULL = from 0 */
 } http_answer_t;
 
 /* The OpenAI encoders of the worker's generation events: a new reference, or
  * NULL on OOM or for an event they do not encode. Pure: safe in any thread.
  *   http_chunk_of       one streamed chunk (object "text_completion" or
- *                       "chat.completion.chunk"): TOKEN -> its text in
- *                       choices[0].text or .delta.content; DONE -> the last
- *                       choice, with finish_reason; usage set: DONE -> the
- *                       usage chunk (choices empty, usage with total_tokens)
- *   http_completion_of  DONE -> the whole answer of a request without stream
- *                       (choices[0].text or .message, finish_reason, usage) */
+ *                       "chat.completion.chunk"): TOKEN -> its text (and
+ *                       logprobs) in choices[0].text or .delta.content, with
+ *                       the event's index; DONE -> that choice's last chunk,
+ *                       with finish_reason; usage set: DONE -> the usage chunk
+ *                       (choices empty, usage with total_tokens)
+ *   http_choice_of      DONE -> one choice of a request without stream (index,
+ *                       text or message, logprobs, finish_reason)
+ *   http_completion_of  the last DONE of a request without stream -> the whole
+ *                       answer: its choice plus those of the earlier DONEs
+ *                       (more: http_choice_of's, an array, borrowed; NULL =
+ *                       none) sorted by index, and the usage of the last */
 json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage);
-json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev);
+json_t *http_choice_of(const http_answer_t *a, const wk_event_t *ev);
+json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev, const json_t *more);
 
 #endif

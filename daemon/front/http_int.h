@@ -10,9 +10,9 @@
 
 /* ------------------------------------------------------------------ http_openai.c */
 
-/* The first chunk of a streamed chat answer: choices[0].delta carries the role
+/* The first chunk of a streamed chat answer's choice index: its delta carries the role
  * and empty content. A new reference, NULL on OOM. Pure: safe in any thread. */
-json_t *http_role_chunk_of(const http_answer_t *a);
+json_t *http_role_chunk_of(const http_answer_t *a, uint32_t index);
 
 /* ------------------------------------------------------------------ http_metrics.c */
 

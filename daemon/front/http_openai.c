@@ -23,10 +23,81 @@ static json_t *chunk_new(const http_answer_t *a, json_t *choices /* stolen */)
                      (json_int_t)a->created, "model", a->model ? a->model : "", "choices", choices);
 }
 
-/* One streamed choice: text NULL with finish set for the last one. */
-static json_t *chunk_choice(const http_answer_t *a, const char *text, const char *finish, int role)
+/* Characters (code points) of UTF-8 text s. */
+static size_t utf8_chars(const char *s)
 {
-    json_t *c = json_pack("{s:i, s:n}", "index", 0, "logprobs");
+    size_t n = 0;
+    for (; s && *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* chat's form of one of our entries (proto_logprob_new): {token, logprob, bytes}, with
+ * top_logprobs when top is set. A new object. */
+static json_t *chat_logprob(const json_t *e, int top)
+{
+    json_t *o = json_pack("{s:O, s:O, s:O}", "token", json_object_get(e, "text"), "logprob",
+                          json_object_get(e, "logprob"), "bytes", json_object_get(e, "bytes"));
+    if (!o || !top)
+        return o;
+    json_t *alts = json_array();
+    size_t i;
+    const json_t *x;
+    json_array_foreach (json_object_get(e, "top_logprobs"), i, x)
+        json_array_append_new(alts, chat_logprob(x, 0));
+    json_object_set_new(o, "top_logprobs", alts);
+    return o;
+}
+
+/* OpenAI's logprobs of a choice from our entries (one object or an array of them): chat's
+ * {content: [...], refusal: null}, completions' {tokens, token_logprobs, top_logprobs,
+ * text_offset} (offset: the first token's text_offset, advanced past them). NULL entries: null. */
+static json_t *logprobs_of(const http_answer_t *a, const json_t *entries, size_t *offset)
+{
+    if (!entries)
+        return json_null();
+    json_t *one = json_is_array(entries) ? NULL : json_pack("[O]", entries);
+    const json_t *arr = one ? one : entries;
+    json_t *out = a->chat ? json_pack("{s:[], s:n}", "content", "refusal")
+                          : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
+                                      "top_logprobs", "text_offset");
+    size_t i, at = offset ? *offset : 0;
+    const json_t *e;
+    json_array_foreach (arr, i, e) {
+        if (a->chat) {
+            json_array_append_new(json_object_get(out, "content"), chat_logprob(e, 1));
+            continue;
+        }
+        const json_t *text = json_object_get(e, "text");
+        json_array_append(json_object_get(out, "tokens"), (json_t *)text);
+        json_array_append(json_object_get(out, "token_logprobs"), json_object_get(e, "logprob"));
+        json_t *alts = json_object();
+        size_t k;
+        const json_t *x;
+        json_array_foreach (json_object_get(e, "top_logprobs"), k, x) {
+            const char *t = json_string_value(json_object_get(x, "text"));
+            if (t && !json_object_get(alts, t)) /* two tokens of one text: the likelier */
+                json_object_set(alts, t, json_object_get(x, "logprob"));
+        }
+        json_array_append_new(json_object_get(out, "top_logprobs"), alts);
+        json_array_append_new(json_object_get(out, "text_offset"), json_integer((json_int_t)at));
+        at += utf8_chars(json_string_value(text));
+    }
+    if (offset)
+        *offset = at;
+    json_decref(one);
+    return out;
+}
+
+/* One streamed choice: text NULL with finish set for the last one. */
+static json_t *chunk_choice(const http_answer_t *a, const wk_event_t *ev, const char *text,
+                            const char *finish, int role)
+{
+    uint32_t index = ev ? ev->index : 0;
+    size_t *off = a->offset && index < PROTO_MAX_CHOICES ? &a->offset[index] : NULL;
+    json_t *c =
+        json_pack("{s:i, s:o}", "index", (int)index, "logprobs",
+                  logprobs_of(a, ev && ev->kind == WK_EVENT_TOKEN ? ev->logprobs : NULL, off));
     if (!c)
         return NULL;
     if (a->chat) {
@@ -62,17 +133,17 @@ json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage)
         return c;
     }
     if (ev->kind == WK_EVENT_TOKEN)
-        return chunk_new(a, chunk_choice(a, ev->text ? ev->text : "", NULL, 0));
+        return chunk_new(a, chunk_choice(a, ev, ev->text ? ev->text : "", NULL, 0));
     if (ev->kind == WK_EVENT_DONE)
-        return chunk_new(a, chunk_choice(a, NULL, finish_of(ev->finish), 0));
+        return chunk_new(a, chunk_choice(a, ev, NULL, finish_of(ev->finish), 0));
     return NULL;
 }
 
-json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev)
+json_t *http_choice_of(const http_answer_t *a, const wk_event_t *ev)
 {
     if (ev->kind != WK_EVENT_DONE)
         return NULL;
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", (int)ev->index);
     if (!choice)
         return NULL;
     if (a->chat)
@@ -81,17 +152,50 @@ json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev)
             json_pack("{s:s, s:o}", "role", "assistant", "content", proto_str_new(ev->text)));
     else
         json_object_set_new(choice, "text", proto_str_new(ev->text));
-    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "logprobs", logprobs_of(a, ev->logprobs, NULL));
     json_object_set_new(choice, "finish_reason", json_string(finish_of(ev->finish)));
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", a->rid, "object",
+    return choice;
+}
+
+static int choice_cmp(const void *pa, const void *pb)
+{
+    json_int_t x = json_integer_value(json_object_get(*(json_t *const *)pa, "index"));
+    json_int_t y = json_integer_value(json_object_get(*(json_t *const *)pb, "index"));
+    return (x > y) - (x < y);
+}
+
+json_t *http_completion_of(const http_answer_t *a, const wk_event_t *ev, const json_t *more)
+{
+    json_t *last = http_choice_of(a, ev);
+    if (!last)
+        return NULL;
+    size_t n = json_array_size(more) + 1;
+    json_t **v = malloc(n * sizeof *v);
+    json_t *choices = json_array();
+    if (!v || !choices) {
+        free(v);
+        json_decref(last);
+        json_decref(choices);
+        return NULL;
+    }
+    for (size_t i = 0; i + 1 < n; i++)
+        v[i] = json_array_get(more, i);
+    v[n - 1] = last;
+    qsort(v, n, sizeof *v, choice_cmp);
+    for (size_t i = 0; i < n; i++)
+        json_array_append(choices, v[i]);
+    free(v);
+    json_decref(last);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", a->rid, "object",
                      a->chat ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)a->created, "model", a->model ? a->model : "", "choices", choice,
+                     (json_int_t)a->created, "model", a->model ? a->model : "", "choices", choices,
                      "usage", usage_of(ev));
 }
 
-json_t *http_role_chunk_of(const http_answer_t *a)
+json_t *http_role_chunk_of(const http_answer_t *a, uint32_t index)
 {
-    return chunk_new(a, chunk_choice(a, "", NULL, 1));
+    wk_event_t ev = {.kind = WK_EVENT_TOKEN, .index = index};
+    return chunk_new(a, chunk_choice(a, &ev, "", NULL, 1));
 }
 
 /* ------------------------------------------------------------------ completions: requests */
@@ -122,6 +226,7 @@ typedef enum fkind {
     F_STREAM_OPTIONS,
     F_RESPONSE_FORMAT,
     F_TOOL_CHOICE,
+    F_CMPL_LOGPROBS, /* completions' logprobs: N -> logprobs true, top_logprobs N */
 } fkind_t;
 
 static const struct {
@@ -144,18 +249,19 @@ static const struct {
     {"stream_options", NULL, F_STREAM_OPTIONS, OP_BOTH},
     {"cache_prompt", "cache_prompt", F_COPY, OP_BOTH}, /* llama.cpp's name: false = no reuse */
     {"cache_salt", "cache_salt", F_COPY, OP_BOTH},     /* vLLM's: who shares cached prefixes */
-    {"n", NULL, F_ONE, OP_BOTH},
+    {"n", "n", F_COPY, OP_BOTH},
     {"best_of", NULL, F_ONE, OP_CMPL},
     {"user", NULL, F_IGNORE, OP_BOTH},
     {"store", NULL, F_IGNORE, OP_CHAT},
     {"metadata", NULL, F_IGNORE, OP_CHAT},
     {"service_tier", NULL, F_IGNORE, OP_BOTH},
     {"parallel_tool_calls", NULL, F_IGNORE, OP_CHAT},
-    {"echo", NULL, F_OFF, OP_CMPL},
-    {"suffix", NULL, F_OFF, OP_CMPL},
-    {"logprobs", NULL, F_OFF, OP_BOTH},
-    {"top_logprobs", NULL, F_OFF, OP_CHAT},
-    {"logit_bias", NULL, F_OFF, OP_BOTH},
+    {"echo", "echo", F_COPY, OP_CMPL},
+    {"suffix", "suffix", F_COPY, OP_CMPL},
+    {"logprobs", NULL, F_CMPL_LOGPROBS, OP_CMPL},
+    {"logprobs", "logprobs", F_COPY, OP_CHAT},
+    {"top_logprobs", "top_logprobs", F_COPY, OP_CHAT},
+    {"logit_bias", "logit_bias", F_COPY, OP_BOTH},
     {"tools", NULL, F_OFF, OP_CHAT},
     {"functions", NULL, F_OFF, OP_CHAT},
     {"tool_choice", NULL, F_TOOL_CHOICE, OP_CHAT},
@@ -342,6 +448,17 @@ static json_t *map_request(int op, const char *rid, json_t *body, int *include_u
             }
             break;
         }
+        case F_CMPL_LOGPROBS:
+            if (json_is_null(v))
+                break;
+            if (!json_is_integer(v)) {
+                snprintf(err, errlen, "field 'logprobs' must be an integer (0 .. %d) or null",
+                         PROTO_MAX_TOP_LOGPROBS);
+                goto fail;
+            }
+            json_object_set_new(out, "logprobs", json_true());
+            json_object_set(out, "top_logprobs", v); /* the codec checks its range */
+            break;
         case F_TOOL_CHOICE: {
             const char *t = json_string_value(v);
             if (!is_off(v) && !(t && strcmp(t, "none") == 0)) {

@@ -96,7 +96,8 @@ static void conn_auth_drop(conn_t *c)
  * its slot. */
 static void conn_auth_event(conn_t *c, const wk_event_t *ev)
 {
-    if (ev->kind != WK_EVENT_DONE && ev->kind != WK_EVENT_ERROR)
+    if ((ev->kind != WK_EVENT_DONE && ev->kind != WK_EVENT_ERROR) ||
+        (ev->kind == WK_EVENT_DONE && ev->left > 0)) /* n > 1: the last choice ends it */
         return;
     const json_t *id = ev->id ? ev->id : json_null();
     for (size_t i = 0; i < c->n_gen; i++) {
@@ -141,12 +142,14 @@ static void conn_write(conn_t *c, const char *line, size_t len)
 
 char *srv_event_line(const wk_event_t *ev)
 {
+    proto_choice_t choice = {
+        .index = ev->index, .n = ev->choices, .left = ev->left, .logprobs = ev->logprobs};
     switch (ev->kind) {
-    case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts);
+    case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts, &choice);
     case WK_EVENT_DONE:
         return proto_encode_done(ev->id, ev->text ? ev->text : "", proto_finish_name(ev->finish),
                                  ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens,
-                                 &ev->timing);
+                                 &ev->timing, &choice);
     case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message);
     case WK_EVENT_RESULT: return proto_encode_ok(ev->id, json_incref(ev->body));
     case WK_EVENT_PROGRESS: return proto_encode_progress(ev->id, ev->model, ev->bytes, ev->total);

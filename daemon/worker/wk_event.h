@@ -40,7 +40,12 @@ typedef enum wk_event_kind {
     X(JSON, json_t *, body)             /* RESULT: the answer's fields (object); NULL = none */    \
     X(STR, char *, model)               /* PROGRESS: the model being loaded */                     \
     X(VAL, uint64_t, bytes)             /* PROGRESS: bytes on the device so far */                 \
-    X(VAL, uint64_t, total)             /* PROGRESS: bytes of the whole model */
+    X(VAL, uint64_t, total)             /* PROGRESS: bytes of the whole model */                   \
+    X(VAL, uint32_t, index)             /* TOKEN, DONE: the choice, 0..choices-1 */                \
+    X(VAL, uint32_t, choices)           /* TOKEN, DONE: the request's n (0 or 1: one choice) */    \
+    X(VAL, uint32_t, left)              /* DONE: choices still running after this one */           \
+    X(JSON, json_t *, logprobs)         /* TOKEN: the token's entry (proto_logprob_new); DONE:    \
+                                           all of the choice's (array); NULL = not asked */
 
 #define WK_EVENT_FIELD(own, type, name) type name;
 /* One event. Owned fields (STR, JSON) belong to the event: wk_event_clear

@@ -30,6 +30,15 @@ typedef enum seq_state {
     SEQ_ACTIVE
 } seq_state_t;
 
+/* The sibling sequences of one request with n > 1 (one per choice), shared by them. */
+typedef struct wk_group {
+    uint32_t n;         /* choices */
+    uint32_t left;      /* choices not yet ended */
+    uint32_t refs;      /* sequences still holding it */
+    uint32_t generated; /* tokens of the choices ended so far */
+    int failed;         /* an error was sent: the others end without a word */
+} wk_group_t;
+
 typedef struct wk_seq {
     sched_item_t item; /* first: sched items are sequences */
     uint64_t conn;
@@ -64,6 +73,11 @@ typedef struct wk_seq {
                                for it before the first pass, and on copies within that pass */
     double swap_wait_s; /* the part of swap_s before its first pass */
     int swapped;        /* it waited for a page-in (swap_s counts) */
+    uint32_t index;     /* its choice in its request (n > 1), else 0 */
+    wk_group_t *grp;    /* its siblings' shared count (n > 1), else NULL */
+    size_t echo_len;    /* bytes of text that are the echoed prompt (stop strings start after) */
+    json_t *lp;         /* logprobs: the entries of its tokens so far (array; without stream) */
+    float *raw;         /* logprobs: (n_vocab) the step's logits as the model gave them */
     struct wk_seq *next_active;
 } wk_seq_t;
 

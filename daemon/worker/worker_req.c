@@ -69,6 +69,44 @@ static int seq_prompt(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
+/* suffix: fill in the middle, the prompt becomes [BOS] FIM_PRE prompt FIM_SUF suffix FIM_MID
+ * (the order llama.cpp's infill uses); 0, or -1 after answering the error. */
+static int seq_fim(wk_t *w, wk_seq_t *s, const wk_model_t *m)
+{
+    const tok_t *tok = m->sm->model->tok;
+    int32_t fim[3];
+    if (!s->req.suffix)
+        return 0;
+    if (tok_fim(tok, fim)) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,
+                      "model '%s' has no fill-in-the-middle tokens: 'suffix' needs them", m->name);
+        return -1;
+    }
+    size_t len = strlen(s->req.suffix), cap = s->n_prompt + len + 8;
+    int32_t *p = malloc(cap * sizeof *p);
+    uint32_t at = 0, skip = s->n_prompt && s->prompt[0] == tok_bos(tok);
+    if (p && skip)
+        p[at++] = s->prompt[0];
+    if (p) {
+        p[at++] = fim[0];
+        memcpy(p + at, s->prompt + skip, (s->n_prompt - skip) * sizeof *p);
+        at += s->n_prompt - skip;
+        p[at++] = fim[1];
+    }
+    int n = p ? tok_encode(tok, s->req.suffix, len, 0, 0, p + at, cap - at - 1) : TOK_ERR_NOMEM;
+    if (n < 0 || (size_t)n > cap - at - 1) {
+        free(p);
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "tokenizer failed (%d)", n);
+        return -1;
+    }
+    at += (uint32_t)n;
+    p[at++] = fim[2];
+    free(s->prompt);
+    s->prompt = p;
+    s->n_prompt = at;
+    return 0;
+}
+
 /* max_tokens against the context; 0, or -1 after answering the error. */
 static int seq_limits(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 {
@@ -100,7 +138,12 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     sp.name = s->req.has_##name ? s->req.name : m->cfg.defaults.name;
     SAMPLER_PARAMS(X)
 #undef X
-    sp.seed = s->req.has_seed ? s->req.seed : (uint64_t)(s->t_arrival * 1e9);
+    /* choice i of n draws from its own seed, derived from the request's */
+    sp.seed = sampler_seed_of_choice(s->req.has_seed ? s->req.seed : (uint64_t)(s->t_arrival * 1e9),
+                                     s->index);
+    sp.bias_ids = s->req.bias_ids;
+    sp.bias = s->req.bias;
+    sp.n_bias = (int32_t)s->req.n_bias;
     s->smp = sampler_new(&sp, (int32_t)mod->hp.n_vocab, err, sizeof err);
     if (!s->smp) {
         wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST, "%s", err);
@@ -112,7 +155,72 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
-/* Validates and queues a generate/chat request. */
+/* echo: the prompt's text heads the answer (the prompt as sent, or its ids as text); 0, or -1
+ * after answering the error. */
+static int seq_echo(wk_t *w, wk_seq_t *s, const wk_model_t *m)
+{
+    if (!s->req.echo)
+        return 0;
+    size_t len = s->req.prompt ? strlen(s->req.prompt) : 0;
+    char *text = s->req.prompt ? strdup(s->req.prompt) : NULL;
+    if (!s->req.prompt) {
+        tok_stream_t ts;
+        tok_stream_init(&ts, m->sm->model->tok, 0);
+        text = malloc(256 * ((size_t)s->n_prompt + 1));
+        for (uint32_t i = 0; text && i <= s->n_prompt; i++) {
+            int n = i < s->n_prompt ? tok_stream_feed(&ts, s->prompt[i], text + len, 256)
+                                    : tok_stream_flush(&ts, text + len, 256);
+            len += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (!text) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    text[len] = 0;
+    s->text = text;
+    s->text_len = s->echo_len = len;
+    s->text_cap = len + 1;
+    return 0;
+}
+
+/* A sequence of req (a copy: req stays the caller's) for choice index; NULL after answering
+ * the error. */
+static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, double t_recv,
+                         uint32_t index)
+{
+    wk_model_t *m = w->models[mi];
+    wk_seq_t *s = calloc(1, sizeof *s);
+    char *line = s ? proto_encode_request(req) : NULL;
+    /* the request, copied through its own codec (the allow-list is checked already) */
+    if (!line || proto_parse_request(line, strlen(line) - 1, 0, &s->req, NULL, NULL, 0)) {
+        wk_send_error(w, conn, req->id, PROTO_E_INTERNAL, "out of memory");
+        free(line);
+        free(s);
+        return NULL;
+    }
+    free(line);
+    s->conn = conn;
+    s->id = s->req.id ? json_incref(s->req.id) : NULL;
+    s->model = mi;
+    s->t_arrival = t_recv;
+    s->index = index;
+    if (seq_prompt(w, s, m) || seq_fim(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
+        seq_echo(w, s, m)) {
+        wk_seq_free(w, s);
+        return NULL;
+    }
+    if (s->max_tokens) {
+        wk_pfx_seed(m, s);
+        s->pfx_hint = wk_pfx_hint(w, m, s); /* the prefill it will likely skip: its cost */
+    }
+    s->item.model = mi;
+    s->item.t_arrival = s->t_arrival;
+    s->item.user = s;
+    return s;
+}
+
+/* Validates and queues a generate/chat request: one sequence per choice (n). */
 static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
     int mi = wk_named_model(w, conn, req);
@@ -126,43 +234,51 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
         proto_req_free(req);
         return;
     }
-    wk_seq_t *s = calloc(1, sizeof *s);
-    if (!s) {
+    uint32_t n = req->n > 1 ? req->n : 1, k = 0;
+    wk_seq_t *seqs[PROTO_MAX_CHOICES] = {0};
+    wk_group_t *g = n > 1 ? calloc(1, sizeof *g) : NULL;
+    if (n > 1 && !g)
         wk_send_error(w, conn, req->id, PROTO_E_INTERNAL, "out of memory");
+    for (; k < n && (n == 1 || g); k++) {
+        if (!(seqs[k] = seq_new(w, conn, req, mi, t_recv, k)))
+            break;
+        if (g) {
+            seqs[k]->grp = g;
+            g->refs++;
+        }
+    }
+    if (g) {
+        g->n = g->left = n;
+        if (!g->refs)
+            free(g);
+    }
+    uint32_t queued = 0;
+    if (k == n)
+        for (; queued < n; queued++) {
+            wk_seq_t *s = seqs[queued];
+            s->state = s->max_tokens ? SEQ_QUEUED : SEQ_NEW; /* nothing to generate: never queued */
+            if (s->max_tokens && sched_submit(w->sched, &s->item) != SCHED_OK) {
+                wk_send_error(w, conn, s->id, PROTO_E_OVERLOADED,
+                              "model '%s' has %u requests queued (limit %u, %u in all)", m->name,
+                              sched_queued(w->sched, mi), w->cfg->scheduler.queue_limit,
+                              sched_queued_total(w->sched));
+                break;
+            }
+        }
+    if (queued < n) { /* an error was answered: none of them runs */
+        for (uint32_t i = 0; i < n; i++) {
+            if (seqs[i] && i < queued && seqs[i]->state == SEQ_QUEUED)
+                sched_remove(w->sched, &seqs[i]->item);
+            wk_seq_free(w, seqs[i]);
+        }
         proto_req_free(req);
         return;
     }
-    s->req = *req;
-    memset(req, 0, sizeof *req);
-    s->conn = conn;
-    s->id = s->req.id ? json_incref(s->req.id) : NULL;
-    s->model = mi;
-    s->t_arrival = t_recv;
-    if (seq_prompt(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m)) {
-        wk_seq_free(w, s);
-        return;
-    }
-    if (s->max_tokens == 0) {
-        /* nothing to generate: answered at once, never queued */
-        m->svc.total_requests++;
-        wk_seq_finish(w, s, PROTO_FINISH_LENGTH);
-        return;
-    }
-    wk_pfx_seed(m, s);
-    s->pfx_hint = wk_pfx_hint(w, m, s); /* the prefill it will likely skip: its cost */
-    s->item.model = mi;
-    s->item.t_arrival = s->t_arrival;
-    s->item.user = s;
-    s->state = SEQ_QUEUED;
-    if (sched_submit(w->sched, &s->item) != SCHED_OK) {
-        wk_send_error(w, conn, s->id, PROTO_E_OVERLOADED,
-                      "model '%s' has %u requests queued (limit %u, %u in all)", m->name,
-                      sched_queued(w->sched, mi), w->cfg->scheduler.queue_limit,
-                      sched_queued_total(w->sched));
-        wk_seq_free(w, s);
-        return;
-    }
+    proto_req_free(req);
     m->svc.total_requests++;
+    for (uint32_t i = 0; i < n; i++)
+        if (seqs[i]->state == SEQ_NEW) /* max_tokens 0: answered at once */
+            wk_seq_finish(w, seqs[i], PROTO_FINISH_LENGTH);
 }
 
 /* Every sequence of a connection (queued or active), for cancel. */
@@ -178,7 +294,8 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
             if (s->conn == conn && (!target || (s->id && json_equal(s->id, target)))) {
                 found++;
                 if (silent) {
-                    m->svc.total_cancelled++;
+                    if (!s->grp || s->grp->refs == 1) /* n > 1: once, with its last choice */
+                        m->svc.total_cancelled++;
                     wk_seq_unlink(m, s);
                     wk_seq_free(w, s);
                 } else {
@@ -192,7 +309,8 @@ int wk_cancel_where(wk_t *w, uint64_t conn, const json_t *target, int silent)
             if (s->conn == conn && (!target || (s->id && json_equal(s->id, target)))) {
                 found++;
                 if (silent) {
-                    m->svc.total_cancelled++;
+                    if (!s->grp || s->grp->refs == 1) /* n > 1: once, with its last choice */
+                        m->svc.total_cancelled++;
                     sched_remove(w->sched, it);
                     wk_seq_free(w, s);
                 } else {

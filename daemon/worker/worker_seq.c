@@ -3,6 +3,7 @@
  * freeing it. Calls worker_pfx (a finished sequence's KV kept), the core (worker.c) and below. */
 #include "worker_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,10 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
     free(s->gen);
     free(s->redo);
     free(s->text);
+    json_decref(s->lp);
+    free(s->raw);
+    if (s->grp && --s->grp->refs == 0)
+        free(s->grp);
     free(s);
 }
 
@@ -54,21 +59,43 @@ static int text_append(wk_seq_t *s, const char *p, size_t n)
 }
 
 /* A token event for s: the n bytes of text (a copy), the sampled token id
- * (-1 = none) and when it was produced. */
+ * (-1 = none), when it was produced and its logprobs entry (taken; NULL = none). */
 static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t n, int32_t token,
-                           double t)
+                           double t, json_t *lp)
 {
     wk_event_t ev = {.kind = WK_EVENT_TOKEN,
                      .conn = s->conn,
                      .id = s->id ? json_deep_copy(s->id) : NULL,
                      .text = strndup(text, n),
                      .token = token,
-                     .ts = t};
+                     .ts = t,
+                     .index = s->index,
+                     .choices = s->grp ? s->grp->n : 1,
+                     .logprobs = lp};
     if (!ev.text) { /* out of memory: the token is not sent */
         wk_event_clear(&ev);
         return;
     }
     wk_emit(w, &ev);
+}
+
+/* The counters and histograms of a request that ended with reason (timing tm; first: it
+ * sampled a token). */
+static void seq_count_end(wk_t *w, wk_model_t *m, proto_finish_t reason, const proto_timing_t *tm,
+                          int first)
+{
+    if (reason == PROTO_FINISH_CANCELLED)
+        m->svc.total_cancelled++;
+    else
+        m->svc.total_completed++;
+    if (reason == PROTO_FINISH_EOS || reason == PROTO_FINISH_STOP)
+        m->svc.total_stopped_early++;
+    stats_hist_add(&m->hist.latency, tm->total_ms);
+    stats_hist_add(&m->hist.queue, tm->queue_ms);
+    if (first)
+        stats_hist_add(&m->hist.ttft, tm->ttft_ms);
+    if (w->draining)
+        w->drain_completed++;
 }
 
 /* Ends a sequence with a done event (and frees it). */
@@ -81,7 +108,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     if (np > 0 && !s->stopped_on_string)
         text_append(s, piece, (size_t)np);
     if (s->req.stream && s->text_len > s->sent) {
-        seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t);
+        seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t, NULL);
         s->sent = s->text_len;
     }
     double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
@@ -92,37 +119,43 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
         .total_ms = (t - s->t_arrival) * 1e3,
         .swapped = s->swapped,
     };
+    if (s->req.logprobs && !s->req.stream && !s->lp)
+        s->lp = json_array(); /* asked, and no token: none */
+    wk_group_t *g = s->grp;
+    if (g) {
+        g->left--;
+        g->generated += s->n_gen;
+    }
     wk_event_t ev = {.kind = WK_EVENT_DONE,
                      .conn = s->conn,
                      .id = s->id ? json_deep_copy(s->id) : NULL,
                      .text = s->text, /* the whole text: the sequence ends here */
                      .finish = reason,
                      .prompt_tokens = s->n_prompt,
-                     .completion_tokens = s->n_gen,
+                     /* n > 1: its own choice's, and the last one the whole request's */
+                     .completion_tokens = g && g->left == 0 ? g->generated : s->n_gen,
                      .cached_tokens = s->n_cached,
-                     .timing = tm};
+                     .timing = tm,
+                     .index = s->index,
+                     .choices = g ? g->n : 1,
+                     .left = g ? g->left : 0,
+                     .logprobs = s->lp};
     s->text = NULL;
+    s->lp = NULL;
     s->text_len = s->text_cap = 0;
-    wk_emit(w, &ev);
-    if (reason == PROTO_FINISH_CANCELLED)
-        m->svc.total_cancelled++;
+    if (g && g->failed)
+        wk_event_clear(&ev); /* a sibling's error answered the request */
     else
-        m->svc.total_completed++;
-    if (reason == PROTO_FINISH_EOS || reason == PROTO_FINISH_STOP)
-        m->svc.total_stopped_early++;
+        wk_emit(w, &ev);
     /* what sequences use, for shortest remaining first (sched_passes_left) */
     if (reason != PROTO_FINISH_CANCELLED && s->n_gen > 0)
         sched_note_output(w->sched, s->model, s->n_gen, s->max_tokens);
-    stats_hist_add(&m->hist.latency, tm.total_ms);
-    stats_hist_add(&m->hist.queue, tm.queue_ms);
-    if (s->t_first)
-        stats_hist_add(&m->hist.ttft, tm.ttft_ms);
+    if (!g || (g->left == 0 && !g->failed)) /* a request counts once: n > 1 at its last choice */
+        seq_count_end(w, m, reason, &tm, s->t_first != 0);
     if (s->state == SEQ_ACTIVE)
         wk_seq_unlink(m, s);
     else if (s->state == SEQ_QUEUED)
         sched_remove(w->sched, &s->item);
-    if (w->draining)
-        w->drain_completed++;
     if (reason != PROTO_FINISH_CANCELLED && s->state == SEQ_ACTIVE)
         wk_pfx_keep(w, s); /* its KV stays for the next request that shares its prefix */
     wk_seq_free(w, s);
@@ -131,8 +164,12 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
 void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
 {
     wk_model_t *m = w->models[s->model];
-    wk_send_error(w, s->conn, s->id, code, "%s", msg);
-    m->svc.total_failed++;
+    if (!s->grp || !s->grp->failed) { /* one error answers all the siblings */
+        wk_send_error(w, s->conn, s->id, code, "%s", msg);
+        m->svc.total_failed++;
+    }
+    if (s->grp)
+        s->grp->failed = 1;
     if (s->state == SEQ_ACTIVE)
         wk_seq_unlink(m, s);
     else if (s->state == SEQ_QUEUED)
@@ -151,6 +188,8 @@ static int seq_append(wk_seq_t *s, const char *p, size_t n)
          * most strlen(stop) - 1 bytes before them */
         size_t l = strlen(s->req.stop[i]);
         size_t from = old_len >= l ? old_len - l + 1 : 0;
+        if (from < s->echo_len) /* never inside the echoed prompt */
+            from = s->echo_len;
         const char *hit = strstr(s->text + from, s->req.stop[i]);
         if (hit) {
             s->text_len = (size_t)(hit - s->text);
@@ -177,24 +216,68 @@ static size_t holdback(const wk_seq_t *s)
 /* One token event per generated token: the text that can no longer become
  * a stop string, never splitting a UTF-8 character between two events
  * ("" when all of it is held back). */
-static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t)
+static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t, json_t *lp)
 {
     if (!s->text) { /* nothing generated as text yet */
-        seq_send_token(w, s, "", 0, id, t);
+        seq_send_token(w, s, "", 0, id, t, lp);
         return;
     }
     size_t hold = holdback(s);
     size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
     while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
         upto--;
-    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t);
+    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t, lp);
     s->sent = upto;
+}
+
+/* The entry of token id drawn from raw logits whose log-sum-exp is lse (proto_logprob_new),
+ * with the k alternatives of top; NULL on OOM. */
+static json_t *seq_logprob_entry(const tok_t *tok, int32_t id, double lp,
+                                 const sampler_logprob_t *top, int32_t k)
+{
+    char piece[256];
+    int np = tok_piece(tok, id, 0, piece, sizeof piece);
+    json_t *e = proto_logprob_new(id, piece, np > 0 ? (size_t)np : 0, lp);
+    if (!e || k <= 0)
+        return e;
+    json_t *alts = json_array();
+    for (int32_t j = 0; alts && j < k; j++) {
+        np = tok_piece(tok, top[j].id, 0, piece, sizeof piece);
+        json_array_append_new(
+            alts, proto_logprob_new(top[j].id, piece, np > 0 ? (size_t)np : 0, top[j].logprob));
+    }
+    if (!alts || json_object_set_new(e, "top_logprobs", alts)) {
+        json_decref(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* logprobs asked: keeps the model's own logits of this step in s->raw (the sampler then
+ * changes its copy) and writes the step's top alternatives; the log-sum-exp, or NAN when
+ * not asked or out of memory. */
+static double seq_logprobs_pre(wk_seq_t *s, const float *logits, int32_t n_vocab,
+                               sampler_logprob_t *top)
+{
+    if (!s->req.logprobs)
+        return NAN;
+    if (!s->raw && !(s->raw = malloc((size_t)n_vocab * sizeof *s->raw)))
+        return NAN;
+    memcpy(s->raw, logits, (size_t)n_vocab * sizeof *s->raw);
+    return sampler_logprobs(logits, n_vocab, s->req.top_logprobs, top);
 }
 
 void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
 {
     wk_model_t *m = w->models[s->model];
     const model_t *mod = m->sm->model;
+    if (s->grp && s->grp->failed) { /* a sibling failed: the request is answered */
+        wk_seq_fail(w, s, PROTO_E_INTERNAL, "");
+        return;
+    }
+    sampler_logprob_t top[PROTO_MAX_TOP_LOGPROBS];
+    int32_t n_vocab = (int32_t)mod->hp.n_vocab;
+    double lse = seq_logprobs_pre(s, logits, n_vocab, top);
     int32_t id = sampler_sample(s->smp, logits);
     if (s->n_gen == s->gen_cap) { /* kept to rebuild its KV cache if it is given back */
         uint32_t cap = s->gen_cap ? 2 * s->gen_cap : 64;
@@ -213,11 +296,22 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     if (!s->t_first)
         s->t_first = t;
     int eog = tok_is_eog(mod->tok, id);
+    json_t *lp = NULL; /* the end-of-generation token has none, as it has no text */
+    if (!isnan(lse) && !eog)
+        lp = seq_logprob_entry(mod->tok, id, (double)s->raw[id] - lse, top, s->req.top_logprobs);
+    if (lp && !s->req.stream) {
+        if (!s->lp)
+            s->lp = json_array();
+        json_array_append_new(s->lp, lp);
+        lp = NULL;
+    }
     char piece[256];
     int np = eog ? 0 : tok_stream_feed(&s->ts, id, piece, sizeof piece);
     int stop = np > 0 && seq_append(s, piece, (size_t)np);
     if (s->req.stream && !stop)
-        seq_stream(w, s, id, t);
+        seq_stream(w, s, id, t, lp);
+    else
+        json_decref(lp);
     if (stop)
         wk_seq_finish(w, s, PROTO_FINISH_STOP);
     else if (eog)

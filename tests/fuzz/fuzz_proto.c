@@ -67,8 +67,8 @@ static void fz_encoders(const uint8_t *data, size_t size)
     json_t *id = json_string("fz");
     proto_timing_t t = {1.5, 2.25, 3.125, 4.0625, 1};
     char *lines[4] = {
-        proto_encode_token(id, text, 7, -1),
-        proto_encode_done(id, text, text, 1, 2, 0, &t),
+        proto_encode_token(id, text, 7, -1, NULL),
+        proto_encode_done(id, text, text, 1, 2, 0, &t, NULL),
         proto_encode_error(id, PROTO_E_BAD_REQUEST, text),
         proto_encode_progress(id, text, 1, 2),
     };

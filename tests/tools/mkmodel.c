@@ -30,7 +30,8 @@ typedef struct mk_opts {
     int rope_factors;         /* phi3: write rope_factors_short/long.weight */
     const char *rope_scaling; /* "TYPE[:FACTOR]" for rope.scaling.type/.factor; NULL = none */
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
-    const char *extra_u32;    /* "KEY=VALUE": one more u32 metadata key */
+    const char *extra_u32[8]; /* "KEY=VALUE": more u32 metadata keys (n_extra_u32) */
+    int n_extra_u32;
     float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
     float rope_attn_factor;            /* rope.scaling.attn_factor; 0 = not written */
     uint32_t rope_orig_ctx; /* rope.scaling.original_context_length; 0 = not written (64 with
@@ -69,7 +70,7 @@ static void mk_usage(FILE *f)
             "  --rope-orig-ctx N         write rope.scaling.original_context_length N\n"
             "  --arch-name NAME          declare this general.architecture (key prefix)\n"
             "  --extra-tensor NAME       add an F32 [dim, ff, 2] tensor NAME\n"
-            "  --extra-u32 KEY=V         add a u32 metadata key\n"
+            "  --extra-u32 KEY=V         add a u32 metadata key (up to 8 times)\n"
             "  --type T                  2-D weight type (default f32): f32, f16, bf16, q8_0,\n"
             "                            q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
             "                            iq4_nl, iq4_xs, or a recipe q3_k_m, q4_k_m, q5_k_m\n"
@@ -299,8 +300,9 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_ARCH_NAME: o->arch_name = optarg; break;
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
         case O_EXTRA_U32:
-            o->extra_u32 = optarg;
-            bad = !strchr(optarg, '=');
+            bad = !strchr(optarg, '=') || o->n_extra_u32 == 8;
+            if (!bad)
+                o->extra_u32[o->n_extra_u32++] = optarg;
             break;
         case O_WINDOW: u = &o->window; break;
         case O_ROPE_ORIG: u = &o->rope_orig_ctx; break;
@@ -912,10 +914,10 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
         if (colon)
             rc |= mk_kv_arch_f32(w, o, "rope.scaling.factor", strtof(colon + 1, NULL));
     }
-    if (o->extra_u32) {
+    for (int i = 0; i < o->n_extra_u32; i++) {
         char k[128];
-        const char *eq = strchr(o->extra_u32, '=');
-        snprintf(k, sizeof k, "%.*s", (int)(eq - o->extra_u32), o->extra_u32);
+        const char *eq = strchr(o->extra_u32[i], '=');
+        snprintf(k, sizeof k, "%.*s", (int)(eq - o->extra_u32[i]), o->extra_u32[i]);
         rc |= ggufw_kv_u32(w, k, (uint32_t)strtoul(eq + 1, NULL, 10));
     }
     rc |= ggufw_kv_u32(w, "general.file_type", o->ftype);

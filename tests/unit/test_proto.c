@@ -140,6 +140,16 @@ static void assert_req_eq(const proto_req_t *a, const proto_req_t *b)
     for (size_t i = 0; i < a->n_stop; i++)
         cr_assert_str_eq(a->stop[i], b->stop[i]);
     cr_assert_eq(a->stream, b->stream);
+    cr_assert_eq(a->logprobs, b->logprobs);
+    cr_assert_eq(a->top_logprobs, b->top_logprobs);
+    cr_assert_eq(a->n, b->n);
+    cr_assert_eq(a->echo, b->echo);
+    cr_assert(str_eq(a->suffix, b->suffix));
+    cr_assert_eq(a->n_bias, b->n_bias);
+    for (size_t i = 0; i < a->n_bias; i++) {
+        cr_assert_eq(a->bias_ids[i], b->bias_ids[i]);
+        cr_assert_eq(a->bias[i], b->bias[i]);
+    }
 }
 
 /* Parses line, encodes the request, parses that, and compares. */
@@ -771,8 +781,8 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
                   lines[i]);
         json_decref(root);
         char *toks[] = {
-            proto_encode_token(r.id, "x", 1, -1),
-            proto_encode_done(r.id, "x", "stop", 1, 1, 0, NULL),
+            proto_encode_token(r.id, "x", 1, -1, NULL),
+            proto_encode_done(r.id, "x", "stop", 1, 1, 0, NULL, NULL),
             proto_encode_error(r.id, PROTO_E_INTERNAL, "boom"),
             proto_encode_ok(r.id, NULL),
             proto_encode_progress(r.id, "m", 1, 2),
@@ -867,7 +877,7 @@ Test(proto, encode_request_builds_a_request_from_scratch)
 Test(proto, token_events_are_one_line_with_the_right_fields)
 {
     json_t *id = json_string("r1");
-    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727, -1));
+    json_t *j = reparse_line(proto_encode_token(id, " there\nwas", 727, -1, NULL));
     cr_assert_str_eq(sget(j, "id"), "r1");
     cr_assert_str_eq(sget(j, "event"), "token");
     cr_assert_str_eq(sget(j, "text"), " there\nwas");
@@ -875,7 +885,7 @@ Test(proto, token_events_are_one_line_with_the_right_fields)
     cr_assert_eq(json_object_size(j), 4);
     json_decref(j);
     /* with the daemon's timestamp, to the microsecond */
-    j = reparse_line(proto_encode_token(id, "a", 1, 12.3456789));
+    j = reparse_line(proto_encode_token(id, "a", 1, 12.3456789, NULL));
     cr_assert_float_eq(json_real_value(json_object_get(j, "ts")), 12.345679, 1e-9);
     cr_assert_eq(json_object_size(j), 5);
     json_decref(j);
@@ -887,7 +897,7 @@ Test(proto, done_events_carry_usage_and_timing)
     json_t *id = json_integer(12);
     proto_timing_t t = {
         .queue_ms = 0.4, .swap_ms = 212.0, .ttft_ms = 231.51234, .total_ms = 910.2, .swapped = 1};
-    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, 0, &t);
+    char *line = proto_encode_done(id, " there was ...", "length", 5, 64, 0, &t, NULL);
     cr_assert_not_null(line);
     cr_assert(strstr(line, "\"queue_ms\":0.4,"), "times are written short: %s", line);
     cr_assert(strstr(line, "\"swap_ms\":212.0,"), "%s", line);
@@ -909,13 +919,13 @@ Test(proto, done_events_carry_usage_and_timing)
 
     t.queue_ms = NAN;
     t.swapped = 0;
-    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, 0, &t));
+    j = reparse_line(proto_encode_done(id, "", "cancelled", 0, 0, 0, &t, NULL));
     tm = json_object_get(j, "timing");
     cr_assert_eq(rget(tm, "queue_ms"), 0.0, "a non-finite time is written as 0");
     cr_assert(json_is_false(json_object_get(tm, "swapped")));
     json_decref(j);
 
-    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, 0, NULL));
+    j = reparse_line(proto_encode_done(id, "x", "eos", 1, 2, 0, NULL, NULL));
     cr_assert_null(json_object_get(j, "timing"), "no timing given, none written");
     cr_assert_not_null(json_object_get(j, "usage"));
     json_decref(j);
@@ -980,14 +990,15 @@ Test(proto, invalid_utf8_text_is_encoded_with_replacement_characters)
     json_t *j = reparse_line(proto_encode_token(NULL,
                                                 "a\xe2\x82"
                                                 "b\xff",
-                                                5, -1));
+                                                5, -1, NULL));
     cr_assert_str_eq(sget(j, "text"), "a\xef\xbf\xbd\xef\xbf\xbd"
                                       "b\xef\xbf\xbd");
     json_decref(j);
-    j = reparse_line(proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, 0, NULL));
+    j = reparse_line(
+        proto_encode_done(NULL, "\xc0\xaf ok \xe2\x82\xac", "stop", 0, 0, 0, NULL, NULL));
     cr_assert_str_eq(sget(j, "text"), "\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac");
     json_decref(j);
-    j = reparse_line(proto_encode_token(NULL, NULL, 0, -1));
+    j = reparse_line(proto_encode_token(NULL, NULL, 0, -1, NULL));
     cr_assert_str_eq(sget(j, "text"), "", "NULL text encodes as empty");
     json_decref(j);
 }
@@ -1095,13 +1106,13 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     proto_event_t ev;
     proto_timing_t t = {1, 2, 3, 4, 1};
 
-    event_ok(proto_encode_token(id, " a", 9, -1), PROTO_EV_TOKEN, &ev);
+    event_ok(proto_encode_token(id, " a", 9, -1, NULL), PROTO_EV_TOKEN, &ev);
     cr_assert(json_equal(ev.id, id));
     cr_assert_eq(json_integer_value(json_object_get(ev.root, "token")), 9);
     proto_event_free(&ev);
     cr_assert(is_zero(&ev, sizeof ev));
 
-    event_ok(proto_encode_done(id, "all", "stop", 1, 2, 0, &t), PROTO_EV_DONE, &ev);
+    event_ok(proto_encode_done(id, "all", "stop", 1, 2, 0, &t, NULL), PROTO_EV_DONE, &ev);
     cr_assert_str_eq(json_string_value(json_object_get(ev.root, "finish_reason")), "stop");
     proto_event_free(&ev);
 
@@ -1166,4 +1177,86 @@ Test(proto, the_client_refuses_malformed_events)
         cr_assert(strstr(err, cases[i].want), "'%s' should mention %s", err, cases[i].want);
         cr_assert(is_zero(&ev, sizeof ev));
     }
+}
+
+/* ------------------------------------------------------------------ logprobs, logit_bias, n, echo */
+
+Test(proto, logprobs_logit_bias_n_and_echo_parse_and_round_trip)
+{
+    const char *line = "{\"op\":\"generate\",\"id\":1,\"model\":\"m\",\"prompt\":\"x\","
+                       "\"logprobs\":true,\"top_logprobs\":20,\"n\":16,"
+                       "\"logit_bias\":{\"7\":-100,\"300\":2.5}}";
+    proto_req_t r;
+    parse_ok(line, 0, &r);
+    cr_assert_eq(r.logprobs, 1);
+    cr_assert_eq(r.top_logprobs, 20);
+    cr_assert_eq(r.n, 16);
+    cr_assert_eq(r.n_bias, 2);
+    cr_assert_eq(r.bias_ids[0], 7);
+    cr_assert_eq(r.bias[0], -100.0f);
+    cr_assert_eq(r.bias_ids[1], 300);
+    cr_assert_eq(r.bias[1], 2.5f);
+    proto_req_free(&r);
+    round_trip(line, 0);
+    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"n\":2,"
+               "\"suffix\":\"y\"}",
+               0);
+    round_trip(
+        "{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"logprobs\":true,\"logit_bias\":{\"0\":1}}",
+        0);
+}
+
+Test(proto, bad_logprobs_logit_bias_n_and_echo_are_named)
+{
+#define GEN "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\","
+    bad(GEN "\"top_logprobs\":21,\"logprobs\":true}", "top_logprobs");
+    bad(GEN "\"top_logprobs\":2}", "needs 'logprobs'");
+    bad(GEN "\"logprobs\":1}", "logprobs");
+    bad(GEN "\"n\":0}", "'n'");
+    bad(GEN "\"n\":17}", "'n'");
+    bad(GEN "\"logit_bias\":[1]}", "logit_bias");
+    bad(GEN "\"logit_bias\":{\"-1\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"1x\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"99999999999\":1}}", "not a token id");
+    bad(GEN "\"logit_bias\":{\"1\":100.5}}", "-100 .. 100");
+    bad(GEN "\"logit_bias\":{\"1\":\"a\"}}", "-100 .. 100");
+    bad(GEN "\"echo\":true,\"logprobs\":true}", "'echo' and 'logprobs'");
+    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"echo\":true}",
+        "echo");
+    bad("{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"suffix\":\"y\"}",
+        "suffix");
+    bad(GEN "\"suffix\":3}", "suffix");
+#undef GEN
+}
+
+Test(proto, token_and_done_lines_carry_index_left_and_logprobs)
+{
+    json_t *e = proto_logprob_new(5, "a\xff", 2, -0.5);
+    cr_assert_not_null(e);
+    proto_choice_t c = {.index = 1, .n = 3, .left = 2, .logprobs = e};
+    json_t *j = reparse_line(proto_encode_token(NULL, "a", 5, -1, &c));
+    cr_assert_eq(iget(j, "index"), 1);
+    cr_assert_null(json_object_get(j, "left"), "left is the done line's");
+    const json_t *lp = json_object_get(j, "logprobs");
+    cr_assert_eq(json_integer_value(json_object_get(lp, "token")), 5);
+    cr_assert_str_eq(json_string_value(json_object_get(lp, "text")), "a\xef\xbf\xbd");
+    cr_assert_eq(json_array_size(json_object_get(lp, "bytes")), 2);
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(lp, "bytes"), 1)), 255);
+    cr_assert_float_eq(json_real_value(json_object_get(lp, "logprob")), -0.5, 1e-12);
+    json_decref(j);
+    j = reparse_line(proto_encode_done(NULL, "a", "stop", 1, 2, 0, NULL, &c));
+    cr_assert_eq(iget(j, "index"), 1);
+    cr_assert_eq(iget(j, "left"), 2);
+    json_decref(j);
+    c.n = 1; /* one choice: no index, no left */
+    c.logprobs = NULL;
+    j = reparse_line(proto_encode_done(NULL, "a", "stop", 1, 2, 0, NULL, &c));
+    cr_assert_null(json_object_get(j, "index"));
+    cr_assert_null(json_object_get(j, "left"));
+    cr_assert_null(json_object_get(j, "logprobs"));
+    json_decref(j);
+    json_decref(e);
 }

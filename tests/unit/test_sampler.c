@@ -467,3 +467,85 @@ Test(sampler, defaults_are_the_documented_values)
     cr_assert_eq(p.seed, 0);
     sampler_free(new_or_fail(&p, 32000));
 }
+
+/* ------------------------------------------------------------------ logprobs, logit_bias, choices */
+
+Test(sampler, logprobs_are_the_log_softmax_of_the_raw_logits_best_first)
+{
+    enum {
+        V = 1000
+    };
+    static float l[V];
+    fill_logits(l, V, 3);
+    l[17] = l[18] = 9.0f; /* a tie: lower id first */
+    sampler_logprob_t top[20];
+    double lse = sampler_logprobs(l, V, 20, top);
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)l[i] - lse);
+    cr_assert_float_eq(sum, 1.0, 1e-9, "exp(logit - lse) sums to 1");
+    cr_assert_eq(top[0].id, 17);
+    cr_assert_eq(top[1].id, 18);
+    for (int j = 0; j < 20; j++) {
+        cr_assert_float_eq(top[j].logprob, (double)l[top[j].id] - lse, 1e-6);
+        if (j)
+            cr_assert_geq(top[j - 1].logprob, top[j].logprob);
+    }
+    int above = 0; /* nothing outside the top 20 beats the 20th */
+    for (int i = 0; i < V; i++)
+        above += l[i] > l[top[19].id];
+    cr_assert_leq(above, 19);
+}
+
+Test(sampler, logprobs_treat_nan_and_minus_inf_as_impossible)
+{
+    float l[4] = {NAN, -INFINITY, 0.0f, 0.0f};
+    sampler_logprob_t top[4];
+    double lse = sampler_logprobs(l, 4, 4, top);
+    cr_assert_float_eq(lse, log(2.0), 1e-9);
+    cr_assert_eq(top[0].id, 2);
+    cr_assert_eq(top[1].id, 3);
+    cr_assert_float_eq(top[0].logprob, -log(2.0), 1e-6);
+    cr_assert(isinf(top[2].logprob) && top[2].logprob < 0);
+}
+
+Test(sampler, logit_bias_is_added_before_the_greedy_choice)
+{
+    float l[5] = {1, 5, 2, 3, 4}, scratch[5];
+    int32_t ids[2] = {1, 0};
+    float bias[2] = {-100, 3.5f};
+    sampler_params_t p = plain_params(0, 1);
+    p.bias_ids = ids;
+    p.bias = bias;
+    p.n_bias = 2;
+    sampler_t *s = new_or_fail(&p, 5);
+    cr_assert_eq(sample_copy(s, l, 5, scratch), 0, "4.5 beats 4 once 5 is banned");
+    sampler_free(s);
+    bias[1] = 100;
+    ids[0] = 4;
+    s = new_or_fail(&p, 5); /* sampler_new copied the earlier arrays: these are new ones */
+    cr_assert_eq(sample_copy(s, l, 5, scratch), 0);
+    sampler_free(s);
+}
+
+Test(sampler, logit_bias_outside_the_vocabulary_is_rejected)
+{
+    int32_t ids[1] = {5};
+    float bias[1] = {1};
+    sampler_params_t p = plain_params(0, 1);
+    p.bias_ids = ids;
+    p.bias = bias;
+    p.n_bias = 1;
+    char err[256] = "";
+    cr_assert_null(sampler_new(&p, 5, err, sizeof err));
+    cr_assert(strstr(err, "logit_bias"), "%s", err);
+}
+
+Test(sampler, choice_seeds_keep_choice_zero_and_differ_for_the_others)
+{
+    cr_assert_eq(sampler_seed_of_choice(42, 0), 42);
+    cr_assert_eq(sampler_seed_of_choice(42, 1), sampler_seed_of_choice(42, 1));
+    cr_assert_neq(sampler_seed_of_choice(42, 1), sampler_seed_of_choice(42, 2));
+    cr_assert_neq(sampler_seed_of_choice(42, 1), 42);
+    cr_assert_neq(sampler_seed_of_choice(42, 1), sampler_seed_of_choice(43, 1));
+}

@@ -28,10 +28,10 @@ Test(server, a_token_event_is_the_token_line)
     cr_assert_str_eq(line, "{\"id\":\"r1\",\"event\":\"token\",\"text\":\" there\",\"token\":727,"
                            "\"ts\":12.345679}\n");
     free(line);
-    line_is(&ev, proto_encode_token(ev.id, ev.text, ev.token, ev.ts));
+    line_is(&ev, proto_encode_token(ev.id, ev.text, ev.token, ev.ts, NULL));
     ev.ts = -1; /* not given: no "ts" */
     ev.token = -1;
-    line_is(&ev, proto_encode_token(ev.id, ev.text, -1, -1));
+    line_is(&ev, proto_encode_token(ev.id, ev.text, -1, -1, NULL));
     wk_event_clear(&ev);
 }
 
@@ -56,11 +56,12 @@ Test(server, a_done_event_is_the_done_line_with_usage_and_timing)
     for (int f = 0; f < PROTO_FINISH_COUNT; f++) {
         ev.finish = (proto_finish_t)f;
         line_is(&ev, proto_encode_done(ev.id, ev.text, proto_finish_name(ev.finish), 5, 64, 0,
-                                       &ev.timing));
+                                       &ev.timing, NULL));
     }
     free(ev.text); /* a sequence that made no text */
     ev.text = NULL;
-    line_is(&ev, proto_encode_done(ev.id, "", proto_finish_name(ev.finish), 5, 64, 0, &ev.timing));
+    line_is(&ev,
+            proto_encode_done(ev.id, "", proto_finish_name(ev.finish), 5, 64, 0, &ev.timing, NULL));
     wk_event_clear(&ev);
 }
 

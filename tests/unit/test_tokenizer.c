@@ -1244,3 +1244,19 @@ Test(tokenizer, open_refuses_an_unknown_pre_tokenizer)
     /* llama.cpp's name is "gpt-2"; "gpt2" is the tokenizer model, not a pre-tokenizer */
     expect_refused("gpt2", "gpt2", 0, NULL, NULL, "\"gpt2\"");
 }
+
+/* ------------------------------------------------------------------ fill in the middle */
+
+Test(tokenizer, fim_tokens_are_found_by_their_family_texts)
+{
+    tok_t *t = open_model("vocab/ggml-vocab-starcoder.gguf");
+    int32_t ids[3] = {-1, -1, -1};
+    cr_assert_eq(tok_fim(t, ids), 0);
+    cr_assert_str_eq(tok_text(t, ids[0]), "<fim_prefix>");
+    cr_assert_str_eq(tok_text(t, ids[1]), "<fim_suffix>");
+    cr_assert_str_eq(tok_text(t, ids[2]), "<fim_middle>");
+    tok_close(t);
+    t = open_model("stories260K.gguf");
+    cr_assert_eq(tok_fim(t, ids), -1, "a vocabulary without them has none");
+    tok_close(t);
+}
