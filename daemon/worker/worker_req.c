@@ -192,7 +192,8 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     wk_model_t *m = w->models[mi];
     wk_seq_t *s = calloc(1, sizeof *s);
     char *line = s ? proto_encode_request(req) : NULL;
-    /* the request, copied through its own codec (the allow-list is checked already) */
+    /* the request, copied through its own codec (the allow-list is checked already), and
+     * what is not on the wire: the caller's key name (the prefix cache's isolation) */
     if (!line || proto_parse_request(line, strlen(line) - 1, 0, &s->req, NULL, NULL, 0)) {
         wk_send_error(w, conn, req->id, PROTO_E_INTERNAL, "out of memory");
         free(line);
@@ -200,6 +201,12 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
         return NULL;
     }
     free(line);
+    if (req->tenant && !(s->req.tenant = strdup(req->tenant))) {
+        wk_send_error(w, conn, req->id, PROTO_E_INTERNAL, "out of memory");
+        proto_req_free(&s->req);
+        free(s);
+        return NULL;
+    }
     s->conn = conn;
     s->id = s->req.id ? json_incref(s->req.id) : NULL;
     s->model = mi;
