@@ -112,6 +112,40 @@ static int seq_sampler(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
+/* response_format's matcher (the schema through the worker's cache, the model's vocabulary trie
+ * built on first use); 0, or -1 after answering the error. */
+static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
+{
+    char err[512];
+    int code = 0;
+    if (!s->req.response_format)
+        return 0;
+    if (!w->cons_cache && !(w->cons_cache = cons_cache_new(64))) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    if (!m->cons_vocab && !(m->cons_vocab = cons_vocab_new(m->sm->model->tok, err, sizeof err))) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
+        return -1;
+    }
+    cons_schema_t *sc = cons_cache_get(w->cons_cache, s->req.response_format, &code, err,
+                                       sizeof err);
+    if (!sc) {
+        wk_send_error(w, s->conn, s->id,
+                      code == CONS_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
+                      "response_format: %s%s", err,
+                      code == CONS_ERR_UNSUPPORTED ? " (docs/CONSTRAINED.md)" : "");
+        return -1;
+    }
+    s->cons = cons_new(sc, m->cons_vocab);
+    cons_schema_unref(sc);
+    if (!s->cons) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 /* Validates and queues a generate/chat request. */
 static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
@@ -138,7 +172,8 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
     s->id = s->req.id ? json_incref(s->req.id) : NULL;
     s->model = mi;
     s->t_arrival = t_recv;
-    if (seq_prompt(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m)) {
+    if (seq_prompt(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
+        seq_constrain(w, s, m)) {
         wk_seq_free(w, s);
         return;
     }
