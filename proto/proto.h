@@ -100,7 +100,7 @@ typedef struct proto_req {
     int has_max_tokens, has_seed;
     char **stop; /* (n_stop) non-empty strings; "stop":"x" gives one entry */
     size_t n_stop;
-    int stream;           /* generate/chat: token events; admin load: progress events */
+    int stream;              /* generate/chat: token events; admin load: progress events */
     json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
                                 worker compiles it); NULL = free text */
     int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short

@@ -8,13 +8,13 @@
 
 #include "engine/constrain.h"
 
-#define CONS_MAX_DEPTH 32   /* nesting of values in one document */
-#define CONS_MAX_LITS 64    /* values of one enum, properties of one object (a uint64_t set) */
-#define CONS_MAX_NODES 4096 /* nodes of one compiled schema */
-#define CONS_MAX_WS 8       /* consecutive whitespace bytes between JSON tokens */
+#define CONS_MAX_DEPTH 32    /* nesting of values in one document */
+#define CONS_MAX_LITS 64     /* values of one enum, properties of one object (a uint64_t set) */
+#define CONS_MAX_NODES 4096  /* nodes of one compiled schema */
+#define CONS_MAX_WS 8        /* consecutive whitespace bytes between JSON tokens */
 #define CONS_MAX_COUNT 60000 /* string lengths and item counts above this are unbounded */
-#define CONS_INT_DIGITS 15  /* digits of an integer part, of a fraction */
-#define CONS_EXP_DIGITS 2   /* digits of an exponent */
+#define CONS_INT_DIGITS 15   /* digits of an integer part, of a fraction */
+#define CONS_EXP_DIGITS 2    /* digits of an exponent */
 #define CONS_UNBOUNDED UINT32_MAX
 
 typedef enum cons_kind {
@@ -29,18 +29,18 @@ typedef enum cons_kind {
 
 typedef struct cons_node {
     cons_kind_t kind;
-    uint32_t lo, hi;  /* ARRAY: items; STRING: characters; hi CONS_UNBOUNDED = none */
-    int32_t item;     /* ARRAY: item node; generic OBJECT: value node; else -1 */
-    uint32_t first;   /* ANYOF: into kids; OBJECT: into props; LITS: into lits */
-    uint32_t n;       /* how many */
-    uint32_t ready;   /* 1 once first_bytes is known (0 while a $ref cycle compiles it) */
+    uint32_t lo, hi;   /* ARRAY: items; STRING: characters; hi CONS_UNBOUNDED = none */
+    int32_t item;      /* ARRAY: item node; generic OBJECT: value node; else -1 */
+    uint32_t first;    /* ANYOF: into kids; OBJECT: into props; LITS: into lits */
+    uint32_t n;        /* how many */
+    uint32_t ready;    /* 1 once first_bytes is known (0 while a $ref cycle compiles it) */
     uint32_t start[8]; /* bit set of the bytes a value of this node can start with */
 } cons_node_t;
 
 typedef struct cons_prop {
-    char *key;     /* the key as JSON text, quotes included ("\"name\"") */
-    uint32_t len;  /* bytes of key */
-    int32_t node;  /* the value's node */
+    char *key;    /* the key as JSON text, quotes included ("\"name\"") */
+    uint32_t len; /* bytes of key */
+    int32_t node; /* the value's node */
     int required;
 } cons_prop_t;
 

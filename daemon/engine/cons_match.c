@@ -133,8 +133,7 @@ static int may_close(const cons_schema_t *sc, const cons_node_t *n, uint32_t fro
 }
 
 /* A key opens: a declared one (matched in this frame) or any string (a child frame). */
-static int key_open(const cons_schema_t *sc, cons_state_t *s, cons_frame_t *f,
-                    const cons_node_t *n)
+static int key_open(const cons_schema_t *sc, cons_state_t *s, cons_frame_t *f, const cons_node_t *n)
 {
     if (n->n == 0 && n->item >= 0) { /* generic: any key */
         f->st = ST_O_COLON;

@@ -219,9 +219,10 @@ static const char *const annotations[] = {
 };
 /* Keywords the compiler enforces. */
 static const char *const enforced[] = {
-    "type",      "enum",     "const",    "anyOf",     "oneOf",     "allOf",       "$ref",
-    "properties", "required", "additionalProperties", "items",     "minItems",    "maxItems",
-    "minLength", "maxLength", "uniqueItems",
+    "type",        "enum",     "const",      "anyOf",     "oneOf",
+    "allOf",       "$ref",     "properties", "required",  "additionalProperties",
+    "items",       "minItems", "maxItems",   "minLength", "maxLength",
+    "uniqueItems",
 };
 
 static int in_list(const char *k, const char *const *list, size_t n)
@@ -241,8 +242,7 @@ static int check_keywords(cctx_t *x, const json_t *s, const char *only, const ch
     const char *k;
     json_t *v;
     char p[PATH_BYTES];
-    json_object_foreach((json_t *)s, k, v)
-    {
+    json_object_foreach ((json_t *)s, k, v) {
         if (IN(k, annotations))
             continue;
         path_join(p, path, k);
@@ -318,8 +318,8 @@ static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
         if (!r)
             return fail(x, CONS_ERR_FORMAT, p, "must be a string");
         if (!props || !json_object_get(props, r))
-            return fail(x, CONS_ERR_UNSUPPORTED, p,
-                        "'%s' is required but not among the properties", r);
+            return fail(x, CONS_ERR_UNSUPPORTED, p, "'%s' is required but not among the properties",
+                        r);
     }
     int32_t id = node_kind(x, CK_OBJECT, path);
     if (id < 0)
@@ -342,8 +342,7 @@ static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
     json_t *v;
     uint32_t first = x->sc->n_props;
     path_join(q, path, "properties");
-    json_object_foreach((json_t *)props, k, v)
-    {
+    json_object_foreach ((json_t *)props, k, v) {
         cons_schema_t *sc = x->sc;
         if (grow((void **)&sc->props, sc->n_props, &sc->cap_props, sizeof *sc->props))
             return fail(x, CONS_ERR_NOMEM, path, "out of memory");
@@ -360,8 +359,7 @@ static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
     }
     /* values after the keys: compiling them may add properties of nested objects */
     uint32_t j = 0;
-    json_object_foreach((json_t *)props, k, v)
-    {
+    json_object_foreach ((json_t *)props, k, v) {
         path_join(p, q, k);
         int32_t vn = compile(x, v, p);
         if (vn < 0)
@@ -628,8 +626,7 @@ static int32_t compile(cctx_t *x, const json_t *s, const char *path)
     if (!json_is_object(s))
         return fail(x, CONS_ERR_FORMAT, path, "a schema must be an object or a boolean");
     if (x->depth >= MAX_RECURSION)
-        return fail(x, CONS_ERR_UNSUPPORTED, path, "nested deeper than %d schemas",
-                    MAX_RECURSION);
+        return fail(x, CONS_ERR_UNSUPPORTED, path, "nested deeper than %d schemas", MAX_RECURSION);
     x->depth++;
     int32_t id = compile_body(x, s, path);
     x->depth--;
@@ -689,8 +686,7 @@ static int format_schema(cctx_t *x, const json_t *rf, const json_t **schema)
     const json_t *js = json_object_get(rf, "json_schema");
     *schema = json_object_get(js, "schema");
     if (!*schema)
-        return (int)fail(x, CONS_ERR_FORMAT, "response_format",
-                         "json_schema.schema is missing");
+        return (int)fail(x, CONS_ERR_FORMAT, "response_format", "json_schema.schema is missing");
     return 0;
 }
 

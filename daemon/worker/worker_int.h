@@ -88,7 +88,7 @@ typedef struct wk_model {
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
     stats_svc_t svc;
-    stats_hists_t hist;      /* latency histograms (stats.h STATS_HISTS) */
+    stats_hists_t hist;       /* latency histograms (stats.h STATS_HISTS) */
     cons_vocab_t *cons_vocab; /* its token-byte trie, built on the first constrained request */
 } wk_model_t;
 
@@ -138,7 +138,7 @@ struct wk {
     int load_decile;     /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
-    double nap_s; /* how long the loop may sleep before the next round (0 = none) */
+    double nap_s;             /* how long the loop may sleep before the next round (0 = none) */
     cons_cache_t *cons_cache; /* compiled response_format schemas (made on first use) */
 
     pthread_t thread;

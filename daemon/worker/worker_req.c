@@ -128,8 +128,8 @@ static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
         return -1;
     }
-    cons_schema_t *sc = cons_cache_get(w->cons_cache, s->req.response_format, &code, err,
-                                       sizeof err);
+    cons_schema_t *sc =
+        cons_cache_get(w->cons_cache, s->req.response_format, &code, err, sizeof err);
     if (!sc) {
         wk_send_error(w, s->conn, s->id,
                       code == CONS_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,

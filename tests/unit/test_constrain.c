@@ -19,8 +19,8 @@ static json_t *rf_schema(const char *schema)
     json_error_t je;
     json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
     cr_assert_not_null(s, "bad test schema: %s: %s", schema, je.text);
-    return json_pack("{s:s, s:{s:s, s:o, s:b}}", "type", "json_schema", "json_schema", "name",
-                     "t", "schema", s, "strict", 1);
+    return json_pack("{s:s, s:{s:s, s:o, s:b}}", "type", "json_schema", "json_schema", "name", "t",
+                     "schema", s, "strict", 1);
 }
 
 static cons_schema_t *compile_ok(const char *schema)
@@ -121,8 +121,8 @@ Test(constrain, refuses_what_it_cannot_enforce_naming_the_part)
     compile_refused("{\"properties\":{\"w/x\":{\"type\":\"string\",\"format\":\"date\"}}}",
                     CONS_ERR_UNSUPPORTED, "/properties/w~1x/format:");
     compile_refused("{\"type\":\"number\",\"minimum\":0}", CONS_ERR_UNSUPPORTED, "/minimum:");
-    compile_refused("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}",
-                    CONS_ERR_UNSUPPORTED, "/anyOf: branch 1 can begin with '\"'");
+    compile_refused("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}", CONS_ERR_UNSUPPORTED,
+                    "/anyOf: branch 1 can begin with '\"'");
     compile_refused("{\"$ref\":\"http://x/s.json\"}", CONS_ERR_UNSUPPORTED, "/$ref:");
     compile_refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"z\"]}",
                     CONS_ERR_UNSUPPORTED, "/required/0:");
@@ -133,7 +133,8 @@ Test(constrain, refuses_what_it_cannot_enforce_naming_the_part)
     compile_refused("{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", CONS_ERR_UNSUPPORTED,
                     "/allOf: allOf of several");
     compile_refused("{\"type\":\"strung\"}", CONS_ERR_FORMAT, "/type: unknown type 'strung'");
-    compile_refused("{\"enum\":[1,2],\"type\":\"string\"}", CONS_ERR_UNSUPPORTED, "/enum: no value");
+    compile_refused("{\"enum\":[1,2],\"type\":\"string\"}", CONS_ERR_UNSUPPORTED,
+                    "/enum: no value");
     compile_refused("false", CONS_ERR_UNSUPPORTED, "/: the schema false");
 }
 
@@ -218,21 +219,21 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
         const char *doc;
         size_t at; /* bytes taken before the refusal */
     } bad[] = {
-        {"{\"age\":3}", 2},                             /* name is required first */
-        {"{\"name\":\"\",", 9},                         /* minLength 1 */
-        {"{\"name\":\"abcde\"", 13},                    /* maxLength 4 */
-        {"{\"name\":\"a\",\"age\":1.5}", 19},           /* integer */
-        {"{\"name\":\"a\",\"age\":01}", 19},            /* no leading zeros */
-        {"{\"name\":\"a\",\"age\":1,\"tags\":[1]}", 28},   /* not in the enum */
+        {"{\"age\":3}", 2},                                      /* name is required first */
+        {"{\"name\":\"\",", 9},                                  /* minLength 1 */
+        {"{\"name\":\"abcde\"", 13},                             /* maxLength 4 */
+        {"{\"name\":\"a\",\"age\":1.5}", 19},                    /* integer */
+        {"{\"name\":\"a\",\"age\":01}", 19},                     /* no leading zeros */
+        {"{\"name\":\"a\",\"age\":1,\"tags\":[1]}", 28},         /* not in the enum */
         {"{\"name\":\"a\",\"age\":1,\"tags\":[true,\"a\",", 36}, /* maxItems 2 */
-        {"{\"name\":\"a\",\"age\":1,\"x\":1}", 21},       /* no such property */
-        {"{\"name\":\"a\",\"age\":1,\"pet\":{}}", 27},      /* kind is required */
-        {"{\"name\":\"a\",\"age\":1}x", 20},              /* nothing after the document */
-        {"{\"name\":\"a\xff\"", 10},                      /* invalid UTF-8 */
-        {"{\"name\":\"\xe0\x80\"", 10},                   /* overlong */
-        {"{\"name\":\"a\nb\"", 10},                       /* raw control character */
-        {"{\"name\":\"\\u0041\"", 10},                    /* \u escapes are not generated */
-        {"{         \"name\"", 9},                        /* whitespace runs are bounded */
+        {"{\"name\":\"a\",\"age\":1,\"x\":1}", 21},              /* no such property */
+        {"{\"name\":\"a\",\"age\":1,\"pet\":{}}", 27},           /* kind is required */
+        {"{\"name\":\"a\",\"age\":1}x", 20},                     /* nothing after the document */
+        {"{\"name\":\"a\xff\"", 10},                             /* invalid UTF-8 */
+        {"{\"name\":\"\xe0\x80\"", 10},                          /* overlong */
+        {"{\"name\":\"a\nb\"", 10},                              /* raw control character */
+        {"{\"name\":\"\\u0041\"", 10},                           /* \u escapes are not generated */
+        {"{         \"name\"", 9},                               /* whitespace runs are bounded */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert(!doc_ok(sc, bad[i].doc), "accepted: %s", bad[i].doc);
@@ -302,8 +303,8 @@ Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = ope
     cr_assert_eq(cons_vocab_size(g_vocab), 32000);
     cr_assert_gt(cons_vocab_nodes(g_vocab), 32000);
     cons_schema_t *sc = compile_ok(PERSON);
-    static const char *const prefixes[] = {"", "{\"na", "{\"name\":\"ab", "{\"name\":\"x\",\"age\":4",
-                                           "{\"name\":\"x\",\"age\":4}"};
+    static const char *const prefixes[] = {
+        "", "{\"na", "{\"name\":\"ab", "{\"name\":\"x\",\"age\":4", "{\"name\":\"x\",\"age\":4}"};
     char piece[128];
     for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
         cons_t *c = cons_new(sc, g_vocab);
