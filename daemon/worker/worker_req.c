@@ -124,9 +124,13 @@ static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;
     }
-    if (!m->cons_vocab && !(m->cons_vocab = cons_vocab_new(m->sm->model->tok, err, sizeof err))) {
-        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
-        return -1;
+    if (!m->cons_vocab) {
+        if (!(m->cons_vocab = cons_vocab_new(m->sm->model->tok, err, sizeof err))) {
+            wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
+            return -1;
+        }
+        log_info("model '%s': token trie for constrained decoding, %d tokens, %zu nodes", m->name,
+                 cons_vocab_size(m->cons_vocab), cons_vocab_nodes(m->cons_vocab));
     }
     cons_schema_t *sc =
         cons_cache_get(w->cons_cache, s->req.response_format, &code, err, sizeof err);
