@@ -64,6 +64,7 @@ typedef enum pfield {
     F_N,
     F_ECHO,
     F_SUFFIX,
+    F_RESPONSE_FORMAT,
     F_COUNT
 } pfield_t;
 
@@ -94,6 +95,7 @@ static const char *const field_names[F_COUNT] = {
     [F_N] = "n",
     [F_ECHO] = "echo",
     [F_SUFFIX] = "suffix",
+    [F_RESPONSE_FORMAT] = "response_format",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -125,7 +127,7 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
      FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
-     FB(F_LOGIT_BIAS) | FB(F_N))
+     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT))
 _Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
 
 enum {
@@ -745,6 +747,28 @@ static int parse_sampler(int i, const json_t *v, proto_req_t *req, char *err, si
     return 0;
 }
 
+/* response_format: {"type": "text"} (left NULL), "json_object" or "json_schema" (kept for the
+ * worker, which compiles it: PROTOCOL.md). */
+static int parse_response_format(const json_t *v, proto_req_t *req, char *err, size_t errlen)
+{
+    const char *t = json_string_value(json_object_get(v, "type"));
+    if (!json_is_object(v) || !t)
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'response_format' must be an object with a string 'type'");
+    if (strcmp(t, "text") == 0)
+        return 0;
+    if (strcmp(t, "json_object") != 0 && strcmp(t, "json_schema") != 0)
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'response_format' type must be text, json_object or json_schema");
+    if (strcmp(t, "json_schema") == 0 &&
+        !json_is_object(json_object_get(json_object_get(v, "json_schema"), "schema")))
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "field 'response_format' json_schema needs json_schema.schema");
+    if (!(req->response_format = json_deep_copy(v)))
+        return proto_fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
+    return 0;
+}
+
 /* Parses one known field f (already allowed for the op) into req. */
 static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err, size_t errlen)
 {
@@ -813,6 +837,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         req->n = (uint32_t)x;
         return 0;
     case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
+    case F_RESPONSE_FORMAT: return parse_response_format(v, req, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -982,6 +1007,7 @@ void proto_req_free(proto_req_t *req)
         return;
     json_decref(req->id);
     json_decref(req->target_id);
+    json_decref(req->response_format);
     free(req->model);
     free(req->prompt);
     free(req->tokens);
@@ -1097,6 +1123,10 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;
     case F_LOGIT_BIAS:
         return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
+    case F_RESPONSE_FORMAT:
+        return req->response_format
+                   ? proto_set_new(root, name, json_deep_copy(req->response_format))
+                   : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

@@ -113,9 +113,11 @@ typedef struct proto_req {
     int32_t *bias_ids;    /* generate/chat logit_bias: (n_bias) token ids, */
     float *bias;          /* and what is added to each one's logit, -100..100 */
     size_t n_bias;
-    uint32_t n;           /* generate/chat: choices, 1..PROTO_MAX_CHOICES; 0 = not given (1) */
-    int echo;             /* generate: the prompt's text heads the answer's text */
-    char *suffix;         /* generate: the text after the gap (fill in the middle), or NULL */
+    uint32_t n;              /* generate/chat: choices, 1..PROTO_MAX_CHOICES; 0 = not given (1) */
+    int echo;                /* generate: the prompt's text heads the answer's text */
+    char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
+    json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
+                                worker compiles it); NULL = free text */
     int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count; /* admin fault: operations affected, 0 = not given (1) */

@@ -441,11 +441,8 @@ static json_t *map_request(int op, const char *rid, json_t *body, int *include_u
             }
             break;
         case F_RESPONSE_FORMAT: {
-            const char *t = json_string_value(json_object_get(v, "type"));
-            if (!is_off(v) && !(t && strcmp(t, "text") == 0)) {
-                snprintf(err, errlen, "field 'response_format' is not supported (only text)");
-                goto fail;
-            }
+            if (!is_off(v)) /* text, json_object, json_schema: the socket field (PROTOCOL.md) */
+                json_object_set(out, "response_format", v);
             break;
         }
         case F_CMPL_LOGPROBS:

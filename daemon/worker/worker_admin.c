@@ -71,6 +71,7 @@ void wk_model_free(wk_t *w, wk_model_t *m)
     }
     if (m->sm)
         store_unload(w->store, m->sm);
+    cons_vocab_free(m->cons_vocab);
     free(m->load_error);
     free(m->name);
     free(m);

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/chat.h"
+#include "engine/constrain.h"
 #include "engine/forward.h"
 #include "residency.h"
 #include "engine/sampler.h"
@@ -50,6 +51,7 @@ typedef struct wk_seq {
     uint32_t n_prompt, max_tokens, n_gen;
     kv_seq_t *kv;
     sampler_t *smp;
+    cons_t *cons; /* response_format's matcher: masks each step's logits; NULL = free text */
     tok_stream_t ts;
     char *text; /* generated text so far (NUL-terminated) */
     size_t text_len, text_cap;
@@ -106,7 +108,8 @@ typedef struct wk_model {
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
     stats_svc_t svc;
-    stats_hists_t hist; /* latency histograms (stats.h STATS_HISTS) */
+    stats_hists_t hist;       /* latency histograms (stats.h STATS_HISTS) */
+    cons_vocab_t *cons_vocab; /* its token-byte trie, built on the first constrained request */
 } wk_model_t;
 
 typedef enum in_kind {
@@ -155,7 +158,8 @@ struct wk {
     int load_decile;     /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
-    double nap_s; /* how long the loop may sleep before the next round (0 = none) */
+    double nap_s;             /* how long the loop may sleep before the next round (0 = none) */
+    cons_cache_t *cons_cache; /* compiled response_format schemas (made on first use) */
 
     pthread_t thread;
     int started;

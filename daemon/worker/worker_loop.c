@@ -462,6 +462,7 @@ void wk_free(wk_t *w)
     fwd_free(w->fwd);
     fwd_free(w->fwd_aside);
     sched_free(w->sched);
+    cons_cache_free(w->cons_cache);
     res_free(w->res);
     store_free(w->store);
     be_close(w->be);

@@ -184,6 +184,44 @@ static int seq_echo(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
+/* response_format's matcher (the schema through the worker's cache, the model's vocabulary trie
+ * built on first use); 0, or -1 after answering the error. */
+static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
+{
+    char err[512];
+    int code = 0;
+    if (!s->req.response_format)
+        return 0;
+    if (!w->cons_cache && !(w->cons_cache = cons_cache_new(64))) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    if (!m->cons_vocab) {
+        if (!(m->cons_vocab = cons_vocab_new(m->sm->model->tok, err, sizeof err))) {
+            wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
+            return -1;
+        }
+        log_info("model '%s': token trie for constrained decoding, %d tokens, %zu nodes", m->name,
+                 cons_vocab_size(m->cons_vocab), cons_vocab_nodes(m->cons_vocab));
+    }
+    cons_schema_t *sc =
+        cons_cache_get(w->cons_cache, s->req.response_format, &code, err, sizeof err);
+    if (!sc) {
+        wk_send_error(w, s->conn, s->id,
+                      code == CONS_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
+                      "response_format: %s%s", err,
+                      code == CONS_ERR_UNSUPPORTED ? " (docs/CONSTRAINED.md)" : "");
+        return -1;
+    }
+    s->cons = cons_new(sc, m->cons_vocab);
+    cons_schema_unref(sc);
+    if (!s->cons) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 /* A sequence of req (a copy: req stays the caller's) for choice index; NULL after answering
  * the error. */
 static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, double t_recv,
@@ -213,7 +251,7 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     s->t_arrival = t_recv;
     s->index = index;
     if (seq_prompt(w, s, m) || seq_fim(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
-        seq_echo(w, s, m)) {
+        seq_echo(w, s, m) || seq_constrain(w, s, m)) {
         wk_seq_free(w, s);
         return NULL;
     }

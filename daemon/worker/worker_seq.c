@@ -15,6 +15,7 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
     if (s->kv)
         res_kv_free(w->res, s->kv);
     sampler_free(s->smp);
+    cons_free(s->cons);
     json_decref(s->id);
     proto_req_free(&s->req);
     free(s->prompt);
@@ -278,7 +279,15 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     sampler_logprob_t top[PROTO_MAX_TOP_LOGPROBS];
     int32_t n_vocab = (int32_t)mod->hp.n_vocab;
     double lse = seq_logprobs_pre(s, logits, n_vocab, top);
+    if (s->cons && cons_mask_logits(s->cons, logits) == 0) {
+        wk_seq_fail(w, s, PROTO_E_INTERNAL, "response_format: no token can continue the output");
+        return;
+    }
     int32_t id = sampler_sample(s->smp, logits);
+    if (s->cons && cons_accept(s->cons, id) < 0) {
+        wk_seq_fail(w, s, PROTO_E_INTERNAL, "response_format: the sampled token does not fit");
+        return;
+    }
     if (s->n_gen == s->gen_cap) { /* kept to rebuild its KV cache if it is given back */
         uint32_t cap = s->gen_cap ? 2 * s->gen_cap : 64;
         int32_t *g = realloc(s->gen, cap * sizeof *g);

@@ -85,3 +85,7 @@ tail -n +2 "$lcsv" | while IFS=, read -r nc n err rps p50 p99 direct added; do
     printf "%-8s %-10s %-10s %-10s %-10s %s (direct %s ms)\n" "$nc" "$rps" "$p50" "$p99" "$err" "$added" "$direct"
 done
 echo "results: $lcsv"
+
+echo
+echo "== constrained decoding: mask + advance per step, 32000-token SPM vocabulary (docs/CONSTRAINED.md)"
+"$BUILD/bench_constrain" tests/data/ggml-vocab-llama-spm.gguf 5

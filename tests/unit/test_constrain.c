@@ -1,0 +1,406 @@
+/* test_constrain: the JSON-schema compiler (accepted and refused schemas with their pointers), the
+ * byte automaton (valid documents accepted, invalid ones refused at the right byte), the schema
+ * cache, and token masks over a real 32,000-token vocabulary. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/constrain.h"
+#include "engine/gguf.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+/* response_format json_schema around the schema text. */
+static json_t *rf_schema(const char *schema)
+{
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    cr_assert_not_null(s, "bad test schema: %s: %s", schema, je.text);
+    return json_pack("{s:s, s:{s:s, s:o, s:b}}", "type", "json_schema", "json_schema", "name", "t",
+                     "schema", s, "strict", 1);
+}
+
+static cons_schema_t *compile_ok(const char *schema)
+{
+    char err[512] = "";
+    json_t *rf = rf_schema(schema);
+    cons_schema_t *sc = cons_schema_compile(rf, NULL, err, sizeof err);
+    json_decref(rf);
+    cr_assert_not_null(sc, "refused %s: %s", schema, err);
+    return sc;
+}
+
+/* Compiles schema expecting a refusal whose reason starts with want_prefix. */
+static void compile_refused(const char *schema, int want_code, const char *want_prefix)
+{
+    char err[512] = "";
+    int code = 0;
+    json_t *rf = rf_schema(schema);
+    cons_schema_t *sc = cons_schema_compile(rf, &code, err, sizeof err);
+    json_decref(rf);
+    cr_assert_null(sc, "accepted %s", schema);
+    cr_assert_eq(code, want_code, "%s: code %d (%s)", schema, code, err);
+    cr_assert(strncmp(err, want_prefix, strlen(want_prefix)) == 0, "%s: got '%s', want '%s...'",
+              schema, err, want_prefix);
+}
+
+static tok_t *g_tok;
+static cons_vocab_t *g_vocab;
+
+/* A vocabulary with one token per byte 0x20..0x7e plus every UTF-8 byte, for the automaton tests
+ * that go byte by byte: built from the real SPM vocabulary below instead (it holds <0xNN>). */
+static void open_vocab(void)
+{
+    char path[1024], err[256] = "";
+    tu_data_path(path, sizeof path, "ggml-vocab-llama-spm.gguf");
+    gguf_t *g = gguf_open(path, err, sizeof err);
+    cr_assert_not_null(g, "gguf_open(%s): %s", path, err);
+    g_tok = tok_open(g, err, sizeof err);
+    gguf_close(g);
+    cr_assert_not_null(g_tok, "tok_open: %s", err);
+    g_vocab = cons_vocab_new(g_tok, err, sizeof err);
+    cr_assert_not_null(g_vocab, "cons_vocab_new: %s", err);
+}
+
+static void close_vocab(void)
+{
+    cons_vocab_free(g_vocab);
+    tok_close(g_tok);
+}
+
+/* Whether the document text is accepted whole and complete under schema. */
+static int doc_ok(cons_schema_t *sc, const char *doc)
+{
+    cons_t *c = cons_new(sc, g_vocab);
+    int ok = cons_accept_bytes(c, doc, strlen(doc)) == 0 && cons_complete(c);
+    cons_free(c);
+    return ok;
+}
+
+/* The length of the longest prefix of doc the automaton takes (strlen(doc) when all). */
+static size_t doc_prefix(cons_schema_t *sc, const char *doc)
+{
+    cons_t *c = cons_new(sc, g_vocab);
+    size_t i = 0;
+    while (doc[i] && cons_accept_bytes(c, doc + i, 1) == 0)
+        i++;
+    cons_free(c);
+    return i;
+}
+
+/* ------------------------------------------------------------------ compiler */
+
+Test(constrain, compiles_the_supported_keywords)
+{
+    static const char *const ok[] = {
+        "{}",
+        "true",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1,"
+        "\"maxLength\":5},\"b\":{\"type\":\"integer\"},\"c\":{\"type\":[\"number\",\"null\"]}},"
+        "\"required\":[\"a\",\"b\"],\"additionalProperties\":false}",
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\",1,null,{\"k\":[1]}]},\"minItems\":1,"
+        "\"maxItems\":3}",
+        "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"},{\"$ref\":\"#/$defs/n\"}],"
+        "\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/n\"}}}}}",
+        "{\"const\":\"fixed\",\"title\":\"t\",\"description\":\"d\"}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"}}",
+        "{\"allOf\":[{\"type\":\"string\"}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        cons_schema_unref(compile_ok(ok[i]));
+}
+
+Test(constrain, refuses_what_it_cannot_enforce_naming_the_part)
+{
+    compile_refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+                    "\"pattern\":\"^x\"}}}",
+                    CONS_ERR_UNSUPPORTED, "/properties/a/pattern: keyword 'pattern'");
+    compile_refused("{\"properties\":{\"w/x\":{\"type\":\"string\",\"format\":\"date\"}}}",
+                    CONS_ERR_UNSUPPORTED, "/properties/w~1x/format:");
+    compile_refused("{\"type\":\"number\",\"minimum\":0}", CONS_ERR_UNSUPPORTED, "/minimum:");
+    compile_refused("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}", CONS_ERR_UNSUPPORTED,
+                    "/anyOf: branch 1 can begin with '\"'");
+    compile_refused("{\"$ref\":\"http://x/s.json\"}", CONS_ERR_UNSUPPORTED, "/$ref:");
+    compile_refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"z\"]}",
+                    CONS_ERR_UNSUPPORTED, "/required/0:");
+    compile_refused("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", CONS_ERR_UNSUPPORTED,
+                    "/: minLength 5 is above maxLength 2");
+    compile_refused("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"uniqueItems\":true}}",
+                    CONS_ERR_UNSUPPORTED, "/items/uniqueItems:");
+    compile_refused("{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", CONS_ERR_UNSUPPORTED,
+                    "/allOf: allOf of several");
+    compile_refused("{\"type\":\"strung\"}", CONS_ERR_FORMAT, "/type: unknown type 'strung'");
+    compile_refused("{\"enum\":[1,2],\"type\":\"string\"}", CONS_ERR_UNSUPPORTED,
+                    "/enum: no value");
+    compile_refused("false", CONS_ERR_UNSUPPORTED, "/: the schema false");
+}
+
+Test(constrain, refuses_a_malformed_response_format)
+{
+    char err[256];
+    int code = 0;
+    json_t *rf = json_pack("{s:s}", "type", "json_schema");
+    cr_assert_null(cons_schema_compile(rf, &code, err, sizeof err));
+    cr_assert_eq(code, CONS_ERR_FORMAT);
+    cr_assert(strstr(err, "json_schema.schema is missing"), "%s", err);
+    json_decref(rf);
+    rf = json_pack("{s:s}", "type", "text");
+    cr_assert_null(cons_schema_compile(rf, &code, err, sizeof err));
+    cr_assert_eq(code, CONS_ERR_FORMAT);
+    json_decref(rf);
+}
+
+Test(constrain, caches_a_schema_by_its_text)
+{
+    cons_cache_t *c = cons_cache_new(2);
+    char err[256];
+    json_t *a = rf_schema("{\"type\":\"string\"}"), *b = rf_schema("{\"type\":\"integer\"}");
+    json_t *a2 = rf_schema("{\"type\":\"string\"}"), *d = rf_schema("{\"type\":\"null\"}");
+    cons_schema_t *s1 = cons_cache_get(c, a, NULL, err, sizeof err);
+    cons_schema_t *s2 = cons_cache_get(c, a2, NULL, err, sizeof err);
+    cr_assert_not_null(s1);
+    cr_assert_eq(s1, s2, "the same text compiles once");
+    cons_schema_t *s3 = cons_cache_get(c, b, NULL, err, sizeof err);
+    cons_schema_t *s4 = cons_cache_get(c, d, NULL, err, sizeof err); /* drops the oldest (a) */
+    uint64_t hits, misses;
+    cons_cache_counts(c, &hits, &misses);
+    cr_assert_eq(hits, 1);
+    cr_assert_eq(misses, 3);
+    cons_cache_free(c); /* entries in use live on */
+    cr_assert_eq(cons_schema_ref(s1), s1);
+    cons_schema_unref(s1);
+    cons_schema_unref(s1);
+    cons_schema_unref(s2);
+    cons_schema_unref(s3);
+    cons_schema_unref(s4);
+    json_decref(a);
+    json_decref(a2);
+    json_decref(b);
+    json_decref(d);
+}
+
+/* ------------------------------------------------------------------ automaton */
+
+#define PERSON                                                                                     \
+    "{\"type\":\"object\",\"properties\":{"                                                        \
+    "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4},"                              \
+    "\"age\":{\"type\":\"integer\"},"                                                              \
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"ab\",true]},\"maxItems\":2},"       \
+    "\"pet\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/pet\"}]}},"                       \
+    "\"required\":[\"name\",\"age\"],"                                                             \
+    "\"$defs\":{\"pet\":{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},"        \
+    "\"w\":{\"type\":\"number\"}},\"required\":[\"kind\"]}}}"
+
+Test(constrain, accepts_valid_documents, .init = open_vocab, .fini = close_vocab)
+{
+    cons_schema_t *sc = compile_ok(PERSON);
+    static const char *const good[] = {
+        "{\"name\":\"Al\",\"age\":3}",
+        "{ \"name\" : \"\xc3\xa9t\xc3\xa9\" , \"age\" : -0 }",
+        "{\"name\":\"a\\\"b\",\"age\":12,\"tags\":[]}",
+        "{\"name\":\"x\",\"age\":1,\"tags\":[\"ab\",true],\"pet\":null}",
+        "{\"name\":\"x\",\"age\":1,\"pet\":{\"kind\":\"cat\",\"w\":-1.5e+2}}\n",
+        "\n{\n  \"name\": \"\xe2\x82\xac\",\n  \"age\": 7\n}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        cr_assert(doc_ok(sc, good[i]), "refused: %s (at byte %zu)", good[i],
+                  doc_prefix(sc, good[i]));
+    cons_schema_unref(sc);
+}
+
+Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vocab,
+     .fini = close_vocab)
+{
+    cons_schema_t *sc = compile_ok(PERSON);
+    static const struct {
+        const char *doc;
+        size_t at; /* bytes taken before the refusal */
+    } bad[] = {
+        {"{\"age\":3}", 2},                                      /* name is required first */
+        {"{\"name\":\"\",", 9},                                  /* minLength 1 */
+        {"{\"name\":\"abcde\"", 13},                             /* maxLength 4 */
+        {"{\"name\":\"a\",\"age\":1.5}", 19},                    /* integer */
+        {"{\"name\":\"a\",\"age\":01}", 19},                     /* no leading zeros */
+        {"{\"name\":\"a\",\"age\":1,\"tags\":[1]}", 28},         /* not in the enum */
+        {"{\"name\":\"a\",\"age\":1,\"tags\":[true,\"a\",", 36}, /* maxItems 2 */
+        {"{\"name\":\"a\",\"age\":1,\"x\":1}", 21},              /* no such property */
+        {"{\"name\":\"a\",\"age\":1,\"pet\":{}}", 27},           /* kind is required */
+        {"{\"name\":\"a\",\"age\":1}x", 20},                     /* nothing after the document */
+        {"{\"name\":\"a\xff\"", 10},                             /* invalid UTF-8 */
+        {"{\"name\":\"\xe0\x80\"", 10},                          /* overlong */
+        {"{\"name\":\"a\nb\"", 10},                              /* raw control character */
+        {"{\"name\":\"\\u0041\"", 10},                           /* \u escapes are not generated */
+        {"{         \"name\"", 9},                               /* whitespace runs are bounded */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert(!doc_ok(sc, bad[i].doc), "accepted: %s", bad[i].doc);
+        cr_assert_eq(doc_prefix(sc, bad[i].doc), bad[i].at, "%s: refused at %zu, want %zu",
+                     bad[i].doc, doc_prefix(sc, bad[i].doc), bad[i].at);
+    }
+    cons_schema_unref(sc);
+}
+
+Test(constrain, json_object_takes_any_object_and_only_an_object, .init = open_vocab,
+     .fini = close_vocab)
+{
+    json_t *rf = json_pack("{s:s}", "type", "json_object");
+    char err[256];
+    cons_schema_t *sc = cons_schema_compile(rf, NULL, err, sizeof err);
+    json_decref(rf);
+    cr_assert_not_null(sc, "%s", err);
+    cr_assert(doc_ok(sc, "{}"));
+    cr_assert(doc_ok(sc, "{\"a\":[1,{\"b\":null},\"c\",-2.5e3,true],\"d\":{}}"));
+    cr_assert(!doc_ok(sc, "[1]"));
+    cr_assert(!doc_ok(sc, "\"s\""));
+    cr_assert(!doc_ok(sc, "{\"a\":1"), "incomplete");
+    cr_assert(!doc_ok(sc, "{\"a\":1,}"));
+    cons_schema_unref(sc);
+}
+
+Test(constrain, numbers_end_only_where_json_lets_them, .init = open_vocab, .fini = close_vocab)
+{
+    cons_schema_t *sc = compile_ok("{\"type\":\"number\"}");
+    cr_assert(doc_ok(sc, "0"));
+    cr_assert(doc_ok(sc, "-12.5E-3"));
+    cr_assert(!doc_ok(sc, "-"));
+    cr_assert(!doc_ok(sc, "1."));
+    cr_assert(!doc_ok(sc, "1e"));
+    cr_assert(!doc_ok(sc, "1234567890123456"), "at most 15 digits");
+    cons_schema_unref(sc);
+    sc = compile_ok("{\"enum\":[1,12]}");
+    cr_assert(doc_ok(sc, "1"));
+    cr_assert(doc_ok(sc, "12"));
+    cr_assert(!doc_ok(sc, "123"));
+    cons_schema_unref(sc);
+}
+
+/* ------------------------------------------------------------------ masks */
+
+static int bit(const uint32_t *bits, int32_t id)
+{
+    return (int)(bits[id >> 5] >> (id & 31) & 1u);
+}
+
+/* The mask's count is its bits', and end-of-generation tokens follow completeness. */
+static void check_mask_count(cons_t *c)
+{
+    int32_t n = 0, count = 0;
+    const uint32_t *bits = cons_mask(c, &n);
+    for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
+        count += bit(bits, id);
+        if (tok_is_eog(g_tok, id))
+            cr_assert_eq(bit(bits, id), cons_complete(c), "token %d", id);
+    }
+    cr_assert_eq(count, n);
+}
+
+Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = open_vocab,
+     .fini = close_vocab)
+{
+    cr_assert_eq(cons_vocab_size(g_vocab), 32000);
+    cr_assert_gt(cons_vocab_nodes(g_vocab), 32000);
+    cons_schema_t *sc = compile_ok(PERSON);
+    static const char *const prefixes[] = {
+        "", "{\"na", "{\"name\":\"ab", "{\"name\":\"x\",\"age\":4", "{\"name\":\"x\",\"age\":4}"};
+    char piece[128];
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
+        cons_t *c = cons_new(sc, g_vocab);
+        cr_assert_eq(cons_accept_bytes(c, prefixes[p], strlen(prefixes[p])), 0);
+        check_mask_count(c);
+        int32_t n;
+        const uint32_t *bits = cons_mask(c, &n);
+        cr_assert_gt(n, 0, "prefix %zu: a dead end", p);
+        /* every token: allowed iff a fresh matcher at the same prefix takes its bytes */
+        for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
+            int len = tok_piece(g_tok, id, 0, piece, sizeof piece);
+            if (tok_is_eog(g_tok, id) || len <= 0 || len > 64)
+                continue;
+            cons_t *d = cons_new(sc, g_vocab);
+            cons_accept_bytes(d, prefixes[p], strlen(prefixes[p]));
+            int takes = cons_accept_bytes(d, piece, (size_t)len) == 0;
+            cons_free(d);
+            cr_assert_eq(bit(bits, id), takes, "prefix '%s', token %d '%s'", prefixes[p], id,
+                         piece);
+        }
+        cons_free(c);
+    }
+    cons_schema_unref(sc);
+}
+
+Test(constrain, end_of_text_only_once_the_document_is_complete, .init = open_vocab,
+     .fini = close_vocab)
+{
+    cons_schema_t *sc = compile_ok("{\"type\":\"integer\"}");
+    cons_t *c = cons_new(sc, g_vocab);
+    int32_t eos = tok_eos(g_tok);
+    cr_assert(!bit(cons_mask(c, NULL), eos));
+    cr_assert_eq(cons_accept(c, eos), -1);
+    cr_assert_eq(cons_accept_bytes(c, "42", 2), 0);
+    cr_assert(bit(cons_mask(c, NULL), eos));
+    float *logits = calloc(32000, sizeof *logits);
+    int32_t n = cons_mask_logits(c, logits);
+    int32_t finite = 0;
+    for (int32_t i = 0; i < 32000; i++)
+        finite += isfinite(logits[i]);
+    cr_assert_eq(finite, n);
+    cr_assert_eq(cons_accept(c, eos), 0);
+    free(logits);
+    cons_free(c);
+    cons_schema_unref(sc);
+}
+
+/* Picks random allowed tokens until the document is complete: it always parses and fits. */
+Test(constrain, random_walks_over_the_mask_end_in_valid_json, .init = open_vocab,
+     .fini = close_vocab, .timeout = 60)
+{
+    cons_schema_t *sc = compile_ok(PERSON);
+    uint64_t rng = 12345;
+    int parsed = 0;
+    for (int run = 0; run < 20; run++) {
+        cons_t *c = cons_new(sc, g_vocab);
+        char doc[4096];
+        size_t len = 0;
+        int done = 0;
+        for (int step = 0; step < 400 && !done; step++) {
+            int32_t n;
+            const uint32_t *bits = cons_mask(c, &n);
+            cr_assert_gt(n, 0, "dead end after '%.*s'", (int)len, doc);
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int32_t k = (int32_t)((rng >> 33) % (uint64_t)n), id = -1;
+            /* prefer ending once complete, else the k-th allowed token */
+            if (cons_complete(c) && bit(bits, tok_eos(g_tok)))
+                id = tok_eos(g_tok);
+            for (int32_t i = 0; id < 0 && i < cons_vocab_size(g_vocab); i++)
+                if (bit(bits, i) && k-- == 0)
+                    id = i;
+            cr_assert_eq(cons_accept(c, id), 0);
+            if (id == tok_eos(g_tok)) {
+                done = 1;
+                break;
+            }
+            char piece[128];
+            int pl = tok_piece(g_tok, id, 0, piece, sizeof piece);
+            cr_assert(len + (size_t)pl < sizeof doc);
+            memcpy(doc + len, piece, (size_t)pl);
+            len += (size_t)pl;
+        }
+        if (!done) {
+            cons_free(c);
+            continue; /* ran long: nothing to parse */
+        }
+        parsed++;
+        json_error_t je;
+        json_t *v = json_loadb(doc, len, 0, &je);
+        cr_assert_not_null(v, "'%.*s': %s", (int)len, doc, je.text);
+        const char *name = json_string_value(json_object_get(v, "name"));
+        cr_assert(name && strlen(name) >= 1);
+        cr_assert(json_is_integer(json_object_get(v, "age")));
+        json_decref(v);
+        cons_free(c);
+    }
+    cr_assert_gt(parsed, 10, "only %d of 20 walks ended", parsed);
+    cons_schema_unref(sc);
+}
