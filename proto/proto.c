@@ -122,13 +122,13 @@ const char *proto_fault_name(int fault)
     return fault >= 0 && fault < N_FAULTS ? fault_names[fault] : NULL;
 }
 
-#define FB(f) (1u << (f))
-#define F_SAMPLER_BITS (((1u << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
+#define FB(f) ((uint64_t)1 << (f))
+#define F_SAMPLER_BITS ((((uint64_t)1 << SAMPLER_PARAM_COUNT) - 1u) << F_SAMPLER)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
      FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
      FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT))
-_Static_assert(F_COUNT <= 32, "request fields are a uint32_t mask");
+_Static_assert(F_COUNT <= 64, "request fields are a uint64_t mask");
 
 enum {
     SOCK_INFERENCE = 1,
@@ -141,8 +141,8 @@ enum {
 static const struct op_desc {
     const char *name;
     int sockets;
-    uint32_t allowed;
-    uint32_t required;
+    uint64_t allowed;
+    uint64_t required;
 } op_table[] = {
     [PROTO_OP_GENERATE] = {"generate", SOCK_INFERENCE,
                            FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING | FB(F_ECHO) |
@@ -909,7 +909,7 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
                           q);
     req->op = (proto_op_t)o;
 
-    uint32_t seen = 0;
+    uint64_t seen = 0;
     const char *key;
     json_t *val;
     json_object_foreach ((json_t *)root, key, val) {
@@ -1159,7 +1159,7 @@ char *proto_encode_request(const proto_req_t *req)
         json_decref(root);
         return NULL;
     }
-    uint32_t allowed = op_table[req->op].allowed;
+    uint64_t allowed = op_table[req->op].allowed;
     for (int f = 0; f < F_COUNT; f++)
         if ((allowed & FB(f)) && encode_field(root, (pfield_t)f, req)) {
             json_decref(root);
