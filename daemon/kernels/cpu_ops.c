@@ -30,8 +30,10 @@
 
 struct cpuk {
     pool_t *pool;
-    float *scores; /* (threads, cap_ctx + 2 * cap_hd) attention scratch (att_slot) */
+    float *scores; /* (threads, att_slot) attention scratch */
     size_t cap_ctx, cap_hd;
+    uint32_t *blk; /* attention's blocks of tokens (att_blocks), blk_cap entries */
+    size_t blk_cap;
     void *xq[QUANT_ACT_COUNT];      /* a matmul's activations quantized per format (n_tok rows) */
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
@@ -99,6 +101,7 @@ void cpuk_free(cpuk_t *k)
     if (!k)
         return;
     free(k->scores);
+    free(k->blk);
     for (int a = 0; a < QUANT_ACT_COUNT; a++)
         free(k->xq[a]);
     free(k);
@@ -418,6 +421,12 @@ static inline size_t kv_off(const kern_att_t *a, uint32_t pos)
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
+/* Bytes of one element of a cache of the att's type. */
+static inline size_t kv_type_bytes(const kern_att_t *a)
+{
+    return a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float);
+}
+
 /* Address of element off of a cache of the att's type. */
 static inline void *kv_at(const kern_att_t *a, void *base, size_t off)
 {
@@ -456,101 +465,203 @@ int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v
     return 0;
 }
 
+/* Queries per attention item: the consecutive tokens of one sequence (a prompt's) in a step, taken
+ * together, so each K and V row is read once for them all rather than once a token (a 250-token
+ * chunk over 2,500 cached positions read 7.5 MB of cache per token and layer). */
+#define CPUK_ATT_QB 8
+/* K rows ahead the scores prefetch */
+#define CPUK_ATT_PF 12
+
 typedef struct att_task {
     cpuk_t *k;
     const kern_att_t *a;
     const float *q;
     float *out;
-    size_t n_tok;
-    pool_chunks_t ch; /* the (token, head) items */
+    const uint32_t *blk; /* (n_blk + 1) first token of each block, then n_tok */
+    size_t n_blk;
+    pool_chunks_t ch; /* the (block, head) items */
 } att_task_t;
 
-/* Per thread: cap_ctx scores, then (F16 caches) 2 * head_dim floats for the
- * half-rounded query and one expanded V row. */
+/* Per thread: CPUK_ATT_QB rows of cap_ctx scores, CPUK_ATT_QB queries of cap_hd (F16 caches:
+ * rounded to half), and cap_hd floats of room for a half-rounded query. */
 static size_t att_slot(const cpuk_t *k)
 {
-    return k->cap_ctx + 2 * (size_t)k->cap_hd;
+    return CPUK_ATT_QB * (k->cap_ctx + k->cap_hd) + k->cap_hd;
+}
+
+/* The first position a token at pos attends to (a sliding window sees the last `window`). */
+static uint32_t att_first(const kern_att_t *a, uint32_t pos)
+{
+    return a->window && pos >= a->window ? pos - a->window + 1 : 0;
+}
+
+/* Scores of nq queries (positions pos0 .. pos0 + nq - 1, kv head kvh) against positions
+ * lo .. hi into sc (a row of cap_ctx per query): F16 caches through the float tile, four rows
+ * by up to four queries at a time, each result its single dot's. Entries past a query's own
+ * position are written and not used. */
+static void att_scores(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, const float **qs,
+                       int nq, uint32_t lo, uint32_t hi, float *sc, size_t cap)
+{
+    uint32_t hd = a->head_dim;
+    size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * kv_type_bytes(a);
+    for (uint32_t p = lo; p <= hi; p += 4) {
+        int nr = hi + 1 - p < 4 ? (int)(hi + 1 - p) : 4;
+        const char *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
+        /* the rows a position apart are past what the hardware prefetchers follow */
+        for (int r = 0; r < 4 && p + CPUK_ATT_PF + (uint32_t)r <= hi; r++)
+            for (size_t b = 0; b < hd * kv_type_bytes(a); b += 64)
+                __builtin_prefetch(kr + (CPUK_ATT_PF + (size_t)r) * kv_row + b);
+        for (int j0 = 0; j0 < nq; j0 += 4) {
+            int nx = nq - j0 < 4 ? nq - j0 : 4;
+            float t[16];
+            if (a->kv_type == KV_TYPE_F16)
+                quant_dot_tile(GGUF_T_F16, kr, kv_row, nr, qs + j0, nx, hd, t);
+            else
+                for (int r = 0; r < nr; r++)
+                    for (int j = 0; j < nx; j++)
+                        t[r * nx + j] = quant_dot_f32(
+                            qs[j0 + j], kv_at(a, bt->k_base, kv_off(a, p + r) + (size_t)kvh * hd),
+                            hd);
+            for (int r = 0; r < nr; r++)
+                for (int j = 0; j < nx; j++)
+                    sc[(size_t)(j0 + j) * cap + p + r] = t[r * nx + j];
+        }
+    }
+}
+
+/* Scores of one query over p0 .. pos become its softmax weights (F16 caches: rounded to half,
+ * as an F16 V x P product sees them). */
+static void att_softmax(const kern_att_t *a, float *sc, uint32_t p0, uint32_t pos)
+{
+    float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->head_dim);
+    float cap = a->softcap, mx = -INFINITY;
+    for (uint32_t p = p0; p <= pos; p++) {
+        float s = sc[p] * scale;
+        if (cap != 0.0f)
+            s = cap * tanhf(s / cap);
+        sc[p] = s;
+        if (s > mx)
+            mx = s;
+    }
+    float sum = 0.0f;
+    for (uint32_t p = p0; p <= pos; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    float inv = 1.0f / sum;
+    if (a->kv_type != KV_TYPE_F16) {
+        for (uint32_t p = p0; p <= pos; p++)
+            sc[p] *= inv;
+        return;
+    }
+    uint16_t hw[64];
+    for (uint32_t p = p0; p <= pos; p += 64) {
+        size_t m = pos + 1 - p < 64 ? pos + 1 - p : 64;
+        for (size_t i = 0; i < m; i++)
+            sc[p + i] *= inv;
+        quant_row_from_f32(GGUF_T_F16, sc + p, hw, m);
+        quant_row_to_f32(GGUF_T_F16, hw, sc + p, m);
+    }
+}
+
+/* o += the weights w[p] times V rows p for p = lo .. hi (none when lo > hi). */
+static void att_values(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, float *o,
+                       const float *w, uint32_t lo, uint32_t hi)
+{
+    uint32_t hd = a->head_dim;
+    if (lo > hi)
+        return;
+    if (a->kv_type == KV_TYPE_F16) {
+        size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd;
+        quant_axpy_f16_rows(
+            o, w + lo, (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
+            kv_row, hi + 1 - lo, hd);
+        return;
+    }
+    for (uint32_t p = lo; p <= hi; p++)
+        quant_axpy_f32(o, w[p], kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd), hd);
+}
+
+/* One item: the queries of a block (tokens t0 .. t0 + nq - 1 of one sequence at consecutive
+ * positions) for head h. Every output is what the token alone would get: its scores are single
+ * dots, its weights its own softmax, and its V rows are added in position order. */
+static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32_t h)
+{
+    const kern_att_t *a = at->a;
+    cpuk_t *k = at->k;
+    uint32_t hd = a->head_dim, kvh = h / (a->n_head / a->n_head_kv);
+    const kern_tok_t *bt = &a->toks[t0];
+    float *sc = scr, *qh = scr + CPUK_ATT_QB * k->cap_ctx, *room = qh + CPUK_ATT_QB * k->cap_hd;
+    const float *qs[CPUK_ATT_QB];
+    float *os[CPUK_ATT_QB];
+    const float *ws[CPUK_ATT_QB];
+    for (int j = 0; j < nq; j++) {
+        const float *q = at->q + (t0 + j) * a->stride + (size_t)h * hd;
+        if (a->kv_type == KV_TYPE_F16) { /* as an F16 x F16 product sees it: q rounded to half */
+            quant_row_from_f32(GGUF_T_F16, q, (uint16_t *)room, hd);
+            quant_row_to_f32(GGUF_T_F16, (const uint16_t *)room, qh + (size_t)j * k->cap_hd, hd);
+            q = qh + (size_t)j * k->cap_hd;
+        }
+        qs[j] = q;
+        os[j] = at->out + (t0 + j) * a->stride + (size_t)h * hd;
+        ws[j] = sc + (size_t)j * k->cap_ctx;
+        memset(os[j], 0, hd * sizeof(float));
+    }
+    uint32_t pos0 = bt->pos, last = pos0 + (uint32_t)nq - 1;
+    att_scores(a, bt, kvh, qs, nq, att_first(a, pos0), last, sc, k->cap_ctx);
+    for (int j = 0; j < nq; j++)
+        att_softmax(a, sc + (size_t)j * k->cap_ctx, att_first(a, pos0 + (uint32_t)j),
+                    pos0 + (uint32_t)j);
+    /* the rows every query sees, lo .. hi, read once for them all; before them the rows only the
+     * earlier queries' windows reach, after them those only the later queries reach */
+    uint32_t lo = att_first(a, last), hi = pos0;
+    if (lo > hi || a->kv_type != KV_TYPE_F16) {
+        for (int j = 0; j < nq; j++)
+            att_values(a, bt, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j),
+                       pos0 + (uint32_t)j);
+        return;
+    }
+    for (int j = 0; lo > 0 && j < nq; j++)
+        att_values(a, bt, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j), lo - 1);
+    const float *wl[CPUK_ATT_QB];
+    for (int j = 0; j < nq; j++)
+        wl[j] = ws[j] + lo;
+    quant_axpy_f16_rows_n(os, wl, nq,
+                          (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
+                          (size_t)a->n_layer * a->n_head_kv * hd, hi + 1 - lo, hd);
+    for (int j = 1; j < nq; j++)
+        att_values(a, bt, kvh, os[j], ws[j], hi + 1, pos0 + (uint32_t)j);
 }
 
 static void att_worker(void *ctxp, int tid, int nth)
 {
-    const att_task_t *at = ctxp;
-    const kern_att_t *a = at->a;
-    uint32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    int f16 = a->kv_type == KV_TYPE_F16;
-    float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
-    float cap = a->softcap;
-    float *sc = at->k->scores + (size_t)tid * att_slot(at->k);
-    float *qh = sc + at->k->cap_ctx, *vrow = qh + hd;
-    /* bytes between one position's K (or V) row and the next's */
-    size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * sizeof(uint16_t);
-    /* items (token, head) taken one at a time as threads come free: a
-     * causal prompt's later tokens cost more, and a thread the OS holds back
-     * leaves its share to the others */
+    att_task_t *at = ctxp;
+    float *scr = at->k->scores + (size_t)tid * att_slot(at->k);
+    uint32_t n_head = at->a->n_head;
+    /* items (block, head) taken one at a time as threads come free: a causal prompt's later
+     * blocks cost more, and a thread the OS holds back leaves its share to the others */
     (void)nth;
     long item, item_end;
-    while (pool_chunk_next(&((att_task_t *)ctxp)->ch, &item, &item_end)) {
-        size_t t = (size_t)item / a->n_head;
-        uint32_t h = (uint32_t)((size_t)item % a->n_head);
-        const kern_tok_t *bt = &a->toks[t];
-        uint32_t kvh = h / group;
-        const float *q = at->q + t * a->stride + (size_t)h * hd;
-        if (f16) { /* as an F16 x F16 product would see it: q rounded to half
-                    * (through vrow's room, free until the V rows) */
-            uint16_t *qb = (uint16_t *)vrow;
-            quant_row_from_f32(GGUF_T_F16, q, qb, hd);
-            quant_row_to_f32(GGUF_T_F16, qb, qh, hd);
-            q = qh;
-        }
-        /* a sliding window sees the last `window` positions */
-        uint32_t p0 = a->window && bt->pos >= a->window ? bt->pos - a->window + 1 : 0;
-        uint32_t np = bt->pos + 1 - p0;
-        /* F16 caches: the positions' K rows (a fixed stride apart) four at
-         * a time through the float tile, each result its single dot's */
-        if (f16)
-            for (uint32_t p = p0; p <= bt->pos; p += 4)
-                quant_dot_tile(GGUF_T_F16, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd),
-                               kv_row, bt->pos + 1 - p < 4 ? (int)(bt->pos + 1 - p) : 4, &q, 1, hd,
-                               sc + p);
-        float mx = -INFINITY;
-        for (uint32_t p = p0; p <= bt->pos; p++) {
-            float s =
-                f16 ? sc[p]
-                    : quant_dot_f32(q, kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd), hd);
-            s *= scale;
-            if (cap != 0.0f)
-                s = cap * tanhf(s / cap);
-            sc[p] = s;
-            if (s > mx)
-                mx = s;
-        }
-        float sum = 0.0f;
-        for (uint32_t p = p0; p <= bt->pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = 1.0f / sum;
-        float *o = at->out + t * a->stride + (size_t)h * hd;
-        memset(o, 0, hd * sizeof(float));
-        if (f16) { /* the weights as an F16 V x P product sees them */
-            uint16_t hw[64];
-            for (uint32_t p = p0; p <= bt->pos; p += 64) {
-                size_t m = bt->pos + 1 - p < 64 ? bt->pos + 1 - p : 64;
-                for (size_t i = 0; i < m; i++)
-                    sc[p + i] *= inv;
-                quant_row_from_f32(GGUF_T_F16, sc + p, hw, m);
-                quant_row_to_f32(GGUF_T_F16, hw, sc + p, m);
-            }
-            quant_axpy_f16_rows(
-                o, sc + p0,
-                (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, p0) + (size_t)kvh * hd),
-                kv_row / sizeof(uint16_t), np, hd);
-            continue;
-        }
-        for (uint32_t p = p0; p <= bt->pos; p++)
-            quant_axpy_f32(o, sc[p] * inv, kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd),
-                           hd);
+    while (pool_chunk_next(&at->ch, &item, &item_end)) {
+        size_t b = (size_t)item / n_head;
+        att_item(at, scr, at->blk[b], (int)(at->blk[b + 1] - at->blk[b]),
+                 (uint32_t)((size_t)item % n_head));
     }
+}
+
+/* Splits the step's tokens into blocks of consecutive positions of one sequence (at most
+ * CPUK_ATT_QB each): blk gets each block's first token and then n_tok; returns the count. */
+static size_t att_blocks(const kern_att_t *a, size_t n_tok, uint32_t *blk)
+{
+    size_t n = 0;
+    for (size_t t = 0; t < n_tok; t++) {
+        const kern_tok_t *p = t ? &a->toks[t - 1] : NULL, *c = &a->toks[t];
+        if (!p || t - blk[n - 1] >= CPUK_ATT_QB || p->k_base != c->k_base ||
+            p->v_base != c->v_base || c->pos != p->pos + 1)
+            blk[n++] = (uint32_t)t;
+    }
+    blk[n] = (uint32_t)n_tok;
+    return n;
 }
 
 int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, size_t n_tok)
@@ -565,7 +676,8 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
     if (need > k->cap_ctx || a->head_dim > k->cap_hd) {
         size_t ctx_n = need > k->cap_ctx ? need : k->cap_ctx;
         size_t hd_n = a->head_dim > k->cap_hd ? a->head_dim : k->cap_hd;
-        float *s = malloc((size_t)pool_size(k->pool) * (ctx_n + 2 * hd_n) * sizeof(float));
+        float *s = malloc((size_t)pool_size(k->pool) * (CPUK_ATT_QB * (ctx_n + hd_n) + hd_n) *
+                          sizeof(float));
         if (!s)
             return KERN_ERR_NOMEM;
         free(k->scores);
@@ -573,8 +685,16 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
         k->cap_ctx = ctx_n;
         k->cap_hd = hd_n;
     }
-    att_task_t at = {.k = k, .a = a, .q = q, .out = out, .n_tok = n_tok};
-    pool_chunks_init(&at.ch, (long)(n_tok * a->n_head), 1);
+    if (n_tok + 1 > k->blk_cap) {
+        uint32_t *b = realloc(k->blk, (n_tok + 1) * sizeof *b);
+        if (!b)
+            return KERN_ERR_NOMEM;
+        k->blk = b;
+        k->blk_cap = n_tok + 1;
+    }
+    att_task_t at = {.k = k, .a = a, .q = q, .out = out, .blk = k->blk};
+    at.n_blk = att_blocks(a, n_tok, k->blk);
+    pool_chunks_init(&at.ch, (long)(at.n_blk * a->n_head), 1);
     pool_run(k->pool, att_worker, &at);
     return 0;
 }

@@ -278,6 +278,19 @@ void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_s
         quant_axpy_f16(y, a[p], x + p * x_stride, n);
 }
 
+void quant_axpy_f16_rows_n(float *const *y, const float *const *a, int ny, const uint16_t *x,
+                           size_t x_stride, size_t nrows, size_t n)
+{
+#if QUANT_HAVE_X86
+    if (kern() != &k_portable) {
+        quant_avx2_axpy_f16_rows_n(y, a, ny, x, x_stride, nrows, n);
+        return;
+    }
+#endif
+    for (int j = 0; j < ny; j++)
+        quant_axpy_f16_rows(y[j], a[j], x, x_stride, nrows, n);
+}
+
 void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n)
 {
 #if QUANT_HAVE_X86

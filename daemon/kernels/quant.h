@@ -155,5 +155,10 @@ void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
  * that order, with the same results (the rows' sum held in registers). */
 void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
                          size_t n);
+/* quant_axpy_f16_rows(y[j], a[j], x, x_stride, nrows, n) for j = 0 .. ny - 1, each y[j] with the
+ * same results, the rows read once for them all (attention: the queries of a block share the
+ * V rows). */
+void quant_axpy_f16_rows_n(float *const *y, const float *const *a, int ny, const uint16_t *x,
+                           size_t x_stride, size_t nrows, size_t n);
 
 #endif

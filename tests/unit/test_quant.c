@@ -313,6 +313,48 @@ Test(quant, f16_axpy_over_rows_equals_one_axpy_per_row_on_every_isa)
     quant_isa_set(QUANT_ISA_AUTO);
 }
 
+/* Attention's blocks: several outputs over the same F16 rows at once equal one
+ * quant_axpy_f16_rows each, bit for bit, on every ISA, for 1 to 9 outputs (groups of
+ * four and a rest) and head sizes with tails past 16 and 8. */
+Test(quant, f16_axpy_over_rows_for_several_outputs_equals_one_call_each_on_every_isa)
+{
+    enum {
+        ROWS = 29,
+        STRIDE = 300,
+        NY = 9
+    };
+    static uint16_t h[ROWS * STRIDE];
+    static float a[NY][ROWS], y1[NY][203], y2[NY][203];
+    for (size_t i = 0; i < ROWS * STRIDE; i++)
+        h[i] = quant_f32_to_f16(frand() * 4.0f);
+    for (int j = 0; j < NY; j++)
+        for (int r = 0; r < ROWS; r++)
+            a[j][r] = frand();
+    const size_t ns[5] = {64, 80, 203, 7, 40};
+    for (int isa = 1; isa <= 4; isa++) {
+        if (quant_isa_set((quant_isa_t)isa) != (quant_isa_t)isa)
+            continue;
+        for (int ni = 0; ni < 5; ni++)
+            for (int ny = 1; ny <= NY; ny++) {
+                size_t n = ns[ni];
+                float *ys[NY];
+                const float *as[NY];
+                for (int j = 0; j < ny; j++) {
+                    for (size_t i = 0; i < n; i++)
+                        y1[j][i] = y2[j][i] = frand();
+                    quant_axpy_f16_rows(y1[j], a[j], h, STRIDE, ROWS, n);
+                    ys[j] = y2[j];
+                    as[j] = a[j];
+                }
+                quant_axpy_f16_rows_n(ys, as, ny, h, STRIDE, ROWS, n);
+                for (int j = 0; j < ny; j++)
+                    cr_assert_eq(memcmp(y1[j], y2[j], n * sizeof(float)), 0, "%s n=%zu ny=%d j=%d",
+                                 quant_isa_name((quant_isa_t)isa), n, ny, j);
+            }
+    }
+    quant_isa_set(QUANT_ISA_AUTO);
+}
+
 Test(quant, axpy_and_dot_f32_handle_odd_lengths)
 {
     for (int isa = 1; isa <= 4; isa++) {
