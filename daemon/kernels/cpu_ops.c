@@ -543,12 +543,7 @@ static void att_softmax(const kern_att_t *a, float *sc, uint32_t p0, uint32_t po
         if (s > mx)
             mx = s;
     }
-    float sum = 0.0f;
-    for (uint32_t p = p0; p <= pos; p++) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
-    }
-    float inv = 1.0f / sum;
+    float inv = 1.0f / quant_exp_shift(sc + p0, pos + 1 - p0, mx);
     if (a->kv_type != KV_TYPE_F16) {
         for (uint32_t p = p0; p <= pos; p++)
             sc[p] *= inv;

@@ -1,6 +1,7 @@
 /* quant: weight formats (F32, F16, BF16, the legacy, K and IQ4 block quants), their conversions and the dot kernels: the run-time ISA choice and the entry points that dispatch (the formats and portable kernels in quant_fmt.c, the SIMD ones in quant_avx2.c and quant_avx512.c). */
 #include "kernels/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "kernels/quant_int.h"
@@ -276,6 +277,20 @@ void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_s
 #endif
     for (size_t p = 0; p < nrows; p++)
         quant_axpy_f16(y, a[p], x + p * x_stride, n);
+}
+
+float quant_exp_shift(float *x, size_t n, float mx)
+{
+#if QUANT_HAVE_X86
+    if (kern() != &k_portable)
+        return quant_avx2_exp_shift(x, n, mx);
+#endif
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    return sum;
 }
 
 void quant_axpy_f16_rows_n(float *const *y, const float *const *a, int ny, const uint16_t *x,

@@ -155,6 +155,10 @@ void quant_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
  * that order, with the same results (the rows' sum held in registers). */
 void quant_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride, size_t nrows,
                          size_t n);
+/* x[i] = e^(x[i] - mx) for i < n (mx at least every x[i]: a softmax's shift); returns their sum.
+ * The SIMD path: a degree-6 polynomial after range reduction (within 1e-6 relative of expf; 0
+ * below -87.3, where expf gives denormals), the sum in eight lanes. */
+float quant_exp_shift(float *x, size_t n, float mx);
 /* quant_axpy_f16_rows(y[j], a[j], x, x_stride, nrows, n) for j = 0 .. ny - 1, each y[j] with the
  * same results, the rows read once for them all (attention: the queries of a block share the
  * V rows). */

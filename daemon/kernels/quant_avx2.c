@@ -855,6 +855,54 @@ AVX2 void quant_avx2_axpy_f16_rows(float *y, const float *a, const uint16_t *x, 
             quant_avx2_axpy_f16(y + i, a[p], x + p * x_stride + i, n - i);
 }
 
+/* e^x for x <= 0 (8 lanes): x = n ln2 + r, |r| <= ln2 / 2 (ln2 in two parts), e^r by its
+ * degree-6 Taylor polynomial in Horner form, times 2^n through the exponent bits; 0 below -87.3
+ * (the smallest normal float's log). */
+AVX2_INLINE __m256 exp8_neg(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(zero, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+AVX2 float quant_avx2_exp_shift(float *x, size_t n, float mx)
+{
+    __m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = exp8_neg(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, v);
+        acc = _mm256_add_ps(acc, v);
+    }
+    float sum = hsum256(acc);
+    if (i < n) { /* the tail through the same lanes */
+        float t[8] = {0};
+        for (size_t j = i; j < n; j++)
+            t[j - i] = x[j] - mx;
+        __m256 v = exp8_neg(_mm256_loadu_ps(t));
+        _mm256_storeu_ps(t, v);
+        for (size_t j = i; j < n; j++) {
+            x[j] = t[j - i];
+            sum += x[j];
+        }
+    }
+    return sum;
+}
+
 /* Rows ahead a strided row walk prefetches: a KV cache's rows are a position apart (18 KB in the
  * 134M shape), past what the hardware prefetchers follow. */
 #define AXPY_PF_ROWS 8

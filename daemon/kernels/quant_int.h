@@ -170,6 +170,8 @@ AVX2 void quant_avx2_act_q8k(const float *x, quant_act_q8k_t *a, size_t nb);
 AVX2 void quant_avx2_axpy_f16(float *y, float a, const uint16_t *x, size_t n);
 AVX2 void quant_avx2_axpy_f16_rows(float *y, const float *a, const uint16_t *x, size_t x_stride,
                                    size_t nrows, size_t n);
+/* quant_exp_shift */
+AVX2 float quant_avx2_exp_shift(float *x, size_t n, float mx);
 /* quant_axpy_f16_rows_n */
 AVX2 void quant_avx2_axpy_f16_rows_n(float *const *y, const float *const *a, int ny,
                                      const uint16_t *x, size_t x_stride, size_t nrows, size_t n);
