@@ -21,8 +21,7 @@ struct be_event {
 };
 
 /* Device memory is host memory: a reserved anonymous range whose pages are
- * made accessible on map and inaccessible again on unmap. */
-/* The range starts on a 2 MiB boundary, so the pool's 2 MiB pages can be huge pages: the
+ * made accessible on map and inaccessible again on unmap. The range starts on a 2 MiB boundary, so the pool's 2 MiB pages can be huge pages: the
  * attention reads a KV cache's rows a position apart (all layers' K between them, 18 KB in the
  * 134M shape), one 4 KiB page each, which a 2,500-position context's rows overflow the TLB with. */
 #define CPU_HUGE (2u << 20)

@@ -427,6 +427,13 @@ static inline size_t kv_type_bytes(const kern_att_t *a)
     return a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float);
 }
 
+/* Elements between one position's K (or V) row of a layer and the next position's: all layers'
+ * rows of a position lie between them (the position-major kv_seq_t layout). */
+static inline size_t kv_row_elems(const kern_att_t *a)
+{
+    return (size_t)a->n_layer * a->n_head_kv * a->head_dim;
+}
+
 /* Address of element off of a cache of the att's type. */
 static inline void *kv_at(const kern_att_t *a, void *base, size_t off)
 {
@@ -503,7 +510,7 @@ static void att_scores(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, 
                        int nq, uint32_t lo, uint32_t hi, float *sc, size_t cap)
 {
     uint32_t hd = a->head_dim;
-    size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd * kv_type_bytes(a);
+    size_t kv_row = kv_row_elems(a) * kv_type_bytes(a); /* bytes */
     for (uint32_t p = lo; p <= hi; p += 4) {
         int nr = hi + 1 - p < 4 ? (int)(hi + 1 - p) : 4;
         const char *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
@@ -567,10 +574,9 @@ static void att_values(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, 
     if (lo > hi)
         return;
     if (a->kv_type == KV_TYPE_F16) {
-        size_t kv_row = (size_t)a->n_layer * a->n_head_kv * hd;
         quant_axpy_f16_rows(
             o, w + lo, (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-            kv_row, hi + 1 - lo, hd);
+            kv_row_elems(a), hi + 1 - lo, hd);
         return;
     }
     for (uint32_t p = lo; p <= hi; p++)
@@ -623,7 +629,7 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
         wl[j] = ws[j] + lo;
     quant_axpy_f16_rows_n(os, wl, nq,
                           (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-                          (size_t)a->n_layer * a->n_head_kv * hd, hi + 1 - lo, hd);
+                          kv_row_elems(a), hi + 1 - lo, hd);
     for (int j = 1; j < nq; j++)
         att_values(a, bt, kvh, os[j], ws[j], hi + 1, pos0 + (uint32_t)j);
 }
