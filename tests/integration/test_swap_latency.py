@@ -53,11 +53,12 @@ def models():
 
 class SwapDaemon(gsd.Daemon):
     """gsd.Daemon on a pool that holds a and one of b, c, with copies throttled to bandwidth; it
-    samples its threads' run-queue wait (gsd.RunWait) from the start."""
+    samples its threads' run-queue wait (gsd.RunWait) from the start. The prefix cache is off: the
+    tests time whole prefills (a repeated probe prompt would otherwise cost nothing)."""
 
     def __init__(self, ms, memory, bandwidth, scheduler=""):
         self.bandwidth = int(bandwidth)
-        super().__init__(ms, memory="%dKiB" % (memory // 1024), scheduler=scheduler)
+        super().__init__(ms, memory="%dKiB" % (memory // 1024), scheduler="prefix_cache: false\n" + scheduler)
         self.wait = gsd.RunWait(self)
 
     def write_config(self, ms, memory="2MiB", page="64KiB", extra="", scheduler=""):
@@ -391,7 +392,7 @@ def test_a_cold_models_first_pass_starts_while_its_last_copies_land():
             prefills = []
             for k in range(3):
                 done = c.call({"op": "generate", "id": "resident-%d-%d" % (attempt, k), "model": "d",
-                               "tokens": prompt, "max_tokens": 1, "temperature": 0, "cache_prompt": False})
+                               "tokens": prompt, "max_tokens": 1, "temperature": 0})
                 assert done.get("event") == "done" and done["timing"]["swapped"] is False, done
                 prefills.append(first_pass(done))
             # as long as it took here, under this host's load (the neighbours' share in, as in the cold
@@ -405,8 +406,7 @@ def test_a_cold_models_first_pass_starts_while_its_last_copies_land():
             assert ans.get("ok"), ans
             before = d.stats()["models"]["d"]
             done, noise = timed_call(d, c, {"op": "generate", "id": "cold-%d" % attempt, "model": "d",
-                                            "tokens": prompt, "max_tokens": 1, "temperature": 0,
-                                            "cache_prompt": False})  # each prefill whole
+                                            "tokens": prompt, "max_tokens": 1, "temperature": 0})
             assert done.get("event") == "done", done
             copy = copy_s(d, "d", before)
             ttft = done["timing"]["ttft_ms"] / 1e3
