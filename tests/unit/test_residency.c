@@ -350,10 +350,11 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
     cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
 
     /* swapped out: page in and run at once. Timing on a shared 2-core box
-     * is noisy, so the pipelining must show in one of three trials (each
-     * judged against its own copy time and the resident compute time). */
+     * is noisy, so the pipelining must show in one of five trials (each
+     * judged against its own copy time and the slower of the first resident
+     * compute time and the one measured right after it). */
     int shown = 0;
-    for (int trial = 0; trial < 3 && !shown; trial++) {
+    for (int trial = 0; trial < 5 && !shown; trial++) {
         cr_assert_eq(res_evict(f.res, f.rm[0], RES_CAUSE_ADMIN, 0), 0);
         kv_seq_reset(kv);
         rec_hooks_t rh = {.inner = res_hooks(f.rm[0])};
@@ -362,6 +363,13 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
         cr_assert_eq(res_acquire(f.res, f.rm[0], err, sizeof err), 0);
         cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &hh, err, sizeof err), 0);
         double ttft = util_now_s() - t0;
+        /* the same pass again, now resident: the compute time under this
+         * trial's load (another Criterion job shares the two cores) */
+        kv_seq_reset(kv);
+        double r0 = util_now_s();
+        cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
+        double now = util_now_s() - r0;
+        double comp = now > compute ? now : compute;
         res_release(f.res, f.rm[0]);
         uint32_t last = f.sm[0]->n_segs - 1;
         be_copy_times_t first_t, last_t;
@@ -370,12 +378,12 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
         double copy = last_t.end - first_t.start;
         cr_log_info("copy %.1f ms, compute %.1f ms, first token %.1f ms, layer 0 starts %.1f ms "
                     "before the last copy ends",
-                    copy * 1e3, compute * 1e3, ttft * 1e3, (last_t.end - rh.t_layer0) * 1e3);
+                    copy * 1e3, comp * 1e3, ttft * 1e3, (last_t.end - rh.t_layer0) * 1e3);
         /* structural: always true, whatever the timing noise */
         cr_assert_lt(rh.t_layer0, last_t.end, "layer 0 started only after the last copy ended");
-        shown = ttft < copy + compute;
+        shown = ttft < copy + comp;
     }
-    cr_assert(shown, "first token never came before copy + compute in three trials");
+    cr_assert(shown, "first token never came before copy + compute in five trials");
     res_kv_free(f.res, kv);
     free(logits);
     fx_fini(&f);
