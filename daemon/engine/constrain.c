@@ -58,9 +58,7 @@ int cons_complete(const cons_t *c)
 
 const uint32_t *cons_mask(cons_t *c, int32_t *n_allowed)
 {
-    int32_t n = 0;
-    memset(c->bits, 0, c->words * sizeof *c->bits);
-    cons_trie_walk(c->v, c->sc, c->states, c->bits, &n);
+    int32_t n = cons_trie_mask(c->v, c->sc, c->states, c->bits);
     if (cons_complete(c))
         for (int32_t i = 0; i < c->v->n_eog; i++) {
             int32_t id = c->v->eog[i];

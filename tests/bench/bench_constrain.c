@@ -1,13 +1,20 @@
-/* bench_constrain: cost of one constrained-decoding step (mask + advance) over a 32,000-token
- * vocabulary, walking a fixed document token by token; prints µs per step (mean, p50, max). */
+/* bench_constrain: cost of one constrained-decoding step (mask applied to the logits + advance),
+ * walking a fixed document token by token over a vocabulary; prints µs per step (mean, p50, max).
+ * Given a model (--model), also the engine's decode step at batch sizes on one thread, in the same
+ * run, and the mask's share of a step: batch x mask / step. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
+#include "base/util.h"
 #include "engine/constrain.h"
+#include "engine/forward.h"
 #include "engine/gguf.h"
+#include "engine/kv.h"
+#include "engine/model.h"
 
 static double now_us(void)
 {
@@ -22,9 +29,9 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Walks doc's tokens under rf `rounds` times; prints one line. */
-static int run(const char *label, tok_t *t, cons_vocab_t *v, const char *rf_text, const char *doc,
-               int rounds)
+/* Walks doc's tokens under rf `rounds` times; prints one line and sets *mean_us. */
+static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *rf_text,
+               const char *doc, int rounds, double *mean_us)
 {
     char err[512];
     json_t *rf = json_loads(rf_text, 0, NULL);
@@ -37,15 +44,17 @@ static int run(const char *label, tok_t *t, cons_vocab_t *v, const char *rf_text
     int32_t ids[4096];
     int n = tok_encode(t, doc, strlen(doc), 0, 0, ids, 4096);
     double *us = malloc((size_t)n * (size_t)rounds * sizeof *us);
+    float *logits = malloc((size_t)cons_vocab_size(v) * sizeof *logits);
     size_t k = 0;
     int32_t allowed_sum = 0;
     for (int r = 0; r < rounds; r++) {
         cons_t *c = cons_new(sc, v);
         for (int i = 0; i < n; i++) {
-            int32_t na;
+            for (int32_t j = 0; j < cons_vocab_size(v); j++)
+                logits[j] = (float)(j & 7);
             double t0 = now_us();
-            const uint32_t *bits = cons_mask(c, &na);
-            int ok = bits[ids[i] >> 5] >> (ids[i] & 31) & 1u;
+            int32_t na = cons_mask_logits(c, logits); /* what the worker does per step */
+            int ok = logits[ids[i]] == (float)(ids[i] & 7);
             int acc = cons_accept(c, ids[i]);
             us[k++] = now_us() - t0;
             allowed_sum += na;
@@ -64,19 +73,92 @@ static int run(const char *label, tok_t *t, cons_vocab_t *v, const char *rf_text
            "allowed/step %d\n",
            label, n, sum / (double)k, us[k / 2], us[k * 9 / 10], us[k - 1],
            (int)(allowed_sum / (int32_t)k));
+    *mean_us = sum / (double)k;
     free(us);
+    free(logits);
     cons_schema_unref(sc);
     return 0;
 }
 
+/* The engine's decode step (ms) for batch sequences on one thread: 16 steps after a 16-token
+ * prompt each, best of 3. */
+static double decode_step_ms(model_t *m, int batch)
+{
+    char err[512];
+    be_params_t bp = {.kind = BE_KIND_CPU, .threads = 1};
+    backend_t *be = be_open(&bp, err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "bench_constrain: %s\n", err);
+        return -1;
+    }
+    enum {
+        NP = 16,
+        ND = 16
+    };
+    fwd_t *f = fwd_new(be);
+    kv_seq_t *kv[64];
+    fwd_seq_t sq[64];
+    int32_t prompt[NP], tok[64];
+    float *logits = malloc((size_t)batch * m->hp.n_vocab * sizeof *logits);
+    for (int i = 0; i < NP; i++)
+        prompt[i] = (int32_t)(1 + (i * 7919) % (m->hp.n_vocab - 1));
+    for (int b = 0; b < batch; b++)
+        kv[b] = kv_seq_new(&m->hp, NP + ND, KV_TYPE_F16);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        for (int b = 0; b < batch; b++) {
+            kv_seq_reset(kv[b]);
+            sq[b] = (fwd_seq_t){kv[b], prompt, NP, logits + (size_t)b * m->hp.n_vocab};
+        }
+        if (fwd_run(f, &m->hp, &m->w, sq, (uint32_t)batch, NULL, err, sizeof err))
+            goto fail;
+        double t0 = util_now_s();
+        for (int i = 0; i < ND; i++) {
+            for (int b = 0; b < batch; b++) {
+                tok[b] = (int32_t)(1 + ((i + b) * 104729) % (m->hp.n_vocab - 1));
+                sq[b].tokens = &tok[b];
+                sq[b].n_tokens = 1;
+            }
+            if (fwd_run(f, &m->hp, &m->w, sq, (uint32_t)batch, NULL, err, sizeof err))
+                goto fail;
+        }
+        double t = (util_now_s() - t0) / ND;
+        best = t < best ? t : best;
+    }
+    goto done;
+fail:
+    fprintf(stderr, "bench_constrain: %s\n", err);
+    best = -1e-3;
+done:
+    for (int b = 0; b < batch; b++)
+        kv_seq_free(kv[b]);
+    free(logits);
+    fwd_free(f);
+    be_close(be);
+    return best * 1e3;
+}
+
+/* usage: bench_constrain [VOCAB.gguf [ROUNDS]] | --model MODEL.gguf [ROUNDS [BATCH...]] */
 int main(int argc, char **argv)
 {
-    const char *path = argc > 1 ? argv[1] : "tests/data/ggml-vocab-llama-spm.gguf";
-    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    int model_mode = argc > 2 && !strcmp(argv[1], "--model");
+    const char *path = model_mode ? argv[2]
+                       : argc > 1 ? argv[1]
+                                  : "tests/data/ggml-vocab-llama-spm.gguf";
+    int a = model_mode ? 3 : 2;
+    int rounds = argc > a ? atoi(argv[a]) : 5;
     char err[512];
-    gguf_t *g = gguf_open(path, err, sizeof err);
-    tok_t *t = g ? tok_open(g, err, sizeof err) : NULL;
-    gguf_close(g);
+    model_t *m = NULL;
+    tok_t *own = NULL;
+    const tok_t *t;
+    if (model_mode) {
+        m = model_open(path, err, sizeof err);
+        t = m ? m->tok : NULL;
+    } else {
+        gguf_t *g = gguf_open(path, err, sizeof err);
+        t = own = g ? tok_open(g, err, sizeof err) : NULL;
+        gguf_close(g);
+    }
     if (!t) {
         fprintf(stderr, "bench_constrain: %s: %s\n", path, err);
         return 1;
@@ -105,9 +187,27 @@ int main(int argc, char **argv)
         "{\"city\": \"Paris\", \"population\": 2102650, \"districts\": [1, 2, 3, 4], \"mayor\": "
         "{\"name\": \"Anne Hidalgo\", \"since\": 2014}, \"capital\": true, \"motto\": \"Fluctuat "
         "nec mergitur\"}";
-    int rc = run("schema", t, v, person, person_doc, rounds) ||
-             run("json_object", t, v, obj, obj_doc, rounds);
+    double us_schema = 0, us_obj = 0;
+    int rc = run("schema", t, v, person, person_doc, rounds, &us_schema) ||
+             run("json_object", t, v, obj, obj_doc, rounds, &us_obj);
+    for (int i = a + 1; model_mode && !rc && i < argc; i++) {
+        int batch = atoi(argv[i]);
+        if (batch < 1 || batch > 64) {
+            fprintf(stderr, "bench_constrain: batch %s: 1..64\n", argv[i]);
+            rc = 1;
+            break;
+        }
+        double ms = decode_step_ms(m, batch);
+        if (ms < 0) {
+            rc = 1;
+            break;
+        }
+        printf("decode batch %2d, 1 thread: %.2f ms/step; mask+advance share: schema %.2f%%, "
+               "json_object %.2f%%\n",
+               batch, ms, 100.0 * batch * us_schema / 1e3 / ms, 100.0 * batch * us_obj / 1e3 / ms);
+    }
     cons_vocab_free(v);
-    tok_close(t);
+    tok_close(own);
+    model_close(m);
     return rc ? 1 : 0;
 }

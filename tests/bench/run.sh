@@ -87,5 +87,17 @@ done
 echo "results: $lcsv"
 
 echo
-echo "== constrained decoding: mask + advance per step, 32000-token SPM vocabulary (docs/CONSTRAINED.md)"
+echo "== constrained decoding: mask + advance per step (docs/CONSTRAINED.md); real 32000-token SPM vocabulary"
 "$BUILD/bench_constrain" tests/data/ggml-vocab-llama-spm.gguf 5
+# the mask's share of a decode step, one thread, batch 1 and 8, on the 134M bench shape and a
+# Qwen2.5-0.5B-shaped file (tied output, gpt2-style vocabulary of 151,936 generated tokens)
+cm=$OUT/llama134m-q8_0.gguf
+[ -f "$cm" ] || "$BUILD/mkmodel" --out "$cm" --type q8_0 --dim 768 --layers 12 --heads 12 \
+    --kv-heads 12 --ff 2048 --vocab 32000 --seed 7 >/dev/null
+cq=$OUT/qwen05b-shape-q8_0.gguf
+[ -f "$cq" ] || "$BUILD/mkmodel" --out "$cq" --arch qwen2 --type q8_0 --dim 896 --layers 24 \
+    --heads 14 --kv-heads 2 --ff 4864 --vocab 151936 --tied --seed 7 >/dev/null
+for f in "$cm" "$cq"; do
+    echo "-- $(basename "$f")"
+    "$BUILD/bench_constrain" --model "$f" 5 1 8
+done

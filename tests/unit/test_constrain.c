@@ -297,6 +297,29 @@ static void check_mask_count(cons_t *c)
     cr_assert_eq(count, n);
 }
 
+/* Every token: allowed at prefix iff a fresh matcher at the same prefix takes its bytes. */
+static void check_mask_exact(cons_schema_t *sc, const char *prefix)
+{
+    char piece[128];
+    cons_t *c = cons_new(sc, g_vocab);
+    cr_assert_eq(cons_accept_bytes(c, prefix, strlen(prefix)), 0, "prefix '%s'", prefix);
+    check_mask_count(c);
+    int32_t n;
+    const uint32_t *bits = cons_mask(c, &n);
+    cr_assert_gt(n, 0, "prefix '%s': a dead end", prefix);
+    for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
+        int len = tok_piece(g_tok, id, 0, piece, sizeof piece);
+        if (tok_is_eog(g_tok, id) || len <= 0 || len > 64)
+            continue;
+        cons_t *d = cons_new(sc, g_vocab);
+        cons_accept_bytes(d, prefix, strlen(prefix));
+        int takes = cons_accept_bytes(d, piece, (size_t)len) == 0;
+        cons_free(d);
+        cr_assert_eq(bit(bits, id), takes, "prefix '%s', token %d '%s'", prefix, id, piece);
+    }
+    cons_free(c);
+}
+
 Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = open_vocab,
      .fini = close_vocab)
 {
@@ -305,28 +328,32 @@ Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = ope
     cons_schema_t *sc = compile_ok(PERSON);
     static const char *const prefixes[] = {
         "", "{\"na", "{\"name\":\"ab", "{\"name\":\"x\",\"age\":4", "{\"name\":\"x\",\"age\":4}"};
-    char piece[128];
-    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
-        cons_t *c = cons_new(sc, g_vocab);
-        cr_assert_eq(cons_accept_bytes(c, prefixes[p], strlen(prefixes[p])), 0);
-        check_mask_count(c);
-        int32_t n;
-        const uint32_t *bits = cons_mask(c, &n);
-        cr_assert_gt(n, 0, "prefix %zu: a dead end", p);
-        /* every token: allowed iff a fresh matcher at the same prefix takes its bytes */
-        for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
-            int len = tok_piece(g_tok, id, 0, piece, sizeof piece);
-            if (tok_is_eog(g_tok, id) || len <= 0 || len > 64)
-                continue;
-            cons_t *d = cons_new(sc, g_vocab);
-            cons_accept_bytes(d, prefixes[p], strlen(prefixes[p]));
-            int takes = cons_accept_bytes(d, piece, (size_t)len) == 0;
-            cons_free(d);
-            cr_assert_eq(bit(bits, id), takes, "prefix '%s', token %d '%s'", prefixes[p], id,
-                         piece);
-        }
-        cons_free(c);
-    }
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+        check_mask_exact(sc, prefixes[p]);
+    cons_schema_unref(sc);
+}
+
+/* Inside a string's body the mask is the plain tokens that fit plus a walk of the others: the
+ * same set as a walk of every token, for unbounded strings, keys, bounds with little and much
+ * room, and not taken after an escape or inside a character. */
+Test(constrain, string_body_masks_agree_with_the_automaton, .init = open_vocab, .fini = close_vocab,
+     .timeout = 60)
+{
+    char err[512] = "";
+    json_t *rf = json_pack("{s:s}", "type", "json_object");
+    cons_schema_t *any = cons_schema_compile(rf, NULL, err, sizeof err);
+    json_decref(rf);
+    cr_assert_not_null(any, "%s", err);
+    static const char *const any_prefixes[] = {"{\"", "{\"k\":\"", "{\"k\":\"ab\\", "{\"k\":\"\xc3",
+                                               "{\"k\":[\"x y"};
+    for (size_t p = 0; p < sizeof any_prefixes / sizeof any_prefixes[0]; p++)
+        check_mask_exact(any, any_prefixes[p]);
+    cons_schema_unref(any);
+    cons_schema_t *sc = compile_ok("{\"type\":\"string\",\"minLength\":2,\"maxLength\":20}");
+    static const char *const prefixes[] = {"\"", "\"abcdefghijklmnop", "\"abcdefghijklmnopqrs",
+                                           "\"abcdefghijklmnopqrst"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+        check_mask_exact(sc, prefixes[p]);
     cons_schema_unref(sc);
 }
 
