@@ -186,6 +186,25 @@ def test_n_runs_in_one_batch(d):
           three["total_steps"] <= one["total_steps"] + 2, (one, three))
     check("n 3 counts one request, completed once",
           three["total_requests"] == 1 and three["total_completed"] == 1, three)
+    # the siblings share the prompt's KV: one prefills it, the others wait and copy it (the
+    # prefix cache's wait for a prefix admitted with them), so it is prefilled about once
+    prompt = " ".join("word%d" % i for i in range(60))
+    keys = ("total_prompt_tokens", "total_prefix_waits", "total_prefix_hits", "total_prefix_copies")
+    got = {}
+    for n in (1, 3):
+        before = d.stats()["models"]["m"]
+        c = d.client()
+        c.send({"op": "generate", "id": 2, "model": "m", "prompt": "n%d %s" % (n, prompt),
+                "max_tokens": 4, "temperature": 0, "n": n})
+        for _ in range(n):
+            done = c.recv()
+        c.close()
+        after = d.stats()["models"]["m"]
+        got[n] = dict({k: after[k] - before[k] for k in keys}, prompt=done["usage"]["prompt_tokens"])
+    print("  prompt of %d tokens: n 1 %s; n 3 %s" % (got[1]["prompt"], got[1], got[3]))
+    check("n 3 prefills its prompt about once: the other two choices copy its KV",
+          got[3]["total_prompt_tokens"] <= got[1]["total_prompt_tokens"] + 4 and
+          got[3]["total_prefix_hits"] == 2, got)
 
 
 def test_n_stream_cancel_and_errors(d):
