@@ -120,8 +120,10 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$pkgs >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
-	@# the OpenAI Node SDK for test_auth.py, pinned by tests/node/package-lock.json (skipped without node)
-	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/openai ]; then \
+	@# the OpenAI Node SDK, zod and ajv for the integration tests and make bench, pinned by
+	@# tests/node/package-lock.json (skipped without node); again whenever the lock file is newer
+	@if command -v npm >/dev/null 2>&1 && \
+	  [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then \
 	  echo "deps: npm ci in tests/node"; npm ci --prefix tests/node --no-audit --no-fund >/dev/null || exit 1; fi
 
 # ---------------------------------------------------------------- build

@@ -243,6 +243,23 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
     cons_schema_unref(sc);
 }
 
+Test(constrain, nullable_true_also_takes_null_as_the_zod_helper_writes_it, .init = open_vocab,
+     .fini = close_vocab)
+{
+    /* what openai's zodResponseFormat gives for z.string().nullable() and a nullable object */
+    cons_schema_t *sc = compile_ok(
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"nullable\":true},"
+        "\"o\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},"
+        "\"required\":[\"k\"],\"nullable\":true},\"e\":{\"enum\":[\"a\",null],\"nullable\":true},"
+        "\"f\":{\"type\":\"integer\",\"nullable\":false}},\"required\":[\"s\",\"o\",\"e\",\"f\"]}");
+    cr_assert(doc_ok(sc, "{\"s\":null,\"o\":null,\"e\":null,\"f\":1}"));
+    cr_assert(doc_ok(sc, "{\"s\":\"x\",\"o\":{\"k\":2},\"e\":\"a\",\"f\":0}"));
+    cr_assert(!doc_ok(sc, "{\"s\":null,\"o\":null,\"e\":null,\"f\":null}"));
+    cons_schema_unref(sc);
+    compile_refused("{\"type\":\"string\",\"nullable\":1}", CONS_ERR_FORMAT,
+                    "/nullable: must be a boolean");
+}
+
 Test(constrain, json_object_takes_any_object_and_only_an_object, .init = open_vocab,
      .fini = close_vocab)
 {
