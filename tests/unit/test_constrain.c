@@ -203,7 +203,7 @@ Test(constrain, accepts_valid_documents, .init = open_vocab, .fini = close_vocab
         "{\"name\":\"a\\\"b\",\"age\":12,\"tags\":[]}",
         "{\"name\":\"x\",\"age\":1,\"tags\":[\"ab\",true],\"pet\":null}",
         "{\"name\":\"x\",\"age\":1,\"pet\":{\"kind\":\"cat\",\"w\":-1.5e+2}}\n",
-        "\n{\n  \"name\": \"\xe2\x82\xac\",\n  \"age\": 7\n}",
+        "{\n  \"name\": \"\xe2\x82\xac\",\n  \"age\": 7\n}\n",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         cr_assert(doc_ok(sc, good[i]), "refused: %s (at byte %zu)", good[i],
@@ -234,6 +234,7 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
         {"{\"name\":\"a\nb\"", 10},                              /* raw control character */
         {"{\"name\":\"\\u0041\"", 10},                           /* \u escapes are not generated */
         {"{         \"name\"", 9},                               /* whitespace runs are bounded */
+        {" {\"name\":\"a\"}", 0},                                 /* none before the document */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert(!doc_ok(sc, bad[i].doc), "accepted: %s", bad[i].doc);
