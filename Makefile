@@ -250,6 +250,7 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
+	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench
 
 # GPU (README "GPU check"). Here: make gpu-bundle packs the binaries gpu-check runs and the shared
 # libraries they need (DT_RPATH $ORIGIN/lib, no LD_LIBRARY_PATH) into $(GPU_ARCHIVE), refused when it
