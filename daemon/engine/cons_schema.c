@@ -215,8 +215,8 @@ static int32_t node_any(cctx_t *x)
 /* Keywords that say nothing about the value (or are read elsewhere: the definitions where a
  * $ref finds them, nullable in compile()): allowed everywhere. */
 static const char *const annotations[] = {
-    "title",     "description", "default", "examples",    "$schema",  "$id",     "$comment",
-    "deprecated", "readOnly",   "writeOnly", "$defs",     "definitions", "nullable",
+    "title",      "description", "default",   "examples", "$schema",     "$id",      "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "nullable",
 };
 /* Keywords the compiler enforces. */
 static const char *const enforced[] = {

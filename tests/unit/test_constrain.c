@@ -234,7 +234,7 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
         {"{\"name\":\"a\nb\"", 10},                              /* raw control character */
         {"{\"name\":\"\\u0041\"", 10},                           /* \u escapes are not generated */
         {"{         \"name\"", 9},                               /* whitespace runs are bounded */
-        {" {\"name\":\"a\"}", 0},                                 /* none before the document */
+        {" {\"name\":\"a\"}", 0},                                /* none before the document */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert(!doc_ok(sc, bad[i].doc), "accepted: %s", bad[i].doc);
