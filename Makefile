@@ -120,8 +120,10 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$pkgs >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
-	@# the OpenAI Node SDK for test_auth.py, pinned by tests/node/package-lock.json (skipped without node)
-	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/openai ]; then \
+	@# the OpenAI Node SDK, zod and ajv for the integration tests and make bench, pinned by
+	@# tests/node/package-lock.json (skipped without node); again whenever the lock file is newer
+	@if command -v npm >/dev/null 2>&1 && \
+	  [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then \
 	  echo "deps: npm ci in tests/node"; npm ci --prefix tests/node --no-audit --no-fund >/dev/null || exit 1; fi
 
 # ---------------------------------------------------------------- build
@@ -248,6 +250,7 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
+	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench
 
 # GPU (README "GPU check"). Here: make gpu-bundle packs the binaries gpu-check runs and the shared
 # libraries they need (DT_RPATH $ORIGIN/lib, no LD_LIBRARY_PATH) into $(GPU_ARCHIVE), refused when it

@@ -388,8 +388,9 @@ void cons_state_init(const cons_schema_t *sc, cons_state_t *s)
 static int frame_step(const cons_schema_t *sc, cons_state_t *s, cons_frame_t *f, uint8_t c)
 {
     const cons_node_t *n = &sc->nodes[f->node];
-    if (f->st == ST_START)
-        return is_ws(c) ? take_ws(s) : start_value(sc, f, c);
+    if (f->st == ST_START) /* no whitespace before the document: the openai SDK's stream helper
+                              parses the content so far and fails on a blank first chunk */
+        return !is_ws(c) ? start_value(sc, f, c) : f == s->f ? R_REJECT : take_ws(s);
     if (f->st <= ST_O_AFTER)
         return object_step(sc, s, f, c);
     if (f->st <= ST_A_AFTER)

@@ -212,10 +212,11 @@ static int32_t node_any(cctx_t *x)
 
 /* ------------------------------------------------------------------ keywords */
 
-/* Keywords that say nothing about the value (or are read elsewhere): allowed everywhere. */
+/* Keywords that say nothing about the value (or are read elsewhere: the definitions where a
+ * $ref finds them, nullable in compile()): allowed everywhere. */
 static const char *const annotations[] = {
-    "title",    "description", "default",  "examples",  "$schema", "$id",
-    "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
+    "title",      "description", "default",   "examples", "$schema",     "$id",      "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "nullable",
 };
 /* Keywords the compiler enforces. */
 static const char *const enforced[] = {
@@ -617,6 +618,22 @@ static int32_t compile_body(cctx_t *x, const json_t *s, const char *path)
     return k == 1 ? kids[0] : node_anyof(x, kids, k, p);
 }
 
+/* OpenAPI's "nullable": true (the openai SDK's zod helper writes it for .nullable()): node id or
+ * null. A node that can begin with 'n' takes null already (null in its enum, or any value). */
+static int32_t compile_nullable(cctx_t *x, const json_t *s, int32_t id, const char *path)
+{
+    const json_t *v = json_object_get(s, "nullable");
+    char p[PATH_BYTES];
+    path_join(p, path, "nullable");
+    if (v && !json_is_boolean(v))
+        return fail(x, CONS_ERR_FORMAT, p, "must be a boolean");
+    if (!json_is_true(v) || x->sc->nodes[id].start['n' >> 5] & 1u << ('n' & 31))
+        return id;
+    json_t *null[1] = {json_null()};
+    int32_t kids[2] = {id, node_lits(x, null, 1, p)};
+    return kids[1] < 0 ? -1 : node_anyof(x, kids, 2, p);
+}
+
 static int32_t compile(cctx_t *x, const json_t *s, const char *path)
 {
     if (json_is_true(s))
@@ -630,7 +647,7 @@ static int32_t compile(cctx_t *x, const json_t *s, const char *path)
     x->depth++;
     int32_t id = compile_body(x, s, path);
     x->depth--;
-    return id;
+    return id < 0 ? -1 : compile_nullable(x, s, id, path);
 }
 
 /* ------------------------------------------------------------------ the schema object */

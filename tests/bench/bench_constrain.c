@@ -41,8 +41,17 @@ static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *r
         fprintf(stderr, "%s: %s\n", label, rf ? err : "bad response_format");
         return -1;
     }
+    /* SPM puts its space prefix on the first token ("▁{"), and no whitespace may come before the
+     * document: then the document is the token "{" and the rest of it tokenized */
     int32_t ids[4096];
+    char piece[64];
     int n = tok_encode(t, doc, strlen(doc), 0, 0, ids, 4096);
+    if (n > 0 && tok_piece(t, ids[0], 0, piece, sizeof piece) > 0 && piece[0] == ' ') {
+        for (ids[0] = 0; tok_piece(t, ids[0], 0, piece, sizeof piece) >= 0; ids[0]++)
+            if (strcmp(piece, "{") == 0)
+                break;
+        n = 1 + tok_encode(t, doc + 1, strlen(doc + 1), 0, 0, ids + 1, 4095);
+    }
     double *us = malloc((size_t)n * (size_t)rounds * sizeof *us);
     float *logits = malloc((size_t)cons_vocab_size(v) * sizeof *logits);
     size_t k = 0;

@@ -5,6 +5,8 @@ naming the part."""
 import http.client
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -68,7 +70,7 @@ def is_type(v, t):
 
 def validate(v, s, root, path="$"):
     """Raises AssertionError where v breaks schema s (the keywords the daemon enforces)."""
-    if s is True or s == {}:
+    if s is True or s == {} or (v is None and s.get("nullable") is True):  # nullable: OpenAPI's
         return
     if "$ref" in s:
         return validate(v, resolve(root, s["$ref"]), root, path)
@@ -188,6 +190,38 @@ def unsupported_schemas_are_refused_naming_the_part():
     assert status == 400 and "/properties/when/format" in body["error"]["message"], (status, body)
 
 
+def openai_node_sdk_parses_zod_formats_streamed_and_not():
+    """The pinned openai npm client (tests/node): zodResponseFormat through beta.chat.completions.parse
+    and .stream; every parsed object passes the zod schema, and validates here against the JSON
+    schema the helper sent."""
+    node = shutil.which("node")
+    if not node:
+        print("skip: node not installed (the openai npm client test)")
+        return
+    node_dir = os.path.join(gsd.ROOT, "tests", "node")
+    for pkg in ("openai", "zod"):
+        assert os.path.isdir(os.path.join(node_dir, "node_modules", pkg)), \
+            "the %s npm package is not in %s (make deps)" % (pkg, node_dir)
+    out = subprocess.run([node, os.path.join(node_dir, "openai_structured.mjs"),
+                          "http://127.0.0.1:%d/v1" % PORT, "m", ",".join(map(str, SEEDS))],
+                         capture_output=True, text=True, timeout=gsd.scaled(120), cwd=node_dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    schema = r["schema"]
+    assert schema["properties"]["nickname"].get("nullable") is True, schema  # what the daemon met
+    for part in ("parsed", "streamed"):
+        assert len(r[part]) == len(SEEDS), r
+        for c in r[part]:
+            assert c["finish"] == "stop" and c["zod"], (part, c)
+            assert c["parsed"] == json.loads(c["content"]), (part, c)
+            check_output(c["content"], schema)
+    assert all(c["deltas"] > 1 for c in r["streamed"]), r["streamed"]
+    # the same seed gives the same document, streamed or not
+    assert [c["content"] for c in r["parsed"]] == [c["content"] for c in r["streamed"]], r
+    if os.environ.get("SHOW"):
+        print("openai %s, zod %s:" % (r["openai"], r["zod"]), [c["content"] for c in r["parsed"]])
+
+
 def main():
     global D
     D = gsd.Daemon([("m", PATH, "")], memory="8MiB", listen="http: 127.0.0.1:%d" % PORT)
@@ -195,7 +229,8 @@ def main():
     try:
         for fn in (every_socket_output_validates_for_every_schema_and_seed,
                    http_chat_completions_follow_the_schema,
-                   unsupported_schemas_are_refused_naming_the_part):
+                   unsupported_schemas_are_refused_naming_the_part,
+                   openai_node_sdk_parses_zod_formats_streamed_and_not):
             r.run(fn)
     finally:
         assert D.stop() == 0

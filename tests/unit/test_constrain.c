@@ -203,7 +203,7 @@ Test(constrain, accepts_valid_documents, .init = open_vocab, .fini = close_vocab
         "{\"name\":\"a\\\"b\",\"age\":12,\"tags\":[]}",
         "{\"name\":\"x\",\"age\":1,\"tags\":[\"ab\",true],\"pet\":null}",
         "{\"name\":\"x\",\"age\":1,\"pet\":{\"kind\":\"cat\",\"w\":-1.5e+2}}\n",
-        "\n{\n  \"name\": \"\xe2\x82\xac\",\n  \"age\": 7\n}",
+        "{\n  \"name\": \"\xe2\x82\xac\",\n  \"age\": 7\n}\n",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         cr_assert(doc_ok(sc, good[i]), "refused: %s (at byte %zu)", good[i],
@@ -234,6 +234,7 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
         {"{\"name\":\"a\nb\"", 10},                              /* raw control character */
         {"{\"name\":\"\\u0041\"", 10},                           /* \u escapes are not generated */
         {"{         \"name\"", 9},                               /* whitespace runs are bounded */
+        {" {\"name\":\"a\"}", 0},                                /* none before the document */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert(!doc_ok(sc, bad[i].doc), "accepted: %s", bad[i].doc);
@@ -241,6 +242,23 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
                      bad[i].doc, doc_prefix(sc, bad[i].doc), bad[i].at);
     }
     cons_schema_unref(sc);
+}
+
+Test(constrain, nullable_true_also_takes_null_as_the_zod_helper_writes_it, .init = open_vocab,
+     .fini = close_vocab)
+{
+    /* what openai's zodResponseFormat gives for z.string().nullable() and a nullable object */
+    cons_schema_t *sc = compile_ok(
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"nullable\":true},"
+        "\"o\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},"
+        "\"required\":[\"k\"],\"nullable\":true},\"e\":{\"enum\":[\"a\",null],\"nullable\":true},"
+        "\"f\":{\"type\":\"integer\",\"nullable\":false}},\"required\":[\"s\",\"o\",\"e\",\"f\"]}");
+    cr_assert(doc_ok(sc, "{\"s\":null,\"o\":null,\"e\":null,\"f\":1}"));
+    cr_assert(doc_ok(sc, "{\"s\":\"x\",\"o\":{\"k\":2},\"e\":\"a\",\"f\":0}"));
+    cr_assert(!doc_ok(sc, "{\"s\":null,\"o\":null,\"e\":null,\"f\":null}"));
+    cons_schema_unref(sc);
+    compile_refused("{\"type\":\"string\",\"nullable\":1}", CONS_ERR_FORMAT,
+                    "/nullable: must be a boolean");
 }
 
 Test(constrain, json_object_takes_any_object_and_only_an_object, .init = open_vocab,
