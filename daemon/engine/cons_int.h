@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "engine/cons_regex.h"
 #include "engine/constrain.h"
 
 #define CONS_MAX_DEPTH 32    /* nesting of values in one document */
@@ -35,6 +36,8 @@ typedef struct cons_node {
     uint32_t n;        /* how many */
     uint32_t ready;    /* 1 once first_bytes is known (0 while a $ref cycle compiles it) */
     uint32_t start[8]; /* bit set of the bytes a value of this node can start with */
+    int64_t min, max;  /* INTEGER: its bounds (INT64_MIN, INT64_MAX: none) */
+    int32_t re;        /* STRING: its pattern (pattern or format) in the schema's res, or -1 */
 } cons_node_t;
 
 typedef struct cons_prop {
@@ -62,6 +65,8 @@ struct cons_schema {
     uint32_t n_props, cap_props;
     cons_lit_t *lits; /* (n_lits) */
     uint32_t n_lits, cap_lits;
+    cons_re_t *res; /* (n_res) compiled patterns */
+    uint32_t n_res, cap_res;
 };
 
 /* Frame states. */
@@ -90,7 +95,9 @@ enum {
 };
 
 typedef struct cons_frame {
-    uint64_t cand;  /* literal / key candidates still matching (bit i = the i-th of the node's) */
+    uint64_t cand;  /* literal / key candidates still matching (bit i = the i-th of the node's);
+                       an integer's digits so far, as a number (aux 1: after a minus); a string's
+                       pattern state (cons_re_step) */
     uint16_t node;  /* the node this value follows (after anyOf picked its branch) */
     uint16_t pos;   /* bytes into a literal or key; digits of a number part */
     uint16_t count; /* ARRAY: items begun; STRING: characters; OBJECT: declared props passed */

@@ -41,6 +41,55 @@ static const cons_lit_t *node_lits(const cons_schema_t *sc, const cons_node_t *n
     return sc->lits + n->first;
 }
 
+/* ------------------------------------------------------------------ integer bounds */
+
+static int digit(uint8_t c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Whether an integer whose sign is neg and whose k digits so far make v can still end within n's
+ * bounds: itself, or v followed by j more digits (none after a leading 0), up to the digit limit. */
+static int int_reachable(const cons_node_t *n, int neg, uint64_t v, unsigned k)
+{
+    if (n->min == INT64_MIN && n->max == INT64_MAX)
+        return 1;
+    uint64_t p = 1;
+    for (unsigned j = 0; k + j <= CONS_INT_DIGITS && (v || !j); j++, p *= 10) {
+        int64_t a = (int64_t)(v * p), b = (int64_t)(v * p + p - 1); /* below 10^15 */
+        if (neg) {
+            int64_t t = -b;
+            b = -a;
+            a = t;
+        }
+        if (a <= n->max && b >= n->min)
+            return 1;
+    }
+    return 0;
+}
+
+/* An integer's next digit c: 0 when no integer within n's bounds begins so. Numbers carry no value
+ * (their bounds are refused at compile time). */
+static int int_digit(const cons_node_t *n, cons_frame_t *f, uint8_t c)
+{
+    if (n->kind != CK_INTEGER)
+        return 1;
+    uint64_t v = f->cand * 10 + (uint64_t)(c - '0');
+    if (!int_reachable(n, f->aux, v, (unsigned)f->pos + 1u))
+        return 0;
+    f->cand = v;
+    return 1;
+}
+
+/* Whether a whole integer (or any number) ends within n's bounds. */
+static int int_in_bounds(const cons_node_t *n, const cons_frame_t *f)
+{
+    if (n->kind != CK_INTEGER)
+        return 1;
+    int64_t v = f->aux ? -(int64_t)f->cand : (int64_t)f->cand;
+    return v >= n->min && v <= n->max;
+}
+
 /* ------------------------------------------------------------------ value start */
 
 /* The first byte of a value: anyOf picks its branch by it, then the kind's opening. */
@@ -60,18 +109,22 @@ static int start_value(const cons_schema_t *sc, cons_frame_t *f, uint8_t c)
     switch (n->kind) {
     case CK_OBJECT: f->st = ST_O_KEY_OR_END; return c == '{' ? R_OK : R_REJECT;
     case CK_ARRAY: f->st = ST_A_FIRST; return c == '[' ? R_OK : R_REJECT;
-    case CK_STRING: f->st = ST_S_BODY; return c == '"' ? R_OK : R_REJECT;
+    case CK_STRING:
+        f->st = ST_S_BODY;
+        f->cand = n->re >= 0 ? cons_re_init(&sc->res[n->re]) : 0;
+        return c == '"' ? R_OK : R_REJECT;
     case CK_NUMBER:
     case CK_INTEGER:
-        if (c == '-')
+        f->cand = f->aux = 0;
+        if (c == '-') {
             f->st = ST_N_MINUS;
-        else if (c == '0')
-            f->st = ST_N_ZERO;
-        else if (c >= '1' && c <= '9') {
-            f->st = ST_N_INT;
-            f->pos = 1;
-        } else
+            f->aux = 1;
+            return n->min <= 0 ? R_OK : R_REJECT; /* "-0" is 0 */
+        }
+        if (!digit(c) || !int_digit(n, f, c))
             return R_REJECT;
+        f->st = c == '0' ? ST_N_ZERO : ST_N_INT;
+        f->pos = 1;
         return R_OK;
     case CK_LITS: {
         f->st = ST_L_MATCH;
@@ -275,39 +328,74 @@ static int utf8_cont(cons_frame_t *f, uint8_t c)
     return R_OK;
 }
 
-static int string_step(const cons_node_t *n, cons_frame_t *f, uint8_t c)
+/* A string's pattern takes character c (an ASCII code or CONS_RE_OTHER) as the string's count-th
+ * character, with a match still possible within the string's length bounds: 0 when not. */
+static int pattern_takes(const cons_schema_t *sc, const cons_node_t *n, cons_frame_t *f, unsigned c,
+                         uint32_t count)
+{
+    if (n->re < 0)
+        return 1;
+    const cons_re_t *re = &sc->res[n->re];
+    uint64_t next = cons_re_step(re, f->cand, c);
+    unsigned fewest, most;
+    if (!next)
+        return 0;
+    cons_re_left(re, next, &fewest, &most);
+    if (fewest == CONS_RE_FAR || (n->hi != CONS_UNBOUNDED && count + fewest > n->hi) ||
+        (most != CONS_RE_FAR && count + most < n->lo))
+        return 0;
+    f->cand = next;
+    return 1;
+}
+
+static const char esc_byte[] = "\"\\/bfnrt", esc_char[] = "\"\\/\b\f\n\r\t";
+
+/* A backslash may open an escape only when the pattern takes one of the characters it writes. */
+static int escape_possible(const cons_schema_t *sc, const cons_node_t *n, const cons_frame_t *f)
+{
+    if (n->re < 0)
+        return 1;
+    cons_frame_t g = *f;
+    for (int i = 0; i < 8; i++)
+        if (pattern_takes(sc, n, &g, (uint8_t)esc_char[i], f->count + 1u))
+            return 1;
+    return 0;
+}
+
+static int string_step(const cons_schema_t *sc, const cons_node_t *n, cons_frame_t *f, uint8_t c)
 {
     if (f->st == ST_S_UTF8)
         return utf8_cont(f, c);
     if (f->st == ST_S_ESC) {
-        if (!memchr("\"\\/bfnrt", c, 8))
-            return R_REJECT; /* \u is not generated: every character can be written as is */
+        const char *e = memchr(esc_byte, c, 8); /* no \u: every character can be written as is */
+        if (!e || !pattern_takes(sc, n, f, (uint8_t)esc_char[e - esc_byte], f->count))
+            return R_REJECT;
         f->st = ST_S_BODY;
         return R_OK;
     }
     if (c == '"')
-        return f->count >= n->lo ? R_CLOSE : R_REJECT;
+        return f->count >= n->lo && (n->re < 0 || cons_re_accepts(&sc->res[n->re], f->cand))
+                   ? R_CLOSE
+                   : R_REJECT;
     if (c < 0x20 || f->count >= n->hi)
         return R_REJECT;
-    if (c == '\\')
+    if (c == '\\') {
+        if (!escape_possible(sc, n, f))
+            return R_REJECT;
         f->st = ST_S_ESC;
-    else if (c >= 0x80) {
+    } else if (c >= 0x80) {
         uint8_t l = utf8_lead(c);
-        if (!l)
+        if (!l || !pattern_takes(sc, n, f, CONS_RE_OTHER, f->count + 1u))
             return R_REJECT;
         f->aux = l;
         f->st = ST_S_UTF8;
-    }
+    } else if (!pattern_takes(sc, n, f, c, f->count + 1u))
+        return R_REJECT;
     f->count++;
     return R_OK;
 }
 
 /* ------------------------------------------------------------------ numbers */
-
-static int digit(uint8_t c)
-{
-    return c >= '0' && c <= '9';
-}
 
 /* A number frame: R_END on a byte that cannot continue it once it is a whole number. */
 static int number_step(const cons_node_t *n, cons_frame_t *f, uint8_t c)
@@ -315,16 +403,15 @@ static int number_step(const cons_node_t *n, cons_frame_t *f, uint8_t c)
     int real = n->kind == CK_NUMBER;
     switch (f->st) {
     case ST_N_MINUS:
-        if (c == '0')
-            f->st = ST_N_ZERO;
-        else if (digit(c)) {
-            f->st = ST_N_INT;
-            f->pos = 1;
-        } else
+        if (!digit(c) || !int_digit(n, f, c))
             return R_REJECT;
+        f->st = c == '0' ? ST_N_ZERO : ST_N_INT;
+        f->pos = 1;
         return R_OK;
     case ST_N_INT:
         if (digit(c) && f->pos < CONS_INT_DIGITS) {
+            if (!int_digit(n, f, c))
+                return R_REJECT;
             f->pos++;
             return R_OK;
         }
@@ -335,7 +422,7 @@ static int number_step(const cons_node_t *n, cons_frame_t *f, uint8_t c)
         else if (real && (c == 'e' || c == 'E'))
             f->st = ST_N_E;
         else
-            return R_END;
+            return int_in_bounds(n, f) ? R_END : R_REJECT;
         f->pos = 0;
         return R_OK;
     case ST_N_DOT:
@@ -396,7 +483,7 @@ static int frame_step(const cons_schema_t *sc, cons_state_t *s, cons_frame_t *f,
     if (f->st <= ST_A_AFTER)
         return array_step(sc, s, f, c);
     if (f->st <= ST_S_UTF8)
-        return string_step(n, f, c);
+        return string_step(sc, n, f, c);
     if (f->st <= ST_N_EXP)
         return number_step(n, f, c);
     return lits_step(sc, f, c);
@@ -436,7 +523,7 @@ int cons_state_complete(const cons_schema_t *sc, const cons_state_t *s)
     const cons_frame_t *f = &s->f[0];
     switch (f->st) {
     case ST_N_ZERO:
-    case ST_N_INT:
+    case ST_N_INT: return int_in_bounds(&sc->nodes[f->node], f);
     case ST_N_FRAC:
     case ST_N_EXP: return 1;
     case ST_L_MATCH: {

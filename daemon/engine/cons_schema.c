@@ -3,6 +3,7 @@
 #include "engine/cons_int.h"
 
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +88,13 @@ static int32_t node_new(cctx_t *x, cons_kind_t kind, const char *path)
                     CONS_MAX_NODES);
     if (grow((void **)&sc->nodes, sc->n_nodes, &sc->cap_nodes, sizeof *sc->nodes))
         return fail(x, CONS_ERR_NOMEM, path, "out of memory");
-    sc->nodes[sc->n_nodes] =
-        (cons_node_t){.kind = kind, .hi = CONS_UNBOUNDED, .item = -1, .ready = 1};
+    sc->nodes[sc->n_nodes] = (cons_node_t){.kind = kind,
+                                           .hi = CONS_UNBOUNDED,
+                                           .item = -1,
+                                           .ready = 1,
+                                           .min = INT64_MIN,
+                                           .max = INT64_MAX,
+                                           .re = -1};
     return (int32_t)sc->n_nodes++;
 }
 
@@ -213,17 +219,69 @@ static int32_t node_any(cctx_t *x)
 /* ------------------------------------------------------------------ keywords */
 
 /* Keywords that say nothing about the value (or are read elsewhere: the definitions where a
- * $ref finds them, nullable in compile()): allowed everywhere. */
+ * $ref finds them, nullable in compile(), an identifier at the root in check_keywords): allowed
+ * everywhere. */
 static const char *const annotations[] = {
-    "title",      "description", "default",   "examples", "$schema",     "$id",      "$comment",
-    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "nullable",
+    "title",      "description",     "default",          "examples",      "$schema",     "$comment",
+    "deprecated", "readOnly",        "writeOnly",        "$defs",         "definitions", "nullable",
+    "$anchor",    "contentEncoding", "contentMediaType", "contentSchema",
 };
 /* Keywords the compiler enforces. */
 static const char *const enforced[] = {
-    "type",        "enum",     "const",      "anyOf",     "oneOf",
-    "allOf",       "$ref",     "properties", "required",  "additionalProperties",
-    "items",       "minItems", "maxItems",   "minLength", "maxLength",
+    "type",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
     "uniqueItems",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "pattern",
+    "format",
+};
+/* The other keywords of JSON Schema (drafts 3 to 2020-12) that constrain a value: refused, since
+ * an output that ignored them could be invalid. A keyword in none of the three lists is not JSON
+ * Schema ("x-...", Snowplow's "self"): validators ignore it, and so does the compiler. */
+static const char *const refused[] = {
+    "patternProperties",
+    "propertyNames",
+    "multipleOf",
+    "divisibleBy",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "if",
+    "then",
+    "else",
+    "not",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "prefixItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "additionalItems",
+    "extends",
+    "disallow",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+    "$recursiveAnchor",
+    "$vocabulary",
 };
 
 static int in_list(const char *k, const char *const *list, size_t n)
@@ -247,8 +305,16 @@ static int check_keywords(cctx_t *x, const json_t *s, const char *only, const ch
         if (IN(k, annotations))
             continue;
         path_join(p, path, k);
-        if (!IN(k, enforced))
+        if (!strcmp(k, "$id") || (!strcmp(k, "id") && json_is_string(v))) { /* draft 4: "id" */
+            if (*path) /* below the root it would change what a "#/..." $ref resolves against */
+                return (int)fail(x, CONS_ERR_UNSUPPORTED, p, "'%s' below the root is not supported",
+                                 k);
+            continue;
+        }
+        if (IN(k, refused))
             return (int)fail(x, CONS_ERR_UNSUPPORTED, p, "keyword '%s' is not supported", k);
+        if (!IN(k, enforced))
+            continue; /* not JSON Schema */
         if (only && strcmp(k, only) != 0)
             return (int)fail(x, CONS_ERR_UNSUPPORTED, p,
                              "keyword '%s' beside '%s' is not supported", k, only);
@@ -394,6 +460,102 @@ static int32_t compile_array(cctx_t *x, const json_t *s, const char *path)
     return id;
 }
 
+static const char *const num_bounds[] = {"minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum"};
+
+/* The first numeric bound keyword of s, or NULL. */
+static const char *num_bound_of(const json_t *s)
+{
+    for (size_t i = 0; i < 4; i++)
+        if (json_object_get(s, num_bounds[i]))
+            return num_bounds[i];
+    return NULL;
+}
+
+/* The first keyword of s that constrains only values of one type (a numeric bound, pattern,
+ * format), or NULL: beside no "type" or beside an enum it is refused (neither is checked). */
+static const char *typed_only_of(const json_t *s)
+{
+    const char *b = num_bound_of(s);
+    return b                               ? b
+           : json_object_get(s, "pattern") ? "pattern"
+           : json_object_get(s, "format")  ? "format"
+                                           : NULL;
+}
+
+/* A string node's pattern, from "pattern" or a "format" it knows (not both). */
+static int string_pattern(cctx_t *x, const json_t *s, int32_t id, const char *path)
+{
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    char p[PATH_BYTES], why[160];
+    if (!pat && !fmt)
+        return 0;
+    path_join(p, path, pat ? "pattern" : "format");
+    if (pat && fmt)
+        return (int)fail(x, CONS_ERR_UNSUPPORTED, p, "'pattern' beside 'format' is not supported");
+    const char *text = json_string_value(pat ? pat : fmt);
+    if (!text)
+        return (int)fail(x, CONS_ERR_FORMAT, p, "must be a string");
+    const char *re = pat ? text : cons_re_format(text);
+    if (!re)
+        return (int)fail(x, CONS_ERR_UNSUPPORTED, p,
+                         "format '%s' is not supported (date, time, date-time, email, hostname, "
+                         "ipv4, uuid, uri are)",
+                         text);
+    cons_schema_t *sc = x->sc;
+    if (grow((void **)&sc->res, sc->n_res, &sc->cap_res, sizeof *sc->res))
+        return (int)fail(x, CONS_ERR_NOMEM, p, "out of memory");
+    if (cons_re_compile(re, &sc->res[sc->n_res], why, sizeof why))
+        return (int)fail(x, CONS_ERR_UNSUPPORTED, p, "%s", why);
+    sc->nodes[id].re = (int32_t)sc->n_res++;
+    return 0;
+}
+
+/* An integer node's bounds from minimum, maximum and their exclusive forms (draft 4's booleans or
+ * the later numbers), as the integers they admit, clamped to the digit limit. */
+static int int_bounds(cctx_t *x, const json_t *s, int32_t id, const char *path)
+{
+    const double lim = 999999999999999.0; /* CONS_INT_DIGITS nines */
+    double lo = -lim, hi = lim;
+    char p[PATH_BYTES];
+    for (size_t i = 0; i < 4; i++) {
+        const json_t *v = json_object_get(s, num_bounds[i]);
+        path_join(p, path, num_bounds[i]);
+        if (!v)
+            continue;
+        int excl = i >= 2, upper = i % 2;
+        double b;
+        if (excl && json_is_boolean(v)) { /* draft 4: modifies minimum / maximum */
+            const json_t *m = json_object_get(s, num_bounds[i - 2]);
+            if (!json_is_true(v))
+                continue;
+            if (!json_is_number(m))
+                return (int)fail(x, CONS_ERR_FORMAT, p, "true needs '%s'", num_bounds[i - 2]);
+            b = json_number_value(m);
+        } else if (json_is_number(v))
+            b = json_number_value(v);
+        else
+            return (int)fail(x, CONS_ERR_FORMAT, p, "must be a number");
+        if (!isfinite(b))
+            return (int)fail(x, CONS_ERR_FORMAT, p, "must be finite");
+        /* the integers admitted: >= ceil(b) (> b: floor(b) + 1), <= floor(b) (< b: ceil(b) - 1) */
+        double e = upper ? (excl ? ceil(b) - 1 : floor(b)) : (excl ? floor(b) + 1 : ceil(b));
+        if (upper && e < hi)
+            hi = e;
+        if (!upper && e > lo)
+            lo = e;
+    }
+    if (lo > hi)
+        return (int)fail(x, CONS_ERR_UNSUPPORTED, path, "no integer within the bounds (%.0f..%.0f)",
+                         lo, hi);
+    cons_node_t *n = &x->sc->nodes[id];
+    n->min = lo <= -lim ? INT64_MIN : (int64_t)lo;
+    n->max = hi >= lim ? INT64_MAX : (int64_t)hi;
+    if (n->min > 0) /* no minus sign */
+        n->start['-' >> 5] &= ~(1u << ('-' & 31));
+    return 0;
+}
+
 /* One JSON type ("object" ...) with the keywords that apply to it. */
 static int32_t compile_typed(cctx_t *x, const json_t *s, const char *type, const char *path)
 {
@@ -403,12 +565,23 @@ static int32_t compile_typed(cctx_t *x, const json_t *s, const char *type, const
         return compile_array(x, s, path);
     if (strcmp(type, "string") == 0) {
         int32_t id = node_kind(x, CK_STRING, path);
-        return id < 0 || bounds(x, s, "minLength", "maxLength", id, path) ? -1 : id;
+        return id < 0 || bounds(x, s, "minLength", "maxLength", id, path) ||
+                       string_pattern(x, s, id, path)
+                   ? -1
+                   : id;
     }
-    if (strcmp(type, "number") == 0)
-        return node_kind(x, CK_NUMBER, path);
-    if (strcmp(type, "integer") == 0)
-        return node_kind(x, CK_INTEGER, path);
+    if (strcmp(type, "number") == 0) {
+        const char *b = num_bound_of(s);
+        char p[PATH_BYTES];
+        path_join(p, path, b ? b : "");
+        return b ? fail(x, CONS_ERR_UNSUPPORTED, p,
+                        "'%s' is supported on integers, not on numbers with fractions", b)
+                 : node_kind(x, CK_NUMBER, path);
+    }
+    if (strcmp(type, "integer") == 0) {
+        int32_t id = node_kind(x, CK_INTEGER, path);
+        return id < 0 || int_bounds(x, s, id, path) ? -1 : id;
+    }
     if (strcmp(type, "boolean") == 0) {
         json_t *v[2] = {json_true(), json_false()};
         return node_lits(x, v, 2, path);
@@ -584,10 +757,15 @@ static int32_t compile_body(cctx_t *x, const json_t *s, const char *path)
             return compile_union(x, s, unions[i], path);
     if (check_keywords(x, s, NULL, path))
         return -1;
-    if (json_object_get(s, "enum") || json_object_get(s, "const"))
-        return compile_enum(x, s, path);
     const json_t *type = json_object_get(s, "type");
     char p[PATH_BYTES];
+    const char *b = typed_only_of(s);
+    if (b && (!type || json_object_get(s, "enum") || json_object_get(s, "const"))) {
+        path_join(p, path, b);
+        return fail(x, CONS_ERR_UNSUPPORTED, p, "'%s' needs a \"type\" (and no enum)", b);
+    }
+    if (json_object_get(s, "enum") || json_object_get(s, "const"))
+        return compile_enum(x, s, path);
     path_join(p, path, "type");
     if (!type) {
         const char *t = implied_type(s);
@@ -673,6 +851,7 @@ static void schema_free(cons_schema_t *sc)
     free(sc->kids);
     free(sc->props);
     free(sc->lits);
+    free(sc->res);
     free(sc);
 }
 

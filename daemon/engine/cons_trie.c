@@ -130,7 +130,7 @@ static void free_nodes(cons_tnodes_t *t)
  * schema): a token that leaves it in the body is plain, with the characters it added. */
 static int classify_plain(cons_vocab_t *v)
 {
-    cons_node_t str = {.kind = CK_STRING, .hi = CONS_UNBOUNDED, .item = -1, .ready = 1};
+    cons_node_t str = {.kind = CK_STRING, .hi = CONS_UNBOUNDED, .item = -1, .ready = 1, .re = -1};
     cons_schema_t sc = {.nodes = &str, .n_nodes = 1, .root = 0, .key_str = 0, .any = -1};
     cons_state_t body, s;
     cons_state_init(&sc, &body);
@@ -260,7 +260,7 @@ int32_t cons_trie_mask(const cons_vocab_t *v, const cons_schema_t *sc, cons_stat
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     const cons_state_t *s = &states[0];
     const cons_frame_t *f = s->depth ? &s->f[s->depth - 1] : NULL;
-    if (!f || f->st != ST_S_BODY) {
+    if (!f || f->st != ST_S_BODY || sc->nodes[f->node].re >= 0) { /* a pattern: token by token */
         memset(bits, 0, words * sizeof *bits);
         return cons_trie_walk(&v->all, sc, states, bits);
     }

@@ -5,6 +5,7 @@
 // prints the summary. Exit status 1 when a finished output fails validation or a request fails otherwise.
 import { readFileSync, writeFileSync } from "node:fs";
 import Ajv from "ajv";
+import Ajv04 from "ajv-draft-04";
 
 const [baseURL, model, corpusPath, outDir] = process.argv.slice(2);
 const seeds = Number(process.env.SEEDS ?? 5);
@@ -12,14 +13,22 @@ const maxTokens = Number(process.env.MAX_TOKENS ?? 256);
 const parallel = Number(process.env.PARALLEL ?? 4);
 const corpus = JSON.parse(readFileSync(corpusPath, "utf8"));
 
-// ajv's default draft (07); a schema's $schema would make it look for that meta-schema (draft-04 ones), so it is
-// dropped from the copy ajv compiles. Formats stay unchecked: the daemon refuses "format".
-const ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false });
+// Each schema is validated under its own draft: draft-04 ones (their $schema says so, or they name
+// themselves with draft 4's "id") by ajv-draft-04, the rest by ajv's default draft (07). The
+// $schema is dropped from the copy ajv compiles (no meta-schema lookups). Formats stay unchecked:
+// the daemon refuses "format".
+const opts = { strict: false, allErrors: true, validateFormats: false };
+const ajv = new Ajv(opts);
+const ajv04 = new Ajv04(opts);
 function validator(schema) {
   const copy = structuredClone(schema);
-  if (copy && typeof copy === "object") delete copy.$schema;
+  let v = ajv;
+  if (copy && typeof copy === "object") {
+    if (/draft-04/.test(String(copy.$schema ?? "")) || typeof copy.id === "string") v = ajv04;
+    delete copy.$schema;
+  }
   try {
-    return ajv.compile(copy);
+    return v.compile(copy);
   } catch (e) {
     return { error: String(e.message ?? e) };
   }
