@@ -244,6 +244,9 @@ static const char *const enforced[] = {
     "minLength",
     "maxLength",
     "uniqueItems",
+    "minProperties",
+    "dependencies",
+    "dependentRequired",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -259,11 +262,8 @@ static const char *const refused[] = {
     "propertyNames",
     "multipleOf",
     "divisibleBy",
-    "minProperties",
     "maxProperties",
-    "dependentRequired",
     "dependentSchemas",
-    "dependencies",
     "if",
     "then",
     "else",
@@ -315,7 +315,7 @@ static int check_keywords(cctx_t *x, const json_t *s, const char *only, const ch
             return (int)fail(x, CONS_ERR_UNSUPPORTED, p, "keyword '%s' is not supported", k);
         if (!IN(k, enforced))
             continue; /* not JSON Schema */
-        if (only && strcmp(k, only) != 0)
+        if (only && strcmp(k, only) != 0 && !(strcmp(k, "type") == 0 && strcmp(only, "$ref") != 0))
             return (int)fail(x, CONS_ERR_UNSUPPORTED, p,
                              "keyword '%s' beside '%s' is not supported", k, only);
     }
@@ -365,6 +365,70 @@ static int bounds(cctx_t *x, const json_t *s, const char *lo_kw, const char *hi_
 
 static int32_t compile(cctx_t *x, const json_t *s, const char *path);
 
+/* dependencies (draft 4 to 7; dependentRequired from 2019-09) naming properties: every property
+ * named becomes required, so it is there whenever the property that needs it is. The schema form
+ * is refused. */
+static int dependencies(cctx_t *x, const json_t *s, int32_t id, const char *path)
+{
+    static const char *const kws[] = {"dependencies", "dependentRequired"};
+    const cons_node_t *n = &x->sc->nodes[id];
+    char p[PATH_BYTES], q[PATH_BYTES];
+    for (size_t w = 0; w < 2; w++) {
+        const json_t *d = json_object_get(s, kws[w]), *v;
+        const char *k;
+        path_join(p, path, kws[w]);
+        if (d && !json_is_object(d))
+            return (int)fail(x, CONS_ERR_FORMAT, p, "must be an object");
+        json_object_foreach ((json_t *)d, k, v) {
+            path_join(q, p, k);
+            if (!json_is_array(v))
+                return (int)fail(x, CONS_ERR_UNSUPPORTED, q,
+                                 "schema dependencies are not supported");
+            size_t i;
+            const json_t *name;
+            json_array_foreach (v, i, name) {
+                char *key = json_is_string(name) ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+                uint32_t j = 0;
+                while (key && j < n->n && strcmp(x->sc->props[n->first + j].key, key) != 0)
+                    j++;
+                free(key);
+                if (!key || j == n->n)
+                    return (int)fail(x, CONS_ERR_UNSUPPORTED, q,
+                                     "a dependency on a property that is not declared");
+                x->sc->props[n->first + j].required = 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* minProperties k over declared properties: the first optional ones become required until k are
+ * (a document with them has at least k); more than are declared is refused. */
+static int min_properties(cctx_t *x, const json_t *s, int32_t id, const char *path)
+{
+    const json_t *v = json_object_get(s, "minProperties");
+    char p[PATH_BYTES];
+    path_join(p, path, "minProperties");
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return (int)fail(x, CONS_ERR_FORMAT, p, "must be a non-negative integer");
+    const cons_node_t *n = &x->sc->nodes[id];
+    json_int_t want = json_integer_value(v), have = 0;
+    for (uint32_t j = 0; j < n->n; j++)
+        have += x->sc->props[n->first + j].required;
+    for (uint32_t j = 0; j < n->n && have < want; j++)
+        if (!x->sc->props[n->first + j].required) {
+            x->sc->props[n->first + j].required = 1;
+            have++;
+        }
+    if (have < want)
+        return (int)fail(x, CONS_ERR_UNSUPPORTED, p,
+                         "%lld properties, more than the declared ones, are not supported",
+                         (long long)want);
+    return 0;
+}
+
 static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
 {
     const json_t *props = json_object_get(s, "properties");
@@ -403,7 +467,7 @@ static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
         if (item < 0 && !json_is_false(addl))
             return -1;
         x->sc->nodes[id].item = item;
-        return id;
+        return dependencies(x, s, id, path) || min_properties(x, s, id, path) ? -1 : id;
     }
     const char *k;
     json_t *v;
@@ -435,7 +499,7 @@ static int32_t compile_object(cctx_t *x, const json_t *s, const char *path)
     }
     x->sc->nodes[id].first = first;
     x->sc->nodes[id].n = (uint32_t)np;
-    return id;
+    return dependencies(x, s, id, path) || min_properties(x, s, id, path) ? -1 : id;
 }
 
 static int32_t compile_array(cctx_t *x, const json_t *s, const char *path)
@@ -443,13 +507,20 @@ static int32_t compile_array(cctx_t *x, const json_t *s, const char *path)
     const json_t *items = json_object_get(s, "items");
     const json_t *uniq = json_object_get(s, "uniqueItems");
     char p[PATH_BYTES];
-    if (uniq && !json_is_false(uniq)) {
-        path_join(p, path, "uniqueItems");
-        return fail(x, CONS_ERR_UNSUPPORTED, p, "unique items are not supported");
-    }
     int32_t id = node_kind(x, CK_ARRAY, path);
     if (id < 0 || bounds(x, s, "minItems", "maxItems", id, path))
         return -1;
+    if (uniq && !json_is_boolean(uniq)) {
+        path_join(p, path, "uniqueItems");
+        return fail(x, CONS_ERR_FORMAT, p, "must be a boolean");
+    }
+    if (json_is_true(uniq)) { /* at most one item: unique whatever it is */
+        path_join(p, path, "uniqueItems");
+        if (x->sc->nodes[id].lo > 1)
+            return fail(x, CONS_ERR_UNSUPPORTED, p,
+                        "unique items beside minItems above 1 are not supported");
+        x->sc->nodes[id].hi = 1;
+    }
     path_join(p, path, "items");
     if (items && json_is_array(items))
         return fail(x, CONS_ERR_UNSUPPORTED, p, "tuple items are not supported");
@@ -657,6 +728,82 @@ static int32_t compile_ref(cctx_t *x, const json_t *s, const char *path)
     return slot;
 }
 
+/* A branch of a union that has "type" beside it, as one schema: the branch with that type (all of
+ * the two must hold); a new reference, or NULL after fail() when the branch names another type or
+ * is a $ref or a boolean. */
+static json_t *typed_branch(cctx_t *x, const json_t *b, const json_t *type, const char *path)
+{
+    char p[PATH_BYTES];
+    path_join(p, path, "type");
+    if (!json_is_object(b) || json_object_get(b, "$ref")) {
+        fail(x, CONS_ERR_UNSUPPORTED, path, "a 'type' beside a union whose branch is %s",
+             json_is_object(b) ? "a $ref" : "not an object");
+        return NULL;
+    }
+    const json_t *own = json_object_get(b, "type");
+    if (own && !json_equal(own, type)) {
+        fail(x, CONS_ERR_UNSUPPORTED, p, "a type other than the 'type' beside its union");
+        return NULL;
+    }
+    json_t *c = json_copy((json_t *)b);
+    if (!c || json_object_set(c, "type", (json_t *)type)) {
+        json_decref(c);
+        fail(x, CONS_ERR_NOMEM, path, "out of memory");
+        return NULL;
+    }
+    return c;
+}
+
+/* The branches that are literal sets (enum, const) as one literal set in the first one's place:
+ * their union, less (for oneOf, where a value must match exactly one branch) the values of more
+ * than one. Returns the branches left, 0 after fail(). */
+static size_t merge_lits(cctx_t *x, int32_t *kids, size_t n, int one_of, const char *path)
+{
+    cons_schema_t *sc = x->sc;
+    const char *texts[CONS_MAX_LITS];
+    json_t *vals[CONS_MAX_LITS] = {0};
+    size_t nt = 0, nv = 0, nl = 0, k = 0;
+    int32_t at = -1;
+    for (size_t i = 0; i < n; i++)
+        nl += sc->nodes[kids[i]].kind == CK_LITS && sc->nodes[kids[i]].ready;
+    if (nl < 2)
+        return n;
+    for (size_t i = 0; i < n; i++) {
+        const cons_node_t *nd = &sc->nodes[kids[i]];
+        if (nd->kind != CK_LITS || !nd->ready) {
+            kids[k++] = kids[i];
+            continue;
+        }
+        if (at < 0)
+            at = (int32_t)k++;
+        for (uint32_t j = 0; j < nd->n; j++) {
+            if (nt == CONS_MAX_LITS) {
+                fail(x, CONS_ERR_UNSUPPORTED, path, "more than %d values are not supported",
+                     CONS_MAX_LITS);
+                return 0;
+            }
+            texts[nt++] = sc->lits[nd->first + j].text;
+        }
+    }
+    for (size_t i = 0; i < nt; i++) {
+        size_t seen = 0;
+        for (size_t j = 0; j < nt; j++)
+            seen += strcmp(texts[i], texts[j]) == 0;
+        if (one_of && seen > 1)
+            continue;
+        if (!(vals[nv] = json_loads(texts[i], JSON_DECODE_ANY, NULL)))
+            break;
+        nv++;
+    }
+    int32_t id = node_lits(x, vals, nv, path);
+    for (size_t v = 0; v < nv; v++)
+        json_decref(vals[v]);
+    if (id < 0)
+        return 0;
+    kids[at] = id;
+    return k;
+}
+
 /* anyOf / oneOf (branches of different types: at most one matches, so they are the same) and an
  * allOf of one schema. */
 static int32_t compile_union(cctx_t *x, const json_t *s, const char *kw, const char *path)
@@ -678,11 +825,19 @@ static int32_t compile_union(cctx_t *x, const json_t *s, const char *kw, const c
     if (n > CONS_MAX_LITS)
         return fail(x, CONS_ERR_UNSUPPORTED, p, "more than %d branches", CONS_MAX_LITS);
     int32_t kids[CONS_MAX_LITS];
+    const json_t *type = json_object_get(s, "type");
     for (size_t i = 0; i < n; i++) {
         path_index(q, path, kw, i);
-        if ((kids[i] = compile(x, json_array_get(arr, i), q)) < 0)
+        json_t *b = type ? typed_branch(x, json_array_get(arr, i), type, q) : NULL;
+        if (type && !b)
+            return -1;
+        kids[i] = compile(x, type ? b : json_array_get(arr, i), q);
+        json_decref(b);
+        if (kids[i] < 0)
             return -1;
     }
+    if (n > 1 && (n = merge_lits(x, kids, n, strcmp(kw, "oneOf") == 0, p)) == 0)
+        return -1;
     return n == 1 ? kids[0] : node_anyof(x, kids, n, p);
 }
 

@@ -177,7 +177,7 @@ def http_chat_completions_follow_the_schema():
 def unsupported_schemas_are_refused_naming_the_part():
     c = D.client()
     bad = {"type": "json_schema", "json_schema": {"name": "b", "schema": {
-        "type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}}}}
+        "type": "object", "properties": {"when": {"type": "string", "format": "idn-hostname"}}}}}
     ev = c.call({"op": "generate", "id": 1, "model": "m", "prompt": "x", "response_format": bad})
     assert ev["error"]["code"] == "bad_request", ev
     assert "/properties/when/format" in ev["error"]["message"], ev
@@ -188,6 +188,38 @@ def unsupported_schemas_are_refused_naming_the_part():
     status, body = http_post("/v1/chat/completions", {
         "model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": bad})
     assert status == 400 and "/properties/when/format" in body["error"]["message"], (status, body)
+
+
+def formats_patterns_and_integer_bounds_hold():
+    """format, pattern and integer bounds over the socket: every finished output has them (checked
+    here with Python's re and datetime, not with the daemon's own automata)."""
+    import datetime
+    import re
+    schema = {"type": "object", "properties": {
+        "when": {"type": "string", "format": "date-time"},
+        "mail": {"type": "string", "format": "email"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+        "n": {"type": "integer", "minimum": -20, "exclusiveMaximum": 100}},
+        "required": ["when", "mail", "code", "n"], "additionalProperties": False}
+    c = D.client(timeout=gsd.scaled(120))
+    done = 0
+    for seed in range(1, 7):
+        ev = c.call({"op": "generate", "id": seed, "model": "m", "prompt": "Data:", "max_tokens": 400,
+                     "temperature": 1, "seed": seed,
+                     "response_format": {"type": "json_schema",
+                                         "json_schema": {"name": "f", "schema": schema}}})
+        assert ev.get("event") == "done", ev
+        if ev["finish_reason"] != "eos":
+            continue  # unbounded parts (the e-mail's local part) may run past max_tokens
+        done += 1
+        v = json.loads(ev["text"])
+        datetime.datetime.fromisoformat(v["when"].replace("Z", "+00:00"))  # raises if not RFC 3339
+        assert re.fullmatch(r"[a-z0-9]+([._+-][a-z0-9]+)*@[a-z0-9]+(\.[a-z0-9]+)*\.[a-z]{2,6}",
+                            v["mail"]), v
+        assert re.fullmatch(r"[A-Z]{2}-[0-9]{3}", v["code"]), v
+        assert isinstance(v["n"], int) and -20 <= v["n"] < 100, v
+    c.close()
+    assert done >= 2, "only %d of 6 outputs finished" % done
 
 
 def openai_node_sdk_parses_zod_formats_streamed_and_not():
@@ -230,6 +262,7 @@ def main():
         for fn in (every_socket_output_validates_for_every_schema_and_seed,
                    http_chat_completions_follow_the_schema,
                    unsupported_schemas_are_refused_naming_the_part,
+                   formats_patterns_and_integer_bounds_hold,
                    openai_node_sdk_parses_zod_formats_streamed_and_not):
             r.run(fn)
     finally:

@@ -6,6 +6,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import Ajv from "ajv";
 import Ajv04 from "ajv-draft-04";
+import addFormats from "ajv-formats";
 
 const [baseURL, model, corpusPath, outDir] = process.argv.slice(2);
 const seeds = Number(process.env.SEEDS ?? 5);
@@ -15,11 +16,11 @@ const corpus = JSON.parse(readFileSync(corpusPath, "utf8"));
 
 // Each schema is validated under its own draft: draft-04 ones (their $schema says so, or they name
 // themselves with draft 4's "id") by ajv-draft-04, the rest by ajv's default draft (07). The
-// $schema is dropped from the copy ajv compiles (no meta-schema lookups). Formats stay unchecked:
-// the daemon refuses "format".
-const opts = { strict: false, allErrors: true, validateFormats: false };
-const ajv = new Ajv(opts);
-const ajv04 = new Ajv04(opts);
+// $schema is dropped from the copy ajv compiles (no meta-schema lookups). Formats are checked by
+// ajv-formats (the daemon enforces date, time, date-time, email, hostname, ipv4, uuid and uri).
+const opts = { strict: false, allErrors: true };
+const ajv = addFormats(new Ajv(opts));
+const ajv04 = addFormats(new Ajv04(opts));
 function validator(schema) {
   const copy = structuredClone(schema);
   let v = ajv;

@@ -129,7 +129,8 @@ Test(constrain, refuses_what_it_cannot_enforce_naming_the_part)
                     CONS_ERR_UNSUPPORTED, "/required/0:");
     compile_refused("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", CONS_ERR_UNSUPPORTED,
                     "/: minLength 5 is above maxLength 2");
-    compile_refused("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"uniqueItems\":true}}",
+    compile_refused("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"minItems\":2,"
+                    "\"uniqueItems\":true}}",
                     CONS_ERR_UNSUPPORTED, "/items/uniqueItems:");
     compile_refused("{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", CONS_ERR_UNSUPPORTED,
                     "/allOf: allOf of several");
@@ -537,8 +538,8 @@ Test(constrain, keywords_outside_json_schema_are_ignored_and_its_others_refused)
     compile_refused(
         "{\"type\":\"object\",\"properties\":{\"a\":{\"$id\":\"a\",\"type\":\"string\"}}}",
         CONS_ERR_UNSUPPORTED, "/properties/a/$id: '$id' below the root");
-    compile_refused("{\"type\":\"object\",\"minProperties\":1}", CONS_ERR_UNSUPPORTED,
-                    "/minProperties: keyword 'minProperties' is not supported");
+    compile_refused("{\"type\":\"object\",\"maxProperties\":1}", CONS_ERR_UNSUPPORTED,
+                    "/maxProperties: keyword 'maxProperties' is not supported");
     compile_refused("{\"type\":\"string\",\"if\":{}}", CONS_ERR_UNSUPPORTED, "/if:");
 }
 
@@ -628,4 +629,46 @@ Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init 
     }
     cr_assert_gt(ended, 3, "only %d of 12 walks completed a document", ended);
     cons_schema_unref(sc);
+}
+
+/* A union's branches of literal sets are one set (oneOf drops the values of two branches); a
+ * "type" beside a union applies to each branch; uniqueItems holds at most one item; minProperties
+ * and dependencies make properties required. */
+Test(constrain, unions_of_literals_types_beside_unions_and_object_counts, .init = open_vocab,
+     .fini = close_vocab)
+{
+    cons_schema_t *sc =
+        compile_ok("{\"anyOf\":[{\"enum\":[\"git\"]},{\"const\":\"hg\"},{\"type\":\"integer\"}]}");
+    cr_assert(doc_ok(sc, "\"git\"") && doc_ok(sc, "\"hg\"") && doc_ok(sc, "7") &&
+              !doc_ok(sc, "\"svn\""));
+    cons_schema_unref(sc);
+    sc = compile_ok("{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"enum\":[\"b\",\"c\"]}]}");
+    cr_assert(doc_ok(sc, "\"a\"") && doc_ok(sc, "\"c\"") && !doc_ok(sc, "\"b\""), "b is in both");
+    cons_schema_unref(sc);
+    sc = compile_ok("{\"type\":\"string\",\"oneOf\":[{\"const\":\"auto\"},{\"const\":\"lf\"}]}");
+    cr_assert(doc_ok(sc, "\"lf\"") && doc_ok(sc, "\"auto\"") && !doc_ok(sc, "\"cr\""));
+    cons_schema_unref(sc);
+    compile_refused("{\"type\":\"string\",\"oneOf\":[{\"const\":\"lf\"},{\"const\":3}]}",
+                    CONS_ERR_UNSUPPORTED, "/oneOf/1/const: no value"); /* the type applies */
+    compile_refused("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"}]}",
+                    CONS_ERR_UNSUPPORTED, "/anyOf/0/type: a type other than");
+    sc = compile_ok("{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}");
+    cr_assert(doc_ok(sc, "[]") && doc_ok(sc, "[\"x\"]") && !doc_ok(sc, "[\"x\",\"y\"]"));
+    cons_schema_unref(sc);
+    compile_refused("{\"type\":\"array\",\"minItems\":2,\"uniqueItems\":true}",
+                    CONS_ERR_UNSUPPORTED, "/uniqueItems: unique items beside minItems above 1");
+    sc = compile_ok(
+        "{\"type\":\"object\",\"minProperties\":1,\"properties\":{\"a\":{\"type\":\"integer\"},"
+        "\"b\":{\"type\":\"integer\"},\"c\":{\"type\":\"integer\"}},"
+        "\"dependencies\":{\"c\":[\"b\"]}}");
+    cr_assert(!doc_ok(sc, "{}") && !doc_ok(sc, "{\"a\":1,\"c\":3}") &&
+              doc_ok(sc, "{\"a\":1,\"b\":2,\"c\":3}") && doc_ok(sc, "{\"a\":1,\"b\":2}"));
+    cons_schema_unref(sc);
+    compile_refused("{\"type\":\"object\",\"minProperties\":1}", CONS_ERR_UNSUPPORTED,
+                    "/minProperties: 1 properties");
+    compile_refused("{\"type\":\"object\",\"properties\":{\"a\":{}},\"dependencies\":{\"a\":{}}}",
+                    CONS_ERR_UNSUPPORTED, "/dependencies/a: schema dependencies");
+    compile_refused(
+        "{\"type\":\"object\",\"properties\":{\"a\":{}},\"dependentRequired\":{\"a\":[\"z\"]}}",
+        CONS_ERR_UNSUPPORTED, "/dependentRequired/a: a dependency on a property");
 }
