@@ -89,6 +89,77 @@ static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *r
     return 0;
 }
 
+/* Every schema of a corpus file ({"schemas": [{"id", "schema"}]}) the compiler takes: a document
+ * drawn over its masks (a fixed-seed walk over the allowed tokens, one-byte closers `"},]`
+ * preferred 3 times in 4, at most 300 steps), timing the mask applied to the logits and the
+ * advance per step. Prints the distribution of the schemas' mean µs/step and sets *median_us to
+ * the median schema's. */
+static int run_corpus(const char *path, const tok_t *t, cons_vocab_t *v, double *median_us)
+{
+    json_error_t je;
+    json_t *all = json_load_file(path, 0, &je), *e;
+    if (!all) {
+        fprintf(stderr, "bench_constrain: %s: %s\n", path, je.text);
+        return -1;
+    }
+    int32_t V = cons_vocab_size(v), closers[8], n_closers = 0;
+    for (int32_t id = 0; id < V && n_closers < 8; id++) {
+        char piece[8];
+        if (tok_piece(t, id, 0, piece, sizeof piece) == 1 && strchr("\"},]", piece[0]))
+            closers[n_closers++] = id;
+    }
+    float *logits = malloc((size_t)V * sizeof *logits);
+    json_t *schemas = json_object_get(all, "schemas");
+    double *means = malloc((json_array_size(schemas) + 1) * sizeof *means);
+    size_t i, n = 0, refused = 0, steps = 0;
+    uint64_t rng = 42;
+    json_array_foreach (schemas, i, e) {
+        char err[512];
+        json_t *rf = json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema", "name",
+                               "c", "schema", json_object_get(e, "schema"));
+        cons_schema_t *sc = rf ? cons_schema_compile(rf, NULL, err, sizeof err) : NULL;
+        json_decref(rf);
+        if (!sc) {
+            refused++;
+            continue;
+        }
+        cons_t *c = cons_new(sc, v);
+        double sum = 0;
+        int k = 0;
+        for (; k < 300; k++) {
+            for (int32_t j = 0; j < V; j++)
+                logits[j] = 0;
+            double t0 = now_us();
+            int32_t na = cons_mask_logits(c, logits);
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int32_t pick = na ? (int32_t)((rng >> 33) % (uint64_t)na) : 0, id = -1;
+            for (int32_t j = 0; (rng >> 20 & 3) && id < 0 && j < n_closers; j++)
+                if (logits[closers[j]] == 0)
+                    id = closers[j];
+            for (int32_t j = 0; id < 0 && j < V; j++)
+                if (logits[j] == 0 && pick-- == 0)
+                    id = j;
+            int done = na == 0 || cons_accept(c, id) != 0 || cons_complete(c);
+            sum += now_us() - t0; /* the pick's scan included: an upper bound on the step */
+            if (done)
+                break;
+        }
+        cons_free(c);
+        cons_schema_unref(sc);
+        means[n++] = sum / (k + 1);
+        steps += (size_t)k + 1;
+    }
+    qsort(means, n, sizeof *means, cmp_d);
+    *median_us = n ? means[n / 2] : 0;
+    printf("corpus %s: %zu schemas timed (%zu refused), %zu steps; mean us/step per schema: "
+           "median %.1f, p90 %.1f, max %.1f\n",
+           path, n, refused, steps, *median_us, n ? means[n * 9 / 10] : 0, n ? means[n - 1] : 0);
+    free(means);
+    free(logits);
+    json_decref(all);
+    return n ? 0 : -1;
+}
+
 /* The engine's decode step (ms) for batch sequences on one thread: 16 steps after a 16-token
  * prompt each, best of 3. */
 static double decode_step_ms(model_t *m, int batch)
@@ -196,9 +267,11 @@ int main(int argc, char **argv)
         "{\"city\": \"Paris\", \"population\": 2102650, \"districts\": [1, 2, 3, 4], \"mayor\": "
         "{\"name\": \"Anne Hidalgo\", \"since\": 2014}, \"capital\": true, \"motto\": \"Fluctuat "
         "nec mergitur\"}";
-    double us_schema = 0, us_obj = 0;
+    double us_schema = 0, us_obj = 0, us_corpus = 0;
+    const char *corpus = getenv("BENCH_CORPUS"); /* the corpus's median schema, when given */
     int rc = run("schema", t, v, person, person_doc, rounds, &us_schema) ||
-             run("json_object", t, v, obj, obj_doc, rounds, &us_obj);
+             run("json_object", t, v, obj, obj_doc, rounds, &us_obj) ||
+             (corpus && *corpus && run_corpus(corpus, t, v, &us_corpus));
     for (int i = a + 1; model_mode && !rc && i < argc; i++) {
         int batch = atoi(argv[i]);
         if (batch < 1 || batch > 64) {
@@ -212,8 +285,9 @@ int main(int argc, char **argv)
             break;
         }
         printf("decode batch %2d, 1 thread: %.2f ms/step; mask+advance share: schema %.2f%%, "
-               "json_object %.2f%%\n",
-               batch, ms, 100.0 * batch * us_schema / 1e3 / ms, 100.0 * batch * us_obj / 1e3 / ms);
+               "json_object %.2f%%, corpus median schema %.2f%%\n",
+               batch, ms, 100.0 * batch * us_schema / 1e3 / ms, 100.0 * batch * us_obj / 1e3 / ms,
+               100.0 * batch * us_corpus / 1e3 / ms);
     }
     cons_vocab_free(v);
     tok_close(own);

@@ -88,7 +88,7 @@ echo "results: $lcsv"
 
 echo
 echo "== constrained decoding: mask + advance per step (docs/CONSTRAINED.md); real 32000-token SPM vocabulary"
-"$BUILD/bench_constrain" tests/data/ggml-vocab-llama-spm.gguf 5
+BENCH_CORPUS=tests/data/schemas/jsonschemabench-sample.json "$BUILD/bench_constrain" tests/data/ggml-vocab-llama-spm.gguf 5
 # the mask's share of a decode step, one thread, batch 1 and 8, on the 134M bench shape and a
 # Qwen2.5-0.5B-shaped file (tied output, gpt2-style vocabulary of 151,936 generated tokens)
 cm=$OUT/llama134m-q8_0.gguf
@@ -99,5 +99,5 @@ cq=$OUT/qwen05b-shape-q8_0.gguf
     --heads 14 --kv-heads 2 --ff 4864 --vocab 151936 --tied --seed 7 >/dev/null
 for f in "$cm" "$cq"; do
     echo "-- $(basename "$f")"
-    "$BUILD/bench_constrain" --model "$f" 5 1 8
+    BENCH_CORPUS=tests/data/schemas/jsonschemabench-sample.json "$BUILD/bench_constrain" --model "$f" 5 1 8
 done
