@@ -18,6 +18,9 @@
 #define CONS_GBNF_MAX_DEPTH 128    /* frames of one stack (nesting of rules) */
 #define CONS_GBNF_POOL 2048        /* frames of all stacks of one state */
 #define CONS_GBNF_MAX_EXPAND 256   /* rule references expanded without reading a character */
+#define CONS_GBNF_WALK_IDS 64      /* distinct states between characters one mask walk memoizes */
+/* states a matcher holds: the current one, one per depth of the trie, the walk's memoized ones */
+#define CONS_GBNF_STATES (CONS_TOKEN_MAX + 1 + CONS_GBNF_WALK_IDS)
 
 typedef enum cons_gkind {
     CG_END = 0, /* the end of an alternative */
@@ -71,7 +74,7 @@ int cons_gbnf_complete(const cons_gstate_t *s);
 /* Copies the part of src in use into dst. */
 void cons_gbnf_copy(cons_gstate_t *dst, const cons_gstate_t *src);
 /* cons_trie_walk for a grammar: sets the bit of every token whose bytes states[0] accepts (bits
- * must start cleared; states has CONS_TOKEN_MAX + 1 entries, the rest scratch). */
+ * must start cleared; states has CONS_GBNF_STATES entries, the rest scratch). */
 void cons_gbnf_walk(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_t *states,
                     uint32_t *bits, int32_t *n_allowed);
 

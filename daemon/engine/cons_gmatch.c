@@ -1,6 +1,7 @@
 /* cons_gmatch: the grammar's pushdown matcher: a bounded set of stacks of element positions,
  * advanced one byte at a time (UTF-8 aware: a character's first bytes keep the parses whose class
  * can still hold it), and the vocabulary trie walked with one state per depth for the masks. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/cons_gbnf.h"
@@ -135,9 +136,9 @@ static int utf8_next(const cons_gstate_t *src, cons_gstate_t *dst, uint8_t c, ui
         return 0;
     *lo = a < min_cp[len] ? min_cp[len] : a;
     *hi = b > 0x10FFFF ? 0x10FFFF : b;
-    dst->cp = cp;
+    dst->cp = need ? cp : 0; /* between characters every state looks the same */
     dst->need = (uint8_t)need;
-    dst->len = (uint8_t)len;
+    dst->len = need ? (uint8_t)len : 0;
     return 1;
 }
 
@@ -167,8 +168,11 @@ int cons_gbnf_step(const cons_grammar_t *g, const cons_gstate_t *src, cons_gstat
     return dst->n > 0;
 }
 
-void cons_gbnf_walk(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_t *states,
-                    uint32_t *bits, int32_t *n_allowed)
+/* ------------------------------------------------------------------ masks */
+
+/* The walk that steps a state per depth at every node (states[1 ..] scratch). */
+static int32_t walk_plain(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_t *states,
+                          uint32_t *bits)
 {
     int32_t n = 0;
     uint32_t i = 0;
@@ -184,6 +188,106 @@ void cons_gbnf_walk(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_
             n++;
         }
         i++;
+    }
+    return n;
+}
+
+static uint64_t state_hash(const cons_gstate_t *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    h = (h ^ (s->cp << 16 | (uint32_t)s->need << 8 | s->len)) * 1099511628211ull;
+    for (unsigned i = 0; i <= s->n; i++)
+        h = (h ^ s->off[i]) * 1099511628211ull;
+    for (unsigned i = 0; i < s->off[s->n]; i++)
+        h = (h ^ s->pos[i]) * 1099511628211ull;
+    return h;
+}
+
+static int state_eq(const cons_gstate_t *a, const cons_gstate_t *b)
+{
+    return a->cp == b->cp && a->need == b->need && a->len == b->len && a->n == b->n &&
+           memcmp(a->off, b->off, (a->n + 1u) * sizeof *a->off) == 0 &&
+           memcmp(a->pos, b->pos, a->off[a->n] * sizeof *a->pos) == 0;
+}
+
+#define WALK_UNKNOWN (-1)
+#define WALK_REFUSED (-2)
+#define WALK_RAW (-3) /* the state at this depth is states[depth] (inside a character) */
+
+/* Interns st among states ids[0 .. *n) (hashes in hash): its id, or -1 when full. */
+static int32_t walk_intern(cons_gstate_t *ids, uint64_t *hash, uint32_t *n, const cons_gstate_t *st)
+{
+    uint64_t h = state_hash(st);
+    for (uint32_t k = 0; k < *n; k++)
+        if (hash[k] == h && state_eq(&ids[k], st))
+            return (int32_t)k;
+    if (*n == CONS_GBNF_WALK_IDS)
+        return -1;
+    cons_gbnf_copy(&ids[*n], st);
+    hash[*n] = h;
+    return (int32_t)(*n)++;
+}
+
+/* The walk over a lazily built automaton: the distinct states met between characters are
+ * interned in states[CONS_TOKEN_MAX + 1 ..] (id 0: the current one) and each (state, byte) step
+ * from them is computed once, so most nodes cost a table lookup; states inside a character live
+ * at their depth in states[1 .. CONS_TOKEN_MAX]. -1 when more states are met than there is room
+ * for (bits then dirty). */
+static int32_t walk_memo(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_t *states,
+                         uint32_t *bits, int32_t *next)
+{
+    cons_gstate_t *ids = states + CONS_TOKEN_MAX + 1;
+    uint64_t hash[CONS_GBNF_WALK_IDS];
+    int32_t at[CONS_TOKEN_MAX + 1]; /* the state id at each depth of the path (or WALK_RAW) */
+    uint32_t n_ids = 0, i = 0;
+    int32_t n = 0;
+    if (walk_intern(ids, hash, &n_ids, &states[0]) < 0)
+        return -1;
+    at[0] = 0;
+    while (i < v->n_nodes) {
+        unsigned d = v->node_depth[i];
+        int32_t from = at[d - 1], to = WALK_UNKNOWN;
+        uint8_t b = v->node_byte[i];
+        if (from >= 0)
+            to = next[from * 256 + b];
+        if (to == WALK_UNKNOWN) {
+            const cons_gstate_t *src = from >= 0 ? &ids[from] : &states[d - 1];
+            to = WALK_REFUSED;
+            if (cons_gbnf_step(g, src, &states[d], b))
+                to = states[d].need ? WALK_RAW : walk_intern(ids, hash, &n_ids, &states[d]);
+            if (to == -1)
+                return -1;
+            if (from >= 0 && to != WALK_RAW)
+                next[from * 256 + b] = to;
+        }
+        if (to == WALK_REFUSED) {
+            i = v->node_skip[i];
+            continue;
+        }
+        at[d] = to;
+        for (uint32_t k = v->node_tok[i]; k < v->node_tok[i + 1]; k++) {
+            int32_t id = v->toks[k];
+            bits[id >> 5] |= 1u << (id & 31);
+            n++;
+        }
+        i++;
+    }
+    return n;
+}
+
+void cons_gbnf_walk(const cons_vocab_t *v, const cons_grammar_t *g, cons_gstate_t *states,
+                    uint32_t *bits, int32_t *n_allowed)
+{
+    int32_t *next = malloc(CONS_GBNF_WALK_IDS * 256 * sizeof *next);
+    int32_t n = -1;
+    if (next) {
+        memset(next, 0xff, CONS_GBNF_WALK_IDS * 256 * sizeof *next); /* WALK_UNKNOWN */
+        n = walk_memo(v, g, states, bits, next);
+        free(next);
+    }
+    if (n < 0) { /* too many distinct states (or no memory): the plain walk */
+        memset(bits, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *bits);
+        n = walk_plain(v, g, states, bits);
     }
     *n_allowed = n;
 }

@@ -20,7 +20,7 @@ struct cons {
     cons_grammar_t *g;  /* a reference: the grammar this matcher follows instead of sc */
     const cons_vocab_t *v;
     cons_state_t *states; /* (CONS_TOKEN_MAX + 1): [0] the current state, the rest scratch */
-    cons_gstate_t *gstates; /* (CONS_TOKEN_MAX + 1) with g: [0] the current state */
+    cons_gstate_t *gstates; /* (CONS_GBNF_STATES) with g: [0] the current state, the rest scratch */
     uint32_t *bits;       /* (words) the last mask */
     size_t words;
 };
@@ -51,7 +51,7 @@ cons_t *cons_new_grammar(cons_grammar_t *g, const cons_vocab_t *v)
     if (!c)
         return NULL;
     c->words = ((size_t)v->n_vocab + 31) / 32;
-    c->gstates = malloc((CONS_TOKEN_MAX + 1) * sizeof *c->gstates);
+    c->gstates = malloc(CONS_GBNF_STATES * sizeof *c->gstates);
     c->bits = malloc(c->words * sizeof *c->bits);
     if (!c->gstates || !c->bits || cons_gbnf_init(g, &c->gstates[0])) {
         free(c->gstates);
