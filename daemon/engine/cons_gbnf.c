@@ -73,8 +73,8 @@ static int gp_push(gp_t *g, uint32_t r, cons_gelem_t e)
 {
     grule_t *ru = &g->rules[r];
     if (g->n_elems >= CONS_GBNF_MAX_ELEMS)
-        return gp_fail(g, g->p, CONS_ERR_UNSUPPORTED, "the grammar compiles to more than %d elements",
-                       CONS_GBNF_MAX_ELEMS);
+        return gp_fail(g, g->p, CONS_ERR_UNSUPPORTED,
+                       "the grammar compiles to more than %d elements", CONS_GBNF_MAX_ELEMS);
     if (ru->n == ru->cap) {
         uint32_t cap = ru->cap ? 2 * ru->cap : 8;
         cons_gelem_t *e2 = realloc(ru->e, cap * sizeof *e2);
@@ -148,8 +148,8 @@ static int gp_rule_ref(gp_t *g, const char *name, size_t len, const char *at)
 
 static int is_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
 }
 
 static size_t name_len(const char *p)
@@ -232,9 +232,11 @@ static int gp_char(gp_t *g, uint32_t *cp)
     const uint8_t *s = (const uint8_t *)g->p;
     if (*s == '\\')
         return gp_escape(g, cp);
-    unsigned len = *s < 0x80 ? 1 : *s >= 0xC2 && *s <= 0xDF ? 2 : *s >= 0xE0 && *s <= 0xEF ? 3
-                               : *s >= 0xF0 && *s <= 0xF4                   ? 4
-                                                                            : 0;
+    unsigned len = *s < 0x80                  ? 1
+                   : *s >= 0xC2 && *s <= 0xDF ? 2
+                   : *s >= 0xE0 && *s <= 0xEF ? 3
+                   : *s >= 0xF0 && *s <= 0xF4 ? 4
+                                              : 0;
     uint32_t v = len == 1 ? *s : len == 2 ? *s & 0x1Fu : len == 3 ? *s & 0x0Fu : *s & 0x07u;
     for (unsigned i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80) {
@@ -289,8 +291,8 @@ static int gp_push_class(gp_t *g, uint32_t r, uint32_t first, int neg)
     g->n_ranges = first + m;
     if (m > UINT16_MAX)
         return gp_fail(g, g->p, CONS_ERR_UNSUPPORTED, "a character class of over 65,535 ranges");
-    return gp_push(g, r, (cons_gelem_t){.kind = CG_CHAR, .neg = (uint8_t)neg, .n = (uint16_t)m,
-                                        .arg = first});
+    return gp_push(
+        g, r, (cons_gelem_t){.kind = CG_CHAR, .neg = (uint8_t)neg, .n = (uint16_t)m, .arg = first});
 }
 
 /* "..." at g->p: one element per character. */
@@ -426,8 +428,8 @@ static int gp_postfix(gp_t *g, uint32_t r, uint32_t item)
             return gp_fail(g, at, CONS_ERR_UNSUPPORTED, "repetition counts above %d",
                            CONS_GBNF_MAX_REPEAT);
         if (hi < lo)
-            return gp_fail(g, at, CONS_ERR_FORMAT, "{%u,%u}: the maximum is below the minimum",
-                           lo, hi);
+            return gp_fail(g, at, CONS_ERR_FORMAT, "{%u,%u}: the maximum is below the minimum", lo,
+                           hi);
         break;
     }
     default: return 0;
@@ -463,8 +465,8 @@ static int gp_name(gp_t *g, uint32_t r)
     while (*q == ' ' || *q == '\t')
         q++;
     if (strncmp(q, "::=", 3) == 0)
-        return gp_fail(g, at, CONS_ERR_FORMAT,
-                       "the definition of '%.*s' must start on a new line", (int)len, at);
+        return gp_fail(g, at, CONS_ERR_FORMAT, "the definition of '%.*s' must start on a new line",
+                       (int)len, at);
     int id = gp_rule_ref(g, at, len, at);
     return id < 0 ? -1 : gp_push_rule(g, r, (uint32_t)id);
 }
@@ -537,8 +539,7 @@ static int gp_grammar(gp_t *g)
         if (r < 0)
             return -1;
         if (g->rules[r].defined)
-            return gp_fail(g, at, CONS_ERR_FORMAT, "rule '%s' is defined twice",
-                           g->rules[r].name);
+            return gp_fail(g, at, CONS_ERR_FORMAT, "rule '%s' is defined twice", g->rules[r].name);
         g->rules[r].defined = 1;
         g->rules[r].at = at;
         g->p += len;
@@ -593,8 +594,8 @@ static int gp_cycle(gp_t *g, const uint32_t *st, uint32_t k, uint32_t sp)
             named = (int)st[i];
     }
     const grule_t *ru = &g->rules[named >= 0 ? (uint32_t)named : st[k]];
-    return gp_fail(g, ru->at, CONS_ERR_FORMAT, "rule '%s' is left-recursive (it can begin with itself)",
-                   ru->name);
+    return gp_fail(g, ru->at, CONS_ERR_FORMAT,
+                   "rule '%s' is left-recursive (it can begin with itself)", ru->name);
 }
 
 /* A depth-first search over leftmost references, from every rule. */

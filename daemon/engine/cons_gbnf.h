@@ -10,15 +10,15 @@
 #include "engine/cons_trie.h"
 #include "engine/constrain.h"
 
-#define CONS_GBNF_MAX_TEXT 65536   /* bytes of grammar text */
-#define CONS_GBNF_MAX_ELEMS 60000  /* elements of the compiled table (positions are uint16_t) */
-#define CONS_GBNF_MAX_RULES 4096   /* rules, the generated ones (groups, repetitions) included */
-#define CONS_GBNF_MAX_REPEAT 1000  /* m and n of x{m,n} */
-#define CONS_GBNF_MAX_STACKS 64    /* parses followed at once */
-#define CONS_GBNF_MAX_DEPTH 128    /* frames of one stack (nesting of rules) */
-#define CONS_GBNF_POOL 2048        /* frames of all stacks of one state */
-#define CONS_GBNF_MAX_EXPAND 256   /* rule references expanded without reading a character */
-#define CONS_GBNF_WALK_IDS 64      /* distinct states between characters one mask walk memoizes */
+#define CONS_GBNF_MAX_TEXT 65536  /* bytes of grammar text */
+#define CONS_GBNF_MAX_ELEMS 60000 /* elements of the compiled table (positions are uint16_t) */
+#define CONS_GBNF_MAX_RULES 4096  /* rules, the generated ones (groups, repetitions) included */
+#define CONS_GBNF_MAX_REPEAT 1000 /* m and n of x{m,n} */
+#define CONS_GBNF_MAX_STACKS 64   /* parses followed at once */
+#define CONS_GBNF_MAX_DEPTH 128   /* frames of one stack (nesting of rules) */
+#define CONS_GBNF_POOL 2048       /* frames of all stacks of one state */
+#define CONS_GBNF_MAX_EXPAND 256  /* rule references expanded without reading a character */
+#define CONS_GBNF_WALK_IDS 64     /* distinct states between characters one mask walk memoizes */
 /* states a matcher holds: the current one, one per depth of the trie, the walk's memoized ones */
 #define CONS_GBNF_STATES (CONS_TOKEN_MAX + 1 + CONS_GBNF_WALK_IDS)
 
@@ -55,10 +55,10 @@ struct cons_grammar {
  * bottom first; its top is the next character class to match, the frames below are where to go
  * on once the rule above ends; an empty stack is a complete parse. */
 typedef struct cons_gstate {
-    uint32_t cp;    /* the bits of a multi-byte character read so far */
-    uint8_t need;   /* its continuation bytes still to come (0: between characters) */
-    uint8_t len;    /* its length in bytes */
-    uint16_t n;     /* stacks */
+    uint32_t cp;  /* the bits of a multi-byte character read so far */
+    uint8_t need; /* its continuation bytes still to come (0: between characters) */
+    uint8_t len;  /* its length in bytes */
+    uint16_t n;   /* stacks */
     uint16_t off[CONS_GBNF_MAX_STACKS + 1]; /* stack i = pos[off[i] .. off[i + 1]) */
     uint16_t pos[CONS_GBNF_POOL];
 } cons_gstate_t;

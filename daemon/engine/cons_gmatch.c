@@ -43,8 +43,8 @@ static int add_stack(cons_gstate_t *s, const uint16_t *frames, unsigned n)
  * reference on top becomes one stack per alternative (its return position dropped when it
  * ends the caller's alternative, so right recursion does not grow the stack). 0, or -1 past
  * the limits. */
-static int push_stack(const cons_grammar_t *g, cons_gstate_t *s, const uint16_t *frames,
-                      unsigned n, unsigned level)
+static int push_stack(const cons_grammar_t *g, cons_gstate_t *s, const uint16_t *frames, unsigned n,
+                      unsigned level)
 {
     while (n && g->elems[frames[n - 1]].kind == CG_END)
         n--;
@@ -142,8 +142,7 @@ static int utf8_next(const cons_gstate_t *src, cons_gstate_t *dst, uint8_t c, ui
     return 1;
 }
 
-int cons_gbnf_step(const cons_grammar_t *g, const cons_gstate_t *src, cons_gstate_t *dst,
-                   uint8_t c)
+int cons_gbnf_step(const cons_grammar_t *g, const cons_gstate_t *src, cons_gstate_t *dst, uint8_t c)
 {
     uint32_t lo, hi;
     state_clear(dst);

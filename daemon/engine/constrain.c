@@ -16,12 +16,12 @@
 /* ------------------------------------------------------------------ matcher */
 
 struct cons {
-    cons_schema_t *sc;  /* a reference; NULL when g is set */
-    cons_grammar_t *g;  /* a reference: the grammar this matcher follows instead of sc */
+    cons_schema_t *sc; /* a reference; NULL when g is set */
+    cons_grammar_t *g; /* a reference: the grammar this matcher follows instead of sc */
     const cons_vocab_t *v;
-    cons_state_t *states; /* (CONS_TOKEN_MAX + 1): [0] the current state, the rest scratch */
+    cons_state_t *states;   /* (CONS_TOKEN_MAX + 1): [0] the current state, the rest scratch */
     cons_gstate_t *gstates; /* (CONS_GBNF_STATES) with g: [0] the current state, the rest scratch */
-    uint32_t *bits;       /* (words) the last mask */
+    uint32_t *bits;         /* (words) the last mask */
     size_t words;
 };
 
@@ -163,8 +163,8 @@ int cons_accept(cons_t *c, int32_t id)
 /* ------------------------------------------------------------------ cache */
 
 typedef struct centry {
-    uint64_t hash; /* FNV-1a of text */
-    char *text;    /* the response_format, compact, keys in the order given; or the grammar */
+    uint64_t hash;     /* FNV-1a of text */
+    char *text;        /* the response_format, compact, keys in the order given; or the grammar */
     cons_schema_t *sc; /* a reference, or NULL for a grammar */
     cons_grammar_t *g; /* a reference, or NULL for a schema */
 } centry_t;

@@ -27,8 +27,7 @@ static void compile_refused(const char *text, int want_code, const char *want)
     cons_grammar_t *g = cons_grammar_compile(text, &code, err, sizeof err);
     cr_assert_null(g, "accepted %s", text);
     cr_assert_eq(code, want_code, "%s: code %d (%s)", text, code, err);
-    cr_assert(strncmp(err, want, strlen(want)) == 0, "%s: got '%s', want '%s...'", text, err,
-              want);
+    cr_assert(strncmp(err, want, strlen(want)) == 0, "%s: got '%s', want '%s...'", text, err, want);
 }
 
 static tok_t *g_tok;
@@ -122,7 +121,8 @@ Test(constrain_gbnf, refuses_malformed_grammars_naming_line_and_column)
                     "line 3 column 3: expected a rule name");
     compile_refused("root ::= \"a\" x{3,1}\nx ::= \"x\"", CONS_ERR_FORMAT,
                     "line 1 column 15: {3,1}: the maximum is below the minimum");
-    compile_refused("root ::= x{a}\nx ::= \"x\"", CONS_ERR_FORMAT, "line 1 column 11: expected {m}");
+    compile_refused("root ::= x{a}\nx ::= \"x\"", CONS_ERR_FORMAT,
+                    "line 1 column 11: expected {m}");
     compile_refused("root ::= \"\\q\"", CONS_ERR_FORMAT, "line 1 column 11: unknown escape '\\q'");
     compile_refused("root ::= [z-a]", CONS_ERR_FORMAT, "line 1 column 11: range ends before");
     compile_refused("root ::= []", CONS_ERR_FORMAT, "line 1 column 10: empty character class");
@@ -163,8 +163,7 @@ Test(constrain_gbnf, accepts_what_the_grammar_derives, .init = open_vocab, .fini
     } bad[] = {{"1000", 3}, {"1++2", 2}, {"(1", 2}, {")", 0}, {"1 + 2", 1}, {"a", 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t got = doc_prefix(g, bad[i].doc);
-        cr_assert_eq(got, bad[i].ok, "'%s': took %zu bytes, want %zu", bad[i].doc, got,
-                     bad[i].ok);
+        cr_assert_eq(got, bad[i].ok, "'%s': took %zu bytes, want %zu", bad[i].doc, got, bad[i].ok);
     }
     cr_assert_not(doc_ok(g, "(1"), "an open parenthesis is not complete");
     cr_assert_not(doc_ok(g, ""), "the empty string is not an expression");
