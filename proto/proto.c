@@ -65,6 +65,7 @@ typedef enum pfield {
     F_ECHO,
     F_SUFFIX,
     F_RESPONSE_FORMAT,
+    F_GRAMMAR,
     F_COUNT
 } pfield_t;
 
@@ -96,6 +97,7 @@ static const char *const field_names[F_COUNT] = {
     [F_ECHO] = "echo",
     [F_SUFFIX] = "suffix",
     [F_RESPONSE_FORMAT] = "response_format",
+    [F_GRAMMAR] = "grammar",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -127,7 +129,7 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
      FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
-     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT))
+     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT) | FB(F_GRAMMAR))
 _Static_assert(F_COUNT <= 64, "request fields are a uint64_t mask");
 
 enum {
@@ -838,6 +840,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
         return 0;
     case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
     case F_RESPONSE_FORMAT: return parse_response_format(v, req, err, errlen);
+    case F_GRAMMAR: return get_string(name, v, 1, SIZE_MAX, &req->grammar, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -947,6 +950,9 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                               "missing field 'prompt' (or 'tokens')");
     }
+    if (req->grammar && req->response_format)
+        return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                          "give either 'grammar' or 'response_format', not both");
     if (req->top_logprobs > 0 && !req->logprobs)
         return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                           "'top_logprobs' needs 'logprobs': true");
@@ -1008,6 +1014,7 @@ void proto_req_free(proto_req_t *req)
     json_decref(req->id);
     json_decref(req->target_id);
     json_decref(req->response_format);
+    free(req->grammar);
     free(req->model);
     free(req->prompt);
     free(req->tokens);
@@ -1127,6 +1134,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
         return req->response_format
                    ? proto_set_new(root, name, json_deep_copy(req->response_format))
                    : 0;
+    case F_GRAMMAR:
+        return req->grammar ? proto_set_new(root, name, proto_str_new(req->grammar)) : 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

@@ -118,9 +118,11 @@ typedef struct proto_req {
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
     json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
                                 worker compiles it); NULL = free text */
-    int fault;            /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
+    char *grammar; /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
+                      it; never with response_format); NULL = none */
+    int fault;     /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
-    uint32_t fault_count; /* admin fault: operations affected, 0 = not given (1) */
+    uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy; stall: ms per pass */
     char *key;               /* auth: the API key as sent (secret: wiped by proto_req_free) */
     size_t key_len;          /* bytes of key, NULs (\u0000) included: a key holding one is checked

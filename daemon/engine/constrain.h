@@ -1,6 +1,7 @@
-/* constrain: output that follows a JSON schema (response_format json_object / json_schema): the
- * schema compiled once into a byte automaton, and per decode step the set of vocabulary tokens
- * that keep the output a prefix of a valid document (docs/CONSTRAINED.md). */
+/* constrain: output that follows a JSON schema (response_format json_object / json_schema) or a
+ * GBNF-like grammar (the grammar field): compiled once into a byte automaton, and per decode step
+ * the set of vocabulary tokens that keep the output a prefix of a valid document
+ * (docs/CONSTRAINED.md). */
 #ifndef CONSTRAIN_H
 #define CONSTRAIN_H
 
@@ -12,13 +13,16 @@
 
 enum {
     CONS_OK = 0,
-    CONS_ERR_FORMAT = -1,      /* response_format malformed (not an object, no schema...) */
+    CONS_ERR_FORMAT = -1,      /* response_format malformed (not an object, no schema...), or a
+                                  grammar that does not parse (err names line and column) */
     CONS_ERR_UNSUPPORTED = -2, /* a schema part it cannot enforce; err names its JSON pointer */
     CONS_ERR_NOMEM = -3,
 };
 
 /* A compiled schema: immutable once built, shared by reference count. */
 typedef struct cons_schema cons_schema_t;
+/* A compiled grammar: immutable once built, shared by reference count. */
+typedef struct cons_grammar cons_grammar_t;
 /* The vocabulary as a byte trie, built once per tokenizer; immutable, read by any thread. */
 typedef struct cons_vocab cons_vocab_t;
 /* One sequence's matcher: where it stands in the document and its mask buffer. */
@@ -36,6 +40,14 @@ cons_schema_t *cons_schema_compile(const json_t *response_format, int *code, cha
 cons_schema_t *cons_schema_ref(cons_schema_t *sc);
 void cons_schema_unref(cons_schema_t *sc); /* accepts NULL */
 
+/* Compiles a GBNF-like grammar (docs/CONSTRAINED.md: rules `name ::= ...`, the start rule
+ * `root`). NULL with the reason in err (and *code set when code is not NULL): CONS_ERR_FORMAT for
+ * a syntax error ("line 2 column 9: unterminated string literal"), an undefined rule, no root or
+ * left recursion; CONS_ERR_UNSUPPORTED past a limit. Caller unrefs. */
+cons_grammar_t *cons_grammar_compile(const char *text, int *code, char *err, size_t errlen);
+cons_grammar_t *cons_grammar_ref(cons_grammar_t *g);
+void cons_grammar_unref(cons_grammar_t *g); /* accepts NULL */
+
 /* A cache of at most cap compiled schemas (oldest dropped first). NULL on OOM. */
 cons_cache_t *cons_cache_new(size_t cap);
 void cons_cache_free(cons_cache_t *c); /* accepts NULL; entries in use live on by their refs */
@@ -43,6 +55,9 @@ void cons_cache_free(cons_cache_t *c); /* accepts NULL; entries in use live on b
  * once. Returns a new reference (caller unrefs) or NULL as cons_schema_compile. Thread-safe. */
 cons_schema_t *cons_cache_get(cons_cache_t *c, const json_t *response_format, int *code, char *err,
                               size_t errlen);
+/* cons_grammar_compile through the same cache (keyed apart from schemas). Thread-safe. */
+cons_grammar_t *cons_cache_get_grammar(cons_cache_t *c, const char *text, int *code, char *err,
+                                       size_t errlen);
 /* Lookups that found a compiled schema / that compiled one. */
 void cons_cache_counts(cons_cache_t *c, uint64_t *hits, uint64_t *misses);
 
@@ -58,6 +73,8 @@ size_t cons_vocab_nodes(const cons_vocab_t *v);
 /* A matcher at the start of a document of sc over v (both must outlive it; it takes a reference
  * to sc). NULL on OOM. Caller frees with cons_free. */
 cons_t *cons_new(cons_schema_t *sc, const cons_vocab_t *v);
+/* The same for a document of grammar g (it takes a reference to g). */
+cons_t *cons_new_grammar(cons_grammar_t *g, const cons_vocab_t *v);
 void cons_free(cons_t *c); /* accepts NULL */
 /* The allowed tokens now, as a bit set of ceil(n_vocab / 32) words (bit id % 32 of word id / 32),
  * owned by c and valid until the next call; *n_allowed gets their count when not NULL. */

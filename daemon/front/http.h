@@ -69,6 +69,8 @@
  * response_format text; user, store, metadata, service_tier and
  * parallel_tool_calls always) and are a 400 otherwise, as is any unknown
  * field. max_tokens defaults to the model's configured default, not OpenAI's 16.
+ * llama.cpp's grammar extension (a GBNF-like grammar string) passes through
+ * on both endpoints as the socket's grammar field.
  *
  * finish_reason: length -> "length"; stop and eos -> "stop"; cancelled ->
  * "stop" (stays within OpenAI's set; an HTTP client cannot cancel except by

@@ -267,6 +267,7 @@ static const struct {
     {"tool_choice", NULL, F_TOOL_CHOICE, OP_CHAT},
     {"function_call", NULL, F_TOOL_CHOICE, OP_CHAT},
     {"response_format", NULL, F_RESPONSE_FORMAT, OP_CHAT},
+    {"grammar", "grammar", F_COPY, OP_BOTH}, /* llama.cpp's extension: a GBNF-like grammar */
 };
 
 /* OpenAI's prompt: a string, an array of one string, token ids, or an array

@@ -184,13 +184,14 @@ static int seq_echo(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
-/* response_format's matcher (the schema through the worker's cache, the model's vocabulary trie
- * built on first use); 0, or -1 after answering the error. */
+/* The matcher of response_format or grammar (the schema or grammar through the worker's cache,
+ * the model's vocabulary trie built on first use); 0, or -1 after answering the error. */
 static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
 {
     char err[512];
     int code = 0;
-    if (!s->req.response_format)
+    const char *field = s->req.grammar ? "grammar" : "response_format";
+    if (!s->req.response_format && !s->req.grammar)
         return 0;
     if (!w->cons_cache && !(w->cons_cache = cons_cache_new(64))) {
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
@@ -198,23 +199,27 @@ static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
     }
     if (!m->cons_vocab) {
         if (!(m->cons_vocab = cons_vocab_new(m->sm->model->tok, err, sizeof err))) {
-            wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "response_format: %s", err);
+            wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "%s: %s", field, err);
             return -1;
         }
         log_info("model '%s': token trie for constrained decoding, %d tokens, %zu nodes", m->name,
                  cons_vocab_size(m->cons_vocab), cons_vocab_nodes(m->cons_vocab));
     }
-    cons_schema_t *sc =
-        cons_cache_get(w->cons_cache, s->req.response_format, &code, err, sizeof err);
-    if (!sc) {
+    cons_schema_t *sc = NULL;
+    cons_grammar_t *g = NULL;
+    if (s->req.grammar)
+        g = cons_cache_get_grammar(w->cons_cache, s->req.grammar, &code, err, sizeof err);
+    else
+        sc = cons_cache_get(w->cons_cache, s->req.response_format, &code, err, sizeof err);
+    if (!sc && !g) {
         wk_send_error(w, s->conn, s->id,
-                      code == CONS_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
-                      "response_format: %s%s", err,
-                      code == CONS_ERR_UNSUPPORTED ? " (docs/CONSTRAINED.md)" : "");
+                      code == CONS_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST, "%s: %s%s",
+                      field, err, code == CONS_ERR_UNSUPPORTED ? " (docs/CONSTRAINED.md)" : "");
         return -1;
     }
-    s->cons = cons_new(sc, m->cons_vocab);
+    s->cons = g ? cons_new_grammar(g, m->cons_vocab) : cons_new(sc, m->cons_vocab);
     cons_schema_unref(sc);
+    cons_grammar_unref(g);
     if (!s->cons) {
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;

@@ -280,12 +280,16 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     int32_t n_vocab = (int32_t)mod->hp.n_vocab;
     double lse = seq_logprobs_pre(s, logits, n_vocab, top);
     if (s->cons && cons_mask_logits(s->cons, logits) == 0) {
-        wk_seq_fail(w, s, PROTO_E_INTERNAL, "response_format: no token can continue the output");
+        wk_seq_fail(w, s, PROTO_E_INTERNAL,
+                    s->req.grammar ? "grammar: no token can continue the output"
+                                   : "response_format: no token can continue the output");
         return;
     }
     int32_t id = sampler_sample(s->smp, logits);
     if (s->cons && cons_accept(s->cons, id) < 0) {
-        wk_seq_fail(w, s, PROTO_E_INTERNAL, "response_format: the sampled token does not fit");
+        wk_seq_fail(w, s, PROTO_E_INTERNAL,
+                    s->req.grammar ? "grammar: the sampled token does not fit"
+                                   : "response_format: the sampled token does not fit");
         return;
     }
     if (s->n_gen == s->gen_cap) { /* kept to rebuild its KV cache if it is given back */

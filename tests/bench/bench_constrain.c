@@ -29,15 +29,17 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Walks doc's tokens under rf `rounds` times; prints one line and sets *mean_us. */
+/* Walks doc's tokens under rf (or a grammar when rf_text does not start with '{') `rounds`
+ * times; prints one line and sets *mean_us. */
 static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *rf_text,
                const char *doc, int rounds, double *mean_us)
 {
     char err[512];
-    json_t *rf = json_loads(rf_text, 0, NULL);
+    json_t *rf = rf_text[0] == '{' ? json_loads(rf_text, 0, NULL) : NULL;
     cons_schema_t *sc = rf ? cons_schema_compile(rf, NULL, err, sizeof err) : NULL;
+    cons_grammar_t *gr = rf ? NULL : cons_grammar_compile(rf_text, NULL, err, sizeof err);
     json_decref(rf);
-    if (!sc) {
+    if (!sc && !gr) {
         fprintf(stderr, "%s: %s\n", label, rf ? err : "bad response_format");
         return -1;
     }
@@ -57,7 +59,7 @@ static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *r
     size_t k = 0;
     int32_t allowed_sum = 0;
     for (int r = 0; r < rounds; r++) {
-        cons_t *c = cons_new(sc, v);
+        cons_t *c = gr ? cons_new_grammar(gr, v) : cons_new(sc, v);
         for (int i = 0; i < n; i++) {
             for (int32_t j = 0; j < cons_vocab_size(v); j++)
                 logits[j] = (float)(j & 7);
@@ -86,6 +88,7 @@ static int run(const char *label, const tok_t *t, cons_vocab_t *v, const char *r
     free(us);
     free(logits);
     cons_schema_unref(sc);
+    cons_grammar_unref(gr);
     return 0;
 }
 
@@ -267,10 +270,20 @@ int main(int argc, char **argv)
         "{\"city\": \"Paris\", \"population\": 2102650, \"districts\": [1, 2, 3, 4], \"mayor\": "
         "{\"name\": \"Anne Hidalgo\", \"since\": 2014}, \"capital\": true, \"motto\": \"Fluctuat "
         "nec mergitur\"}";
-    double us_schema = 0, us_obj = 0, us_corpus = 0;
+    static const char *json_gbnf = /* any JSON object, as a grammar */
+        "root   ::= ws object ws\n"
+        "value  ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+        "object ::= \"{\" ws (member (\",\" ws member)*)? \"}\"\n"
+        "member ::= string \":\" ws value ws\n"
+        "array  ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n"
+        "string ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt])* \"\\\"\"\n"
+        "number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14}) (\".\" [0-9]{1,15})?\n"
+        "ws     ::= [ \\t\\n]{0,8}\n";
+    double us_schema = 0, us_obj = 0, us_gram = 0, us_corpus = 0;
     const char *corpus = getenv("BENCH_CORPUS"); /* the corpus's median schema, when given */
     int rc = run("schema", t, v, person, person_doc, rounds, &us_schema) ||
              run("json_object", t, v, obj, obj_doc, rounds, &us_obj) ||
+             run("grammar", t, v, json_gbnf, obj_doc, rounds, &us_gram) ||
              (corpus && *corpus && run_corpus(corpus, t, v, &us_corpus));
     for (int i = a + 1; model_mode && !rc && i < argc; i++) {
         int batch = atoi(argv[i]);
