@@ -122,8 +122,9 @@ deps:
 	else echo "deps: all present"; fi
 	@# the OpenAI Node SDK, zod and ajv for the integration tests and make bench, pinned by
 	@# tests/node/package-lock.json (skipped without node); again whenever the lock file is newer
-	@if command -v npm >/dev/null 2>&1 && \
-	  [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then \
+	@# (dash's test -nt is false when the second file is missing: a fresh clone checks for it)
+	@if command -v npm >/dev/null 2>&1 && { [ ! -f tests/node/node_modules/.package-lock.json ] || \
+	  [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; }; then \
 	  echo "deps: npm ci in tests/node"; npm ci --prefix tests/node --no-audit --no-fund >/dev/null || exit 1; fi
 
 # ---------------------------------------------------------------- build

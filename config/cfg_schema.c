@@ -114,6 +114,10 @@ const opt_t cfg_opts[] = {
     SECTION("", "host", CFG_APPLY_LIVE, "host RAM"),
     {"host", "memory", OPT_SIZE, C(host.memory), "0", 0, UNBOUNDED, 0, NULL, NULL, NULL,
      CFG_APPLY_LIVE, "budget for the host model store; 0 = unlimited (loads from now on must fit)"},
+    {"host", "kv_cache", OPT_SIZE, C(host.kv_cache), "1GiB", 0, UNBOUNDED, 0, NULL, NULL, NULL,
+     CFG_APPLY_LIVE,
+     "cached KV kept in host RAM when the device pool gives it up or its model is paged out, and "
+     "copied back instead of recomputed; 0 = none; counts against memory"},
 
     SECTION("", "scheduler", CFG_APPLY_LIVE, "batching and ordering"),
     {"scheduler", "policy", OPT_ENUM, C(scheduler.policy), "swap-aware", 0, 0, 0, policy_names,

@@ -152,7 +152,9 @@ typedef struct cfg {
                                    scratch sized by it), default 512 */
     } device;
     struct {
-        uint64_t memory; /* bytes budget for the host model store; 0 = unlimited */
+        uint64_t memory;   /* bytes budget for the host model store; 0 = unlimited */
+        uint64_t kv_cache; /* bytes of cached KV kept in host RAM (prefixes the device pool gave up
+                              or whose model was paged out); 0 = none; within memory */
     } host;
     struct {
         cfg_policy_t policy;  /* default swap-aware */

@@ -244,3 +244,16 @@ int pfx_forget(pfx_t *p, const kv_seq_t *kv)
         }
     return 0;
 }
+
+pfx_entry_t *pfx_find_kv(const pfx_t *p, const kv_seq_t *kv)
+{
+    for (pfx_entry_t *e = p ? p->old : NULL; e; e = e->next)
+        if (e->kv == kv)
+            return e;
+    return NULL;
+}
+
+void pfx_entry_set_kv(pfx_entry_t *e, kv_seq_t *kv)
+{
+    e->kv = kv;
+}

@@ -56,5 +56,9 @@ kv_seq_t *pfx_take(pfx_t *p, pfx_entry_t *e);
 pfx_entry_t *pfx_insert(pfx_t *p, uint64_t seed, const int32_t *toks, uint32_t n, kv_seq_t *kv);
 /* Forgets the entry holding kv without freeing kv (its memory was reclaimed); 1 if found. */
 int pfx_forget(pfx_t *p, const kv_seq_t *kv);
+/* The entry holding kv, or NULL. */
+pfx_entry_t *pfx_find_kv(const pfx_t *p, const kv_seq_t *kv);
+/* The entry's KV now lives in kv (a copy elsewhere: host RAM); the old one is the caller's. */
+void pfx_entry_set_kv(pfx_entry_t *e, kv_seq_t *kv);
 
 #endif

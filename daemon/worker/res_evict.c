@@ -34,6 +34,8 @@ void res_update_gauges(res_model_t *m)
     m->st.curr_kv_seqs = (uint64_t)m->n_kv;
     m->st.curr_kv_cached_bytes = m->kv_cached_bytes;
     m->st.curr_kv_cached = (uint64_t)m->n_kv_cached;
+    m->st.curr_kv_host_bytes = m->kv_host_bytes;
+    m->st.curr_kv_host = (uint64_t)m->n_kv_host;
 }
 
 void res_set_err(res_model_t *m, int code, const char *fmt, ...)
@@ -380,6 +382,9 @@ int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs)
         return RES_OK;
     if (m->running)
         return RES_ERR_BUSY;
+    if (max_segs == 0) /* paged out whole: its cached KV leaves the device too (to host RAM) */
+        while (res_kv_reclaim(r, m))
+            ;
     for (uint32_t n = 0; max_segs == 0 || n < max_segs; n++) {
         int64_t s = res_tail_seg(m, 0, m->sm->n_segs);
         if (s < 0)

@@ -206,8 +206,11 @@ device: /* every error return says why: callers pass err on to the client */
 
 void res_kv_free(res_t *r, kv_seq_t *kv)
 {
-    if (kv)
-        res_kv_destroy(r, kv->owner);
+    res_kv_t *k = kv ? kv->owner : NULL;
+    if (k && k->host)
+        res_kv_host_destroy(r, k);
+    else if (k)
+        res_kv_destroy(r, k);
 }
 
 /* ------------------------------------------------------------------ cached KV */
@@ -267,6 +270,10 @@ void res_kv_uncache(res_t *r, kv_seq_t *kv)
 void res_kv_touch(res_t *r, kv_seq_t *kv)
 {
     res_kv_t *k = kv->owner;
+    if (k->host) {
+        res_kv_host_touch(r, k);
+        return;
+    }
     if (!k->cached || r->cached_new == k)
         return;
     kv_unlink(r, k);

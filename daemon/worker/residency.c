@@ -284,6 +284,7 @@ int res_remove(res_t *r, res_model_t *m)
         return RES_ERR_BUSY;
     while (res_kv_reclaim(r, m))
         ;
+    res_kv_host_drop_model(r, m);
     if (!r->be->zero_copy) {
         for (uint32_t s = 0; s < m->sm->n_segs; s++) {
             if (m->segs[s].state != RES_SEG_ABSENT)

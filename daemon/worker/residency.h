@@ -177,6 +177,32 @@ void res_kv_touch(res_t *r, kv_seq_t *kv);
  * (res_kv_ensure) and share src's shape and type. RES_ERR_DEVICE if the backend fails. */
 int res_kv_copy(res_t *r, kv_seq_t *dst, const kv_seq_t *src, uint32_t n);
 
+/* The host-RAM tier (res_kvhost.c): cached KV the pool gives up, copied to host memory so a later
+ * prompt sharing its prefix copies it back instead of recomputing it. Copies live in one list over
+ * all models, least recently used dropped first when the budget (host.kv_cache, within
+ * host.memory) is short; dropping one calls its drop(ctx, kv) first. Zero-copy backends keep none
+ * (their caches are host memory already). */
+void res_kv_host_budget(res_t *r, size_t bytes); /* drops the oldest beyond it now */
+size_t res_kv_host_used(const res_t *r);
+void res_kv_host_drop_model(res_t *r, const res_model_t *m);
+/* Copies positions [0, n_past) of the device cache dev into a new host copy (*out, owned by the
+ * tier: freed by res_kv_free or dropped by the budget, calling drop). RES_ERR_NOSPACE when it
+ * cannot fit the budget, RES_ERR_NOMEM, RES_ERR_DEVICE (the copy failed). */
+int res_kv_demote(res_t *r, const kv_seq_t *dev, res_kv_drop_fn drop, void *ctx, kv_seq_t **out);
+int res_kv_is_host(const kv_seq_t *kv); /* a host copy (res_kv_demote) */
+/* The measured copy bandwidth (bytes/s; 0 until a copy was timed). */
+double res_copy_bw(const res_t *r);
+/* Queues the copy of a host copy's positions [0, n) into the device cache dst (mapped for them)
+ * on the copy queue, behind what is queued there; ev gets its two events. RES_ERR_DEVICE when
+ * it cannot be queued (nothing is then). */
+int res_kv_restore_start(res_t *r, kv_seq_t *dst, const kv_seq_t *host, uint32_t n,
+                         be_event_t *ev[2]);
+/* Whether the copy landed: 1 (dst->n_past = n, the events freed), 0 not yet, -1 it failed (the
+ * events freed; dst holds garbage: recompute). Never blocks. */
+int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, be_event_t *ev[2]);
+/* A restore whose sequence ends first: waits for its copies, frees the events (accepts NULLs). */
+void res_kv_restore_cancel(res_t *r, be_event_t *ev[2]);
+
 /* KV bytes that may still be mapped: the pool minus what is mapped as KV
  * minus headroom for the largest model to be resident (its image, or its
  * gpu_quota when smaller), so KV never starves paging. With no KV mapped

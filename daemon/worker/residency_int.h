@@ -26,6 +26,9 @@ typedef struct res_kv {
     size_t range_bytes;  /* reserved per array (k and v) */
     size_t mapped_bytes; /* mapped per array */
     int cached;          /* res_kv_cache: not a live sequence's; reclaimable */
+    int host;            /* a copy in host RAM (res_kvhost.c): k and v are host memory, in
+                            the host list (lru_prev/next), drop called when it is dropped */
+    size_t host_bytes;   /* host: bytes of k and v together */
     res_kv_drop_fn drop; /* the cache's owner forgets it before it is freed */
     void *drop_ctx;
     struct res_kv *lru_prev, *lru_next; /* the pool's cached list, oldest first */
@@ -43,6 +46,8 @@ struct res_model {
     size_t span_bytes;      /* spans of all its segments (res_pagein_fits: what is missing) */
     size_t kv_bytes;        /* KV pages mapped by live caches */
     size_t kv_cached_bytes; /* KV pages mapped by cached ones (res_kv_cache) */
+    size_t kv_host_bytes;   /* its cached KV in host RAM (res_kvhost.c) */
+    int n_kv_host;
     int running;
     int n_kv;               /* live KV caches */
     int n_kv_cached;        /* cached ones */
@@ -80,6 +85,8 @@ struct res {
     size_t kv_bytes;        /* KV pages mapped, all models, cached ones included */
     size_t kv_cached_bytes; /* of which cached (reclaimable) */
     struct res_kv *cached_old, *cached_new; /* cached KV caches, least recently used first */
+    struct res_kv *host_old, *host_new;     /* cached KV in host RAM, least recently used first */
+    size_t kv_host_bytes, kv_host_budget;   /* host RAM they take, and may take */
     int n_kv_reserve;      /* models with a kv_reserve (update_headroom): res_kv_available_for
                               walks the models only when there are any */
     size_t headroom;       /* bytes kept free of KV: the largest model wholly resident
@@ -114,7 +121,10 @@ void res_note_used(res_t *r);
 /* ------------------------------------------------------------------ res_evict.c: cached KV */
 
 /* Unmaps and releases a KV cache's memory and counts it gone (live or cached); frees k. */
-void res_kv_destroy(res_t *r, res_kv_t *k);
+void res_kv_destroy(res_t *r, res_kv_t *k); /* a device cache (res_kv_free picks) */
+/* ------------------------------------------------------------------ res_kvhost.c */
+void res_kv_host_destroy(res_t *r, res_kv_t *k); /* unlinks and frees a host copy */
+void res_kv_host_touch(res_t *r, res_kv_t *k);   /* used: the last to be dropped */
 /* Frees the least recently used cached KV cache (m's only, unless m is NULL), its owner told
  * first; 1 if there was one. */
 int res_kv_reclaim(res_t *r, const res_model_t *m);

@@ -21,6 +21,11 @@
     X(total_bytes_evicted, "bytes of segments unmapped")                                           \
     X(total_kv_allocs, "KV caches created")                                                        \
     X(total_kv_frees, "KV caches freed")                                                           \
+    X(total_kv_demotions, "cached KV caches copied to host RAM (the pool gave them up)")           \
+    X(total_kv_host_drops, "cached KV caches dropped from host RAM (LRU, superseded, budget)")     \
+    X(total_kv_restores, "cached KV caches copied back from host RAM into a sequence's")           \
+    X(total_kv_restore_bytes, "bytes copied back from host RAM")                                   \
+    X(total_kv_restore_failures, "copies back from host RAM that failed (recomputed instead)")     \
     X(total_device_errors, "failed or timed-out device maps and copies")
 
 /* Per-model gauges (state, never reset): X(name, help). */
@@ -30,7 +35,9 @@
     X(curr_running, "forward passes in progress")                                                  \
     X(curr_kv_seqs, "live KV caches")                                                              \
     X(curr_kv_cached_bytes, "bytes of KV cache kept for prefix reuse (reclaimed first)")           \
-    X(curr_kv_cached, "KV caches kept for prefix reuse")
+    X(curr_kv_cached, "KV caches kept for prefix reuse")                                           \
+    X(curr_kv_host_bytes, "bytes of cached KV kept in host RAM")                                   \
+    X(curr_kv_host, "cached KV caches kept in host RAM")
 
 typedef struct stats_res {
 #define STATS_FIELD(name, help) uint64_t name;
@@ -68,6 +75,9 @@ typedef struct stats_pool {
     X(total_prefix_waits,                                                                          \
       "requests held back a pass to reuse the prefix of one admitted with them")                   \
     X(total_prefix_evictions, "cached prefixes dropped (LRU, memory pressure, superseded)")        \
+    X(total_prefix_host_recomputes,                                                                \
+      "hits on a prefix in host RAM prefilled instead (copying back would take longer, or it "     \
+      "could not be queued)")                                                                      \
     X(total_generated_tokens, "tokens generated")                                                  \
     X(total_steps, "forward passes run")                                                           \
     X(total_swapped_requests, "requests whose first token waited for their model's page-in")       \

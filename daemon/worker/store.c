@@ -28,6 +28,7 @@
 struct store {
     const backend_t *be;
     size_t budget; /* bytes, 0 = unlimited */
+    size_t shared; /* bytes of the budget others hold (cached KV in host RAM) */
     size_t used;
     double load_rate; /* bytes/s a load copies at (store_set_load_rate); 0 = as fast as it can */
     store_progress_fn progress;
@@ -53,6 +54,11 @@ static size_t round_up(size_t x, size_t a)
 void store_set_budget(store_t *s, size_t host_budget)
 {
     s->budget = host_budget;
+}
+
+void store_set_shared(store_t *s, size_t bytes)
+{
+    s->shared = bytes;
 }
 
 store_t *store_new(const backend_t *be, size_t host_budget)
@@ -213,7 +219,7 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     size_t nw = list_weights(&file, hp->n_layer, v, seg);
     layout_tensors(m, v, seg, nw, off);
     store_layout_segments(m, s->be->page_size);
-    size_t left = s->budget > s->used ? s->budget - s->used : 0;
+    size_t taken = s->used + s->shared, left = s->budget > taken ? s->budget - taken : 0;
     if (s->budget && m->host_bytes > left) {
         snprintf(err, errlen,
                  "model '%s' (%s): needs %.1f MiB of host memory, %.1f MiB of the %.1f MiB "

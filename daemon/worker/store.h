@@ -61,6 +61,8 @@ void store_free(store_t *s); /* unloads every model; accepts NULL */
 /* A new budget (host.memory on reload): loads from now on must fit it; the
  * models loaded stay, also when they hold more than it. */
 void store_set_budget(store_t *s, size_t host_budget);
+/* Bytes of the budget held outside the store (cached KV in host RAM): loads fit beside them. */
+void store_set_shared(store_t *s, size_t bytes);
 
 /* (optional) called while a large model is copied into its image, about
  * every tenth of it: the daemon logs loading progress with it. */

@@ -26,7 +26,14 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     m->loading = 1;
     w->loading = m;
     w->load_decile = 0;
+    store_set_shared(w->store, w->res ? res_kv_host_used(w->res) : 0);
     int src = store_load(w->store, c->name, c->path, &m->sm, err, sizeof err);
+    if (src == STORE_ERR_BUDGET && w->res && res_kv_host_used(w->res)) {
+        /* cached KV in host RAM counts against host.memory too: models come first */
+        res_kv_host_budget(w->res, 0);
+        store_set_shared(w->store, 0);
+        src = store_load(w->store, c->name, c->path, &m->sm, err, sizeof err);
+    }
     m->loading = 0;
     w->loading = NULL;
     if (src != STORE_OK) {
@@ -337,6 +344,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
 {
     w->cfg = next;
     store_set_budget(w->store, next->host.memory);
+    res_kv_host_budget(w->res, wk_kv_host_budget(w)); /* a lower host.kv_cache applies now */
     sched_cfg_t sc = wk_sched_cfg_of(next);
     sched_set_cfg(w->sched, &sc);
     res_set_max_stall(w->res, next->scheduler.max_stall_ms / 1e3);

@@ -20,12 +20,41 @@ static void pfx_free_kv(void *ctx, kv_seq_t *kv)
     res_kv_free(m->w->res, kv);
 }
 
-/* The pool reclaimed a cached KV cache (it needed the room): the cache forgets it. */
-static void pfx_reclaimed(void *ctx, kv_seq_t *kv)
+size_t wk_kv_host_budget(const wk_t *w)
+{
+    uint64_t b = w->cfg->host.kv_cache, mem = w->cfg->host.memory;
+    size_t used = store_used(w->store);
+    if (w->be->zero_copy)
+        return 0; /* its caches are host memory already */
+    if (mem)
+        b = used < mem && mem - used < b ? mem - used : used < mem ? b : 0;
+    return (size_t)b;
+}
+
+/* The host tier dropped a copy (LRU, budget): the cache forgets it. */
+static void pfx_host_dropped(void *ctx, kv_seq_t *kv)
 {
     wk_model_t *m = ctx;
     if (pfx_forget(m->pfx, kv))
         m->svc.total_prefix_evictions++;
+}
+
+/* The pool reclaimed a cached KV cache (it needed the room, or its model was paged out): a copy
+ * goes to the host tier when it fits there, else the cache forgets it. */
+static void pfx_reclaimed(void *ctx, kv_seq_t *kv)
+{
+    wk_model_t *m = ctx;
+    pfx_entry_t *e = pfx_find_kv(m->pfx, kv);
+    kv_seq_t *host;
+    if (!e)
+        return;
+    res_kv_host_budget(m->w->res, wk_kv_host_budget(m->w));
+    if (res_kv_demote(m->w->res, kv, pfx_host_dropped, m, &host) == RES_OK) {
+        pfx_entry_set_kv(e, host);
+        return;
+    }
+    pfx_forget(m->pfx, kv);
+    m->svc.total_prefix_evictions++;
 }
 
 void wk_pfx_close(wk_model_t *m)
@@ -109,12 +138,23 @@ int wk_pfx_wait(wk_t *w, wk_model_t *m, const wk_seq_t *s, const wk_seq_t *fresh
 
 /* ------------------------------------------------------------------ admission */
 
+/* Whether copying n positions of a host copy back beats prefilling them: at the measured copy
+ * bandwidth against the model's measured prefill rate (either unknown: copy). */
+static int restore_pays(const wk_t *w, const wk_model_t *m, const kv_seq_t *host, uint32_t n)
+{
+    double bw = res_copy_bw(w->res);
+    double copy_s =
+        bw > 0 ? 2.0 * n * host->n_layer * host->kv_dim * kv_type_size(host->type) / bw : 0;
+    double prefill_s = pass_time_for(&m->pass, n, 1) - pass_time_for(&m->pass, 1, 1);
+    return copy_s == 0 || prefill_s <= 0 || copy_s < prefill_s;
+}
+
 /* Takes a cached entry's KV cache whole when it fits s and most of it is reused; 0 then. */
 static int pfx_adopt(wk_t *w, wk_model_t *m, wk_seq_t *s, const pfx_src_t *src, uint32_t n_ctx,
                      char *err, size_t errlen)
 {
     kv_seq_t *kv = pfx_entry_kv(src->e);
-    if (kv->n_ctx < n_ctx || 2 * src->n < pfx_entry_len(src->e))
+    if (res_kv_is_host(kv) || kv->n_ctx < n_ctx || 2 * src->n < pfx_entry_len(src->e))
         return -1;
     pfx_take(m->pfx, src->e);
     res_kv_uncache(w->res, kv);
@@ -152,7 +192,13 @@ int wk_pfx_admit(wk_t *w, wk_model_t *m, wk_seq_t *s, const wk_seq_t *fresh, uin
         return rc;
     /* the room may have come from cached entries: look again, then copy */
     src = pfx_find(m, s, fresh);
-    if (src.n == 0 || res_kv_copy(w->res, s->kv, src.kv, src.n))
+    if (src.n && res_kv_is_host(src.kv)) { /* from host RAM: on the copy queue, if it pays */
+        if (!restore_pays(w, m, src.kv, src.n) ||
+            res_kv_restore_start(w->res, s->kv, src.kv, src.n, s->restore_ev)) {
+            m->svc.total_prefix_host_recomputes++;
+            return 0;
+        }
+    } else if (src.n == 0 || res_kv_copy(w->res, s->kv, src.kv, src.n))
         return 0; /* a copy the backend refused: prefill it all */
     if (src.e) {
         pfx_touch(m->pfx, src.e);

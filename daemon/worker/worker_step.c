@@ -143,7 +143,7 @@ typedef struct timed_hooks {
     double waited; /* seconds blocked in waits (and stepping aside) */
 } timed_hooks_t;
 
-static void step(wk_t *w, int mi, uint32_t admit);
+static int step(wk_t *w, int mi, uint32_t admit);
 
 /* Seconds until the soonest model other than busy whose running sequences
  * lost pages to another model comes due for a pass (build_views: a part of
@@ -317,6 +317,10 @@ static void seq_park(wk_t *w, wk_model_t *m, wk_seq_t *s, const char *err)
         wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
         return;
     }
+    if (s->restore_ev[0]) { /* a copy back lands before its cache goes; it is recomputed */
+        res_kv_restore_cancel(w->res, s->restore_ev);
+        s->n_cached = 0;
+    }
     res_kv_free(w->res, s->kv);
     s->kv = NULL;
     s->parked = 1;
@@ -351,6 +355,22 @@ static int seq_unpark(wk_t *w, wk_model_t *m, wk_seq_t *s)
     return 0;
 }
 
+/* Whether s waits for its cached prefix to land from host RAM (it joins a pass once it has;
+ * if the copy failed it prefills the whole prompt instead). */
+static int seq_restoring(wk_t *w, wk_model_t *m, wk_seq_t *s)
+{
+    if (!s->restore_ev[0])
+        return 0;
+    int rc = res_kv_restore_poll(w->res, s->kv, s->n_cached, s->restore_ev);
+    if (rc < 0) { /* recompute: the hit is undone */
+        s->kv->n_past = 0;
+        m->svc.total_prefix_hit_tokens -= s->n_cached;
+        m->svc.total_prefix_host_recomputes++;
+        s->n_cached = 0;
+    }
+    return rc == 0;
+}
+
 /* Grow the active caches by one position (parking those the pool cannot
  * grow, bringing parked ones back), then let the fresh ones join; returns
  * how many sequences the pass runs. */
@@ -374,7 +394,7 @@ static uint32_t step_join(wk_t *w, wk_model_t *m, wk_seq_t *fresh)
     uint32_t n = 0, run = 0;
     for (wk_seq_t *s = m->active; s; s = s->next_active) {
         n++;
-        run += !s->parked;
+        run += !s->parked && !seq_restoring(w, m, s);
     }
     m->n_active = n;
     return run;
@@ -414,7 +434,7 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         return -1;
     uint32_t i = 0;
     for (wk_seq_t *s = m->active; s; s = s->next_active) {
-        if (s->parked)
+        if (s->parked || s->restore_ev[0])
             continue;
         p->order[i] = s;
         const int32_t *t = s->redo ? s->redo : s->prompt; /* a rebuilt cache: prompt + generated */
@@ -503,8 +523,9 @@ static void step_emit(wk_t *w, wk_model_t *m, step_pass_t *p, int paged)
 }
 
 /* One forward pass for a model: admit new sequences, run them with the
- * active ones, sample, stream, finish. */
-static void step(wk_t *w, int mi, uint32_t admit)
+ * active ones, sample, stream, finish. 0 when no sequence could run (their
+ * caches are landing from host RAM, or the model could not be acquired). */
+static int step(wk_t *w, int mi, uint32_t admit)
 {
     wk_model_t *m = w->models[mi];
     char err[512];
@@ -519,19 +540,20 @@ static void step(wk_t *w, int mi, uint32_t admit)
     int arc = res_acquire(w->res, m->rm, err, sizeof err);
     if (arc) {
         step_failed(w, mi, admit, wk_device_error_code(arc), err);
-        return;
+        return 0;
     }
     wk_seq_t *fresh = step_admit(w, mi, admit);
     p.n = step_join(w, m, fresh);
     if (p.n == 0 || step_run(w, mi, &p)) {
         pass_free(&p);
         res_release(w->res, m->rm);
-        return;
+        return 0;
     }
     res_release(w->res, m->rm);
     int paged = step_account(w, m, &p);
     step_emit(w, m, &p, paged);
     pass_free(&p);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ page-ins */
@@ -752,8 +774,7 @@ double wk_round(wk_t *w)
     int stepped = 0;
     if (plan.model >= 0 &&
         (views[plan.model].resident || pagein_start(w, plan.model, plan.admit, now))) {
-        step(w, plan.model, plan.admit);
-        stepped = 1;
+        stepped = step(w, plan.model, plan.admit); /* none ran: poll again after a nap */
     }
     return stepped ? 0 : nap;
 }
