@@ -20,6 +20,7 @@ MODELS = [("m%d" % i, gsd.mkmodel(os.path.join(TMP, "m%d.gguf" % i),
           for i in range(N_MODELS)]
 NAMES = [n for n, _, _ in MODELS]
 PAGE = 64 * 1024
+HOST_KV = 256 * 1024  # the host KV tier's budget: a few conversations' worth
 
 
 def pages(nbytes):
@@ -396,7 +397,8 @@ def rss_kib(pid):
 
 def model_totals(st):
     keys = ("total_page_ins", "evictions_capacity", "total_requests", "total_completed",
-            "total_cancelled", "total_failed", "total_kv_allocs", "total_kv_frees")
+            "total_cancelled", "total_failed", "total_kv_allocs", "total_kv_frees",
+            "total_kv_demotions", "total_kv_host_drops", "total_kv_restores", "curr_kv_host_bytes")
     return {k: sum(m[k] for m in st["models"].values()) for k in keys}
 
 
@@ -478,7 +480,8 @@ def concurrent_round(d, refs, tally):
 # ------------------------------------------------------------------ the test
 
 def test_64_clients_thousands_of_mixed_requests_over_8_models_in_a_pool_of_two():
-    d = gsd.Daemon(MODELS, memory=POOL, page="64KiB")
+    # a small host KV tier: full from the warm-up on, it copies and drops cached KV all along
+    d = gsd.Daemon(MODELS, memory=POOL, page="64KiB", extra="host:\n  kv_cache: %dB\n" % HOST_KV)
     try:
         pid = d.proc.pid
         info = d.admin_call({"op": "models", "id": "m"})["models"]
@@ -545,6 +548,12 @@ def test_64_clients_thousands_of_mixed_requests_over_8_models_in_a_pool_of_two()
                      for name in NAMES}
         assert all(v > 0 for v in per_model.values()), per_model
         assert delta["evictions_capacity"] > 0, delta
+        # the host tier was full and busy: copies in, dropped, back; never over its budget
+        print("   host KV tier (%d B): %d demotions, %d drops, %d restores; %d B held at the end"
+              % (HOST_KV, delta["total_kv_demotions"], delta["total_kv_host_drops"],
+                 delta["total_kv_restores"], tot1["curr_kv_host_bytes"]), flush=True)
+        assert delta["total_kv_demotions"] > 0 and delta["total_kv_host_drops"] > 0, delta
+        assert tot1["curr_kv_host_bytes"] <= HOST_KV, tot1
         # every accepted request ended; the cancelled ones are the cancels that hit and at most
         # the disconnects
         assert delta["total_requests"] == delta["total_completed"] + delta["total_cancelled"] + \
