@@ -40,10 +40,10 @@ static void *host_mem_alloc(res_t *r, size_t bytes)
     return r->be->host_alloc ? r->be->host_alloc(r->be->ctx, bytes) : malloc(bytes);
 }
 
-void res_kv_host_destroy(res_t *r, res_kv_t *k)
+/* Frees a host copy that is out of the list and idle. */
+static void host_free(res_t *r, res_kv_t *k)
 {
     res_model_t *m = k->m;
-    host_unlink(r, k);
     host_mem_free(r, k->kv.k, k->host_bytes / 2);
     host_mem_free(r, k->kv.v, k->host_bytes / 2);
     m->kv_host_bytes -= k->host_bytes;
@@ -54,11 +54,30 @@ void res_kv_host_destroy(res_t *r, res_kv_t *k)
     free(k);
 }
 
+void res_kv_host_destroy(res_t *r, res_kv_t *k)
+{
+    if (k->doomed)
+        return;
+    host_unlink(r, k);
+    if (k->busy) { /* a restore reads it: freed when that lands */
+        k->doomed = 1;
+        return;
+    }
+    host_free(r, k);
+}
+
+/* A restore from k ended. */
+static void host_release(res_t *r, res_kv_t *k)
+{
+    if (--k->busy == 0 && k->doomed)
+        host_free(r, k);
+}
+
 /* Drops the least recently used host copy (its owner forgets it first); 0 when there is none. */
 static int host_reclaim(res_t *r, const res_model_t *m)
 {
     res_kv_t *k = r->host_old;
-    while (k && m && k->m != m)
+    while (k && ((m && k->m != m) || k->busy))
         k = k->lru_next;
     if (!k)
         return 0;
@@ -153,10 +172,12 @@ int res_kv_demote(res_t *r, const kv_seq_t *dev, res_kv_drop_fn drop, void *ctx,
 }
 
 int res_kv_restore_start(res_t *r, kv_seq_t *dst, const kv_seq_t *host, uint32_t n,
-                         be_event_t *ev[2])
+                         res_restore_t *rs)
 {
     size_t half = (size_t)n * per_pos_of(host);
+    be_event_t **ev = rs->ev;
     ev[0] = ev[1] = NULL;
+    rs->src = NULL;
     if (n > host->n_past || n > dst->n_ctx || dst->type != host->type ||
         dst->n_layer != host->n_layer || dst->kv_dim != host->kv_dim)
         return RES_ERR_DEVICE;
@@ -168,7 +189,9 @@ int res_kv_restore_start(res_t *r, kv_seq_t *dst, const kv_seq_t *host, uint32_t
         r->be->wait(r->be->ctx, ev[0]);
         goto fail;
     }
-    res_kv_host_touch(r, host->owner);
+    rs->src = host->owner;
+    ((res_kv_t *)rs->src)->busy++;
+    res_kv_host_touch(r, rs->src);
     return RES_OK;
 fail:
     for (int i = 0; i < 2; i++)
@@ -179,15 +202,26 @@ fail:
     return RES_ERR_DEVICE;
 }
 
-int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, be_event_t *ev[2])
+/* Frees rs's events and lets go of its host copy. */
+static void restore_end(res_t *r, res_restore_t *rs)
+{
+    for (int i = 0; i < 2; i++)
+        if (rs->ev[i])
+            r->be->event_free(r->be->ctx, rs->ev[i]);
+    rs->ev[0] = rs->ev[1] = NULL;
+    if (rs->src)
+        host_release(r, rs->src);
+    rs->src = NULL;
+}
+
+int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, res_restore_t *rs)
 {
     res_model_t *m = ((res_kv_t *)dst->owner)->m;
-    int d0 = r->be->event_done(r->be->ctx, ev[0]), d1 = r->be->event_done(r->be->ctx, ev[1]);
+    int d0 = r->be->event_done(r->be->ctx, rs->ev[0]),
+        d1 = r->be->event_done(r->be->ctx, rs->ev[1]);
     if ((d0 == 0 && d1 >= 0) || (d1 == 0 && d0 >= 0))
         return 0; /* still copying (a failed one waits for the other to land too) */
-    for (int i = 0; i < 2; i++)
-        r->be->event_free(r->be->ctx, ev[i]);
-    ev[0] = ev[1] = NULL;
+    restore_end(r, rs);
     if (d0 < 0 || d1 < 0) {
         m->st.total_kv_restore_failures++;
         return -1;
@@ -198,12 +232,10 @@ int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, be_event_t *ev[2])
     return 1;
 }
 
-void res_kv_restore_cancel(res_t *r, be_event_t *ev[2])
+void res_kv_restore_cancel(res_t *r, res_restore_t *rs)
 {
     for (int i = 0; i < 2; i++)
-        if (ev[i]) {
-            r->be->wait(r->be->ctx, ev[i]); /* the copy writes into the cache until it lands */
-            r->be->event_free(r->be->ctx, ev[i]);
-            ev[i] = NULL;
-        }
+        if (rs->ev[i])
+            r->be->wait(r->be->ctx, rs->ev[i]); /* the copy writes into the cache until it lands */
+    restore_end(r, rs);
 }

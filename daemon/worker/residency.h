@@ -192,16 +192,22 @@ int res_kv_demote(res_t *r, const kv_seq_t *dev, res_kv_drop_fn drop, void *ctx,
 int res_kv_is_host(const kv_seq_t *kv); /* a host copy (res_kv_demote) */
 /* The measured copy bandwidth (bytes/s; 0 until a copy was timed). */
 double res_copy_bw(const res_t *r);
+/* A copy back in flight: its two events and the host copy it reads (kept until it lands). */
+typedef struct res_restore {
+    be_event_t *ev[2];
+    void *src;
+} res_restore_t;
 /* Queues the copy of a host copy's positions [0, n) into the device cache dst (mapped for them)
- * on the copy queue, behind what is queued there; ev gets its two events. RES_ERR_DEVICE when
- * it cannot be queued (nothing is then). */
+ * on the copy queue, behind what is queued there; the host copy is not dropped until it lands.
+ * RES_ERR_DEVICE when it cannot be queued (nothing is then; rs stays empty). */
 int res_kv_restore_start(res_t *r, kv_seq_t *dst, const kv_seq_t *host, uint32_t n,
-                         be_event_t *ev[2]);
-/* Whether the copy landed: 1 (dst->n_past = n, the events freed), 0 not yet, -1 it failed (the
- * events freed; dst holds garbage: recompute). Never blocks. */
-int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, be_event_t *ev[2]);
-/* A restore whose sequence ends first: waits for its copies, frees the events (accepts NULLs). */
-void res_kv_restore_cancel(res_t *r, be_event_t *ev[2]);
+                         res_restore_t *rs);
+/* Whether the copy landed: 1 (dst->n_past = n), 0 not yet, -1 it failed (dst holds garbage:
+ * recompute); rs is empty again once it returns non-zero. Never blocks. */
+int res_kv_restore_poll(res_t *r, kv_seq_t *dst, uint32_t n, res_restore_t *rs);
+/* A restore whose sequence ends first: waits for its copies and empties rs (accepts an empty
+ * one). */
+void res_kv_restore_cancel(res_t *r, res_restore_t *rs);
 
 /* KV bytes that may still be mapped: the pool minus what is mapped as KV
  * minus headroom for the largest model to be resident (its image, or its

@@ -29,6 +29,8 @@ typedef struct res_kv {
     int host;            /* a copy in host RAM (res_kvhost.c): k and v are host memory, in
                             the host list (lru_prev/next), drop called when it is dropped */
     size_t host_bytes;   /* host: bytes of k and v together */
+    int busy;            /* host: restores reading it now (never dropped while > 0) */
+    int doomed;          /* host: dropped while busy, out of the list: freed when idle */
     res_kv_drop_fn drop; /* the cache's owner forgets it before it is freed */
     void *drop_ctx;
     struct res_kv *lru_prev, *lru_next; /* the pool's cached list, oldest first */

@@ -65,23 +65,23 @@ typedef struct wk_seq {
     int parked; /* its KV cache was given back when the pool ran short: it
                                stays active, without a cache, until the pages are back */
     int stopped_on_string;
-    uint64_t pfx_seed; /* its prefix cache chain's seed: model, API key or cache_salt */
-    uint32_t pfx_hint; /* prompt tokens a cached prefix covered when it arrived (its cost) */
-    uint32_t n_cached; /* prompt tokens its KV cache got from a cached prefix, not prefilled */
-    be_event_t *restore_ev[2]; /* a cached prefix copied back from host RAM, in flight: it
-                                  runs once both land (n_cached positions), else recomputes */
-    double t_arrival;          /* wk_now() when the loop received the request */
-    double t_admit;            /* when its first pass started (it got its KV cache) */
-    double t_first;            /* when its first token was sampled */
-    double swap_s;             /* s its first token was held up by its model's page-in: waiting
+    uint64_t pfx_seed;     /* its prefix cache chain's seed: model, API key or cache_salt */
+    uint32_t pfx_hint;     /* prompt tokens a cached prefix covered when it arrived (its cost) */
+    uint32_t n_cached;     /* prompt tokens its KV cache got from a cached prefix, not prefilled */
+    res_restore_t restore; /* a cached prefix copied back from host RAM, in flight: it runs
+                              once both copies land (n_cached positions), else recomputes */
+    double t_arrival;      /* wk_now() when the loop received the request */
+    double t_admit;        /* when its first pass started (it got its KV cache) */
+    double t_first;        /* when its first token was sampled */
+    double swap_s;         /* s its first token was held up by its model's page-in: waiting
                                for it before the first pass, and on copies within that pass */
-    double swap_wait_s;        /* the part of swap_s before its first pass */
-    int swapped;               /* it waited for a page-in (swap_s counts) */
-    uint32_t index;            /* its choice in its request (n > 1), else 0 */
-    wk_group_t *grp;           /* its siblings' shared count (n > 1), else NULL */
-    size_t echo_len; /* bytes of text that are the echoed prompt (stop strings start after) */
-    json_t *lp;      /* logprobs: the entries of its tokens so far (array; without stream) */
-    float *raw;      /* logprobs: (n_vocab) the step's logits as the model gave them */
+    double swap_wait_s;    /* the part of swap_s before its first pass */
+    int swapped;           /* it waited for a page-in (swap_s counts) */
+    uint32_t index;        /* its choice in its request (n > 1), else 0 */
+    wk_group_t *grp;       /* its siblings' shared count (n > 1), else NULL */
+    size_t echo_len;       /* bytes of text that are the echoed prompt (stop strings start after) */
+    json_t *lp;            /* logprobs: the entries of its tokens so far (array; without stream) */
+    float *raw;            /* logprobs: (n_vocab) the step's logits as the model gave them */
     struct wk_seq *next_active;
 } wk_seq_t;
 

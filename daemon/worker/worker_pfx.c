@@ -194,7 +194,7 @@ int wk_pfx_admit(wk_t *w, wk_model_t *m, wk_seq_t *s, const wk_seq_t *fresh, uin
     src = pfx_find(m, s, fresh);
     if (src.n && res_kv_is_host(src.kv)) { /* from host RAM: on the copy queue, if it pays */
         if (!restore_pays(w, m, src.kv, src.n) ||
-            res_kv_restore_start(w->res, s->kv, src.kv, src.n, s->restore_ev)) {
+            res_kv_restore_start(w->res, s->kv, src.kv, src.n, &s->restore)) {
             m->svc.total_prefix_host_recomputes++;
             return 0;
         }

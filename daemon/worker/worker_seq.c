@@ -12,7 +12,7 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
 {
     if (!s)
         return;
-    res_kv_restore_cancel(w->res, s->restore_ev); /* its copy writes into s->kv until it lands */
+    res_kv_restore_cancel(w->res, &s->restore); /* its copy writes into s->kv until it lands */
     if (s->kv)
         res_kv_free(w->res, s->kv);
     sampler_free(s->smp);

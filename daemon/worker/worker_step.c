@@ -317,8 +317,8 @@ static void seq_park(wk_t *w, wk_model_t *m, wk_seq_t *s, const char *err)
         wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
         return;
     }
-    if (s->restore_ev[0]) { /* a copy back lands before its cache goes; it is recomputed */
-        res_kv_restore_cancel(w->res, s->restore_ev);
+    if (s->restore.ev[0]) { /* a copy back lands before its cache goes; it is recomputed */
+        res_kv_restore_cancel(w->res, &s->restore);
         s->n_cached = 0;
     }
     res_kv_free(w->res, s->kv);
@@ -359,9 +359,9 @@ static int seq_unpark(wk_t *w, wk_model_t *m, wk_seq_t *s)
  * if the copy failed it prefills the whole prompt instead). */
 static int seq_restoring(wk_t *w, wk_model_t *m, wk_seq_t *s)
 {
-    if (!s->restore_ev[0])
+    if (!s->restore.ev[0])
         return 0;
-    int rc = res_kv_restore_poll(w->res, s->kv, s->n_cached, s->restore_ev);
+    int rc = res_kv_restore_poll(w->res, s->kv, s->n_cached, &s->restore);
     if (rc < 0) { /* recompute: the hit is undone */
         s->kv->n_past = 0;
         m->svc.total_prefix_hit_tokens -= s->n_cached;
@@ -434,7 +434,7 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         return -1;
     uint32_t i = 0;
     for (wk_seq_t *s = m->active; s; s = s->next_active) {
-        if (s->parked || s->restore_ev[0])
+        if (s->parked || s->restore.ev[0])
             continue;
         p->order[i] = s;
         const int32_t *t = s->redo ? s->redo : s->prompt; /* a rebuilt cache: prompt + generated */

@@ -102,11 +102,11 @@ Test(res_kvhost, a_demoted_cache_comes_back_bit_for_bit_through_the_copy_queue)
     kv_seq_t *dst;
     cr_assert_eq(res_kv_new(f.res, f.rm, 64, &dst, err, sizeof err), 0, "%s", err);
     cr_assert_eq(res_kv_ensure(f.res, dst, 41, err, sizeof err), 0, "%s", err);
-    be_event_t *ev[2];
-    cr_assert_eq(res_kv_restore_start(f.res, dst, host, 32, ev), RES_OK);
+    res_restore_t ev;
+    cr_assert_eq(res_kv_restore_start(f.res, dst, host, 32, &ev), RES_OK);
     int rc;
     double t0 = util_now_s();
-    while ((rc = res_kv_restore_poll(f.res, dst, 32, ev)) == 0 && util_now_s() - t0 < 10)
+    while ((rc = res_kv_restore_poll(f.res, dst, 32, &ev)) == 0 && util_now_s() - t0 < 10)
         util_sleep_s(0.001);
     cr_assert_eq(rc, 1);
     cr_assert_eq(dst->n_past, 32);
@@ -167,11 +167,11 @@ Test(res_kvhost, a_failed_copy_back_is_reported_and_counted)
     cr_assert_eq(res_kv_ensure(f.res, dst, 21, err, sizeof err), 0, "%s", err);
     be_fault_t fault = {BE_FAULT_COPY_FAIL, 1, 0};
     cr_assert_eq(f.be->inject(f.be->ctx, &fault), 0);
-    be_event_t *ev[2];
-    cr_assert_eq(res_kv_restore_start(f.res, dst, host, 20, ev), RES_OK);
+    res_restore_t ev;
+    cr_assert_eq(res_kv_restore_start(f.res, dst, host, 20, &ev), RES_OK);
     int rc;
     double t0 = util_now_s();
-    while ((rc = res_kv_restore_poll(f.res, dst, 20, ev)) == 0 && util_now_s() - t0 < 10)
+    while ((rc = res_kv_restore_poll(f.res, dst, 20, &ev)) == 0 && util_now_s() - t0 < 10)
         util_sleep_s(0.001);
     cr_assert_eq(rc, -1);
     cr_assert_eq(dst->n_past, 0);
@@ -182,11 +182,43 @@ Test(res_kvhost, a_failed_copy_back_is_reported_and_counted)
     /* shapes that do not match are refused before anything is queued */
     kv_seq_t *small;
     cr_assert_eq(res_kv_new(f.res, f.rm, 8, &small, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(res_kv_restore_start(f.res, small, host, 20, ev), RES_ERR_DEVICE);
-    cr_assert_null(ev[0]);
+    cr_assert_eq(res_kv_restore_start(f.res, small, host, 20, &ev), RES_ERR_DEVICE);
+    cr_assert_null(ev.ev[0]);
     res_kv_free(f.res, small);
     res_kv_free(f.res, dst);
     res_kv_free(f.res, dev);
     kfx_fini(&f); /* res_remove drops the model's host copies (its owner told) */
     cr_assert_eq(dropped_kv, host);
+}
+
+Test(res_kvhost, a_copy_dropped_while_a_restore_reads_it_lives_until_the_restore_lands)
+{
+    kfx_t f;
+    kfx_init(&f);
+    kv_seq_t *dev = filled(&f, 24, 9), *host, *dst;
+    char err[256];
+    res_kv_host_budget(f.res, 1 << 20);
+    cr_assert_eq(res_kv_demote(f.res, dev, on_drop, NULL, &host), RES_OK);
+    size_t half = (size_t)24 * dev->n_layer * dev->kv_dim * kv_type_size(dev->type);
+    cr_assert_eq(res_kv_new(f.res, f.rm, 64, &dst, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(res_kv_ensure(f.res, dst, 25, err, sizeof err), 0, "%s", err);
+    res_restore_t rs;
+    cr_assert_eq(res_kv_restore_start(f.res, dst, host, 24, &rs), RES_OK);
+    /* the budget cannot drop it while it is read; its owner's drop only marks it */
+    dropped = 0;
+    res_kv_host_budget(f.res, 0);
+    cr_assert_eq(dropped, 0);
+    cr_assert_eq(res_kv_host_used(f.res), 2 * half);
+    res_kv_free(f.res, host);
+    int rc;
+    double t0 = util_now_s();
+    while ((rc = res_kv_restore_poll(f.res, dst, 24, &rs)) == 0 && util_now_s() - t0 < 10)
+        util_sleep_s(0.001);
+    cr_assert_eq(rc, 1);
+    cr_assert_eq(memcmp(dst->k, dev->k, half), 0);
+    cr_assert_eq(memcmp(dst->v, dev->v, half), 0);
+    cr_assert_eq(res_kv_host_used(f.res), 0, "freed once the restore landed");
+    res_kv_free(f.res, dst);
+    res_kv_free(f.res, dev);
+    kfx_fini(&f);
 }
