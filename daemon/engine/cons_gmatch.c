@@ -181,11 +181,7 @@ static int32_t walk_plain(const cons_vocab_t *v, const cons_grammar_t *g, cons_g
             i = v->all.skip[i];
             continue;
         }
-        for (uint32_t k = v->all.tok[i]; k < v->all.tok[i + 1]; k++) {
-            int32_t id = v->all.toks[k];
-            bits[id >> 5] |= 1u << (id & 31);
-            n++;
-        }
+        n += cons_tnodes_take(&v->all, i, bits);
         i++;
     }
     return n;
@@ -264,11 +260,7 @@ static int32_t walk_memo(const cons_vocab_t *v, const cons_grammar_t *g, cons_gs
             continue;
         }
         at[d] = to;
-        for (uint32_t k = v->all.tok[i]; k < v->all.tok[i + 1]; k++) {
-            int32_t id = v->all.toks[k];
-            bits[id >> 5] |= 1u << (id & 31);
-            n++;
-        }
+        n += cons_tnodes_take(&v->all, i, bits);
         i++;
     }
     return n;

@@ -244,11 +244,7 @@ int32_t cons_trie_walk(const cons_tnodes_t *t, const cons_schema_t *sc, cons_sta
             i = t->skip[i];
             continue;
         }
-        for (uint32_t k = t->tok[i]; k < t->tok[i + 1]; k++) {
-            int32_t id = t->toks[k];
-            bits[id >> 5] |= 1u << (id & 31);
-            n++;
-        }
+        n += cons_tnodes_take(t, i, bits);
         i++;
     }
     return n;

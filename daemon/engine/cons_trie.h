@@ -38,6 +38,14 @@ struct cons_vocab {
     cons_tnodes_t rest;  /* the tokens with bytes that are not plain */
 };
 
+/* Sets the bits of the tokens that end at node i of t; returns how many. */
+static inline int32_t cons_tnodes_take(const cons_tnodes_t *t, uint32_t i, uint32_t *bits)
+{
+    for (uint32_t k = t->tok[i]; k < t->tok[i + 1]; k++)
+        bits[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
+    return (int32_t)(t->tok[i + 1] - t->tok[i]);
+}
+
 /* Sets the bit of every token of t whose bytes states[0] accepts (bits must start cleared; states
  * has CONS_TOKEN_MAX + 1 entries, the rest scratch); returns their count. */
 int32_t cons_trie_walk(const cons_tnodes_t *t, const cons_schema_t *sc, cons_state_t *states,

@@ -50,25 +50,14 @@ static void compile_refused(const char *schema, int want_code, const char *want_
 static tok_t *g_tok;
 static cons_vocab_t *g_vocab;
 
-/* A vocabulary with one token per byte 0x20..0x7e plus every UTF-8 byte, for the automaton tests
- * that go byte by byte: built from the real SPM vocabulary below instead (it holds <0xNN>). */
 static void open_vocab(void)
 {
-    char path[1024], err[256] = "";
-    tu_data_path(path, sizeof path, "ggml-vocab-llama-spm.gguf");
-    gguf_t *g = gguf_open(path, err, sizeof err);
-    cr_assert_not_null(g, "gguf_open(%s): %s", path, err);
-    g_tok = tok_open(g, err, sizeof err);
-    gguf_close(g);
-    cr_assert_not_null(g_tok, "tok_open: %s", err);
-    g_vocab = cons_vocab_new(g_tok, err, sizeof err);
-    cr_assert_not_null(g_vocab, "cons_vocab_new: %s", err);
+    tu_vocab_open(&g_tok, &g_vocab);
 }
 
 static void close_vocab(void)
 {
-    cons_vocab_free(g_vocab);
-    tok_close(g_tok);
+    tu_vocab_close(g_tok, g_vocab);
 }
 
 /* Whether the document text is accepted whole and complete under schema. */

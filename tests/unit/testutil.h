@@ -58,6 +58,12 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s >/dev/null", tu_build_dir(), path, args);
     cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);
 }
+#include "engine/constrain.h"
+/* The real 32,000-token SPM vocabulary of tests/data and its trie for constrained decoding; fails
+ * the test on error. (tu_vocab.c) */
+void tu_vocab_open(tok_t **tok, cons_vocab_t **vocab);
+void tu_vocab_close(tok_t *tok, cons_vocab_t *vocab);
+
 #include "engine/model.h"
 /* A small random model (dim 64, 2 layers, GQA 4/2, vocab 300) of the given
  * weight type, llama or (qwen = 1) qwen2 with biases; fails the test on error.
