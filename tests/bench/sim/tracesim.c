@@ -1326,14 +1326,15 @@ static void test_conversations(const args_t *base)
     a.models = 4;
     a.zipf = 0;
     a.rate = 0;
-    a.load = 0.2;
+    a.load = 0.05; /* light: a turn's reply lands well before the next turn */
     a.duration = 60;
     a.turns = 8;
-    a.think_s = 3;
+    a.think_s = 5;
     a.sweep = NULL;
     a.policies = "default";
     a.max_context = 8192;
     a.label = "conv";
+    a.pool_models = 5; /* every model resident: cached KV goes only for KV */
     sim_result_t r[PFX_MODES];
     int ok = 1;
     for (int k = 0; k < PFX_MODES && ok; k++) {
@@ -1360,8 +1361,8 @@ static void test_conversations(const args_t *base)
           (unsigned long long)r[PFX_ON].prefill_tokens,
           (unsigned long long)r[PFX_OFF].prefill_tokens,
           (unsigned long long)r[PFX_ON].pfx_hit_tokens);
-    /* a pool of 1.3 models: every switch reclaims the other model's cached KV */
-    a.pool_models = 1.3;
+    /* a pool of 2.2 models for 4: a model paged in reclaims the others' cached KV */
+    a.pool_models = 2.2;
     a.kv_headroom_gib = 0;
     a.kv_host = (size_t)8 << 30;
     for (int k = PFX_ON; k <= PFX_HOST && ok; k++) {
