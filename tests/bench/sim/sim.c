@@ -814,8 +814,8 @@ static int seq_admit_kv(sim_t *S, vmodel_t *m, sim_seq_t *s, uint32_t n_ctx, cha
                         size_t errlen)
 {
     if (S->pfx && s->rq->session)
-        return spfx_admit(S->pfx, m->rm, &m->pt, s->rq, m->ctx, &s->kv, s->rev, &s->n_restore,
-                          err, errlen);
+        return spfx_admit(S->pfx, m->rm, &m->pt, s->rq, m->ctx, &s->kv, s->rev, &s->n_restore, err,
+                          errlen);
     int rc = res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, errlen);
     return rc ? rc : res_kv_ensure(S->res, s->kv, s->rq->prompt + 1, err, errlen);
 }

@@ -72,12 +72,12 @@ typedef struct sim_cfg {
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;
-    int prefix_cache;          /* conversations (wl_req_t.session): each session's last turn's KV
+    int prefix_cache;        /* conversations (wl_req_t.session): each session's last turn's KV
                                   kept as cached KV, reused by its next turn (simpfx.h) */
-    uint32_t prefix_entries;   /* prefix cache entries per model at most (models.prefix_cache) */
-    size_t kv_host_bytes;      /* host-RAM tier of the KV the pool reclaims, bytes (0 = none) */
-    double slo_ttft_s; /* a request meets the SLO when its TTFT is below this */
-    FILE *dump;        /* (optional) one CSV line per request and run: borrowed */
+    uint32_t prefix_entries; /* prefix cache entries per model at most (models.prefix_cache) */
+    size_t kv_host_bytes;    /* host-RAM tier of the KV the pool reclaims, bytes (0 = none) */
+    double slo_ttft_s;       /* a request meets the SLO when its TTFT is below this */
+    FILE *dump;              /* (optional) one CSV line per request and run: borrowed */
 } sim_cfg_t;
 
 typedef enum sim_policy {

@@ -7,9 +7,9 @@
 
 typedef struct spfx_entry {
     struct spfx *p;
-    kv_seq_t *kv;                  /* device (cached) or host copy; NULL = none */
-    uint32_t n;                    /* tokens it holds */
-    int model;                     /* global index */
+    kv_seq_t *kv;                   /* device (cached) or host copy; NULL = none */
+    uint32_t n;                     /* tokens it holds */
+    int model;                      /* global index */
     struct spfx_entry *prev, *next; /* the model's entries, most recently used first */
 } spfx_entry_t;
 
@@ -22,9 +22,9 @@ struct spfx {
     res_t *r;
     uint32_t max_entries;
     size_t host_bytes;
-    spfx_list_t *models;   /* n_models */
+    spfx_list_t *models; /* n_models */
     int n_models;
-    spfx_entry_t **by_id;  /* cap_id, by session id (NULL: never kept) */
+    spfx_entry_t **by_id; /* cap_id, by session id (NULL: never kept) */
     size_t cap_id;
     spfx_stats_t st;
 };
@@ -194,8 +194,8 @@ static uint32_t shared(const spfx_entry_t *e, const wl_req_t *rq)
 static int restore_pays(const spfx_t *p, const pass_time_t *pt, const kv_seq_t *host, uint32_t n)
 {
     double bw = res_copy_bw(p->r);
-    double copy_s = bw > 0 ? 2.0 * n * host->n_layer * host->kv_dim * kv_type_size(host->type) / bw
-                           : 0;
+    double copy_s =
+        bw > 0 ? 2.0 * n * host->n_layer * host->kv_dim * kv_type_size(host->type) / bw : 0;
     double prefill_s = pass_time_for(pt, n, 1) - pass_time_for(pt, 1, 1);
     return copy_s == 0 || prefill_s <= 0 || copy_s < prefill_s;
 }
@@ -226,8 +226,7 @@ int spfx_admit(spfx_t *p, res_model_t *rm, const pass_time_t *pt, const wl_req_t
     if (rc || !(n = shared(e, rq))) /* the room may have come from this very entry */
         return rc;
     if (res_kv_is_host(e->kv)) {
-        if (!restore_pays(p, pt, e->kv, n) ||
-            res_kv_restore_start(p->r, *kv, e->kv, n, ev)) {
+        if (!restore_pays(p, pt, e->kv, n) || res_kv_restore_start(p->r, *kv, e->kv, n, ev)) {
             p->st.host_recomputes++;
             return 0;
         }

@@ -28,16 +28,16 @@
 typedef struct spfx spfx_t;
 
 typedef struct spfx_stats {
-    uint64_t lookups;          /* admissions of requests with a session */
-    uint64_t hits;             /* a prefix reused from the device (adopted or copied) */
-    uint64_t hit_tokens;       /* tokens of them */
-    uint64_t restores;         /* host copies queued back on the copy queue */
-    uint64_t restore_tokens;   /* tokens of them */
-    uint64_t host_recomputes;  /* a host copy there whose restore did not pay: prefilled */
-    uint64_t demotions;        /* entries the pool reclaimed, copied to the host tier */
-    uint64_t device_drops;     /* entries the pool reclaimed with no room in the host tier */
-    uint64_t host_drops;       /* host copies dropped for the budget */
-    uint64_t entry_drops;      /* entries over max_entries, or superseded */
+    uint64_t lookups;         /* admissions of requests with a session */
+    uint64_t hits;            /* a prefix reused from the device (adopted or copied) */
+    uint64_t hit_tokens;      /* tokens of them */
+    uint64_t restores;        /* host copies queued back on the copy queue */
+    uint64_t restore_tokens;  /* tokens of them */
+    uint64_t host_recomputes; /* a host copy there whose restore did not pay: prefilled */
+    uint64_t demotions;       /* entries the pool reclaimed, copied to the host tier */
+    uint64_t device_drops;    /* entries the pool reclaimed with no room in the host tier */
+    uint64_t host_drops;      /* host copies dropped for the budget */
+    uint64_t entry_drops;     /* entries over max_entries, or superseded */
 } spfx_stats_t;
 
 /* A cache for n_models models (global indices) on residency r; host_bytes 0 = no host tier.

@@ -90,7 +90,12 @@ typedef enum opt_type {
     OPT_SIZE /* bytes, with an optional K, M, G or T (binary) */
 } opt_type_t;
 
-enum { PFX_OFF = 0, PFX_ON, PFX_HOST, PFX_MODES };
+enum {
+    PFX_OFF = 0,
+    PFX_ON,
+    PFX_HOST,
+    PFX_MODES
+};
 static const char *const pfx_names[PFX_MODES] = {"off", "on", "host"};
 
 typedef struct opt {
@@ -132,13 +137,17 @@ static const opt_t opts[] = {
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
     {"conversations", OPT_FLAG, A(conversations), NULL,
      "conversation workload: sessions of --turns turns bound to one model (Zipf, or uniform with --models-per-gpu), each turn's prompt the session's history plus new tokens (--prompt-*, or --tokens-from), outputs --output-*; --load / --rate count turns"},
-    {"turns", OPT_INT, A(turns), "10", "conversations: turns per session, at most (fewer when the context is full)"},
-    {"think-s", OPT_DBL, A(think_s), "20", "conversations: mean think time between turns, s (lognormal, open loop)"},
+    {"turns", OPT_INT, A(turns), "10",
+     "conversations: turns per session, at most (fewer when the context is full)"},
+    {"think-s", OPT_DBL, A(think_s), "20",
+     "conversations: mean think time between turns, s (lognormal, open loop)"},
     {"think-sigma", OPT_DBL, A(think_sigma), "0.5", "conversations: sigma of the think time's log"},
     {"prefix-cache", OPT_STR, A(prefix_cache), "on",
      "conversations: off (every turn prefills its history), on (each session's last turn's KV kept as cached KV, reclaimed before any weights), host (on, plus a host-RAM tier of --kv-host bytes for what the pool reclaims); a comma list runs each, labelled -off, -on, -host"},
-    {"prefix-entries", OPT_UINT, A(prefix_entries), "16", "prefix cache entries per model (models.prefix_cache)"},
-    {"kv-host", OPT_SIZE, A(kv_host), "64G", "host tier of --prefix-cache host, bytes (K, M, G, T: binary)"},
+    {"prefix-entries", OPT_UINT, A(prefix_entries), "16",
+     "prefix cache entries per model (models.prefix_cache)"},
+    {"kv-host", OPT_SIZE, A(kv_host), "64G",
+     "host tier of --prefix-cache host, bytes (K, M, G, T: binary)"},
     {"gguf", OPT_FILES, A(gguf), NULL,
      "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
     {"layers", OPT_UINT, A(layers), "32", "model: layers"},
