@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_sim.sh BUILD_DIR OUT_DIR: the trace simulator's default workload, a load sweep, a bursty and an Azure-format run, fleets of 4, 32 and 256 hosts; CSV, summary, PNG plot.
+# run_sim.sh BUILD_DIR OUT_DIR: the trace simulator's default workload, a load sweep, a bursty and an Azure-format run, fleets of 4, 32 and 256 hosts, conversations with and without the prefix cache and its host tier; CSV, summary, PNG plot.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-$BUILD/bench}
@@ -76,6 +76,31 @@ for f in "$OUT"/sim_fleet_h*_zipf*.csv; do
           pi["round-robin"], p99["round-robin"], pi["least-loaded"], p99["least-loaded"] }' "$f"
 done
 
+# Conversations (issue 39, item 4): H200 settings (--costs h200: 55 GB/s host-to-device,
+# 4.8 TB/s HBM, 989 TFLOP/s; a 120 GiB pool), Llama-3-8B-shaped models, sessions of up to 10
+# turns (each prompt the whole history plus ~256 new tokens; outputs ~96; think times 20 s mean,
+# lognormal; context 8192), uniform popularity at 0.1 turns/s a model. Three configurations side
+# by side: no prefix cache, the prefix cache (each session's last turn's KV kept as cached KV, the
+# pool's first reclaim), and the prefix cache with a 64 GiB host-RAM tier. The most models whose
+# p99 TTFT stays within 2 s (each of CONV_SEEDS seeds, to within one model), then one run at a
+# fixed count for the prefill and restore figures. About a minute on 2 cores.
+CONV="--costs h200 --pool-gib 120 --conversations --max-context 8192 --prefix-cache off,on,host --kv-host 64G --policies default"
+CONV_MPG="--models-per-gpu 0.1 --mpg-step 1 --mpg-seeds ${CONV_SEEDS:-3} --duration ${CONV_DURATION:-300}"
+echo
+echo "== simulator: conversations, models per GPU within p99 TTFT 2 s (H200 settings; prefix cache off, on, on + 64 GiB host tier)"
+"$SIM" $CONV $CONV_MPG --wbytes 2 --mpg-max 60 --label conv-bf16 --quiet --csv "$OUT/sim_conv_mpg_bf16.csv" 2>/dev/null &
+"$SIM" $CONV $CONV_MPG --wbytes 0.60625 --mpg-max 120 --label conv-q4km --quiet --csv "$OUT/sim_conv_mpg_q4km.csv" 2>/dev/null &
+"$SIM" $CONV --wbytes 2 --models 14 --zipf 0 --rate 1.4 --duration "${CONV_DURATION:-300}" --label conv-bf16-m14 \
+    --quiet --csv "$OUT/sim_conv_bf16_m14.csv" 2>/dev/null
+"$SIM" $CONV --wbytes 0.60625 --models 45 --zipf 0 --rate 4.5 --duration "${CONV_DURATION:-300}" --label conv-q4km-m45 \
+    --quiet --csv "$OUT/sim_conv_q4km_m45.csv" 2>/dev/null
+wait
+awk -F, 'FNR > 1 { printf "%-22s %3d models (p99 TTFT %.2f s; %d: %.2f s)\n", $1, $3, $4, $5, $6 }' \
+    "$OUT/sim_conv_mpg_bf16.csv" "$OUT/sim_conv_mpg_q4km.csv"
+echo "fixed counts: config | p99 TTFT s | prompt tokens prefilled | from the device | restored from host (restores) | demoted | lost"
+awk -F, 'FNR > 1 { printf "%-22s %6.2f %6.1f%% %6.1f%% %6.1f%% (%d) %5d %5d\n", $1, $16, 100 * $32 / $31, 100 * $33 / $31,
+    100 * $38 / $31, $37, $34, $35 }' "$OUT/sim_conv_bf16_m14.csv" "$OUT/sim_conv_q4km_m45.csv"
+
 # Acceptance (issue 6, point 2) on the default workload.
 echo
 awk -F, 'NR > 1 { pi[$4] = $8; ld[$4] = $9; own[$4] = $11; p99[$4] = $16 }
@@ -120,4 +145,4 @@ EOF
 else
     echo "run_sim.sh: gnuplot not found (Debian package gnuplot-nox): no plot" >&2
 fi
-echo "results: $OUT/sim_default.csv $OUT/sim_sweep.csv $OUT/sim_bursty.csv $OUT/sim_azure.csv $OUT/sim_fleet_*.csv ($(( $(date +%s) - t0 )) s)"
+echo "results: $OUT/sim_default.csv $OUT/sim_sweep.csv $OUT/sim_bursty.csv $OUT/sim_azure.csv $OUT/sim_fleet_*.csv $OUT/sim_conv_*.csv ($(( $(date +%s) - t0 )) s)"

@@ -10,6 +10,7 @@
 #include "worker/passtime.h"
 #include "worker/residency.h"
 #include "worker/store.h"
+#include "simpfx.h"
 #include "vbackend.h"
 
 /* Policies:
@@ -318,6 +319,9 @@ typedef struct sim_seq {
     int parked;             /* its cache was given back when the pool ran short (the worker's
                                seq_park): the next pass that gets the pages recomputes it */
     int swapped;            /* its first step paged weights in (the worker's "swapped") */
+    int in_pass;            /* it runs in the pass under way */
+    be_event_t *rev[2];     /* a restore of its prefix from the host tier under way */
+    uint32_t n_restore;     /* its tokens (0: none) */
     double t_first, t_done; /* virtual s */
     struct sim *host;       /* the host it was routed to */
     struct sim_seq *next;   /* active list or lru pending list */
@@ -377,6 +381,8 @@ typedef struct sim {
     size_t failed;
     int inconsistent;    /* a model's active count disagreed with its list */
     uint64_t recomputes; /* sequences parked (cache given back), recomputed later */
+    spfx_t *pfx;         /* conversations' prefix cache (c->prefix_cache), else NULL */
+    uint64_t prompt_tokens, prefill_tokens;
 } sim_t;
 
 static double now(const sim_t *S)
@@ -556,6 +562,7 @@ static void vhost_free(sim_t *S)
 {
     if (!S)
         return;
+    spfx_free(S->pfx); /* its cached KV goes back before the models leave */
     for (int i = 0; S->m && i < S->n_m; i++) {
         if (S->m[i]->rm)
             res_remove(S->res, S->m[i]->rm);
@@ -613,6 +620,11 @@ static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, c
     }
     for (int i = 0; i < c->n_models; i++)
         S->local[i] = -1;
+    if (c->prefix_cache &&
+        !(S->pfx = spfx_new(S->res, c->n_models, c->prefix_entries, c->kv_host_bytes))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     return S;
 fail:
     vhost_free(S);
@@ -635,6 +647,30 @@ static uint32_t asked(const sim_t *S, const sim_seq_t *s, uint32_t ctx)
     return a > s->rq->output ? a : s->rq->output;
 }
 
+/* A restore of s's prefix under way ends first (the worker's res_kv_restore_cancel). */
+static void restore_cancel(sim_t *S, sim_seq_t *s)
+{
+    if (!s->n_restore)
+        return;
+    res_kv_restore_cancel(S->res, s->rev);
+    s->n_restore = 0;
+}
+
+/* Whether s's restore landed (its prefix in its cache: it joins the next pass); a failed one
+ * leaves it to prefill. Polled quietly: the worker polls once a round. */
+static int restore_landed(sim_t *S, sim_seq_t *s)
+{
+    if (!s->n_restore)
+        return 1;
+    vb_quiet(S->vb, 1);
+    int rc = res_kv_restore_poll(S->res, s->kv, s->n_restore, s->rev);
+    vb_quiet(S->vb, 0);
+    if (rc == 0)
+        return 0;
+    s->n_restore = 0;
+    return 1;
+}
+
 static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 {
     if (s->state == SEQ_ACTIVE) {
@@ -647,7 +683,8 @@ static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
             S->n_active--;
         }
     }
-    if (s->kv)
+    restore_cancel(S, s);
+    if (s->kv && !(how == SEQ_DONE && spfx_keep(S->pfx, s->rq, s->kv)))
         res_kv_free(S->res, s->kv);
     s->kv = NULL;
     if (how == SEQ_DONE && s->n_gen > 0) /* as the worker's wk_seq_finish */
@@ -721,6 +758,7 @@ static int seq_park(sim_t *S, vmodel_t *m, sim_seq_t *s)
         seq_end(S, m, s, SEQ_FAILED);
         return 1;
     }
+    restore_cancel(S, s);
     res_kv_free(S->res, s->kv);
     s->kv = NULL;
     s->parked = 1;
@@ -768,6 +806,52 @@ static int seg_run(sim_t *S, int busy, fwd_hooks_t *h, uint32_t seg, double dt)
     return 0;
 }
 
+/* s's KV cache at admission: a new one with the prompt's pages mapped, or (a
+ * conversation's turn, with the prefix cache) one holding its cached prefix
+ * or with its restore from the host tier queued (the worker's wk_pfx_admit,
+ * whose caches span the model's context, to be adopted by the next turn). */
+static int seq_admit_kv(sim_t *S, vmodel_t *m, sim_seq_t *s, uint32_t n_ctx, char *err,
+                        size_t errlen)
+{
+    if (S->pfx && s->rq->session)
+        return spfx_admit(S->pfx, m->rm, &m->pt, s->rq, m->ctx, &s->kv, s->rev, &s->n_restore, err,
+                          errlen);
+    int rc = res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, errlen);
+    return rc ? rc : res_kv_ensure(S->res, s->kv, s->rq->prompt + 1, err, errlen);
+}
+
+/* Tokens s runs in its next pass: its prompt past what its cache holds (a
+ * fresh sequence, a parked one with its generated tokens), else one. */
+static uint32_t seq_tokens(const sim_seq_t *s)
+{
+    uint32_t have = s->rq->prompt + s->n_gen;
+    return s->kv->n_past + 1 < have ? have - s->kv->n_past : 1;
+}
+
+/* The pass of m: tokens, sequences and KV positions read, each sequence's
+ * in_pass set (parked ones and those whose restore is under way sit out);
+ * the first sequence still restoring, or NULL. */
+static sim_seq_t *pass_load(sim_t *S, vmodel_t *m, double *toks, double *kv_pos, double *nseq)
+{
+    sim_seq_t *restoring = NULL;
+    *toks = *kv_pos = *nseq = 0;
+    for (sim_seq_t *s = m->active; s; s = s->next) {
+        s->in_pass = 0;
+        if (s->parked)
+            continue;
+        if (!restore_landed(S, s)) {
+            restoring = restoring ? restoring : s;
+            continue;
+        }
+        uint32_t nt = seq_tokens(s);
+        *toks += nt;
+        *kv_pos += s->kv->n_past + nt;
+        (*nseq)++;
+        s->in_pass = 1;
+    }
+    return restoring;
+}
+
 /* Mirrors worker.c step(): acquire, admit with KV caches, grow caches, one
  * pass (cost model) through the segment hooks, release, finish sequences. */
 static void step(sim_t *S, int mi, uint32_t admit)
@@ -796,8 +880,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             n_ctx = ctx;
         /* the prompt's pages mapped, as the worker does (the cache grows
          * page by page from there) */
-        if (res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, sizeof err) ||
-            res_kv_ensure(S->res, s->kv, s->rq->prompt + 1, err, sizeof err)) {
+        if (seq_admit_kv(S, m, s, n_ctx, err, sizeof err)) {
             if (s->kv)
                 res_kv_free(S->res, s->kv);
             s->kv = NULL;
@@ -809,6 +892,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             break;
         }
         pop_waiting(S, mi);
+        S->prompt_tokens += s->rq->prompt;
         s->state = SEQ_ACTIVE;
         *fresh_tail = s;
         fresh_tail = &s->next;
@@ -850,14 +934,14 @@ static void step(sim_t *S, int mi, uint32_t admit)
      * prefills its prompt, one brought back from parking its prompt and the
      * tokens it generated) */
     double toks = 0, kv_pos = 0, nseq = 0;
-    for (sim_seq_t *s = m->active; s; s = s->next) {
-        if (s->parked)
-            continue;
-        uint32_t nt = s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
-        toks += nt;
-        kv_pos += s->kv->n_past + nt;
-        nseq++;
+    sim_seq_t *restoring = pass_load(S, m, &toks, &kv_pos, &nseq);
+    if (nseq == 0 && restoring) { /* nothing else to run: the pass starts when it lands */
+        S->be->wait(S->be->ctx, restoring->rev[1]);
+        pass_load(S, m, &toks, &kv_pos, &nseq);
     }
+    for (sim_seq_t *s = m->active; s; s = s->next)
+        if (s->in_pass && s->n_gen == 0)
+            S->prefill_tokens += seq_tokens(s);
     if (nseq == 0) { /* every sequence waits for pages */
         res_release(S->res, m->rm);
         return;
@@ -875,8 +959,8 @@ static void step(sim_t *S, int mi, uint32_t admit)
         rc = seg_run(S, mi, &h, FWD_SEG_HEAD(L), head_time(S->c, &m->si, nseq));
     if (!rc)
         for (sim_seq_t *s = m->active; s; s = s->next)
-            if (!s->parked)
-                s->kv->n_past += s->kv->n_past == 0 ? s->rq->prompt + s->n_gen : 1;
+            if (s->in_pass)
+                s->kv->n_past += seq_tokens(s);
     res_release(S->res, m->rm);
     S->steps++;
     if (!rc)
@@ -896,7 +980,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
             seq_end(S, m, s, SEQ_FAILED);
             continue;
         }
-        if (s->parked)
+        if (!s->in_pass)
             continue;
         if (s->n_gen == 0 && (paged || cold))
             s->swapped = 1;
@@ -1520,6 +1604,24 @@ static void wake_tree_set(wake_tree_t *t, int host, double w)
     }
 }
 
+/* Adds host S's prefix cache and host tier counters to out. */
+static void pfx_result(const sim_t *S, sim_result_t *out)
+{
+    out->prompt_tokens += S->prompt_tokens;
+    out->prefill_tokens += S->prefill_tokens;
+    if (!S->pfx)
+        return;
+    const spfx_stats_t *st = spfx_stats(S->pfx);
+    out->pfx_hits += st->hits;
+    out->pfx_hit_tokens += st->hit_tokens;
+    out->kv_demotions += st->demotions;
+    out->kv_device_drops += st->device_drops;
+    out->kv_host_drops += st->host_drops;
+    out->kv_restores += st->restores;
+    out->kv_restore_tokens += st->restore_tokens;
+    out->kv_host_recomputes += st->host_recomputes;
+}
+
 static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs,
                      const wl_req_t *reqs, size_t n, sim_result_t *out, char *err, size_t errlen)
 {
@@ -1658,6 +1760,8 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
             out->max_mapped_pages = vs.max_mapped;
         out->violations += vs.violations + (vs.max_mapped > out->pool_pages);
         out->host_blocks += vs.host_blocks;
+        out->kv_d2h_bytes += vs.d2h_bytes;
+        pfx_result(S, out);
         out->active_left += S->n_active;
         for (int i = 0; i < S->n_m; i++)
             out->active_left += S->m[i]->n_active;
@@ -1669,8 +1773,10 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
     rc = SIM_OK;
 fail:
     for (size_t i = 0; seqs && i < n; i++)
-        if (seqs[i].kv)
+        if (seqs[i].kv) {
+            restore_cancel(seqs[i].host, &seqs[i]);
             res_kv_free(seqs[i].host->res, seqs[i].kv);
+        }
     for (int h = 0; F->h && h < H; h++)
         vhost_free(F->h[h]);
     free(F->h);

@@ -72,8 +72,12 @@ typedef struct sim_cfg {
     sched_cfg_t sched;          /* policy is set per run */
     uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
     sim_cost_t cost;
-    double slo_ttft_s; /* a request meets the SLO when its TTFT is below this */
-    FILE *dump;        /* (optional) one CSV line per request and run: borrowed */
+    int prefix_cache;        /* conversations (wl_req_t.session): each session's last turn's KV
+                                  kept as cached KV, reused by its next turn (simpfx.h) */
+    uint32_t prefix_entries; /* prefix cache entries per model at most (models.prefix_cache) */
+    size_t kv_host_bytes;    /* host-RAM tier of the KV the pool reclaims, bytes (0 = none) */
+    double slo_ttft_s;       /* a request meets the SLO when its TTFT is below this */
+    FILE *dump;              /* (optional) one CSV line per request and run: borrowed */
 } sim_cfg_t;
 
 typedef enum sim_policy {
@@ -110,6 +114,18 @@ typedef struct sim_result {
     uint64_t preempted;   /* segments evicted from models with paused sequences (live KV) */
     uint64_t active_left; /* sequences still counted active at the end (must be 0) */
     uint64_t recomputes;  /* sequences whose KV cache went back when the pool ran short */
+    /* prefix cache and host tier (conversations) */
+    uint64_t prompt_tokens;   /* prompt tokens of the requests admitted */
+    uint64_t prefill_tokens;  /* prompt tokens computed (the rest came from the cache) */
+    uint64_t pfx_hits;        /* prefixes reused from the device (adopted or copied) */
+    uint64_t pfx_hit_tokens;  /* their tokens */
+    uint64_t kv_demotions;    /* cached KV the pool reclaimed, copied to the host tier */
+    uint64_t kv_device_drops; /* cached KV the pool reclaimed and forgot (no host room) */
+    uint64_t kv_host_drops;   /* host copies dropped for the budget */
+    uint64_t kv_restores;     /* host copies copied back on the copy queue */
+    uint64_t kv_restore_tokens;
+    uint64_t kv_host_recomputes; /* a host copy whose restore did not pay: prefilled */
+    uint64_t kv_d2h_bytes;       /* bytes downloaded to the host tier */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conv.h"
 #include "costs.h"
 #include "sim.h"
 #include "simfleet.h"
@@ -37,6 +38,13 @@ typedef struct args {
     int trace_start, trace_minutes;
     double trace_scale;
     const char *label;
+    /* conversations (conv.h) and the prefix cache (simpfx.h) */
+    int conversations, turns;
+    double think_s, think_sigma;
+    const char *prefix_cache; /* off | on | host, comma list: compared side by side */
+    int pfx_mode;             /* the one running: PFX_OFF, PFX_ON, PFX_HOST */
+    unsigned prefix_entries;
+    size_t kv_host;
     /* models and device */
     const char *gguf[MAX_FILES]; /* model files (point into gguf_arg) */
     int n_gguf;
@@ -68,6 +76,7 @@ typedef struct args {
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
+    int append; /* the CSV file is appended to (a later --prefix-cache mode) */
     const char *self_test_dir, *write_sample;
 } args_t;
 
@@ -77,8 +86,17 @@ typedef enum opt_type {
     OPT_DBL,
     OPT_STR,
     OPT_FLAG,
-    OPT_FILES
+    OPT_FILES,
+    OPT_SIZE /* bytes, with an optional K, M, G or T (binary) */
 } opt_type_t;
+
+enum {
+    PFX_OFF = 0,
+    PFX_ON,
+    PFX_HOST,
+    PFX_MODES
+};
+static const char *const pfx_names[PFX_MODES] = {"off", "on", "host"};
 
 typedef struct opt {
     const char *name;
@@ -117,6 +135,19 @@ static const opt_t opts[] = {
     {"requests", OPT_STR, A(requests), NULL,
      "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
     {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
+    {"conversations", OPT_FLAG, A(conversations), NULL,
+     "conversation workload: sessions of --turns turns bound to one model (Zipf, or uniform with --models-per-gpu), each turn's prompt the session's history plus new tokens (--prompt-*, or --tokens-from), outputs --output-*; --load / --rate count turns"},
+    {"turns", OPT_INT, A(turns), "10",
+     "conversations: turns per session, at most (fewer when the context is full)"},
+    {"think-s", OPT_DBL, A(think_s), "20",
+     "conversations: mean think time between turns, s (lognormal, open loop)"},
+    {"think-sigma", OPT_DBL, A(think_sigma), "0.5", "conversations: sigma of the think time's log"},
+    {"prefix-cache", OPT_STR, A(prefix_cache), "on",
+     "conversations: off (every turn prefills its history), on (each session's last turn's KV kept as cached KV, reclaimed before any weights), host (on, plus a host-RAM tier of --kv-host bytes for what the pool reclaims); a comma list runs each, labelled -off, -on, -host"},
+    {"prefix-entries", OPT_UINT, A(prefix_entries), "16",
+     "prefix cache entries per model (models.prefix_cache)"},
+    {"kv-host", OPT_SIZE, A(kv_host), "64G",
+     "host tier of --prefix-cache host, bytes (K, M, G, T: binary)"},
     {"gguf", OPT_FILES, A(gguf), NULL,
      "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
     {"layers", OPT_UINT, A(layers), "32", "model: layers"},
@@ -208,6 +239,18 @@ static int opt_set(args_t *a, const opt_t *o, const char *v)
         break;
     }
     case OPT_DBL: *(double *)p = strtod(v, &end); break;
+    case OPT_SIZE: {
+        double x = strtod(v, &end);
+        const char *u = "KMGT", *k = end && *end ? strchr(u, *end) : NULL;
+        if (k && *end) {
+            x *= pow(1024.0, (double)(k - u + 1));
+            end += end[1] == 'i' && end[2] == 'B' ? 3 : 1;
+        }
+        if (x < 0)
+            return -1;
+        *(size_t *)p = (size_t)x;
+        break;
+    }
     case OPT_STR: *(const char **)p = v; return 0;
     case OPT_FLAG: *(int *)p = 1; return 0;
     case OPT_FILES: {
@@ -367,6 +410,9 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
                            .t_token_s = a->t_token_ms * 1e-3,
                            .t_round_s = a->t_round_us * 1e-6};
     c->slo_ttft_s = a->slo_ttft;
+    c->prefix_cache = a->conversations && a->pfx_mode != PFX_OFF;
+    c->prefix_entries = a->prefix_entries;
+    c->kv_host_bytes = a->pfx_mode == PFX_HOST ? a->kv_host : 0;
 }
 
 static wl_len_t len_of(double median, double sigma, unsigned max)
@@ -405,6 +451,29 @@ static void tokens_from(const args_t *a, wl_req_t *reqs, size_t n)
 {
     if (a->n_tok)
         wl_tokens_draw(reqs, n, a->tok, a->n_tok, (uint64_t)a->seed);
+}
+
+/* A conversation workload of rate turns/s over n_models (conv.h); *reqs malloc'ed. */
+static int conv_trace(const args_t *a, int n_models, double zipf, double rate, uint64_t seed,
+                      wl_req_t **reqs, size_t *n, char *err, size_t errlen)
+{
+    conv_params_t cp = {.n_models = n_models,
+                        .zipf_s = zipf,
+                        .rate = rate,
+                        .duration_s = a->duration,
+                        .turns = a->turns,
+                        .think_s = a->think_s,
+                        .think_sigma = a->think_sigma,
+                        .prompt = len_of(a->prompt_median, a->prompt_sigma, a->prompt_max),
+                        .output = len_of(a->output_median, a->output_sigma, a->output_max),
+                        .tok = a->tok,
+                        .n_tok = a->n_tok,
+                        .max_ctx = a->max_context,
+                        .seed = seed};
+    int rc = conv_generate(&cp, reqs, n);
+    if (rc)
+        snprintf(err, errlen, "cannot generate the conversations (%d)", rc);
+    return rc;
 }
 
 /* The trace for one load level; *reqs malloc'ed. */
@@ -450,6 +519,8 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         return rc;
     }
     *rate = load * capacity(a, c) * (a->hosts > 0 ? a->hosts : 1);
+    if (a->conversations)
+        return conv_trace(a, a->models, a->zipf, *rate, (uint64_t)a->seed, reqs, n, err, errlen);
     wl_params_t wp = {.n_models = a->models,
                       .zipf_s = a->zipf,
                       .rate = *rate,
@@ -648,7 +719,8 @@ static const char *const csv_header =
     "workload,load,rate_rps,policy,requests,completed,failed,page_ins,model_loads,bytes_in,"
     "belady_own,belady_k,gpu_busy,copy_busy,ttft_p50_s,ttft_p99_s,ttft_max_s,e2e_p50_s,"
     "e2e_p99_s,e2e_max_s,slo_frac,steps,makespan_s,violations,host_blocks,preempted,"
-    "throughput_rps,hosts,host_models,kv_recomputes\n";
+    "throughput_rps,hosts,host_models,kv_recomputes,prompt_tokens,prefill_tokens,pfx_hit_tokens,"
+    "kv_demotions,kv_device_drops,kv_host_drops,kv_restores,kv_restore_tokens,kv_host_recomputes\n";
 
 /* What a row compares: the policy, or in a fleet the router. */
 static const char *row_name(const row_t *w)
@@ -670,7 +742,8 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
     const sim_result_t *r = &w->r;
     fprintf(f,
             "%s,%.4g,%.6g,%s,%zu,%zu,%zu,%llu,%llu,%llu,%llu,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
-            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d,%llu\n",
+            "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
+            "%llu,%llu,%llu\n",
             wl, w->load, w->rate, row_name(w), r->requests, r->completed, r->failed,
             (unsigned long long)r->page_ins, (unsigned long long)r->model_loads,
             (unsigned long long)r->bytes_in, (unsigned long long)r->belady_own, r->belady_k,
@@ -679,7 +752,12 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
             (unsigned long long)r->violations, (unsigned long long)r->host_blocks,
             (unsigned long long)r->preempted,
             r->makespan_s > 0 ? (double)r->completed / r->makespan_s : NAN,
-            w->route >= 0 ? w->hosts : 1, w->host_models, (unsigned long long)r->recomputes);
+            w->route >= 0 ? w->hosts : 1, w->host_models, (unsigned long long)r->recomputes,
+            (unsigned long long)r->prompt_tokens, (unsigned long long)r->prefill_tokens,
+            (unsigned long long)r->pfx_hit_tokens, (unsigned long long)r->kv_demotions,
+            (unsigned long long)r->kv_device_drops, (unsigned long long)r->kv_host_drops,
+            (unsigned long long)r->kv_restores, (unsigned long long)r->kv_restore_tokens,
+            (unsigned long long)r->kv_host_recomputes);
 }
 
 static void table_head(FILE *f)
@@ -844,11 +922,15 @@ static int mpg_try_seed(const args_t *a, const pol_spec_t *ps, int m, int k, dou
                       .seed = (uint64_t)b.seed};
     wl_req_t *reqs = NULL;
     size_t n = 0;
-    if (wl_generate(&wp, &reqs, &n)) {
+    if (b.conversations) {
+        if (conv_trace(&b, m, 0, wp.rate, (uint64_t)b.seed, &reqs, &n, err, errlen))
+            return -1;
+    } else if (wl_generate(&wp, &reqs, &n)) {
         snprintf(err, errlen, "cannot generate the workload");
         return -1;
+    } else {
+        tokens_from(&b, reqs, n);
     }
-    tokens_from(&b, reqs, n);
     c.lru_batch_n = ps->n;
     sim_result_t r;
     int rc = sim_run(&c, ps->pol, reqs, n, &r, err, errlen);
@@ -892,7 +974,7 @@ static int models_per_gpu(const args_t *a)
         fprintf(stderr, "tracesim: bad --policies\n");
         return 2;
     }
-    FILE *f = a->csv ? fopen(a->csv, "w") : stdout;
+    FILE *f = a->csv ? fopen(a->csv, a->append ? "a" : "w") : stdout;
     if (!f) {
         fprintf(stderr, "tracesim: cannot write %s\n", a->csv);
         return 1;
@@ -1243,6 +1325,80 @@ static void test_partial_admit(const args_t *base)
     }
 }
 
+/* Conversations: the prefix cache prefills a fraction of what prefilling every history does,
+ * and with a pool too small to keep it, the host tier turns its reclaims into restores. */
+static void test_conversations(const args_t *base)
+{
+    char err[512];
+    args_t a = *base;
+    a.conversations = 1;
+    a.models = 4;
+    a.zipf = 0;
+    a.rate = 0;
+    a.load = 0.05; /* light: a turn's reply lands well before the next turn */
+    a.duration = 60;
+    a.turns = 8;
+    a.think_s = 5;
+    a.sweep = NULL;
+    a.policies = "default";
+    a.max_context = 8192;
+    a.label = "conv";
+    a.pool_models = 5; /* every model resident: cached KV goes only for KV */
+    sim_result_t r[PFX_MODES];
+    int ok = 1;
+    for (int k = 0; k < PFX_MODES && ok; k++) {
+        row_t *rows = NULL;
+        int n = 0;
+        a.pfx_mode = k;
+        ok = run_all(&a, &rows, &n, err, sizeof err) == 0 && n == 1;
+        if (ok) {
+            r[k] = rows[0].r;
+            check_rows(pfx_names[k], rows, n);
+        }
+        free(rows);
+    }
+    check(ok, "conversations run with the prefix cache off, on and with the host tier%s%s",
+          ok ? "" : ": ", ok ? "" : err);
+    if (!ok)
+        return;
+    check(r[PFX_OFF].prefill_tokens == r[PFX_OFF].prompt_tokens && r[PFX_OFF].pfx_hit_tokens == 0,
+          "conversations, no prefix cache: every prompt token prefilled (%llu)",
+          (unsigned long long)r[PFX_OFF].prefill_tokens);
+    check(r[PFX_ON].prefill_tokens * 3 < r[PFX_OFF].prefill_tokens && r[PFX_ON].pfx_hit_tokens > 0,
+          "conversations, prefix cache: %llu prompt tokens prefilled against %llu without "
+          "(%llu reused)",
+          (unsigned long long)r[PFX_ON].prefill_tokens,
+          (unsigned long long)r[PFX_OFF].prefill_tokens,
+          (unsigned long long)r[PFX_ON].pfx_hit_tokens);
+    /* a pool of 2.2 models for 4: a model paged in reclaims the others' cached KV */
+    a.pool_models = 2.2;
+    a.kv_headroom_gib = 0;
+    a.kv_host = (size_t)8 << 30;
+    for (int k = PFX_ON; k <= PFX_HOST && ok; k++) {
+        row_t *rows = NULL;
+        int n = 0;
+        a.pfx_mode = k;
+        ok = run_all(&a, &rows, &n, err, sizeof err) == 0 && n == 1;
+        if (ok) {
+            r[k] = rows[0].r;
+            check_rows(pfx_names[k], rows, n);
+        }
+        free(rows);
+    }
+    check(ok && r[PFX_ON].kv_device_drops > 0 && r[PFX_ON].kv_restores == 0,
+          "conversations, a small pool without a host tier: cached KV reclaimed and lost (%llu)",
+          ok ? (unsigned long long)r[PFX_ON].kv_device_drops : 0ULL);
+    check(ok && r[PFX_HOST].kv_demotions > 0 && r[PFX_HOST].kv_restores > 0 &&
+              r[PFX_HOST].prefill_tokens < r[PFX_ON].prefill_tokens,
+          "conversations, a small pool with a host tier: %llu reclaims copied to host RAM, %llu "
+          "restores (%llu tokens); %llu prompt tokens prefilled against %llu without it",
+          ok ? (unsigned long long)r[PFX_HOST].kv_demotions : 0ULL,
+          ok ? (unsigned long long)r[PFX_HOST].kv_restores : 0ULL,
+          ok ? (unsigned long long)r[PFX_HOST].kv_restore_tokens : 0ULL,
+          ok ? (unsigned long long)r[PFX_HOST].prefill_tokens : 0ULL,
+          ok ? (unsigned long long)r[PFX_ON].prefill_tokens : 0ULL);
+}
+
 static int self_test(const args_t *base)
 {
     char err[512];
@@ -1356,8 +1512,108 @@ static int self_test(const args_t *base)
     test_requests(base);
     test_partial_admit(base);
     test_llm_trace(base);
+    test_conversations(base);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
+}
+
+/* The policies side by side for one --prefix-cache mode: CSV and the summary table. */
+static int run_rows(const args_t *a)
+{
+    char err[512];
+    row_t *rows = NULL;
+    int rc = 0;
+    int n = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (run_all(a, &rows, &n, err, sizeof err)) {
+        fprintf(stderr, "tracesim: %s\n", err);
+        rc = 1;
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    FILE *f = a->csv ? fopen(a->csv, a->append ? "a" : "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tracesim: cannot write %s\n", a->csv);
+        rc = 1;
+        goto out;
+    }
+    write_rows(f, a, rows, n);
+    if (f != stdout)
+        fclose(f);
+    if (!a->quiet) {
+        sim_cfg_t c;
+        build_cfg(a, &c);
+        char wl[128];
+        size_t img =
+            a->files ? sim_models_image_bytes(a->files, 0) : sim_model_bytes(&c.shape, c.page_size);
+        fprintf(stderr,
+                "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
+                "(%llu pages) and ideal capacity %.2f req/s a host; %.1f s wall\n",
+                workload_name(a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
+                a->hosts > 0 ? a->hosts : 1, a->hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
+                (unsigned long long)(c.pool_bytes / c.page_size), capacity(a, &c),
+                (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        table_head(stderr);
+        for (int i = 0; i < n; i++)
+            table_row(stderr, &rows[i]);
+        for (int i = 0; i < n && a->conversations; i++) {
+            const sim_result_t *r = &rows[i].r;
+            fprintf(stderr,
+                    "%-12s prefill %llu of %llu prompt tokens (%.1f%%); reused %llu from the "
+                    "device, %llu restored (%llu restores); %llu demoted, %llu dropped (pool), "
+                    "%llu dropped (host), %llu host copies prefilled instead\n",
+                    row_name(&rows[i]), (unsigned long long)r->prefill_tokens,
+                    (unsigned long long)r->prompt_tokens,
+                    r->prompt_tokens ? 100.0 * r->prefill_tokens / r->prompt_tokens : 0.0,
+                    (unsigned long long)r->pfx_hit_tokens, (unsigned long long)r->kv_restore_tokens,
+                    (unsigned long long)r->kv_restores, (unsigned long long)r->kv_demotions,
+                    (unsigned long long)r->kv_device_drops, (unsigned long long)r->kv_host_drops,
+                    (unsigned long long)r->kv_host_recomputes);
+        }
+    }
+out:
+    free(rows);
+    return rc;
+}
+
+/* Each --prefix-cache mode in turn (conversations), labelled -off, -on, -host when there are
+ * several, one CSV (appended after the first). */
+static int run_modes(const args_t *a)
+{
+    char buf[512], label[160];
+    snprintf(buf, sizeof buf, "%s", a->conversations ? a->prefix_cache : "off");
+    int first = 1, rc = 0, several = strchr(buf, ',') != NULL;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && !rc;
+         t = strtok_r(NULL, ",", &save)) {
+        args_t b = *a;
+        b.pfx_mode = -1;
+        for (int k = 0; k < PFX_MODES; k++)
+            if (strcmp(t, pfx_names[k]) == 0)
+                b.pfx_mode = k;
+        if (b.pfx_mode < 0) {
+            fprintf(stderr, "tracesim: bad --prefix-cache '%s' (off, on, host)\n", t);
+            return 2;
+        }
+        if (several) {
+            char wl[128];
+            if (a->mpg_rate > 0)
+                snprintf(wl, sizeof wl, "%s", a->label ? a->label : "models-per-gpu");
+            else
+                workload_name(a, wl, sizeof wl);
+            snprintf(label, sizeof label, "%s-%s", wl, t);
+            b.label = label;
+        }
+        if (!first) {
+            b.no_header = 1;
+            b.append = 1;
+        }
+        if (!a->quiet && several)
+            fprintf(stderr, "== prefix cache %s\n", t);
+        rc = b.mpg_rate > 0 ? models_per_gpu(&b) : run_rows(&b);
+        first = 0;
+    }
+    return rc;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1448,45 +1704,7 @@ int main(int argc, char **argv)
         rc = self_test(&a);
         goto done;
     }
-    if (a.mpg_rate > 0) {
-        rc = models_per_gpu(&a);
-        goto done;
-    }
-    int n = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (run_all(&a, &rows, &n, err, sizeof err)) {
-        fprintf(stderr, "tracesim: %s\n", err);
-        rc = 1;
-        goto done;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    FILE *f = a.csv ? fopen(a.csv, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "tracesim: cannot write %s\n", a.csv);
-        rc = 1;
-        goto done;
-    }
-    write_rows(f, &a, rows, n);
-    if (f != stdout)
-        fclose(f);
-    if (!a.quiet) {
-        sim_cfg_t c;
-        build_cfg(&a, &c);
-        char wl[128];
-        size_t img =
-            a.files ? sim_models_image_bytes(a.files, 0) : sim_model_bytes(&c.shape, c.page_size);
-        fprintf(stderr,
-                "%s: %d models of %.4g GB (%u segments), %d host%s, pool %.4g GB "
-                "(%llu pages) and ideal capacity %.2f req/s a host; %.1f s wall\n",
-                workload_name(&a, wl, sizeof wl), c.n_models, img / 1e9, c.shape.n_layer + 2,
-                a.hosts > 0 ? a.hosts : 1, a.hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
-                (unsigned long long)(c.pool_bytes / c.page_size), capacity(&a, &c),
-                (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
-        table_head(stderr);
-        for (int i = 0; i < n; i++)
-            table_row(stderr, &rows[i]);
-    }
+    rc = run_modes(&a);
 done:
     free(rows);
     args_free(&a);

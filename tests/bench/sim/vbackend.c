@@ -229,6 +229,48 @@ static int vb_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, be_e
     return BE_OK;
 }
 
+/* KV demoted to host RAM: the host blocks for the download (cudaMemcpyAsync + sync). */
+static int vb_download(void *ctx, void *host, const void *dev, size_t bytes)
+{
+    vb_t *vb = ctx;
+    if (!host || !dev) {
+        vb->st.violations++;
+        return BE_ERR_ARG;
+    }
+    double dur = vb->cfg.copy_lat_s + (double)bytes / vb->cfg.h2d_bw;
+    vb->st.d2h_bytes += bytes;
+    vb->st.d2h_s += dur;
+    vb_advance(vb, dur);
+    return BE_OK;
+}
+
+/* A cached prefix copied into a new KV cache: HBM to HBM, taken as free. */
+static int vb_copy_d2d(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    vb_t *vb = ctx;
+    (void)bytes;
+    if (!dst || !src) {
+        vb->st.violations++;
+        return BE_ERR_ARG;
+    }
+    return BE_OK;
+}
+
+/* Host memory of the KV host tier: an address nobody reads (the copies are only timed). */
+static void *vb_host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    (void)bytes;
+    return (void *)(uintptr_t)0x1000;
+}
+
+static void vb_host_free(void *ctx, void *p, size_t bytes)
+{
+    (void)ctx;
+    (void)p;
+    (void)bytes;
+}
+
 /* Compute waits for the copy: the clock moves to its end. */
 static int vb_wait(void *ctx, be_event_t *ev)
 {
@@ -301,6 +343,10 @@ vb_t *vb_new(const vb_cfg_t *cfg)
         .event_new = vb_event_new,
         .event_free = vb_event_free,
         .copy_h2d = vb_copy_h2d,
+        .download = vb_download,
+        .copy_d2d = vb_copy_d2d,
+        .host_alloc = vb_host_alloc,
+        .host_free = vb_host_free,
         .wait = vb_wait,
         .event_done = vb_event_done,
         .event_times = vb_event_times,

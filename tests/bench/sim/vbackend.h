@@ -20,10 +20,15 @@ typedef struct vb_stats {
     uint64_t mapped_pages; /* pages mapped now */
     uint64_t max_mapped;   /* most pages ever mapped at once */
     uint64_t violations;   /* over-commit, double map, unmap of unmapped pages, bad ranges */
+    uint64_t d2h_bytes;    /* bytes downloaded device -> host (KV demoted to the host tier) */
+    double d2h_s;          /* seconds the host blocked on those downloads */
 } vb_stats_t;
 
 /* Cost of a copy: copy_lat_s + bytes / h2d_bw seconds on the single copy
- * queue; a copy starts when the one before it ends. */
+ * queue; a copy starts when the one before it ends. A download (device ->
+ * host, synchronous as the CUDA backend's) blocks the host as long at the
+ * same bandwidth; a device-to-device copy costs nothing. Host memory
+ * (host_alloc) is a fake address, never touched. */
 typedef struct vb_cfg {
     size_t pool_bytes; /* device pool, a multiple of page_size */
     size_t page_size;  /* bytes */

@@ -27,10 +27,13 @@ double wl_rng_gamma(wl_rng_t *r, double shape); /* Gamma(shape, 1) */
 
 /* One request of a trace. */
 typedef struct wl_req {
-    double t;        /* arrival, seconds from the trace start */
-    int model;       /* 0 .. n_models-1 */
-    uint32_t prompt; /* prompt tokens */
-    uint32_t output; /* tokens to generate (max_tokens, no early stop) */
+    double t;         /* arrival, seconds from the trace start */
+    int model;        /* 0 .. n_models-1 */
+    uint32_t prompt;  /* prompt tokens */
+    uint32_t output;  /* tokens to generate (max_tokens, no early stop) */
+    uint32_t session; /* conversation + 1 (conv.h): the prompt starts with the session's last
+                         turn (its prompt and output); 0 = none */
+    uint32_t history; /* tokens of the prompt that are the session's earlier turns */
 } wl_req_t;
 
 typedef enum wl_arrival {
