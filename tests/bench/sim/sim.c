@@ -320,7 +320,7 @@ typedef struct sim_seq {
                                seq_park): the next pass that gets the pages recomputes it */
     int swapped;            /* its first step paged weights in (the worker's "swapped") */
     int in_pass;            /* it runs in the pass under way */
-    be_event_t *rev[2];     /* a restore of its prefix from the host tier under way */
+    res_restore_t rev;      /* a restore of its prefix from the host tier under way */
     uint32_t n_restore;     /* its tokens (0: none) */
     double t_first, t_done; /* virtual s */
     struct sim *host;       /* the host it was routed to */
@@ -652,7 +652,7 @@ static void restore_cancel(sim_t *S, sim_seq_t *s)
 {
     if (!s->n_restore)
         return;
-    res_kv_restore_cancel(S->res, s->rev);
+    res_kv_restore_cancel(S->res, &s->rev);
     s->n_restore = 0;
 }
 
@@ -663,7 +663,7 @@ static int restore_landed(sim_t *S, sim_seq_t *s)
     if (!s->n_restore)
         return 1;
     vb_quiet(S->vb, 1);
-    int rc = res_kv_restore_poll(S->res, s->kv, s->n_restore, s->rev);
+    int rc = res_kv_restore_poll(S->res, s->kv, s->n_restore, &s->rev);
     vb_quiet(S->vb, 0);
     if (rc == 0)
         return 0;
@@ -814,7 +814,7 @@ static int seq_admit_kv(sim_t *S, vmodel_t *m, sim_seq_t *s, uint32_t n_ctx, cha
                         size_t errlen)
 {
     if (S->pfx && s->rq->session)
-        return spfx_admit(S->pfx, m->rm, &m->pt, s->rq, m->ctx, &s->kv, s->rev, &s->n_restore, err,
+        return spfx_admit(S->pfx, m->rm, &m->pt, s->rq, m->ctx, &s->kv, &s->rev, &s->n_restore, err,
                           errlen);
     int rc = res_kv_new(S->res, m->rm, n_ctx, &s->kv, err, errlen);
     return rc ? rc : res_kv_ensure(S->res, s->kv, s->rq->prompt + 1, err, errlen);
@@ -936,7 +936,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
     double toks = 0, kv_pos = 0, nseq = 0;
     sim_seq_t *restoring = pass_load(S, m, &toks, &kv_pos, &nseq);
     if (nseq == 0 && restoring) { /* nothing else to run: the pass starts when it lands */
-        S->be->wait(S->be->ctx, restoring->rev[1]);
+        S->be->wait(S->be->ctx, restoring->rev.ev[1]);
         pass_load(S, m, &toks, &kv_pos, &nseq);
     }
     for (sim_seq_t *s = m->active; s; s = s->next)

@@ -201,7 +201,7 @@ static int restore_pays(const spfx_t *p, const pass_time_t *pt, const kv_seq_t *
 }
 
 int spfx_admit(spfx_t *p, res_model_t *rm, const pass_time_t *pt, const wl_req_t *rq,
-               uint32_t n_ctx, kv_seq_t **kv, be_event_t *ev[2], uint32_t *n_restore, char *err,
+               uint32_t n_ctx, kv_seq_t **kv, res_restore_t *rs, uint32_t *n_restore, char *err,
                size_t errlen)
 {
     *n_restore = 0;
@@ -226,7 +226,7 @@ int spfx_admit(spfx_t *p, res_model_t *rm, const pass_time_t *pt, const wl_req_t
     if (rc || !(n = shared(e, rq))) /* the room may have come from this very entry */
         return rc;
     if (res_kv_is_host(e->kv)) {
-        if (!restore_pays(p, pt, e->kv, n) || res_kv_restore_start(p->r, *kv, e->kv, n, ev)) {
+        if (!restore_pays(p, pt, e->kv, n) || res_kv_restore_start(p->r, *kv, e->kv, n, rs)) {
             p->st.host_recomputes++;
             return 0;
         }

@@ -48,12 +48,12 @@ void spfx_free(spfx_t *p);
 const spfx_stats_t *spfx_stats(const spfx_t *p);
 
 /* A KV cache for rq (model rm, n_ctx positions at most, pass times pt): a cached prefix adopted
- * or copied into it (kv->n_past = its tokens), or a restore from the host tier queued (ev gets
+ * or copied into it (kv->n_past = its tokens), or a restore from the host tier queued (rs gets
  * its events, *n_restore its tokens: the sequence waits for res_kv_restore_poll), or a new one
  * (n_past 0). The prompt's positions mapped. res_kv_new/res_kv_ensure's code on failure (*kv
  * may be set: the caller frees it). */
 int spfx_admit(spfx_t *p, res_model_t *rm, const pass_time_t *pt, const wl_req_t *rq,
-               uint32_t n_ctx, kv_seq_t **kv, be_event_t *ev[2], uint32_t *n_restore, char *err,
+               uint32_t n_ctx, kv_seq_t **kv, res_restore_t *rs, uint32_t *n_restore, char *err,
                size_t errlen);
 /* rq finished with kv (positions [0, n_past) its prompt and output): 1 if the cache keeps it
  * (no longer the caller's), 0 if not (the caller frees it). */
