@@ -52,6 +52,7 @@ CHANGE = {
     "device.sim_bandwidth": "1GiB", "device.sim_load_bandwidth": "1GiB", "device.threads": 2,
     "device.copy_timeout": "10s", "device.fault_injection": True, "device.prefill_chunk": 256,
     "host.memory": "1GiB",
+    "host.kv_cache": "64MiB",
     "scheduler.policy": "fifo", "scheduler.max_batch": 8, "scheduler.max_wait": "1s",
     "scheduler.max_stall": "250ms", "scheduler.quantum": 2, "scheduler.queue_limit": 100, "scheduler.prefix_cache": False,
     "scheduler.max_queued": 1000, "scheduler.drain_timeout": "10s",
