@@ -934,11 +934,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
      * prefills its prompt, one brought back from parking its prompt and the
      * tokens it generated) */
     double toks = 0, kv_pos = 0, nseq = 0;
-    sim_seq_t *restoring = pass_load(S, m, &toks, &kv_pos, &nseq);
-    if (nseq == 0 && restoring) { /* nothing else to run: the pass starts when it lands */
-        S->be->wait(S->be->ctx, restoring->rev.ev[1]);
-        pass_load(S, m, &toks, &kv_pos, &nseq);
-    }
+    pass_load(S, m, &toks, &kv_pos, &nseq); /* restoring sequences sit out until theirs lands */
     for (sim_seq_t *s = m->active; s; s = s->next)
         if (s->in_pass && s->n_gen == 0)
             S->prefill_tokens += seq_tokens(s);
