@@ -853,7 +853,7 @@ static void do_generate(hreq_t *r)
                   "the daemon is shutting down and accepts no new requests");
         return;
     }
-    if (ol.load && !auth_key_allows(r->key, r->model)) {
+    if (ol.load && r->key && !auth_key_allows(r->key, r->model)) {
         proto_req_free(&req);
         http_fail(r, 0, PROTO_E_UNKNOWN_MODEL, "model '%s' not found", r->model);
         return;

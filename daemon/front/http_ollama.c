@@ -87,7 +87,7 @@ static int ka_parse_duration(const char *s, int64_t *ms)
 /* keep_alive as ms into *ka (negative: forever): 0, or -1 with the reason in err. */
 static int ka_parse(const json_t *v, int64_t *ka, char *err, size_t errlen)
 {
-    if (json_is_null(v))
+    if (!v || json_is_null(v))
         return 0;
     if (json_is_number(v) && isfinite(json_number_value(v)) &&
         fabs(json_number_value(v)) < 9e12) {
@@ -623,7 +623,7 @@ json_t *http_ollama_list_of(const http_ol_list_t *l, const json_t *rep)
     json_array_foreach (json_object_get(rep, "models"), i, m) {
         const char *name = json_string_value(json_object_get(m, "name"));
         const char *state = json_string_value(json_object_get(m, "state"));
-        if (!name || !auth_key_allows(l->key, name))
+        if (!name || (l->key && !auth_key_allows(l->key, name)))
             continue;
         if (l->ol == HTTP_OL_SHOW) {
             if (strcmp(name, l->model ? l->model : "") == 0) {
