@@ -254,7 +254,7 @@ static int map_options(json_t *out, const json_t *opts, char *err, size_t errlen
         {"frequency_penalty", "frequency_penalty"},
         {"stop", "stop"},
     };
-    if (json_is_null(opts))
+    if (!opts || json_is_null(opts))
         return 0;
     if (!json_is_object(opts)) {
         snprintf(err, errlen, "field 'options' must be an object");
