@@ -959,9 +959,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/ready") == 0) {
         kind = HK_READY;
     } else {
+        r->kind = strncmp(path, "/api/", 5) == 0 ? HK_OLLAMA : HK_NONE; /* the error's shape */
         http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
         return;
     }
+    r->kind = kind;
     if (want_post ? !post : !get) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
                           want_post ? "POST" : "GET, HEAD");
@@ -969,7 +971,6 @@ static void on_request(struct evhttp_request *req, void *arg)
                   want_post ? "POST" : "GET");
         return;
     }
-    r->kind = kind;
     if (kind != HK_HEALTH && kind != HK_READY && key_check(r))
         return;
     switch (kind) {

@@ -24,9 +24,9 @@ http_ol_t http_ollama_route(const char *path, int *want_post)
         http_ol_t ol;
         int post;
     } routes[] = {
-        {"/api/chat", HTTP_OL_CHAT, 1},   {"/api/generate", HTTP_OL_GENERATE, 1},
-        {"/api/tags", HTTP_OL_TAGS, 0},   {"/api/ps", HTTP_OL_PS, 0},
-        {"/api/show", HTTP_OL_SHOW, 1},   {"/api/version", HTTP_OL_VERSION, 0},
+        {"/api/chat", HTTP_OL_CHAT, 1}, {"/api/generate", HTTP_OL_GENERATE, 1},
+        {"/api/tags", HTTP_OL_TAGS, 0}, {"/api/ps", HTTP_OL_PS, 0},
+        {"/api/show", HTTP_OL_SHOW, 1}, {"/api/version", HTTP_OL_VERSION, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strcmp(path, routes[i].path) == 0) {
@@ -89,8 +89,7 @@ static int ka_parse(const json_t *v, int64_t *ka, char *err, size_t errlen)
 {
     if (!v || json_is_null(v))
         return 0;
-    if (json_is_number(v) && isfinite(json_number_value(v)) &&
-        fabs(json_number_value(v)) < 9e12) {
+    if (json_is_number(v) && isfinite(json_number_value(v)) && fabs(json_number_value(v)) < 9e12) {
         *ka = (int64_t)(json_number_value(v) * 1000.0); /* a number is seconds */
         if (*ka < 0)
             *ka = -1;
@@ -109,9 +108,9 @@ static int ka_parse(const json_t *v, int64_t *ka, char *err, size_t errlen)
 
 typedef struct ka_entry {
     struct http_ka *ka;
-    char *model;          /* owned */
-    struct event *timer;  /* unpins and evicts at the deadline */
-    time_t deadline;      /* unix seconds */
+    char *model;         /* owned */
+    struct event *timer; /* unpins and evicts at the deadline */
+    time_t deadline;     /* unix seconds */
     struct ka_entry *next;
 } ka_entry_t;
 
@@ -357,7 +356,8 @@ static int map_messages(json_t *out, const json_t *v, char *err, size_t errlen)
  * or suffix (fill in the middle), which run the text as it is. */
 static int map_prompt(json_t *out, const json_t *body, char *err, size_t errlen)
 {
-    const json_t *prompt = json_object_get(body, "prompt"), *suffix = json_object_get(body, "suffix"),
+    const json_t *prompt = json_object_get(body, "prompt"),
+                 *suffix = json_object_get(body, "suffix"),
                  *system = json_object_get(body, "system");
     if (prompt && !json_is_null(prompt) && !json_is_string(prompt)) {
         snprintf(err, errlen, "field 'prompt' must be a string");
@@ -365,8 +365,9 @@ static int map_prompt(json_t *out, const json_t *body, char *err, size_t errlen)
     }
     if (json_is_true(json_object_get(body, "raw")) || !is_unset(suffix)) {
         json_object_set_new(out, "op", json_string("generate"));
-        json_object_set_new(out, "prompt", json_is_string(prompt) ? json_incref((json_t *)prompt)
-                                                                 : json_string(""));
+        json_object_set_new(out, "prompt",
+                            json_is_string(prompt) ? json_incref((json_t *)prompt)
+                                                   : json_string(""));
         if (!is_unset(suffix))
             json_object_set(out, "suffix", (json_t *)suffix);
         return 0;
@@ -437,8 +438,7 @@ int http_ollama_map(http_ol_t ol, const char *body, size_t len, const char *rid,
             snprintf(err, errlen, "empty request body");
         return -PROTO_E_BAD_JSON;
     }
-    json_t *mapped =
-        json_is_object(root) ? map_request(ol, rid, root, info, err, errlen) : NULL;
+    json_t *mapped = json_is_object(root) ? map_request(ol, rid, root, info, err, errlen) : NULL;
     if (!json_is_object(root))
         snprintf(err, errlen, "the request body must be a JSON object");
     json_decref(root);
@@ -516,10 +516,10 @@ json_t *http_ollama_chunk_of(const http_ol_answer_t *a, const wk_event_t *ev)
     double prefill = t->ttft_ms - t->queue_ms - t->swap_ms;
     json_t *tail = json_pack(
         "{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "done_reason",
-        ev->finish == PROTO_FINISH_LENGTH ? "length" : "stop", "total_duration",
-        ns_of(t->total_ms), "load_duration", ns_of(t->swap_ms), "prompt_eval_count",
-        (json_int_t)ev->prompt_tokens, "prompt_eval_duration", ns_of(prefill), "eval_count",
-        (json_int_t)ev->completion_tokens, "eval_duration", ns_of(t->total_ms - t->ttft_ms));
+        ev->finish == PROTO_FINISH_LENGTH ? "length" : "stop", "total_duration", ns_of(t->total_ms),
+        "load_duration", ns_of(t->swap_ms), "prompt_eval_count", (json_int_t)ev->prompt_tokens,
+        "prompt_eval_duration", ns_of(prefill), "eval_count", (json_int_t)ev->completion_tokens,
+        "eval_duration", ns_of(t->total_ms - t->ttft_ms));
     json_object_update(o, tail);
     json_decref(tail);
     return o;
@@ -529,7 +529,8 @@ json_t *http_ollama_load_of(const http_ol_answer_t *a, int unload)
 {
     json_t *o = json_pack("{s:s, s:o}", "model", a->model ? a->model : "", "created_at", now_str());
     if (a->ol == HTTP_OL_CHAT)
-        json_object_set_new(o, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
+        json_object_set_new(o, "message",
+                            json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
     else
         json_object_set_new(o, "response", json_string(""));
     json_object_set_new(o, "done", json_true());
@@ -584,20 +585,21 @@ static json_t *entry_of(const http_ol_list_t *l, const json_t *m, const char *na
 {
     json_t *size = json_object_get(m, "weight_bytes");
     struct timespec started = {.tv_sec = l->t_start};
-    json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:o, s:o}", "name", name, "model", name,
-                          "modified_at", time_str(&started), "size",
-                          size ? json_integer_value(size) : 0, "digest", digest_of(name),
-                          "details", details_of(m));
+    json_t *o =
+        json_pack("{s:s, s:s, s:o, s:I, s:o, s:o}", "name", name, "model", name, "modified_at",
+                  time_str(&started), "size", size ? json_integer_value(size) : 0, "digest",
+                  digest_of(name), "details", details_of(m));
     if (l->ol != HTTP_OL_PS)
         return o;
     json_object_del(o, "modified_at");
-    json_object_set_new(o, "size_vram", json_integer(json_integer_value(
-                                            json_object_get(m, "curr_resident_bytes"))));
+    json_object_set_new(
+        o, "size_vram",
+        json_integer(json_integer_value(json_object_get(m, "curr_resident_bytes"))));
     time_t dl = http_ka_deadline(l->ka, name);
     struct timespec ts = {.tv_sec = dl};
     json_object_set_new(o, "expires_at", dl ? time_str(&ts) : json_string(OL_FOREVER));
-    json_object_set_new(o, "context_length", json_integer(json_integer_value(
-                                                 json_object_get(m, "context"))));
+    json_object_set_new(o, "context_length",
+                        json_integer(json_integer_value(json_object_get(m, "context"))));
     return o;
 }
 

@@ -115,9 +115,10 @@ Test(http_ollama, no_prompt_is_a_load_request)
 
 Test(http_ollama, images_tools_template_context_and_think_are_refused)
 {
-    refused(HTTP_OL_CHAT,
-            "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}",
-            PROTO_E_BAD_REQUEST, "messages[0]: images");
+    refused(
+        HTTP_OL_CHAT,
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}",
+        PROTO_E_BAD_REQUEST, "messages[0]: images");
     refused(HTTP_OL_CHAT,
             "{\"model\":\"m\",\"tools\":[{\"type\":\"function\"}],\"messages\":[{\"role\":\"user\","
             "\"content\":\"x\"}]}",
