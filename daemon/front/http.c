@@ -34,6 +34,7 @@ typedef enum hkind {
     HK_MODELS,     /* GET /v1/models */
     HK_MODEL,      /* GET /v1/models/{id} */
     HK_METRICS,    /* GET /metrics */
+    HK_OLLAMA,     /* /api/...: Ollama's API, the route in hreq.ol (http_ollama.c) */
 } hkind_t;
 
 /* One HTTP request from arrival until its answer is written or its connection
@@ -61,6 +62,9 @@ typedef struct hreq {
     json_t *choices;      /* n > 1 without stream: the choices ended so far (array), owned */
     size_t offset[PROTO_MAX_CHOICES]; /* completions' logprobs text_offset, per choice */
     uint32_t roles;                   /* streamed chat: choices whose role chunk went out (bits) */
+    http_ol_t ol;                     /* HK_OLLAMA: its route */
+    int64_t keep_alive;               /* HK_OLLAMA: ms (http_ol_req_t); HTTP_KA_NONE absent */
+    int ol_load;                      /* HK_OLLAMA: a load/unload without prompt (admin op) */
     struct hreq *hnext;
 } hreq_t;
 
@@ -104,6 +108,7 @@ struct http {
     int early_close;              /* the event backend reports peer close (EV_CLOSED) */
     int freeing;                  /* in http_free: the worker is gone */
     auth_t *auth;                 /* the server's API keys (srv_auth); NULL = none */
+    http_ka_t *ka;                /* Ollama's keep_alive timers */
 };
 
 /* ------------------------------------------------------------------ request table */
@@ -457,7 +462,7 @@ static void send_sse(hreq_t *r, json_t *obj /* stolen */)
     json_decref(obj);
     struct evbuffer *buf = evbuffer_new();
     if (buf && text) {
-        evbuffer_add_printf(buf, "data: %s\n\n", text);
+        evbuffer_add_printf(buf, r->kind == HK_OLLAMA ? "%s\n" : "data: %s\n\n", text);
         evhttp_send_reply_chunk(r->req, buf);
     }
     if (buf)
@@ -521,7 +526,8 @@ static void stream_start(hreq_t *r)
     if (r->started)
         return;
     struct evkeyvalq *hd = evhttp_request_get_output_headers(r->req);
-    evhttp_add_header(hd, "Content-Type", "text/event-stream");
+    evhttp_add_header(hd, "Content-Type",
+                      r->kind == HK_OLLAMA ? "application/x-ndjson" : "text/event-stream");
     evhttp_add_header(hd, "Cache-Control", "no-cache");
     evhttp_send_reply_start(r->req, 200, "OK");
     r->started = 1;
@@ -539,6 +545,16 @@ static void gen_token(hreq_t *r, const wk_event_t *ev)
         send_sse(r, http_chunk_of(&a, ev, 0));
 }
 
+/* The key's generate slot ends with its request's tokens. */
+static void key_finish(hreq_t *r, const wk_event_t *ev)
+{
+    if (r->admitted) {
+        r->admitted = 0;
+        auth_finish(r->h->auth, r->key,
+                    (uint64_t)ev->prompt_tokens + (uint64_t)ev->completion_tokens, auth_now());
+    }
+}
+
 static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
     http_answer_t a = answer_of(r);
@@ -554,11 +570,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
         }
         return;
     }
-    if (r->admitted) {
-        r->admitted = 0;
-        auth_finish(r->h->auth, r->key,
-                    (uint64_t)ev->prompt_tokens + (uint64_t)ev->completion_tokens, auth_now());
-    }
+    key_finish(r, ev);
     if (r->stream) {
         stream_start(r);
         role_chunk(r, ev->index);
@@ -575,12 +587,14 @@ static void any_error(hreq_t *r, const wk_event_t *ev)
 {
     const char *code = proto_err_code(ev->code);
     int status = r->status ? r->status : status_of(ev->code);
+    json_t *body = r->kind == HK_OLLAMA ? http_ollama_error_of(ev->message ? ev->message : code)
+                                        : error_body(status, code, ev->message);
     if (r->started) {
-        send_sse(r, error_body(status, code, ev->message));
+        send_sse(r, body);
         sse_end(r, 0);
         return;
     }
-    reply_json(r, status, error_body(status, code, ev->message));
+    reply_json(r, status, body);
 }
 
 /* ------------------------------------------------------------------ /v1/models, /metrics */
@@ -637,6 +651,39 @@ static void metrics_ok(hreq_t *r, const json_t *body)
     evbuffer_free(b);
 }
 
+/* ------------------------------------------------------------------ Ollama's answers */
+
+/* The worker's events for an Ollama request: NDJSON chunks and the final object, the
+ * models lists, a load's answer; keep_alive applies once its request is done. */
+static void ollama_event(hreq_t *r, const wk_event_t *ev)
+{
+    http_ol_answer_t a = {.ol = r->ol, .model = r->model, .stream = r->stream};
+    if (ev->kind == WK_EVENT_RESULT && r->ol_load) {
+        http_ka_apply(r->h->ka, r->model, r->keep_alive);
+        reply_json(r, 200, http_ollama_load_of(&a, r->keep_alive == 0));
+    } else if (ev->kind == WK_EVENT_RESULT) {
+        http_ol_list_t l = {r->ol, r->model, r->key, r->h->ka, r->h->t_start};
+        json_t *o = http_ollama_list_of(&l, ev->body);
+        if (o || r->ol != HTTP_OL_SHOW)
+            reply_json(r, 200, o);
+        else
+            http_fail(r, 0, PROTO_E_UNKNOWN_MODEL, "model '%s' not found", r->model);
+    } else if (ev->kind == WK_EVENT_TOKEN && r->stream && ev->text && ev->text[0]) {
+        stream_start(r);
+        send_sse(r, http_ollama_chunk_of(&a, ev));
+    } else if (ev->kind == WK_EVENT_DONE) {
+        key_finish(r, ev);
+        http_ka_apply(r->h->ka, r->model, r->keep_alive);
+        if (!r->stream) {
+            reply_json(r, 200, http_ollama_chunk_of(&a, ev));
+            return;
+        }
+        stream_start(r);
+        send_sse(r, http_ollama_chunk_of(&a, ev));
+        sse_end(r, 0);
+    }
+}
+
 /* ------------------------------------------------------------------ answers from the worker */
 
 /* Every event for one of our ids, worker answers and srv_send_error's: the
@@ -647,6 +694,10 @@ static void http_event(void *ctx, const wk_event_t *ev)
     hreq_t *r = hreq_find(h, ev->conn);
     if (!r || r->answered)
         return;
+    if (r->kind == HK_OLLAMA && ev->kind != WK_EVENT_ERROR) {
+        ollama_event(r, ev);
+        return;
+    }
     int gen = r->kind == HK_COMPLETION || r->kind == HK_CHAT;
     switch (ev->kind) {
     case WK_EVENT_ERROR: any_error(r, ev); break;
@@ -746,29 +797,43 @@ static int key_admit(hreq_t *r, int gen, proto_req_t *req)
     return 0;
 }
 
+/* r's body (*len bytes, not NUL-terminated), or NULL after answering 413. */
+static const char *body_of(hreq_t *r, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+    *len = evbuffer_get_length(in);
+    if (*len > r->h->cfg->listen.max_line) {
+        http_fail(r, 0, PROTO_E_TOO_LARGE, "request body of %zu bytes is longer than %llu", *len,
+                  (unsigned long long)r->h->cfg->listen.max_line);
+        return NULL;
+    }
+    return *len ? (const char *)evbuffer_pullup(in, -1) : "";
+}
+
 static void do_generate(hreq_t *r)
 {
     http_t *h = r->h;
-    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
-    size_t len = evbuffer_get_length(in);
-    if (len > h->cfg->listen.max_line) {
-        http_fail(r, 0, PROTO_E_TOO_LARGE, "request body of %zu bytes is longer than %llu", len,
-                  (unsigned long long)h->cfg->listen.max_line);
+    size_t len;
+    const char *data = body_of(r, &len);
+    if (!data)
         return;
-    }
-    const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
     char err[512];
     char *line = NULL;
-    int rc = http_request_map(r->kind == HK_CHAT ? "/v1/chat/completions" : "/v1/completions", data,
-                              len, r->rid, &line, &r->include_usage, err, sizeof err);
+    http_ol_req_t ol = {.keep_alive = HTTP_KA_NONE};
+    int rc = r->kind == HK_OLLAMA
+                 ? http_ollama_map(r->ol, data, len, r->rid, &line, &ol, err, sizeof err)
+                 : http_request_map(r->kind == HK_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                                    data, len, r->rid, &line, &r->include_usage, err, sizeof err);
     if (rc < 0) {
         http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;
     }
+    r->keep_alive = ol.keep_alive;
+    r->ol_load = ol.load; /* an admin load (keep_alive 0: unpin, then unload) */
     /* the socket's codec validates the rest and words the errors */
     proto_req_t req;
     json_t *id = NULL;
-    rc = proto_parse_request(line, strlen(line), 0, &req, &id, err, sizeof err);
+    rc = proto_parse_request(line, strlen(line), ol.load, &req, &id, err, sizeof err);
     free(line);
     json_decref(id);
     if (rc < 0) {
@@ -788,13 +853,20 @@ static void do_generate(hreq_t *r)
                   "the daemon is shutting down and accepts no new requests");
         return;
     }
-    if (r->key && key_admit(r, 1, &req)) {
+    if (ol.load && r->key && !auth_key_allows(r->key, r->model)) {
+        proto_req_free(&req);
+        http_fail(r, 0, PROTO_E_UNKNOWN_MODEL, "model '%s' not found", r->model);
+        return;
+    }
+    if (ol.load && ol.keep_alive == 0)
+        req.op = PROTO_OP_UNPIN;
+    if (r->key && key_admit(r, !ol.load, &req)) {
         proto_req_free(&req);
         return;
     }
     r->submitted = 1;
     arm_closed(r);
-    wk_submit(h->wk, r->conn, 0, &req);
+    wk_submit(h->wk, r->conn, ol.load, &req);
 }
 
 /* models (inference op) and stats (admin op) go to the worker as such. */
@@ -807,6 +879,31 @@ static void do_worker_op(hreq_t *r, proto_op_t op, int admin)
     }
     r->submitted = 1;
     wk_submit(r->h->wk, r->conn, admin, &req);
+}
+
+/* Ollama's routes: generations as do_generate's, the lists from the admin models answer. */
+static void do_ollama(hreq_t *r)
+{
+    size_t len;
+    const char *data;
+    char err[256];
+    switch (r->ol) {
+    case HTTP_OL_VERSION:
+        reply_json(r, 200, json_pack("{s:s}", "version", GPUSWAPD_VERSION));
+        return;
+    case HTTP_OL_CHAT:
+    case HTTP_OL_GENERATE: do_generate(r); return;
+    case HTTP_OL_SHOW:
+        if (!(data = body_of(r, &len)))
+            return;
+        int rc = http_ollama_model_of(data, len, &r->model, err, sizeof err);
+        if (rc < 0) {
+            http_fail(r, 0, (proto_err_t)-rc, "%s", err);
+            return;
+        }
+        /* fall through */
+    default: do_worker_op(r, PROTO_OP_MODELS, 1); return;
+    }
 }
 
 /* ------------------------------------------------------------------ routing */
@@ -843,7 +940,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD, post = cmd == EVHTTP_REQ_POST;
     int want_post = 0;
     hkind_t kind = HK_NONE;
-    if (strcmp(path, "/v1/completions") == 0) {
+    if ((r->ol = http_ollama_route(path, &want_post)) != HTTP_OL_NONE) {
+        kind = HK_OLLAMA;
+    } else if (strcmp(path, "/v1/completions") == 0) {
         kind = HK_COMPLETION;
         want_post = 1;
     } else if (strcmp(path, "/v1/chat/completions") == 0) {
@@ -860,9 +959,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/ready") == 0) {
         kind = HK_READY;
     } else {
+        r->kind = strncmp(path, "/api/", 5) == 0 ? HK_OLLAMA : HK_NONE; /* the error's shape */
         http_fail(r, 404, PROTO_E_BAD_REQUEST, "no such path: %s", path);
         return;
     }
+    r->kind = kind;
     if (want_post ? !post : !get) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
                           want_post ? "POST" : "GET, HEAD");
@@ -870,7 +971,6 @@ static void on_request(struct evhttp_request *req, void *arg)
                   want_post ? "POST" : "GET");
         return;
     }
-    r->kind = kind;
     if (kind != HK_HEALTH && kind != HK_READY && key_check(r))
         return;
     switch (kind) {
@@ -906,6 +1006,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     case HK_MODELS: do_worker_op(r, PROTO_OP_MODELS, 0); return;
+    case HK_OLLAMA: do_ollama(r); return;
     case HK_METRICS:
         if (r->key &&
             !auth_key_allows(r->key, NULL)) { /* it names every model: keys for all only */
@@ -1001,7 +1102,8 @@ http_t *http_new(struct event_base *base, const cfg_t *cfg, wk_t *wk, srv_t *srv
     h->early_close = (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) != 0;
     h->auth = srv_auth(srv);
     h->adopt = event_new(base, -1, 0, conn_adopt, h);
-    h->eh = h->adopt ? evhttp_new(base) : NULL;
+    h->ka = http_ka_new(base, wk, srv);
+    h->eh = h->adopt && h->ka ? evhttp_new(base) : NULL;
     if (!h->eh) {
         snprintf(err, errlen, "listen.http: cannot create the HTTP server");
         goto fail;
@@ -1076,5 +1178,6 @@ void http_free(http_t *h)
     }
     if (h->adopt)
         event_free(h->adopt);
+    http_ka_free(h->ka);
     free(h);
 }

@@ -39,6 +39,9 @@
  *   GET  /health                200 {"status":"ok"}; 503 {"status":"draining"}
  *   GET  /metrics               Prometheus text 0.0.4, rendered from the
  *                               worker's one stats report (admin `stats`)
+ *   /api/chat, /api/generate, /api/tags, /api/ps, /api/show, /api/version: Ollama's API
+ *                               (http_ollama.c, docs/ollama.md): NDJSON streams, errors
+ *                               {"error": "message"}, keep_alive as pin/unpin/evict
  *
  * Each HTTP request is translated into a JSON-lines request and parsed by
  * proto_parse_request (the socket's validation and messages), then handed to
@@ -100,6 +103,8 @@
  * ones are closed at once.
  */
 
+#define GPUSWAPD_VERSION "0.2.0" /* --version and Ollama's GET /api/version */
+
 typedef struct http http_t;
 
 /* Binds cfg->listen.http and cfg->metrics.listen (at least one must be set;
@@ -123,6 +128,33 @@ void http_free(http_t *h);
  * -PROTO_E_INTERNAL (out of memory). No state is touched: safe in any thread. */
 int http_request_map(const char *path, const char *body, size_t len, const char *rid, char **line,
                      int *include_usage, char *err, size_t errlen);
+
+/* The Ollama routes (/api/..., http_ollama.c; docs/ollama.md). */
+typedef enum http_ol {
+    HTTP_OL_NONE = 0,
+    HTTP_OL_CHAT,     /* POST /api/chat */
+    HTTP_OL_GENERATE, /* POST /api/generate */
+    HTTP_OL_TAGS,     /* GET  /api/tags: the configured models */
+    HTTP_OL_PS,       /* GET  /api/ps: the models on the device */
+    HTTP_OL_SHOW,     /* POST /api/show: one model's details */
+    HTTP_OL_VERSION,  /* GET  /api/version */
+} http_ol_t;
+
+#define HTTP_KA_NONE INT64_MIN /* keep_alive absent: residency as the daemon's policy has it */
+
+/* What an Ollama generation request says beside its JSON-lines line. */
+typedef struct http_ol_req {
+    int stream;         /* NDJSON answer: Ollama's default, off with "stream": false */
+    int64_t keep_alive; /* ms: 0 unload after it, < 0 (-1) keep forever; HTTP_KA_NONE absent */
+    int load;           /* no prompt (generate) or no messages (chat): load or unload only */
+} http_ol_req_t;
+
+/* The pure part of POST /api/chat and /api/generate (ol): maps an Ollama body (len bytes of
+ * JSON) onto one JSON-lines request tagged rid, as http_request_map does (the same return
+ * values, *line the caller's), and fills *info. Unknown fields and options are ignored as
+ * Ollama ignores them; images, tools, template, context and think are refused. */
+int http_ollama_map(http_ol_t ol, const char *body, size_t len, const char *rid, char **line,
+                    http_ol_req_t *info, char *err, size_t errlen);
 
 /* What an OpenAI answer says of its request (plain data; strings borrowed). */
 typedef struct http_answer {

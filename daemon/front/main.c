@@ -25,7 +25,6 @@
 #include "server.h"
 #include "worker/worker.h"
 
-#define GPUSWAPD_VERSION "0.2.0"
 #define DEFAULT_CONFIG "/etc/gpuswapd/gpuswapd.yaml"
 
 typedef struct daemon_state {
