@@ -79,7 +79,8 @@ const char *proto_fault_name(int fault);
  * delay_ms before each of its next count passes (a stall, for the latency tests). */
 #define PROTO_FAULT_STALL 5
 
-typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant"), content */
+typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant" |
+                                   "tool"), content, tool_calls, tool_call_id */
 
 /* A parsed request: plain data, every pointer owned by it (proto_req_free). */
 typedef struct proto_req {
@@ -120,6 +121,12 @@ typedef struct proto_req {
                                 worker compiles it); NULL = free text */
     char *grammar; /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
                       it; never with response_format); NULL = none */
+    json_t *tools;    /* chat: owned; the OpenAI tool objects (array, validated:
+                         {type: "function", function: {name, description?, parameters?}}); NULL
+                         = none */
+    int tool_choice;  /* chat: chat_tool_choice_t (engine/chat_tools.h); 0 = auto */
+    char *tool_name;  /* chat: tool_choice's function name (CHAT_TOOL_NAMED), else NULL */
+    int tools_serial; /* chat: "parallel_tool_calls": false, at most one call */
     int fault;     /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
