@@ -174,6 +174,9 @@ typedef struct proto_choice {
     uint32_t n;             /* the request's choices */
     uint32_t left;          /* done: choices still running after this one; written when n > 1 */
     const json_t *logprobs; /* token: one entry (object), done: an array of them; NULL = none */
+    const json_t *tool_calls; /* done: the calls parsed from the output (array of {id, type,
+                                 function: {name, arguments}}), finish_reason then "tool_calls";
+                                 NULL = none */
 } proto_choice_t;
 /* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
  * daemon's monotonic clock when the token was produced (omitted when < 0);
@@ -186,7 +189,8 @@ typedef struct proto_timing {
     int swapped;
 } proto_timing_t;
 
-/* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
+/* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}} (and
+ * "tool_calls" when c has them);
  * usage.cached_tokens (prompt tokens a cached prefix covered) only when not 0; t NULL omits
  * "timing"; c (NULL = none) adds "index", "left" and "logprobs". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,

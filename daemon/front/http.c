@@ -539,6 +539,19 @@ static void gen_token(hreq_t *r, const wk_event_t *ev)
         send_sse(r, http_chunk_of(&a, ev, 0));
 }
 
+/* A DONE event's tool calls as delta.tool_calls chunks (http_tool_chunks_of). */
+static void send_tool_chunks(hreq_t *r, const http_answer_t *a, const wk_event_t *ev)
+{
+    if (!ev->tool_calls)
+        return;
+    json_t *chunks = http_tool_chunks_of(a, ev);
+    size_t i;
+    json_t *c;
+    json_array_foreach (chunks, i, c)
+        send_sse(r, json_incref(c));
+    json_decref(chunks);
+}
+
 static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
     http_answer_t a = answer_of(r);
@@ -546,6 +559,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
         if (r->stream) {
             stream_start(r);
             role_chunk(r, ev->index);
+            send_tool_chunks(r, &a, ev);
             send_sse(r, http_chunk_of(&a, ev, 0));
         } else {
             if (!r->choices)
@@ -562,6 +576,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
     if (r->stream) {
         stream_start(r);
         role_chunk(r, ev->index);
+        send_tool_chunks(r, &a, ev);
         send_sse(r, http_chunk_of(&a, ev, 0));
         if (r->include_usage)
             send_sse(r, http_chunk_of(&a, ev, 1));
