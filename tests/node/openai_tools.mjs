@@ -36,8 +36,8 @@ const fin = await stream.finalChatCompletion();
 const sc = fin.choices[0].message.tool_calls[0];
 out.streamed = { finish: fin.choices[0].finish_reason, name: sc.function.name, args: JSON.parse(sc.function.arguments), fragments };
 
-// the round trip: the call and its result go back, the model answers (tool_choice none: text)
+// the round trip: the call and its result go back, the model goes on (auto: free text, parsed)
 const back = [...messages, r.choices[0].message, { role: "tool", tool_call_id: call.id, content: "{\"temp\": 21}" }];
-const r2 = await client.chat.completions.create({ model, messages: back, tools, tool_choice: "none", temperature: 0, max_tokens: 4 });
+const r2 = await client.chat.completions.create({ model, messages: back, tools, tool_choice: "auto", temperature: 0, max_tokens: 4 });
 out.round_trip = { finish: r2.choices[0].finish_reason, prompt_tokens: r2.usage.prompt_tokens, content: r2.choices[0].message.content };
 console.log(JSON.stringify(out));
