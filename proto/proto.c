@@ -157,8 +157,8 @@ static const struct op_desc {
                                FB(F_SUFFIX),
                            FB(F_MODEL)},
     [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE,
-                       FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING | FB(F_TOOLS) |
-                           FB(F_TOOL_CHOICE) | FB(F_PARALLEL_TOOLS),
+                       FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING | FB(F_TOOLS) | FB(F_TOOL_CHOICE) |
+                           FB(F_PARALLEL_TOOLS),
                        FB(F_MODEL) | FB(F_MESSAGES)},
     [PROTO_OP_TOKENIZE] = {"tokenize", SOCK_INFERENCE, FB(F_MODEL) | FB(F_TEXT) | FB(F_ADD_BOS),
                            FB(F_MODEL) | FB(F_TEXT)},
@@ -647,14 +647,16 @@ static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t e
             char q[48];
             proto_quote_short(q, sizeof q, r);
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
-                              "field '%s' must be system, user, assistant or tool (got %s)", name, q);
+                              "field '%s' must be system, user, assistant or tool (got %s)", name,
+                              q);
         }
         snprintf(pm->role, sizeof pm->role, "%s", roles[k]);
         snprintf(name, sizeof name, "messages[%zu].content", i);
         int rc = proto_parse_msg_tools(i, m, (int)k, pm, err, errlen);
         if (!rc && !pm->content && !content) /* content "" set: calls without content */
             rc = proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
-        if (rc || (!pm->content && (rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen))))
+        if (rc || (!pm->content &&
+                   (rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen))))
             return rc;
     }
     return 0;
@@ -853,11 +855,7 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_GRAMMAR: return get_string(name, v, 1, SIZE_MAX, &req->grammar, err, errlen);
     case F_TOOLS: return proto_parse_tools(v, req, err, errlen);
     case F_TOOL_CHOICE: return proto_parse_tool_choice(v, req, err, errlen);
-    case F_PARALLEL_TOOLS: {
-        int par = 1, rc = get_bool(name, v, &par, err, errlen);
-        req->tools_serial = !par;
-        return rc;
-    }
+    case F_PARALLEL_TOOLS: return proto_parse_parallel_tools(v, req, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -1037,13 +1035,9 @@ void proto_req_free(proto_req_t *req)
     free(req->model);
     free(req->prompt);
     free(req->tokens);
-    for (size_t i = 0; i < req->n_messages; i++) {
+    proto_tools_free(req);
+    for (size_t i = 0; i < req->n_messages; i++)
         free(req->messages[i].content);
-        free(req->messages[i].tool_calls);
-        free(req->messages[i].tool_call_id);
-    }
-    json_decref(req->tools);
-    free(req->tool_name);
     free(req->messages);
     free(req->text);
     free(req->target);

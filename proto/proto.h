@@ -119,7 +119,7 @@ typedef struct proto_req {
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
     json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
                                 worker compiles it); NULL = free text */
-    char *grammar; /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
+    char *grammar;    /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
                       it; never with response_format); NULL = none */
     json_t *tools;    /* chat: owned; the OpenAI tool objects (array, validated:
                          {type: "function", function: {name, description?, parameters?}}); NULL
@@ -127,7 +127,7 @@ typedef struct proto_req {
     int tool_choice;  /* chat: chat_tool_choice_t (engine/chat_tools.h); 0 = auto */
     char *tool_name;  /* chat: tool_choice's function name (CHAT_TOOL_NAMED), else NULL */
     int tools_serial; /* chat: "parallel_tool_calls": false, at most one call */
-    int fault;     /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
+    int fault;        /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy; stall: ms per pass */
@@ -170,10 +170,10 @@ void proto_req_free(proto_req_t *req);
 
 /* What a token or done line adds for a request with n > 1 or logprobs. */
 typedef struct proto_choice {
-    uint32_t index;         /* the choice, 0..n-1; written when n > 1 */
-    uint32_t n;             /* the request's choices */
-    uint32_t left;          /* done: choices still running after this one; written when n > 1 */
-    const json_t *logprobs; /* token: one entry (object), done: an array of them; NULL = none */
+    uint32_t index;           /* the choice, 0..n-1; written when n > 1 */
+    uint32_t n;               /* the request's choices */
+    uint32_t left;            /* done: choices still running after this one; written when n > 1 */
+    const json_t *logprobs;   /* token: one entry (object), done: an array of them; NULL = none */
     const json_t *tool_calls; /* done: the calls parsed from the output (array of {id, type,
                                  function: {name, arguments}}), finish_reason then "tool_calls";
                                  NULL = none */

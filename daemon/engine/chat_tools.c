@@ -205,8 +205,7 @@ chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t l
         has(tmpl, len, "<|im_start|>"))
         return CHAT_TOOLS_HERMES;
     if (has(tmpl, len, "<tool_call>") || has(tmpl, len, "[AVAILABLE_TOOLS]") ||
-        has(tmpl, len, "<|python_tag|>") || has(tmpl, len, "ipython") ||
-        has(tmpl, len, "<|tool|>"))
+        has(tmpl, len, "<|python_tag|>") || has(tmpl, len, "ipython") || has(tmpl, len, "<|tool|>"))
         return CHAT_TOOLS_PENDING;
     switch (f) {
     case CHAT_LLAMA3:
@@ -460,8 +459,8 @@ json_t *chat_tools_call_schema(const json_t *tools, const char *name)
             return NULL;
         const json_t *params = json_object_get(tool_fn(t), "parameters");
         name_s = json_pack("{s:s}", "const", name);
-        args_s = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type",
-                                                                             "object");
+        args_s =
+            json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
     } else {
         json_t *names = json_array();
         size_t i;

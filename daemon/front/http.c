@@ -545,10 +545,8 @@ static void send_tool_chunks(hreq_t *r, const http_answer_t *a, const wk_event_t
     if (!ev->tool_calls)
         return;
     json_t *chunks = http_tool_chunks_of(a, ev);
-    size_t i;
-    json_t *c;
-    json_array_foreach (chunks, i, c)
-        send_sse(r, json_incref(c));
+    for (size_t i = 0; i < json_array_size(chunks); i++)
+        send_sse(r, json_incref(json_array_get(chunks, i)));
     json_decref(chunks);
 }
 

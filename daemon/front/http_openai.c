@@ -135,8 +135,8 @@ json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage)
     if (ev->kind == WK_EVENT_TOKEN)
         return chunk_new(a, chunk_choice(a, ev, ev->text ? ev->text : "", NULL, 0));
     if (ev->kind == WK_EVENT_DONE)
-        return chunk_new(a, chunk_choice(a, ev, NULL,
-                                         ev->tool_calls ? "tool_calls" : finish_of(ev->finish), 0));
+        return chunk_new(
+            a, chunk_choice(a, ev, NULL, ev->tool_calls ? "tool_calls" : finish_of(ev->finish), 0));
     return NULL;
 }
 

@@ -20,9 +20,9 @@ json_t *http_tools_message(const wk_event_t *ev)
 /* One chunk whose choice's delta holds tool_calls [call]. */
 static json_t *tool_chunk(const http_answer_t *a, uint32_t index, json_t *call /* stolen */)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:[o]}, s:n, s:n}]}", "id", a->rid,
-                     "object", "chat.completion.chunk", "created", (json_int_t)a->created,
-                     "model", a->model ? a->model : "", "choices", "index", (int)index, "delta",
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:[o]}, s:n, s:n}]}", "id", a->rid, "object",
+                     "chat.completion.chunk", "created", (json_int_t)a->created, "model",
+                     a->model ? a->model : "", "choices", "index", (int)index, "delta",
                      "tool_calls", call, "logprobs", "finish_reason");
 }
 

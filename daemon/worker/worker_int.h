@@ -103,10 +103,10 @@ typedef struct wk_model {
     res_model_t *rm;
     chat_family_t chat;
     chat_tools_style_t tools; /* its template's tool-call syntax (chat_tools_detect) */
-    struct wk *w;     /* its worker (the prefix cache's callbacks) */
-    pfx_t *pfx;       /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
-    char *load_error; /* why it is 'failed' */
-    wk_seq_t *active; /* admitted sequences */
+    struct wk *w;             /* its worker (the prefix cache's callbacks) */
+    pfx_t *pfx;               /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
+    char *load_error;         /* why it is 'failed' */
+    wk_seq_t *active;         /* admitted sequences */
     uint32_t n_active;
     double swap_in_s;       /* last measured full page-in time */
     double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on

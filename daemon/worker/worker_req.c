@@ -32,8 +32,8 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
         return -1;
     }
     s->tools = WK_TOOLS_FORCED;
-    r->response_format = chat_tools_call_schema(
-        r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
+    r->response_format =
+        chat_tools_call_schema(r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
     if (!r->response_format) {
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;
@@ -60,7 +60,8 @@ static int seq_chat_text(wk_t *w, wk_seq_t *s, const wk_model_t *m, char **text)
         rc = chat_render(f, r->messages, r->n_messages, text, err, sizeof err);
     }
     if (rc) {
-        wk_send_error(w, s->conn, s->id, rc == CHAT_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
+        wk_send_error(w, s->conn, s->id,
+                      rc == CHAT_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
                       "model '%s': %s", m->name, err);
         return -1;
     }

@@ -972,7 +972,9 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     if (o->chat_tmpl && !tmpl)
         rc = -1;
     rc |= ggufw_kv_str(w, "tokenizer.chat_template",
-                       tmpl ? tmpl : qwen ? mk_tmpl_chatml : mk_tmpl_llama2);
+                       tmpl   ? tmpl
+                       : qwen ? mk_tmpl_chatml
+                              : mk_tmpl_llama2);
     free(tmpl);
     return rc ? -1 : 0;
 }

@@ -52,9 +52,9 @@ Test(chat_tools, hermes_renders_calls_and_grouped_results)
                        {.role = "tool", .content = "r1"},
                        {.role = "tool", .content = "r2"}};
     char *out, err[128];
-    cr_assert_eq(chat_tools_render(CHAT_CHATML, CHAT_TOOLS_HERMES, m, 4, NULL, 0, &out, err,
-                                   sizeof err),
-                 CHAT_OK);
+    cr_assert_eq(
+        chat_tools_render(CHAT_CHATML, CHAT_TOOLS_HERMES, m, 4, NULL, 0, &out, err, sizeof err),
+        CHAT_OK);
     cr_assert_str_eq(out, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
                           "helpful assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
                           "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f2\", \"arguments\": "
@@ -128,22 +128,22 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
     json_t *tools = tools_of();
     json_t *s = chat_tools_call_schema(tools, "get_weather");
     cr_assert_not_null(s);
-    json_t *props = json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"),
-                                    "properties");
+    json_t *props =
+        json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(props, "name"), "const")),
                      "get_weather");
     cr_assert_not_null(json_object_get(json_object_get(props, "arguments"), "properties"));
     json_decref(s);
     cr_assert_null(chat_tools_call_schema(tools, "missing"));
     s = chat_tools_call_schema(tools, NULL);
-    cr_assert_eq(json_array_size(json_object_get(
-                     json_object_get(json_object_get(json_object_get(json_object_get(s,
-                                                                                     "json_schema"),
-                                                                     "schema"),
-                                                     "properties"),
-                                     "name"),
-                     "enum")),
-                 2);
+    cr_assert_eq(
+        json_array_size(json_object_get(
+            json_object_get(
+                json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"),
+                                "properties"),
+                "name"),
+            "enum")),
+        2);
     json_decref(s);
     json_decref(tools);
 }
