@@ -35,7 +35,7 @@ endif
 
 PKGS := libevent libevent_pthreads jansson yaml-0.1 libsystemd libpcre2-8 libcrypto
 DEB_PKGS := libevent-dev libjansson-dev libyaml-dev libcriterion-dev libsystemd-dev libpcre2-dev libssl-dev libseccomp-dev pkg-config \
-            python3-numpy python3-yaml curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
+            python3-numpy python3-yaml python3-jinja2 curl prometheus gnuplot-nox clang libclang-rt-14-dev valgrind haproxy nodejs npm \
             clang-format cppcheck patchelf xz-utils
 # commands the tests and benchmarks run (promtool: metrics validation; gnuplot: bench plots;
 # clang: libFuzzer targets; valgrind: make test-valgrind; haproxy: the fleet test; node, npm: the OpenAI SDK test,
@@ -109,7 +109,7 @@ all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 deps:
 	@missing=0; \
 	for p in $(PKGS) criterion libseccomp; do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
-	$(PY) -c 'import numpy, yaml' 2>/dev/null || missing=1; \
+	$(PY) -c 'import numpy, yaml, jinja2' 2>/dev/null || missing=1; \
 	for c in $(DEB_CMDS); do command -v $$c >/dev/null 2>&1 || [ -x /usr/sbin/$$c ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
 	  pkgs='$(DEB_PKGS)'; \

@@ -66,6 +66,9 @@ typedef enum pfield {
     F_SUFFIX,
     F_RESPONSE_FORMAT,
     F_GRAMMAR,
+    F_TOOLS,
+    F_TOOL_CHOICE,
+    F_PARALLEL_TOOLS,
     F_COUNT
 } pfield_t;
 
@@ -98,6 +101,9 @@ static const char *const field_names[F_COUNT] = {
     [F_SUFFIX] = "suffix",
     [F_RESPONSE_FORMAT] = "response_format",
     [F_GRAMMAR] = "grammar",
+    [F_TOOLS] = "tools",
+    [F_TOOL_CHOICE] = "tool_choice",
+    [F_PARALLEL_TOOLS] = "parallel_tool_calls",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -150,7 +156,9 @@ static const struct op_desc {
                            FB(F_MODEL) | FB(F_PROMPT) | FB(F_TOKENS) | F_SAMPLING | FB(F_ECHO) |
                                FB(F_SUFFIX),
                            FB(F_MODEL)},
-    [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE, FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING,
+    [PROTO_OP_CHAT] = {"chat", SOCK_INFERENCE,
+                       FB(F_MODEL) | FB(F_MESSAGES) | F_SAMPLING | FB(F_TOOLS) | FB(F_TOOL_CHOICE) |
+                           FB(F_PARALLEL_TOOLS),
                        FB(F_MODEL) | FB(F_MESSAGES)},
     [PROTO_OP_TOKENIZE] = {"tokenize", SOCK_INFERENCE, FB(F_MODEL) | FB(F_TEXT) | FB(F_ADD_BOS),
                            FB(F_MODEL) | FB(F_TEXT)},
@@ -176,7 +184,7 @@ const char *proto_op_name(proto_op_t op)
     return op_table[op].name;
 }
 
-static const char *const roles[] = {"system", "user", "assistant"};
+static const char *const roles[] = {"system", "user", "assistant", "tool"};
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -613,12 +621,14 @@ static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t e
         const char *key;
         json_t *val;
         json_object_foreach ((json_t *)m, key, val) {
-            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0) {
+            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 &&
+                strcmp(key, "tool_calls") != 0 && strcmp(key, "tool_call_id") != 0) {
                 char q[72];
                 proto_quote_short(q, sizeof q, key);
-                return proto_fail(
-                    err, errlen, PROTO_E_BAD_REQUEST,
-                    "unknown field %s in 'messages[%zu]' (a message has role and content)", q, i);
+                return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                                  "unknown field %s in 'messages[%zu]' (a message has role, "
+                                  "content, tool_calls, tool_call_id)",
+                                  q, i);
             }
         }
         const json_t *role = json_object_get(m, "role");
@@ -637,14 +647,16 @@ static int parse_messages(const json_t *v, proto_req_t *req, char *err, size_t e
             char q[48];
             proto_quote_short(q, sizeof q, r);
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
-                              "field '%s' must be system, user or assistant (got %s)", name, q);
+                              "field '%s' must be system, user, assistant or tool (got %s)", name,
+                              q);
         }
         snprintf(pm->role, sizeof pm->role, "%s", roles[k]);
         snprintf(name, sizeof name, "messages[%zu].content", i);
-        if (!content)
-            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
-        int rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen);
-        if (rc)
+        int rc = proto_parse_msg_tools(i, m, (int)k, pm, err, errlen);
+        if (!rc && !pm->content && !content) /* content "" set: calls without content */
+            rc = proto_fail(err, errlen, PROTO_E_BAD_REQUEST, "missing field '%s'", name);
+        if (rc || (!pm->content &&
+                   (rc = get_string(name, content, 0, SIZE_MAX, &pm->content, err, errlen))))
             return rc;
     }
     return 0;
@@ -841,6 +853,9 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
     case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
     case F_RESPONSE_FORMAT: return parse_response_format(v, req, err, errlen);
     case F_GRAMMAR: return get_string(name, v, 1, SIZE_MAX, &req->grammar, err, errlen);
+    case F_TOOLS: return proto_parse_tools(v, req, err, errlen);
+    case F_TOOL_CHOICE: return proto_parse_tool_choice(v, req, err, errlen);
+    case F_PARALLEL_TOOLS: return proto_parse_parallel_tools(v, req, err, errlen);
     case F_FAULT: {
         if (!json_is_string(v))
             return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
@@ -953,6 +968,8 @@ static int parse_object(const json_t *root, int admin, proto_req_t *req, char *e
     if (req->grammar && req->response_format)
         return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                           "give either 'grammar' or 'response_format', not both");
+    if ((rc = proto_tools_check(req, err, errlen)))
+        return rc;
     if (req->top_logprobs > 0 && !req->logprobs)
         return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
                           "'top_logprobs' needs 'logprobs': true");
@@ -1018,6 +1035,7 @@ void proto_req_free(proto_req_t *req)
     free(req->model);
     free(req->prompt);
     free(req->tokens);
+    proto_tools_free(req);
     for (size_t i = 0; i < req->n_messages; i++)
         free(req->messages[i].content);
     free(req->messages);
@@ -1084,7 +1102,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
             json_t *m = json_object();
             if (!m || proto_set_new(m, "role", proto_str_new(req->messages[i].role)) ||
                 proto_set_new(m, "content", proto_str_new(req->messages[i].content)) ||
-                json_array_append_new(a, m)) {
+                proto_tools_encode_msg(m, &req->messages[i]) || json_array_append_new(a, m)) {
                 json_decref(a);
                 return -1;
             }
@@ -1136,6 +1154,9 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
                    : 0;
     case F_GRAMMAR:
         return req->grammar ? proto_set_new(root, name, proto_str_new(req->grammar)) : 0;
+    case F_TOOLS: return proto_tools_encode(root, req); /* all three */
+    case F_TOOL_CHOICE:
+    case F_PARALLEL_TOOLS: return 0;
     case F_FAULT:
         return proto_fault_name(req->fault)
                    ? proto_set_new(root, name, json_string(proto_fault_name(req->fault)))

@@ -79,7 +79,8 @@ const char *proto_fault_name(int fault);
  * delay_ms before each of its next count passes (a stall, for the latency tests). */
 #define PROTO_FAULT_STALL 5
 
-typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant"), content */
+typedef chat_msg_t proto_msg_t; /* engine/chat.h: role ("system" | "user" | "assistant" |
+                                   "tool"), content, tool_calls, tool_call_id */
 
 /* A parsed request: plain data, every pointer owned by it (proto_req_free). */
 typedef struct proto_req {
@@ -118,9 +119,15 @@ typedef struct proto_req {
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
     json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
                                 worker compiles it); NULL = free text */
-    char *grammar; /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
+    char *grammar;    /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
                       it; never with response_format); NULL = none */
-    int fault;     /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
+    json_t *tools;    /* chat: owned; the OpenAI tool objects (array, validated:
+                         {type: "function", function: {name, description?, parameters?}}); NULL
+                         = none */
+    int tool_choice;  /* chat: chat_tool_choice_t (engine/chat_tools.h); 0 = auto */
+    char *tool_name;  /* chat: tool_choice's function name (CHAT_TOOL_NAMED), else NULL */
+    int tools_serial; /* chat: "parallel_tool_calls": false, at most one call */
+    int fault;        /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy; stall: ms per pass */
@@ -163,10 +170,13 @@ void proto_req_free(proto_req_t *req);
 
 /* What a token or done line adds for a request with n > 1 or logprobs. */
 typedef struct proto_choice {
-    uint32_t index;         /* the choice, 0..n-1; written when n > 1 */
-    uint32_t n;             /* the request's choices */
-    uint32_t left;          /* done: choices still running after this one; written when n > 1 */
-    const json_t *logprobs; /* token: one entry (object), done: an array of them; NULL = none */
+    uint32_t index;           /* the choice, 0..n-1; written when n > 1 */
+    uint32_t n;               /* the request's choices */
+    uint32_t left;            /* done: choices still running after this one; written when n > 1 */
+    const json_t *logprobs;   /* token: one entry (object), done: an array of them; NULL = none */
+    const json_t *tool_calls; /* done: the calls parsed from the output (array of {id, type,
+                                 function: {name, arguments}}), finish_reason then "tool_calls";
+                                 NULL = none */
 } proto_choice_t;
 /* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
  * daemon's monotonic clock when the token was produced (omitted when < 0);
@@ -179,7 +189,8 @@ typedef struct proto_timing {
     int swapped;
 } proto_timing_t;
 
-/* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}};
+/* {"id":..,"event":"done","text":..,"finish_reason":..,"usage":{..},"timing":{..}} (and
+ * "tool_calls" when c has them);
  * usage.cached_tokens (prompt tokens a cached prefix covered) only when not 0; t NULL omits
  * "timing"; c (NULL = none) adds "index", "left" and "logprobs". */
 char *proto_encode_done(const json_t *id, const char *text, const char *finish_reason,

@@ -32,6 +32,10 @@ static int choice_add(json_t *root, const proto_choice_t *c, int done)
     if (c->n > 1 && (proto_set_new(root, "index", json_integer(c->index)) ||
                      (done && proto_set_new(root, "left", json_integer(c->left)))))
         return -1;
+    if (done && c->tool_calls &&
+        (proto_set_new(root, "tool_calls", json_deep_copy(c->tool_calls)) ||
+         proto_set_new(root, "finish_reason", json_string("tool_calls"))))
+        return -1;
     return c->logprobs ? proto_set_new(root, "logprobs", json_deep_copy(c->logprobs)) : 0;
 }
 

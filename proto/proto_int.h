@@ -36,4 +36,19 @@ int proto_parse_logit_bias(const json_t *v, proto_req_t *req, char *err, size_t 
 /* req's logit_bias as the wire writes it (a new object), NULL on OOM. */
 json_t *proto_logit_bias_new(const proto_req_t *req);
 
+/* proto_tools.c (below proto.c): the chat op's tool fields and the tool parts of messages;
+ * 0 or -code with err, the encoders -1 on OOM. */
+int proto_parse_tools(const json_t *v, proto_req_t *req, char *err, size_t errlen);
+int proto_parse_tool_choice(const json_t *v, proto_req_t *req, char *err, size_t errlen);
+int proto_parse_parallel_tools(const json_t *v, proto_req_t *req, char *err, size_t errlen);
+int proto_tools_check(const proto_req_t *req, char *err, size_t errlen);
+/* Frees the tool parts of req and of its messages (proto_req_free). */
+void proto_tools_free(proto_req_t *req);
+/* messages[i]'s tool_calls and tool_call_id (role: its index in system, user, assistant,
+ * tool); an assistant message with calls and no content gets pm->content "". */
+int proto_parse_msg_tools(size_t i, const json_t *m, int role, proto_msg_t *pm, char *err,
+                          size_t errlen);
+int proto_tools_encode(json_t *root, const proto_req_t *req);
+int proto_tools_encode_msg(json_t *m, const proto_msg_t *pm);
+
 #endif

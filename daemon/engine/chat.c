@@ -386,6 +386,12 @@ chat_family_t chat_family_from_name(const char *name)
     return CHAT_UNKNOWN;
 }
 
+const char *chat_family_name(chat_family_t f)
+{
+    const chat_def_t *d = chat_def_of(f);
+    return d ? d->name : f == CHAT_NONE ? "none" : "unknown";
+}
+
 void chat_family_list(char *buf, size_t cap)
 {
     size_t o = 0;

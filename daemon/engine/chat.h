@@ -6,8 +6,11 @@
 
 /* One chat message (the socket protocol's and HTTP's messages are these: proto_msg_t). */
 typedef struct chat_msg {
-    char role[16]; /* "system" | "user" | "assistant" */
-    char *content; /* UTF-8, owned */
+    char role[16];      /* "system" | "user" | "assistant" | "tool" */
+    char *content;      /* UTF-8, owned */
+    char *tool_calls;   /* assistant: OpenAI's tool_calls array as compact JSON text, owned;
+                           NULL = none (engine/chat_tools.h renders it) */
+    char *tool_call_id; /* tool: the call it answers, owned; NULL = none */
 } chat_msg_t;
 
 /* The families of llama.cpp's built-in templates (c392e50, llama-chat.cpp);
@@ -64,6 +67,9 @@ chat_family_t chat_detect(const char *tmpl, size_t len);
 /* The family of a name ("chatml", "llama3", ..., as llama.cpp spells them);
  * CHAT_UNKNOWN if it is none (the config's chat_template: key uses this). */
 chat_family_t chat_family_from_name(const char *name);
+
+/* The name of family f ("chatml", ...): "none" for CHAT_NONE, "unknown" for others without one. */
+const char *chat_family_name(chat_family_t f);
 
 /* Writes the family names, comma-separated, into buf (for messages). */
 void chat_family_list(char *buf, size_t cap);

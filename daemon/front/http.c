@@ -555,6 +555,17 @@ static void key_finish(hreq_t *r, const wk_event_t *ev)
     }
 }
 
+/* A DONE event's tool calls as delta.tool_calls chunks (http_tool_chunks_of). */
+static void send_tool_chunks(hreq_t *r, const http_answer_t *a, const wk_event_t *ev)
+{
+    if (!ev->tool_calls)
+        return;
+    json_t *chunks = http_tool_chunks_of(a, ev);
+    for (size_t i = 0; i < json_array_size(chunks); i++)
+        send_sse(r, json_incref(json_array_get(chunks, i)));
+    json_decref(chunks);
+}
+
 static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
     http_answer_t a = answer_of(r);
@@ -562,6 +573,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
         if (r->stream) {
             stream_start(r);
             role_chunk(r, ev->index);
+            send_tool_chunks(r, &a, ev);
             send_sse(r, http_chunk_of(&a, ev, 0));
         } else {
             if (!r->choices)
@@ -574,6 +586,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
     if (r->stream) {
         stream_start(r);
         role_chunk(r, ev->index);
+        send_tool_chunks(r, &a, ev);
         send_sse(r, http_chunk_of(&a, ev, 0));
         if (r->include_usage)
             send_sse(r, http_chunk_of(&a, ev, 1));

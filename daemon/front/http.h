@@ -68,10 +68,14 @@
  * seed: sampler_seed_of_choice; choice 0 draws what n = 1 draws); usage counts
  * the prompt once and every choice's tokens.
  * OpenAI fields gpuswapd does not implement are accepted while they hold
- * their "off" value (best_of 1, no tools,
- * response_format text; user, store, metadata, service_tier and
- * parallel_tool_calls always) and are a 400 otherwise, as is any unknown
- * field. max_tokens defaults to the model's configured default, not OpenAI's 16.
+ * their "off" value (best_of 1, no functions/function_call (the legacy API);
+ * user, store, metadata and service_tier always) and are a 400 otherwise, as
+ * is any unknown field. tools, tool_choice, parallel_tool_calls and messages'
+ * tool_calls / tool_call_id (role tool) pass to the socket's chat op
+ * (docs/TOOLS.md): answers with calls carry message.tool_calls (content null
+ * when empty) and finish_reason "tool_calls"; streamed, the calls come as
+ * delta.tool_calls chunks (index, id, type, name, then argument fragments)
+ * before the final chunk. max_tokens defaults to the model's configured default, not OpenAI's 16.
  * llama.cpp's grammar extension (a GBNF-like grammar string) passes through
  * on both endpoints as the socket's grammar field.
  *

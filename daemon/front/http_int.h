@@ -61,6 +61,16 @@ json_t *http_ollama_list_of(const http_ol_list_t *l, const json_t *rep);
 /* /api/show's body: its "model" (or "name") as *model (caller frees); 0, or -proto_err_t. */
 int http_ollama_model_of(const char *body, size_t len, char **model, char *err, size_t errlen);
 
+/* ------------------------------------------------------------------ http_tools.c */
+
+/* A chat answer's message for a DONE event: {role, content, tool_calls?}; with tool calls an
+ * empty content is null. A new reference, NULL on OOM. */
+json_t *http_tools_message(const wk_event_t *ev);
+/* The streamed chunks of a DONE event's tool calls, as OpenAI sends them: per call one chunk with
+ * index, id, type and name (arguments ""), then the arguments in fragments of at most 32 bytes
+ * (never inside a UTF-8 character). An array of chunks (empty without calls), NULL on OOM. */
+json_t *http_tool_chunks_of(const http_answer_t *a, const wk_event_t *ev);
+
 /* ------------------------------------------------------------------ http_metrics.c */
 
 /* Appends to b the Prometheus text (0.0.4) of rep, the worker's stats report:

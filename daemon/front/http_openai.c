@@ -135,7 +135,8 @@ json_t *http_chunk_of(const http_answer_t *a, const wk_event_t *ev, int usage)
     if (ev->kind == WK_EVENT_TOKEN)
         return chunk_new(a, chunk_choice(a, ev, ev->text ? ev->text : "", NULL, 0));
     if (ev->kind == WK_EVENT_DONE)
-        return chunk_new(a, chunk_choice(a, ev, NULL, finish_of(ev->finish), 0));
+        return chunk_new(
+            a, chunk_choice(a, ev, NULL, ev->tool_calls ? "tool_calls" : finish_of(ev->finish), 0));
     return NULL;
 }
 
@@ -147,13 +148,12 @@ json_t *http_choice_of(const http_answer_t *a, const wk_event_t *ev)
     if (!choice)
         return NULL;
     if (a->chat)
-        json_object_set_new(
-            choice, "message",
-            json_pack("{s:s, s:o}", "role", "assistant", "content", proto_str_new(ev->text)));
+        json_object_set_new(choice, "message", http_tools_message(ev));
     else
         json_object_set_new(choice, "text", proto_str_new(ev->text));
     json_object_set_new(choice, "logprobs", logprobs_of(a, ev->logprobs, NULL));
-    json_object_set_new(choice, "finish_reason", json_string(finish_of(ev->finish)));
+    json_object_set_new(choice, "finish_reason",
+                        json_string(ev->tool_calls ? "tool_calls" : finish_of(ev->finish)));
     return choice;
 }
 
@@ -255,17 +255,17 @@ static const struct {
     {"store", NULL, F_IGNORE, OP_CHAT},
     {"metadata", NULL, F_IGNORE, OP_CHAT},
     {"service_tier", NULL, F_IGNORE, OP_BOTH},
-    {"parallel_tool_calls", NULL, F_IGNORE, OP_CHAT},
+    {"parallel_tool_calls", "parallel_tool_calls", F_COPY, OP_CHAT},
     {"echo", "echo", F_COPY, OP_CMPL},
     {"suffix", "suffix", F_COPY, OP_CMPL},
     {"logprobs", NULL, F_CMPL_LOGPROBS, OP_CMPL},
     {"logprobs", "logprobs", F_COPY, OP_CHAT},
     {"top_logprobs", "top_logprobs", F_COPY, OP_CHAT},
     {"logit_bias", "logit_bias", F_COPY, OP_BOTH},
-    {"tools", NULL, F_OFF, OP_CHAT},
+    {"tools", "tools", F_COPY, OP_CHAT}, /* the socket validates them (PROTOCOL.md) */
     {"functions", NULL, F_OFF, OP_CHAT},
-    {"tool_choice", NULL, F_TOOL_CHOICE, OP_CHAT},
-    {"function_call", NULL, F_TOOL_CHOICE, OP_CHAT},
+    {"tool_choice", "tool_choice", F_COPY, OP_CHAT},
+    {"function_call", NULL, F_TOOL_CHOICE, OP_CHAT}, /* the legacy functions API: off only */
     {"response_format", NULL, F_RESPONSE_FORMAT, OP_CHAT},
     {"grammar", "grammar", F_COPY, OP_BOTH}, /* llama.cpp's extension: a GBNF-like grammar */
 };
@@ -374,6 +374,9 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
                 json_object_set_new(o, "content", c);
             } else if (strcmp(key, "name") == 0) {
                 /* ignored */
+            } else if ((strcmp(key, "tool_calls") == 0 || strcmp(key, "tool_call_id") == 0) &&
+                       !json_is_null(x)) {
+                json_object_set(o, key, x); /* the socket validates them */
             } else if ((strcmp(key, "tool_calls") == 0 || strcmp(key, "refusal") == 0 ||
                         strcmp(key, "function_call") == 0) &&
                        is_off(x)) {
@@ -383,7 +386,8 @@ static int map_messages(json_t *out, json_t *v, char *err, size_t errlen)
                 return -1;
             }
         }
-        if (!json_object_get(o, "content") && json_object_get(o, "role"))
+        if (!json_object_get(o, "content") && json_object_get(o, "role") &&
+            !json_object_get(o, "tool_calls"))
             json_object_set_new(o, "content", json_string(""));
     }
     return 0;

@@ -142,8 +142,11 @@ static void conn_write(conn_t *c, const char *line, size_t len)
 
 char *srv_event_line(const wk_event_t *ev)
 {
-    proto_choice_t choice = {
-        .index = ev->index, .n = ev->choices, .left = ev->left, .logprobs = ev->logprobs};
+    proto_choice_t choice = {.index = ev->index,
+                             .n = ev->choices,
+                             .left = ev->left,
+                             .logprobs = ev->logprobs,
+                             .tool_calls = ev->tool_calls};
     switch (ev->kind) {
     case WK_EVENT_TOKEN: return proto_encode_token(ev->id, ev->text, ev->token, ev->ts, &choice);
     case WK_EVENT_DONE:

@@ -44,8 +44,11 @@ typedef enum wk_event_kind {
     X(VAL, uint32_t, index)             /* TOKEN, DONE: the choice, 0..choices-1 */                \
     X(VAL, uint32_t, choices)           /* TOKEN, DONE: the request's n (0 or 1: one choice) */    \
     X(VAL, uint32_t, left)              /* DONE: choices still running after this one */           \
-    X(JSON, json_t *, logprobs)         /* TOKEN: the token's entry (proto_logprob_new); DONE:    \
-                                           all of the choice's (array); NULL = not asked */
+    X(JSON, json_t *, logprobs)   /* TOKEN: the token's entry (proto_logprob_new); DONE:    \
+                                           all of the choice's (array); NULL = not asked */      \
+    X(JSON, json_t *, tool_calls) /* DONE: the calls parsed from the output (array of       \
+                                           {id, type, function: {name, arguments}}); text is then \
+                                           the content left; NULL = none */
 
 #define WK_EVENT_FIELD(own, type, name) type name;
 /* One event. Owned fields (STR, JSON) belong to the event: wk_event_clear

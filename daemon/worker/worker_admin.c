@@ -54,6 +54,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     gguf_str_t tmpl = {0};
     if (gguf_get_str(m->sm->model->gguf, "tokenizer.chat_template", &tmpl) == 0)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
+    m->tools = chat_tools_detect(m->chat, tmpl.ptr, tmpl.len);
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
     /* the context that applies, said once; a warning only when the file asked for more */
     uint32_t ctx = wk_model_context(m);

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/chat.h"
+#include "engine/chat_tools.h"
 #include "engine/constrain.h"
 #include "engine/forward.h"
 #include "residency.h"
@@ -40,6 +41,15 @@ typedef struct wk_group {
     int failed;         /* an error was sent: the others end without a word */
 } wk_group_t;
 
+/* wk_seq_t.tools: the tool calls its output may hold (docs/TOOLS.md). */
+enum {
+    WK_TOOLS_OFF = 0, /* none: the text is content */
+    WK_TOOLS_BLOCKS,  /* tool_choice auto, native syntax: <tool_call> blocks parsed at the end,
+                         the text from the first one on held back from the stream */
+    WK_TOOLS_FORCED,  /* required or named: the whole output is one call's JSON (constrained),
+                         held back from the stream */
+};
+
 typedef struct wk_seq {
     sched_item_t item; /* first: sched items are sequences */
     uint64_t conn;
@@ -65,6 +75,7 @@ typedef struct wk_seq {
     int parked; /* its KV cache was given back when the pool ran short: it
                                stays active, without a cache, until the pages are back */
     int stopped_on_string;
+    int tools;             /* WK_TOOLS_*: how its output is read for tool calls */
     uint64_t pfx_seed;     /* its prefix cache chain's seed: model, API key or cache_salt */
     uint32_t pfx_hint;     /* prompt tokens a cached prefix covered when it arrived (its cost) */
     uint32_t n_cached;     /* prompt tokens its KV cache got from a cached prefix, not prefilled */
@@ -91,10 +102,11 @@ typedef struct wk_model {
     store_model_t *sm;
     res_model_t *rm;
     chat_family_t chat;
-    struct wk *w;     /* its worker (the prefix cache's callbacks) */
-    pfx_t *pfx;       /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
-    char *load_error; /* why it is 'failed' */
-    wk_seq_t *active; /* admitted sequences */
+    chat_tools_style_t tools; /* its template's tool-call syntax (chat_tools_detect) */
+    struct wk *w;             /* its worker (the prefix cache's callbacks) */
+    pfx_t *pfx;               /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
+    char *load_error;         /* why it is 'failed' */
+    wk_seq_t *active;         /* admitted sequences */
     uint32_t n_active;
     double swap_in_s;       /* last measured full page-in time */
     double paging_since;    /* wk_now() when its current page-in started (0 = none): it is on
@@ -161,6 +173,7 @@ struct wk {
     wk_load_t *loads;
     double t_start;
     double nap_s;             /* how long the loop may sleep before the next round (0 = none) */
+    uint64_t n_tool_calls;    /* tool calls answered so far: their ids' serial */
     cons_cache_t *cons_cache; /* compiled response_format schemas (made on first use) */
 
     pthread_t thread;

@@ -7,22 +7,78 @@
 
 /* ------------------------------------------------------------------ admission */
 
+/* A chat request's tools against its model's syntax (docs/TOOLS.md): sets s->tools and, for a
+ * forced call, the response_format its output follows; 0, or -1 after answering the error. */
+static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
+                     chat_tools_style_t st)
+{
+    proto_req_t *r = &s->req;
+    if (!json_array_size(r->tools) || r->tool_choice == CHAT_TOOL_NONE)
+        return 0;
+    if (r->tool_choice == CHAT_TOOL_AUTO) {
+        if (st == CHAT_TOOLS_HERMES) {
+            s->tools = WK_TOOLS_BLOCKS;
+            return 0;
+        }
+        wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,
+                      st == CHAT_TOOLS_PENDING
+                          ? "model '%s': tools are not supported for family %s yet with "
+                            "tool_choice auto; tool_choice required or a named function works "
+                            "(the generic format, docs/TOOLS.md)"
+                          : "model '%s': family %s has no tool-call syntax: tools need "
+                            "tool_choice required or a named function (the generic format, "
+                            "docs/TOOLS.md)",
+                      m->name, chat_family_name(f));
+        return -1;
+    }
+    s->tools = WK_TOOLS_FORCED;
+    r->response_format =
+        chat_tools_call_schema(r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
+    if (!r->response_format) {
+        wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* A chat request's prompt text (*text malloc'ed); 0, or -1 after answering the error. */
+static int seq_chat_text(wk_t *w, wk_seq_t *s, const wk_model_t *m, char **text)
+{
+    const proto_req_t *r = &s->req;
+    char err[512];
+    int named = m->cfg.chat_template != NULL;
+    chat_family_t f = named ? chat_family_from_name(m->cfg.chat_template) : m->chat;
+    chat_tools_style_t st = named ? chat_tools_detect(f, NULL, 0) : m->tools;
+    int rc;
+    if (json_array_size(r->tools) || chat_tools_in_messages(r->messages, r->n_messages)) {
+        if (seq_tools(w, s, m, f, st))
+            return -1;
+        rc = chat_tools_render(f, st, r->messages, r->n_messages,
+                               r->tool_choice == CHAT_TOOL_NONE ? NULL : r->tools,
+                               s->tools == WK_TOOLS_FORCED, text, err, sizeof err);
+    } else {
+        rc = chat_render(f, r->messages, r->n_messages, text, err, sizeof err);
+    }
+    if (rc) {
+        wk_send_error(w, s->conn, s->id,
+                      rc == CHAT_ERR_NOMEM ? PROTO_E_INTERNAL : PROTO_E_BAD_REQUEST,
+                      "model '%s': %s", m->name, err);
+        return -1;
+    }
+    return 0;
+}
+
 /* The prompt of a request as token ids (chat template, tokenizer, or the
  * ids verbatim); 0, or -1 after answering the error (s is then the
  * caller's to free). */
 static int seq_prompt_text(wk_t *w, wk_seq_t *s, const wk_model_t *m)
 {
     const model_t *mod = m->sm->model;
-    char err[512];
     char *text = s->req.prompt;
     int add_bos = tok_add_bos(mod->tok), owned = 0;
     if (s->req.op == PROTO_OP_CHAT) {
-        if (chat_render(m->cfg.chat_template ? chat_family_from_name(m->cfg.chat_template)
-                                             : m->chat,
-                        s->req.messages, s->req.n_messages, &text, err, sizeof err)) {
-            wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST, "model '%s': %s", m->name, err);
+        if (seq_chat_text(w, s, m, &text))
             return -1;
-        }
         owned = 1;
     }
     size_t cap = strlen(text) + 8;

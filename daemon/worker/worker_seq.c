@@ -100,6 +100,26 @@ static void seq_count_end(wk_t *w, wk_model_t *m, proto_finish_t reason, const p
         w->drain_completed++;
 }
 
+/* The tool calls in s's text (docs/TOOLS.md), the text then replaced by the content left; NULL
+ * when there are none (or out of memory: the text stays content). */
+static json_t *seq_tool_calls(wk_t *w, wk_seq_t *s)
+{
+    char prefix[48], *content = NULL;
+    json_t *calls = NULL;
+    if (!s->tools || !s->text)
+        return NULL;
+    snprintf(prefix, sizeof prefix, "call_%08llx_", (unsigned long long)++w->n_tool_calls);
+    if (chat_tools_parse(w->models[s->model]->tools, s->text, s->req.tools,
+                         s->tools == WK_TOOLS_FORCED, !s->req.tools_serial, prefix, &calls,
+                         &content) <= 0)
+        return NULL;
+    free(s->text);
+    s->text = content;
+    s->text_len = strlen(content);
+    s->text_cap = s->text_len + 1;
+    return calls;
+}
+
 /* Ends a sequence with a done event (and frees it). */
 void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
 {
@@ -109,6 +129,7 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     int np = tok_stream_flush(&s->ts, piece, sizeof piece);
     if (np > 0 && !s->stopped_on_string)
         text_append(s, piece, (size_t)np);
+    json_t *calls = seq_tool_calls(w, s);
     if (s->req.stream && s->text_len > s->sent) {
         seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t, NULL);
         s->sent = s->text_len;
@@ -141,7 +162,8 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
                      .index = s->index,
                      .choices = g ? g->n : 1,
                      .left = g ? g->left : 0,
-                     .logprobs = s->lp};
+                     .logprobs = s->lp,
+                     .tool_calls = calls};
     s->text = NULL;
     s->lp = NULL;
     s->text_len = s->text_cap = 0;
@@ -215,6 +237,25 @@ static size_t holdback(const wk_seq_t *s)
     return h;
 }
 
+/* Where the stream must stop short of upto for tool calls: all of a forced call's output, and
+ * auto's text from the first "<tool_call>" (or what may still become one) on. */
+static size_t seq_tools_hold(const wk_seq_t *s, size_t upto)
+{
+    static const char open[] = "<tool_call>";
+    if (s->tools == WK_TOOLS_FORCED)
+        return s->sent;
+    if (s->tools != WK_TOOLS_BLOCKS)
+        return upto;
+    const char *o = strstr(s->text, open);
+    size_t cut = o ? (size_t)(o - s->text) : s->text_len;
+    for (size_t k = sizeof open - 2; !o && k > 0; k--) /* a tail that opens "<tool_call>" */
+        if (s->text_len >= k && memcmp(s->text + s->text_len - k, open, k) == 0) {
+            cut = s->text_len - k;
+            break;
+        }
+    return cut < upto ? (cut > s->sent ? cut : s->sent) : upto;
+}
+
 /* One token event per generated token: the text that can no longer become
  * a stop string, never splitting a UTF-8 character between two events
  * ("" when all of it is held back). */
@@ -226,6 +267,7 @@ static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t, json_t *lp)
     }
     size_t hold = holdback(s);
     size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
+    upto = seq_tools_hold(s, upto);
     while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
         upto--;
     seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t, lp);

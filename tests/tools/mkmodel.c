@@ -25,6 +25,7 @@ typedef struct mk_opts {
     const char *out;
     const char *arch;         /* "llama", "qwen2" or "qwen3": the tensors written */
     const char *arch_name;    /* general.architecture and key prefix (default arch) */
+    const char *chat_tmpl;    /* --chat-template: a file whose text is tokenizer.chat_template */
     uint32_t head_dim;        /* attention.key_length/value_length; 0 = dim/heads, not written */
     int rope_freqs;           /* llama3 RoPE: write rope_freqs.weight */
     int rope_factors;         /* phi3: write rope_factors_short/long.weight */
@@ -83,6 +84,8 @@ static void mk_usage(FILE *f)
             "  --seed N                  PRNG seed (default 1)\n"
             "  --tokenizer spm|gpt2      (default gpt2 for qwen2/qwen3, spm otherwise)\n"
             "  --tied                    tie the output head to token_embd\n"
+            "  --chat-template FILE      tokenizer.chat_template from FILE (default: a built-in\n"
+            "                            chatml for qwen, Llama 2 otherwise)\n"
             "  --version 2|3             GGUF version (default 3)\n"
             "  --threads N               threads generating weights (default: all CPUs;\n"
             "                            the file is the same for any N)\n");
@@ -198,7 +201,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         O_WINDOW,
         O_ROPE_FACTORS,
         O_ROPE_ATTN,
-        O_ROPE_ORIG
+        O_ROPE_ORIG,
+        O_CHAT_TMPL
     };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
@@ -230,6 +234,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
         {"rope-attn-factor", required_argument, NULL, O_ROPE_ATTN},
         {"rope-orig-ctx", required_argument, NULL, O_ROPE_ORIG},
+        {"chat-template", required_argument, NULL, O_CHAT_TMPL},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
@@ -298,6 +303,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_ROPE_FREQS: o->rope_freqs = 1; break;
         case O_ROPE_SCALING: o->rope_scaling = optarg; break;
         case O_ARCH_NAME: o->arch_name = optarg; break;
+        case O_CHAT_TMPL: o->chat_tmpl = optarg; break;
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
         case O_EXTRA_U32:
             bad = !strchr(optarg, '=') || o->n_extra_u32 == 8;
@@ -955,7 +961,21 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
         rc |= ggufw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
         rc |= ggufw_kv_bool(w, "tokenizer.ggml.add_bos_token", 1);
     }
-    rc |= ggufw_kv_str(w, "tokenizer.chat_template", qwen ? mk_tmpl_chatml : mk_tmpl_llama2);
+    char *tmpl = NULL;
+    FILE *tf = o->chat_tmpl ? fopen(o->chat_tmpl, "rb") : NULL;
+    if (tf) {
+        size_t cap = 1 << 20, n;
+        if ((tmpl = calloc(1, cap)) && (n = fread(tmpl, 1, cap - 1, tf)) > 0)
+            tmpl[n] = 0;
+        fclose(tf);
+    }
+    if (o->chat_tmpl && !tmpl)
+        rc = -1;
+    rc |= ggufw_kv_str(w, "tokenizer.chat_template",
+                       tmpl   ? tmpl
+                       : qwen ? mk_tmpl_chatml
+                              : mk_tmpl_llama2);
+    free(tmpl);
     return rc ? -1 : 0;
 }
 

@@ -1,0 +1,571 @@
+/* chat_tools: tool calls in chat prompts (OpenAI's tools, assistant tool_calls, tool results) rendered per family, and the tool calls a model wrote parsed back (docs/TOOLS.md). */
+#include "engine/chat_tools.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ text */
+
+/* A growing string; oom sticks. */
+typedef struct tbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tbuf_t;
+
+static void tput(tbuf_t *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = (b->len + n + 1) * 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void tputs(tbuf_t *b, const char *s)
+{
+    if (s)
+        tput(b, s, strlen(s));
+}
+
+/* The buffer's string (caller frees), NULL on OOM. */
+static char *tdone(tbuf_t *b)
+{
+    if (b->oom) {
+        free(b->p);
+        return NULL;
+    }
+    if (!b->p)
+        tput(b, "", 0);
+    return b->oom ? NULL : b->p;
+}
+
+/* ------------------------------------------------------------------ Python's json.dumps */
+
+static void py_string(tbuf_t *b, const char *s, size_t n)
+{
+    tput(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = NULL;
+        switch (c) {
+        case '"': e = "\\\""; break;
+        case '\\': e = "\\\\"; break;
+        case '\n': e = "\\n"; break;
+        case '\r': e = "\\r"; break;
+        case '\t': e = "\\t"; break;
+        case '\b': e = "\\b"; break;
+        case '\f': e = "\\f"; break;
+        default:
+            if (c < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", c);
+                e = esc;
+            }
+        }
+        if (e)
+            tputs(b, e);
+        else
+            tput(b, s + i, 1);
+    }
+    tput(b, "\"", 1);
+}
+
+/* A double as Python's float repr: the shortest digits that read back, fixed notation for
+ * exponents -4 .. 15 (with ".0" when integral), else d.ddde+XX. */
+static void py_real(tbuf_t *b, double x)
+{
+    char s[40], out[64];
+    if (isnan(x) || isinf(x)) { /* json.dumps writes these; JSON cannot carry them anyway */
+        tputs(b, isnan(x) ? "NaN" : x < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(s, sizeof s, "%.*e", p - 1, x);
+        if (strtod(s, NULL) == x)
+            break;
+    }
+    snprintf(s, sizeof s, "%.*e", p - 1, x);
+    char digits[24];
+    size_t nd = 0;
+    const char *q = s;
+    int neg = *q == '-';
+    q += neg;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9')
+            digits[nd++] = *q;
+    int exp = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = 0;
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "0.");
+            for (int i = -1; i > exp; i--)
+                out[o++] = '0';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits);
+        } else {
+            for (int i = 0; i <= exp; i++)
+                out[o++] = (size_t)i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if ((size_t)exp + 1 < nd)
+                o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + exp + 1);
+            else
+                out[o++] = '0';
+        }
+        out[o] = 0;
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + 1);
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+    tputs(b, out);
+}
+
+static void py_dump(tbuf_t *b, const json_t *v)
+{
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        const json_t *x;
+        int first = 1;
+        tput(b, "{", 1);
+        json_object_foreach ((json_t *)v, k, x) {
+            if (!first)
+                tput(b, ", ", 2);
+            first = 0;
+            py_string(b, k, strlen(k));
+            tput(b, ": ", 2);
+            py_dump(b, x);
+        }
+        tput(b, "}", 1);
+        break;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        const json_t *x;
+        tput(b, "[", 1);
+        json_array_foreach (v, i, x) {
+            if (i)
+                tput(b, ", ", 2);
+            py_dump(b, x);
+        }
+        tput(b, "]", 1);
+        break;
+    }
+    case JSON_STRING: py_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        tputs(b, num);
+        break;
+    case JSON_REAL: py_real(b, json_real_value(v)); break;
+    case JSON_TRUE: tputs(b, "true"); break;
+    case JSON_FALSE: tputs(b, "false"); break;
+    case JSON_NULL: tputs(b, "null"); break;
+    }
+}
+
+char *chat_tools_pyjson(const json_t *v)
+{
+    tbuf_t b = {0};
+    py_dump(&b, v);
+    return tdone(&b);
+}
+
+/* ------------------------------------------------------------------ detection */
+
+static int has(const char *s, size_t len, const char *needle)
+{
+    return s && memmem(s, len, needle, strlen(needle)) != NULL;
+}
+
+chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t len)
+{
+    if (has(tmpl, len, "<tool_call>") && has(tmpl, len, "# Tools") &&
+        has(tmpl, len, "<|im_start|>"))
+        return CHAT_TOOLS_HERMES;
+    if (has(tmpl, len, "<tool_call>") || has(tmpl, len, "[AVAILABLE_TOOLS]") ||
+        has(tmpl, len, "<|python_tag|>") || has(tmpl, len, "ipython") || has(tmpl, len, "<|tool|>"))
+        return CHAT_TOOLS_PENDING;
+    switch (f) {
+    case CHAT_LLAMA3:
+    case CHAT_MISTRAL_V1:
+    case CHAT_MISTRAL_V3:
+    case CHAT_MISTRAL_V3_TEKKEN:
+    case CHAT_MISTRAL_V7:
+    case CHAT_PHI4: return CHAT_TOOLS_PENDING;
+    default: return CHAT_TOOLS_GENERIC;
+    }
+}
+
+const char *chat_tools_style_name(chat_tools_style_t st)
+{
+    return st == CHAT_TOOLS_HERMES ? "hermes" : st == CHAT_TOOLS_PENDING ? "pending" : "generic";
+}
+
+int chat_tools_in_messages(const chat_msg_t *msgs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (msgs[i].tool_calls || strcmp(msgs[i].role, "tool") == 0)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ rendering */
+
+/* A call's {name, arguments} from one OpenAI tool_calls entry (its function object, or the
+ * entry itself); the arguments as a JSON value: a string that parses is parsed (OpenAI sends
+ * text, the template wants the object), else the value as given. New reference or NULL. */
+static json_t *call_args(const json_t *call, const char **name)
+{
+    const json_t *fn = json_object_get(call, "function");
+    if (!json_is_object(fn))
+        fn = call;
+    *name = json_string_value(json_object_get(fn, "name"));
+    const json_t *a = json_object_get(fn, "arguments");
+    if (json_is_string(a)) {
+        json_t *parsed = json_loads(json_string_value(a), JSON_DECODE_ANY, NULL);
+        if (parsed)
+            return parsed;
+    }
+    return a ? json_incref((json_t *)a) : json_object();
+}
+
+/* One call as {"name": "N", "arguments": A} with A in json.dumps form. */
+static void put_call(tbuf_t *b, const json_t *call)
+{
+    const char *name = NULL;
+    json_t *args = call_args(call, &name);
+    tputs(b, "{\"name\": \"");
+    tputs(b, name ? name : "");
+    tputs(b, "\", \"arguments\": ");
+    char *s = args ? chat_tools_pyjson(args) : NULL;
+    tputs(b, s ? s : "{}");
+    free(s);
+    json_decref(args);
+    tput(b, "}", 1);
+}
+
+#define QWEN_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+static void hermes_tools_block(tbuf_t *b, const char *system, const json_t *tools)
+{
+    size_t i;
+    const json_t *t;
+    tputs(b, "<|im_start|>system\n");
+    tputs(b, system ? system : QWEN_DEFAULT_SYSTEM);
+    tputs(b, "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+             "query.\n\nYou are provided with function signatures within <tools></tools> XML "
+             "tags:\n<tools>");
+    json_array_foreach (tools, i, t) {
+        char *s = chat_tools_pyjson(t);
+        tput(b, "\n", 1);
+        if (!s)
+            b->oom = 1;
+        tputs(b, s);
+        free(s);
+    }
+    tputs(b, "\n</tools>\n\nFor each function call, return a json object with function name and "
+             "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+             "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+}
+
+/* Qwen2.5-Instruct's template, add_generation_prompt on. */
+static void render_hermes(tbuf_t *b, const chat_msg_t *msgs, size_t n, const json_t *tools)
+{
+    const char *sys0 = n && strcmp(msgs[0].role, "system") == 0 ? msgs[0].content : NULL;
+    if (json_array_size(tools)) {
+        hermes_tools_block(b, sys0 ? sys0 : NULL, tools);
+    } else {
+        tputs(b, "<|im_start|>system\n");
+        tputs(b, sys0 ? sys0 : QWEN_DEFAULT_SYSTEM);
+        tputs(b, "<|im_end|>\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const chat_msg_t *m = &msgs[i];
+        const char *content = m->content ? m->content : "";
+        json_t *calls = m->tool_calls ? json_loads(m->tool_calls, 0, NULL) : NULL;
+        int is_tool = strcmp(m->role, "tool") == 0;
+        if (strcmp(m->role, "user") == 0 || (strcmp(m->role, "system") == 0 && i > 0) ||
+            (strcmp(m->role, "assistant") == 0 && !json_array_size(calls))) {
+            tputs(b, "<|im_start|>");
+            tputs(b, m->role);
+            tput(b, "\n", 1);
+            tputs(b, content);
+            tputs(b, "<|im_end|>\n");
+        } else if (strcmp(m->role, "assistant") == 0) {
+            size_t k;
+            const json_t *c;
+            tputs(b, "<|im_start|>assistant");
+            if (*content) {
+                tput(b, "\n", 1);
+                tputs(b, content);
+            }
+            json_array_foreach (calls, k, c) {
+                tputs(b, "\n<tool_call>\n");
+                put_call(b, c);
+                tputs(b, "\n</tool_call>");
+            }
+            tputs(b, "<|im_end|>\n");
+        } else if (is_tool) {
+            if (i == 0 || strcmp(msgs[i - 1].role, "tool") != 0)
+                tputs(b, "<|im_start|>user");
+            tputs(b, "\n<tool_response>\n");
+            tputs(b, content);
+            tputs(b, "\n</tool_response>");
+            if (i + 1 == n || strcmp(msgs[i + 1].role, "tool") != 0)
+                tputs(b, "<|im_end|>\n");
+        }
+        json_decref(calls);
+    }
+    tputs(b, "<|im_start|>assistant\n");
+}
+
+/* The generic form's system text for tools (docs/TOOLS.md). */
+static void generic_tools_text(tbuf_t *b, const json_t *tools)
+{
+    size_t i;
+    const json_t *t;
+    tputs(b, "You can call these functions (OpenAI tool objects, one a line):");
+    json_array_foreach (tools, i, t) {
+        char *s = chat_tools_pyjson(t);
+        tput(b, "\n", 1);
+        if (!s)
+            b->oom = 1;
+        tputs(b, s);
+        free(s);
+    }
+    tputs(b, "\nTo call one, answer with only a JSON object: {\"name\": <function-name>, "
+             "\"arguments\": <args-json-object>}");
+}
+
+/* Families without a rendered tool syntax: the messages rewritten into system, user and
+ * assistant ones (tools in the first system message, calls as their JSON, results as user
+ * messages), then chat_render. */
+static int render_generic(chat_family_t f, const chat_msg_t *msgs, size_t n, const json_t *tools,
+                          char **out, char *err, size_t errlen)
+{
+    chat_msg_t *v = calloc(n + 1, sizeof *v);
+    size_t nv = 0;
+    int rc = CHAT_ERR_NOMEM, listed = json_array_size(tools) > 0;
+    if (!v)
+        goto done;
+    if (listed) {
+        tbuf_t b = {0};
+        int merge = n && strcmp(msgs[0].role, "system") == 0;
+        if (merge) {
+            tputs(&b, msgs[0].content);
+            tputs(&b, "\n\n");
+        }
+        generic_tools_text(&b, tools);
+        snprintf(v[nv].role, sizeof v[nv].role, "system");
+        if (!(v[nv++].content = tdone(&b)))
+            goto done;
+        msgs += merge;
+        n -= (size_t)merge;
+    }
+    for (size_t i = 0; i < n; i++, nv++) {
+        tbuf_t b = {0};
+        json_t *calls = msgs[i].tool_calls ? json_loads(msgs[i].tool_calls, 0, NULL) : NULL;
+        size_t k;
+        const json_t *c;
+        int is_tool = strcmp(msgs[i].role, "tool") == 0;
+        snprintf(v[nv].role, sizeof v[nv].role, "%s", is_tool ? "user" : msgs[i].role);
+        if (is_tool)
+            tputs(&b, "Result of the function call: ");
+        tputs(&b, msgs[i].content);
+        json_array_foreach (calls, k, c) {
+            if (b.len)
+                tput(&b, "\n", 1);
+            put_call(&b, c);
+        }
+        json_decref(calls);
+        if (!(v[nv].content = tdone(&b)))
+            goto done;
+    }
+    rc = chat_render(f, v, nv, out, err, errlen);
+done:
+    for (size_t i = 0; v && i < nv; i++)
+        free(v[i].content);
+    free(v);
+    if (rc == CHAT_ERR_NOMEM)
+        snprintf(err, errlen, "out of memory rendering the chat");
+    return rc;
+}
+
+int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+                      const json_t *tools, int forced, char **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (st != CHAT_TOOLS_HERMES)
+        return render_generic(f, msgs, n, tools, out, err, errlen);
+    tbuf_t b = {0};
+    render_hermes(&b, msgs, n, tools);
+    if (forced)
+        tputs(&b, "<tool_call>\n");
+    if (!(*out = tdone(&b))) {
+        snprintf(err, errlen, "out of memory rendering the chat");
+        return CHAT_ERR_NOMEM;
+    }
+    return CHAT_OK;
+}
+
+/* ------------------------------------------------------------------ enforcement */
+
+/* The tool object's function (OpenAI: {"type": "function", "function": {...}}). */
+static const json_t *tool_fn(const json_t *tool)
+{
+    return json_object_get(tool, "function");
+}
+
+static const json_t *tool_named(const json_t *tools, const char *name)
+{
+    size_t i;
+    const json_t *t;
+    json_array_foreach (tools, i, t) {
+        const char *nm = json_string_value(json_object_get(tool_fn(t), "name"));
+        if (nm && name && strcmp(nm, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+json_t *chat_tools_call_schema(const json_t *tools, const char *name)
+{
+    json_t *name_s, *args_s;
+    if (name) {
+        const json_t *t = tool_named(tools, name);
+        if (!t)
+            return NULL;
+        const json_t *params = json_object_get(tool_fn(t), "parameters");
+        name_s = json_pack("{s:s}", "const", name);
+        args_s =
+            json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    } else {
+        json_t *names = json_array();
+        size_t i;
+        const json_t *t;
+        json_array_foreach (tools, i, t)
+            json_array_append_new(names, json_copy(json_object_get(tool_fn(t), "name")));
+        name_s = json_pack("{s:o}", "enum", names);
+        args_s = json_pack("{s:s}", "type", "object");
+    }
+    return json_pack("{s:s, s:{s:s, s:{s:s, s:{s:o, s:o}, s:[ss], s:b}}}", "type", "json_schema",
+                     "json_schema", "name", "tool_call", "schema", "type", "object", "properties",
+                     "name", name_s, "arguments", args_s, "required", "name", "arguments",
+                     "additionalProperties", 0);
+}
+
+/* ------------------------------------------------------------------ parsing */
+
+/* One call from JSON text (n bytes): {id, type, function: {name, arguments}} when it is an
+ * object with a string name among the tools and an object arguments; else NULL. */
+static json_t *call_of(const char *s, size_t n, const json_t *tools, const char *id)
+{
+    json_t *o = json_loadb(s, n, 0, NULL);
+    const char *name = json_string_value(json_object_get(o, "name"));
+    const json_t *args = json_object_get(o, "arguments");
+    json_t *call = NULL;
+    if (name && json_is_object(args) && tool_named(tools, name)) {
+        char *a = json_dumps(args, JSON_COMPACT);
+        if (a)
+            call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                             "name", name, "arguments", a);
+        free(a);
+    }
+    json_decref(o);
+    return call;
+}
+
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The content left when calls were taken out: trimmed of whitespace at both ends. */
+static char *trimmed(const tbuf_t *b)
+{
+    size_t s = 0, e = b->len;
+    while (s < e && is_ws(b->p[s]))
+        s++;
+    while (e > s && is_ws(b->p[e - 1]))
+        e--;
+    return strndup(b->p ? b->p + s : "", e - s);
+}
+
+#define TC_OPEN "<tool_call>"
+#define TC_CLOSE "</tool_call>"
+
+int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tools, int forced,
+                     int parallel, const char *id_prefix, json_t **calls, char **content)
+{
+    char id[96];
+    tbuf_t rest = {0};
+    json_t *arr = json_array();
+    *calls = NULL;
+    *content = NULL;
+    if (!arr)
+        return -1;
+    if (forced) {
+        snprintf(id, sizeof id, "%s0", id_prefix);
+        json_t *c = call_of(text, strlen(text), tools, id);
+        if (c)
+            json_array_append_new(arr, c);
+    } else if (st == CHAT_TOOLS_HERMES) {
+        const char *p = text;
+        for (;;) {
+            const char *o = strstr(p, TC_OPEN);
+            const char *e = o ? strstr(o + strlen(TC_OPEN), TC_CLOSE) : NULL;
+            if (!o || !e) { /* no block, or a half-written one: content */
+                tputs(&rest, p);
+                break;
+            }
+            const char *in = o + strlen(TC_OPEN);
+            json_t *c = NULL;
+            if (parallel || json_array_size(arr) == 0) {
+                snprintf(id, sizeof id, "%s%zu", id_prefix, json_array_size(arr));
+                c = call_of(in, (size_t)(e - in), tools, id);
+            }
+            tput(&rest, p, (size_t)(o - p));
+            if (c)
+                json_array_append_new(arr, c);
+            else /* invalid JSON, no such function, or a second call without parallel */
+                tput(&rest, o, (size_t)(e + strlen(TC_CLOSE) - o));
+            p = e + strlen(TC_CLOSE);
+        }
+    }
+    int n = (int)json_array_size(arr);
+    if (n == 0 || rest.oom) {
+        json_decref(arr);
+        free(rest.p);
+        return rest.oom ? -1 : 0;
+    }
+    *content = trimmed(&rest);
+    free(rest.p);
+    if (!*content) {
+        json_decref(arr);
+        return -1;
+    }
+    *calls = arr;
+    return n;
+}

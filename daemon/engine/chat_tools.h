@@ -1,0 +1,68 @@
+/* chat_tools: tool calls in chat prompts (OpenAI's tools, assistant tool_calls, tool results) rendered per family, and the tool calls a model wrote parsed back (docs/TOOLS.md). */
+#ifndef CHAT_TOOLS_H
+#define CHAT_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "engine/chat.h"
+
+/* How a model writes tool calls, from its template text. */
+typedef enum chat_tools_style {
+    CHAT_TOOLS_GENERIC = 0, /* no native syntax: tools only with tool_choice required or a named
+                               function, the output one JSON object {"name", "arguments"} */
+    CHAT_TOOLS_HERMES,      /* Qwen2.5-Instruct's template: a "# Tools" system block and
+                               <tool_call>{json}</tool_call> blocks (Hermes' convention) */
+    CHAT_TOOLS_PENDING,     /* a native syntax gpuswapd does not render yet (Llama 3.x, Mistral,
+                               Phi-4-mini, Hermes 2 Pro/3's own template): as GENERIC, but auto
+                               is refused as "not supported yet" */
+} chat_tools_style_t;
+
+/* tool_choice: what the model may or must do. */
+typedef enum chat_tool_choice {
+    CHAT_TOOL_AUTO = 0, /* call or answer: free generation, calls parsed from the output */
+    CHAT_TOOL_NONE,     /* never call: tools are not rendered, nothing is parsed */
+    CHAT_TOOL_REQUIRED, /* exactly one call to one of the tools, enforced */
+    CHAT_TOOL_NAMED,    /* exactly one call to the named function, enforced */
+} chat_tool_choice_t;
+
+/* The tool syntax of a model of family f whose template text is tmpl (len bytes; NULL = the
+ * family's name was configured, no text). */
+chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t len);
+
+/* The style's name for messages ("hermes", ...). */
+const char *chat_tools_style_name(chat_tools_style_t st);
+
+/* 1 when any message carries tool_calls or has role "tool" (the conversation needs
+ * chat_tools_render even without tools). */
+int chat_tools_in_messages(const chat_msg_t *msgs, size_t n);
+
+/* Renders msgs with tools (an array of OpenAI tool objects, NULL or empty = none listed) as
+ * chat_render does: HERMES byte for byte as Qwen2.5-Instruct's Jinja template with
+ * add_generation_prompt; GENERIC and PENDING through family f's table (docs/TOOLS.md: the tools
+ * in a system message, calls and results as plain text). forced adds the text a forced call
+ * starts with to the prompt (HERMES: "<tool_call>\n"). *out malloc'ed (caller frees);
+ * CHAT_ERR_* with the reason in err. */
+int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+                      const json_t *tools, int forced, char **out, char *err, size_t errlen);
+
+/* The response_format (json_schema) a forced call's output follows: {"name": the function (const)
+ * or one of the tools' names (enum), "arguments": the function's parameters schema (named) or any
+ * object}. A new reference; NULL when name names no tool or on OOM. */
+json_t *chat_tools_call_schema(const json_t *tools, const char *name);
+
+/* Parses a model's output into content and tool calls (docs/TOOLS.md: which output stays
+ * content). forced: the whole text is one JSON call (the prompt held any opening tag);
+ * otherwise HERMES <tool_call> blocks (other styles: nothing is parsed). parallel 0 keeps the
+ * first call and leaves later blocks in the content. ids: each call's id is id_prefix followed
+ * by its index. Returns the number of calls; *calls (new array of {id, type, function: {name,
+ * arguments}}, arguments a JSON text) and *content (malloc'ed) are set when it is > 0 and
+ * left NULL otherwise; -1 on OOM. */
+int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tools, int forced,
+                     int parallel, const char *id_prefix, json_t **calls, char **content);
+
+/* Appends v as Python's json.dumps(v, ensure_ascii=False) writes it (", " and ": " separators,
+ * keys in their order, floats as repr) to a malloc'ed string (caller frees); NULL on OOM. */
+char *chat_tools_pyjson(const json_t *v);
+
+#endif

@@ -1,0 +1,251 @@
+"""Tool calls (issue 41, docs/TOOLS.md): gpuswapd's Qwen2.5/Hermes rendering of tools, assistant tool calls and tool results equals the Jinja rendering of Qwen2.5-Instruct's template byte for byte (Debian's python3-jinja2, tojson as Hugging Face transformers defines it), and the real daemon (sim backend, a generated qwen2 model carrying that template) answers tool_choice required with a parsed call on the socket, over HTTP and through the pinned openai npm client (tests/node/openai_tools.mjs)."""
+import datetime
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gsd  # noqa: E402
+
+import jinja2  # noqa: E402
+from jinja2.ext import loopcontrols  # noqa: E402
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+TMP = gsd.tmpdir(prefix="gsd-tools-")
+DATA = os.environ.get("GPUSWAPD_DATA", os.path.join(gsd.ROOT, "tests", "data"))
+QWEN = os.path.join(DATA, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+CHATRENDER = os.path.join(gsd.BUILD, "chatrender")
+PORT = gsd.free_port()
+
+# ------------------------------------------------------------------ the Jinja oracle
+
+
+def jinja_render(template, messages, tools=None):
+    """As transformers' apply_chat_template renders: trim_blocks, lstrip_blocks, loopcontrols, tojson =
+    json.dumps(ensure_ascii=False) with the separators/indent the template asks for."""
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def strftime_now(fmt):
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
+                                            bos_token="", eos_token="<|im_end|>")
+
+
+def as_jinja(messages):
+    """The messages as a template sees them: OpenAI's arguments text parsed into the object."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                c = json.loads(json.dumps(c))
+                a = c["function"]["arguments"]
+                if isinstance(a, str):
+                    c["function"]["arguments"] = json.loads(a)
+                calls.append(c)
+            m["tool_calls"] = calls
+        if m.get("content") is None:
+            m["content"] = ""
+        out.append(m)
+    return out
+
+
+def ours(messages, tools=None, tool_choice=None):
+    req = {"op": "chat", "model": "m", "messages": messages}
+    if tools is not None:
+        req["tools"] = tools
+    if tool_choice is not None:
+        req["tool_choice"] = tool_choice
+    p = subprocess.run([CHATRENDER, QWEN], input=json.dumps(req, ensure_ascii=False).encode(),
+                       capture_output=True, check=True)
+    return p.stdout.decode()
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, today.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo", "Zürich"]},
+        "unit": {"type": "string", "enum": ["c", "f"], "description": "degrees"}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time \"now\" in a zone\n(IANA).",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"},
+                                                    "ratio": {"type": "number", "minimum": 0.5,
+                                                              "maximum": 1e-7}}}}}
+TOOLS = [WEATHER, TIME]
+
+
+def call(cid, name, args, as_text=True):
+    return {"id": cid, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args) if as_text else args}}
+
+
+CONVERSATIONS = {
+    "tools, no system": ([{"role": "user", "content": "Weather in Paris?"}], TOOLS),
+    "tools and a system": ([{"role": "system", "content": "Be brief."},
+                            {"role": "user", "content": "Weather in Oslo?"}], TOOLS),
+    "a call and its result": ([
+        {"role": "user", "content": "Weather in Zürich?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("call_1", "get_weather", {"city": "Zürich", "unit": "c"})]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21.5}"}], [WEATHER]),
+    "parallel calls, results, a later turn": ([
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Weather and time in Paris?"},
+        {"role": "assistant", "content": "Checking both.",
+         "tool_calls": [call("a", "get_weather", {"city": "Paris", "unit": "f"}),
+                        call("b", "get_time", {"zone": "Europe/Paris", "ratio": 0.75, "n": [1, 2.5e-7, True, None]},
+                             as_text=False)]},
+        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "b", "content": "12:00"},
+        {"role": "assistant", "content": "Sunny, noon."},
+        {"role": "user", "content": "Thanks \u2603"}], TOOLS),
+    "history without tools": ([
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "tool_calls": [call("x", "get_time", {"zone": "UTC"})]},
+        {"role": "tool", "tool_call_id": "x", "content": "09:00"}], None),
+    "a second system message": ([
+        {"role": "system", "content": "First."}, {"role": "user", "content": "u"},
+        {"role": "system", "content": "Second."}], [TIME]),
+}
+
+
+def renderings_equal_the_jinja_template_byte_for_byte():
+    tmpl = open(QWEN, encoding="utf-8").read()
+    for name, (msgs, tools) in CONVERSATIONS.items():
+        want = jinja_render(tmpl, as_jinja(msgs), tools)
+        got = ours(msgs, tools)
+        assert got == want, "%s:\n--- ours\n%s\n--- jinja\n%s" % (name, got, want)
+    # a forced call: the prompt goes on with the opening tag the model would write
+    msgs, tools = CONVERSATIONS["tools, no system"]
+    got = ours(msgs, tools, "required")
+    assert got == jinja_render(tmpl, msgs, tools) + "<tool_call>\n", got
+    # none: the tools are not listed (the model must not call)
+    assert ours(msgs, tools, "none") == jinja_render(tmpl, msgs, None)
+
+
+# ------------------------------------------------------------------ the daemon
+
+
+def http_post(path, body):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=gsd.scaled(60))
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode()
+    c.close()
+    return r.status, data
+
+
+def chat(d, req):
+    c = d.client()
+    try:
+        c.send(req)
+        return c.final(req["id"])
+    finally:
+        c.close()
+
+
+def socket_required_gives_one_call_with_the_tools_rendered():
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    done, toks = chat(D, {"op": "chat", "id": 1, "model": "qwen", "messages": msgs, "tools": TOOLS,
+                          "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                          "max_tokens": 400, "temperature": 0, "stream": True})
+    assert done.get("event") == "done", done
+    assert done["finish_reason"] == "tool_calls", done
+    calls = done["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", calls
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), args
+    assert calls[0]["id"].startswith("call_") and calls[0]["type"] == "function", calls
+    assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (done, toks)
+    # the prompt is the Jinja rendering plus the opening tag
+    want = jinja_render(open(QWEN, encoding="utf-8").read(), msgs, TOOLS) + "<tool_call>\n"
+    out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", MODEL, "--special"], input=want.encode(),
+                         capture_output=True, check=True)
+    assert done["usage"]["prompt_tokens"] == len(out.stdout.split()), done["usage"]
+
+
+def auto_on_a_family_without_tool_syntax_is_a_bad_request():
+    msgs = [{"role": "user", "content": "Hi"}]
+    ans, _ = chat(D, {"op": "chat", "id": 2, "model": "plain", "messages": msgs, "tools": TOOLS})
+    assert ans.get("event") == "error" and ans["error"]["code"] == "bad_request", ans
+    assert "llama2-sys-strip" in ans["error"]["message"], ans
+    ans, _ = chat(D, {"op": "chat", "id": 3, "model": "plain", "messages": msgs, "tools": TOOLS,
+                      "tool_choice": "required", "max_tokens": 400, "temperature": 0})
+    assert ans.get("event") == "done", ans
+    assert ans["finish_reason"] == "tool_calls" or ans["finish_reason"] == "length", ans
+
+
+def http_auto_parses_or_leaves_content():
+    """auto is free generation: whatever the random model writes comes back as content or calls."""
+    st, body = http_post("/v1/chat/completions", {
+        "model": "qwen", "messages": [{"role": "user", "content": "Hi"}], "tools": TOOLS,
+        "tool_choice": "auto", "max_tokens": 8, "temperature": 0})
+    assert st == 200, body
+    ch = json.loads(body)["choices"][0]
+    assert ch["finish_reason"] in ("length", "stop"), ch
+    assert ch["message"]["content"] is not None and "tool_calls" not in ch["message"], ch
+
+
+def openai_node_client_calls_streamed_and_not_and_round_trips():
+    node = shutil.which("node")
+    node_dir = os.path.join(gsd.ROOT, "tests", "node")
+    if not node or not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
+        if gsd.CI if hasattr(gsd, "CI") else False:
+            raise AssertionError("node or the openai npm package missing (make deps)")
+        print("skip: node or tests/node/node_modules/openai missing (make deps)")
+        return
+    out = subprocess.run([node, os.path.join(node_dir, "openai_tools.mjs"),
+                          "http://127.0.0.1:%d/v1" % PORT, "qwen"],
+                         capture_output=True, text=True, timeout=gsd.scaled(60), cwd=node_dir)
+    assert out.returncode == 0, out.stderr + out.stdout
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for k in ("plain", "streamed"):
+        assert r[k]["finish"] == "tool_calls", r
+        assert r[k]["name"] == "get_weather" and r[k]["args"]["city"] in ("Paris", "Oslo", "Zürich"), r
+    assert r["plain"]["args"] == r["streamed"]["args"], r
+    assert r["streamed"]["fragments"] >= 2, r
+    assert r["round_trip"]["finish"] in ("stop", "length"), r
+    assert r["round_trip"]["prompt_tokens"] > r["plain"]["prompt_tokens"], r
+
+
+def main():
+    global D, MODEL
+    if not os.path.exists(CHATRENDER):
+        print("FAIL %s missing (make)" % CHATRENDER)
+        return 1
+    r = gsd.Runner()
+    r.run(renderings_equal_the_jinja_template_byte_for_byte)
+    MODEL = gsd.mkmodel(os.path.join(TMP, "qwen.gguf"), "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 "
+                        "--kv-heads 2 --ff 128 --vocab 600 --seed 7 --chat-template " + QWEN)
+    plain = gsd.mkmodel(os.path.join(TMP, "plain.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
+                        "--kv-heads 2 --ff 128 --vocab 300 --seed 5")
+    D = gsd.Daemon([("qwen", MODEL, ""), ("plain", plain, "")], memory="8MiB",
+                   listen="http: 127.0.0.1:%d" % PORT)
+    try:
+        for fn in (socket_required_gives_one_call_with_the_tools_rendered,
+                   auto_on_a_family_without_tool_syntax_is_a_bad_request,
+                   http_auto_parses_or_leaves_content,
+                   openai_node_client_calls_streamed_and_not_and_round_trips):
+            r.run(fn)
+    finally:
+        assert D.stop() == 0
+    return r.exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

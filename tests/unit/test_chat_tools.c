@@ -1,0 +1,149 @@
+/* Unit tests for chat_tools: Python-compatible JSON, the Qwen2.5/Hermes rendering, the generic form, the call schema and the parser of tool calls. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/chat_tools.h"
+
+static json_t *tools_of(void)
+{
+    return json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                      "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+                      "\"string\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"f2\"}}]",
+                      0, NULL);
+}
+
+static void expect_pyjson(const char *in, const char *want)
+{
+    json_t *v = json_loads(in, JSON_DECODE_ANY, NULL);
+    cr_assert_not_null(v, "%s", in);
+    char *s = chat_tools_pyjson(v);
+    cr_assert_str_eq(s, want);
+    free(s);
+    json_decref(v);
+}
+
+Test(chat_tools, pyjson_writes_as_python_json_dumps)
+{
+    expect_pyjson("{\"b\":1,\"a\":[true,null,\"x\\n\\u0001\\\"\"]}",
+                  "{\"b\": 1, \"a\": [true, null, \"x\\n\\u0001\\\"\"]}");
+    expect_pyjson("[1.0, 0.1, 1e-7, 2.5e-07, 1e16, 1e15, 123.456, -0.0001]",
+                  "[1.0, 0.1, 1e-07, 2.5e-07, 1e+16, 1000000000000000.0, 123.456, -0.0001]");
+    expect_pyjson("\"Z\xC3\xBCrich /\"", "\"Z\xC3\xBCrich /\"");
+}
+
+Test(chat_tools, qwen_templates_are_hermes_and_llama3_is_pending)
+{
+    const char *q = "<|im_start|>... # Tools ... <tool_call>";
+    cr_assert_eq(chat_tools_detect(CHAT_CHATML, q, strlen(q)), CHAT_TOOLS_HERMES);
+    cr_assert_eq(chat_tools_detect(CHAT_CHATML, "<|im_start|>", 12), CHAT_TOOLS_GENERIC);
+    cr_assert_eq(chat_tools_detect(CHAT_LLAMA3, NULL, 0), CHAT_TOOLS_PENDING);
+    cr_assert_eq(chat_tools_detect(CHAT_CHATML, "<|im_start|><tool_call>", 23), CHAT_TOOLS_PENDING);
+}
+
+Test(chat_tools, hermes_renders_calls_and_grouped_results)
+{
+    chat_msg_t m[4] = {{.role = "user", .content = "q"},
+                       {.role = "assistant",
+                        .content = "",
+                        .tool_calls = "[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":"
+                                      "\"f2\",\"arguments\":\"{\\\"x\\\":1}\"}}]"},
+                       {.role = "tool", .content = "r1"},
+                       {.role = "tool", .content = "r2"}};
+    char *out, err[128];
+    cr_assert_eq(
+        chat_tools_render(CHAT_CHATML, CHAT_TOOLS_HERMES, m, 4, NULL, 0, &out, err, sizeof err),
+        CHAT_OK);
+    cr_assert_str_eq(out, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                          "helpful assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+                          "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f2\", \"arguments\": "
+                          "{\"x\": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                          "r1\n</tool_response>\n<tool_response>\nr2\n</tool_response><|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    free(out);
+}
+
+Test(chat_tools, generic_lists_tools_in_the_system_message_and_results_as_user_turns)
+{
+    json_t *tools = tools_of();
+    chat_msg_t m[2] = {{.role = "user", .content = "q"}, {.role = "tool", .content = "r"}};
+    char *out, err[128];
+    cr_assert_eq(
+        chat_tools_render(CHAT_CHATML, CHAT_TOOLS_GENERIC, m, 2, tools, 1, &out, err, sizeof err),
+        CHAT_OK);
+    cr_assert(strstr(out, "<|im_start|>system\nYou can call these functions") == out, "%s", out);
+    cr_assert_not_null(strstr(out, "<|im_start|>user\nResult of the function call: r<|im_end|>"));
+    cr_assert_null(strstr(out, "<tool_call>"));
+    free(out);
+    json_decref(tools);
+}
+
+Test(chat_tools, parser_takes_valid_blocks_and_leaves_the_rest_as_content)
+{
+    json_t *tools = tools_of(), *calls;
+    char *content;
+    const char *text = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                       "\"Oslo\"}}\n</tool_call>\n<tool_call>{\"name\":\"nope\",\"arguments\":{}}"
+                       "</tool_call><tool_call>{\"name\":\"f2\",\"arguments\":{}}</tool_call>";
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_HERMES, text, tools, 0, 1, "call_", &calls, &content),
+                 2);
+    cr_assert_str_eq(content, "Sure.\n<tool_call>{\"name\":\"nope\",\"arguments\":{}}</tool_call>");
+    json_t *c0 = json_array_get(calls, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(c0, "id")), "call_0");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(c0, "function"), "arguments")),
+        "{\"city\":\"Oslo\"}");
+    json_decref(calls);
+    free(content);
+    /* not parallel: the second valid call stays content */
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_HERMES, text, tools, 0, 0, "c", &calls, &content), 1);
+    cr_assert_not_null(strstr(content, "\"f2\""));
+    json_decref(calls);
+    free(content);
+    json_decref(tools);
+}
+
+Test(chat_tools, half_written_or_invalid_calls_are_no_calls)
+{
+    json_t *tools = tools_of(), *calls = NULL;
+    char *content = NULL;
+    const char *half = "<tool_call>\n{\"name\": \"f2\", \"argu";
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_HERMES, half, tools, 0, 1, "c", &calls, &content), 0);
+    cr_assert_null(calls);
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_HERMES, "<tool_call>{bad</tool_call>", tools, 0, 1,
+                                  "c", &calls, &content),
+                 0);
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_GENERIC, "{\"name\":\"f2\",\"arguments\":{}}", tools,
+                                  1, 1, "c", &calls, &content),
+                 1);
+    cr_assert_str_eq(content, "");
+    json_decref(calls);
+    free(content);
+    json_decref(tools);
+}
+
+Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
+{
+    json_t *tools = tools_of();
+    json_t *s = chat_tools_call_schema(tools, "get_weather");
+    cr_assert_not_null(s);
+    json_t *props =
+        json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(props, "name"), "const")),
+                     "get_weather");
+    cr_assert_not_null(json_object_get(json_object_get(props, "arguments"), "properties"));
+    json_decref(s);
+    cr_assert_null(chat_tools_call_schema(tools, "missing"));
+    s = chat_tools_call_schema(tools, NULL);
+    cr_assert_eq(
+        json_array_size(json_object_get(
+            json_object_get(
+                json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"),
+                                "properties"),
+                "name"),
+            "enum")),
+        2);
+    json_decref(s);
+    json_decref(tools);
+}
