@@ -304,8 +304,6 @@ static int refuse_set(const json_t *o, const char *where, char *err, size_t errl
         const char *name, *why;
     } refused[] = {
         {"images", "images are not supported: gpuswapd serves text-only models"},
-        {"tools", "tools are not supported yet (tool calls are planned): send no tools"},
-        {"tool_calls", "tool calls are not supported yet: send no tool_calls"},
         {"template", "template overrides are not supported: the model's own chat template "
                      "applies (or raw: true)"},
         {"context", "context (the token ids of an earlier answer) is not supported: send the "
@@ -318,6 +316,34 @@ static int refuse_set(const json_t *o, const char *where, char *err, size_t errl
             return -1;
         }
     return 0;
+}
+
+/* An assistant message's Ollama tool_calls ([{"function": {"name", "arguments": {..}}}]) as the
+ * chat op's (ids made up: Ollama has none). NULL with the reason when malformed. */
+static json_t *map_tool_calls(const json_t *calls, size_t i, char *err, size_t errlen)
+{
+    json_t *arr = json_array();
+    size_t j;
+    const json_t *c;
+    if (!json_is_array(calls)) {
+        snprintf(err, errlen, "messages[%zu]: field 'tool_calls' must be an array", i);
+        json_decref(arr);
+        return NULL;
+    }
+    json_array_foreach (calls, j, c) {
+        const json_t *f = json_object_get(c, "function");
+        char id[48];
+        if (!json_is_object(f)) {
+            snprintf(err, errlen, "messages[%zu].tool_calls[%zu]: 'function' must be an object", i,
+                     j);
+            json_decref(arr);
+            return NULL;
+        }
+        snprintf(id, sizeof id, "call_%zu_%zu", i, j);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:O}", "id", id, "type", "function", "function", f));
+    }
+    return arr;
 }
 
 static int map_messages(json_t *out, const json_t *v, char *err, size_t errlen)
@@ -340,14 +366,22 @@ static int map_messages(json_t *out, const json_t *v, char *err, size_t errlen)
         if (refuse_set(m, where, err, errlen))
             return -1;
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && strcmp(role, "tool") == 0) {
-            snprintf(err, errlen, "%srole 'tool' is not supported yet (no tool calls)", where);
-            return -1;
-        }
+        const json_t *calls = json_object_get(m, "tool_calls");
         json_t *o = json_object(), *c = json_object_get(m, "content");
         json_object_set(o, "role", json_object_get(m, "role")); /* NULL: the codec says so */
         json_object_set_new(o, "content", c && !json_is_null(c) ? json_incref(c) : json_string(""));
         json_array_append_new(arr, o);
+        if (role && strcmp(role, "tool") == 0) { /* a result: Ollama names no call, we make one */
+            char id[32];
+            snprintf(id, sizeof id, "call_%zu", i);
+            json_object_set_new(o, "tool_call_id", json_string(id));
+        }
+        if (!is_unset(calls)) {
+            json_t *mapped = map_tool_calls(calls, i, err, errlen);
+            if (!mapped)
+                return -1;
+            json_object_set_new(o, "tool_calls", mapped);
+        }
     }
     return 0;
 }
@@ -397,6 +431,14 @@ static json_t *map_request(http_ol_t ol, const char *rid, json_t *body, http_ol_
     }
     info->stream = !json_is_false(stream); /* Ollama streams unless told not to */
     json_object_set_new(out, "stream", json_boolean(info->stream));
+    const json_t *tools = json_object_get(body, "tools");
+    if (!is_unset(tools)) { /* chat: the chat op's tools (tool_choice auto, as Ollama has it) */
+        if (ol != HTTP_OL_CHAT) {
+            snprintf(err, errlen, "field 'tools' is for /api/chat");
+            goto fail;
+        }
+        json_object_set(out, "tools", (json_t *)tools);
+    }
     if (refuse_set(body, "", err, errlen) ||
         ka_parse(json_object_get(body, "keep_alive"), &info->keep_alive, err, errlen) ||
         map_options(out, json_object_get(body, "options"), err, errlen) ||
@@ -496,6 +538,26 @@ static json_int_t ns_of(double ms)
     return ms > 0 ? (json_int_t)llround(ms * 1e6) : 0;
 }
 
+/* A DONE event's tool calls in Ollama's shape ([{"function": {"name", "arguments": {..}}}]: the
+ * arguments an object), or NULL when there are none. */
+static json_t *ollama_calls_of(const json_t *calls)
+{
+    if (!json_array_size(calls))
+        return NULL;
+    json_t *arr = json_array();
+    size_t i;
+    const json_t *c;
+    json_array_foreach (calls, i, c) {
+        const json_t *f = json_object_get(c, "function"), *args = json_object_get(f, "arguments");
+        json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL)
+                                           : json_incref((json_t *)args);
+        json_array_append_new(arr, json_pack("{s:{s:O, s:o}}", "function", "name",
+                                             json_object_get(f, "name"), "arguments",
+                                             obj ? obj : json_object()));
+    }
+    return arr;
+}
+
 json_t *http_ollama_chunk_of(const http_ol_answer_t *a, const wk_event_t *ev)
 {
     int done = ev->kind == WK_EVENT_DONE;
@@ -512,6 +574,9 @@ json_t *http_ollama_chunk_of(const http_ol_answer_t *a, const wk_event_t *ev)
     json_object_set_new(o, "done", json_boolean(done));
     if (!done)
         return o;
+    json_t *calls = a->ol == HTTP_OL_CHAT ? ollama_calls_of(ev->tool_calls) : NULL;
+    if (calls)
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", calls);
     const proto_timing_t *t = &ev->timing;
     double prefill = t->ttft_ms - t->queue_ms - t->swap_ms;
     json_t *tail = json_pack(

@@ -171,6 +171,38 @@ def test_raw_http(d):
     check("GET /api/chat: 405", st == 405, st)
 
 
+def test_tools_on_a_qwen_template():
+    """/api/chat's tools on a model whose template has Qwen's <tool_call> syntax: accepted (the
+    model decides: auto, as Ollama has it), and a history with an assistant's call and its
+    result renders and answers. (A family without a tool syntax refuses auto: the node test.)"""
+    tmp = gsd.tmpdir(prefix="gsd-ollama-tools-")
+    qwen = gsd.mkmodel(os.path.join(tmp, "qwen.gguf"),
+                       "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 "
+                       "--vocab 600 --seed 7 --chat-template " +
+                       os.path.join(DATA, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
+    d = OllamaDaemon([("q", qwen, "")], memory="8MiB")
+    tools = [{"type": "function", "function": {"name": "weather", "description": "w",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}}}}]
+    try:
+        st, _, text = call(d, "POST", "/api/chat", {
+            "model": "q", "stream": False, "tools": tools, "options": {"num_predict": 8},
+            "messages": [{"role": "user", "content": "weather in Paris?"}]})
+        ans = json.loads(text)
+        check("tools on a Qwen template: 200, done", st == 200 and ans.get("done"), (st, text))
+        st, _, text = call(d, "POST", "/api/chat", {
+            "model": "q", "stream": False, "tools": tools, "options": {"num_predict": 4},
+            "messages": [{"role": "user", "content": "weather in Paris?"},
+                         {"role": "assistant", "content": "",
+                          "tool_calls": [{"function": {"name": "weather",
+                                                       "arguments": {"city": "Paris"}}}]},
+                         {"role": "tool", "content": "sunny"}]})
+        check("a call and its result in the history: 200, done", st == 200 and
+              json.loads(text).get("done"), (st, text))
+    finally:
+        d.stop()
+
+
 def test_api_keys():
     k = json.loads(subprocess.run([os.path.abspath(os.path.join(gsd.BUILD, "gpuswap")), "keygen", "k",
                                    "--json"], capture_output=True, text=True, check=True).stdout)
@@ -205,6 +237,7 @@ def main():
             rc = d.stop()
         check("%s: daemon exits cleanly" % backend, rc == 0, open(d.log_path).read()[-2000:])
     test_api_keys()
+    test_tools_on_a_qwen_template()
     print("%.1f s" % (time.time() - t0))
     if FAILED:
         print("%d failed" % len(FAILED))

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "front/http.h"
+#include "front/http_int.h"
 #include "proto.h"
 
 /* Maps body on route ol; asserts success and that the line is exactly want. */
@@ -113,16 +114,16 @@ Test(http_ollama, no_prompt_is_a_load_request)
     cr_assert_eq(i.stream, 0);
 }
 
-Test(http_ollama, images_tools_template_context_and_think_are_refused)
+Test(http_ollama, images_template_context_think_and_tools_on_generate_are_refused)
 {
     refused(
         HTTP_OL_CHAT,
         "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}",
         PROTO_E_BAD_REQUEST, "messages[0]: images");
-    refused(HTTP_OL_CHAT,
-            "{\"model\":\"m\",\"tools\":[{\"type\":\"function\"}],\"messages\":[{\"role\":\"user\","
-            "\"content\":\"x\"}]}",
-            PROTO_E_BAD_REQUEST, "tools");
+    refused(HTTP_OL_GENERATE,
+            "{\"model\":\"m\",\"prompt\":\"p\",\"tools\":[{\"type\":\"function\",\"function\":"
+            "{\"name\":\"f\"}}]}",
+            PROTO_E_BAD_REQUEST, "'tools' is for /api/chat");
     refused(HTTP_OL_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"template\":\"{{ .Prompt }}\"}",
             PROTO_E_BAD_REQUEST, "template");
     refused(HTTP_OL_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"context\":[1,2]}",
@@ -141,4 +142,50 @@ Test(http_ollama, a_body_without_model_or_not_json_is_an_error)
     refused(HTTP_OL_CHAT, "{\"messages\":[]}", PROTO_E_BAD_REQUEST, "model");
     refused(HTTP_OL_CHAT, "{", PROTO_E_BAD_JSON, "invalid JSON");
     refused(HTTP_OL_CHAT, "[]", PROTO_E_BAD_REQUEST, "object");
+}
+
+/* /api/chat's tools pass through (tool_choice auto); a tool result gets a made-up call id, an
+ * assistant's calls ids and their type. */
+Test(http_ollama, chat_tools_results_and_calls_map_onto_the_chat_op)
+{
+    maps_to(
+        HTTP_OL_CHAT,
+        "{\"model\":\"m\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"messages\":["
+        "{\"role\":\"user\",\"content\":\"x\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+        "\"arguments\":{\"a\":1}}}]},"
+        "{\"role\":\"tool\",\"content\":\"42\"}]}",
+        "{\"op\":\"chat\",\"id\":\"r1\",\"model\":\"m\",\"stream\":false,\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":"
+        "\"\",\"tool_calls\":[{\"id\":\"call_1_0\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"f\",\"arguments\":{\"a\":1}}}]},{\"role\":\"tool\",\"content\":\"42\","
+        "\"tool_call_id\":\"call_2\"}]}");
+    refused(HTTP_OL_CHAT,
+            "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"\","
+            "\"tool_calls\":[{\"name\":\"f\"}]}]}",
+            PROTO_E_BAD_REQUEST, "'function' must be an object");
+}
+
+/* A DONE event's calls: Ollama's shape, the arguments an object. */
+Test(http_ollama, a_done_event_carries_its_tool_calls_with_object_arguments)
+{
+    wk_event_t ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = WK_EVENT_DONE;
+    ev.text = (char *)"";
+    ev.tool_calls = json_loads("[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":"
+                               "\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]",
+                               0, NULL);
+    cr_assert_not_null(ev.tool_calls);
+    http_ol_answer_t a = {.ol = HTTP_OL_CHAT, .model = "m", .stream = 0};
+    json_t *o = http_ollama_chunk_of(&a, &ev);
+    json_t *calls = json_object_get(json_object_get(o, "message"), "tool_calls");
+    cr_assert_eq(json_array_size(calls), 1);
+    json_t *f = json_object_get(json_array_get(calls, 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "name")), "f");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(f, "arguments"), "a")), 1);
+    json_decref(o);
+    json_decref(ev.tool_calls);
 }
