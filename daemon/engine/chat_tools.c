@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------ text */
 
@@ -141,9 +142,21 @@ static void py_real(tbuf_t *b, double x)
     tputs(b, out);
 }
 
-static void py_dump(tbuf_t *b, const json_t *v)
+/* Python's line break and indent before an item at depth d (indent < 0: none). */
+static void py_nl(tbuf_t *b, int indent, int d)
+{
+    if (indent < 0)
+        return;
+    tput(b, "\n", 1);
+    for (int i = 0; i < indent * d; i++)
+        tput(b, " ", 1);
+}
+
+/* v as json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None) at depth d. */
+static void py_dump(tbuf_t *b, const json_t *v, int indent, int d)
 {
     char num[32];
+    const char *sep = indent < 0 ? ", " : ",";
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         const char *k;
@@ -152,12 +165,15 @@ static void py_dump(tbuf_t *b, const json_t *v)
         tput(b, "{", 1);
         json_object_foreach ((json_t *)v, k, x) {
             if (!first)
-                tput(b, ", ", 2);
+                tputs(b, sep);
             first = 0;
+            py_nl(b, indent, d + 1);
             py_string(b, k, strlen(k));
             tput(b, ": ", 2);
-            py_dump(b, x);
+            py_dump(b, x, indent, d + 1);
         }
+        if (!first)
+            py_nl(b, indent, d);
         tput(b, "}", 1);
         break;
     }
@@ -167,9 +183,12 @@ static void py_dump(tbuf_t *b, const json_t *v)
         tput(b, "[", 1);
         json_array_foreach (v, i, x) {
             if (i)
-                tput(b, ", ", 2);
-            py_dump(b, x);
+                tputs(b, sep);
+            py_nl(b, indent, d + 1);
+            py_dump(b, x, indent, d + 1);
         }
+        if (json_array_size(v))
+            py_nl(b, indent, d);
         tput(b, "]", 1);
         break;
     }
@@ -188,7 +207,7 @@ static void py_dump(tbuf_t *b, const json_t *v)
 char *chat_tools_pyjson(const json_t *v)
 {
     tbuf_t b = {0};
-    py_dump(&b, v);
+    py_dump(&b, v, -1, 0);
     return tdone(&b);
 }
 
@@ -204,6 +223,9 @@ chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t l
     if (has(tmpl, len, "<tool_call>") && has(tmpl, len, "# Tools") &&
         has(tmpl, len, "<|im_start|>"))
         return CHAT_TOOLS_HERMES;
+    if (has(tmpl, len, "<|start_header_id|>") && has(tmpl, len, "Environment: ipython") &&
+        has(tmpl, len, "tools_in_user_message") && has(tmpl, len, "\"parameters\": "))
+        return has(tmpl, len, "strftime_now") ? CHAT_TOOLS_LLAMA32 : CHAT_TOOLS_LLAMA3;
     if (has(tmpl, len, "<tool_call>") || has(tmpl, len, "[AVAILABLE_TOOLS]") ||
         has(tmpl, len, "<|python_tag|>") || has(tmpl, len, "ipython") || has(tmpl, len, "<|tool|>"))
         return CHAT_TOOLS_PENDING;
@@ -220,7 +242,18 @@ chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t l
 
 const char *chat_tools_style_name(chat_tools_style_t st)
 {
-    return st == CHAT_TOOLS_HERMES ? "hermes" : st == CHAT_TOOLS_PENDING ? "pending" : "generic";
+    switch (st) {
+    case CHAT_TOOLS_HERMES: return "hermes";
+    case CHAT_TOOLS_PENDING: return "pending";
+    case CHAT_TOOLS_LLAMA3: return "llama3";
+    case CHAT_TOOLS_LLAMA32: return "llama3.2";
+    default: return "generic";
+    }
+}
+
+int chat_tools_is_llama3(chat_tools_style_t st)
+{
+    return st == CHAT_TOOLS_LLAMA3 || st == CHAT_TOOLS_LLAMA32;
 }
 
 int chat_tools_in_messages(const chat_msg_t *msgs, size_t n)
@@ -341,6 +374,134 @@ static void render_hermes(tbuf_t *b, const chat_msg_t *msgs, size_t n, const jso
     tputs(b, "<|im_start|>assistant\n");
 }
 
+/* Python's str.strip() whitespace (ASCII: the Unicode spaces beyond it are not trimmed). */
+static int py_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* s as Jinja's |trim writes it (NULL: ""). */
+static void put_trimmed(tbuf_t *b, const char *s)
+{
+    if (!s)
+        return;
+    size_t e = strlen(s);
+    while (py_space((unsigned char)*s))
+        s++, e--;
+    while (e && py_space((unsigned char)s[e - 1]))
+        e--;
+    tput(b, s, e);
+}
+
+#define L3_HDR(role) "<|start_header_id|>" role "<|end_header_id|>\n\n"
+#define L3_FORMAT                                                                                  \
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument "      \
+    "name and its value}.Do not use variables.\n\n"
+
+/* Today as strftime("%d %b %Y") in the C locale, local time (Llama 3.2's strftime_now). */
+static void l3_today(char *out, size_t n)
+{
+    static const char *mon[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&t, &tm)) {
+        snprintf(out, n, "26 Jul 2024");
+        return;
+    }
+    snprintf(out, n, "%02d %s %d", tm.tm_mday, mon[tm.tm_mon % 12], tm.tm_year + 1900);
+}
+
+/* The system turn and, with tools, the first user turn that lists them; returns the index of
+ * the first message left for the loop, or -1 (tools but no message to put them in). */
+static long l3_head(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+                    const json_t *tools)
+{
+    char date[32];
+    size_t i = 0, k;
+    const json_t *t;
+    int listed = json_array_size(tools) > 0;
+    if (st == CHAT_TOOLS_LLAMA32)
+        l3_today(date, sizeof date);
+    else
+        snprintf(date, sizeof date, "26 Jul 2024");
+    tputs(b, L3_HDR("system"));
+    if (listed)
+        tputs(b, "Environment: ipython\n");
+    tputs(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+    tputs(b, date);
+    tputs(b, "\n\n");
+    if (n && strcmp(msgs[0].role, "system") == 0)
+        put_trimmed(b, msgs[i++].content);
+    tputs(b, "<|eot_id|>");
+    if (!listed)
+        return (long)i;
+    if (i == n)
+        return -1;
+    tputs(b, L3_HDR("user") "Given the following functions, please respond with a JSON for a "
+                            "function call with its proper arguments that best answers the "
+                            "given prompt.\n\n" L3_FORMAT);
+    json_array_foreach (tools, k, t) {
+        py_dump(b, t, 4, 0);
+        tputs(b, "\n\n");
+    }
+    put_trimmed(b, msgs[i++].content);
+    tputs(b, "<|eot_id|>");
+    return (long)i;
+}
+
+/* Llama 3.1/3.2/3.3-Instruct's template (custom tools, tools_in_user_message true, no
+ * builtin_tools), add_generation_prompt on. CHAT_OK or CHAT_ERR_TEMPLATE with err set. */
+static int render_llama3(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+                         const json_t *tools, char *err, size_t errlen)
+{
+    long first = l3_head(b, st, msgs, n, tools);
+    if (first < 0) {
+        snprintf(err, errlen,
+                 "the Llama 3 template puts the tools in the first user message: "
+                 "there is none");
+        return CHAT_ERR_TEMPLATE;
+    }
+    for (size_t i = (size_t)first; i < n; i++) {
+        const chat_msg_t *m = &msgs[i];
+        if (strcmp(m->role, "tool") == 0 || strcmp(m->role, "ipython") == 0) {
+            tputs(b, L3_HDR("ipython"));
+            py_string(b, m->content ? m->content : "", m->content ? strlen(m->content) : 0);
+            tputs(b, "<|eot_id|>");
+        } else if (m->tool_calls) {
+            json_t *calls = json_loads(m->tool_calls, 0, NULL);
+            const char *name = NULL;
+            if (json_array_size(calls) != 1) {
+                json_decref(calls);
+                snprintf(err, errlen,
+                         "messages[%zu]: Llama 3 models take one tool call per "
+                         "assistant message",
+                         i);
+                return CHAT_ERR_TEMPLATE;
+            }
+            json_t *args = call_args(json_array_get(calls, 0), &name);
+            tputs(b, L3_HDR("assistant") "{\"name\": \"");
+            tputs(b, name ? name : "");
+            tputs(b, "\", \"parameters\": ");
+            if (args)
+                py_dump(b, args, -1, 0);
+            else
+                b->oom = 1;
+            tputs(b, "}<|eot_id|>");
+            json_decref(args);
+            json_decref(calls);
+        } else {
+            tputs(b, "<|start_header_id|>");
+            tputs(b, m->role);
+            tputs(b, "<|end_header_id|>\n\n");
+            put_trimmed(b, m->content);
+            tputs(b, "<|eot_id|>");
+        }
+    }
+    tputs(b, L3_HDR("assistant"));
+    return CHAT_OK;
+}
+
 /* The generic form's system text for tools (docs/TOOLS.md). */
 static void generic_tools_text(tbuf_t *b, const json_t *tools)
 {
@@ -417,12 +578,20 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
                       const json_t *tools, int forced, char **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (st != CHAT_TOOLS_HERMES)
+    if (st != CHAT_TOOLS_HERMES && !chat_tools_is_llama3(st))
         return render_generic(f, msgs, n, tools, out, err, errlen);
     tbuf_t b = {0};
-    render_hermes(&b, msgs, n, tools);
-    if (forced)
-        tputs(&b, "<tool_call>\n");
+    if (st == CHAT_TOOLS_HERMES) {
+        render_hermes(&b, msgs, n, tools);
+        if (forced)
+            tputs(&b, "<tool_call>\n");
+    } else {
+        int rc = render_llama3(&b, st, msgs, n, tools, err, errlen);
+        if (rc) {
+            free(b.p);
+            return rc;
+        }
+    }
     if (!(*out = tdone(&b))) {
         snprintf(err, errlen, "out of memory rendering the chat");
         return CHAT_ERR_NOMEM;
@@ -450,9 +619,10 @@ static const json_t *tool_named(const json_t *tools, const char *name)
     return NULL;
 }
 
-json_t *chat_tools_call_schema(const json_t *tools, const char *name)
+json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name)
 {
     json_t *name_s, *args_s;
+    const char *key = chat_tools_is_llama3(st) ? "parameters" : "arguments";
     if (name) {
         const json_t *t = tool_named(tools, name);
         if (!t)
@@ -472,19 +642,21 @@ json_t *chat_tools_call_schema(const json_t *tools, const char *name)
     }
     return json_pack("{s:s, s:{s:s, s:{s:s, s:{s:o, s:o}, s:[ss], s:b}}}", "type", "json_schema",
                      "json_schema", "name", "tool_call", "schema", "type", "object", "properties",
-                     "name", name_s, "arguments", args_s, "required", "name", "arguments",
-                     "additionalProperties", 0);
+                     "name", name_s, key, args_s, "required", "name", key, "additionalProperties",
+                     0);
 }
 
 /* ------------------------------------------------------------------ parsing */
 
 /* One call from JSON text (n bytes): {id, type, function: {name, arguments}} when it is an
- * object with a string name among the tools and an object arguments; else NULL. */
-static json_t *call_of(const char *s, size_t n, const json_t *tools, const char *id)
+ * object with a string name among the tools and an object under key ("arguments", Llama 3's
+ * "parameters"); else NULL. */
+static json_t *call_of(const char *s, size_t n, const json_t *tools, const char *key,
+                       const char *id)
 {
     json_t *o = json_loadb(s, n, 0, NULL);
     const char *name = json_string_value(json_object_get(o, "name"));
-    const json_t *args = json_object_get(o, "arguments");
+    const json_t *args = json_object_get(o, key);
     json_t *call = NULL;
     if (name && json_is_object(args) && tool_named(tools, name)) {
         char *a = json_dumps(args, JSON_COMPACT);
@@ -526,9 +698,10 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
     *content = NULL;
     if (!arr)
         return -1;
-    if (forced) {
+    if (forced || chat_tools_is_llama3(st)) { /* the whole text is the call, or content */
         snprintf(id, sizeof id, "%s0", id_prefix);
-        json_t *c = call_of(text, strlen(text), tools, id);
+        json_t *c = call_of(text, strlen(text), tools,
+                            chat_tools_is_llama3(st) ? "parameters" : "arguments", id);
         if (c)
             json_array_append_new(arr, c);
     } else if (st == CHAT_TOOLS_HERMES) {
@@ -544,7 +717,7 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
             json_t *c = NULL;
             if (parallel || json_array_size(arr) == 0) {
                 snprintf(id, sizeof id, "%s%zu", id_prefix, json_array_size(arr));
-                c = call_of(in, (size_t)(e - in), tools, id);
+                c = call_of(in, (size_t)(e - in), tools, "arguments", id);
             }
             tput(&rest, p, (size_t)(o - p));
             if (c)

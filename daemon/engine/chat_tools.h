@@ -13,9 +13,14 @@ typedef enum chat_tools_style {
                                function, the output one JSON object {"name", "arguments"} */
     CHAT_TOOLS_HERMES,      /* Qwen2.5-Instruct's template: a "# Tools" system block and
                                <tool_call>{json}</tool_call> blocks (Hermes' convention) */
-    CHAT_TOOLS_PENDING,     /* a native syntax gpuswapd does not render yet (Llama 3.x, Mistral,
-                               Phi-4-mini, Hermes 2 Pro/3's own template): as GENERIC, but auto
-                               is refused as "not supported yet" */
+    CHAT_TOOLS_PENDING,     /* a native syntax gpuswapd does not render yet (Llama 3.x without
+                               its template text, Mistral, Phi-4-mini, Hermes 2 Pro/3's own
+                               template): as GENERIC, but auto is refused as "not supported yet" */
+    CHAT_TOOLS_LLAMA3,      /* Llama 3.1/3.3-Instruct's template: tools in the first user
+                               message, a call is the answer {"name", "parameters"}, results in
+                               ipython turns; "Today Date: 26 Jul 2024" */
+    CHAT_TOOLS_LLAMA32,     /* Llama 3.2-Instruct's template: as LLAMA3, today's date
+                               (strftime_now("%d %b %Y")) */
 } chat_tools_style_t;
 
 /* tool_choice: what the model may or must do. */
@@ -39,7 +44,9 @@ int chat_tools_in_messages(const chat_msg_t *msgs, size_t n);
 
 /* Renders msgs with tools (an array of OpenAI tool objects, NULL or empty = none listed) as
  * chat_render does: HERMES byte for byte as Qwen2.5-Instruct's Jinja template with
- * add_generation_prompt; GENERIC and PENDING through family f's table (docs/TOOLS.md: the tools
+ * add_generation_prompt, LLAMA3/LLAMA32 as Llama 3.1/3.3/3.2-Instruct's (bos_token left to the
+ * tokenizer; an assistant message with several calls, or tools without a message after the
+ * system one, is CHAT_ERR_TEMPLATE as the template's raise_exception); GENERIC and PENDING through family f's table (docs/TOOLS.md: the tools
  * in a system message, calls and results as plain text). forced adds the text a forced call
  * starts with to the prompt (HERMES: "<tool_call>\n"). *out malloc'ed (caller frees);
  * CHAT_ERR_* with the reason in err. */
@@ -47,19 +54,24 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
                       const json_t *tools, int forced, char **out, char *err, size_t errlen);
 
 /* The response_format (json_schema) a forced call's output follows: {"name": the function (const)
- * or one of the tools' names (enum), "arguments": the function's parameters schema (named) or any
- * object}. A new reference; NULL when name names no tool or on OOM. */
-json_t *chat_tools_call_schema(const json_t *tools, const char *name);
+ * or one of the tools' names (enum), "arguments" ("parameters" for LLAMA3/LLAMA32): the
+ * function's parameters schema (named) or any object}. A new reference; NULL when name names no
+ * tool or on OOM. */
+json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name);
 
 /* Parses a model's output into content and tool calls (docs/TOOLS.md: which output stays
  * content). forced: the whole text is one JSON call (the prompt held any opening tag);
- * otherwise HERMES <tool_call> blocks (other styles: nothing is parsed). parallel 0 keeps the
+ * otherwise HERMES <tool_call> blocks, LLAMA3/LLAMA32 a whole text (spaces aside) that is one
+ * {"name", "parameters"} object (other styles: nothing is parsed). parallel 0 keeps the
  * first call and leaves later blocks in the content. ids: each call's id is id_prefix followed
  * by its index. Returns the number of calls; *calls (new array of {id, type, function: {name,
  * arguments}}, arguments a JSON text) and *content (malloc'ed) are set when it is > 0 and
  * left NULL otherwise; -1 on OOM. */
 int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tools, int forced,
                      int parallel, const char *id_prefix, json_t **calls, char **content);
+
+/* 1 for the styles whose call is the whole answer, a {"name", "parameters"} object (Llama 3.x). */
+int chat_tools_is_llama3(chat_tools_style_t st);
 
 /* Appends v as Python's json.dumps(v, ensure_ascii=False) writes it (", " and ": " separators,
  * keys in their order, floats as repr) to a malloc'ed string (caller frees); NULL on OOM. */

@@ -48,6 +48,8 @@ enum {
                          the text from the first one on held back from the stream */
     WK_TOOLS_FORCED,  /* required or named: the whole output is one call's JSON (constrained),
                          held back from the stream */
+    WK_TOOLS_JSON,    /* tool_choice auto, Llama 3.x: the whole output may be one call's JSON,
+                         held back from the stream while it starts with "{" (or only spaces) */
 };
 
 typedef struct wk_seq {
@@ -75,7 +77,8 @@ typedef struct wk_seq {
     int parked; /* its KV cache was given back when the pool ran short: it
                                stays active, without a cache, until the pages are back */
     int stopped_on_string;
-    int tools;             /* WK_TOOLS_*: how its output is read for tool calls */
+    int tools;                      /* WK_TOOLS_*: how its output is read for tool calls */
+    chat_tools_style_t tools_style; /* the syntax its prompt was rendered in (seq_tools) */
     uint64_t pfx_seed;     /* its prefix cache chain's seed: model, API key or cache_salt */
     uint32_t pfx_hint;     /* prompt tokens a cached prefix covered when it arrived (its cost) */
     uint32_t n_cached;     /* prompt tokens its KV cache got from a cached prefix, not prefilled */

@@ -15,9 +15,10 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
     proto_req_t *r = &s->req;
     if (!json_array_size(r->tools) || r->tool_choice == CHAT_TOOL_NONE)
         return 0;
+    s->tools_style = st;
     if (r->tool_choice == CHAT_TOOL_AUTO) {
-        if (st == CHAT_TOOLS_HERMES) {
-            s->tools = WK_TOOLS_BLOCKS;
+        if (st == CHAT_TOOLS_HERMES || chat_tools_is_llama3(st)) {
+            s->tools = st == CHAT_TOOLS_HERMES ? WK_TOOLS_BLOCKS : WK_TOOLS_JSON;
             return 0;
         }
         wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,
@@ -32,8 +33,8 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
         return -1;
     }
     s->tools = WK_TOOLS_FORCED;
-    r->response_format =
-        chat_tools_call_schema(r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
+    r->response_format = chat_tools_call_schema(
+        st, r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
     if (!r->response_format) {
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;

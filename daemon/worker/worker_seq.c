@@ -109,9 +109,8 @@ static json_t *seq_tool_calls(wk_t *w, wk_seq_t *s)
     if (!s->tools || !s->text)
         return NULL;
     snprintf(prefix, sizeof prefix, "call_%08llx_", (unsigned long long)++w->n_tool_calls);
-    if (chat_tools_parse(w->models[s->model]->tools, s->text, s->req.tools,
-                         s->tools == WK_TOOLS_FORCED, !s->req.tools_serial, prefix, &calls,
-                         &content) <= 0)
+    if (chat_tools_parse(s->tools_style, s->text, s->req.tools, s->tools == WK_TOOLS_FORCED,
+                         !s->req.tools_serial, prefix, &calls, &content) <= 0)
         return NULL;
     free(s->text);
     s->text = content;
@@ -238,12 +237,17 @@ static size_t holdback(const wk_seq_t *s)
 }
 
 /* Where the stream must stop short of upto for tool calls: all of a forced call's output, and
- * auto's text from the first "<tool_call>" (or what may still become one) on. */
+ * auto's text from the first "<tool_call>" (or what may still become one) on; Llama 3's whole
+ * output while it may still be a call (spaces, or "{" first). */
 static size_t seq_tools_hold(const wk_seq_t *s, size_t upto)
 {
     static const char open[] = "<tool_call>";
     if (s->tools == WK_TOOLS_FORCED)
         return s->sent;
+    if (s->tools == WK_TOOLS_JSON) {
+        size_t i = strspn(s->text, " \t\r\n");
+        return i == s->text_len || s->text[i] == '{' ? s->sent : upto;
+    }
     if (s->tools != WK_TOOLS_BLOCKS)
         return upto;
     const char *o = strstr(s->text, open);

@@ -17,6 +17,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 TMP = gsd.tmpdir(prefix="gsd-tools-")
 DATA = os.environ.get("GPUSWAPD_DATA", os.path.join(gsd.ROOT, "tests", "data"))
 QWEN = os.path.join(DATA, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+LLAMA31 = os.path.join(DATA, "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")  # = 3.3-70B's
+LLAMA32 = os.path.join(DATA, "templates", "meta-llama-Llama-3.2-3B-Instruct.jinja")
 CHATRENDER = os.path.join(gsd.BUILD, "chatrender")
 PORT = gsd.free_port()
 
@@ -64,15 +66,15 @@ def as_jinja(messages):
     return out
 
 
-def ours(messages, tools=None, tool_choice=None):
+def ours(messages, tools=None, tool_choice=None, template=QWEN, check=True):
     req = {"op": "chat", "model": "m", "messages": messages}
     if tools is not None:
         req["tools"] = tools
     if tool_choice is not None:
         req["tool_choice"] = tool_choice
-    p = subprocess.run([CHATRENDER, QWEN], input=json.dumps(req, ensure_ascii=False).encode(),
-                       capture_output=True, check=True)
-    return p.stdout.decode()
+    p = subprocess.run([CHATRENDER, template], input=json.dumps(req, ensure_ascii=False).encode(),
+                       capture_output=True, check=check)
+    return p.stdout.decode() if p.returncode == 0 else None
 
 
 WEATHER = {"type": "function", "function": {
@@ -136,6 +138,41 @@ def renderings_equal_the_jinja_template_byte_for_byte():
     assert got == jinja_render(tmpl, msgs, tools) + "<tool_call>\n", got
     # none: the tools are not listed (the model must not call)
     assert ours(msgs, tools, "none") == jinja_render(tmpl, msgs, None)
+
+
+LLAMA_CONVERSATIONS = {k: CONVERSATIONS[k] for k in ("tools, no system", "tools and a system",
+                                                      "a call and its result", "history without tools")}
+LLAMA_CONVERSATIONS["a call, its result and an answer, with a system"] = ([
+    {"role": "system", "content": "  You are terse.\n"},
+    {"role": "user", "content": "Time in Paris? "},
+    {"role": "assistant", "content": None,
+     "tool_calls": [call("b", "get_time", {"zone": "Europe/Paris", "ratio": 0.75, "n": [1, 2.5e-7, True, None]},
+                         as_text=False)]},
+    {"role": "tool", "tool_call_id": "b", "content": "12:00 \u2603"},
+    {"role": "assistant", "content": "Noon."},
+    {"role": "user", "content": "Thanks"}], [WEATHER, TIME, {"type": "function", "function": {
+        "name": "ping", "parameters": {"type": "object", "properties": {}, "required": []}}}])
+
+
+def llama_renderings_equal_the_jinja_templates_byte_for_byte():
+    """Llama 3.1 (= 3.3) and 3.2: 3.2 dates the prompt with strftime_now, the oracle's and
+    chatrender's both today (a run across midnight may take either day)."""
+    for path in (LLAMA31, LLAMA32):
+        tmpl = open(path, encoding="utf-8").read()
+        for name, (msgs, tools) in LLAMA_CONVERSATIONS.items():
+            before = jinja_render(tmpl, as_jinja(msgs), tools)
+            got = ours(msgs, tools, template=path)
+            want = (before, jinja_render(tmpl, as_jinja(msgs), tools))
+            assert got in want, "%s %s:\n--- ours\n%s\n--- jinja\n%s" % (path, name, got, want[0])
+        msgs, tools = LLAMA_CONVERSATIONS["tools, no system"]
+        # a forced call: the model writes the JSON right after the header
+        assert ours(msgs, tools, "required", template=path) in (
+            jinja_render(tmpl, msgs, tools), jinja_render(tmpl, msgs, tools))
+        assert ours(msgs, tools, "none", template=path) == jinja_render(tmpl, msgs, None)
+        # what the template refuses (raise_exception) is a bad request
+        two = CONVERSATIONS["parallel calls, results, a later turn"][0]
+        assert ours(two, TOOLS, template=path, check=False) is None
+        assert ours([{"role": "system", "content": "s"}], TOOLS, template=path, check=False) is None
 
 
 # ------------------------------------------------------------------ the daemon
@@ -230,6 +267,7 @@ def main():
         return 1
     r = gsd.Runner()
     r.run(renderings_equal_the_jinja_template_byte_for_byte)
+    r.run(llama_renderings_equal_the_jinja_templates_byte_for_byte)
     MODEL = gsd.mkmodel(os.path.join(TMP, "qwen.gguf"), "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 "
                         "--kv-heads 2 --ff 128 --vocab 600 --seed 7 --chat-template " + QWEN)
     plain = gsd.mkmodel(os.path.join(TMP, "plain.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "

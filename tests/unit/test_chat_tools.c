@@ -126,7 +126,7 @@ Test(chat_tools, half_written_or_invalid_calls_are_no_calls)
 Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
 {
     json_t *tools = tools_of();
-    json_t *s = chat_tools_call_schema(tools, "get_weather");
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "get_weather");
     cr_assert_not_null(s);
     json_t *props =
         json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
@@ -134,8 +134,8 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
                      "get_weather");
     cr_assert_not_null(json_object_get(json_object_get(props, "arguments"), "properties"));
     json_decref(s);
-    cr_assert_null(chat_tools_call_schema(tools, "missing"));
-    s = chat_tools_call_schema(tools, NULL);
+    cr_assert_null(chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "missing"));
+    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL);
     cr_assert_eq(
         json_array_size(json_object_get(
             json_object_get(
@@ -144,6 +144,112 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
                 "name"),
             "enum")),
         2);
+    json_decref(s);
+    json_decref(tools);
+}
+
+/* ------------------------------------------------------------------ Llama 3.x */
+
+Test(chat_tools, llama3_templates_are_told_apart_by_their_date)
+{
+    const char *l31 = "<|start_header_id|> tools_in_user_message Environment: ipython "
+                      "<|python_tag|> '\"parameters\": ' date_string = \"26 Jul 2024\"";
+    const char *l32 = "<|start_header_id|> tools_in_user_message Environment: ipython "
+                      "'\"parameters\": ' strftime_now(\"%d %b %Y\")";
+    cr_assert_eq(chat_tools_detect(CHAT_LLAMA3, l31, strlen(l31)), CHAT_TOOLS_LLAMA3);
+    cr_assert_eq(chat_tools_detect(CHAT_LLAMA3, l32, strlen(l32)), CHAT_TOOLS_LLAMA32);
+    cr_assert_eq(chat_tools_detect(CHAT_LLAMA3, "<|start_header_id|>", 19), CHAT_TOOLS_PENDING);
+    cr_assert_str_eq(chat_tools_style_name(CHAT_TOOLS_LLAMA32), "llama3.2");
+}
+
+Test(chat_tools, llama3_renders_tools_in_the_first_user_message_and_results_as_ipython)
+{
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f2\","
+                               "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]",
+                               0, NULL);
+    chat_msg_t m[4] = {{.role = "system", .content = " s\n"},
+                       {.role = "user", .content = "q "},
+                       {.role = "assistant",
+                        .content = "",
+                        .tool_calls = "[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":"
+                                      "\"f2\",\"arguments\":\"{\\\"x\\\":[1,2.5]}\"}}]"},
+                       {.role = "tool", .content = "r\"1"}};
+    char *out, err[128];
+    cr_assert_eq(
+        chat_tools_render(CHAT_LLAMA3, CHAT_TOOLS_LLAMA3, m, 4, tools, 1, &out, err, sizeof err),
+        CHAT_OK);
+    cr_assert_str_eq(
+        out, "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting "
+             "Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\ns<|eot_id|>"
+             "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please "
+             "respond with a JSON for a function call with its proper arguments that best answers "
+             "the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+             "dictionary of argument name and its value}.Do not use variables.\n\n{\n    "
+             "\"type\": \"function\",\n    \"function\": {\n        \"name\": \"f2\",\n        "
+             "\"parameters\": {\n            \"type\": \"object\",\n            \"properties\": "
+             "{}\n        }\n    }\n}\n\nq<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+             "\n\n{\"name\": \"f2\", \"parameters\": {\"x\": [1, 2.5]}}<|eot_id|>"
+             "<|start_header_id|>ipython<|end_header_id|>\n\n\"r\\\"1\"<|eot_id|>"
+             "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(out);
+    json_decref(tools);
+}
+
+Test(chat_tools, llama3_refuses_what_its_template_raises_on)
+{
+    json_t *tools = tools_of();
+    chat_msg_t two[2] = {{.role = "user", .content = "q"},
+                         {.role = "assistant",
+                          .tool_calls = "[{\"function\":{\"name\":\"f2\",\"arguments\":{}}},"
+                                        "{\"function\":{\"name\":\"f2\",\"arguments\":{}}}]"}};
+    chat_msg_t sys[1] = {{.role = "system", .content = "s"}};
+    char *out, err[128];
+    cr_assert_eq(
+        chat_tools_render(CHAT_LLAMA3, CHAT_TOOLS_LLAMA32, two, 2, tools, 0, &out, err, sizeof err),
+        CHAT_ERR_TEMPLATE);
+    cr_assert_not_null(strstr(err, "one tool call"));
+    cr_assert_eq(
+        chat_tools_render(CHAT_LLAMA3, CHAT_TOOLS_LLAMA3, sys, 1, tools, 0, &out, err, sizeof err),
+        CHAT_ERR_TEMPLATE);
+    json_decref(tools);
+}
+
+Test(chat_tools, llama3_output_that_is_one_parameters_object_is_a_call)
+{
+    json_t *tools = tools_of(), *calls = NULL;
+    char *content = NULL;
+    const char *call = " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}\n";
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_LLAMA3, call, tools, 0, 1, "c", &calls, &content), 1);
+    cr_assert_str_eq(content, "");
+    const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "get_weather");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Oslo\"}");
+    json_decref(calls);
+    free(content);
+    calls = NULL;
+    content = NULL;
+    const char *no[] = {"It is sunny. {\"name\": \"f2\", \"parameters\": {}}",
+                        "{\"name\": \"nope\", \"parameters\": {}}",
+                        "{\"name\": \"f2\", \"arguments\": {}}", "{\"name\": \"f2\", \"param"};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+        cr_assert_eq(
+            chat_tools_parse(CHAT_TOOLS_LLAMA32, no[i], tools, 0, 1, "c", &calls, &content), 0,
+            "%s", no[i]);
+        cr_assert_null(calls);
+    }
+    json_decref(tools);
+}
+
+Test(chat_tools, llama3_call_schema_names_parameters)
+{
+    json_t *tools = tools_of();
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_LLAMA3, tools, "get_weather");
+    json_t *schema = json_object_get(json_object_get(s, "json_schema"), "schema");
+    cr_assert_not_null(json_object_get(
+        json_object_get(json_object_get(schema, "properties"), "parameters"), "properties"));
+    cr_assert_null(json_object_get(json_object_get(schema, "properties"), "arguments"));
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(schema, "required"), 1)),
+                     "parameters");
     json_decref(s);
     json_decref(tools);
 }
