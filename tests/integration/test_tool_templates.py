@@ -1,4 +1,4 @@
-"""Tool calls (issue 41, docs/TOOLS.md): gpuswapd's Qwen2.5/Hermes rendering of tools, assistant tool calls and tool results equals the Jinja rendering of Qwen2.5-Instruct's template byte for byte (Debian's python3-jinja2, tojson as Hugging Face transformers defines it), and the real daemon (sim backend, a generated qwen2 model carrying that template) answers tool_choice required with a parsed call on the socket, over HTTP and through the pinned openai npm client (tests/node/openai_tools.mjs)."""
+"""Tool calls (issue 41, docs/TOOLS.md): gpuswapd's Qwen2.5/Hermes rendering of tools, assistant tool calls and tool results equals the Jinja rendering of Qwen2.5-Instruct's template byte for byte (Debian's python3-jinja2, tojson as Hugging Face transformers defines it), so does its Llama 3.x rendering with Llama 3.1/3.3's and 3.2's templates, and the real daemon (sim backend, a generated qwen2 model carrying that template) answers tool_choice required with a parsed call on the socket (a llama model carrying Llama 3.1's template too), over HTTP and through the pinned openai npm client (tests/node/openai_tools.mjs)."""
 import datetime
 import http.client
 import json
@@ -216,6 +216,27 @@ def socket_required_gives_one_call_with_the_tools_rendered():
     assert done["usage"]["prompt_tokens"] == len(out.stdout.split()), done["usage"]
 
 
+def llama_named_call_gives_parameters_and_the_prompt_is_the_template():
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]
+    done, toks = chat(D, {"op": "chat", "id": 4, "model": "llama", "messages": msgs, "tools": TOOLS,
+                          "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                          "max_tokens": 400, "temperature": 0, "stream": True})
+    assert done.get("event") == "done" and done["finish_reason"] == "tool_calls", done
+    calls = done["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", calls
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), args
+    assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (done, toks)
+    want = jinja_render(open(LLAMA31, encoding="utf-8").read(), msgs, TOOLS)
+    out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", LLAMA_MODEL, "--special"], input=want.encode(),
+                         capture_output=True, check=True)
+    assert done["usage"]["prompt_tokens"] == len(out.stdout.split()), done["usage"]
+    # auto is free generation now (was "not supported yet"): a call or content comes back
+    ans, _ = chat(D, {"op": "chat", "id": 5, "model": "llama", "messages": msgs, "tools": TOOLS,
+                      "max_tokens": 8, "temperature": 0})
+    assert ans.get("event") == "done" and ans["finish_reason"] in ("length", "stop", "tool_calls"), ans
+
+
 def auto_on_a_family_without_tool_syntax_is_a_bad_request():
     msgs = [{"role": "user", "content": "Hi"}]
     ans, _ = chat(D, {"op": "chat", "id": 2, "model": "plain", "messages": msgs, "tools": TOOLS})
@@ -261,7 +282,7 @@ def openai_node_client_calls_streamed_and_not_and_round_trips():
 
 
 def main():
-    global D, MODEL
+    global D, MODEL, LLAMA_MODEL
     if not os.path.exists(CHATRENDER):
         print("FAIL %s missing (make)" % CHATRENDER)
         return 1
@@ -272,10 +293,13 @@ def main():
                         "--kv-heads 2 --ff 128 --vocab 600 --seed 7 --chat-template " + QWEN)
     plain = gsd.mkmodel(os.path.join(TMP, "plain.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
                         "--kv-heads 2 --ff 128 --vocab 300 --seed 5")
-    D = gsd.Daemon([("qwen", MODEL, ""), ("plain", plain, "")], memory="8MiB",
+    LLAMA_MODEL = gsd.mkmodel(os.path.join(TMP, "llama.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
+                              "--kv-heads 2 --ff 128 --vocab 600 --seed 9 --chat-template " + LLAMA31)
+    D = gsd.Daemon([("qwen", MODEL, ""), ("plain", plain, ""), ("llama", LLAMA_MODEL, "")], memory="8MiB",
                    listen="http: 127.0.0.1:%d" % PORT)
     try:
         for fn in (socket_required_gives_one_call_with_the_tools_rendered,
+                   llama_named_call_gives_parameters_and_the_prompt_is_the_template,
                    auto_on_a_family_without_tool_syntax_is_a_bad_request,
                    http_auto_parses_or_leaves_content,
                    openai_node_client_calls_streamed_and_not_and_round_trips):

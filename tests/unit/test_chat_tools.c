@@ -33,7 +33,7 @@ Test(chat_tools, pyjson_writes_as_python_json_dumps)
     expect_pyjson("\"Z\xC3\xBCrich /\"", "\"Z\xC3\xBCrich /\"");
 }
 
-Test(chat_tools, qwen_templates_are_hermes_and_llama3_is_pending)
+Test(chat_tools, qwen_templates_are_hermes_and_a_textless_llama3_is_pending)
 {
     const char *q = "<|im_start|>... # Tools ... <tool_call>";
     cr_assert_eq(chat_tools_detect(CHAT_CHATML, q, strlen(q)), CHAT_TOOLS_HERMES);
