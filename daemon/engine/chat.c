@@ -1,5 +1,6 @@
 /* chat: renders chat messages into a prompt as llama.cpp's built-in chat templates do, the family detected from the model's template text. */
 #include "engine/chat.h"
+#include "engine/chat_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -408,38 +409,6 @@ void chat_family_list(char *buf, size_t cap)
 }
 
 /* ------------------------------------------------------------------ rendering */
-
-/* A growing string; oom sticks. */
-typedef struct chat_buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} chat_buf_t;
-
-static void chat_put(chat_buf_t *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = (b->len + n + 1) * 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void chat_puts(chat_buf_t *b, const char *s)
-{
-    if (s)
-        chat_put(b, s, strlen(s));
-}
 
 /* Writes a pre or post string, "%r" and "%R" replaced by the role. */
 static void chat_put_fmt(chat_buf_t *b, const char *fmt, const char *role)

@@ -1,5 +1,6 @@
 /* chat_tools: tool calls in chat prompts (OpenAI's tools, assistant tool_calls, tool results) rendered per family, and the tool calls a model wrote parsed back (docs/TOOLS.md). */
 #include "engine/chat_tools.h"
+#include "engine/chat_buf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,55 +10,11 @@
 
 /* ------------------------------------------------------------------ text */
 
-/* A growing string; oom sticks. */
-typedef struct tbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} tbuf_t;
-
-static void tput(tbuf_t *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = (b->len + n + 1) * 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void tputs(tbuf_t *b, const char *s)
-{
-    if (s)
-        tput(b, s, strlen(s));
-}
-
-/* The buffer's string (caller frees), NULL on OOM. */
-static char *tdone(tbuf_t *b)
-{
-    if (b->oom) {
-        free(b->p);
-        return NULL;
-    }
-    if (!b->p)
-        tput(b, "", 0);
-    return b->oom ? NULL : b->p;
-}
-
 /* ------------------------------------------------------------------ Python's json.dumps */
 
-static void py_string(tbuf_t *b, const char *s, size_t n)
+static void py_string(chat_buf_t *b, const char *s, size_t n)
 {
-    tput(b, "\"", 1);
+    chat_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char esc[8];
@@ -77,20 +34,20 @@ static void py_string(tbuf_t *b, const char *s, size_t n)
             }
         }
         if (e)
-            tputs(b, e);
+            chat_puts(b, e);
         else
-            tput(b, s + i, 1);
+            chat_put(b, s + i, 1);
     }
-    tput(b, "\"", 1);
+    chat_put(b, "\"", 1);
 }
 
 /* A double as Python's float repr: the shortest digits that read back, fixed notation for
  * exponents -4 .. 15 (with ".0" when integral), else d.ddde+XX. */
-static void py_real(tbuf_t *b, double x)
+static void py_real(chat_buf_t *b, double x)
 {
     char s[40], out[64];
     if (isnan(x) || isinf(x)) { /* json.dumps writes these; JSON cannot carry them anyway */
-        tputs(b, isnan(x) ? "NaN" : x < 0 ? "-Infinity" : "Infinity");
+        chat_puts(b, isnan(x) ? "NaN" : x < 0 ? "-Infinity" : "Infinity");
         return;
     }
     int p = 1;
@@ -139,21 +96,21 @@ static void py_real(tbuf_t *b, double x)
         }
         snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     }
-    tputs(b, out);
+    chat_puts(b, out);
 }
 
 /* Python's line break and indent before an item at depth d (indent < 0: none). */
-static void py_nl(tbuf_t *b, int indent, int d)
+static void py_nl(chat_buf_t *b, int indent, int d)
 {
     if (indent < 0)
         return;
-    tput(b, "\n", 1);
+    chat_put(b, "\n", 1);
     for (int i = 0; i < indent * d; i++)
-        tput(b, " ", 1);
+        chat_put(b, " ", 1);
 }
 
 /* v as json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None) at depth d. */
-static void py_dump(tbuf_t *b, const json_t *v, int indent, int d)
+static void py_dump(chat_buf_t *b, const json_t *v, int indent, int d)
 {
     char num[32];
     const char *sep = indent < 0 ? ", " : ",";
@@ -162,53 +119,53 @@ static void py_dump(tbuf_t *b, const json_t *v, int indent, int d)
         const char *k;
         const json_t *x;
         int first = 1;
-        tput(b, "{", 1);
+        chat_put(b, "{", 1);
         json_object_foreach ((json_t *)v, k, x) {
             if (!first)
-                tputs(b, sep);
+                chat_puts(b, sep);
             first = 0;
             py_nl(b, indent, d + 1);
             py_string(b, k, strlen(k));
-            tput(b, ": ", 2);
+            chat_put(b, ": ", 2);
             py_dump(b, x, indent, d + 1);
         }
         if (!first)
             py_nl(b, indent, d);
-        tput(b, "}", 1);
+        chat_put(b, "}", 1);
         break;
     }
     case JSON_ARRAY: {
         size_t i;
         const json_t *x;
-        tput(b, "[", 1);
+        chat_put(b, "[", 1);
         json_array_foreach (v, i, x) {
             if (i)
-                tputs(b, sep);
+                chat_puts(b, sep);
             py_nl(b, indent, d + 1);
             py_dump(b, x, indent, d + 1);
         }
         if (json_array_size(v))
             py_nl(b, indent, d);
-        tput(b, "]", 1);
+        chat_put(b, "]", 1);
         break;
     }
     case JSON_STRING: py_string(b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        tputs(b, num);
+        chat_puts(b, num);
         break;
     case JSON_REAL: py_real(b, json_real_value(v)); break;
-    case JSON_TRUE: tputs(b, "true"); break;
-    case JSON_FALSE: tputs(b, "false"); break;
-    case JSON_NULL: tputs(b, "null"); break;
+    case JSON_TRUE: chat_puts(b, "true"); break;
+    case JSON_FALSE: chat_puts(b, "false"); break;
+    case JSON_NULL: chat_puts(b, "null"); break;
     }
 }
 
 char *chat_tools_pyjson(const json_t *v)
 {
-    tbuf_t b = {0};
+    chat_buf_t b = {0};
     py_dump(&b, v, -1, 0);
-    return tdone(&b);
+    return chat_done(&b);
 }
 
 /* ------------------------------------------------------------------ detection */
@@ -285,54 +242,55 @@ static json_t *call_args(const json_t *call, const char **name)
 }
 
 /* One call as {"name": "N", "arguments": A} with A in json.dumps form. */
-static void put_call(tbuf_t *b, const json_t *call)
+static void put_call(chat_buf_t *b, const json_t *call)
 {
     const char *name = NULL;
     json_t *args = call_args(call, &name);
-    tputs(b, "{\"name\": \"");
-    tputs(b, name ? name : "");
-    tputs(b, "\", \"arguments\": ");
+    chat_puts(b, "{\"name\": \"");
+    chat_puts(b, name ? name : "");
+    chat_puts(b, "\", \"arguments\": ");
     char *s = args ? chat_tools_pyjson(args) : NULL;
-    tputs(b, s ? s : "{}");
+    chat_puts(b, s ? s : "{}");
     free(s);
     json_decref(args);
-    tput(b, "}", 1);
+    chat_put(b, "}", 1);
 }
 
 #define QWEN_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
-static void hermes_tools_block(tbuf_t *b, const char *system, const json_t *tools)
+static void hermes_tools_block(chat_buf_t *b, const char *system, const json_t *tools)
 {
     size_t i;
     const json_t *t;
-    tputs(b, "<|im_start|>system\n");
-    tputs(b, system ? system : QWEN_DEFAULT_SYSTEM);
-    tputs(b, "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
-             "query.\n\nYou are provided with function signatures within <tools></tools> XML "
-             "tags:\n<tools>");
+    chat_puts(b, "<|im_start|>system\n");
+    chat_puts(b, system ? system : QWEN_DEFAULT_SYSTEM);
+    chat_puts(b, "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+                 "query.\n\nYou are provided with function signatures within <tools></tools> XML "
+                 "tags:\n<tools>");
     json_array_foreach (tools, i, t) {
         char *s = chat_tools_pyjson(t);
-        tput(b, "\n", 1);
+        chat_put(b, "\n", 1);
         if (!s)
             b->oom = 1;
-        tputs(b, s);
+        chat_puts(b, s);
         free(s);
     }
-    tputs(b, "\n</tools>\n\nFor each function call, return a json object with function name and "
-             "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-             "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    chat_puts(b,
+              "\n</tools>\n\nFor each function call, return a json object with function name and "
+              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+              "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
 }
 
 /* Qwen2.5-Instruct's template, add_generation_prompt on. */
-static void render_hermes(tbuf_t *b, const chat_msg_t *msgs, size_t n, const json_t *tools)
+static void render_hermes(chat_buf_t *b, const chat_msg_t *msgs, size_t n, const json_t *tools)
 {
     const char *sys0 = n && strcmp(msgs[0].role, "system") == 0 ? msgs[0].content : NULL;
     if (json_array_size(tools)) {
         hermes_tools_block(b, sys0 ? sys0 : NULL, tools);
     } else {
-        tputs(b, "<|im_start|>system\n");
-        tputs(b, sys0 ? sys0 : QWEN_DEFAULT_SYSTEM);
-        tputs(b, "<|im_end|>\n");
+        chat_puts(b, "<|im_start|>system\n");
+        chat_puts(b, sys0 ? sys0 : QWEN_DEFAULT_SYSTEM);
+        chat_puts(b, "<|im_end|>\n");
     }
     for (size_t i = 0; i < n; i++) {
         const chat_msg_t *m = &msgs[i];
@@ -341,37 +299,37 @@ static void render_hermes(tbuf_t *b, const chat_msg_t *msgs, size_t n, const jso
         int is_tool = strcmp(m->role, "tool") == 0;
         if (strcmp(m->role, "user") == 0 || (strcmp(m->role, "system") == 0 && i > 0) ||
             (strcmp(m->role, "assistant") == 0 && !json_array_size(calls))) {
-            tputs(b, "<|im_start|>");
-            tputs(b, m->role);
-            tput(b, "\n", 1);
-            tputs(b, content);
-            tputs(b, "<|im_end|>\n");
+            chat_puts(b, "<|im_start|>");
+            chat_puts(b, m->role);
+            chat_put(b, "\n", 1);
+            chat_puts(b, content);
+            chat_puts(b, "<|im_end|>\n");
         } else if (strcmp(m->role, "assistant") == 0) {
             size_t k;
             const json_t *c;
-            tputs(b, "<|im_start|>assistant");
+            chat_puts(b, "<|im_start|>assistant");
             if (*content) {
-                tput(b, "\n", 1);
-                tputs(b, content);
+                chat_put(b, "\n", 1);
+                chat_puts(b, content);
             }
             json_array_foreach (calls, k, c) {
-                tputs(b, "\n<tool_call>\n");
+                chat_puts(b, "\n<tool_call>\n");
                 put_call(b, c);
-                tputs(b, "\n</tool_call>");
+                chat_puts(b, "\n</tool_call>");
             }
-            tputs(b, "<|im_end|>\n");
+            chat_puts(b, "<|im_end|>\n");
         } else if (is_tool) {
             if (i == 0 || strcmp(msgs[i - 1].role, "tool") != 0)
-                tputs(b, "<|im_start|>user");
-            tputs(b, "\n<tool_response>\n");
-            tputs(b, content);
-            tputs(b, "\n</tool_response>");
+                chat_puts(b, "<|im_start|>user");
+            chat_puts(b, "\n<tool_response>\n");
+            chat_puts(b, content);
+            chat_puts(b, "\n</tool_response>");
             if (i + 1 == n || strcmp(msgs[i + 1].role, "tool") != 0)
-                tputs(b, "<|im_end|>\n");
+                chat_puts(b, "<|im_end|>\n");
         }
         json_decref(calls);
     }
-    tputs(b, "<|im_start|>assistant\n");
+    chat_puts(b, "<|im_start|>assistant\n");
 }
 
 /* Python's str.strip() whitespace (ASCII: the Unicode spaces beyond it are not trimmed). */
@@ -381,7 +339,7 @@ static int py_space(unsigned char c)
 }
 
 /* s as Jinja's |trim writes it (NULL: ""). */
-static void put_trimmed(tbuf_t *b, const char *s)
+static void put_trimmed(chat_buf_t *b, const char *s)
 {
     if (!s)
         return;
@@ -390,7 +348,7 @@ static void put_trimmed(tbuf_t *b, const char *s)
         s++, e--;
     while (e && py_space((unsigned char)s[e - 1]))
         e--;
-    tput(b, s, e);
+    chat_put(b, s, e);
 }
 
 #define L3_HDR(role) "<|start_header_id|>" role "<|end_header_id|>\n\n"
@@ -414,7 +372,7 @@ static void l3_today(char *out, size_t n)
 
 /* The system turn and, with tools, the first user turn that lists them; returns the index of
  * the first message left for the loop, or -1 (tools but no message to put them in). */
-static long l3_head(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+static long l3_head(chat_buf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
                     const json_t *tools)
 {
     char date[32];
@@ -425,34 +383,34 @@ static long l3_head(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, si
         l3_today(date, sizeof date);
     else
         snprintf(date, sizeof date, "26 Jul 2024");
-    tputs(b, L3_HDR("system"));
+    chat_puts(b, L3_HDR("system"));
     if (listed)
-        tputs(b, "Environment: ipython\n");
-    tputs(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
-    tputs(b, date);
-    tputs(b, "\n\n");
+        chat_puts(b, "Environment: ipython\n");
+    chat_puts(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+    chat_puts(b, date);
+    chat_puts(b, "\n\n");
     if (n && strcmp(msgs[0].role, "system") == 0)
         put_trimmed(b, msgs[i++].content);
-    tputs(b, "<|eot_id|>");
+    chat_puts(b, "<|eot_id|>");
     if (!listed)
         return (long)i;
     if (i == n)
         return -1;
-    tputs(b, L3_HDR("user") "Given the following functions, please respond with a JSON for a "
-                            "function call with its proper arguments that best answers the "
-                            "given prompt.\n\n" L3_FORMAT);
+    chat_puts(b, L3_HDR("user") "Given the following functions, please respond with a JSON for a "
+                                "function call with its proper arguments that best answers the "
+                                "given prompt.\n\n" L3_FORMAT);
     json_array_foreach (tools, k, t) {
         py_dump(b, t, 4, 0);
-        tputs(b, "\n\n");
+        chat_puts(b, "\n\n");
     }
     put_trimmed(b, msgs[i++].content);
-    tputs(b, "<|eot_id|>");
+    chat_puts(b, "<|eot_id|>");
     return (long)i;
 }
 
 /* Llama 3.1/3.2/3.3-Instruct's template (custom tools, tools_in_user_message true, no
  * builtin_tools), add_generation_prompt on. CHAT_OK or CHAT_ERR_TEMPLATE with err set. */
-static int render_llama3(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+static int render_llama3(chat_buf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
                          const json_t *tools, char *err, size_t errlen)
 {
     long first = l3_head(b, st, msgs, n, tools);
@@ -465,9 +423,9 @@ static int render_llama3(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msg
     for (size_t i = (size_t)first; i < n; i++) {
         const chat_msg_t *m = &msgs[i];
         if (strcmp(m->role, "tool") == 0 || strcmp(m->role, "ipython") == 0) {
-            tputs(b, L3_HDR("ipython"));
+            chat_puts(b, L3_HDR("ipython"));
             py_string(b, m->content ? m->content : "", m->content ? strlen(m->content) : 0);
-            tputs(b, "<|eot_id|>");
+            chat_puts(b, "<|eot_id|>");
         } else if (m->tool_calls) {
             json_t *calls = json_loads(m->tool_calls, 0, NULL);
             const char *name = NULL;
@@ -480,44 +438,44 @@ static int render_llama3(tbuf_t *b, chat_tools_style_t st, const chat_msg_t *msg
                 return CHAT_ERR_TEMPLATE;
             }
             json_t *args = call_args(json_array_get(calls, 0), &name);
-            tputs(b, L3_HDR("assistant") "{\"name\": \"");
-            tputs(b, name ? name : "");
-            tputs(b, "\", \"parameters\": ");
+            chat_puts(b, L3_HDR("assistant") "{\"name\": \"");
+            chat_puts(b, name ? name : "");
+            chat_puts(b, "\", \"parameters\": ");
             if (args)
                 py_dump(b, args, -1, 0);
             else
                 b->oom = 1;
-            tputs(b, "}<|eot_id|>");
+            chat_puts(b, "}<|eot_id|>");
             json_decref(args);
             json_decref(calls);
         } else {
-            tputs(b, "<|start_header_id|>");
-            tputs(b, m->role);
-            tputs(b, "<|end_header_id|>\n\n");
+            chat_puts(b, "<|start_header_id|>");
+            chat_puts(b, m->role);
+            chat_puts(b, "<|end_header_id|>\n\n");
             put_trimmed(b, m->content);
-            tputs(b, "<|eot_id|>");
+            chat_puts(b, "<|eot_id|>");
         }
     }
-    tputs(b, L3_HDR("assistant"));
+    chat_puts(b, L3_HDR("assistant"));
     return CHAT_OK;
 }
 
 /* The generic form's system text for tools (docs/TOOLS.md). */
-static void generic_tools_text(tbuf_t *b, const json_t *tools)
+static void generic_tools_text(chat_buf_t *b, const json_t *tools)
 {
     size_t i;
     const json_t *t;
-    tputs(b, "You can call these functions (OpenAI tool objects, one a line):");
+    chat_puts(b, "You can call these functions (OpenAI tool objects, one a line):");
     json_array_foreach (tools, i, t) {
         char *s = chat_tools_pyjson(t);
-        tput(b, "\n", 1);
+        chat_put(b, "\n", 1);
         if (!s)
             b->oom = 1;
-        tputs(b, s);
+        chat_puts(b, s);
         free(s);
     }
-    tputs(b, "\nTo call one, answer with only a JSON object: {\"name\": <function-name>, "
-             "\"arguments\": <args-json-object>}");
+    chat_puts(b, "\nTo call one, answer with only a JSON object: {\"name\": <function-name>, "
+                 "\"arguments\": <args-json-object>}");
 }
 
 /* Families without a rendered tool syntax: the messages rewritten into system, user and
@@ -532,36 +490,36 @@ static int render_generic(chat_family_t f, const chat_msg_t *msgs, size_t n, con
     if (!v)
         goto done;
     if (listed) {
-        tbuf_t b = {0};
+        chat_buf_t b = {0};
         int merge = n && strcmp(msgs[0].role, "system") == 0;
         if (merge) {
-            tputs(&b, msgs[0].content);
-            tputs(&b, "\n\n");
+            chat_puts(&b, msgs[0].content);
+            chat_puts(&b, "\n\n");
         }
         generic_tools_text(&b, tools);
         snprintf(v[nv].role, sizeof v[nv].role, "system");
-        if (!(v[nv++].content = tdone(&b)))
+        if (!(v[nv++].content = chat_done(&b)))
             goto done;
         msgs += merge;
         n -= (size_t)merge;
     }
     for (size_t i = 0; i < n; i++, nv++) {
-        tbuf_t b = {0};
+        chat_buf_t b = {0};
         json_t *calls = msgs[i].tool_calls ? json_loads(msgs[i].tool_calls, 0, NULL) : NULL;
         size_t k;
         const json_t *c;
         int is_tool = strcmp(msgs[i].role, "tool") == 0;
         snprintf(v[nv].role, sizeof v[nv].role, "%s", is_tool ? "user" : msgs[i].role);
         if (is_tool)
-            tputs(&b, "Result of the function call: ");
-        tputs(&b, msgs[i].content);
+            chat_puts(&b, "Result of the function call: ");
+        chat_puts(&b, msgs[i].content);
         json_array_foreach (calls, k, c) {
             if (b.len)
-                tput(&b, "\n", 1);
+                chat_put(&b, "\n", 1);
             put_call(&b, c);
         }
         json_decref(calls);
-        if (!(v[nv].content = tdone(&b)))
+        if (!(v[nv].content = chat_done(&b)))
             goto done;
     }
     rc = chat_render(f, v, nv, out, err, errlen);
@@ -580,11 +538,11 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
     *out = NULL;
     if (st != CHAT_TOOLS_HERMES && !chat_tools_is_llama3(st))
         return render_generic(f, msgs, n, tools, out, err, errlen);
-    tbuf_t b = {0};
+    chat_buf_t b = {0};
     if (st == CHAT_TOOLS_HERMES) {
         render_hermes(&b, msgs, n, tools);
         if (forced)
-            tputs(&b, "<tool_call>\n");
+            chat_puts(&b, "<tool_call>\n");
     } else {
         int rc = render_llama3(&b, st, msgs, n, tools, err, errlen);
         if (rc) {
@@ -592,7 +550,7 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
             return rc;
         }
     }
-    if (!(*out = tdone(&b))) {
+    if (!(*out = chat_done(&b))) {
         snprintf(err, errlen, "out of memory rendering the chat");
         return CHAT_ERR_NOMEM;
     }
@@ -675,7 +633,7 @@ static int is_ws(char c)
 }
 
 /* The content left when calls were taken out: trimmed of whitespace at both ends. */
-static char *trimmed(const tbuf_t *b)
+static char *trimmed(const chat_buf_t *b)
 {
     size_t s = 0, e = b->len;
     while (s < e && is_ws(b->p[s]))
@@ -692,7 +650,7 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
                      int parallel, const char *id_prefix, json_t **calls, char **content)
 {
     char id[96];
-    tbuf_t rest = {0};
+    chat_buf_t rest = {0};
     json_t *arr = json_array();
     *calls = NULL;
     *content = NULL;
@@ -710,7 +668,7 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
             const char *o = strstr(p, TC_OPEN);
             const char *e = o ? strstr(o + strlen(TC_OPEN), TC_CLOSE) : NULL;
             if (!o || !e) { /* no block, or a half-written one: content */
-                tputs(&rest, p);
+                chat_puts(&rest, p);
                 break;
             }
             const char *in = o + strlen(TC_OPEN);
@@ -719,11 +677,11 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
                 snprintf(id, sizeof id, "%s%zu", id_prefix, json_array_size(arr));
                 c = call_of(in, (size_t)(e - in), tools, "arguments", id);
             }
-            tput(&rest, p, (size_t)(o - p));
+            chat_put(&rest, p, (size_t)(o - p));
             if (c)
                 json_array_append_new(arr, c);
             else /* invalid JSON, no such function, or a second call without parallel */
-                tput(&rest, o, (size_t)(e + strlen(TC_CLOSE) - o));
+                chat_put(&rest, o, (size_t)(e + strlen(TC_CLOSE) - o));
             p = e + strlen(TC_CLOSE);
         }
     }
