@@ -21,6 +21,16 @@ typedef enum chat_tools_style {
                                ipython turns; "Today Date: 26 Jul 2024" */
     CHAT_TOOLS_LLAMA32,     /* Llama 3.2-Instruct's template: as LLAMA3, today's date
                                (strftime_now("%d %b %Y")) */
+    CHAT_TOOLS_QWEN3,       /* Qwen3's template: HERMES's blocks, no default system message,
+                               <think> kept only after the last user query */
+    CHAT_TOOLS_HERMES2,     /* NousResearch Hermes 2 Pro / Hermes 3 tool_use template: tools as
+                               Python signatures and JSON in the system turn, <tool_call> blocks,
+                               results in "tool" turns */
+    CHAT_TOOLS_MISTRAL,     /* Mistral Nemo's template: [AVAILABLE_TOOLS] before the last user
+                               turn, calls as [TOOL_CALLS][{...}], [TOOL_RESULTS] with 9-character
+                               call ids */
+    CHAT_TOOLS_PHI4,        /* Phi-4-mini's template: the tools in the system turn between <|tool|>
+                               and <|/tool|>, calls as <|tool_call|>[{...}]<|/tool_call|> */
 } chat_tools_style_t;
 
 /* tool_choice: what the model may or must do. */
@@ -69,6 +79,13 @@ json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const
  * left NULL otherwise; -1 on OOM. */
 int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tools, int forced,
                      int parallel, const char *id_prefix, json_t **calls, char **content);
+
+/* The text a call opens with in free generation ("<tool_call>", "[TOOL_CALLS]",
+ * "<|tool_call|>"); NULL for the styles without one (Llama 3.x: the whole answer; generic). */
+const char *chat_tools_marker(chat_tools_style_t st);
+
+/* 1 for the styles whose calls are one JSON array after the marker (Mistral, Phi-4-mini). */
+int chat_tools_listed(chat_tools_style_t st);
 
 /* 1 for the styles whose call is the whole answer, a {"name", "parameters"} object (Llama 3.x). */
 int chat_tools_is_llama3(chat_tools_style_t st);

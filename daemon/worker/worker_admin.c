@@ -55,6 +55,11 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     if (gguf_get_str(m->sm->model->gguf, "tokenizer.chat_template", &tmpl) == 0)
         m->chat = chat_detect(tmpl.ptr, tmpl.len);
     m->tools = chat_tools_detect(m->chat, tmpl.ptr, tmpl.len);
+    gguf_str_t tool_use = {0}; /* Hermes 2 Pro/3 files: a second template for requests with tools */
+    if ((m->tools == CHAT_TOOLS_GENERIC || m->tools == CHAT_TOOLS_PENDING) &&
+        gguf_get_str(m->sm->model->gguf, "tokenizer.chat_template.tool_use", &tool_use) == 0 &&
+        chat_tools_detect(m->chat, tool_use.ptr, tool_use.len) == CHAT_TOOLS_HERMES2)
+        m->tools = CHAT_TOOLS_HERMES2;
     m->swap_in_s = (double)m->sm->image_bytes / 10e9;
     /* the context that applies, said once; a warning only when the file asked for more */
     uint32_t ctx = wk_model_context(m);

@@ -17,8 +17,8 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
         return 0;
     s->tools_style = st;
     if (r->tool_choice == CHAT_TOOL_AUTO) {
-        if (st == CHAT_TOOLS_HERMES || chat_tools_is_llama3(st)) {
-            s->tools = st == CHAT_TOOLS_HERMES ? WK_TOOLS_BLOCKS : WK_TOOLS_JSON;
+        if (chat_tools_marker(st) || chat_tools_is_llama3(st)) {
+            s->tools = chat_tools_marker(st) ? WK_TOOLS_BLOCKS : WK_TOOLS_JSON;
             return 0;
         }
         wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,

@@ -237,22 +237,22 @@ static size_t holdback(const wk_seq_t *s)
 }
 
 /* Where the stream must stop short of upto for tool calls: all of a forced call's output, and
- * auto's text from the first "<tool_call>" (or what may still become one) on; Llama 3's whole
- * output while it may still be a call (spaces, or "{" first). */
+ * auto's text from the first call marker ("<tool_call>", "[TOOL_CALLS]", ...; or what may still
+ * become one) on; Llama 3's whole output while it may still be a call (spaces, or "{" first). */
 static size_t seq_tools_hold(const wk_seq_t *s, size_t upto)
 {
-    static const char open[] = "<tool_call>";
+    const char *open = chat_tools_marker(s->tools_style);
     if (s->tools == WK_TOOLS_FORCED)
         return s->sent;
     if (s->tools == WK_TOOLS_JSON) {
         size_t i = strspn(s->text, " \t\r\n");
         return i == s->text_len || s->text[i] == '{' ? s->sent : upto;
     }
-    if (s->tools != WK_TOOLS_BLOCKS)
+    if (s->tools != WK_TOOLS_BLOCKS || !open)
         return upto;
     const char *o = strstr(s->text, open);
     size_t cut = o ? (size_t)(o - s->text) : s->text_len;
-    for (size_t k = sizeof open - 2; !o && k > 0; k--) /* a tail that opens "<tool_call>" */
+    for (size_t k = strlen(open) - 1; !o && k > 0; k--) /* a tail that opens a marker */
         if (s->text_len >= k && memcmp(s->text + s->text_len - k, open, k) == 0) {
             cut = s->text_len - k;
             break;

@@ -19,13 +19,17 @@ DATA = os.environ.get("GPUSWAPD_DATA", os.path.join(gsd.ROOT, "tests", "data"))
 QWEN = os.path.join(DATA, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
 LLAMA31 = os.path.join(DATA, "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")  # = 3.3-70B's
 LLAMA32 = os.path.join(DATA, "templates", "meta-llama-Llama-3.2-3B-Instruct.jinja")
+QWEN3 = os.path.join(DATA, "templates", "Qwen-Qwen3-0.6B.jinja")
+HERMES = os.path.join(DATA, "templates", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")  # = 2 Pro's
+NEMO = os.path.join(DATA, "templates", "mistralai-Mistral-Nemo-Instruct-2407.jinja")
+PHI4 = os.path.join(DATA, "templates", "microsoft-Phi-4-mini-instruct.jinja")
 CHATRENDER = os.path.join(gsd.BUILD, "chatrender")
 PORT = gsd.free_port()
 
 # ------------------------------------------------------------------ the Jinja oracle
 
 
-def jinja_render(template, messages, tools=None):
+def jinja_render(template, messages, tools=None, eos_token="<|im_end|>"):
     """As transformers' apply_chat_template renders: trim_blocks, lstrip_blocks, loopcontrols, tojson =
     json.dumps(ensure_ascii=False) with the separators/indent the template asks for."""
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -43,7 +47,7 @@ def jinja_render(template, messages, tools=None):
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
-                                            bos_token="", eos_token="<|im_end|>")
+                                            bos_token="", eos_token=eos_token)
 
 
 def as_jinja(messages):
@@ -175,6 +179,111 @@ def llama_renderings_equal_the_jinja_templates_byte_for_byte():
         assert ours([{"role": "system", "content": "s"}], TOOLS, template=path, check=False) is None
 
 
+# ------------------------------------------------------------------ Qwen3, Hermes 2 Pro/3, Mistral Nemo, Phi-4-mini
+
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": " Find things. ",
+    "parameters": {"type": "object", "properties": {
+        "q": {"type": "string", "description": "  the query \n"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "opts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "free": {"type": "object"}, "any": {}, "n": {"type": ["integer", "boolean"]}},
+        "required": ["q"]}}}
+
+
+def nine(cid):
+    """A Mistral call id: its template takes exactly 9 letters and digits."""
+    return ("".join(ch for ch in cid if ch.isalnum()) + "000000000")[:9]
+
+
+def with_ids(msgs, fix):
+    out = []
+    for m in msgs:
+        m = json.loads(json.dumps(m))
+        for c in m.get("tool_calls") or []:
+            c["id"] = fix(c["id"])
+        if "tool_call_id" in m:
+            m["tool_call_id"] = fix(m["tool_call_id"])
+        out.append(m)
+    return out
+
+
+def phi4_jinja(msgs, tools):
+    """The messages as Phi-4-mini's template takes them (docs/TOOLS.md): the functions as one JSON
+    list in the first system message's tools field (Microsoft's example system message when there is
+    none), an assistant's calls as <|tool_call|>[...]<|/tool_call|> after its content."""
+    listed = json.dumps([t["function"] for t in tools], ensure_ascii=False) if tools else None
+    out = []
+    if listed and (not msgs or msgs[0]["role"] != "system"):
+        out.append({"role": "system", "content": "You are a helpful assistant with some tools.", "tools": listed})
+    for i, m in enumerate(as_jinja(msgs)):
+        o = {"role": m["role"], "content": m["content"]}
+        if i == 0 and m["role"] == "system" and listed:
+            o["tools"] = listed
+        if m.get("tool_calls"):
+            o["content"] += "<|tool_call|>" + json.dumps(
+                [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in m["tool_calls"]],
+                ensure_ascii=False) + "<|/tool_call|>"
+        out.append(o)
+    return out
+
+
+THINKING = ([
+    {"role": "user", "content": "Earlier?"},
+    {"role": "assistant", "content": "<think>\nold\n</think>\n\nBefore."},
+    {"role": "user", "content": "Weather in Oslo?"},
+    {"role": "assistant", "content": "<think>\n\nI should look.\n\n</think>\n\n\nLooking.",
+     "tool_calls": [call("t1", "get_weather", {"city": "Oslo", "unit": "c"})]},
+    {"role": "tool", "tool_call_id": "t1", "content": "<tool_response>x</tool_response>"},
+    {"role": "assistant", "content": "Cold."}], TOOLS)
+
+# family -> (template, eos token, how the template takes the messages, extra conversations, forced suffix)
+FAMILIES = {
+    "qwen3": (QWEN3, "<|im_end|>", lambda m, t: (as_jinja(m), t), {"thinking": THINKING}, "<tool_call>\n"),
+    "hermes2": (HERMES, "<|im_end|>", lambda m, t: (as_jinja(m), t if t else []),
+                {"types": ([{"role": "user", "content": "Find it"}], [SEARCH, WEATHER])}, "<tool_call>\n"),
+    "mistral": (NEMO, "</s>", lambda m, t: (as_jinja(with_ids(m, nine)), t), {}, "[TOOL_CALLS]"),
+    "phi4": (PHI4, "<|endoftext|>", lambda m, t: (phi4_jinja(m, t), None), {}, "<|tool_call|>"),
+}
+
+
+def family_renderings_equal_their_jinja_templates_byte_for_byte():
+    """Every conversation through each template (Jinja) and through chatrender: equal, or both refuse
+    (raise_exception, or a Jinja error such as Hermes' macro recursing on a "null" type)."""
+    for fam, (path, eos, feed, extra, forced) in FAMILIES.items():
+        tmpl = open(path, encoding="utf-8").read()
+        convs = dict(CONVERSATIONS, **extra)
+        for name, (msgs, tools) in convs.items():
+            if fam == "mistral":
+                msgs = with_ids(msgs, nine)
+            jm, jt = feed(msgs, tools)
+            try:
+                want = jinja_render(tmpl, jm, jt, eos)
+            except Exception as e:  # noqa: BLE001 - the oracle refuses: so must we
+                want = None
+                why = repr(e)
+            got = ours(msgs, tools, template=path, check=False)
+            if want is None:
+                assert got is None, "%s %s: jinja refuses (%s), ours:\n%s" % (fam, name, why, got)
+            else:
+                assert got == want, "%s %s:\n--- ours\n%s\n--- jinja\n%s" % (fam, name, got, want)
+        msgs, tools = CONVERSATIONS["tools, no system"]
+        jm, jt = feed(msgs, tools)
+        assert ours(msgs, tools, "required", template=path) == jinja_render(tmpl, jm, jt, eos) + forced, fam
+        jm, jt = feed(msgs, None)
+        assert ours(msgs, tools, "none", template=path) == jinja_render(tmpl, jm, jt, eos), fam
+    # Hermes' macro recurses without end on a type outside its map: refused, as Jinja fails
+    bad = json.loads(json.dumps(SEARCH))
+    bad["function"]["parameters"]["properties"]["q"]["type"] = ["string", "null"]
+    assert ours([{"role": "user", "content": "x"}], [bad], template=HERMES, check=False) is None
+    # Mistral: ids that are not 9 letters and digits are rewritten to ones that are, the same for
+    # a call and its result (the template itself refuses them)
+    msgs, tools = CONVERSATIONS["a call and its result"]
+    got = ours(msgs, tools, template=NEMO)
+    ids = [got[i + 9:i + 18] for i in range(len(got)) if got.startswith('"id": "', i) or got.startswith('"call_id": "', i)]
+    assert "call_1" not in got and got.count('"id": "') == 1 and got.count('"call_id": "') == 1, got
+
+
 # ------------------------------------------------------------------ the daemon
 
 
@@ -237,6 +346,37 @@ def llama_named_call_gives_parameters_and_the_prompt_is_the_template():
     assert ans.get("event") == "done" and ans["finish_reason"] in ("length", "stop", "tool_calls"), ans
 
 
+def every_family_forces_a_call_and_the_prompt_is_its_template():
+    """Qwen3, Hermes 2 Pro/3, Mistral Nemo and Phi-4-mini models: a named call comes back parsed (the
+    list families' output is a one-call JSON list), its prompt is the template's rendering plus what
+    opens a call, and auto is free generation (content or calls, never an error)."""
+    msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+    for i, fam in enumerate(FAMILY_MODELS):
+        path, eos, feed, _, forced = FAMILIES[fam]
+        done, toks = chat(D, {"op": "chat", "id": 10 + i, "model": fam, "messages": msgs, "tools": TOOLS,
+                              "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                              "max_tokens": 400, "temperature": 0, "stream": True})
+        assert done.get("event") == "done" and done["finish_reason"] == "tool_calls", (fam, done)
+        calls = done["tool_calls"]
+        assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", (fam, calls)
+        args = json.loads(calls[0]["function"]["arguments"])
+        assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), (fam, args)
+        if fam == "mistral":
+            assert len(calls[0]["id"]) == 9 and calls[0]["id"].isalnum(), calls
+        assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (fam, done, toks)
+        jm, jt = feed(msgs, TOOLS)
+        want = jinja_render(open(path, encoding="utf-8").read(), jm, jt, eos) + forced
+        out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", FAMILY_MODELS[fam], "--special"],
+                             input=want.encode(), capture_output=True, check=True)
+        assert done["usage"]["prompt_tokens"] == len(out.stdout.split()), (fam, done["usage"])
+        # the call goes back with its result: the next turn renders and answers
+        back = msgs + [{"role": "assistant", "content": None, "tool_calls": calls},
+                       {"role": "tool", "tool_call_id": calls[0]["id"], "content": "{\"temp\": 3}"}]
+        ans, _ = chat(D, {"op": "chat", "id": 30 + i, "model": fam, "messages": back, "tools": TOOLS,
+                          "max_tokens": 6, "temperature": 0})
+        assert ans.get("event") == "done" and ans["finish_reason"] in ("length", "stop", "tool_calls"), (fam, ans)
+
+
 def auto_on_a_family_without_tool_syntax_is_a_bad_request():
     msgs = [{"role": "user", "content": "Hi"}]
     ans, _ = chat(D, {"op": "chat", "id": 2, "model": "plain", "messages": msgs, "tools": TOOLS})
@@ -281,6 +421,9 @@ def openai_node_client_calls_streamed_and_not_and_round_trips():
     assert r["round_trip"]["prompt_tokens"] > r["plain"]["prompt_tokens"], r
 
 
+FAMILY_MODELS = {}
+
+
 def main():
     global D, MODEL, LLAMA_MODEL
     if not os.path.exists(CHATRENDER):
@@ -289,17 +432,25 @@ def main():
     r = gsd.Runner()
     r.run(renderings_equal_the_jinja_template_byte_for_byte)
     r.run(llama_renderings_equal_the_jinja_templates_byte_for_byte)
+    r.run(family_renderings_equal_their_jinja_templates_byte_for_byte)
     MODEL = gsd.mkmodel(os.path.join(TMP, "qwen.gguf"), "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 "
                         "--kv-heads 2 --ff 128 --vocab 600 --seed 7 --chat-template " + QWEN)
     plain = gsd.mkmodel(os.path.join(TMP, "plain.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
                         "--kv-heads 2 --ff 128 --vocab 300 --seed 5")
     LLAMA_MODEL = gsd.mkmodel(os.path.join(TMP, "llama.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
                               "--kv-heads 2 --ff 128 --vocab 600 --seed 9 --chat-template " + LLAMA31)
-    D = gsd.Daemon([("qwen", MODEL, ""), ("plain", plain, ""), ("llama", LLAMA_MODEL, "")], memory="8MiB",
+    for k, (fam, arch) in enumerate((("qwen3", "qwen3"), ("hermes2", "llama"), ("mistral", "llama"),
+                                     ("phi4", "llama"))):
+        FAMILY_MODELS[fam] = gsd.mkmodel(os.path.join(TMP, fam + ".gguf"), "--arch %s --type f32 --dim 64 --layers 2 "
+                                         "--heads 4 --kv-heads 2 --ff 128 --vocab 600 --seed %d --chat-template %s"
+                                         % (arch, 11 + k, FAMILIES[fam][0]))
+    D = gsd.Daemon([("qwen", MODEL, ""), ("plain", plain, ""), ("llama", LLAMA_MODEL, "")] +
+                   [(f, p, "") for f, p in FAMILY_MODELS.items()], memory="16MiB",
                    listen="http: 127.0.0.1:%d" % PORT)
     try:
         for fn in (socket_required_gives_one_call_with_the_tools_rendered,
                    llama_named_call_gives_parameters_and_the_prompt_is_the_template,
+                   every_family_forces_a_call_and_the_prompt_is_its_template,
                    auto_on_a_family_without_tool_syntax_is_a_bad_request,
                    http_auto_parses_or_leaves_content,
                    openai_node_client_calls_streamed_and_not_and_round_trips):

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/chat_tools.h"
+#include "engine/chat_tools_int.h"
 
 static json_t *tools_of(void)
 {
@@ -252,4 +253,109 @@ Test(chat_tools, llama3_call_schema_names_parameters)
                      "parameters");
     json_decref(s);
     json_decref(tools);
+}
+
+/* ------------------------------------------------------------------ Qwen3, Hermes 2, Mistral, Phi-4 */
+
+Test(chat_tools, the_newer_families_are_told_apart_by_their_template_text)
+{
+    const char *q3 = "<|im_start|> # Tools <tool_call> reasoning_content";
+    const char *h2 = "<|im_start|> function calling AI model json_to_python_type <tool_call>";
+    const char *nemo = "[AVAILABLE_TOOLS] [TOOL_RESULTS] {{- \"[INST]\" + message[\"content\"]";
+    const char *v3 = "[AVAILABLE_TOOLS] [TOOL_RESULTS] {{- \"[INST] \" + message[\"content\"]";
+    const char *phi = "<|tool|> message['tools'] <|/tool|> <|assistant|>";
+    cr_assert_eq(chat_tools_detect(CHAT_CHATML, q3, strlen(q3)), CHAT_TOOLS_QWEN3);
+    cr_assert_eq(chat_tools_detect(CHAT_CHATML, h2, strlen(h2)), CHAT_TOOLS_HERMES2);
+    cr_assert_eq(chat_tools_detect(CHAT_MISTRAL_V3_TEKKEN, nemo, strlen(nemo)), CHAT_TOOLS_MISTRAL);
+    cr_assert_eq(chat_tools_detect(CHAT_MISTRAL_V3, v3, strlen(v3)), CHAT_TOOLS_PENDING);
+    cr_assert_eq(chat_tools_detect(CHAT_PHI4, phi, strlen(phi)), CHAT_TOOLS_PHI4);
+    cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_QWEN3), "<tool_call>");
+    cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_MISTRAL), "[TOOL_CALLS]");
+    cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_PHI4), "<|tool_call|>");
+    cr_assert_null(chat_tools_marker(CHAT_TOOLS_LLAMA3));
+    cr_assert(chat_tools_listed(CHAT_TOOLS_MISTRAL) && !chat_tools_listed(CHAT_TOOLS_HERMES2));
+}
+
+Test(chat_tools, listed_calls_are_parsed_after_the_marker_with_mistral_ids)
+{
+    json_t *tools = tools_of(), *calls;
+    char *content;
+    const char *text = "Let me see. [TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
+                       "{\"city\": \"Oslo\"}}, {\"name\": \"f2\", \"arguments\": {}}] after";
+    cr_assert_eq(
+        chat_tools_parse(CHAT_TOOLS_MISTRAL, text, tools, 0, 1, "call_1_", &calls, &content), 2);
+    cr_assert_str_eq(content, "Let me see.  after");
+    const char *id = json_string_value(json_object_get(json_array_get(calls, 0), "id"));
+    cr_assert_eq(strlen(id), 9);
+    cr_assert_eq(strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"), 9);
+    cr_assert_str_neq(id, json_string_value(json_object_get(json_array_get(calls, 1), "id")));
+    json_decref(calls);
+    free(content);
+    /* not parallel: the first is the call, the others stay content as written */
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_MISTRAL, text, tools, 0, 0, "c", &calls, &content), 1);
+    cr_assert_str_eq(content, "Let me see. [TOOL_CALLS][{\"name\":\"f2\",\"arguments\":{}}] after");
+    json_decref(calls);
+    free(content);
+    /* Phi-4-mini: the closing tag is taken with the list */
+    const char *phi = "<|tool_call|>[{\"name\": \"f2\", \"arguments\": {\"a\": 1}}]<|/tool_call|>";
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_PHI4, phi, tools, 0, 1, "c", &calls, &content), 1);
+    cr_assert_str_eq(content, "");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "c0");
+    json_decref(calls);
+    free(content);
+    /* forced: the whole text is the list */
+    cr_assert_eq(chat_tools_parse(CHAT_TOOLS_PHI4, "[{\"name\":\"f2\",\"arguments\":{}}]", tools, 1,
+                                  0, "c", &calls, &content),
+                 1);
+    json_decref(calls);
+    free(content);
+    json_decref(tools);
+}
+
+Test(chat_tools, a_list_with_any_bad_call_or_half_written_is_content)
+{
+    json_t *tools = tools_of(), *calls = NULL;
+    char *content = NULL;
+    const char *bad[] = {"[TOOL_CALLS][{\"name\": \"f2\", \"arguments\": {}}, {\"name\": \"nope\", "
+                         "\"arguments\": {}}]",
+                         "[TOOL_CALLS][{\"name\": \"f2\", \"argu", "[TOOL_CALLS][]",
+                         "[TOOL_CALLS]{\"name\": \"f2\", \"arguments\": {}}",
+                         "[TOOL_CALLS][{\"name\": \"f2\", \"arguments\": \"{}\"}]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(
+            chat_tools_parse(CHAT_TOOLS_MISTRAL, bad[i], tools, 0, 1, "c", &calls, &content), 0,
+            "%s", bad[i]);
+        cr_assert_null(calls);
+        cr_assert_null(content);
+    }
+    json_decref(tools);
+}
+
+Test(chat_tools, the_list_families_force_one_call_as_a_list)
+{
+    json_t *tools = tools_of();
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_MISTRAL, tools, "f2");
+    json_t *schema = json_object_get(json_object_get(s, "json_schema"), "schema");
+    cr_assert_str_eq(json_string_value(json_object_get(schema, "type")), "array");
+    cr_assert_eq(json_integer_value(json_object_get(schema, "minItems")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(schema, "maxItems")), 1);
+    cr_assert_str_eq(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(json_object_get(schema, "items"), "properties"),
+                            "name"),
+            "const")),
+        "f2");
+    json_decref(s);
+    json_decref(tools);
+}
+
+Test(chat_tools, mistral_ids_are_nine_letters_and_digits_and_stable)
+{
+    char a[10], b[10], c[10];
+    ct_mistral_id("call_1_", 0, a);
+    ct_mistral_id("call_1_", 0, b);
+    ct_mistral_id("call_1_", 1, c);
+    cr_assert_str_eq(a, b);
+    cr_assert_str_neq(a, c);
+    cr_assert_eq(strlen(a), 9);
 }
