@@ -203,6 +203,10 @@ json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const
 {
     json_t *name_s, *args_s;
     const char *key = chat_tools_is_llama3(st) ? "parameters" : "arguments";
+    /* required with one tool: that tool is the call, its parameters enforced as when named (the
+     * automaton has no union of object schemas, so several tools leave the arguments open) */
+    if (!name && json_array_size(tools) == 1)
+        name = json_string_value(json_object_get(ct_tool_fn(json_array_get(tools, 0)), "name"));
     if (name) {
         const json_t *t = ct_tool_named(tools, name);
         if (!t)

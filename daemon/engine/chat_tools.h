@@ -65,8 +65,8 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
 
 /* The response_format (json_schema) a forced call's output follows: {"name": the function (const)
  * or one of the tools' names (enum), "arguments" ("parameters" for LLAMA3/LLAMA32): the
- * function's parameters schema (named) or any object}. A new reference; NULL when name names no
- * tool or on OOM. */
+ * function's parameters schema (named, or name NULL with one tool) or any object}. A new
+ * reference; NULL when name names no tool or on OOM. */
 json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name);
 
 /* Parses a model's output into content and tool calls (docs/TOOLS.md: which output stays

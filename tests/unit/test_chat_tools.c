@@ -146,6 +146,15 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
             "enum")),
         2);
     json_decref(s);
+    /* required with one tool: that tool's name and parameters, as when named */
+    json_array_remove(tools, 1);
+    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL);
+    props =
+        json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(props, "name"), "const")),
+                     "get_weather");
+    cr_assert_not_null(json_object_get(json_object_get(props, "arguments"), "properties"));
+    json_decref(s);
     json_decref(tools);
 }
 
