@@ -368,3 +368,57 @@ Test(chat_tools, mistral_ids_are_nine_letters_and_digits_and_stable)
     cr_assert_str_neq(a, c);
     cr_assert_eq(strlen(a), 9);
 }
+
+/* The calls each family's renderer writes for an assistant message, cut out of the prompt (from
+ * the marker to the turn's end) and parsed back: the same calls, in order. */
+Test(chat_tools, every_family_parses_back_the_parallel_calls_it_renders)
+{
+    static const struct {
+        chat_tools_style_t st;
+        const char *end;
+    } fam[] = {{CHAT_TOOLS_HERMES, "<|im_end|>"},
+               {CHAT_TOOLS_QWEN3, "<|im_end|>"},
+               {CHAT_TOOLS_HERMES2, "<|im_end|>"},
+               {CHAT_TOOLS_MISTRAL, "</s>"},
+               {CHAT_TOOLS_PHI4, "<|end|>"}};
+    json_t *tools = json_loads(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"f2\",\"description\":\"e\"}}]",
+        0, NULL);
+    chat_msg_t m[2] = {{.role = "user", .content = "QQQ"},
+                       {.role = "assistant",
+                        .content = "",
+                        .tool_calls = "[{\"id\":\"abcdefgh1\",\"type\":\"function\",\"function\":"
+                                      "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":"
+                                      "\\\"Z\\u00fcrich \\\\\\\"x\\\\\\\"\\\"}\"}},{\"id\":"
+                                      "\"abcdefgh2\",\"type\":\"function\",\"function\":{\"name\":"
+                                      "\"f2\",\"arguments\":\"{\\\"n\\\":[1,2.5,null]}\"}}]"}};
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        char *out, err[256], *content;
+        json_t *calls;
+        cr_assert_eq(chat_tools_render(CHAT_CHATML, fam[f].st, m, 2, tools, 0, &out, err,
+                                       sizeof err),
+                     CHAT_OK, "%s: %s", chat_tools_style_name(fam[f].st), err);
+        char *at = strstr(strstr(out, "QQQ"), chat_tools_marker(fam[f].st)); /* after the user turn */
+        cr_assert_not_null(at, "%s: %s", chat_tools_style_name(fam[f].st), out);
+        char *end = strstr(at, fam[f].end);
+        cr_assert_not_null(end);
+        *end = '\0';
+        cr_assert_eq(chat_tools_parse(fam[f].st, at, tools, 0, 1, "c", &calls, &content), 2,
+                     "%s: %s", chat_tools_style_name(fam[f].st), at);
+        cr_assert_str_eq(content, "");
+        json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+        json_t *f1 = json_object_get(json_array_get(calls, 1), "function");
+        cr_assert_str_eq(json_string_value(json_object_get(f0, "name")), "get_weather");
+        cr_assert_str_eq(json_string_value(json_object_get(f0, "arguments")),
+                         "{\"city\":\"Z\xC3\xBCrich \\\"x\\\"\"}");
+        cr_assert_str_eq(json_string_value(json_object_get(f1, "name")), "f2");
+        cr_assert_str_eq(json_string_value(json_object_get(f1, "arguments")),
+                         "{\"n\":[1,2.5,null]}");
+        json_decref(calls);
+        free(content);
+        free(out);
+    }
+    json_decref(tools);
+}
