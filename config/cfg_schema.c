@@ -25,6 +25,8 @@ static const char *const policy_names[CFG_POLICY_COUNT + 1] = {
     [CFG_POLICY_FIFO] = "fifo",
 };
 static const char *const kv_type_names[] = {"f16", "f32", NULL};
+/* engine/chat_tools.h's chat_tool_choice_t order: auto, none, required */
+static const char *const tool_choice_names[] = {"auto", "none", "required", NULL};
 
 const char *cfg_backend_name(cfg_backend_t b)
 {
@@ -203,6 +205,9 @@ const opt_t cfg_opts[] = {
     {"models", "chat_template", OPT_STR, M(chat_template), NULL, 0, 0, OPT_NULLABLE, NULL,
      check_chat_template, "chat template", CFG_APPLY_LIVE,
      "how chat renders messages; default: detected from the file"},
+    {"models", "tool_choice", OPT_ENUM, M(tool_choice), "auto", 0, 0, 0, tool_choice_names, NULL,
+     NULL, CFG_APPLY_LIVE,
+     "tool_choice of a chat request with tools that says none (auto, none or required)"},
     SECTION("models", "defaults", CFG_APPLY_LIVE, "sampling for requests that do not say"),
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     {"models.defaults",                                                                            \

@@ -104,7 +104,9 @@ typedef struct cfg_model {
     char *
         chat_template; /* chat template family name (chat_family_from_name) overriding the one detected
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
-    struct {           /* sampling defaults for requests that do not set them */
+    int tool_choice; /* chat_tool_choice_t for a chat request with tools that names none (Ollama's
+                        API has no such field): auto (default), none or required */
+    struct {         /* sampling defaults for requests that do not set them */
         SAMPLER_PARAMS(
             SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
         int32_t max_tokens;  /* 1..max_context; default 256 */

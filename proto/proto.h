@@ -119,15 +119,16 @@ typedef struct proto_req {
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
     json_t *response_format; /* generate/chat: owned; {"type":"json_object"} or "json_schema" (the
                                 worker compiles it); NULL = free text */
-    char *grammar;    /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
+    char *grammar;   /* generate/chat: a GBNF-like grammar the output follows (the worker compiles
                       it; never with response_format); NULL = none */
-    json_t *tools;    /* chat: owned; the OpenAI tool objects (array, validated:
+    json_t *tools;   /* chat: owned; the OpenAI tool objects (array, validated:
                          {type: "function", function: {name, description?, parameters?}}); NULL
                          = none */
-    int tool_choice;  /* chat: chat_tool_choice_t (engine/chat_tools.h); 0 = auto */
-    char *tool_name;  /* chat: tool_choice's function name (CHAT_TOOL_NAMED), else NULL */
-    int tools_serial; /* chat: "parallel_tool_calls": false, at most one call */
-    int fault;        /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
+    int tool_choice; /* chat: chat_tool_choice_t (engine/chat_tools.h); 0 = auto */
+    char *tool_name; /* chat: tool_choice's function name (CHAT_TOOL_NAMED), else NULL */
+    int tool_choice_set; /* chat: the request named tool_choice (else the model's default applies) */
+    int tools_serial;    /* chat: "parallel_tool_calls": false, at most one call */
+    int fault;           /* admin fault: 0 off, 1 copy_fail, 2 copy_slow, 3 map_fail, 4 map_short
                   (be_fault_kind_t), 5 stall (PROTO_FAULT_STALL) */
     uint32_t fault_count;    /* admin fault: operations affected, 0 = not given (1) */
     uint32_t fault_delay_ms; /* admin fault copy_slow: extra ms per copy; stall: ms per pass */

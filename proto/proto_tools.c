@@ -96,6 +96,7 @@ int proto_parse_tool_choice(const json_t *v, proto_req_t *req, char *err, size_t
     for (int i = 0; s && i < 3; i++)
         if (strcmp(s, names[i]) == 0) {
             req->tool_choice = i; /* CHAT_TOOL_AUTO, _NONE, _REQUIRED */
+            req->tool_choice_set = 1;
             return 0;
         }
     const char *type = json_string_value(json_object_get(v, "type"));
@@ -107,6 +108,7 @@ int proto_parse_tool_choice(const json_t *v, proto_req_t *req, char *err, size_t
     if (!(req->tool_name = strdup(name)))
         return fail(err, errlen, PROTO_E_INTERNAL, "out of memory");
     req->tool_choice = CHAT_TOOL_NAMED;
+    req->tool_choice_set = 1;
     return 0;
 }
 
@@ -220,7 +222,7 @@ int proto_tools_encode(json_t *root, const proto_req_t *req)
                     json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name",
                               req->tool_name)))
             return -1;
-    } else if (req->tool_choice > 0 && req->tool_choice < 3 &&
+    } else if ((req->tool_choice > 0 || req->tool_choice_set) && req->tool_choice < 3 &&
                set_new(root, "tool_choice", json_string(names[req->tool_choice]))) {
         return -1;
     }

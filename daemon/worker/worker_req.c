@@ -13,6 +13,8 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
                      chat_tools_style_t st)
 {
     proto_req_t *r = &s->req;
+    if (json_array_size(r->tools) && !r->tool_choice_set) /* the model's default */
+        r->tool_choice = m->cfg.tool_choice;
     if (!json_array_size(r->tools) || r->tool_choice == CHAT_TOOL_NONE)
         return 0;
     s->tools_style = st;

@@ -180,7 +180,7 @@ def test_tools_on_a_qwen_template():
                        "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 "
                        "--vocab 600 --seed 7 --chat-template " +
                        os.path.join(DATA, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
-    d = OllamaDaemon([("q", qwen, "")], memory="8MiB")
+    d = OllamaDaemon([("q", qwen, ""), ("qr", qwen, "tool_choice: required")], memory="8MiB")
     tools = [{"type": "function", "function": {"name": "weather", "description": "w",
                                                "parameters": {"type": "object", "properties": {
                                                    "city": {"type": "string"}}}}}]
@@ -199,8 +199,33 @@ def test_tools_on_a_qwen_template():
                          {"role": "tool", "content": "sunny"}]})
         check("a call and its result in the history: 200, done", st == 200 and
               json.loads(text).get("done"), (st, text))
+        test_node_tool_call(d)
     finally:
         d.stop()
+
+
+def test_node_tool_call(d):
+    """The ollama client gets a tool call: a model whose config says tool_choice: required (Ollama's
+    API has no tool_choice) answers with message.tool_calls, streamed and not, and the call with its
+    result goes back for the next turn."""
+    node, node_dir = shutil.which("node"), os.path.join(gsd.ROOT, "tests", "node")
+    if not node:
+        print("skip: node not installed")
+        return
+    out = subprocess.run([node, os.path.join(node_dir, "ollama_tools.mjs"), "http://127.0.0.1:%d" % d.port, "qr"],
+                         capture_output=True, text=True, timeout=gsd.scaled(60), cwd=node_dir)
+    check("ollama client tool call runs", out.returncode == 0, out.stdout + out.stderr)
+    if out.returncode:
+        return
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for k in ("plain", "stream"):
+        calls = r[k]["calls"] or []
+        check("%s: one get_weather call with its arguments as an object" % k,
+              len(calls) == 1 and calls[0]["function"]["name"] == "get_weather" and
+              calls[0]["function"]["arguments"].get("city") in ("Paris", "Oslo") and r[k]["content"] == "", r[k])
+    check("streamed and not: the same call", r["plain"]["calls"] == r["stream"]["calls"], r)
+    check("the call and its result go back: done, a longer prompt",
+          r["round_trip"]["done"] and r["round_trip"]["prompt_eval_count"] > r["round_trip"]["first_prompt_eval_count"], r)
 
 
 def test_api_keys():

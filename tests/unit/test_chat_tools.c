@@ -397,10 +397,11 @@ Test(chat_tools, every_family_parses_back_the_parallel_calls_it_renders)
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         char *out, err[256], *content;
         json_t *calls;
-        cr_assert_eq(chat_tools_render(CHAT_CHATML, fam[f].st, m, 2, tools, 0, &out, err,
-                                       sizeof err),
-                     CHAT_OK, "%s: %s", chat_tools_style_name(fam[f].st), err);
-        char *at = strstr(strstr(out, "QQQ"), chat_tools_marker(fam[f].st)); /* after the user turn */
+        cr_assert_eq(
+            chat_tools_render(CHAT_CHATML, fam[f].st, m, 2, tools, 0, &out, err, sizeof err),
+            CHAT_OK, "%s: %s", chat_tools_style_name(fam[f].st), err);
+        char *at =
+            strstr(strstr(out, "QQQ"), chat_tools_marker(fam[f].st)); /* after the user turn */
         cr_assert_not_null(at, "%s: %s", chat_tools_style_name(fam[f].st), out);
         char *end = strstr(at, fam[f].end);
         cr_assert_not_null(end);

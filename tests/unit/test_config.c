@@ -551,6 +551,19 @@ Test(config, kv_type_is_f16_or_f32)
                "t.yaml:4:14: invalid value \"q8_0\" for models[0].kv_type (use f16, f32)");
 }
 
+Test(config, tool_choice_is_the_default_of_requests_that_name_none)
+{
+    cfg_t *c = load_ok(MODELS "    tool_choice: required\n");
+    cr_assert_eq(c->models[0].tool_choice, 2); /* CHAT_TOOL_REQUIRED */
+    cfg_free(c);
+    c = load_ok(MODELS);
+    cr_assert_eq(c->models[0].tool_choice, 0); /* auto */
+    cfg_free(c);
+    load_fails(MODELS "    tool_choice: always\n", CFG_ERR_INVALID,
+               "t.yaml:4:18: invalid value \"always\" for models[0].tool_choice (use auto, none, "
+               "required)");
+}
+
 Test(config, a_kv_cache_larger_than_the_quota_or_the_device_is_an_error)
 {
     load_fails(
