@@ -199,7 +199,8 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
 
 /* ------------------------------------------------------------------ enforcement */
 
-json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name)
+json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name,
+                               int many)
 {
     json_t *name_s, *args_s;
     const char *key = chat_tools_is_llama3(st) ? "parameters" : "arguments";
@@ -228,9 +229,10 @@ json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const
     json_t *call =
         json_pack("{s:s, s:{s:o, s:o}, s:[ss], s:b}", "type", "object", "properties", "name",
                   name_s, key, args_s, "required", "name", key, "additionalProperties", 0);
-    if (call && chat_tools_listed(st)) /* one call, as the list these families write */
-        call = json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", call, "minItems", 1,
-                         "maxItems", 1);
+    if (call && chat_tools_listed(st)) /* one call (or more), as the list these families write */
+        call = many ? json_pack("{s:s, s:o, s:i}", "type", "array", "items", call, "minItems", 1)
+                    : json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", call, "minItems",
+                                1, "maxItems", 1);
     return call ? json_pack("{s:s, s:{s:s, s:o}}", "type", "json_schema", "json_schema", "name",
                             "tool_call", "schema", call)
                 : NULL;

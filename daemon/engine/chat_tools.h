@@ -65,9 +65,11 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
 
 /* The response_format (json_schema) a forced call's output follows: {"name": the function (const)
  * or one of the tools' names (enum), "arguments" ("parameters" for LLAMA3/LLAMA32): the
- * function's parameters schema (named, or name NULL with one tool) or any object}. A new
- * reference; NULL when name names no tool or on OOM. */
-json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name);
+ * function's parameters schema (named, or required with one tool) or any object}; for the listed
+ * styles a JSON list of that call, of exactly one or, with many (required with parallel calls),
+ * one or more. A new reference; NULL when name names no tool or on OOM. */
+json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const char *name,
+                               int many);
 
 /* Parses a model's output into content and tool calls (docs/TOOLS.md: which output stays
  * content). forced: the whole text is one JSON call (the prompt held any opening tag);

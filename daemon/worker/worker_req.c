@@ -35,8 +35,9 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
         return -1;
     }
     s->tools = WK_TOOLS_FORCED;
+    int many = r->tool_choice == CHAT_TOOL_REQUIRED && !r->tools_serial;
     r->response_format = chat_tools_call_schema(
-        st, r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL);
+        st, r->tools, r->tool_choice == CHAT_TOOL_NAMED ? r->tool_name : NULL, many);
     if (!r->response_format) {
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;

@@ -127,7 +127,7 @@ Test(chat_tools, half_written_or_invalid_calls_are_no_calls)
 Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
 {
     json_t *tools = tools_of();
-    json_t *s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "get_weather");
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "get_weather", 0);
     cr_assert_not_null(s);
     json_t *props =
         json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
@@ -135,8 +135,8 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
                      "get_weather");
     cr_assert_not_null(json_object_get(json_object_get(props, "arguments"), "properties"));
     json_decref(s);
-    cr_assert_null(chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "missing"));
-    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL);
+    cr_assert_null(chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, "missing", 0));
+    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL, 0);
     cr_assert_eq(
         json_array_size(json_object_get(
             json_object_get(
@@ -148,7 +148,7 @@ Test(chat_tools, call_schema_pins_the_named_function_and_its_parameters)
     json_decref(s);
     /* required with one tool: that tool's name and parameters, as when named */
     json_array_remove(tools, 1);
-    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL);
+    s = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL, 0);
     props =
         json_object_get(json_object_get(json_object_get(s, "json_schema"), "schema"), "properties");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(props, "name"), "const")),
@@ -253,7 +253,7 @@ Test(chat_tools, llama3_output_that_is_one_parameters_object_is_a_call)
 Test(chat_tools, llama3_call_schema_names_parameters)
 {
     json_t *tools = tools_of();
-    json_t *s = chat_tools_call_schema(CHAT_TOOLS_LLAMA3, tools, "get_weather");
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_LLAMA3, tools, "get_weather", 0);
     json_t *schema = json_object_get(json_object_get(s, "json_schema"), "schema");
     cr_assert_not_null(json_object_get(
         json_object_get(json_object_get(schema, "properties"), "parameters"), "properties"));
@@ -343,7 +343,7 @@ Test(chat_tools, a_list_with_any_bad_call_or_half_written_is_content)
 Test(chat_tools, the_list_families_force_one_call_as_a_list)
 {
     json_t *tools = tools_of();
-    json_t *s = chat_tools_call_schema(CHAT_TOOLS_MISTRAL, tools, "f2");
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_MISTRAL, tools, "f2", 0);
     json_t *schema = json_object_get(json_object_get(s, "json_schema"), "schema");
     cr_assert_str_eq(json_string_value(json_object_get(schema, "type")), "array");
     cr_assert_eq(json_integer_value(json_object_get(schema, "minItems")), 1);
@@ -421,5 +421,17 @@ Test(chat_tools, every_family_parses_back_the_parallel_calls_it_renders)
         free(content);
         free(out);
     }
+    json_decref(tools);
+}
+
+/* required with parallel calls: the list families take one or more calls */
+Test(chat_tools, required_with_parallel_calls_lists_one_or_more)
+{
+    json_t *tools = tools_of();
+    json_t *s = chat_tools_call_schema(CHAT_TOOLS_PHI4, tools, NULL, 1);
+    json_t *schema = json_object_get(json_object_get(s, "json_schema"), "schema");
+    cr_assert_eq(json_integer_value(json_object_get(schema, "minItems")), 1);
+    cr_assert_null(json_object_get(schema, "maxItems"));
+    json_decref(s);
     json_decref(tools);
 }
