@@ -50,6 +50,25 @@ static void qwen_tool_result(chat_buf_t *b, const chat_msg_t *msgs, size_t n, si
         chat_puts(b, "<|im_end|>\n");
 }
 
+/* An assistant turn with calls as Qwen2.5's and Hermes' templates write it: the content (if any;
+ * NULL: dropped) on its own line, then each call as a block on its own line. */
+static void assistant_calls(chat_buf_t *b, const char *content, const json_t *calls)
+{
+    size_t k;
+    const json_t *c;
+    chat_puts(b, "<|im_start|>assistant");
+    if (content && *content) {
+        chat_put(b, "\n", 1);
+        chat_puts(b, content);
+    }
+    json_array_foreach (calls, k, c) {
+        chat_puts(b, "\n<tool_call>\n");
+        ct_put_call(b, c);
+        chat_puts(b, "\n</tool_call>");
+    }
+    chat_puts(b, "<|im_end|>\n");
+}
+
 /* Qwen3's last_query_index: the last user message that is not only a tool response. */
 static size_t qwen3_last_query(const chat_msg_t *msgs, size_t n)
 {
@@ -149,19 +168,7 @@ static void render_qwen(chat_buf_t *b, chat_tools_style_t st, const chat_msg_t *
             chat_puts(b, content);
             chat_puts(b, "<|im_end|>\n");
         } else if (is_role(m, "assistant")) {
-            size_t k;
-            const json_t *c;
-            chat_puts(b, "<|im_start|>assistant");
-            if (*content) {
-                chat_put(b, "\n", 1);
-                chat_puts(b, content);
-            }
-            json_array_foreach (calls, k, c) {
-                chat_puts(b, "\n<tool_call>\n");
-                ct_put_call(b, c);
-                chat_puts(b, "\n</tool_call>");
-            }
-            chat_puts(b, "<|im_end|>\n");
+            assistant_calls(b, content, calls);
         }
         json_decref(calls);
     }
@@ -347,15 +354,7 @@ static int render_hermes2(chat_buf_t *b, const chat_msg_t *msgs, size_t n, const
                 chat_puts(b, "<|im_end|>");
         } else if (is_role(m, "assistant") && m->tool_calls) {
             json_t *calls = json_loads(m->tool_calls, 0, NULL);
-            size_t k;
-            const json_t *c;
-            chat_puts(b, "<|im_start|>assistant");
-            json_array_foreach (calls, k, c) {
-                chat_puts(b, "\n<tool_call>\n");
-                ct_put_call(b, c);
-                chat_puts(b, "\n</tool_call>");
-            }
-            chat_puts(b, "<|im_end|>\n");
+            assistant_calls(b, NULL, calls); /* the template drops the content */
             json_decref(calls);
         } else if (is_role(m, "user") || is_role(m, "system") || is_role(m, "assistant")) {
             chat_puts(b, "<|im_start|>");
