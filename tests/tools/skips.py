@@ -21,7 +21,12 @@ def kind(reason):
 
 
 def from_criterion(path):
-    rep = json.load(open(path))
+    try:
+        rep = json.load(open(path))
+    except json.JSONDecodeError as e:
+        # Criterion writes a failed assertion's message unescaped: the failures above say what failed
+        sys.exit("skips: %s is not valid JSON (%s), most likely a failure message with quotes; "
+                 "skips not listed" % (path, e))
     for suite in rep["test_suites"]:
         for t in suite["tests"]:
             if t["status"] == "SKIPPED":
