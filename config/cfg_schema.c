@@ -208,6 +208,10 @@ const opt_t cfg_opts[] = {
     {"models", "tool_choice", OPT_ENUM, M(tool_choice), "auto", 0, 0, 0, tool_choice_names, NULL,
      NULL, CFG_APPLY_LIVE,
      "tool_choice of a chat request with tools that says none (auto, none or required)"},
+    {"models", "deadline", OPT_DURATION, M(deadline_ms), "0", 0, 86400000, 0, NULL, NULL, NULL,
+     CFG_APPLY_LIVE,
+     "first-token deadline of a request that sets none: one predicted to miss it is refused at "
+     "once (overloaded); 0 = none"},
     SECTION("models", "defaults", CFG_APPLY_LIVE, "sampling for requests that do not say"),
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     {"models.defaults",                                                                            \

@@ -106,7 +106,9 @@ typedef struct cfg_model {
                           * from the file's tokenizer.chat_template; NULL = detect; owned */
     int tool_choice; /* chat_tool_choice_t for a chat request with tools that names none (Ollama's
                         API has no such field): auto (default), none or required */
-    struct {         /* sampling defaults for requests that do not set them */
+    uint64_t deadline_ms; /* the TTFT deadline of a request that gives none (deadline_ms): one
+                             predicted to miss it is refused at once, overloaded; 0 = none */
+    struct {              /* sampling defaults for requests that do not set them */
         SAMPLER_PARAMS(
             SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */
         int32_t max_tokens;  /* 1..max_context; default 256 */

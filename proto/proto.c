@@ -69,6 +69,7 @@ typedef enum pfield {
     F_TOOLS,
     F_TOOL_CHOICE,
     F_PARALLEL_TOOLS,
+    F_DEADLINE_MS,
     F_COUNT
 } pfield_t;
 
@@ -104,6 +105,7 @@ static const char *const field_names[F_COUNT] = {
     [F_TOOLS] = "tools",
     [F_TOOL_CHOICE] = "tool_choice",
     [F_PARALLEL_TOOLS] = "parallel_tool_calls",
+    [F_DEADLINE_MS] = "deadline_ms",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -135,7 +137,7 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
      FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
-     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT) | FB(F_GRAMMAR))
+     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT) | FB(F_GRAMMAR) | FB(F_DEADLINE_MS))
 _Static_assert(F_COUNT <= 64, "request fields are a uint64_t mask");
 
 enum {
@@ -657,6 +659,11 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
             return rc;
         req->n = (uint32_t)x;
         return 0;
+    case F_DEADLINE_MS:
+        if ((rc = get_int(name, v, 1, PROTO_MAX_DEADLINE_MS, &x, err, errlen)))
+            return rc;
+        req->deadline_ms = (uint32_t)x;
+        return 0;
     case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
     case F_RESPONSE_FORMAT: return parse_response_format(v, req, err, errlen);
     case F_GRAMMAR: return get_string(name, v, 1, SIZE_MAX, &req->grammar, err, errlen);
@@ -953,6 +960,8 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_TOP_LOGPROBS:
         return req->top_logprobs ? proto_set_new(root, name, json_integer(req->top_logprobs)) : 0;
     case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;
+    case F_DEADLINE_MS:
+        return req->deadline_ms ? proto_set_new(root, name, json_integer(req->deadline_ms)) : 0;
     case F_LOGIT_BIAS:
         return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
     case F_RESPONSE_FORMAT:

@@ -10,17 +10,18 @@
 #include "engine/sampler_params.h"
 
 /* Limits the parser enforces (PROTOCOL.md section 5). */
-#define PROTO_MAX_DEPTH 32        /* JSON nesting levels */
-#define PROTO_MAX_ID_BYTES 256    /* id and target strings */
-#define PROTO_MAX_NAME_BYTES 256  /* model names */
-#define PROTO_MAX_KEY_BYTES 256   /* API keys (auth) */
-#define PROTO_MAX_TOKENS 1000000  /* entries of "tokens" */
-#define PROTO_MAX_MESSAGES 65536  /* entries of "messages" */
-#define PROTO_MAX_STOP 16         /* entries of "stop" */
-#define PROTO_MAX_STOP_BYTES 256  /* bytes of one stop string */
-#define PROTO_MAX_TOP_LOGPROBS 20 /* top_logprobs */
-#define PROTO_MAX_LOGIT_BIAS 1024 /* entries of "logit_bias" */
-#define PROTO_MAX_CHOICES 16      /* n */
+#define PROTO_MAX_DEPTH 32              /* JSON nesting levels */
+#define PROTO_MAX_ID_BYTES 256          /* id and target strings */
+#define PROTO_MAX_NAME_BYTES 256        /* model names */
+#define PROTO_MAX_KEY_BYTES 256         /* API keys (auth) */
+#define PROTO_MAX_TOKENS 1000000        /* entries of "tokens" */
+#define PROTO_MAX_MESSAGES 65536        /* entries of "messages" */
+#define PROTO_MAX_STOP 16               /* entries of "stop" */
+#define PROTO_MAX_STOP_BYTES 256        /* bytes of one stop string */
+#define PROTO_MAX_TOP_LOGPROBS 20       /* top_logprobs */
+#define PROTO_MAX_LOGIT_BIAS 1024       /* entries of "logit_bias" */
+#define PROTO_MAX_CHOICES 16            /* n */
+#define PROTO_MAX_DEADLINE_MS 86400000u /* deadline_ms: a day */
 
 typedef enum proto_op {
     PROTO_OP_GENERATE = 1,
@@ -114,6 +115,9 @@ typedef struct proto_req {
     int32_t *bias_ids;    /* generate/chat logit_bias: (n_bias) token ids, */
     float *bias;          /* and what is added to each one's logit, -100..100 */
     size_t n_bias;
+    uint32_t deadline_ms;    /* generate/chat: its first token is wanted within this many ms of
+                                arrival, else an overloaded answer at once (docs/overload.md);
+                                0 = not given (the model's deadline, or none) */
     uint32_t n;              /* generate/chat: choices, 1..PROTO_MAX_CHOICES; 0 = not given (1) */
     int echo;                /* generate: the prompt's text heads the answer's text */
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */
@@ -199,8 +203,10 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
                         const proto_timing_t *t, const proto_choice_t *c);
 /* {"id":..,"event":"error","ok":false,"error":{"code":..,"message":..}}: the one
  * shape of error on both sockets (the server's error emitter calls this).
- * message NULL uses the code itself. */
-char *proto_encode_error(const json_t *id, proto_err_t code, const char *message);
+ * message NULL uses the code itself; retry_after_ms, when not 0, goes into the error object
+ * (overloaded: when to try again). */
+char *proto_encode_error(const json_t *id, proto_err_t code, const char *message,
+                         uint32_t retry_after_ms);
 /* {"id":..,"ok":true, <fields of body>}: body is stolen (released even on
  * failure), may be NULL; its "id" and "ok" keys, if any, are ignored. A body
  * that is not an object gives NULL. */

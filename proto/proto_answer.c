@@ -118,13 +118,15 @@ char *proto_encode_done(const json_t *id, const char *text, const char *finish_r
     return proto_line_finish(root);
 }
 
-char *proto_encode_error(const json_t *id, proto_err_t code, const char *message)
+char *proto_encode_error(const json_t *id, proto_err_t code, const char *message,
+                         uint32_t retry_after_ms)
 {
     const char *c = proto_err_code(code);
     json_t *root = answer_new(id);
     json_t *e = json_object();
     if (!root || !e || proto_set_new(e, "code", json_string(c)) ||
         proto_set_new(e, "message", proto_str_new(message ? message : c)) ||
+        (retry_after_ms && proto_set_new(e, "retry_after_ms", json_integer(retry_after_ms))) ||
         proto_set_new(root, "event", json_string("error")) ||
         proto_set_new(root, "ok", json_false())) {
         json_decref(root);

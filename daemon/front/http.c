@@ -600,6 +600,12 @@ static void any_error(hreq_t *r, const wk_event_t *ev)
 {
     const char *code = proto_err_code(ev->code);
     int status = r->status ? r->status : status_of(ev->code);
+    if (!r->status && ev->code == PROTO_E_OVERLOADED && ev->retry_ms) {
+        /* refused for its deadline (docs/overload.md): the engine is overloaded, as OpenAI
+         * answers it; a queue limit stays 429 */
+        status = 503;
+        r->retry_after = (ev->retry_ms + 999) / 1000;
+    }
     json_t *body = r->kind == HK_OLLAMA ? http_ollama_error_of(ev->message ? ev->message : code)
                                         : error_body(status, code, ev->message);
     if (r->started) {
@@ -750,22 +756,9 @@ static int key_check(hreq_t *r)
     char addr[64] = "";
     if (r->evcon)
         evhttp_connection_get_peer(r->evcon, &peer, &port);
-    /* every X-Forwarded-For line in order, joined: a proxy appends its own line after any
-     * the client sent, and the walk from the right must see it first */
-    struct evbuffer *xff = evbuffer_new();
-    struct evkeyval *kv;
-    for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (xff && strcasecmp(kv->key, "X-Forwarded-For") == 0)
-            evbuffer_add_printf(xff, "%s%s", evbuffer_get_length(xff) ? "," : "", kv->value);
-    }
-    if (xff)
-        evbuffer_add(xff, "", 1);
-    auth_client_addr(h->auth, peer,
-                     xff && evbuffer_get_length(xff) > 1 ? (const char *)evbuffer_pullup(xff, -1)
-                                                         : NULL,
-                     addr, sizeof addr);
-    if (xff)
-        evbuffer_free(xff);
+    char *xff = http_forwarded_for(in);
+    auth_client_addr(h->auth, peer, xff, addr, sizeof addr);
+    free(xff);
     if (auth_parse_bearer(hdr, &tok, &len))
         tok = NULL, len = 0;
     uint32_t retry = 0;
@@ -853,6 +846,16 @@ static void do_generate(hreq_t *r)
         http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;
     }
+    uint32_t dl = 0;
+    if (http_deadline_header(evhttp_request_get_input_headers(r->req), &dl)) {
+        proto_req_free(&req);
+        http_fail(r, 0, PROTO_E_BAD_REQUEST,
+                  "header X-Deadline-Ms must be a whole number of milliseconds, 1 to %u",
+                  PROTO_MAX_DEADLINE_MS);
+        return;
+    }
+    if (!req.deadline_ms)
+        req.deadline_ms = dl;
     r->stream = req.stream;
     r->model = strdup(req.model ? req.model : "");
     if (!r->model) {

@@ -1,4 +1,4 @@
-/* http_int: what http.c shares with its rooms (http_openai.c, http_ollama.c, http_metrics.c); not for other modules.
+/* http_int: what http.c shares with its rooms (http_openai.c, http_ollama.c, http_metrics.c, http_headers.c); not for other modules.
  * The rooms call nothing in http.c: http.c calls down into them. */
 #ifndef HTTP_INT_H
 #define HTTP_INT_H
@@ -8,6 +8,16 @@
 #include <time.h>
 
 #include "http.h"
+
+/* ------------------------------------------------------------------ http_headers.c */
+
+struct evkeyvalq;
+/* Every X-Forwarded-For line of in, in order, joined by ","; NULL when there is none (or out of
+ * memory). The caller frees it. */
+char *http_forwarded_for(const struct evkeyvalq *in);
+/* X-Deadline-Ms of in into *ms (0 = absent): 0, or -1 when it is not a whole number of
+ * milliseconds from 1 to PROTO_MAX_DEADLINE_MS. */
+int http_deadline_header(const struct evkeyvalq *in, uint32_t *ms);
 
 /* ------------------------------------------------------------------ http_openai.c */
 

@@ -153,7 +153,7 @@ char *srv_event_line(const wk_event_t *ev)
         return proto_encode_done(ev->id, ev->text ? ev->text : "", proto_finish_name(ev->finish),
                                  ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens,
                                  &ev->timing, &choice);
-    case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message);
+    case WK_EVENT_ERROR: return proto_encode_error(ev->id, ev->code, ev->message, ev->retry_ms);
     case WK_EVENT_RESULT: return proto_encode_ok(ev->id, json_incref(ev->body));
     case WK_EVENT_PROGRESS: return proto_encode_progress(ev->id, ev->model, ev->bytes, ev->total);
     }

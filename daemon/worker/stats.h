@@ -85,7 +85,11 @@ typedef struct stats_pool {
       "requests that ended before their max_tokens (eos or a stop string): where most do, "        \
       "shortest remaining first goes by the output lengths seen")                                  \
     X(total_kv_recomputes,                                                                         \
-      "sequences whose KV cache was given back when the pool ran short, then recomputed")
+      "sequences whose KV cache was given back when the pool ran short, then recomputed")          \
+    X(total_deadline_refused, "requests refused on arrival: predicted to miss their deadline")     \
+    X(total_deadline_dropped, "queued requests refused once predicted to miss their deadline")     \
+    X(total_deadline_met, "requests with a deadline whose first token came within it")             \
+    X(total_deadline_missed, "requests with a deadline whose first token came after it")
 
 typedef struct stats_svc {
 #define STATS_FIELD(name, help) uint64_t name;
@@ -132,7 +136,9 @@ double stats_hist_bound(int i);
     X(latency, "latency_seconds", "time from receiving a request to its done event (total_ms)")    \
     X(queue, "queue_seconds", "time a request waited for its first step, swap-in excluded")        \
     X(swap, "swap_in_seconds",                                                                     \
-      "time a request's first token waited for its model's page-in (swap_ms)")
+      "time a request's first token waited for its model's page-in (swap_ms)")                     \
+    X(ttft_error, "ttft_prediction_error_seconds",                                                 \
+      "how far a request's first token came from the time predicted on its arrival (deadlines)")
 
 typedef struct stats_hists {
 #define STATS_HIST_FIELD(field, metric, help) stats_hist_t field;

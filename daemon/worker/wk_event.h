@@ -37,6 +37,7 @@ typedef enum wk_event_kind {
     X(VAL, proto_timing_t, timing)      /* DONE: queue/swap/ttft/total ms, swapped */              \
     X(VAL, proto_err_t, code)           /* ERROR: the wire code */                                 \
     X(STR, char *, message)             /* ERROR: what went wrong; NULL = the code itself */       \
+    X(VAL, uint32_t, retry_ms)          /* ERROR: try again after this many ms; 0 = not said */    \
     X(JSON, json_t *, body)             /* RESULT: the answer's fields (object); NULL = none */    \
     X(STR, char *, model)               /* PROGRESS: the model being loaded */                     \
     X(VAL, uint64_t, bytes)             /* PROGRESS: bytes on the device so far */                 \

@@ -64,6 +64,23 @@ void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, c
     wk_emit(w, &ev);
 }
 
+void wk_send_retry(wk_t *w, uint64_t conn, const json_t *id, uint32_t retry_ms, const char *fmt,
+                   ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    wk_event_t ev = {.kind = WK_EVENT_ERROR,
+                     .conn = conn,
+                     .id = id ? json_deep_copy(id) : NULL,
+                     .code = PROTO_E_OVERLOADED,
+                     .message = strdup(msg),
+                     .retry_ms = retry_ms};
+    wk_emit(w, &ev);
+}
+
 void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body)
 {
     if (body && !json_is_object(body)) { /* no answer to give (the encoder's rule) */

@@ -85,6 +85,10 @@ typedef struct wk_seq {
     res_restore_t restore; /* a cached prefix copied back from host RAM, in flight: it runs
                               once both copies land (n_cached positions), else recomputes */
     double t_arrival;      /* wk_now() when the loop received the request */
+    double t_deadline;     /* wk_now() its first token is due by (arrival + its deadline); 0 =
+                              none (worker_deadline.c) */
+    double dl_predicted;   /* s from arrival to its first token as predicted on arrival; < 0 =
+                              not predicted */
     double t_admit;        /* when its first pass started (it got its KV cache) */
     double t_first;        /* when its first token was sampled */
     double swap_s;         /* s its first token was held up by its model's page-in: waiting
@@ -121,6 +125,11 @@ typedef struct wk_model {
     int paging_queued;      /* its last poll found every copy it needs queued, landing before
                                the next round (sched view.queued) */
     pass_time_t pass;       /* its passes' compute, measured (passtime.h) */
+    double dl_gap_s;        /* mean time between two of its admissions while requests were
+                               queued (worker_deadline.c: the wait per request ahead) */
+    uint32_t dl_gap_n;      /* samples of it so far */
+    double dl_last_admit;   /* wk_now() of its last admission (0 = none) */
+    int dl_backlog;         /* requests were still queued after that admission */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */
@@ -211,6 +220,7 @@ struct wk {
  *   worker_admin.c   model loads and frees, admin operations, reloads
  *   worker_req.c     admission of client requests, cancel, models, tokenize
  *   worker_step.c    a scheduling round: views, page-ins, one model's pass
+ *   worker_deadline.c  first-token deadlines: predictions, refusals on arrival and in the queue
  *   worker_report.c  the stats and models reports
  *   worker_seq.c     a sequence's tokens and end
  *   worker_pfx.c     the prefix cache: reuse at admission, a finished sequence kept
@@ -233,6 +243,9 @@ void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, c
 /* A RESULT event: body (taken; an object, or NULL for none) tagged with a copy
  * of id; a body that is not an object is dropped, and nothing is sent. */
 void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body);
+/* An overloaded ERROR event that says when to try again (retry_ms, retry_after_ms on the wire). */
+void wk_send_retry(wk_t *w, uint64_t conn, const json_t *id, uint32_t retry_ms, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
 int wk_find_model(const wk_t *w, const char *name);
 uint32_t wk_model_context(const wk_model_t *m);
 res_cfg_t wk_res_cfg_of(const cfg_model_t *c);
@@ -279,9 +292,24 @@ void wk_seq_unlink(wk_model_t *m, wk_seq_t *s);
 void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason);
 /* Ends a sequence with an error and frees it. */
 void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg);
+/* Ends a queued sequence refused for its deadline (overloaded, try again after retry_ms) and
+ * frees it; counted by the caller, not as failed. */
+void wk_seq_refuse(wk_t *w, wk_seq_t *s, uint32_t retry_ms, const char *msg);
 /* Samples the next token from logits (a pass that ended at time t), streams
  * its text and finishes the sequence when it is done (s may be freed). */
 void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t);
+
+/* ------------------------------------------------------------------ worker_deadline.c */
+
+/* s->t_deadline from its request's deadline_ms, else its model's deadline (none: 0). */
+void wk_dl_start(wk_seq_t *s, const wk_model_t *m);
+/* On arrival, before it is queued: 1 after refusing s (overloaded, retry_after_ms; s stays the
+ * caller's to free) when its first token is predicted to miss its deadline, else 0. */
+int wk_dl_arrival(wk_t *w, wk_seq_t *s);
+/* Each round: refuses the queued requests now predicted to miss their deadlines. */
+void wk_dl_sweep(wk_t *w, double now);
+/* A request of model m (index mi) was admitted at now (its queue popped): the admission gap. */
+void wk_dl_admitted(wk_t *w, wk_model_t *m, int mi, double now);
 
 /* ------------------------------------------------------------------ worker_report.c */
 

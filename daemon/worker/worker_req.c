@@ -324,6 +324,7 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
         wk_pfx_seed(m, s);
         s->pfx_hint = wk_pfx_hint(w, m, s); /* the prefill it will likely skip: its cost */
     }
+    wk_dl_start(s, m);
     s->item.model = mi;
     s->item.t_arrival = s->t_arrival;
     s->item.user = s;
@@ -367,6 +368,10 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
         for (; queued < n; queued++) {
             wk_seq_t *s = seqs[queued];
             s->state = s->max_tokens ? SEQ_QUEUED : SEQ_NEW; /* nothing to generate: never queued */
+            if (s->max_tokens && queued == 0 && wk_dl_arrival(w, s)) {
+                s->state = SEQ_NEW;
+                break;
+            }
             if (s->max_tokens && sched_submit(w->sched, &s->item) != SCHED_OK) {
                 wk_send_error(w, conn, s->id, PROTO_E_OVERLOADED,
                               "model '%s' has %u requests queued (limit %u, %u in all)", m->name,

@@ -184,12 +184,18 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     wk_seq_free(w, s);
 }
 
-void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
+/* Ends s with one error for its request (code; retry_ms when refused for its deadline). */
+static void seq_end_error(wk_t *w, wk_seq_t *s, proto_err_t code, uint32_t retry_ms,
+                          const char *msg)
 {
     wk_model_t *m = w->models[s->model];
     if (!s->grp || !s->grp->failed) { /* one error answers all the siblings */
-        wk_send_error(w, s->conn, s->id, code, "%s", msg);
-        m->svc.total_failed++;
+        if (retry_ms)
+            wk_send_retry(w, s->conn, s->id, retry_ms, "%s", msg);
+        else {
+            wk_send_error(w, s->conn, s->id, code, "%s", msg);
+            m->svc.total_failed++;
+        }
     }
     if (s->grp)
         s->grp->failed = 1;
@@ -198,6 +204,30 @@ void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
     else if (s->state == SEQ_QUEUED)
         sched_remove(w->sched, &s->item);
     wk_seq_free(w, s);
+}
+
+void wk_seq_fail(wk_t *w, wk_seq_t *s, proto_err_t code, const char *msg)
+{
+    seq_end_error(w, s, code, 0, msg);
+}
+
+void wk_seq_refuse(wk_t *w, wk_seq_t *s, uint32_t retry_ms, const char *msg)
+{
+    seq_end_error(w, s, PROTO_E_OVERLOADED, retry_ms ? retry_ms : 1, msg);
+}
+
+/* A request with a deadline got its first token at t: met or missed (its first choice counts),
+ * and how far that came from the time predicted on its arrival. */
+static void seq_deadline_note(wk_model_t *m, const wk_seq_t *s, double t)
+{
+    if (!s->t_deadline || s->index)
+        return;
+    if (t <= s->t_deadline)
+        m->svc.total_deadline_met++;
+    else
+        m->svc.total_deadline_missed++;
+    if (s->dl_predicted >= 0)
+        stats_hist_add(&m->hist.ttft_error, fabs(t - s->t_arrival - s->dl_predicted) * 1e3);
 }
 
 /* Appends text to the sequence; returns 1 when a stop string ended it. */
@@ -353,8 +383,10 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     s->last = id;
     s->n_gen++;
     m->svc.total_generated_tokens++;
-    if (!s->t_first)
+    if (!s->t_first) {
         s->t_first = t;
+        seq_deadline_note(m, s, t);
+    }
     int eog = tok_is_eog(mod->tok, id);
     json_t *lp = NULL; /* the end-of-generation token has none, as it has no text */
     if (!isnan(lse) && !eog)

@@ -302,6 +302,7 @@ static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
         sched_pop(w->sched, mi);
         s->state = SEQ_ACTIVE;
         s->t_admit = wk_now();
+        wk_dl_admitted(w, m, mi, s->t_admit);
         *fresh_tail = s;
         fresh_tail = &s->next_active;
     }
@@ -763,6 +764,7 @@ double wk_round(wk_t *w)
 {
     double now = wk_now();
     double nap = poll_pageins(w, now);
+    wk_dl_sweep(w, now);
     sched_model_view_t views[WK_MAX_MODELS];
     build_views(w, views, -1);
     sched_plan_t plan;

@@ -16,7 +16,7 @@ static void fz_request(const uint8_t *data, size_t size, int admin)
         FUZZ_CHECK(err[0], "no message for rc %d", rc);
         FUZZ_CHECK(!id || json_is_string(id) || json_is_integer(id), "odd id type");
         /* the error line the server would send for it */
-        char *line = proto_encode_error(id, (proto_err_t)-rc, err);
+        char *line = proto_encode_error(id, (proto_err_t)-rc, err, 0);
         FUZZ_CHECK(line, "encode_error");
         proto_event_t ev;
         FUZZ_CHECK(proto_parse_event(line, strlen(line) - 1, &ev, err, sizeof err) == 0 &&
@@ -69,7 +69,7 @@ static void fz_encoders(const uint8_t *data, size_t size)
     char *lines[4] = {
         proto_encode_token(id, text, 7, -1, NULL),
         proto_encode_done(id, text, text, 1, 2, 0, &t, NULL),
-        proto_encode_error(id, PROTO_E_BAD_REQUEST, text),
+        proto_encode_error(id, PROTO_E_BAD_REQUEST, text, 0),
         proto_encode_progress(id, text, 1, 2),
     };
     for (int i = 0; i < 4; i++) {

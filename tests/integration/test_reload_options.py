@@ -66,6 +66,7 @@ CHANGE = {
     "models.kv_cache": "64KiB", "models.kv_type": "f32", "models.priority": 2, "models.pinned": True,
     "models.max_batch": 4, "models.prefix_cache": 4, "models.max_context": 256, "models.chat_template": "chatml",
     "models.tool_choice": "required",
+    "models.deadline": "2s",
     "models.defaults.temperature": 0.5, "models.defaults.top_k": 10, "models.defaults.top_p": 0.9,
     "models.defaults.min_p": 0.1, "models.defaults.repeat_penalty": 1.1,
     "models.defaults.presence_penalty": 0.5, "models.defaults.frequency_penalty": 0.5,

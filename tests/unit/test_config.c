@@ -551,6 +551,17 @@ Test(config, kv_type_is_f16_or_f32)
                "t.yaml:4:14: invalid value \"q8_0\" for models[0].kv_type (use f16, f32)");
 }
 
+Test(config, deadline_is_a_duration_off_by_default)
+{
+    cfg_t *c = load_ok(MODELS "    deadline: 1500ms\n");
+    cr_assert_eq(c->models[0].deadline_ms, 1500);
+    cfg_free(c);
+    c = load_ok(MODELS);
+    cr_assert_eq(c->models[0].deadline_ms, 0);
+    cfg_free(c);
+    load_fails_with(MODELS "    deadline: 2d\n", "models[0].deadline");
+}
+
 Test(config, tool_choice_is_the_default_of_requests_that_name_none)
 {
     cfg_t *c = load_ok(MODELS "    tool_choice: required\n");
@@ -955,7 +966,7 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
         "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
-        "    pinned: false\n    max_batch: 16\n    prefix_cache: 16\n    max_context: 4096\n    chat_template: ~\n    tool_choice: auto\n"
+        "    pinned: false\n    max_batch: 16\n    prefix_cache: 16\n    max_context: 4096\n    chat_template: ~\n    tool_choice: auto\n    deadline: 0\n"
         "    defaults:\n      temperature: 0.8\n"
         "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n"
         "      presence_penalty: 0\n      frequency_penalty: 0\n      max_tokens: 256\n",

@@ -783,7 +783,7 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
         char *toks[] = {
             proto_encode_token(r.id, "x", 1, -1, NULL),
             proto_encode_done(r.id, "x", "stop", 1, 1, 0, NULL, NULL),
-            proto_encode_error(r.id, PROTO_E_INTERNAL, "boom"),
+            proto_encode_error(r.id, PROTO_E_INTERNAL, "boom", 0),
             proto_encode_ok(r.id, NULL),
             proto_encode_progress(r.id, "m", 1, 2),
         };
@@ -800,7 +800,7 @@ Test(proto, string_and_integer_ids_round_trip_into_answers)
 
 Test(proto, a_missing_id_is_answered_with_null)
 {
-    json_t *j = reparse_line(proto_encode_error(NULL, PROTO_E_BAD_JSON, "x"));
+    json_t *j = reparse_line(proto_encode_error(NULL, PROTO_E_BAD_JSON, "x", 0));
     cr_assert(json_is_null(json_object_get(j, "id")));
     json_decref(j);
     j = reparse_line(proto_encode_ok(NULL, NULL));
@@ -822,6 +822,7 @@ Test(proto, encode_request_round_trips_every_op)
     round_trip(
         "{\"op\":\"generate\",\"id\":2,\"model\":\"m\",\"tokens\":[785,3974,0],\"temperature\":0.123456789}",
         0);
+    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"deadline_ms\":1500}", 0);
     round_trip(
         "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\",\"stop\":\"x\",\"temperature\":3e-7}",
         0);
@@ -936,7 +937,7 @@ Test(proto, error_lines_carry_event_ok_and_the_code)
 {
     json_t *id = json_string("r2");
     json_t *j = reparse_line(
-        proto_encode_error(id, PROTO_E_UNKNOWN_MODEL, "no model 'llama4' (configured: a, b)"));
+        proto_encode_error(id, PROTO_E_UNKNOWN_MODEL, "no model 'llama4' (configured: a, b)", 0));
     cr_assert_str_eq(sget(j, "id"), "r2");
     cr_assert_str_eq(sget(j, "event"), "error");
     cr_assert(json_is_false(json_object_get(j, "ok")));
@@ -944,15 +945,45 @@ Test(proto, error_lines_carry_event_ok_and_the_code)
     cr_assert_str_eq(sget(e, "code"), "unknown_model");
     cr_assert_str_eq(sget(e, "message"), "no model 'llama4' (configured: a, b)");
     json_decref(j);
-    j = reparse_line(proto_encode_error(id, PROTO_E_OVERLOADED, NULL));
+    j = reparse_line(proto_encode_error(id, PROTO_E_OVERLOADED, NULL, 0));
     cr_assert_str_eq(sget(json_object_get(j, "error"), "message"), "overloaded",
                      "NULL message uses the code");
     json_decref(j);
-    j = reparse_line(proto_encode_error(id, (proto_err_t)999, "x"));
+    j = reparse_line(proto_encode_error(id, (proto_err_t)999, "x", 0));
     cr_assert_str_eq(sget(json_object_get(j, "error"), "code"), "internal",
                      "an unknown code encodes as internal");
+    cr_assert_null(json_object_get(json_object_get(j, "error"), "retry_after_ms"));
+    json_decref(j);
+    j = reparse_line(proto_encode_error(id, PROTO_E_OVERLOADED, "late", 1250));
+    e = json_object_get(j, "error");
+    cr_assert_str_eq(sget(e, "code"), "overloaded");
+    cr_assert_eq(json_integer_value(json_object_get(e, "retry_after_ms")), 1250);
     json_decref(j);
     json_decref(id);
+}
+
+Test(proto, deadline_ms_is_a_whole_number_of_ms_from_1_to_a_day)
+{
+    proto_req_t r;
+    char err[256];
+    const char *ok = "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"deadline_ms\":2000}";
+    cr_assert_eq(proto_parse_request(ok, strlen(ok), 0, &r, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.deadline_ms, 2000);
+    proto_req_free(&r);
+    static const char *const bad[] = {"0", "-5", "86400001", "1.5", "\"100\"", "null"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"op\":\"chat\",\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"x\"}],\"deadline_ms\":%s}",
+                 bad[i]);
+        int rc = proto_parse_request(line, strlen(line), 0, &r, NULL, err, sizeof err);
+        cr_assert_eq(rc, -PROTO_E_BAD_REQUEST, "%s", bad[i]);
+        cr_assert(strstr(err, "deadline_ms"), "%s: %s", bad[i], err);
+    }
+    const char *tok = "{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"x\",\"deadline_ms\":5}";
+    cr_assert_eq(proto_parse_request(tok, strlen(tok), 0, &r, NULL, err, sizeof err),
+                 -PROTO_E_BAD_REQUEST, "tokenize takes no deadline");
 }
 
 Test(proto, ok_answers_merge_the_body)
@@ -1116,7 +1147,7 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     cr_assert_str_eq(json_string_value(json_object_get(ev.root, "finish_reason")), "stop");
     proto_event_free(&ev);
 
-    event_ok(proto_encode_error(id, PROTO_E_CONTEXT_OVERFLOW, "too long"), PROTO_EV_ERROR, &ev);
+    event_ok(proto_encode_error(id, PROTO_E_CONTEXT_OVERFLOW, "too long", 0), PROTO_EV_ERROR, &ev);
     cr_assert_eq(proto_err_from_code(
                      json_string_value(json_object_get(json_object_get(ev.root, "error"), "code"))),
                  PROTO_E_CONTEXT_OVERFLOW);
@@ -1129,7 +1160,7 @@ Test(proto, the_client_parses_every_event_the_server_encodes)
     event_ok(proto_encode_progress(id, "m", 1, 2), PROTO_EV_PROGRESS, &ev);
     proto_event_free(&ev);
 
-    event_ok(proto_encode_error(NULL, PROTO_E_BAD_JSON, "x"), PROTO_EV_ERROR, &ev);
+    event_ok(proto_encode_error(NULL, PROTO_E_BAD_JSON, "x", 0), PROTO_EV_ERROR, &ev);
     cr_assert_null(ev.id, "a null id is reported as NULL");
     proto_event_free(&ev);
     json_decref(id);

@@ -71,7 +71,7 @@ Test(server, an_error_event_is_the_error_line)
                      .id = json_string("r2"),
                      .code = PROTO_E_UNKNOWN_MODEL,
                      .message = strdup("no model 'llama4' (configured: a, b)")};
-    line_is(&ev, proto_encode_error(ev.id, ev.code, ev.message));
+    line_is(&ev, proto_encode_error(ev.id, ev.code, ev.message, ev.retry_ms));
     free(ev.message); /* no message: the code itself */
     ev.message = NULL;
     json_decref(ev.id); /* no id: null */

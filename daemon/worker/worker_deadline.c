@@ -1,0 +1,114 @@
+/* worker_deadline: first-token deadlines (docs/overload.md): each request's first-token time predicted from its model's page-in, the work queued ahead of it and its own prefill; one predicted to miss is refused at once, on arrival or while queued, with when to try again. */
+#include <math.h>
+
+#include "worker_int.h"
+
+/* The admission gap's moving average: this much of each new sample. */
+#define DL_GAP_ALPHA 0.2
+/* retry_after_ms bounds: never "now", never more than an hour */
+#define DL_RETRY_MIN_MS 100u
+#define DL_RETRY_MAX_MS 3600000u
+
+void wk_dl_start(wk_seq_t *s, const wk_model_t *m)
+{
+    uint64_t ms = s->req.deadline_ms ? s->req.deadline_ms : m->cfg.deadline_ms;
+    s->t_deadline = ms ? s->t_arrival + (double)ms / 1e3 : 0;
+    s->dl_predicted = -1;
+}
+
+/* Seconds until model mi can run a pass: 0 on the device, what is left of its page-in under
+ * way (its measured time less what has passed), else a whole page-in (0 before the first is
+ * measured: the prediction stays optimistic, never refusing on a guess). */
+static double pagein_left(wk_t *w, const wk_model_t *m, double now)
+{
+    if (m->paging_since > 0) {
+        double left = m->swap_in_s - (now - m->paging_since);
+        return left > 0 ? left : 0;
+    }
+    double ready = res_ready_in(w->res, m->rm, m->pass.pass_s);
+    return ready == 0 ? 0 : m->swap_in_s;
+}
+
+/* Predicted seconds from now to s's first token with ahead requests of its model queued before
+ * it: the page-in left, one admission gap per request ahead (measured while the model had a
+ * backlog: it holds the other models' share of the device and the passes of its own running
+ * sequences), and s's own prefill pass. */
+static double predict(wk_t *w, const wk_model_t *m, const wk_seq_t *s, uint32_t ahead, double now)
+{
+    uint32_t fresh = s->n_prompt > s->pfx_hint ? s->n_prompt - s->pfx_hint : 1;
+    return pagein_left(w, m, now) + (double)ahead * m->dl_gap_s + pass_time_for(&m->pass, fresh, 1);
+}
+
+/* When to try again: the predicted miss, at least DL_RETRY_MIN_MS. */
+static uint32_t retry_ms_of(double predicted_s, double left_s)
+{
+    double ms = ceil((predicted_s - left_s) * 1e3);
+    if (!(ms >= DL_RETRY_MIN_MS))
+        return DL_RETRY_MIN_MS;
+    return ms > DL_RETRY_MAX_MS ? DL_RETRY_MAX_MS : (uint32_t)ms;
+}
+
+int wk_dl_arrival(wk_t *w, wk_seq_t *s)
+{
+    if (!s->t_deadline)
+        return 0;
+    wk_model_t *m = w->models[s->model];
+    double now = wk_now();
+    double p = predict(w, m, s, sched_queued(w->sched, s->model), now);
+    s->dl_predicted = now - s->t_arrival + p;
+    double left = s->t_deadline - now;
+    if (p <= left)
+        return 0;
+    m->svc.total_deadline_refused++;
+    wk_send_retry(w, s->conn, s->id, retry_ms_of(p, left),
+                  "model '%s' cannot give a first token within %.0f ms: predicted %.0f ms (%u "
+                  "requests queued ahead)",
+                  m->name, (s->t_deadline - s->t_arrival) * 1e3, s->dl_predicted * 1e3,
+                  sched_queued(w->sched, s->model));
+    return 1;
+}
+
+/* Refuses the queued requests of model mi predicted to miss their deadlines now. */
+static void sweep_model(wk_t *w, int mi, double now)
+{
+    wk_model_t *m = w->models[mi];
+    uint32_t ahead = 0;
+    sched_item_t *it = sched_peek(w->sched, mi);
+    while (it) {
+        sched_item_t *next = it->next;
+        wk_seq_t *s = it->user;
+        double p = s->t_deadline ? predict(w, m, s, ahead, now) : 0;
+        double left = s->t_deadline - now;
+        if (!s->t_deadline || p <= left) {
+            ahead++;
+            it = next;
+            continue;
+        }
+        m->svc.total_deadline_dropped++;
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "model '%s' can no longer give a first token within %.0f ms: %.0f ms queued, "
+                 "%.0f ms more predicted",
+                 m->name, (s->t_deadline - s->t_arrival) * 1e3, (now - s->t_arrival) * 1e3,
+                 p * 1e3);
+        wk_seq_refuse(w, s, retry_ms_of(p, left), msg);
+        it = next;
+    }
+}
+
+void wk_dl_sweep(wk_t *w, double now)
+{
+    for (int mi = 0; mi < w->n_models; mi++)
+        if (w->models[mi] && sched_queued(w->sched, mi))
+            sweep_model(w, mi, now);
+}
+
+void wk_dl_admitted(wk_t *w, wk_model_t *m, int mi, double now)
+{
+    if (m->dl_backlog && m->dl_last_admit > 0) {
+        double gap = now - m->dl_last_admit;
+        m->dl_gap_s = m->dl_gap_n++ ? m->dl_gap_s + DL_GAP_ALPHA * (gap - m->dl_gap_s) : gap;
+    }
+    m->dl_last_admit = now;
+    m->dl_backlog = sched_queued(w->sched, mi) > 0;
+}
