@@ -100,7 +100,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps check format options test test-unit test-unit-caged test-integration test-asan run bench fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format options test test-unit test-unit-caged test-integration test-asan run bench bench-overload fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -253,6 +253,11 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
 	$(PY) tests/bench/conv_swap.py $(BUILD) $(BUILD)/bench $(BUILD)/bench/llama134m-q8_0-ctx4096.gguf
 	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench
+
+# issue 44's overload rows (docs/overload.md): N* models per GPU at 0.08-0.2 req/s each with a 2 s
+# first-token deadline, the default beside lru-batch and lru-batch-drop; tracesim only, ~10 min on 2 cores
+bench-overload: $(TRACESIM)
+	bash tests/bench/run_overload.sh $(BUILD) $(BUILD)/bench
 
 # GPU (README "GPU check"). Here: make gpu-bundle packs the binaries gpu-check runs and the shared
 # libraries they need (DT_RPATH $ORIGIN/lib, no LD_LIBRARY_PATH) into $(GPU_ARCHIVE), refused when it

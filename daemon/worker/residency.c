@@ -551,6 +551,16 @@ double res_ready_in(res_t *r, res_model_t *m, double compute_s)
     return worst;
 }
 
+double res_pagein_eta(res_t *r, res_model_t *m, double compute_s)
+{
+    double ready = res_ready_in(r, m, compute_s);
+    if (isfinite(ready) || r->bw <= 0)
+        return isfinite(ready) && r->bw > 0 ? ready : 0;
+    size_t have = res_weight_bytes(m), image = m->sm->image_bytes;
+    double queued = (double)r->q_bytes - (double)r->landed_q; /* copies ahead of its page-in */
+    return ((double)(image > have ? image - have : 0) + (queued > 0 ? queued : 0)) / r->bw;
+}
+
 size_t res_pagein_window(const res_t *r, const res_model_t *m, double round_s, double pass_s)
 {
     double cover_s = pass_s > round_s ? pass_s : round_s;

@@ -92,6 +92,11 @@ double res_seg_lands_in(res_t *r, res_model_t *m, uint32_t seg);
  * now; INFINITY while a segment is not even queued (the model streams, or
  * its page-in could not be queued whole). Never blocks. */
 double res_ready_in(res_t *r, res_model_t *m, double compute_s);
+/* Seconds until m can run a pass computing compute_s, for a prediction (deadlines): res_ready_in
+ * while every segment is at least queued, else the bytes not on the device at the measured copy
+ * bandwidth plus what the copy queue holds before them; 0 when no copy was timed yet (never a
+ * guess). Never blocks. */
+double res_pagein_eta(res_t *r, res_model_t *m, double compute_s);
 /* Segments of m whose copy is queued and has not landed. */
 int res_inflight(const res_model_t *m);
 /* The caller saw none of m's copies land for the copy timeout: counted as a

@@ -646,6 +646,28 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     }
 }
 
+void sched_gap_note(sched_gap_t *g, double now, int backlog)
+{
+    if (g->backlog && g->last > 0) {
+        double gap = now - g->last;
+        if (g->n == SCHED_GAP_WINDOW)
+            g->sum -= g->s[g->next];
+        else
+            g->n++;
+        g->s[g->next] = gap;
+        g->sum += gap;
+        g->next = (g->next + 1) % SCHED_GAP_WINDOW;
+    }
+    g->last = now;
+    g->backlog = backlog;
+}
+
+double sched_first_token_s(const sched_gap_t *g, uint32_t ahead, double wait_s, double prefill_s)
+{
+    double gap = g->n ? g->sum / g->n : 0;
+    return wait_s + (double)ahead * (gap > 0 ? gap : 0) + prefill_s;
+}
+
 void sched_next(sched_t *s, double now, const sched_model_view_t *views, sched_plan_t *plan)
 {
     plan->model = -1;

@@ -131,4 +131,29 @@ uint32_t sched_passes_left(sched_t *s, int model, uint32_t n_gen, uint32_t max_t
 /* Decide the next step. views has n_models entries. */
 void sched_next(sched_t *s, double now, const sched_model_view_t *views, sched_plan_t *plan);
 
+/* First-token deadlines (docs/overload.md), shared by the worker and tracesim. A model's
+ * admission gap: the mean time between two of its admissions while requests were still queued
+ * behind them, the wait its queue adds per request ahead (the model's batch and the other
+ * models' share of the device, measured rather than modelled). Zeroed: nothing measured.
+ * The mean of the last SCHED_GAP_WINDOW gaps: admissions come in bursts (a batch's worth after a
+ * page-in, then none for a while), and a window longer than a batch holds whole cycles, where a
+ * moving average weighs the one long gap of a cycle by when it came (tracesim, H200 settings,
+ * 0.08 req/s a model: an average weighing each new gap 0.2 refused requests that came in time). */
+#define SCHED_GAP_WINDOW 64
+typedef struct sched_gap {
+    double s[SCHED_GAP_WINDOW]; /* the last gaps, a ring */
+    double sum;                 /* of the n in it */
+    uint32_t n, next;           /* gaps in it; where the next goes */
+    double last;                /* caller's clock of the last admission (0 = none) */
+    int backlog;                /* requests were still queued after it */
+} sched_gap_t;
+
+/* A request was admitted at now; backlog: requests of the model are still queued after it. */
+void sched_gap_note(sched_gap_t *g, double now, int backlog);
+/* Predicted seconds from now to the first token of a request with ahead requests of its model
+ * queued before it: wait_s until the model can run (what is left of its page-in), ahead
+ * admission gaps, and its own first pass (prefill_s). Each part unknown is 0: never a refusal
+ * on a guess. */
+double sched_first_token_s(const sched_gap_t *g, uint32_t ahead, double wait_s, double prefill_s);
+
 #endif

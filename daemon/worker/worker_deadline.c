@@ -3,8 +3,6 @@
 
 #include "worker_int.h"
 
-/* The admission gap's moving average: this much of each new sample. */
-#define DL_GAP_ALPHA 0.2
 /* retry_after_ms bounds: never "now", never more than an hour */
 #define DL_RETRY_MIN_MS 100u
 #define DL_RETRY_MAX_MS 3600000u
@@ -16,27 +14,13 @@ void wk_dl_start(wk_seq_t *s, const wk_model_t *m)
     s->dl_predicted = -1;
 }
 
-/* Seconds until model mi can run a pass: 0 on the device, what is left of its page-in under
- * way (its measured time less what has passed), else a whole page-in (0 before the first is
- * measured: the prediction stays optimistic, never refusing on a guess). */
-static double pagein_left(wk_t *w, const wk_model_t *m, double now)
-{
-    if (m->paging_since > 0) {
-        double left = m->swap_in_s - (now - m->paging_since);
-        return left > 0 ? left : 0;
-    }
-    double ready = res_ready_in(w->res, m->rm, m->pass.pass_s);
-    return ready == 0 ? 0 : m->swap_in_s;
-}
-
 /* Predicted seconds from now to s's first token with ahead requests of its model queued before
- * it: the page-in left, one admission gap per request ahead (measured while the model had a
- * backlog: it holds the other models' share of the device and the passes of its own running
- * sequences), and s's own prefill pass. */
-static double predict(wk_t *w, const wk_model_t *m, const wk_seq_t *s, uint32_t ahead, double now)
+ * it (sched_first_token_s): the page-in left, the admission gaps, its own prefill pass. */
+static double predict(wk_t *w, const wk_model_t *m, const wk_seq_t *s, uint32_t ahead)
 {
     uint32_t fresh = s->n_prompt > s->pfx_hint ? s->n_prompt - s->pfx_hint : 1;
-    return pagein_left(w, m, now) + (double)ahead * m->dl_gap_s + pass_time_for(&m->pass, fresh, 1);
+    return sched_first_token_s(&m->gap, ahead, res_pagein_eta(w->res, m->rm, m->pass.pass_s),
+                               pass_time_for(&m->pass, fresh, 1));
 }
 
 /* When to try again: the predicted miss, at least DL_RETRY_MIN_MS. */
@@ -54,7 +38,7 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
         return 0;
     wk_model_t *m = w->models[s->model];
     double now = wk_now();
-    double p = predict(w, m, s, sched_queued(w->sched, s->model), now);
+    double p = predict(w, m, s, sched_queued(w->sched, s->model));
     s->dl_predicted = now - s->t_arrival + p;
     double left = s->t_deadline - now;
     if (p <= left)
@@ -77,7 +61,7 @@ static void sweep_model(wk_t *w, int mi, double now)
     while (it) {
         sched_item_t *next = it->next;
         wk_seq_t *s = it->user;
-        double p = s->t_deadline ? predict(w, m, s, ahead, now) : 0;
+        double p = s->t_deadline ? predict(w, m, s, ahead) : 0;
         double left = s->t_deadline - now;
         if (!s->t_deadline || p <= left) {
             ahead++;
@@ -105,10 +89,5 @@ void wk_dl_sweep(wk_t *w, double now)
 
 void wk_dl_admitted(wk_t *w, wk_model_t *m, int mi, double now)
 {
-    if (m->dl_backlog && m->dl_last_admit > 0) {
-        double gap = now - m->dl_last_admit;
-        m->dl_gap_s = m->dl_gap_n++ ? m->dl_gap_s + DL_GAP_ALPHA * (gap - m->dl_gap_s) : gap;
-    }
-    m->dl_last_admit = now;
-    m->dl_backlog = sched_queued(w->sched, mi) > 0;
+    sched_gap_note(&m->gap, now, sched_queued(w->sched, mi) > 0);
 }

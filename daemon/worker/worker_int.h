@@ -125,11 +125,7 @@ typedef struct wk_model {
     int paging_queued;      /* its last poll found every copy it needs queued, landing before
                                the next round (sched view.queued) */
     pass_time_t pass;       /* its passes' compute, measured (passtime.h) */
-    double dl_gap_s;        /* mean time between two of its admissions while requests were
-                               queued (worker_deadline.c: the wait per request ahead) */
-    uint32_t dl_gap_n;      /* samples of it so far */
-    double dl_last_admit;   /* wk_now() of its last admission (0 = none) */
-    int dl_backlog;         /* requests were still queued after that admission */
+    sched_gap_t gap;        /* its admission gap (deadlines: the wait per request ahead) */
     double last_step;       /* wk_now() when its last pass ended (0 = never) */
     int removing;           /* gone from the config: drop once idle */
     int loading;            /* being read into host RAM (wk_model_load): state 'loading' */

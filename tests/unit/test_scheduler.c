@@ -715,3 +715,37 @@ Test(sched, passes_left_follows_each_models_own_asks_once_it_has_seen_enough)
     cr_assert_eq(sched_passes_left(s, -1, 0, 600, 1), 36, "no model: all models'");
     sched_free(s);
 }
+
+/* ------------------------------------------------------------------ deadlines */
+
+Test(scheduler, the_admission_gap_is_the_mean_of_the_last_gaps_while_a_backlog_lasted)
+{
+    sched_gap_t g = {0};
+    cr_assert_float_eq(sched_first_token_s(&g, 10, 0.5, 0.1), 0.6, 1e-12,
+                       "nothing measured: no wait per request ahead");
+    sched_gap_note(&g, 1.0, 0); /* nothing queued after it */
+    sched_gap_note(&g, 5.0, 1); /* idle time before it: not a gap */
+    cr_assert_eq(g.n, 0);
+    sched_gap_note(&g, 5.4, 1); /* 0.4 s after one that left a backlog */
+    sched_gap_note(&g, 5.4, 1); /* admitted in the same pass: 0 */
+    cr_assert_eq(g.n, 2);
+    cr_assert_float_eq(sched_first_token_s(&g, 4, 1.0, 0.05), 1.0 + 4 * 0.2 + 0.05, 1e-12);
+    sched_gap_note(&g, 9.0, 0); /* the backlog lasted until it: a gap still */
+    cr_assert_eq(g.n, 3);
+    sched_gap_note(&g, 20.0, 0); /* after an empty queue: none */
+    cr_assert_eq(g.n, 3);
+    /* a burst cycle (one 3.2 s gap, then 31 admitted at once) repeated: the window holds whole
+     * cycles, so the mean is the cycle's, 0.1 s, whenever it is read */
+    sched_gap_t b = {0};
+    double t = 1;
+    sched_gap_note(&b, t, 1);
+    for (int cycle = 0; cycle < 8; cycle++) {
+        t += 3.2;
+        for (int k = 0; k < 32; k++) {
+            sched_gap_note(&b, t, 1);
+            if (cycle >= 2 && k == 0)
+                cr_assert_float_eq(b.sum / b.n, 0.1, 1e-9, "cycle %d", cycle);
+        }
+    }
+    cr_assert_eq(b.n, SCHED_GAP_WINDOW);
+}

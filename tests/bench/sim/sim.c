@@ -319,6 +319,7 @@ typedef struct sim_seq {
     int parked;             /* its cache was given back when the pool ran short (the worker's
                                seq_park): the next pass that gets the pages recomputes it */
     int swapped;            /* its first step paged weights in (the worker's "swapped") */
+    int refused;            /* refused for its deadline (cfg.deadline_s) */
     int in_pass;            /* it runs in the pass under way */
     res_restore_t rev;      /* a restore of its prefix from the host tier under way */
     uint32_t n_restore;     /* its tokens (0: none) */
@@ -346,6 +347,7 @@ typedef struct vmodel {
                             next round (sched view.queued) */
     pass_time_t pt;      /* its passes' compute (the worker's estimate) */
     double last_step;    /* when its last pass ended */
+    sched_gap_t gap;     /* its admission gap (deadlines) */
     /* lru policy */
     sim_seq_t *pend_head, *pend_tail;
     uint32_t n_pend;
@@ -379,6 +381,7 @@ typedef struct sim {
     double busy_s;
     uint64_t loads, steps;
     size_t failed;
+    size_t refused;      /* for their deadlines */
     int inconsistent;    /* a model's active count disagreed with its list */
     uint64_t recomputes; /* sequences parked (cache given back), recomputed later */
     spfx_t *pfx;         /* conversations' prefix cache (c->prefix_cache), else NULL */
@@ -721,6 +724,9 @@ static void pop_waiting(sim_t *S, int mi)
     } else {
         sched_pop(S->sched, mi);
     }
+    if (S->c->deadline_s > 0)
+        sched_gap_note(&m->gap, now(S),
+                       (pol_pending(S) ? m->n_pend : sched_queued(S->sched, mi)) > 0);
 }
 
 /* ------------------------------------------------------------------ one step */
@@ -1488,6 +1494,82 @@ uint32_t sim_fleet_model_load(const sim_fleet_t *f, int host, int model)
 }
 
 /* The next round of S: INFINITY while it has nothing in flight. */
+/* ------------------------------------------------------------------ deadlines */
+
+/* Whether this run refuses requests predicted to miss cfg.deadline_s. */
+static int dl_drops(const sim_t *S)
+{
+    return S->c->deadline_s > 0 && (S->pol == SIM_POL_DEFAULT || S->pol == SIM_POL_FIFO ||
+                                    (S->pol == SIM_POL_LRU_BATCH && S->c->deadline_drop));
+}
+
+/* Seconds until model mi can run, as the worker predicts it (res_pagein_eta). */
+static double dl_wait(sim_t *S, int mi)
+{
+    vmodel_t *m = S->m[mi];
+    vb_quiet(S->vb, 1);
+    double eta = res_pagein_eta(S->res, m->rm, m->pt.pass_s);
+    vb_quiet(S->vb, 0);
+    return eta;
+}
+
+/* s (of model mi, ahead requests queued before it, wait_s until mi runs) is predicted to miss
+ * its deadline (sched_first_token_s, as the worker). */
+static int dl_late(sim_t *S, int mi, const sim_seq_t *s, uint32_t ahead, double wait_s)
+{
+    vmodel_t *m = S->m[mi];
+    double p = sched_first_token_s(&m->gap, ahead, wait_s, pass_time_for(&m->pt, s->rq->prompt, 1));
+    return now(S) + p > s->rq->t + S->c->deadline_s;
+}
+
+static void dl_refuse(sim_t *S, sim_seq_t *s)
+{
+    s->state = SEQ_FAILED;
+    s->refused = 1;
+    s->t_done = now(S);
+    S->in_flight--;
+    S->refused++;
+}
+
+/* The worker's wk_dl_sweep: every queued request now predicted to miss is refused. */
+static void dl_sweep(sim_t *S)
+{
+    for (int mi = 0; mi < S->n_m; mi++) {
+        vmodel_t *m = S->m[mi];
+        if (!(pol_pending(S) ? m->n_pend : sched_queued(S->sched, mi)))
+            continue;
+        uint32_t ahead = 0;
+        double wait = dl_wait(S, mi);
+        if (pol_pending(S)) {
+            sim_seq_t **pp = &m->pend_head, *prev = NULL;
+            while (*pp) {
+                sim_seq_t *s = *pp;
+                if (!dl_late(S, mi, s, ahead, wait)) {
+                    ahead++;
+                    prev = s;
+                    pp = &s->next;
+                    continue;
+                }
+                *pp = s->next;
+                if (m->pend_tail == s)
+                    m->pend_tail = prev;
+                m->n_pend--;
+                dl_refuse(S, s);
+            }
+            continue;
+        }
+        for (sched_item_t *it = sched_peek(S->sched, mi), *next; it; it = next) {
+            next = it->next;
+            if (!dl_late(S, mi, it->user, ahead, wait)) {
+                ahead++;
+                continue;
+            }
+            sched_remove(S->sched, it);
+            dl_refuse(S, it->user);
+        }
+    }
+}
+
 static double vhost_wake(const sim_t *S)
 {
     return S->in_flight ? S->wake : INFINITY;
@@ -1508,6 +1590,15 @@ static int vhost_submit(sim_t *S, sim_seq_t *s, double t, size_t *rejected, char
     S->in_flight++;
     /* submit_gen: a prompt plus max_tokens past the context is refused */
     int refuse = (uint64_t)s->rq->prompt + s->rq->output > S->m[lm]->ctx;
+    if (!refuse && dl_drops(S) &&
+        dl_late(S, lm, s, pol_pending(S) ? S->m[lm]->n_pend : sched_queued(S->sched, lm),
+                dl_wait(S, lm))) {
+        dl_refuse(S, s); /* on arrival, before it is queued */
+        (*rejected)++;
+        if (!S->firm || S->in_flight == 0)
+            S->wake = now(S);
+        return SIM_OK;
+    }
     if (S->pol == SIM_POL_LRU)
         S->gq_n = (size_t)(s - S->seqs) + 1;
     if (!refuse && S->pol == SIM_POL_LRU_BATCH) {
@@ -1540,6 +1631,8 @@ static void vhost_round(sim_t *S)
     const sim_cfg_t *c = S->c;
     vb_advance_to(S->vb, S->wake);
     vb_advance(S->vb, c->cost.t_round_s);
+    if (dl_drops(S))
+        dl_sweep(S);
     double nap = INFINITY;
     int stepped = S->pol == SIM_POL_LRU         ? round_lru(S)
                   : S->pol == SIM_POL_LRU_BATCH ? round_lrub(S)
@@ -1710,8 +1803,10 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         if (c->dump)
             fprintf(c->dump, "%s,%zu,%d,%.6f,%u,%u,%s,%.6f,%.6f,%d\n", sim_policy_name(pol), i,
                     s->rq->model, s->rq->t, s->rq->prompt, s->rq->output,
-                    s->state == SEQ_DONE ? "done" : "failed", s->t_first - s->rq->t,
-                    s->t_done - s->rq->t, s->swapped);
+                    s->state == SEQ_DONE ? "done"
+                    : s->refused         ? "refused"
+                                         : "failed",
+                    s->t_first - s->rq->t, s->t_done - s->rq->t, s->swapped);
         if (s->state != SEQ_DONE)
             continue;
         ttft[k] = s->t_first - s->rq->t;
@@ -1726,6 +1821,16 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
     qsort(e2e, k, sizeof *e2e, cmp_double);
     out->ttft_p50 = quantile(ttft, k, 0.5);
     out->ttft_p99 = quantile(ttft, k, 0.99);
+    out->adm_ttft_p99 = out->ttft_p99;
+    size_t r = 0;
+    for (int h = 0; h < H; h++)
+        r += F->h[h]->refused;
+    if (r) { /* the refused count as misses: no first token ever */
+        for (size_t i = 0; i < r; i++)
+            ttft[k + i] = INFINITY;
+        out->ttft_p99 = quantile(ttft, k + r, 0.99);
+    }
+    out->refused = r;
     out->ttft_max = k ? ttft[k - 1] : NAN;
     out->e2e_p50 = quantile(e2e, k, 0.5);
     out->e2e_p99 = quantile(e2e, k, 0.99);

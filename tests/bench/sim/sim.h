@@ -77,6 +77,10 @@ typedef struct sim_cfg {
     uint32_t prefix_entries; /* prefix cache entries per model at most (models.prefix_cache) */
     size_t kv_host_bytes;    /* host-RAM tier of the KV the pool reclaims, bytes (0 = none) */
     double slo_ttft_s;       /* a request meets the SLO when its TTFT is below this */
+    double deadline_s;       /* every request's first-token deadline (0 = none): the default and
+                                fifo refuse one predicted to miss it, as the worker does
+                                (worker_deadline.c), on arrival and while queued */
+    int deadline_drop;       /* lru-batch refuses so too (the baseline with the same drop) */
     FILE *dump;              /* (optional) one CSV line per request and run: borrowed */
 } sim_cfg_t;
 
@@ -96,7 +100,9 @@ int sim_policy_parse(const char *s, sim_policy_t *p);
 typedef struct sim_result {
     size_t requests; /* in the trace */
     size_t completed, failed;
-    uint64_t page_ins;    /* segments copied host -> device */
+    size_t refused;      /* refused for their deadline (deadline_s): misses in ttft_p99, slo_frac */
+    double adm_ttft_p99; /* s, p99 TTFT of the requests served (ttft_p99 counts the refused) */
+    uint64_t page_ins;   /* segments copied host -> device */
     uint64_t model_loads; /* times a model became wholly mapped from not wholly mapped */
     uint64_t bytes_in;    /* bytes copied host -> device */
     uint64_t belady_own;  /* Belady's loads for this run's own order of model uses */

@@ -63,7 +63,7 @@ typedef struct args {
     unsigned queue_limit, max_queued;
     /* cost model */
     double h2d_gbs, copy_lat_us, hbm_gbs, tflops, t_fixed_ms, t_step_ms, t_token_ms, t_round_us,
-        slo_ttft;
+        slo_ttft, deadline;
     const char *costs; /* h200 | gpu-check figures files */
     int print_costs;
     /* fleet */
@@ -107,121 +107,141 @@ typedef struct opt {
 } opt_t;
 
 #define A(f) offsetof(args_t, f)
-static const opt_t opts[] = {
-    {"models", OPT_INT, A(models), "0", "number of models (0: one per --gguf file, else 12)"},
-    {"zipf", OPT_DBL, A(zipf), "1.0", "Zipf exponent of model popularity"},
-    {"load", OPT_DBL, A(load), "0.5", "offered load as a fraction of the ideal capacity"},
-    {"rate", OPT_DBL, A(rate), "0", "requests/s (instead of --load; not with --sweep)"},
-    {"duration", OPT_DBL, A(duration), "300", "seconds of arrivals"},
-    {"arrival", OPT_STR, A(arrival), "poisson", "poisson | gamma"},
-    {"cv", OPT_DBL, A(cv), "3", "gamma: coefficient of variation of inter-arrival times"},
-    {"prompt-median", OPT_DBL, A(prompt_median), "256", "prompt tokens, lognormal median"},
-    {"prompt-sigma", OPT_DBL, A(prompt_sigma), "0.8", "prompt tokens, lognormal sigma"},
-    {"prompt-max", OPT_UINT, A(prompt_max), "2048", "prompt tokens, at most"},
-    {"output-median", OPT_DBL, A(output_median), "96", "output tokens, lognormal median"},
-    {"output-sigma", OPT_DBL, A(output_sigma), "0.8", "output tokens, lognormal sigma"},
-    {"output-max", OPT_UINT, A(output_max), "512", "output tokens, at most"},
-    {"seed", OPT_UINT, A(seed), "1", "random seed"},
-    {"trace", OPT_STR, A(trace), NULL,
-     "Azure Functions 2019 invocation CSV instead of synthetic arrivals"},
-    {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
-    {"trace-minutes", OPT_INT, A(trace_minutes), "0", "trace: minutes (0 = rest of the day)"},
-    {"trace-scale", OPT_DBL, A(trace_scale), "1",
-     "trace: time compression (x load); the sweep multiplies it"},
-    {"llm-trace", OPT_STR, A(llm_trace), NULL,
-     "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
-    {"tokens-from", OPT_STR, A(tokens_from), NULL,
-     "synthetic arrivals (and --models-per-gpu) whose prompt and output tokens are a seeded draw from the requests of this Azure LLM trace CSV (instead of the lognormals; --load's capacity from their means)"},
-    {"requests", OPT_STR, A(requests), NULL,
-     "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
-    {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
-    {"conversations", OPT_FLAG, A(conversations), NULL,
-     "conversation workload: sessions of --turns turns bound to one model (Zipf, or uniform with --models-per-gpu), each turn's prompt the session's history plus new tokens (--prompt-*, or --tokens-from), outputs --output-*; --load / --rate count turns"},
-    {"turns", OPT_INT, A(turns), "10",
-     "conversations: turns per session, at most (fewer when the context is full)"},
-    {"think-s", OPT_DBL, A(think_s), "20",
-     "conversations: mean think time between turns, s (lognormal, open loop)"},
-    {"think-sigma", OPT_DBL, A(think_sigma), "0.5", "conversations: sigma of the think time's log"},
-    {"prefix-cache", OPT_STR, A(prefix_cache), "on",
-     "conversations: off (every turn prefills its history), on (each session's last turn's KV kept as cached KV, reclaimed before any weights), host (on, plus a host-RAM tier of --kv-host bytes for what the pool reclaims); a comma list runs each, labelled -off, -on, -host"},
-    {"prefix-entries", OPT_UINT, A(prefix_entries), "16",
-     "prefix cache entries per model (models.prefix_cache)"},
-    {"kv-host", OPT_SIZE, A(kv_host), "64G",
-     "host tier of --prefix-cache host, bytes (K, M, G, T: binary)"},
-    {"gguf", OPT_FILES, A(gguf), NULL,
-     "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
-    {"layers", OPT_UINT, A(layers), "32", "model: layers"},
-    {"dim", OPT_UINT, A(dim), "4096", "model: width"},
-    {"ff", OPT_UINT, A(ff), "14336", "model: feed-forward width"},
-    {"heads", OPT_UINT, A(heads), "32", "model: attention heads"},
-    {"kv-heads", OPT_UINT, A(kv_heads), "8", "model: KV heads"},
-    {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
-    {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
-    {"wbytes", OPT_DBL, A(wbytes), "1.0625", "model: bytes per weight (Q8_0 1.0625, F16 2)"},
-    {"mix", OPT_STR, A(mix), NULL,
-     "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
-    {"quota-gib", OPT_DBL, A(quota_gib), "0",
-     "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
-    {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
-    {"pool-models", OPT_DBL, A(pool_models), "3", "pool holds this many whole models ..."},
-    {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4", "... plus this much, GiB (KV caches)"},
-    {"pool-gib", OPT_DBL, A(pool_gib), "0", "pool size, GiB (overrides the two above when > 0)"},
-    {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
-    {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
-    {"ask-tokens", OPT_UINT, A(ask_tokens), "0",
-     "clients ask for max_tokens this (within the context, at least the output) and stop at the output (0: ask for the output)"},
-    {"ask-stride", OPT_UINT, A(ask_stride), "1",
-     "--ask-tokens applies to the clients of every this-many-th model (model % stride == 0); the others ask for their output"},
-    {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
-    {"max-stall", OPT_DBL, A(max_stall), "0.5", "scheduler.max_stall, s (0 = no bound)"},
-    {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
-    {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
-    {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
-    {"max-queued", OPT_UINT, A(max_queued), "10000000", "scheduler.max_queued"},
-    {"h2d-gbs", OPT_DBL, A(h2d_gbs), "25", "cost: host->device copy bandwidth, GB/s"},
-    {"copy-lat-us", OPT_DBL, A(copy_lat_us), "10", "cost: fixed time per copy, us"},
-    {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000",
-     "cost: device memory bandwidth, GB/s (0: no memory terms)"},
-    {"tflops", OPT_DBL, A(tflops), "400", "cost: matmul throughput, TFLOP/s (0: no matmul terms)"},
-    {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1", "cost: fixed time per step before the pass, ms"},
-    {"t-step-ms", OPT_DBL, A(t_step_ms), "0",
-     "cost: measured compute per step, ms (spread over the layers)"},
-    {"t-token-ms", OPT_DBL, A(t_token_ms), "0",
-     "cost: measured compute per token of a step, ms (spread over the layers)"},
-    {"t-round-us", OPT_DBL, A(t_round_us), "10", "cost: host time per scheduling round, us"},
-    {"costs", OPT_STR, A(costs), NULL,
-     "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or gpu-check figures files (gpu-check-1-figures.txt,gpu-check-2-figures.txt; comma-separated or concatenated): their measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
-    {"print-costs", OPT_FLAG, A(print_costs), NULL,
-     "print the cost model's device figures (and where they came from) and exit"},
-    {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
-    {"hosts", OPT_INT, A(hosts), "0",
-     "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
-    {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded",
-     "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
-    {"replicas", OPT_UINT, A(replicas), "2",
-     "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
-    {"balance-factor", OPT_UINT, A(balance_factor), "150",
-     "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
-    {"models-per-gpu", OPT_DBL, A(mpg_rate), "0",
-     "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
-    {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
-    {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
-    {"mpg-seeds", OPT_INT, A(mpg_seeds), "1",
-     "models per GPU: a count passes when its p99 TTFT is within --slo-ttft with each of this many seeds (--seed, --seed + 1, ...); reported: the worst seed's p99 (of a count that fails, the first seed's over the target)"},
-    {"policies", OPT_STR, A(policies), "default,fifo,lru,belady",
-     "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), belady"},
-    {"sweep", OPT_STR, A(sweep), NULL, "comma-separated load levels to run (instead of --load)"},
-    {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
-    {"dump-requests", OPT_STR, A(dump), NULL,
-     "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
-    {"no-header", OPT_FLAG, A(no_header), NULL, "omit the CSV header"},
-    {"quiet", OPT_FLAG, A(quiet), NULL, "no summary table on stderr"},
-    {"self-test", OPT_FLAG, A(self_test), NULL, "run the simulator's checks"},
-    {"self-test-dir", OPT_STR, A(self_test_dir), "/tmp",
-     "where --self-test writes its sample trace"},
-    {"write-azure-sample", OPT_STR, A(write_sample), NULL,
-     "write a synthetic Azure-format trace and exit"},
-    {"help", OPT_FLAG, A(help), NULL, "this text"},
+static const opt_t
+    opts
+        [] =
+            {
+                {"models", OPT_INT, A(models), "0",
+                 "number of models (0: one per --gguf file, else 12)"},
+                {"zipf", OPT_DBL, A(zipf), "1.0", "Zipf exponent of model popularity"},
+                {"load", OPT_DBL, A(load), "0.5",
+                 "offered load as a fraction of the ideal capacity"},
+                {"rate", OPT_DBL, A(rate), "0", "requests/s (instead of --load; not with --sweep)"},
+                {"duration", OPT_DBL, A(duration), "300", "seconds of arrivals"},
+                {"arrival", OPT_STR, A(arrival), "poisson", "poisson | gamma"},
+                {"cv", OPT_DBL, A(cv), "3",
+                 "gamma: coefficient of variation of inter-arrival times"},
+                {"prompt-median", OPT_DBL, A(prompt_median), "256",
+                 "prompt tokens, lognormal median"},
+                {"prompt-sigma", OPT_DBL, A(prompt_sigma), "0.8", "prompt tokens, lognormal sigma"},
+                {"prompt-max", OPT_UINT, A(prompt_max), "2048", "prompt tokens, at most"},
+                {"output-median", OPT_DBL, A(output_median), "96",
+                 "output tokens, lognormal median"},
+                {"output-sigma", OPT_DBL, A(output_sigma), "0.8", "output tokens, lognormal sigma"},
+                {"output-max", OPT_UINT, A(output_max), "512", "output tokens, at most"},
+                {"seed", OPT_UINT, A(seed), "1", "random seed"},
+                {"trace", OPT_STR, A(trace), NULL,
+                 "Azure Functions 2019 invocation CSV instead of synthetic arrivals"},
+                {"trace-start", OPT_INT, A(trace_start), "0", "trace: first minute"},
+                {"trace-minutes", OPT_INT, A(trace_minutes), "0",
+                 "trace: minutes (0 = rest of the day)"},
+                {"trace-scale", OPT_DBL, A(trace_scale), "1",
+                 "trace: time compression (x load); the sweep multiplies it"},
+                {"llm-trace", OPT_STR, A(llm_trace), NULL,
+                 "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens): real arrivals and token counts, models a seeded Zipf (--zipf) draw; time divided by --trace-scale x load"},
+                {"tokens-from", OPT_STR, A(tokens_from), NULL,
+                 "synthetic arrivals (and --models-per-gpu) whose prompt and output tokens are a seeded draw from the requests of this Azure LLM trace CSV (instead of the lognormals; --load's capacity from their means)"},
+                {"requests", OPT_STR, A(requests), NULL,
+                 "recorded requests instead of synthetic ones: one 'arrival_s model prompt_tokens output_tokens' a line"},
+                {"label", OPT_STR, A(label), NULL, "workload name in the CSV"},
+                {"conversations", OPT_FLAG, A(conversations), NULL,
+                 "conversation workload: sessions of --turns turns bound to one model (Zipf, or uniform with --models-per-gpu), each turn's prompt the session's history plus new tokens (--prompt-*, or --tokens-from), outputs --output-*; --load / --rate count turns"},
+                {"turns", OPT_INT, A(turns), "10",
+                 "conversations: turns per session, at most (fewer when the context is full)"},
+                {"think-s", OPT_DBL, A(think_s), "20",
+                 "conversations: mean think time between turns, s (lognormal, open loop)"},
+                {"think-sigma", OPT_DBL, A(think_sigma), "0.5",
+                 "conversations: sigma of the think time's log"},
+                {"prefix-cache", OPT_STR, A(prefix_cache), "on",
+                 "conversations: off (every turn prefills its history), on (each session's last turn's KV kept as cached KV, reclaimed before any weights), host (on, plus a host-RAM tier of --kv-host bytes for what the pool reclaims); a comma list runs each, labelled -off, -on, -host"},
+                {"prefix-entries", OPT_UINT, A(prefix_entries), "16",
+                 "prefix cache entries per model (models.prefix_cache)"},
+                {"kv-host", OPT_SIZE, A(kv_host), "64G",
+                 "host tier of --prefix-cache host, bytes (K, M, G, T: binary)"},
+                {"gguf", OPT_FILES, A(gguf), NULL,
+                 "model files (comma list, or repeat): the daemon's store lays them out, model i is file i % count; the shape options are then ignored"},
+                {"layers", OPT_UINT, A(layers), "32", "model: layers"},
+                {"dim", OPT_UINT, A(dim), "4096", "model: width"},
+                {"ff", OPT_UINT, A(ff), "14336", "model: feed-forward width"},
+                {"heads", OPT_UINT, A(heads), "32", "model: attention heads"},
+                {"kv-heads", OPT_UINT, A(kv_heads), "8", "model: KV heads"},
+                {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
+                {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
+                {"wbytes", OPT_DBL, A(wbytes), "1.0625",
+                 "model: bytes per weight (Q8_0 1.0625, F16 2)"},
+                {"mix", OPT_STR, A(mix), NULL,
+                 "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
+                {"quota-gib", OPT_DBL, A(quota_gib), "0",
+                 "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
+                {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
+                {"pool-models", OPT_DBL, A(pool_models), "3",
+                 "pool holds this many whole models ..."},
+                {"kv-headroom-gib", OPT_DBL, A(kv_headroom_gib), "4",
+                 "... plus this much, GiB (KV caches)"},
+                {"pool-gib", OPT_DBL, A(pool_gib), "0",
+                 "pool size, GiB (overrides the two above when > 0)"},
+                {"max-batch", OPT_UINT, A(max_batch), "16", "sequences per model step"},
+                {"max-context", OPT_UINT, A(max_context), "4096", "positions per sequence"},
+                {"ask-tokens", OPT_UINT, A(ask_tokens), "0",
+                 "clients ask for max_tokens this (within the context, at least the output) and stop at the output (0: ask for the output)"},
+                {"ask-stride", OPT_UINT, A(ask_stride), "1",
+                 "--ask-tokens applies to the clients of every this-many-th model (model % stride == 0); the others ask for their output"},
+                {"max-wait", OPT_DBL, A(max_wait), "2", "scheduler.max_wait, s"},
+                {"max-stall", OPT_DBL, A(max_stall), "0.5",
+                 "scheduler.max_stall, s (0 = no bound)"},
+                {"quantum", OPT_DBL, A(quantum), "4", "scheduler.quantum (x swap-in time)"},
+                {"min-quantum", OPT_DBL, A(min_quantum), "0.05", "quantum floor, s (the worker's)"},
+                {"queue-limit", OPT_UINT, A(queue_limit), "1000000", "scheduler.queue_limit"},
+                {"max-queued", OPT_UINT, A(max_queued), "10000000", "scheduler.max_queued"},
+                {"h2d-gbs", OPT_DBL, A(h2d_gbs), "25", "cost: host->device copy bandwidth, GB/s"},
+                {"copy-lat-us", OPT_DBL, A(copy_lat_us), "10", "cost: fixed time per copy, us"},
+                {"hbm-gbs", OPT_DBL, A(hbm_gbs), "3000",
+                 "cost: device memory bandwidth, GB/s (0: no memory terms)"},
+                {"tflops", OPT_DBL, A(tflops), "400",
+                 "cost: matmul throughput, TFLOP/s (0: no matmul terms)"},
+                {"t-fixed-ms", OPT_DBL, A(t_fixed_ms), "1",
+                 "cost: fixed time per step before the pass, ms"},
+                {"t-step-ms", OPT_DBL, A(t_step_ms), "0",
+                 "cost: measured compute per step, ms (spread over the layers)"},
+                {"t-token-ms", OPT_DBL, A(t_token_ms), "0",
+                 "cost: measured compute per token of a step, ms (spread over the layers)"},
+                {"t-round-us", OPT_DBL, A(t_round_us), "10",
+                 "cost: host time per scheduling round, us"},
+                {"costs", OPT_STR, A(costs), NULL,
+                 "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or gpu-check figures files (gpu-check-1-figures.txt,gpu-check-2-figures.txt; comma-separated or concatenated): their measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
+                {"print-costs", OPT_FLAG, A(print_costs), NULL,
+                 "print the cost model's device figures (and where they came from) and exit"},
+                {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
+                {"deadline", OPT_DBL, A(deadline), "0",
+                 "every request's first-token deadline, s (0: none): default and fifo refuse a request predicted to miss it, on arrival or while queued (the daemon's rule, docs/overload.md), as lru-batch-drop does; refused requests count as misses in ttft_p99 and slo_frac"},
+                {"hosts", OPT_INT, A(hosts), "0",
+                 "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
+                {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
+                {"replicas", OPT_UINT, A(replicas), "2",
+                 "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
+                {"balance-factor", OPT_UINT, A(balance_factor), "150",
+                 "fleet affinity: HAProxy hash-balance-factor, percent (fleet.yaml proxy.balance_factor)"},
+                {"models-per-gpu", OPT_DBL, A(mpg_rate), "0",
+                 "search, per policy, the most models (uniform, this many req/s each) whose p99 TTFT stays within --slo-ttft; to within --mpg-step models"},
+                {"mpg-max", OPT_INT, A(mpg_max), "200", "models per GPU: most models tried"},
+                {"mpg-step", OPT_INT, A(mpg_step), "5", "models per GPU: resolution of the search"},
+                {"mpg-seeds", OPT_INT, A(mpg_seeds), "1",
+                 "models per GPU: a count passes when its p99 TTFT is within --slo-ttft with each of this many seeds (--seed, --seed + 1, ...); reported: the worst seed's p99 (of a count that fails, the first seed's over the target)"},
+                {"policies", OPT_STR, A(policies), "default,fifo,lru,belady",
+                 "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), lru-batch-drop and lru-batch-drop-N (the same with --deadline's refusals), belady"},
+                {"sweep", OPT_STR, A(sweep), NULL,
+                 "comma-separated load levels to run (instead of --load)"},
+                {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
+                {"dump-requests", OPT_STR, A(dump), NULL,
+                 "write policy,index,model,arrival,prompt,output,state,ttft,e2e,swapped per request here"},
+                {"no-header", OPT_FLAG, A(no_header), NULL, "omit the CSV header"},
+                {"quiet", OPT_FLAG, A(quiet), NULL, "no summary table on stderr"},
+                {"self-test", OPT_FLAG, A(self_test), NULL, "run the simulator's checks"},
+                {"self-test-dir", OPT_STR, A(self_test_dir), "/tmp",
+                 "where --self-test writes its sample trace"},
+                {"write-azure-sample", OPT_STR, A(write_sample), NULL,
+                 "write a synthetic Azure-format trace and exit"},
+                {"help", OPT_FLAG, A(help), NULL, "this text"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -410,6 +430,7 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
                            .t_token_s = a->t_token_ms * 1e-3,
                            .t_round_s = a->t_round_us * 1e-6};
     c->slo_ttft_s = a->slo_ttft;
+    c->deadline_s = a->deadline;
     c->prefix_cache = a->conversations && a->pfx_mode != PFX_OFF;
     c->prefix_entries = a->prefix_entries;
     c->kv_host_bytes = a->pfx_mode == PFX_HOST ? a->kv_host : 0;
@@ -427,6 +448,7 @@ typedef struct row {
     sim_policy_t pol;
     uint32_t lrub_n; /* lru-batch: models kept loaded; 0 with best set: the best row */
     int best;        /* the best lru-batch N per metric (page-ins, TTFT, end-to-end) */
+    int drop;        /* lru-batch-drop */
     int route;       /* fleet: its simfleet_route_t; -1: one host */
     int hosts;       /* fleet: hosts */
     int host_models; /* fleet: most models a host is configured with */
@@ -581,6 +603,7 @@ static int model_loads(const args_t *a, const wl_req_t *reqs, size_t n, double *
 typedef struct pol_spec {
     sim_policy_t pol;
     uint32_t n;
+    int drop; /* lru-batch-drop: refuses as the default does under --deadline */
 } pol_spec_t;
 
 /* "default,fifo,lru,lru-batch,lru-batch-3,belady" */
@@ -593,9 +616,12 @@ static int parse_policies(const char *s, pol_spec_t *out, int *n)
         if (*n >= MAX_POLS)
             return -1;
         out[*n].n = 0;
-        if (strncmp(t, "lru-batch-", 10) == 0) {
+        out[*n].drop = strncmp(t, "lru-batch-drop", 14) == 0;
+        if (out[*n].drop && !t[14]) {
+            out[*n].pol = SIM_POL_LRU_BATCH;
+        } else if (strncmp(t, "lru-batch-", 10) == 0) {
             char *end;
-            long k = strtol(t + 10, &end, 10);
+            long k = strtol(t + (out[*n].drop ? 15 : 10), &end, 10);
             if (*end || k < 1 || k > 1000)
                 return -1;
             out[*n].pol = SIM_POL_LRU_BATCH;
@@ -650,7 +676,7 @@ static int expand_policies(const pol_spec_t *in, int n_in, const sim_cfg_t *c, p
             if (*n >= MAX_POLS)
                 return -1;
             best[*n] = j == k + 1;
-            out[(*n)++] = (pol_spec_t){SIM_POL_LRU_BATCH, j == k + 1 ? 0 : j};
+            out[(*n)++] = (pol_spec_t){SIM_POL_LRU_BATCH, j == k + 1 ? 0 : j, in[i].drop};
         }
     }
     return 0;
@@ -663,7 +689,7 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
 {
     int bi = -1;
     for (int i = from; i < to; i++)
-        if (rows[i].pol == SIM_POL_LRU_BATCH && !rows[i].best &&
+        if (rows[i].pol == SIM_POL_LRU_BATCH && !rows[i].best && rows[i].drop == dst->drop &&
             (bi < 0 || rows[i].r.ttft_p99 < rows[bi].r.ttft_p99))
             bi = i;
     if (bi < 0)
@@ -671,7 +697,7 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
     sim_result_t r = rows[bi].r;
     for (int i = from; i < to; i++) {
         const sim_result_t *x = &rows[i].r;
-        if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best)
+        if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best || rows[i].drop != dst->drop)
             continue;
 #define BEST_MIN(f)                                                                                \
     if (x->f < r.f)                                                                                \
@@ -685,6 +711,7 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
         BEST_MIN(e2e_p50);
         BEST_MIN(e2e_p99);
         BEST_MIN(e2e_max);
+        BEST_MIN(adm_ttft_p99);
 #undef BEST_MIN
         if (x->slo_frac > r.slo_frac)
             r.slo_frac = x->slo_frac;
@@ -720,7 +747,8 @@ static const char *const csv_header =
     "belady_own,belady_k,gpu_busy,copy_busy,ttft_p50_s,ttft_p99_s,ttft_max_s,e2e_p50_s,"
     "e2e_p99_s,e2e_max_s,slo_frac,steps,makespan_s,violations,host_blocks,preempted,"
     "throughput_rps,hosts,host_models,kv_recomputes,prompt_tokens,prefill_tokens,pfx_hit_tokens,"
-    "kv_demotions,kv_device_drops,kv_host_drops,kv_restores,kv_restore_tokens,kv_host_recomputes\n";
+    "kv_demotions,kv_device_drops,kv_host_drops,kv_restores,kv_restore_tokens,kv_host_recomputes,"
+    "refused,adm_ttft_p99_s\n";
 
 /* What a row compares: the policy, or in a fleet the router. */
 static const char *row_name(const row_t *w)
@@ -730,8 +758,8 @@ static const char *row_name(const row_t *w)
         return simfleet_route_name((simfleet_route_t)w->route);
     if (w->pol == SIM_POL_LRU_BATCH) {
         if (w->best)
-            return "lru-batch-best";
-        snprintf(buf, sizeof buf, "lru-batch-%u", w->lrub_n);
+            return w->drop ? "lru-batch-drop-best" : "lru-batch-best";
+        snprintf(buf, sizeof buf, "lru-batch-%s%u", w->drop ? "drop-" : "", w->lrub_n);
         return buf;
     }
     return sim_policy_name(w->pol);
@@ -743,7 +771,7 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
     fprintf(f,
             "%s,%.4g,%.6g,%s,%zu,%zu,%zu,%llu,%llu,%llu,%llu,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
             "%.6f,%.6f,%.6f,%llu,%.6f,%llu,%llu,%llu,%.6f,%d,%d,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
-            "%llu,%llu,%llu\n",
+            "%llu,%llu,%llu,%zu,%.6f\n",
             wl, w->load, w->rate, row_name(w), r->requests, r->completed, r->failed,
             (unsigned long long)r->page_ins, (unsigned long long)r->model_loads,
             (unsigned long long)r->bytes_in, (unsigned long long)r->belady_own, r->belady_k,
@@ -757,7 +785,7 @@ static void csv_row(FILE *f, const char *wl, const row_t *w)
             (unsigned long long)r->pfx_hit_tokens, (unsigned long long)r->kv_demotions,
             (unsigned long long)r->kv_device_drops, (unsigned long long)r->kv_host_drops,
             (unsigned long long)r->kv_restores, (unsigned long long)r->kv_restore_tokens,
-            (unsigned long long)r->kv_host_recomputes);
+            (unsigned long long)r->kv_host_recomputes, r->refused, r->adm_ttft_p99);
 }
 
 static void table_head(FILE *f)
@@ -845,6 +873,7 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
             rows[k].pol = pols[pi].pol;
             rows[k].lrub_n = pols[pi].n;
             rows[k].best = best[pi];
+            rows[k].drop = pols[pi].drop;
             rows[k].host_models = c.n_models;
             if (best[pi]) {
                 best_row(&rows[k], rows, k - pi, k);
@@ -852,6 +881,7 @@ static int run_all(const args_t *a, row_t **out, int *n_out, char *err, size_t e
             }
             sim_cfg_t cp = c;
             cp.lru_batch_n = pols[pi].n;
+            cp.deadline_drop = pols[pi].drop;
             rc = sim_run(&cp, pols[pi].pol, reqs, n, &rows[k].r, err, errlen) ? -1 : 0;
         }
         free(ml);
