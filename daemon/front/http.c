@@ -57,7 +57,7 @@ typedef struct hreq {
     char *model;          /* requested model name (owned), NULL for non-inference */
     auth_key_t *key;      /* its Authorization's key (a reference); NULL if none needed */
     int admitted;         /* a generate/chat slot of key is held until it ends */
-    uint32_t retry_after; /* Retry-After seconds of its 429; 0 = the default 1 */
+    uint32_t retry_after; /* Retry-After seconds of its 429 or 503; 0 = the default 1 */
     time_t created;       /* unix seconds at arrival */
     json_t *choices;      /* n > 1 without stream: the choices ended so far (array), owned */
     size_t offset[PROTO_MAX_CHOICES]; /* completions' logprobs text_offset, per choice */
@@ -431,8 +431,9 @@ static int status_of(proto_err_t code)
     case PROTO_E_FORBIDDEN: return 403;
     case PROTO_E_UNKNOWN_MODEL: return 404;
     case PROTO_E_TOO_LARGE: return 413;
-    case PROTO_E_OVERLOADED:
-    case PROTO_E_RATE_LIMITED: return 429;
+    case PROTO_E_RATE_LIMITED:
+        return 429;          /* the caller's key: another replica would say the same */
+    case PROTO_E_OVERLOADED: /* this engine, as OpenAI answers it: another replica may serve it */
     case PROTO_E_CANCELLED:
     case PROTO_E_SHUTTING_DOWN: return 503;
     default: return 500;
@@ -600,12 +601,8 @@ static void any_error(hreq_t *r, const wk_event_t *ev)
 {
     const char *code = proto_err_code(ev->code);
     int status = r->status ? r->status : status_of(ev->code);
-    if (!r->status && ev->code == PROTO_E_OVERLOADED && ev->retry_ms) {
-        /* refused for its deadline (docs/overload.md): the engine is overloaded, as OpenAI
-         * answers it; a queue limit stays 429 */
-        status = 503;
+    if (ev->retry_ms) /* refused for its deadline (docs/overload.md): when to try again */
         r->retry_after = (ev->retry_ms + 999) / 1000;
-    }
     json_t *body = r->kind == HK_OLLAMA ? http_ollama_error_of(ev->message ? ev->message : code)
                                         : error_body(status, code, ev->message);
     if (r->started) {

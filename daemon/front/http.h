@@ -54,8 +54,9 @@
  * {"error":{"message","type","param":null,"code"}}, code being the wire code:
  *   400 bad_json, bad_request, context_overflow   404 unknown_model, unknown path
  *   405 known path, wrong method                  413 too_large (body > listen.max_line)
- *   429 overloaded, rate_limited (Retry-After)    503 shutting_down, cancelled, and overloaded
- *                                                 for a deadline (Retry-After, docs/overload.md)
+ *   429 rate_limited (Retry-After)                503 overloaded (Retry-After: for a deadline when
+ *                                                 to try again, docs/overload.md), shutting_down,
+ *                                                 cancelled
  *   401 unauthorized (WWW-Authenticate: Bearer)   500 internal
  *
  * API keys (auth.http, daemon/auth.c): every route but /health and /ready

@@ -153,7 +153,7 @@ class HAProxy:
 
 # ------------------------------------------------------------------ requests
 
-def request(port, model, prompt, n, stream=False, timeout=60, extra=None, raw=None):
+def request(port, model, prompt, n, stream=False, timeout=60, extra=None, raw=None, headers=None):
     """One completion through the proxy: dict(status, text, done, error). done: the answer
     is complete (a JSON answer, or an event stream ending in [DONE])."""
     body = {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": stream}
@@ -163,7 +163,8 @@ def request(port, model, prompt, n, stream=False, timeout=60, extra=None, raw=No
     out = {"status": None, "text": "", "done": False, "error": None, "t_sent": time.time()}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=gsd.scaled(timeout))
     try:
-        c.request("POST", "/v1/completions", body=data, headers={"Content-Type": "application/json"})
+        c.request("POST", "/v1/completions", body=data,
+                  headers=dict({"Content-Type": "application/json"}, **(headers or {})))
         r = c.getresponse()
         out["status"] = r.status
         if r.status != 200 or not stream:
@@ -354,6 +355,42 @@ def long_prompt(path):
     return None
 
 
+def load_refusal_goes_elsewhere(fl):
+    """A replica that refuses a request for load (503 overloaded: its queue cannot give the first
+    token within X-Deadline-Ms) is not marked down: the proxy retries the request on the other
+    replica, which answers it, and keeps the refusing host in rotation."""
+    model, path = next((m, p) for m, p in fl.models if long_prompt(p))
+    busy = fl.primary(model)
+    other = next(h for h in fl.placed[model] if h is not busy)
+    lp, _ = long_prompt(path)
+    # a backlog on the primary, sent to it directly: long answers, far more than a batch
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.path.join(busy.run_dir, "gpuswapd.sock"))
+    for i in range(64):
+        s.sendall((json.dumps({"op": "generate", "id": i, "model": model, "prompt": lp,
+                               "max_tokens": 1500, "temperature": 0}) + "\n").encode())
+    try:
+        gsd.until(lambda: busy.stats()[model]["total_requests"] >= 64, 10)
+        time.sleep(gsd.scaled(0.5))  # its admissions go on: the gap per request ahead is measured
+        log = open(fl.haproxy.log.name).read() if os.path.exists(fl.haproxy.log.name) else ""
+        st0 = busy.stats()[model]
+        refused0 = st0["total_deadline_refused"] + st0["total_deadline_dropped"]
+        served0 = other.requests(model)
+        r = request(fl.proxy_port, model, PROMPT, N_TOKENS, headers={"X-Deadline-Ms": "300"})
+        assert r["status"] == 200 and r["text"] == fl.refs[model], r
+        st = busy.stats()[model]
+        refused = st["total_deadline_refused"] + st["total_deadline_dropped"] - refused0
+        assert refused >= 1, ("the busy replica refused nothing", st)
+        assert other.requests(model) == served0 + 1, (other.requests(model), served0)
+        fl.haproxy.log.flush()
+        after = open(fl.haproxy.log.name).read()[len(log):]
+        assert "%s is DOWN" % busy.name not in after, after
+    finally:
+        s.close()  # the backlog is cancelled with its connection
+    RESULTS["load refusal"] = ("%s refused a request it could not start within 300 ms (%d ahead): "
+                               "%s answered it, %s stayed up" % (busy.name, 64, other.name, busy.name))
+
+
 def kill_mid_run(fl):
     """kill -9 of the host serving a long stream and a long non-streaming answer, with Zipf
     traffic around them; then restart it and see it serve again once /ready."""
@@ -516,6 +553,7 @@ def test_fleet_through_haproxy():
         check_answers(trace, res, fl.refs, "affinity")
         pi_aff = sum(h.page_ins() for h in fl.hosts) - before
         big_body_routes_by_model(fl)
+        load_refusal_goes_elsewhere(fl)
         kill_mid_run(fl)
         rolling_restart(fl)
         # round-robin over the same hosts and pools, every host with every model
@@ -535,7 +573,7 @@ def test_fleet_through_haproxy():
     print("  page-ins (segments) for %d Zipf(%.1f) requests over %d models, %d clients: rendered "
           "affinity %d, round-robin %d: %.1fx fewer" % (N_REQUESTS, ZIPF_S, N_MODELS, CLIENTS,
                                                          pi_aff, pi_rr, ratio))
-    for k in ("failover", "rolling"):
+    for k in ("load refusal", "failover", "rolling"):
         print("  " + RESULTS[k])
     print("  whole test: %.0f s" % (time.time() - t_start))
     assert ratio >= 3, (pi_aff, pi_rr)

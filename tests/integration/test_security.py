@@ -740,10 +740,10 @@ def test_queue_limit_per_model_and_max_queued_overall_answer_overloaded():
         ev = c.recv()
         assert ev["id"] == "a3" and error_code(ev) == "overloaded", ev
         assert "limit 2" in ev["error"]["message"], ev
-        # HTTP meets the same queue: 429 in OpenAI's shape
+        # HTTP meets the same queue: 503 in OpenAI's shape
         status, hdrs, b = http_call(d.port, "POST", "/v1/completions",
                                     {"model": "a", "prompt": "hi", "max_tokens": 1})
-        openai_error(status, b, 429, "overloaded")
+        openai_error(status, b, 503, "overloaded")
         # b runs one and queues one: three queued in all, so b's second is refused
         # although b's own queue has room
         c.send(dict(long, id="run-b", model="b"))
