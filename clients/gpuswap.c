@@ -37,6 +37,8 @@ enum gs_key {
     K_INTERVAL,
     K_COUNT,
     K_API_KEY,
+    K_DEADLINE,
+    K_NO_RETRY,
     K_SAMPLER, /* K_SAMPLER + i: sampling parameter i of sampler_params.h */
 };
 
@@ -64,6 +66,8 @@ static const gs_optdef_t gs_optdefs[] = {
         {"temp", 0, 1, S_SAMPLING, (enum gs_key)(K_SAMPLER + SAMPLER_PARAM_temperature)},
     {"seed", 0, 1, S_SAMPLING, K_SEED},
     {"stop", 0, 1, S_SAMPLING, K_STOP},
+    {"deadline-ms", 0, 1, S_SAMPLING, K_DEADLINE},
+    {"no-retry", 0, 0, S_SAMPLING, K_NO_RETRY},
     {"verbose", 'v', 0, S_VERBOSE, K_VERBOSE},
     {"system", 0, 1, S_SYSTEM, K_SYSTEM},
     {"watch", 'w', 0, S_WATCH, K_WATCH},
@@ -133,6 +137,13 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         s->has_seed = 1;
         return 0;
     case K_SAMPLER: break;
+    case K_DEADLINE:
+        if (gs_parse_ll(val, 1, PROTO_MAX_DEADLINE_MS, &v))
+            return gs_usage_error(cmd, "--deadline-ms takes 1 to %u (got '%s')",
+                                  PROTO_MAX_DEADLINE_MS, val);
+        s->deadline_ms = (uint32_t)v;
+        return 0;
+    case K_NO_RETRY: o->no_retry = 1; return 0;
     case K_STOP:
         if (s->n_stop >= PROTO_MAX_STOP)
             return gs_usage_error(cmd, "at most %d --stop strings", PROTO_MAX_STOP);
@@ -255,7 +266,12 @@ static void gs_sampling_help(FILE *f)
                 sampler_param_range_text(d, range, sizeof range), d->def_text);
     }
     fputs("  --seed N               same request + seed + model = same tokens\n"
-          "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n",
+          "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n"
+          "  --deadline-ms N        the first token is wanted within N ms: refused at once\n"
+          "                         (overloaded) when the daemon predicts it cannot be\n"
+          "  --no-retry             an overloaded answer that says when to try again\n"
+          "                         (retry_after_ms) ends the command; by default it is\n"
+          "                         retried after that wait, 3 times and 30 s at most\n",
           f);
 }
 

@@ -27,6 +27,36 @@ static void gs_req_sampling(proto_req_t *req, const gs_opts_t *o)
     req->has_seed = s->has_seed;
     req->stop = s->stop;
     req->n_stop = s->n_stop;
+    req->deadline_ms = s->deadline_ms;
+}
+
+/* Retries of an overloaded answer that says when to try again (retry_after_ms): at most this
+ * many, waiting at most GS_RETRY_BUDGET_MS in all (docs/overload.md). */
+#define GS_RETRIES 3
+#define GS_RETRY_BUDGET_MS 30000
+
+/* gs_conn_call, again after the wait an overloaded answer asks for while nothing was printed
+ * (*printed: bytes of text the request streamed), unless --no-retry or the budget is spent. */
+static int gs_call_retrying(gs_conn_t *c, proto_req_t *req, const gs_opts_t *o, gs_partial_fn fn,
+                            void *ctx, const int *printed, gs_answer_t *a)
+{
+    int64_t waited = 0;
+    for (int tries = 0;; tries++) {
+        int rc = gs_conn_call(c, req, 1, fn, ctx, a);
+        if (rc || a->ev.kind != PROTO_EV_ERROR || o->no_retry || tries == GS_RETRIES || *printed)
+            return rc;
+        const json_t *e = json_object_get(a->ev.root, "error");
+        double ms = gs_num(e, "retry_after_ms", 0);
+        if (strcmp(gs_str(e, "code"), "overloaded") != 0 || ms <= 0 ||
+            waited + (int64_t)ms > GS_RETRY_BUDGET_MS)
+            return rc;
+        if (o->verbose)
+            gs_err("overloaded: %s; trying again in %.0f ms", gs_str(e, "message"), ms);
+        gs_answer_free(a);
+        waited += (int64_t)ms;
+        if (gs_wait(-1, gs_now_ms() + (int64_t)ms) == GS_LINE_SIGNAL)
+            return 128 + gs_signal_take();
+    }
 }
 
 /* ------------------------------------------------------------------ generate, chat */
@@ -146,7 +176,7 @@ int gs_cmd_generate(const gs_cmd_t *cmd, gs_opts_t *o)
     }
     gs_stream_t st = {0};
     gs_answer_t a;
-    rc = gs_conn_call(&c, &req, 1, gs_on_token, &st, &a);
+    rc = gs_call_retrying(&c, &req, o, gs_on_token, &st, &st.printed, &a);
     free(prompt);
     gs_conn_close(&c);
     if (rc) {
@@ -285,7 +315,7 @@ int gs_cmd_chat(const gs_cmd_t *cmd, gs_opts_t *o)
         req.stream = !o->json;
         gs_stream_t st = {0};
         gs_answer_t a;
-        rc = gs_conn_call(&c, &req, 1, gs_on_token, &st, &a);
+        rc = gs_call_retrying(&c, &req, o, gs_on_token, &st, &st.printed, &a);
         if (rc) {
             if (st.printed)
                 putchar('\n');

@@ -37,6 +37,7 @@ typedef struct gs_opts {
     const char *socket, *admin_socket;
     const char *api_key; /* sent in an auth op on the inference socket; NULL = none */
     int json, verbose, help;
+    int no_retry; /* --no-retry: an overloaded answer with retry_after_ms is not retried */
     const char *model;
     const char *system;
     proto_req_t samp;           /* sampling fields and has_* flags; stop points into stop[] */

@@ -30,6 +30,12 @@ protocol's: "unknown_model", "bad_request", "overloaded", ...). A socket that
 cannot be reached or a connection that breaks raises ConnectionError (OSError);
 the next call reconnects.
 
+Overload: a request may carry deadline_ms (its first token wanted within that many ms); one
+the daemon cannot serve in time is refused at once with "overloaded" and retry_after_ms
+(GpuswapError.retry_after_ms). generate and chat without stream wait that long and send it
+again, up to retries times (default 3) and retry_budget seconds of waiting in all (default 30);
+Client(retries=0) turns it off. A stream is not retried: its error comes while it is read.
+
 Threads: a Client runs one request at a time; calls from several threads are
 serialised by a lock (a streaming request holds it until its stream ends or is
 closed), so share a Client between threads only when that is acceptable, and
@@ -40,6 +46,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 __all__ = ["Client", "Stream", "GpuswapError", "DEFAULT_SOCKET", "DEFAULT_ADMIN_SOCKET"]
 
@@ -55,6 +62,8 @@ class GpuswapError(Exception):
         self.code = code
         self.message = message
         self.answer = answer
+        # overloaded for a deadline: when the daemon predicts it could serve it (ms), else None
+        self.retry_after_ms = ((answer or {}).get("error") or {}).get("retry_after_ms")
 
 
 class _Conn:
@@ -202,7 +211,9 @@ class Client:
     Connections open on first use and stay open; timeout (seconds, None = wait forever) applies
     to each socket operation."""
 
-    def __init__(self, socket_path=None, admin_socket=None, timeout=None, api_key=None):
+    def __init__(self, socket_path=None, admin_socket=None, timeout=None, api_key=None, retries=3,
+                 retry_budget=30.0):
+        self.retries, self.retry_budget = retries, retry_budget
         self.socket_path = socket_path or os.environ.get("GPUSWAP_SOCKET") or DEFAULT_SOCKET
         self.api_key = api_key or os.environ.get("GPUSWAP_API_KEY") or None
         self.admin_socket = admin_socket or os.environ.get("GPUSWAP_ADMIN_SOCKET") or DEFAULT_ADMIN_SOCKET
@@ -341,7 +352,22 @@ class Client:
         req.update(sampling)
         if stream:
             return self._start_stream(req)
-        return self._call(req)
+        return self._call_retrying(req)
+
+    def _call_retrying(self, req):
+        """_call, again after the wait an overloaded answer asks for (retry_after_ms), within
+        self.retries and self.retry_budget."""
+        waited = 0.0
+        for attempt in range(self.retries + 1):
+            try:
+                return self._call(req)
+            except GpuswapError as e:
+                wait = (e.retry_after_ms or 0) / 1000.0
+                if (e.code != "overloaded" or wait <= 0 or attempt == self.retries
+                        or waited + wait > self.retry_budget):
+                    raise
+                time.sleep(wait)
+                waited += wait
 
     def chat(self, model, messages, stream=False, **sampling):
         """Like generate, with messages [{"role": "system"|"user"|"assistant", "content": str}, ...]."""
@@ -349,7 +375,7 @@ class Client:
         req.update(sampling)
         if stream:
             return self._start_stream(req)
-        return self._call(req)
+        return self._call_retrying(req)
 
     def tokenize(self, model, text, add_bos=True):
         """The token ids of text."""

@@ -58,6 +58,7 @@ typedef struct hreq {
     auth_key_t *key;      /* its Authorization's key (a reference); NULL if none needed */
     int admitted;         /* a generate/chat slot of key is held until it ends */
     uint32_t retry_after; /* Retry-After seconds of its 429 or 503; 0 = the default 1 */
+    uint32_t retry_ms;    /* and retry-after-ms (the OpenAI SDKs read it first); 0 = none */
     time_t created;       /* unix seconds at arrival */
     json_t *choices;      /* n > 1 without stream: the choices ended so far (array), owned */
     size_t offset[PROTO_MAX_CHOICES]; /* completions' logprobs text_offset, per choice */
@@ -397,6 +398,8 @@ static void reply_json(hreq_t *r, int status, json_t *body)
         char ra[16];
         snprintf(ra, sizeof ra, "%u", r->retry_after ? r->retry_after : 1);
         evhttp_add_header(hd, "Retry-After", ra);
+        if (r->retry_ms && snprintf(ra, sizeof ra, "%u", r->retry_ms) > 0)
+            evhttp_add_header(hd, "retry-after-ms", ra);
     }
     if (status == 401)
         evhttp_add_header(hd, "WWW-Authenticate", "Bearer");
@@ -601,8 +604,10 @@ static void any_error(hreq_t *r, const wk_event_t *ev)
 {
     const char *code = proto_err_code(ev->code);
     int status = r->status ? r->status : status_of(ev->code);
-    if (ev->retry_ms) /* refused for its deadline (docs/overload.md): when to try again */
+    if (ev->retry_ms) { /* refused for its deadline (docs/overload.md): when to try again */
         r->retry_after = (ev->retry_ms + 999) / 1000;
+        r->retry_ms = ev->retry_ms;
+    }
     json_t *body = r->kind == HK_OLLAMA ? http_ollama_error_of(ev->message ? ev->message : code)
                                         : error_body(status, code, ev->message);
     if (r->started) {
@@ -843,16 +848,13 @@ static void do_generate(hreq_t *r)
         http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;
     }
-    uint32_t dl = 0;
-    if (http_deadline_header(evhttp_request_get_input_headers(r->req), &dl)) {
+    if (http_deadline_header(evhttp_request_get_input_headers(r->req), &req.deadline_ms)) {
         proto_req_free(&req);
         http_fail(r, 0, PROTO_E_BAD_REQUEST,
                   "header X-Deadline-Ms must be a whole number of milliseconds, 1 to %u",
                   PROTO_MAX_DEADLINE_MS);
         return;
     }
-    if (!req.deadline_ms)
-        req.deadline_ms = dl;
     r->stream = req.stream;
     r->model = strdup(req.model ? req.model : "");
     if (!r->model) {

@@ -35,11 +35,11 @@ int http_deadline_header(const struct evkeyvalq *in, uint32_t *ms)
 {
     const char *v = evhttp_find_header(in, "X-Deadline-Ms");
     uint64_t x = 0;
-    *ms = 0;
     if (!v)
         return 0;
     if (num_u64(v, &x) || x < 1 || x > PROTO_MAX_DEADLINE_MS)
         return -1;
-    *ms = (uint32_t)x;
+    if (!*ms) /* the body's deadline_ms, if any, comes first */
+        *ms = (uint32_t)x;
     return 0;
 }

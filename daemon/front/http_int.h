@@ -15,8 +15,8 @@ struct evkeyvalq;
 /* Every X-Forwarded-For line of in, in order, joined by ","; NULL when there is none (or out of
  * memory). The caller frees it. */
 char *http_forwarded_for(const struct evkeyvalq *in);
-/* X-Deadline-Ms of in into *ms (0 = absent): 0, or -1 when it is not a whole number of
- * milliseconds from 1 to PROTO_MAX_DEADLINE_MS. */
+/* X-Deadline-Ms of in into *ms unless *ms is set already (the body's) or the header is absent:
+ * 0, or -1 when it is not a whole number of milliseconds from 1 to PROTO_MAX_DEADLINE_MS. */
 int http_deadline_header(const struct evkeyvalq *in, uint32_t *ms);
 
 /* ------------------------------------------------------------------ http_openai.c */

@@ -3,11 +3,14 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
+import gpuswap  # noqa: E402
 import gsd  # noqa: E402
 
 TMP = gsd.tmpdir(prefix="gsd-overload-")
@@ -224,8 +227,57 @@ def test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named():
         assert refused, "no 503 within 10 s (last: %s %s)" % (st, b)
         st, hd, b = refused
         assert b["error"]["code"] == "overloaded" and int(hd["Retry-After"]) >= 1, (hd, b)
+        ms = int(hd["retry-after-ms"])
+        assert ms >= 100 and int(hd["Retry-After"]) == (ms + 999) // 1000, hd
         RESULTS["http"] = "503, Retry-After: %s, %s" % (hd["Retry-After"], b["error"]["message"])
         hold.close()
+    finally:
+        d.stop()
+
+
+def backlog(d, n=40):
+    """n requests without a deadline queued ahead on their own connection (kept open)."""
+    hold = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hold.connect(d.sock)
+    for i in range(n):
+        hold.sendall((json.dumps({"op": "generate", "id": i, "model": "m", "prompt": "x",
+                                  "max_tokens": MAX_TOKENS}) + "\n").encode())
+    return hold
+
+
+def test_the_python_client_and_the_cli_wait_as_told_and_try_again():
+    d = start()
+    try:
+        # warm: a measured pass and admission gap before the backlog
+        gpuswap.Client(socket_path=d.sock).generate("m", "hi", max_tokens=MAX_TOKENS)
+        hold = backlog(d)
+        time.sleep(0.3)  # admissions from the backlog: the gap per request ahead is measured
+        c = gpuswap.Client(socket_path=d.sock, retries=0)
+        try:
+            c.generate("m", "hello", max_tokens=2, deadline_ms=300)
+            raise AssertionError("not refused")
+        except gpuswap.GpuswapError as e:
+            assert e.code == "overloaded" and e.retry_after_ms >= 100, (e.code, e.answer)
+            first_wait = e.retry_after_ms
+        c.close()
+        cli = [os.path.join(gsd.BUILD, "gpuswap"), "generate", "--socket", d.sock, "-m", "m",
+               "--max-tokens", "2", "--deadline-ms", "300"]
+        p = subprocess.run(cli + ["--no-retry", "hello"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and "overloaded" in p.stderr, (p.returncode, p.stderr)
+        # with retries (the defaults): the wait it was told, then served once the backlog is gone
+        t0 = time.time()
+        done = gpuswap.Client(socket_path=d.sock).generate("m", "hello", max_tokens=2, deadline_ms=300)
+        took = time.time() - t0
+        assert done["finish_reason"] in ("length", "eos", "stop"), done
+        hold.close()
+        hold = backlog(d)
+        time.sleep(0.3)
+        p = subprocess.run(cli + ["-v", "hello"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "trying again in" in p.stderr, (p.returncode, p.stderr)
+        hold.close()
+        RESULTS["retry"] = ("refused with retry_after_ms %d behind 40 queued; the client served "
+                            "after %.1f s of retries; the CLI too (%s)" % (
+                                first_wait, took, p.stderr.strip().splitlines()[0][:120]))
     finally:
         d.stop()
 
@@ -234,7 +286,8 @@ if __name__ == "__main__":
     r = gsd.Runner()
     for fn in (test_twice_capacity_every_request_gets_a_token_or_a_typed_refusal_and_goodput_rises,
                test_below_capacity_nothing_is_refused,
-               test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named):
+               test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named,
+               test_the_python_client_and_the_cli_wait_as_told_and_try_again):
         r.run(fn)
     for k, v in RESULTS.items():
         print("  %s: %s" % (k, v))
