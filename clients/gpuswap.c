@@ -39,6 +39,7 @@ enum gs_key {
     K_API_KEY,
     K_DEADLINE,
     K_NO_RETRY,
+    K_CLASS,
     K_SAMPLER, /* K_SAMPLER + i: sampling parameter i of sampler_params.h */
 };
 
@@ -68,6 +69,7 @@ static const gs_optdef_t gs_optdefs[] = {
     {"stop", 0, 1, S_SAMPLING, K_STOP},
     {"deadline-ms", 0, 1, S_SAMPLING, K_DEADLINE},
     {"no-retry", 0, 0, S_SAMPLING, K_NO_RETRY},
+    {"class", 0, 1, S_SAMPLING, K_CLASS},
     {"verbose", 'v', 0, S_VERBOSE, K_VERBOSE},
     {"system", 0, 1, S_SYSTEM, K_SYSTEM},
     {"watch", 'w', 0, S_WATCH, K_WATCH},
@@ -144,6 +146,11 @@ static int gs_opt_apply(const char *cmd, gs_opts_t *o, const gs_optdef_t *d, con
         s->deadline_ms = (uint32_t)v;
         return 0;
     case K_NO_RETRY: o->no_retry = 1; return 0;
+    case K_CLASS:
+        if (strcmp(val, "batch") != 0 && strcmp(val, "interactive") != 0)
+            return gs_usage_error(cmd, "--class takes interactive or batch (got '%s')", val);
+        s->batch = strcmp(val, "batch") == 0;
+        return 0;
     case K_STOP:
         if (s->n_stop >= PROTO_MAX_STOP)
             return gs_usage_error(cmd, "at most %d --stop strings", PROTO_MAX_STOP);
@@ -267,6 +274,8 @@ static void gs_sampling_help(FILE *f)
     }
     fputs("  --seed N               same request + seed + model = same tokens\n"
           "  --stop STR             stop when the text ends with STR (repeatable, up to 16)\n"
+          "  --class C              interactive (default) or batch: uses what interactive\n"
+          "                         requests leave\n"
           "  --deadline-ms N        the first token is wanted within N ms: refused at once\n"
           "                         (overloaded) when the daemon predicts it cannot be\n"
           "  --no-retry             an overloaded answer that says when to try again\n"

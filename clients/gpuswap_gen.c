@@ -28,6 +28,7 @@ static void gs_req_sampling(proto_req_t *req, const gs_opts_t *o)
     req->stop = s->stop;
     req->n_stop = s->n_stop;
     req->deadline_ms = s->deadline_ms;
+    req->batch = s->batch;
 }
 
 /* Retries of an overloaded answer that says when to try again (retry_after_ms): at most this

@@ -70,6 +70,7 @@ typedef enum pfield {
     F_TOOL_CHOICE,
     F_PARALLEL_TOOLS,
     F_DEADLINE_MS,
+    F_CLASS,
     F_COUNT
 } pfield_t;
 
@@ -106,6 +107,7 @@ static const char *const field_names[F_COUNT] = {
     [F_TOOL_CHOICE] = "tool_choice",
     [F_PARALLEL_TOOLS] = "parallel_tool_calls",
     [F_DEADLINE_MS] = "deadline_ms",
+    [F_CLASS] = "class",
 };
 
 static const char *const finish_names[PROTO_FINISH_COUNT] = {
@@ -137,7 +139,8 @@ const char *proto_fault_name(int fault)
 #define F_SAMPLING                                                                                 \
     (FB(F_MAX_TOKENS) | F_SAMPLER_BITS | FB(F_SEED) | FB(F_STOP) | FB(F_STREAM) |                  \
      FB(F_CACHE_PROMPT) | FB(F_CACHE_SALT) | FB(F_LOGPROBS) | FB(F_TOP_LOGPROBS) |                 \
-     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT) | FB(F_GRAMMAR) | FB(F_DEADLINE_MS))
+     FB(F_LOGIT_BIAS) | FB(F_N) | FB(F_RESPONSE_FORMAT) | FB(F_GRAMMAR) | FB(F_DEADLINE_MS) |      \
+     FB(F_CLASS))
 _Static_assert(F_COUNT <= 64, "request fields are a uint64_t mask");
 
 enum {
@@ -664,6 +667,14 @@ static int parse_field(pfield_t f, const json_t *v, proto_req_t *req, char *err,
             return rc;
         req->deadline_ms = (uint32_t)x;
         return 0;
+    case F_CLASS: {
+        const char *c = json_string_value(v);
+        if (!c || (strcmp(c, "interactive") != 0 && strcmp(c, "batch") != 0))
+            return proto_fail(err, errlen, PROTO_E_BAD_REQUEST,
+                              "field 'class' must be \"interactive\" or \"batch\"");
+        req->batch = strcmp(c, "batch") == 0;
+        return 0;
+    }
     case F_LOGIT_BIAS: return proto_parse_logit_bias(v, req, err, errlen);
     case F_RESPONSE_FORMAT: return parse_response_format(v, req, err, errlen);
     case F_GRAMMAR: return get_string(name, v, 1, SIZE_MAX, &req->grammar, err, errlen);
@@ -962,6 +973,7 @@ static int encode_field(json_t *root, pfield_t f, const proto_req_t *req)
     case F_N: return req->n ? proto_set_new(root, name, json_integer(req->n)) : 0;
     case F_DEADLINE_MS:
         return req->deadline_ms ? proto_set_new(root, name, json_integer(req->deadline_ms)) : 0;
+    case F_CLASS: return req->batch ? proto_set_new(root, name, json_string("batch")) : 0;
     case F_LOGIT_BIAS:
         return req->n_bias ? proto_set_new(root, name, proto_logit_bias_new(req)) : 0;
     case F_RESPONSE_FORMAT:

@@ -118,6 +118,8 @@ typedef struct proto_req {
     uint32_t deadline_ms;    /* generate/chat: its first token is wanted within this many ms of
                                 arrival, else an overloaded answer at once (docs/overload.md);
                                 0 = not given (the model's deadline, or none) */
+    int batch;               /* generate/chat "class": "batch": it uses what interactive requests
+                                leave (docs/overload.md); 0 = interactive (the default) */
     uint32_t n;              /* generate/chat: choices, 1..PROTO_MAX_CHOICES; 0 = not given (1) */
     int echo;                /* generate: the prompt's text heads the answer's text */
     char *suffix;            /* generate: the text after the gap (fill in the middle), or NULL */

@@ -848,11 +848,9 @@ static void do_generate(hreq_t *r)
         http_fail(r, 0, (proto_err_t)-rc, "%s", err);
         return;
     }
-    if (http_deadline_header(evhttp_request_get_input_headers(r->req), &req.deadline_ms)) {
+    if (http_request_headers(evhttp_request_get_input_headers(r->req), &req, err, sizeof err)) {
         proto_req_free(&req);
-        http_fail(r, 0, PROTO_E_BAD_REQUEST,
-                  "header X-Deadline-Ms must be a whole number of milliseconds, 1 to %u",
-                  PROTO_MAX_DEADLINE_MS);
+        http_fail(r, 0, PROTO_E_BAD_REQUEST, "%s", err);
         return;
     }
     r->stream = req.stream;

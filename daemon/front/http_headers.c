@@ -1,6 +1,7 @@
-/* http_headers: the request headers the HTTP front end reads beside the body: X-Forwarded-For (joined, for the client's address) and X-Deadline-Ms (a first-token deadline). */
+/* http_headers: the request headers the HTTP front end reads beside the body: X-Forwarded-For (joined, for the client's address), X-Deadline-Ms (a first-token deadline) and X-Request-Class (interactive or batch). */
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -31,15 +32,24 @@ char *http_forwarded_for(const struct evkeyvalq *in)
     return out;
 }
 
-int http_deadline_header(const struct evkeyvalq *in, uint32_t *ms)
+int http_request_headers(const struct evkeyvalq *in, proto_req_t *req, char *err, size_t errlen)
 {
     const char *v = evhttp_find_header(in, "X-Deadline-Ms");
     uint64_t x = 0;
-    if (!v)
-        return 0;
-    if (num_u64(v, &x) || x < 1 || x > PROTO_MAX_DEADLINE_MS)
+    if (v && (num_u64(v, &x) || x < 1 || x > PROTO_MAX_DEADLINE_MS)) {
+        snprintf(err, errlen,
+                 "header X-Deadline-Ms must be a whole number of milliseconds, 1 to %u",
+                 PROTO_MAX_DEADLINE_MS);
         return -1;
-    if (!*ms) /* the body's deadline_ms, if any, comes first */
-        *ms = (uint32_t)x;
+    }
+    if (v && !req->deadline_ms) /* the body's deadline_ms, if any, comes first */
+        req->deadline_ms = (uint32_t)x;
+    v = evhttp_find_header(in, "X-Request-Class");
+    if (v && strcmp(v, "batch") != 0 && strcmp(v, "interactive") != 0) {
+        snprintf(err, errlen, "header X-Request-Class must be interactive or batch");
+        return -1;
+    }
+    if (v && !req->batch)
+        req->batch = strcmp(v, "batch") == 0;
     return 0;
 }

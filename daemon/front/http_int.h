@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "http.h"
+#include "proto.h"
 
 /* ------------------------------------------------------------------ http_headers.c */
 
@@ -15,9 +16,9 @@ struct evkeyvalq;
 /* Every X-Forwarded-For line of in, in order, joined by ","; NULL when there is none (or out of
  * memory). The caller frees it. */
 char *http_forwarded_for(const struct evkeyvalq *in);
-/* X-Deadline-Ms of in into *ms unless *ms is set already (the body's) or the header is absent:
- * 0, or -1 when it is not a whole number of milliseconds from 1 to PROTO_MAX_DEADLINE_MS. */
-int http_deadline_header(const struct evkeyvalq *in, uint32_t *ms);
+/* X-Deadline-Ms (deadline_ms) and X-Request-Class (interactive or batch) of in into req where
+ * its body set neither: 0, or -1 with a message in err for a value out of range. */
+int http_request_headers(const struct evkeyvalq *in, proto_req_t *req, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ http_openai.c */
 

@@ -34,7 +34,8 @@
 
 typedef struct mqueue {
     sched_item_t *head, *tail;
-    uint32_t n;
+    sched_item_t *first_batch; /* the batch class's items are the queue's tail from here */
+    uint32_t n, n_batch;
     double out_seen, out_capped; /* its finished sequences, and those that ran to their
                                     max_tokens (faded as the global ones, on its own) */
 } mqueue_t;
@@ -60,6 +61,7 @@ struct sched {
     double out_capped;                 /* of those, ended at their max_tokens (faded alike) */
     double above_w[SCHED_OUT_BUCKETS]; /* sum of out_w over the buckets above */
     int out_dirty;                     /* above_w to be summed again */
+    int interactive; /* this plan: a model has interactive work, queued or running (deferred) */
 };
 
 sched_t *sched_new(const sched_cfg_t *cfg, int n_models)
@@ -123,14 +125,21 @@ int sched_submit(sched_t *s, sched_item_t *it)
     if (q->n >= s->cfg.queue_limit || s->total >= s->cfg.max_queued)
         return SCHED_ERR_OVERLOADED;
     it->seq = s->next_seq++;
-    it->next = NULL;
-    it->prev = q->tail;
-    if (q->tail)
-        q->tail->next = it;
+    sched_item_t *before = it->batch ? NULL : q->first_batch; /* interactive: ahead of batch */
+    it->next = before;
+    it->prev = before ? before->prev : q->tail;
+    if (it->prev)
+        it->prev->next = it;
     else
         q->head = it;
-    q->tail = it;
+    if (before)
+        before->prev = it;
+    else
+        q->tail = it;
+    if (it->batch && !q->first_batch)
+        q->first_batch = it;
     q->n++;
+    q->n_batch += it->batch != 0;
     s->total++;
     it->queued = 1;
     return SCHED_OK;
@@ -141,6 +150,9 @@ void sched_remove(sched_t *s, sched_item_t *it)
     if (!it->queued)
         return;
     mqueue_t *q = &s->q[it->model];
+    if (q->first_batch == it)
+        q->first_batch = it->next;
+    q->n_batch -= it->batch != 0;
     if (it->prev)
         it->prev->next = it->next;
     else
@@ -242,9 +254,21 @@ uint32_t sched_passes_left(sched_t *s, int model, uint32_t n_gen, uint32_t max_t
 
 /* Work that can make progress now: active sequences, or queued requests it
  * can admit (a queue blocked on KV memory waits for others to finish). */
-static int has_work(const sched_t *s, const sched_model_view_t *v, int m)
+/* m's work is all of the batch class (queued and running) while another model has interactive
+ * work: it waits, but for max_stall (batch work uses what interactive work leaves). */
+static int deferred(const sched_t *s, const sched_model_view_t *v, int m)
+{
+    return s->interactive && s->q[m].n == s->q[m].n_batch && v[m].n_active == v[m].n_active_batch;
+}
+
+static int any_work(const sched_t *s, const sched_model_view_t *v, int m)
 {
     return !v[m].loading && ((s->q[m].n > 0 && v[m].can_admit) || v[m].n_active > 0);
+}
+
+static int has_work(const sched_t *s, const sched_model_view_t *v, int m)
+{
+    return any_work(s, v, m) && !deferred(s, v, m);
 }
 
 static int any_loading(const sched_t *s, const sched_model_view_t *v)
@@ -282,7 +306,7 @@ static int stalled_running(const sched_t *s, double now, const sched_model_view_
     if (s->cfg.max_stall_s <= 0)
         return -1;
     for (int m = 0; m < s->n; m++)
-        if (v[m].n_active > 0 && eligible(s, v, m, loading) &&
+        if (v[m].n_active > 0 && any_work(s, v, m) && (v[m].resident || !loading) &&
             now - v[m].last_step >= s->cfg.max_stall_s &&
             (model < 0 || v[m].last_step < v[model].last_step))
             model = m;
@@ -636,7 +660,7 @@ static void plan_swap_aware(sched_t *s, double now, const sched_model_view_t *v,
     int unqueued = any_unqueued(s, v);
     for (int m = 0; m < s->n && !unqueued && v[model].resident; m++) {
         if (m == model || v[m].resident || v[m].loading || s->q[m].n == 0 || !v[m].can_admit ||
-            v[m].fits < 0)
+            v[m].fits < 0 || deferred(s, v, m))
             continue;
         double u = urgency(s, v, m, now);
         if (u > best) {
@@ -674,6 +698,9 @@ void sched_next(sched_t *s, double now, const sched_model_view_t *views, sched_p
     plan->admit = 0;
     plan->prefetch = -1;
     plan->switched = 0;
+    s->interactive = 0;
+    for (int m = 0; m < s->n && !s->interactive; m++)
+        s->interactive = s->q[m].n > s->q[m].n_batch || views[m].n_active > views[m].n_active_batch;
     if (s->cfg.policy == SCHED_POLICY_FIFO)
         plan_fifo(s, views, plan);
     else

@@ -59,32 +59,35 @@ typedef struct sched_item {
     double t_arrival; /* seconds, caller's clock */
     uint64_t seq;     /* arrival order, set by sched_submit */
     void *user;
+    int batch; /* the batch class: queued after the model's interactive requests, and its
+                         model waits while another has interactive work (set before submit) */
     struct sched_item *next, *prev; /* queue links (scheduler's) */
     int queued;
 } sched_item_t;
 
 /* What the caller tells the scheduler about a model at decision time. */
 typedef struct sched_model_view {
-    int resident;        /* it can run without a page-in: every segment on the device, or the
+    int resident;            /* it can run without a page-in: every segment on the device, or the
                              copies still in flight covered by its compute (res_ready_in) */
-    uint32_t n_active;   /* sequences admitted and not finished */
-    uint32_t max_batch;  /* sequences it may run at once */
-    double swap_in_s;    /* measured (or estimated) time to page it in */
-    double priority;     /* > 0 */
-    int can_admit;       /* its next queued request would get a KV cache now */
-    int loading;         /* its page-in is on the copy engine and it cannot run yet */
-    int queued;          /* (optional) loading, every copy its page-in needs is queued, and they
+    uint32_t n_active;       /* sequences admitted and not finished */
+    uint32_t max_batch;      /* sequences it may run at once */
+    double swap_in_s;        /* measured (or estimated) time to page it in */
+    double priority;         /* > 0 */
+    int can_admit;           /* its next queued request would get a KV cache now */
+    int loading;             /* its page-in is on the copy engine and it cannot run yet */
+    int queued;              /* (optional) loading, every copy its page-in needs is queued, and they
                              land before the caller's next round (within its longest pass): a
                              page-in queued now follows them (the copy engine is FIFO) */
-    double last_step;    /* when its last pass ended (caller's clock; 0 = never or unknown) */
-    int fits;            /* (optional) not resident: its page-in fits in free pages and pages of
+    double last_step;        /* when its last pass ended (caller's clock; 0 = never or unknown) */
+    int fits;                /* (optional) not resident: its page-in fits in free pages and pages of
                              models nobody has work for, with room left for the KV caches of the
                              work queued: 1 yes, -1 no (it would evict models with work), 0 the
                              caller does not say (switches are then planned as if it fits) */
-    uint32_t steps_left; /* (optional) the most passes any of its running sequences may still
+    uint32_t steps_left;     /* (optional) the most passes any of its running sequences may still
                              take (sched_passes_left; 0 = none or unknown) */
-    int streams;         /* its gpu_quota (or the pool) is below its size: every pass streams
+    int streams;             /* its gpu_quota (or the pool) is below its size: every pass streams
                              what the quota does not hold (so it is never resident) */
+    uint32_t n_active_batch; /* (optional) of n_active, sequences of the batch class */
 } sched_model_view_t;
 
 typedef struct sched_plan {

@@ -86,6 +86,7 @@ typedef struct stats_pool {
       "shortest remaining first goes by the output lengths seen")                                  \
     X(total_kv_recomputes,                                                                         \
       "sequences whose KV cache was given back when the pool ran short, then recomputed")          \
+    X(total_batch_requests, "requests of the batch class accepted (docs/overload.md)")             \
     X(total_deadline_refused, "requests refused on arrival: predicted to miss their deadline")     \
     X(total_deadline_dropped, "queued requests refused once predicted to miss their deadline")     \
     X(total_deadline_met, "requests with a deadline whose first token came within it")             \

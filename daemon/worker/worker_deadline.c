@@ -23,10 +23,14 @@ static double predict(wk_t *w, const wk_model_t *m, const wk_seq_t *s, uint32_t 
                                pass_time_for(&m->pass, fresh, 1));
 }
 
-/* When to try again: the predicted miss, at least DL_RETRY_MIN_MS. */
-static uint32_t retry_ms_of(double predicted_s, double left_s)
+/* When s, sent again, is predicted to get its first token within half its deadline: the
+ * prediction for a request joining the back of its model's queue now, less that half; at least
+ * DL_RETRY_MIN_MS. (The predicted miss alone sent retries back just at the deadline's edge.) */
+static uint32_t retry_ms_of(wk_t *w, const wk_seq_t *s)
 {
-    double ms = ceil((predicted_s - left_s) * 1e3);
+    const wk_model_t *m = w->models[s->model];
+    double tail = predict(w, m, s, sched_queued(w->sched, s->model));
+    double ms = ceil((tail - (s->t_deadline - s->t_arrival) / 2) * 1e3);
     if (!(ms >= DL_RETRY_MIN_MS))
         return DL_RETRY_MIN_MS;
     return ms > DL_RETRY_MAX_MS ? DL_RETRY_MAX_MS : (uint32_t)ms;
@@ -44,7 +48,7 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
     if (p <= left)
         return 0;
     m->svc.total_deadline_refused++;
-    wk_send_retry(w, s->conn, s->id, retry_ms_of(p, left),
+    wk_send_retry(w, s->conn, s->id, retry_ms_of(w, s),
                   "model '%s' cannot give a first token within %.0f ms: predicted %.0f ms (%u "
                   "requests queued ahead)",
                   m->name, (s->t_deadline - s->t_arrival) * 1e3, s->dl_predicted * 1e3,
@@ -75,7 +79,7 @@ static void sweep_model(wk_t *w, int mi, double now)
                  "%.0f ms more predicted",
                  m->name, (s->t_deadline - s->t_arrival) * 1e3, (now - s->t_arrival) * 1e3,
                  p * 1e3);
-        wk_seq_refuse(w, s, retry_ms_of(p, left), msg);
+        wk_seq_refuse(w, s, retry_ms_of(w, s), msg);
         it = next;
     }
 }

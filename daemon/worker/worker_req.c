@@ -326,6 +326,7 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     }
     wk_dl_start(s, m);
     s->item.model = mi;
+    s->item.batch = s->req.batch;
     s->item.t_arrival = s->t_arrival;
     s->item.user = s;
     return s;
@@ -389,6 +390,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
         proto_req_free(req);
         return;
     }
+    m->svc.total_batch_requests += req->batch != 0;
     proto_req_free(req);
     m->svc.total_requests++;
     for (uint32_t i = 0; i < n; i++)

@@ -123,6 +123,7 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
         res_set_wanted(m->rm, views[i].n_active > 0 || sched_queued(w->sched, i) > 0);
         views[i].last_step = m->last_step;
         for (wk_seq_t *q = m->active; q; q = q->next_active) {
+            views[i].n_active_batch += q->req.batch != 0;
             uint32_t left = sched_passes_left(w->sched, i, q->n_gen, q->max_tokens, m->n_active);
             if (left > views[i].steps_left)
                 views[i].steps_left = left;
@@ -285,6 +286,10 @@ static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
         if (!it)
             break;
         wk_seq_t *s = it->user;
+        uint32_t mb = m->cfg.max_batch ? m->cfg.max_batch : 1;
+        if (s->req.batch && mb > 1 && m->n_active + k + 1 >= mb)
+            break; /* the batch class never takes a model's last slot: an interactive request
+                      arriving finds one (its queue comes first) */
         if (wk_pfx_wait(w, m, s, fresh))
             break; /* one admitted now prefills the prefix it shares: reuse it next pass */
         if (wk_pfx_admit(w, m, s, fresh, seq_ctx(m, s), err, sizeof err)) {

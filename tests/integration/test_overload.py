@@ -39,8 +39,8 @@ class ThrottledDaemon(gsd.Daemon):
             f.write(text.replace("  threads: 1\n", "  threads: 1\n  fault_injection: true\n", 1))
 
 
-def start(http_port=None, deadline=None):
-    more = "max_batch: %d\n" % MAX_BATCH + ("deadline: %dms\n" % deadline if deadline else "")
+def start(http_port=None, deadline=None, max_batch=MAX_BATCH):
+    more = "max_batch: %d\n" % max_batch + ("deadline: %dms\n" % deadline if deadline else "")
     listen = "http: 127.0.0.1:%d" % http_port if http_port else ""
     d = ThrottledDaemon([("m", MODEL, more)], memory="16MiB", listen=listen,
                         scheduler="prefix_cache: false\nqueue_limit: 4096")
@@ -50,7 +50,7 @@ def start(http_port=None, deadline=None):
     return d
 
 
-def flood(d, deadline_ms, rate=RATE, duration=DURATION):
+def flood(d, deadline_ms, rate=RATE, duration=DURATION, extra=None, max_tokens=MAX_TOKENS):
     """Sends requests at rate for duration on one connection; returns {id: record}: sent,
     answered (client clock), the final event."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -86,8 +86,8 @@ def flood(d, deadline_ms, rate=RATE, duration=DURATION):
         wait = at - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        req = {"op": "generate", "id": i, "model": "m", "tokens": [1, 5 + i % 50, 9],
-               "max_tokens": MAX_TOKENS, "temperature": 0}
+        req = dict({"op": "generate", "id": i, "model": "m", "tokens": [1, 5 + i % 50, 9],
+                    "max_tokens": max_tokens, "temperature": 0}, **(extra or {}))
         if deadline_ms:
             req["deadline_ms"] = deadline_ms
         with lock:
@@ -235,6 +235,52 @@ def test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named():
         d.stop()
 
 
+def test_interactive_requests_beside_a_batch_flood_keep_their_first_token_times():
+    """Batch work uses what interactive work leaves: the interactive class's queue comes first and
+    batch requests never take a model's last slot, so an interactive request beside a flood of
+    batch ones is admitted at the next pass, as when it runs alone."""
+    n_flood = 400
+
+    def interactive(d):
+        recs = flood(d, 0, rate=25, duration=8, max_tokens=2)
+        return [ttft_s(r) * 1e3 for r in recs.values() if r["final"].get("event") == "done"]
+
+    d = start(max_batch=4)
+    try:
+        alone = interactive(d)
+    finally:
+        d.stop()
+    d = start(max_batch=4)
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.sock)
+        for i in range(n_flood):
+            s.sendall((json.dumps({"op": "generate", "id": "b%d" % i, "model": "m", "prompt": "x",
+                                   "max_tokens": MAX_TOKENS, "class": "batch"}) + "\n").encode())
+        gsd.until(lambda: d.stats()["models"]["m"]["total_batch_requests"] == n_flood, 10)
+        beside = interactive(d)
+        batch_done_early = d.stats()["models"]["m"]["total_completed"] - len(beside)
+        # every batch request is still answered
+        f, done = s.makefile("rb"), 0
+        while done < n_flood:
+            ev = json.loads(f.readline())
+            if ev.get("event") == "done":
+                done += 1
+            else:
+                assert ev.get("event") == "token", ev
+        s.close()
+    finally:
+        d.stop()
+    assert len(alone) >= 200 and len(beside) >= 200, (len(alone), len(beside))
+    a99, b99 = p(alone, 0.99), p(beside, 0.99)
+    RESULTS["classes"] = ("interactive p99 TTFT %.0f ms alone, %.0f ms beside %d batch requests "
+                          "(%d of them served meanwhile, all %d in the end); p50 %.0f / %.0f ms" % (
+                              a99, b99, n_flood, batch_done_early, n_flood, p(alone, 0.5),
+                              p(beside, 0.5)))
+    assert b99 <= 1.1 * a99 + 100, RESULTS["classes"]
+    assert batch_done_early > 0, RESULTS["classes"]  # the flood used what was left
+
+
 def backlog(d, n=40):
     """n requests without a deadline queued ahead on their own connection (kept open)."""
     hold = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -287,7 +333,8 @@ if __name__ == "__main__":
     for fn in (test_twice_capacity_every_request_gets_a_token_or_a_typed_refusal_and_goodput_rises,
                test_below_capacity_nothing_is_refused,
                test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named,
-               test_the_python_client_and_the_cli_wait_as_told_and_try_again):
+               test_the_python_client_and_the_cli_wait_as_told_and_try_again,
+               test_interactive_requests_beside_a_batch_flood_keep_their_first_token_times):
         r.run(fn)
     for k, v in RESULTS.items():
         print("  %s: %s" % (k, v))

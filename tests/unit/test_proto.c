@@ -822,7 +822,9 @@ Test(proto, encode_request_round_trips_every_op)
     round_trip(
         "{\"op\":\"generate\",\"id\":2,\"model\":\"m\",\"tokens\":[785,3974,0],\"temperature\":0.123456789}",
         0);
-    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"deadline_ms\":1500}", 0);
+    round_trip("{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"p\",\"deadline_ms\":1500,"
+               "\"class\":\"batch\"}",
+               0);
     round_trip(
         "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"\",\"stop\":\"x\",\"temperature\":3e-7}",
         0);
@@ -981,6 +983,15 @@ Test(proto, deadline_ms_is_a_whole_number_of_ms_from_1_to_a_day)
         cr_assert_eq(rc, -PROTO_E_BAD_REQUEST, "%s", bad[i]);
         cr_assert(strstr(err, "deadline_ms"), "%s: %s", bad[i], err);
     }
+    const char *cls = "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"class\":\"batch\"}";
+    cr_assert_eq(proto_parse_request(cls, strlen(cls), 0, &r, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.batch, 1);
+    proto_req_free(&r);
+    const char *bad_cls =
+        "{\"op\":\"generate\",\"model\":\"m\",\"prompt\":\"x\",\"class\":\"bulk\"}";
+    cr_assert_eq(proto_parse_request(bad_cls, strlen(bad_cls), 0, &r, NULL, err, sizeof err),
+                 -PROTO_E_BAD_REQUEST);
+    cr_assert(strstr(err, "'class'"), "%s", err);
     const char *tok = "{\"op\":\"tokenize\",\"model\":\"m\",\"text\":\"x\",\"deadline_ms\":5}";
     cr_assert_eq(proto_parse_request(tok, strlen(tok), 0, &r, NULL, err, sizeof err),
                  -PROTO_E_BAD_REQUEST, "tokenize takes no deadline");

@@ -718,7 +718,7 @@ Test(sched, passes_left_follows_each_models_own_asks_once_it_has_seen_enough)
 
 /* ------------------------------------------------------------------ deadlines */
 
-Test(scheduler, the_admission_gap_is_the_mean_of_the_last_gaps_while_a_backlog_lasted)
+Test(sched, the_admission_gap_is_the_mean_of_the_last_gaps_while_a_backlog_lasted)
 {
     sched_gap_t g = {0};
     cr_assert_float_eq(sched_first_token_s(&g, 10, 0.5, 0.1), 0.6, 1e-12,
@@ -748,4 +748,66 @@ Test(scheduler, the_admission_gap_is_the_mean_of_the_last_gaps_while_a_backlog_l
         }
     }
     cr_assert_eq(b.n, SCHED_GAP_WINDOW);
+}
+
+/* ------------------------------------------------------------------ request classes */
+
+Test(sched, interactive_requests_queue_ahead_of_the_batch_class_each_in_arrival_order)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    c.queue_limit = c.max_queued = 16;
+    sched_t *s = sched_new(&c, 1);
+    sched_item_t *b1 = item(0, 0), *i1 = item(0, 1), *b2 = item(0, 2), *i2 = item(0, 3);
+    b1->batch = b2->batch = 1;
+    sched_item_t *order[] = {b1, i1, b2, i2};
+    for (int k = 0; k < 4; k++)
+        cr_assert_eq(sched_submit(s, order[k]), SCHED_OK);
+    sched_remove(s, i1); /* out of the middle, and back: still ahead of the batch class */
+    sched_submit(s, i1);
+    sched_item_t *want[] = {i2, i1, b1, b2};
+    for (int k = 0; k < 4; k++)
+        cr_assert_eq(sched_pop(s, 0), want[k], "position %d", k);
+    cr_assert_null(sched_pop(s, 0));
+    sched_submit(s, b1); /* a batch queue alone, then an interactive request */
+    sched_submit(s, i1);
+    cr_assert_eq(sched_pop(s, 0), i1);
+    cr_assert_eq(sched_pop(s, 0), b1);
+    for (int k = 0; k < 4; k++)
+        free(order[k]);
+    sched_free(s);
+}
+
+Test(sched, a_model_with_only_batch_work_waits_while_another_has_interactive_work)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    sched_t *s = sched_new(&c, 2);
+    sched_item_t *b = item(0, 0.0), *i = item(1, 1.0);
+    b->batch = 1;
+    sched_submit(s, b);
+    sched_submit(s, i);
+    sched_model_view_t v[2];
+    views_init(v, 2);
+    v[0].resident = v[1].resident = 1;
+    sched_plan_t p;
+    sched_next(s, 9.0, v, &p); /* b waited past max_wait: it would go first as interactive */
+    cr_assert_eq(p.model, 1, "the interactive model goes first");
+    sched_remove(s, i);
+    sched_next(s, 9.0, v, &p);
+    cr_assert_eq(p.model, 0, "the batch class uses what is left");
+    /* running batch sequences still step within max_stall */
+    v[0].n_active = v[0].n_active_batch = 1;
+    v[0].last_step = 8.0;
+    sched_submit(s, i);
+    c.max_stall_s = 0.5;
+    sched_set_cfg(s, &c);
+    sched_next(s, 9.0, v, &p);
+    cr_assert_eq(p.model, 0, "a batch stream past max_stall steps");
+    v[0].last_step = 8.9;
+    sched_next(s, 9.0, v, &p);
+    cr_assert_eq(p.model, 1);
+    sched_remove(s, i);
+    sched_remove(s, b);
+    free(b);
+    free(i);
+    sched_free(s);
 }
