@@ -27,6 +27,10 @@ static const char *const policy_names[CFG_POLICY_COUNT + 1] = {
 static const char *const kv_type_names[] = {"f16", "f32", NULL};
 /* engine/chat_tools.h's chat_tool_choice_t order: auto, none, required */
 static const char *const tool_choice_names[] = {"auto", "none", "required", NULL};
+/* cfg_model_t.deadline_keep: 0 refuse, 1 keep */
+static const char *const deadline_miss_names[] = {"refuse", "keep", NULL};
+/* cfg_key_t.batch: 0 interactive, 1 batch */
+static const char *const class_names[] = {"interactive", "batch", NULL};
 
 const char *cfg_backend_name(cfg_backend_t b)
 {
@@ -179,6 +183,11 @@ const opt_t cfg_opts[] = {
      NULL, CFG_APPLY_LIVE, "generate/chat requests in flight; 0 = unlimited"},
     {"auth.keys", "tokens_per_minute", OPT_U32, K(tokens_per_minute), "0", 0, 1000000000, 0, NULL,
      NULL, NULL, CFG_APPLY_LIVE, "prompt + completion tokens; 0 = unlimited"},
+    {"auth.keys", "deadline", OPT_DURATION, K(deadline_ms), "0", 0, 86400000, 0, NULL, NULL, NULL,
+     CFG_APPLY_LIVE,
+     "first-token deadline of its requests that set none (before the model's); 0 = none"},
+    {"auth.keys", "class", OPT_ENUM, K(batch), "interactive", 0, 0, 0, class_names, NULL, NULL,
+     CFG_APPLY_LIVE, "interactive, or batch: its requests use what interactive ones leave"},
 
     {"", "models", OPT_MODELS, 0, NULL, 0, 0, 0, NULL, NULL, NULL, CFG_APPLY_LIVE,
      "the models; a reload adds, removes and changes them"},
@@ -212,6 +221,10 @@ const opt_t cfg_opts[] = {
      CFG_APPLY_LIVE,
      "first-token deadline of a request that sets none: one predicted to miss it is refused at "
      "once (overloaded); 0 = none"},
+    {"models", "deadline_miss", OPT_ENUM, M(deadline_keep), "refuse", 0, 0, 0, deadline_miss_names,
+     NULL, NULL, CFG_APPLY_LIVE,
+     "a request predicted to miss its deadline: refuse (at once, overloaded) or keep (served late, "
+     "its deadline dropped)"},
     SECTION("models", "defaults", CFG_APPLY_LIVE, "sampling for requests that do not say"),
 #define X(name, kind, ctype, lo, hi, bounds, def, help)                                            \
     {"models.defaults",                                                                            \

@@ -85,6 +85,8 @@ typedef struct cfg_key {
     uint32_t burst;          /* requests at once on top of the rate; 0 = max(1, ceil(rate)) */
     uint32_t max_concurrent; /* generate/chat requests in flight, 0 = unlimited */
     uint32_t tokens_per_minute; /* prompt + completion tokens, 0 = unlimited */
+    uint64_t deadline_ms;       /* first-token deadline of its requests that set none; 0 = none */
+    int batch;                  /* its requests are of the batch class (docs/overload.md) */
     int line;                   /* 1-based line of this key's entry in the file */
 } cfg_key_t;
 
@@ -108,6 +110,8 @@ typedef struct cfg_model {
                         API has no such field): auto (default), none or required */
     uint64_t deadline_ms; /* the TTFT deadline of a request that gives none (deadline_ms): one
                              predicted to miss it is refused at once, overloaded; 0 = none */
+    int deadline_keep;    /* deadline_miss: keep: such a request is served late instead, its
+                             deadline dropped (0: refuse, the default) */
     struct {              /* sampling defaults for requests that do not set them */
         SAMPLER_PARAMS(
             SAMPLER_X_FIELD) /* temperature, top_k, ...: ranges and defaults in sampler_params.h */

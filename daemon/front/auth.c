@@ -31,6 +31,8 @@ struct auth_key {
     double rate;             /* requests/s, 0 = unlimited */
     double burst;            /* bucket size */
     uint32_t max_concurrent; /* 0 = unlimited */
+    uint32_t deadline_ms;    /* its requests' first-token deadline where they set none; 0 = none */
+    int batch;               /* its requests are of the batch class */
     double tpm;              /* tokens per minute, 0 = unlimited */
     double bucket, bucket_t; /* requests available, at time bucket_t */
     double budget, budget_t; /* tokens available (may be negative), at time budget_t */
@@ -205,7 +207,9 @@ int auth_key_allows(const auth_key_t *k, const char *model)
     return 0;
 }
 
-int auth_key_allow_copy(const auth_key_t *k, char ***out, size_t *n)
+/* k's allow-list as new copies: 0 with *out NULL when k may use every model; -1 when out of
+ * memory. */
+static int key_allow_copy(const auth_key_t *k, char ***out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -225,6 +229,18 @@ int auth_key_allow_copy(const auth_key_t *k, char ***out, size_t *n)
     *out = v;
     *n = k->n_models;
     return 0;
+}
+
+int auth_key_apply(const auth_key_t *k, proto_req_t *req)
+{
+    if (!k)
+        return 0;
+    if (!req->deadline_ms)
+        req->deadline_ms = k->deadline_ms;
+    req->batch |= k->batch;
+    if (key_allow_copy(k, &req->allow, &req->n_allow))
+        return -1;
+    return (req->tenant = strdup(k->name)) ? 0 : -1;
 }
 
 /* Takes c's models and limits into k (a new key, or a kept one on reload). */
@@ -259,6 +275,8 @@ static int key_configure(auth_key_t *k, const cfg_key_t *c)
     k->rate = c->rate;
     k->burst = burst;
     k->max_concurrent = c->max_concurrent;
+    k->deadline_ms = (uint32_t)c->deadline_ms;
+    k->batch = c->batch;
     if (fresh || (double)c->tokens_per_minute != k->tpm)
         k->budget = (double)c->tokens_per_minute;
     k->tpm = (double)c->tokens_per_minute;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "proto.h"
 
 /*
  * The loop thread calls everything but auth_report, which the worker's stats
@@ -101,9 +102,11 @@ int auth_key_revoked(const auth_key_t *k);
 const char *auth_key_name(const auth_key_t *k);
 /* Whether k may use model name (NULL: whether it may use every model). */
 int auth_key_allows(const auth_key_t *k, const char *model);
-/* k's allow-list as new copies for proto_req_t.allow: 0 with *out NULL when
- * k may use every model; -1 when out of memory. The caller frees each and out. */
-int auth_key_allow_copy(const auth_key_t *k, char ***out, size_t *n);
+/* What k says of the requests it sends, into req: its allow-list (proto_req_t.allow, copies;
+ * none when k may use every model), its name as req->tenant, its deadline where req sets none,
+ * and the batch class when k is of it. 0, or -1 when out of memory (req frees what it got). A NULL
+ * k changes nothing. */
+int auth_key_apply(const auth_key_t *k, proto_req_t *req);
 
 /* {"listeners":{"http":{..},"tcp":{..},"unix":{..}},"keys":{NAME:{..}},"curr_backoff_addresses":N}
  * (AUTH_REPORT_* below name the counters). Any thread. NULL on OOM. */

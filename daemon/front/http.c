@@ -797,8 +797,7 @@ static int key_admit(hreq_t *r, int gen, proto_req_t *req)
         return -1;
     }
     r->admitted = gen;
-    if (auth_key_allow_copy(r->key, &req->allow, &req->n_allow) ||
-        (r->key && !(req->tenant = strdup(auth_key_name(r->key))))) {
+    if (auth_key_apply(r->key, req)) {
         http_fail(r, 0, PROTO_E_INTERNAL, "out of memory");
         return -1;
     }

@@ -84,6 +84,8 @@ static const prom_def_t prom_model_extra[] = {
     {"weight_bytes", "bytes of the model's weights"},
     {"bytes_per_param", "weight bytes per parameter (x 8: bits per weight)"},
     {"prefix_hit_rate", "share of looked-up prompt tokens a cached prefix covered"},
+    {"deadline_goodput", "of the requests with a deadline, the share whose first token came within "
+                         "it (refusals count as misses)"},
 };
 
 /* Every histogram of the stats report (stats.h STATS_HISTS), once each. */

@@ -288,9 +288,7 @@ static int conn_auth_admit(conn_t *c, proto_req_t *req)
         srv_send_error(s, c->id, req->id, PROTO_E_RATE_LIMITED, msg);
         return -1;
     }
-    if (auth_key_allow_copy(c->key, &req->allow, &req->n_allow))
-        goto nomem;
-    if (c->key && !(req->tenant = strdup(auth_key_name(c->key))))
+    if (auth_key_apply(c->key, req))
         goto nomem;
     if (!gen)
         return 0;

@@ -87,8 +87,12 @@ typedef struct stats_pool {
     X(total_kv_recomputes,                                                                         \
       "sequences whose KV cache was given back when the pool ran short, then recomputed")          \
     X(total_batch_requests, "requests of the batch class accepted (docs/overload.md)")             \
+    X(total_queue_refused, "requests refused on arrival: the model's queue or all queues full")    \
+    X(total_batch_refused, "requests of the batch class refused (for their deadline or a queue)")  \
     X(total_deadline_refused, "requests refused on arrival: predicted to miss their deadline")     \
     X(total_deadline_dropped, "queued requests refused once predicted to miss their deadline")     \
+    X(total_deadline_kept,                                                                         \
+      "requests predicted to miss their deadline and kept without it (deadline_miss: keep)")       \
     X(total_deadline_met, "requests with a deadline whose first token came within it")             \
     X(total_deadline_missed, "requests with a deadline whose first token came after it")
 

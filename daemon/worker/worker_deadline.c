@@ -47,7 +47,13 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
     double left = s->t_deadline - now;
     if (p <= left)
         return 0;
+    if (m->cfg.deadline_keep) { /* served late rather than refused: the deadline goes */
+        m->svc.total_deadline_kept++;
+        s->t_deadline = 0;
+        return 0;
+    }
     m->svc.total_deadline_refused++;
+    m->svc.total_batch_refused += s->req.batch != 0;
     wk_send_retry(w, s->conn, s->id, retry_ms_of(w, s),
                   "model '%s' cannot give a first token within %.0f ms: predicted %.0f ms (%u "
                   "requests queued ahead)",
@@ -67,12 +73,17 @@ static void sweep_model(wk_t *w, int mi, double now)
         wk_seq_t *s = it->user;
         double p = s->t_deadline ? predict(w, m, s, ahead) : 0;
         double left = s->t_deadline - now;
+        if (s->t_deadline && p > left && m->cfg.deadline_keep) {
+            m->svc.total_deadline_kept += s->index == 0;
+            s->t_deadline = 0;
+        }
         if (!s->t_deadline || p <= left) {
             ahead++;
             it = next;
             continue;
         }
         m->svc.total_deadline_dropped++;
+        m->svc.total_batch_refused += s->req.batch != 0 && s->index == 0;
         char msg[256];
         snprintf(msg, sizeof msg,
                  "model '%s' can no longer give a first token within %.0f ms: %.0f ms queued, "

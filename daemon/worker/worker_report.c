@@ -71,6 +71,13 @@ static json_t *svc_json(const wk_model_t *m)
                                       ? (double)m->svc.total_prefix_hit_tokens /
                                             (double)m->svc.total_prefix_lookup_tokens
                                       : 0));
+    /* of the requests with a deadline, the share whose first token came within it: refusals
+     * (on arrival and from the queue) count as misses */
+    const stats_svc_t *v = &m->svc;
+    uint64_t with = v->total_deadline_met + v->total_deadline_missed + v->total_deadline_refused +
+                    v->total_deadline_dropped;
+    json_object_set_new(o, "deadline_goodput",
+                        json_real(with ? (double)v->total_deadline_met / (double)with : 0));
     return o;
 }
 

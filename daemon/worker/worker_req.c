@@ -374,6 +374,8 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
                 break;
             }
             if (s->max_tokens && sched_submit(w->sched, &s->item) != SCHED_OK) {
+                m->svc.total_queue_refused++;
+                m->svc.total_batch_refused += req->batch != 0;
                 wk_send_error(w, conn, s->id, PROTO_E_OVERLOADED,
                               "model '%s' has %u requests queued (limit %u, %u in all)", m->name,
                               sched_queued(w->sched, mi), w->cfg->scheduler.queue_limit,

@@ -1,4 +1,5 @@
 """Overload with first-token deadlines (docs/overload.md): a sim daemon throttled to a known pass time gets twice the requests it can serve; with a deadline every request gets a first token in time or a typed overloaded refusal with retry_after_ms, none lost or hanging, refusals on arrival come at once, and more requests get their first token within the deadline than without one. Over HTTP a refusal is 503 with Retry-After; bad deadlines are refused by name."""
+import hashlib
 import http.client
 import json
 import os
@@ -39,10 +40,11 @@ class ThrottledDaemon(gsd.Daemon):
             f.write(text.replace("  threads: 1\n", "  threads: 1\n  fault_injection: true\n", 1))
 
 
-def start(http_port=None, deadline=None, max_batch=MAX_BATCH):
+def start(http_port=None, deadline=None, max_batch=MAX_BATCH, extra="", model_more=""):
     more = "max_batch: %d\n" % max_batch + ("deadline: %dms\n" % deadline if deadline else "")
+    more += model_more
     listen = "http: 127.0.0.1:%d" % http_port if http_port else ""
-    d = ThrottledDaemon([("m", MODEL, more)], memory="16MiB", listen=listen,
+    d = ThrottledDaemon([("m", MODEL, more)], memory="16MiB", listen=listen, extra=extra,
                         scheduler="prefix_cache: false\nqueue_limit: 4096")
     ans = d.admin_call({"op": "fault", "id": "t", "fault": "stall", "count": 1000000,
                         "delay_ms": PASS_MS})
@@ -153,6 +155,7 @@ def test_twice_capacity_every_request_gets_a_token_or_a_typed_refusal_and_goodpu
     assert st["total_deadline_refused"] > 0, st
     assert st["total_deadline_refused"] + st["total_deadline_dropped"] == len(refused), st
     assert st["total_deadline_met"] + st["total_deadline_missed"] == len(ok), st
+    assert abs(st["deadline_goodput"] - len([r for r in ok if ttft_s(r) * 1e3 <= DEADLINE_MS]) / n) < 0.02, st
     fast = sorted(waits)[:st["total_deadline_refused"]]  # the arrival refusals are the quick ones
     assert max(fast) <= ARRIVAL_MS, ("arrival refusals took up to %.1f ms" % max(fast))
     # no refusal comes later than its deadline (and what the sweep's nap adds)
@@ -281,6 +284,46 @@ def test_interactive_requests_beside_a_batch_flood_keep_their_first_token_times(
     assert batch_done_early > 0, RESULTS["classes"]  # the flood used what was left
 
 
+def test_an_api_keys_deadline_and_class_apply_to_its_requests():
+    key = "gsk_overload_test_key_0123456789"
+    keys = ("auth:\n  http: true\n  keys:\n"
+            "    - name: bulk\n      hash: \"sha256:%s\"\n      models: [\"*\"]\n"
+            "      deadline: 300ms\n      class: batch\n" % hashlib.sha256(key.encode()).hexdigest())
+    port = gsd.free_port()
+    d = start(http_port=port, extra=keys)
+    try:
+        auth = {"Authorization": "Bearer " + key}
+        body = {"model": "m", "prompt": "hello", "max_tokens": 2, "temperature": 0}
+        st, hd, b = http_post(port, body, auth)
+        assert st == 200, (st, b)
+        hold = backlog(d)
+        time.sleep(0.3)
+        st, hd, b = http_post(port, body, auth)  # no deadline of its own: the key's 300 ms
+        assert st == 503 and "within 300 ms" in b["error"]["message"], (st, b)
+        hold.close()
+        m = d.stats()["models"]["m"]
+        assert m["total_batch_requests"] == 1 and m["total_batch_refused"] == 1, m
+    finally:
+        d.stop()
+
+
+def test_deadline_miss_keep_serves_late_instead_of_refusing():
+    d = start(model_more="deadline_miss: keep\n")
+    try:
+        c = gpuswap.Client(socket_path=d.sock, retries=0)
+        c.generate("m", "hi", max_tokens=2)
+        hold = backlog(d)
+        time.sleep(0.3)
+        done = c.generate("m", "hello", max_tokens=2, deadline_ms=300)
+        assert done["timing"]["ttft_ms"] > 300, done["timing"]  # late, but served
+        hold.close()
+        m = d.stats()["models"]["m"]
+        assert m["total_deadline_kept"] >= 1 and m["total_deadline_refused"] == 0, m
+        assert m["total_deadline_dropped"] == 0, m
+    finally:
+        d.stop()
+
+
 def backlog(d, n=40):
     """n requests without a deadline queued ahead on their own connection (kept open)."""
     hold = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -334,7 +377,9 @@ if __name__ == "__main__":
                test_below_capacity_nothing_is_refused,
                test_http_refusal_is_503_with_retry_after_and_bad_deadlines_are_named,
                test_the_python_client_and_the_cli_wait_as_told_and_try_again,
-               test_interactive_requests_beside_a_batch_flood_keep_their_first_token_times):
+               test_interactive_requests_beside_a_batch_flood_keep_their_first_token_times,
+               test_an_api_keys_deadline_and_class_apply_to_its_requests,
+               test_deadline_miss_keep_serves_late_instead_of_refusing):
         r.run(fn)
     for k, v in RESULTS.items():
         print("  %s: %s" % (k, v))

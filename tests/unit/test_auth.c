@@ -297,21 +297,34 @@ Test(auth, tokens_per_minute_refuse_while_the_budget_is_spent)
     cfg_free(c);
 }
 
-Test(auth, allow_copies_are_null_for_every_model_and_the_list_otherwise)
+Test(auth, a_key_gives_its_requests_its_allow_list_name_deadline_and_class)
 {
-    cfg_t *c = two_keys("", "", "");
+    cfg_t *c = two_keys("", "      deadline: 1500ms\n      class: batch\n", "");
     auth_t *a = store(c);
     auth_key_t *al = check_ok(a, ALPHA, 1), *be = check_ok(a, BETA, 1);
-    char **v = (char **)0x1;
-    size_t n = 9;
-    cr_assert_eq(auth_key_allow_copy(al, &v, &n), 0);
-    cr_assert_null(v);
-    cr_assert_eq(n, 0);
-    cr_assert_eq(auth_key_allow_copy(be, &v, &n), 0);
-    cr_assert_eq(n, 1);
-    cr_assert_str_eq(v[0], "a");
-    free(v[0]);
-    free(v);
+    proto_req_t r = {0};
+    cr_assert_eq(auth_key_apply(al, &r), 0);
+    cr_assert_null(r.allow, "every model: no list");
+    cr_assert_eq(r.n_allow, 0);
+    cr_assert_str_eq(r.tenant, "alpha");
+    cr_assert_eq(r.deadline_ms, 0);
+    cr_assert_eq(r.batch, 0);
+    proto_req_free(&r);
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(auth_key_apply(be, &r), 0);
+    cr_assert_eq(r.n_allow, 1);
+    cr_assert_str_eq(r.allow[0], "a");
+    cr_assert_eq(r.deadline_ms, 1500);
+    cr_assert_eq(r.batch, 1);
+    proto_req_free(&r);
+    memset(&r, 0, sizeof r);
+    r.deadline_ms = 300; /* the request's own deadline comes first */
+    cr_assert_eq(auth_key_apply(be, &r), 0);
+    cr_assert_eq(r.deadline_ms, 300);
+    proto_req_free(&r);
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(auth_key_apply(NULL, &r), 0);
+    cr_assert_null(r.tenant);
     auth_key_unref(al);
     auth_key_unref(be);
     auth_free(a);

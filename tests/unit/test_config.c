@@ -966,7 +966,7 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
         "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
-        "    pinned: false\n    max_batch: 16\n    prefix_cache: 16\n    max_context: 4096\n    chat_template: ~\n    tool_choice: auto\n    deadline: 0\n"
+        "    pinned: false\n    max_batch: 16\n    prefix_cache: 16\n    max_context: 4096\n    chat_template: ~\n    tool_choice: auto\n    deadline: 0\n    deadline_miss: refuse\n"
         "    defaults:\n      temperature: 0.8\n"
         "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n"
         "      presence_penalty: 0\n      frequency_penalty: 0\n      max_tokens: 256\n",
