@@ -49,36 +49,36 @@ void wk_emit(wk_t *w, wk_event_t *ev)
     wk_push_out(w, o);
 }
 
-void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
+/* An ERROR event of code for conn (retry_ms: try again after, 0 = not said). */
+static void send_error_v(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code,
+                         uint32_t retry_ms, const char *fmt, va_list ap)
 {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     wk_event_t ev = {.kind = WK_EVENT_ERROR,
                      .conn = conn,
                      .id = id ? json_deep_copy(id) : NULL,
                      .code = code,
-                     .message = strdup(msg)};
+                     .message = strdup(msg),
+                     .retry_ms = retry_ms};
     wk_emit(w, &ev);
+}
+
+void wk_send_error(wk_t *w, uint64_t conn, const json_t *id, proto_err_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    send_error_v(w, conn, id, code, 0, fmt, ap);
+    va_end(ap);
 }
 
 void wk_send_retry(wk_t *w, uint64_t conn, const json_t *id, uint32_t retry_ms, const char *fmt,
                    ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    send_error_v(w, conn, id, PROTO_E_OVERLOADED, retry_ms, fmt, ap);
     va_end(ap);
-    wk_event_t ev = {.kind = WK_EVENT_ERROR,
-                     .conn = conn,
-                     .id = id ? json_deep_copy(id) : NULL,
-                     .code = PROTO_E_OVERLOADED,
-                     .message = strdup(msg),
-                     .retry_ms = retry_ms};
-    wk_emit(w, &ev);
 }
 
 void wk_send_ok(wk_t *w, uint64_t conn, const json_t *id, json_t *body)
