@@ -14,22 +14,28 @@ void wk_dl_start(wk_seq_t *s, const wk_model_t *m)
     s->dl_predicted = -1;
 }
 
+/* Seconds until model m can run a pass (res_pagein_eta): one figure for all its queue. */
+static double wait_of(wk_t *w, const wk_model_t *m)
+{
+    return res_pagein_eta(w->res, m->rm, m->pass.pass_s);
+}
+
 /* Predicted seconds from now to s's first token with ahead requests of its model queued before
- * it (sched_first_token_s): the page-in left, the admission gaps, its own prefill pass. */
-static double predict(wk_t *w, const wk_model_t *m, const wk_seq_t *s, uint32_t ahead)
+ * it and wait_s until the model can run (sched_first_token_s): that wait, the admission gaps,
+ * its own prefill pass. */
+static double predict(const wk_model_t *m, const wk_seq_t *s, uint32_t ahead, double wait_s)
 {
     uint32_t fresh = s->n_prompt > s->pfx_hint ? s->n_prompt - s->pfx_hint : 1;
-    return sched_first_token_s(&m->gap, ahead, res_pagein_eta(w->res, m->rm, m->pass.pass_s),
-                               pass_time_for(&m->pass, fresh, 1));
+    return sched_first_token_s(&m->gap, ahead, wait_s, pass_time_for(&m->pass, fresh, 1));
 }
 
 /* When s, sent again, is predicted to get its first token within half its deadline: the
  * prediction for a request joining the back of its model's queue now, less that half; at least
  * DL_RETRY_MIN_MS. (The predicted miss alone sent retries back just at the deadline's edge.) */
-static uint32_t retry_ms_of(wk_t *w, const wk_seq_t *s)
+static uint32_t retry_ms_of(wk_t *w, const wk_seq_t *s, double wait_s)
 {
     const wk_model_t *m = w->models[s->model];
-    double tail = predict(w, m, s, sched_queued(w->sched, s->model));
+    double tail = predict(m, s, sched_queued(w->sched, s->model), wait_s);
     double ms = ceil((tail - (s->t_deadline - s->t_arrival) / 2) * 1e3);
     if (!(ms >= DL_RETRY_MIN_MS))
         return DL_RETRY_MIN_MS;
@@ -41,8 +47,8 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
     if (!s->t_deadline)
         return 0;
     wk_model_t *m = w->models[s->model];
-    double now = wk_now();
-    double p = predict(w, m, s, sched_queued(w->sched, s->model));
+    double now = wk_now(), wait = wait_of(w, m);
+    double p = predict(m, s, sched_queued(w->sched, s->model), wait);
     s->dl_predicted = now - s->t_arrival + p;
     double left = s->t_deadline - now;
     if (p <= left)
@@ -54,7 +60,7 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
     }
     m->svc.total_deadline_refused++;
     m->svc.total_batch_refused += s->req.batch != 0;
-    wk_send_retry(w, s->conn, s->id, retry_ms_of(w, s),
+    wk_send_retry(w, s->conn, s->id, retry_ms_of(w, s, wait),
                   "model '%s' cannot give a first token within %.0f ms: predicted %.0f ms (%u "
                   "requests queued ahead)",
                   m->name, (s->t_deadline - s->t_arrival) * 1e3, s->dl_predicted * 1e3,
@@ -67,11 +73,12 @@ static void sweep_model(wk_t *w, int mi, double now)
 {
     wk_model_t *m = w->models[mi];
     uint32_t ahead = 0;
+    double wait = wait_of(w, m);
     sched_item_t *it = sched_peek(w->sched, mi);
     while (it) {
         sched_item_t *next = it->next;
         wk_seq_t *s = it->user;
-        double p = s->t_deadline ? predict(w, m, s, ahead) : 0;
+        double p = s->t_deadline ? predict(m, s, ahead, wait) : 0;
         double left = s->t_deadline - now;
         if (s->t_deadline && p > left && m->cfg.deadline_keep) {
             m->svc.total_deadline_kept += s->index == 0;
@@ -90,7 +97,7 @@ static void sweep_model(wk_t *w, int mi, double now)
                  "%.0f ms more predicted",
                  m->name, (s->t_deadline - s->t_arrival) * 1e3, (now - s->t_arrival) * 1e3,
                  p * 1e3);
-        wk_seq_refuse(w, s, retry_ms_of(w, s), msg);
+        wk_seq_refuse(w, s, retry_ms_of(w, s, wait), msg);
         it = next;
     }
 }
