@@ -527,7 +527,8 @@ static int late_pick(const sched_t *s, double now, const sched_model_view_t *v, 
 /* A resident model with work, in round-robin order from the last one
  * picked; with SCHED_SRPT_RUNNING or more resident models running
  * sequences, the first in that order with the fewest passes left (0 for one
- * that only has requests to admit: its first token). -1 if none. */
+ * that can admit a queued request: its first token; a full batch with a queue
+ * counts to its first free slot). -1 if none. */
 static int resident_pick(sched_t *s, const sched_model_view_t *v)
 {
     int running = 0;
@@ -539,7 +540,14 @@ static int resident_pick(sched_t *s, const sched_model_view_t *v)
         int m = (s->rr + 1 + k) % s->n;
         if (!has_work(s, v, m) || !v[m].resident)
             continue;
-        uint32_t left = v[m].n_active > 0 ? v[m].steps_left : 0;
+        /* requests queued: 0 where it can admit one (its first token), else (a full batch) when
+         * its first slot frees; only sequences running: its longest */
+        int admits = v[m].n_active < v[m].max_batch && v[m].can_admit;
+        uint32_t left = v[m].n_active == 0 ? 0
+                        : s->q[m].n == 0   ? v[m].steps_left
+                        : admits           ? 0
+                        : v[m].steps_min   ? v[m].steps_min
+                                           : v[m].steps_left;
         if (model < 0 || (running >= SCHED_SRPT_RUNNING && left < best)) {
             model = m;
             best = left;

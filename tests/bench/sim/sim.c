@@ -1193,6 +1193,9 @@ static int round_plan(sim_t *S, double *nap, int *started)
                 sched_passes_left(S->sched, i, q->n_gen, asked(S, q, m->ctx), m->n_active);
             if (left > S->views[i].steps_left)
                 S->views[i].steps_left = left;
+            left = sched_passes_left(S->sched, i, q->n_gen, asked(S, q, m->ctx), 1);
+            if (!S->views[i].steps_min || left < S->views[i].steps_min)
+                S->views[i].steps_min = left;
         }
         res_set_wanted(m->rm, work);
     }
