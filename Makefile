@@ -139,9 +139,11 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@) $(BUILD)/cuda-inc
 	@for l in base kernels backend engine; do ln -sfn $(CURDIR)/daemon/$$l $(BUILD)/cuda-inc/$$l; done
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-# the .cu files include the folder's .cuh files (nvcc writes no dependency files here)
+# the .cu files include the folder's .cuh files and, through cuda_int.cuh, these C headers (nvcc
+# writes no dependency files here: a slot added to backend.h must rebuild the vtable in cuda.cu)
 ifneq ($(CUDA_OBJ),)
-$(CUDA_OBJ): $(wildcard daemon/backend/cuda/*.cuh)
+$(CUDA_OBJ): $(wildcard daemon/backend/cuda/*.cuh) daemon/backend/backend.h daemon/kernels/tensor.h \
+             daemon/kernels/quant.h daemon/kernels/wtype.h
 endif
 
 $(ENGINE_LIB): $(call obj,$(ENGINE_SRC)) $(CUDA_OBJ)
@@ -248,6 +250,7 @@ run: all
 
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	LLAMA_CPP=$(LLAMA_CPP) bash tests/bench/run.sh $(BUILD)
+	bash tests/bench/run_moe.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench

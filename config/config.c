@@ -73,7 +73,7 @@ static int set_str(const opt_t *o, const char *text, void *field, const char *na
                    const char *val, char *msg, size_t n)
 {
     char why[160] = "";
-    if (!*text && (o->flags & OPT_NULLABLE)) {
+    if (!*text && (o->flags & OPT_NULLABLE) && !(o->flags & OPT_TILDE)) {
         free(*(char **)field);
         *(char **)field = NULL;
         return 0;
@@ -750,6 +750,50 @@ static int validate_keys(ld_t *ld)
     return 0;
 }
 
+/* models[i]'s file keys: path, or an adapter (adapter with base, never with path). */
+static int check_adapter_keys(ld_t *ld, size_t i)
+{
+    const cfg_model_t *m = &ld->c->models[i];
+    if (m->adapter && m->path)
+        return ld_fail(ld, at_model(ld, i, "models", "adapter"), CFG_ERR_INVALID,
+                       "models[%zu] ('%s') has both path and adapter (an adapter's model file is "
+                       "its base's)",
+                       i, m->name);
+    if (m->adapter && !m->base)
+        return ld_fail(ld, at_model(ld, i, "models", "adapter"), CFG_ERR_INVALID,
+                       "models[%zu] ('%s') has an adapter but no base (the model it applies to)", i,
+                       m->name);
+    if (m->base && !m->adapter)
+        return ld_fail(ld, at_model(ld, i, "models", "base"), CFG_ERR_INVALID,
+                       "models[%zu] ('%s') has a base but no adapter file", i, m->name);
+    if (!m->path && !m->adapter)
+        return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID,
+                       "missing required key 'path' in models[%zu] ('%s')", i, m->name);
+    return 0;
+}
+
+/* Every adapter's base is a model of the config that is not an adapter itself. */
+static int check_adapter_bases(ld_t *ld)
+{
+    const cfg_t *c = ld->c;
+    for (size_t i = 0; i < c->n_models; i++) {
+        const cfg_model_t *m = &c->models[i];
+        if (!m->base)
+            continue;
+        const cfg_model_t *b = cfg_find_model(c, m->base);
+        if (!b)
+            return ld_fail(ld, at_model(ld, i, "models", "base"), CFG_ERR_INVALID,
+                           "unknown base \"%s\" for models[%zu] ('%s'): no model of that name",
+                           m->base, i, m->name);
+        if (b->base)
+            return ld_fail(ld, at_model(ld, i, "models", "base"), CFG_ERR_INVALID,
+                           "base \"%s\" of models[%zu] ('%s') is itself an adapter (of '%s'); a "
+                           "base is a model with a path",
+                           m->base, i, m->name, b->base);
+    }
+    return 0;
+}
+
 static int validate(ld_t *ld)
 {
     cfg_t *c = ld->c;
@@ -811,9 +855,9 @@ static int validate(ld_t *ld)
         if (!m->name)
             return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID,
                            "missing required key 'name' in models[%zu]", i);
-        if (!m->path)
-            return ld_fail(ld, ld->model_at[i], CFG_ERR_INVALID,
-                           "missing required key 'path' in models[%zu] ('%s')", i, m->name);
+        int rc = check_adapter_keys(ld, i);
+        if (rc)
+            return rc;
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->models[j].name, m->name) == 0)
                 return ld_fail(
@@ -857,7 +901,8 @@ static int validate(ld_t *ld)
                                cfg_format_size(mem, b, sizeof b));
         }
     }
-    return validate_keys(ld);
+    int rc = check_adapter_bases(ld);
+    return rc ? rc : validate_keys(ld);
 }
 
 /* ------------------------------------------------------------------ public API */

@@ -91,8 +91,13 @@ typedef struct cfg_key {
 } cfg_key_t;
 
 typedef struct cfg_model {
-    char *name; /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
-    char *path; /* GGUF file; a relative path in a file is taken from its directory; owned */
+    char *name;    /* unique, [A-Za-z0-9._:-]+, at most 128 bytes; owned */
+    char *path;    /* GGUF file; a relative path in a file is taken from its directory; NULL for an
+                   adapter; owned */
+    char *base;    /* an adapter's base: the name of another model of the config, not an adapter;
+                   NULL = a model of its own; owned */
+    char *adapter; /* an adapter's LoRA GGUF file (instead of path); NULL = none; owned */
+    double adapter_scale;  /* an adapter's scale (llama.cpp's --lora-scaled), default 1 */
     uint64_t gpu_quota;    /* bytes of weights + KV cache on the device; 0 = no quota */
     uint64_t kv_cache;     /* bytes of KV cache reserved on the device; 0 = as needed */
     cfg_kv_type_t kv_type; /* element type of its KV caches; default f16 */

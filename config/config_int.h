@@ -36,6 +36,7 @@ enum {
     OPT_PATH =
         1u
         << 4, /* OPT_STR naming a file: a relative value is taken from the config file's directory */
+    OPT_TILDE = 1u << 5, /* with OPT_NULLABLE: only ~ or null is NULL; "" is a value (checked) */
 };
 
 typedef struct opt {

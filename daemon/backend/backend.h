@@ -31,6 +31,7 @@ typedef kern_tok_t be_tok_t;       /* one token's attention state */
 typedef kern_att_t be_att_t;       /* attention operands of one layer */
 typedef kern_mm_t be_mm_t;         /* one matmul job */
 typedef kern_rope_t be_rope_t;     /* rotary embedding parameters */
+typedef kern_lora_t be_lora_t;     /* one LoRA product */
 
 /* Failures a backend can be told to produce (sim only; for tests of the
  * daemon's error paths). Each applies to the next count operations of its
@@ -126,6 +127,21 @@ typedef struct be_fault {
     /* g = gelu_tanh(g) * u (MODEL_FEAT_GELU) */                                                    \
     X(gelu_mul, 0, int,                                                                             \
       (void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride))                 \
+    /* dst[rows[r]] = w[r] * src[r], rows of n floats stride apart; rows and w are host         \
+     * arrays of n_rows (MODEL_FEAT_MOE: an expert's outputs into their token slots) */   \
+    X(moe_scatter, 0, int,                                                                          \
+      (void *ctx, float *dst, const float *src, const uint32_t *rows, const float *w,               \
+       size_t n_rows, size_t n, size_t stride))                                                     \
+    /* x[t] += ys[t*n_slots] + ys[t*n_slots + 1] + ..., the slots summed in order before          \
+     * the add (MODEL_FEAT_MOE: each token's expert outputs into its residual) */ \
+    X(moe_sum, 0, int,                                                                              \
+      (void *ctx, float *x, const float *ys, size_t n_tok, uint32_t n_slots, size_t n,              \
+       size_t stride))                                                                              \
+    /* (optional) y += each job's scaled low-rank product, its rows of x (LoRA adapters: one call \
+     * for a step's adapters on one matrix; without it the pass runs matmul, scale and add) */ \
+    X(lora_mm, 0, int,                                                                              \
+      (void *ctx, const be_lora_t *jobs, int n_jobs, const float *x, size_t x_stride, float *y,     \
+       size_t y_stride))                                                                            \
     /* (optional) arm a fault; BE_ERR_UNAVAILABLE where not supported. */                           \
     X(inject, 0, int, (void *ctx, const be_fault_t *f))                                             \
     X(close, 1, void, (void *ctx))

@@ -150,7 +150,7 @@ backend_t *be_cpu_open(const be_params_t *p, char *err, size_t errlen)
     be->page_size = p->page_size ? p->page_size : 2u << 20;
     be->pool_bytes = p->memory;
     be->zero_copy = 1;
-    be->model_feats = MODEL_FEAT_ALL; /* the cpu kernels run every feature */
+    be->model_feats = MODEL_FEAT_ALL | MODEL_FEAT_MOE; /* the cpu kernels run every feature */
     be->ops = &cpu_ops;
     return be;
 fail:

@@ -480,7 +480,7 @@ backend_t *be_sim_open(const be_params_t *p, char *err, size_t errlen)
     be->ctx = s;
     be->page_size = page;
     be->pool_bytes = s->n_pages * page;
-    be->model_feats = MODEL_FEAT_ALL; /* the cpu kernels run every feature */
+    be->model_feats = MODEL_FEAT_ALL | MODEL_FEAT_MOE; /* the cpu kernels run every feature */
     be->ops = &sim_ops;
     return be;
 fail:

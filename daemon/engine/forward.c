@@ -1,25 +1,60 @@
 /* forward: the transformer forward pass for a batch of sequences of one model, as a sequence of backend kernels. */
 #include "engine/forward.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/moe.h"
+
+/* Rows [r0, r0 + n) of a step, all of sequences of adapter lw. */
+typedef struct fwd_lseg {
+    size_t r0, n;
+    const lora_weights_t *lw;
+} fwd_lseg_t;
+
+/* Mixture-of-experts host state (reserve_moe_host): cap_host tokens a pass. */
+typedef struct fwd_moe {
+    float *rl_host;                /* host (cap_host, cap_route) copy of the router logits */
+    uint32_t *sel;                 /* host (cap_tok, k): the selected experts */
+    float *w;                      /* host (cap_tok, k) their weights; (cap_tok) the shared gates */
+    uint32_t *rows;                /* host (cap_tok): the shared expert's slot rows */
+    float *sh_w;                   /* host (cap_tok) */
+    size_t cap_host, cap_r, cap_k; /* tokens, router columns and slots they are sized for */
+    moe_plan_t plan;
+    uint64_t reads; /* expert matrices read (one per selected expert, layer and pass) */
+    uint8_t *used;  /* (n_layer, n_expert) flags of the last step */
+    size_t used_cap;
+} fwd_moe_t;
 
 struct fwd {
     const backend_t *be;
     uint32_t chunk; /* most tokens one pass over the layers takes; 0 = all */
     size_t cap_tok, cap_out, cap_width, cap_ff, cap_vocab;
-    size_t n_host;        /* entries of the host arrays */
-    size_t scratch, peak; /* device scratch bytes allocated now, and the most ever */
+    size_t cap_route, cap_slots; /* MoE: router columns, expert-output slots per token */
+    size_t n_host;               /* entries of the host arrays */
+    size_t scratch, peak;        /* device scratch bytes allocated now, and the most ever */
     /* device scratch, (cap_tok, width) unless noted */
     float *x, *xb, *q, *k, *v, *att;
     float *hb, *hb2; /* (cap_tok, cap_ff) */
     float *fin;      /* (cap_out, width) last hidden state of the rows returned */
     float *out;      /* (cap_out, cap_vocab) logits of the rows returned */
+    float *rl;       /* MoE (cap_tok, cap_route): router logits, qwen2moe's shared gate last */
+    float *ys;       /* MoE (cap_tok * cap_slots, width): each token's weighted expert outputs */
     /* host, n_host entries: the whole step's tokens */
     be_tok_t *toks;
     uint32_t *pos, *sel;
     int32_t *ids;
+    fwd_moe_t moe;
+    /* LoRA: the step's runs of consecutive sequences of one adapter, and device scratch for
+     * their products: la (cap_ltok, cap_lrank) = A x, lb (cap_ltok, cap_lw) = B (A x) */
+    fwd_lseg_t *lsegs;
+    be_lora_t *ljobs; /* cap_lsegs: one backend call's jobs (be->lora_mm) */
+    size_t n_lsegs, cap_lsegs;
+    float *la, *lb;
+    size_t cap_ltok, cap_lrank, cap_lw;
+    size_t lscratch; /* their bytes (fwd_scratch_bytes adds them) */
 };
 
 fwd_t *fwd_new(const backend_t *be)
@@ -39,7 +74,7 @@ void fwd_set_chunk(fwd_t *f, uint32_t tokens)
 
 size_t fwd_scratch_bytes(const fwd_t *f)
 {
-    return f->scratch;
+    return f->scratch + f->lscratch;
 }
 
 size_t fwd_scratch_peak(const fwd_t *f)
@@ -55,16 +90,38 @@ static size_t act_width(const model_hparams_t *hp)
     return att > hp->n_embd ? att : hp->n_embd;
 }
 
-/* The one formula for scratch bytes: six (tokens, width) activations, two
- * (tokens, ff), and the returned rows' hidden states and logits. */
-static size_t dims_bytes(size_t nt, size_t no, size_t w, size_t ff, size_t nv)
+/* The FFN's activation width: n_ff, or a MoE model's widest expert. */
+static size_t ffn_width(const model_hparams_t *hp)
 {
-    return (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
+    if (!hp->n_expert)
+        return hp->n_ff;
+    return hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp;
+}
+
+/* MoE: router logits per token (the shared expert's gate too) and expert
+ * outputs per token (the shared expert's too); 0 for a dense model. */
+static size_t route_cols(const model_hparams_t *hp)
+{
+    return hp->n_expert ? hp->n_expert + (hp->n_ff_shexp != 0) : 0;
+}
+
+static size_t slot_rows(const model_hparams_t *hp)
+{
+    return hp->n_expert ? hp->n_expert_used + (hp->n_ff_shexp != 0) : 0;
+}
+
+/* The one formula for scratch bytes: six (tokens, width) activations, two
+ * (tokens, ff), the returned rows' hidden states and logits, and for MoE the
+ * router logits (tokens, r) and expert-output slots (tokens * sl, width). */
+static size_t dims_bytes(size_t nt, size_t no, size_t w, size_t ff, size_t nv, size_t r, size_t sl)
+{
+    return (6 * nt * w + 2 * nt * ff + no * w + no * nv + nt * r + nt * sl * w) * sizeof(float);
 }
 
 size_t fwd_scratch_need(const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    return dims_bytes(n_tok, n_out, act_width(hp), hp->n_ff, hp->n_vocab);
+    return dims_bytes(n_tok, n_out, act_width(hp), ffn_width(hp), hp->n_vocab, route_cols(hp),
+                      slot_rows(hp));
 }
 
 uint32_t fwd_chunk_tokens(const fwd_t *f, size_t n_tok)
@@ -81,20 +138,22 @@ size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok
 {
     return dims_bytes(max_sz(fwd_chunk_tokens(f, n_tok), f->cap_tok),
                       max_sz(n_out ? n_out : 1, f->cap_out), max_sz(act_width(hp), f->cap_width),
-                      max_sz(hp->n_ff, f->cap_ff), max_sz(hp->n_vocab, f->cap_vocab));
+                      max_sz(ffn_width(hp), f->cap_ff), max_sz(hp->n_vocab, f->cap_vocab),
+                      max_sz(route_cols(hp), f->cap_route), max_sz(slot_rows(hp), f->cap_slots));
 }
 
 static void free_dev(fwd_t *f)
 {
     const backend_t *be = f->be;
-    float **dev[] = {&f->x,   &f->xb, &f->q,   &f->k,   &f->v,
-                     &f->att, &f->hb, &f->hb2, &f->fin, &f->out};
+    float **dev[] = {&f->x,  &f->xb,  &f->q,   &f->k,   &f->v,  &f->att,
+                     &f->hb, &f->hb2, &f->fin, &f->out, &f->rl, &f->ys};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
         if (*dev[i])
             be->buf_free(be->ctx, *dev[i]);
         *dev[i] = NULL;
     }
     f->cap_tok = f->cap_out = f->cap_width = f->cap_ff = f->cap_vocab = 0;
+    f->cap_route = f->cap_slots = 0;
     f->scratch = 0;
 }
 
@@ -110,12 +169,131 @@ static void free_host(fwd_t *f)
     f->n_host = 0;
 }
 
+static void free_moe_host(fwd_moe_t *m)
+{
+    free(m->rl_host);
+    free(m->sel);
+    free(m->w);
+    free(m->rows);
+    free(m->sh_w);
+    m->rl_host = m->w = m->sh_w = NULL;
+    m->sel = m->rows = NULL;
+    m->cap_host = m->cap_r = m->cap_k = 0;
+}
+
+/* MoE host arrays for passes of n_tok tokens, and the step's expert flags. */
+static int reserve_moe_host(fwd_t *f, const model_hparams_t *hp, size_t n_tok)
+{
+    fwd_moe_t *m = &f->moe;
+    size_t used = (size_t)hp->n_layer * hp->n_expert;
+    if (used > m->used_cap) {
+        uint8_t *u = calloc(used, 1);
+        if (!u)
+            return -1;
+        free(m->used);
+        m->used = u;
+        m->used_cap = used;
+    }
+    memset(m->used, 0, m->used_cap);
+    if (n_tok <= m->cap_host && route_cols(hp) <= m->cap_r && slot_rows(hp) <= m->cap_k)
+        return 0;
+    free_moe_host(m);
+    size_t r = f->cap_route, k = f->cap_slots; /* reserve() made these fit hp */
+    n_tok = max_sz(n_tok, f->cap_tok);
+    int ok = (m->rl_host = malloc(n_tok * r * sizeof *m->rl_host)) != NULL;
+    ok = ok && (m->sel = malloc(n_tok * k * sizeof *m->sel)) != NULL;
+    ok = ok && (m->w = malloc(n_tok * k * sizeof *m->w)) != NULL;
+    ok = ok && (m->rows = malloc(n_tok * sizeof *m->rows)) != NULL;
+    ok = ok && (m->sh_w = malloc(n_tok * sizeof *m->sh_w)) != NULL;
+    if (!ok) {
+        free_moe_host(m);
+        return -1;
+    }
+    m->cap_host = n_tok;
+    m->cap_r = r;
+    m->cap_k = k;
+    return 0;
+}
+
+uint64_t fwd_expert_reads(const fwd_t *f)
+{
+    return f->moe.reads;
+}
+
+const uint8_t *fwd_experts_used(const fwd_t *f)
+{
+    return f->moe.used;
+}
+
+static void free_lora(fwd_t *f)
+{
+    const backend_t *be = f->be;
+    if (f->la)
+        be->buf_free(be->ctx, f->la);
+    if (f->lb)
+        be->buf_free(be->ctx, f->lb);
+    f->la = f->lb = NULL;
+    f->lscratch = 0;
+    f->cap_ltok = f->cap_lrank = f->cap_lw = 0;
+}
+
+size_t fwd_lora_scratch(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, uint32_t rank_max)
+{
+    if (!rank_max)
+        return 0;
+    size_t nt = max_sz(fwd_chunk_tokens(f, n_tok), f->cap_ltok);
+    size_t w = max_sz(max_sz(act_width(hp), ffn_width(hp)), f->cap_lw);
+    return nt * (max_sz(rank_max, f->cap_lrank) + w) * sizeof(float);
+}
+
+/* LoRA scratch for passes of n_tok tokens with pairs of rank up to rank (grown on demand, never
+ * shrunk), and room for a segment per sequence. */
+static int reserve_lora(fwd_t *f, const model_hparams_t *hp, size_t n_tok, uint32_t rank,
+                        int n_seqs)
+{
+    if ((size_t)n_seqs > f->cap_lsegs) {
+        fwd_lseg_t *sg = realloc(f->lsegs, (size_t)n_seqs * sizeof *sg);
+        if (sg)
+            f->lsegs = sg;
+        be_lora_t *jb = sg ? realloc(f->ljobs, (size_t)n_seqs * sizeof *jb) : NULL;
+        if (!jb)
+            return -1;
+        f->ljobs = jb;
+        f->cap_lsegs = (size_t)n_seqs;
+    }
+    size_t w = max_sz(act_width(hp), ffn_width(hp));
+    if (n_tok <= f->cap_ltok && rank <= f->cap_lrank && w <= f->cap_lw)
+        return 0;
+    size_t nt = max_sz(n_tok, f->cap_ltok), r = max_sz(rank, f->cap_lrank);
+    w = max_sz(w, f->cap_lw);
+    free_lora(f);
+    const backend_t *be = f->be;
+    if (!(f->la = be->buf_alloc(be->ctx, nt * r * sizeof(float))) ||
+        !(f->lb = be->buf_alloc(be->ctx, nt * w * sizeof(float)))) {
+        free_lora(f);
+        return -1;
+    }
+    f->cap_ltok = nt;
+    f->cap_lrank = r;
+    f->cap_lw = w;
+    f->lscratch = nt * (r + w) * sizeof(float);
+    if (f->scratch + f->lscratch > f->peak)
+        f->peak = f->scratch + f->lscratch;
+    return 0;
+}
+
 void fwd_free(fwd_t *f)
 {
     if (!f)
         return;
+    free_lora(f);
+    free(f->lsegs);
+    free(f->ljobs);
     free_dev(f);
     free_host(f);
+    free_moe_host(&f->moe);
+    moe_plan_free(&f->moe.plan);
+    free(f->moe.used);
     free(f);
 }
 
@@ -141,17 +319,16 @@ static int reserve_host(fwd_t *f, size_t n_tok)
  * grown on demand, never shrunk. */
 static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_out)
 {
-    size_t width = act_width(hp);
+    size_t width = act_width(hp), ffw = ffn_width(hp), rc = route_cols(hp), sr = slot_rows(hp);
     if (n_out == 0)
         n_out = 1;
-    if (n_tok <= f->cap_tok && n_out <= f->cap_out && width <= f->cap_width &&
-        hp->n_ff <= f->cap_ff && hp->n_vocab <= f->cap_vocab)
+    if (n_tok <= f->cap_tok && n_out <= f->cap_out && width <= f->cap_width && ffw <= f->cap_ff &&
+        hp->n_vocab <= f->cap_vocab && rc <= f->cap_route && sr <= f->cap_slots)
         return 0;
-    size_t nt = n_tok > f->cap_tok ? n_tok : f->cap_tok;
-    size_t no = n_out > f->cap_out ? n_out : f->cap_out;
-    size_t w = width > f->cap_width ? width : f->cap_width;
-    size_t ff = hp->n_ff > f->cap_ff ? hp->n_ff : f->cap_ff;
-    size_t nv = hp->n_vocab > f->cap_vocab ? hp->n_vocab : f->cap_vocab;
+    size_t nt = max_sz(n_tok, f->cap_tok), no = max_sz(n_out, f->cap_out);
+    size_t w = max_sz(width, f->cap_width), ff = max_sz(ffw, f->cap_ff);
+    size_t nv = max_sz(hp->n_vocab, f->cap_vocab);
+    size_t r = max_sz(rc, f->cap_route), sl = max_sz(sr, f->cap_slots);
     free_dev(f);
     const backend_t *be = f->be;
     float **dev[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att};
@@ -162,6 +339,8 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_o
     ok = ok && (f->hb2 = be->buf_alloc(be->ctx, nt * ff * sizeof(float))) != NULL;
     ok = ok && (f->fin = be->buf_alloc(be->ctx, no * w * sizeof(float))) != NULL;
     ok = ok && (f->out = be->buf_alloc(be->ctx, no * nv * sizeof(float))) != NULL;
+    ok = ok && (!r || (f->rl = be->buf_alloc(be->ctx, nt * r * sizeof(float))) != NULL);
+    ok = ok && (!sl || (f->ys = be->buf_alloc(be->ctx, nt * sl * w * sizeof(float))) != NULL);
     if (!ok) {
         free_dev(f);
         return -1;
@@ -171,9 +350,11 @@ static int reserve(fwd_t *f, const model_hparams_t *hp, size_t n_tok, size_t n_o
     f->cap_width = w;
     f->cap_ff = ff;
     f->cap_vocab = nv;
-    f->scratch = (6 * nt * w + 2 * nt * ff + no * w + no * nv) * sizeof(float);
-    if (f->scratch > f->peak)
-        f->peak = f->scratch;
+    f->cap_route = r;
+    f->cap_slots = sl;
+    f->scratch = dims_bytes(nt, no, w, ff, nv, r, sl);
+    if (f->scratch + f->lscratch > f->peak)
+        f->peak = f->scratch + f->lscratch;
     return 0;
 }
 
@@ -262,6 +443,137 @@ static int validate(const model_hparams_t *hp, const fwd_seq_t *seqs, int n_seqs
     return 0;
 }
 
+/* y (stride ys) += scale B (A x) over the chunk's rows [t0, t0 + nt) of x (stride xs), for each
+ * adapter segment in them with a pair on target tg of layer l: A x into f->la, B (A x) into f->lb
+ * (stride ys), scaled, added; llama.cpp's order of operations. */
+static int lora_add(fwd_t *f, uint32_t l, lora_target_t tg, const float *x, size_t xs, float *y,
+                    size_t ys, size_t t0, size_t nt, char *err, size_t errlen)
+{
+    const backend_t *be = f->be;
+    int nj = 0;
+    for (size_t i = 0; i < f->n_lsegs; i++) {
+        const fwd_lseg_t *sg = &f->lsegs[i];
+        size_t a = max_sz(sg->r0, t0), b = sg->r0 + sg->n < t0 + nt ? sg->r0 + sg->n : t0 + nt;
+        const lora_pair_t *p = a < b ? lora_pair(sg->lw, l, tg) : NULL;
+        if (!p)
+            continue;
+        size_t n = b - a, r = a - t0;
+        if (be->lora_mm) { /* one call for them all */
+            f->ljobs[nj++] = (be_lora_t){&p->a, &p->b, p->scale, r, n};
+            continue;
+        }
+        be_mm_t ja = {&p->a, f->la, f->cap_lrank};
+        BE_CALL(matmul, &ja, 1, x + r * xs, xs, n);
+        be_mm_t jb = {&p->b, f->lb, ys};
+        BE_CALL(matmul, &jb, 1, f->la, f->cap_lrank, n);
+        BE_CALL(scale, f->lb, n, p->b.n_out, ys, p->scale);
+        BE_CALL(add, y + r * ys, f->lb, n, p->b.n_out, ys);
+    }
+    if (nj)
+        BE_CALL(lora_mm, f->ljobs, nj, x, xs, y, ys);
+    return 0;
+}
+
+/* lora_add where the step has adapters (returns from the caller on failure). */
+#define LORA_ADD(...)                                                                              \
+    do {                                                                                           \
+        int lrc_ = f->n_lsegs ? lora_add(f, __VA_ARGS__, err, errlen) : 0;                         \
+        if (lrc_)                                                                                  \
+            return lrc_;                                                                           \
+    } while (0)
+
+/* The dense FFN of f->xb's nt rows (normed), added into the residual f->x. */
+static int ffn_dense(fwd_t *f, const model_hparams_t *hp, const model_layer_t *L, uint32_t l,
+                     size_t t0, size_t nt, char *err, size_t errlen)
+{
+    const backend_t *be = f->be;
+    const uint32_t d = hp->n_embd, ff = hp->n_ff;
+    const size_t W = f->cap_width, FF = f->cap_ff;
+    be_mm_t gu[2] = {{&L->w_gate, f->hb, FF}, {&L->w_up, f->hb2, FF}};
+    BE_CALL(matmul, gu, 2, f->xb, W, nt);
+    LORA_ADD(l, LORA_GATE, f->xb, W, f->hb, FF, t0, nt);
+    LORA_ADD(l, LORA_UP, f->xb, W, f->hb2, FF, t0, nt);
+    if (hp->gelu)
+        BE_CALL(gelu_mul, f->hb, f->hb2, nt, ff, FF);
+    else
+        BE_CALL(silu_mul, f->hb, f->hb2, nt, ff, FF);
+    be_mm_t dn = {&L->w_down, f->xb, W};
+    BE_CALL(matmul, &dn, 1, f->hb, FF, nt);
+    LORA_ADD(l, LORA_DOWN, f->hb, FF, f->xb, W, t0, nt);
+    if (L->post_ffn_norm.data)
+        BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, nt, d, W, hp->rms_eps);
+    BE_CALL(add, f->x, f->xb, nt, d, W);
+    return 0;
+}
+
+/* A SwiGLU FFN (gate, up, down) of n rows of x (stride W) into out (stride W). */
+static int ffn_swiglu(fwd_t *f, const model_weight_t *gate, const model_weight_t *up,
+                      const model_weight_t *down, const float *x, size_t n, float *out, char *err,
+                      size_t errlen)
+{
+    const backend_t *be = f->be;
+    const size_t W = f->cap_width, FF = f->cap_ff;
+    be_mm_t gu[2] = {{gate, f->hb, FF}, {up, f->hb2, FF}};
+    BE_CALL(matmul, gu, 2, x, W, n);
+    BE_CALL(silu_mul, f->hb, f->hb2, n, gate->n_out, FF);
+    be_mm_t dn = {down, out, W};
+    BE_CALL(matmul, &dn, 1, f->hb, FF, n);
+    return 0;
+}
+
+/* The routed experts (and qwen2moe's shared one) of f->xb's nt rows (normed),
+ * added into the residual f->x: the router's logits come to the host, each
+ * token takes its top k (moe_route), and the tokens are grouped by expert so
+ * each selected expert's matrices are read once for the pass (moe_plan): its
+ * rows gathered into f->q, its output in f->k scattered, weighted, into the
+ * tokens' slots of f->ys, which moe_sum adds to the residual in slot order
+ * (llama.cpp's order: the experts by rank, then the shared expert). */
+static int ffn_moe(fwd_t *f, const model_hparams_t *hp, const model_layer_t *L, uint32_t l,
+                   size_t nt, char *err, size_t errlen)
+{
+    const backend_t *be = f->be;
+    fwd_moe_t *m = &f->moe;
+    const uint32_t d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used;
+    const size_t W = f->cap_width, R = route_cols(hp), S = slot_rows(hp);
+    const int shexp = hp->n_ff_shexp != 0;
+    be_mm_t r[2] = {{&L->gate_inp, f->rl, R}, {&L->gate_inp_shexp, f->rl + E, R}};
+    BE_CALL(matmul, r, shexp ? 2 : 1, f->xb, W, nt);
+    BE_CALL(download, m->rl_host, f->rl, nt * R * sizeof(float));
+    for (size_t t = 0; t < nt; t++)
+        moe_route(m->rl_host + t * R, E, K, hp->moe_norm_w, m->sel + t * K, m->w + t * K);
+    int prc = moe_plan_build(&m->plan, m->sel, m->w, nt, K, E, (uint32_t)S);
+    if (prc) {
+        snprintf(err, errlen, "expert routing failed (%d)", prc);
+        return prc == MOE_ERR_NOMEM ? FWD_ERR_NOMEM : FWD_ERR_ARG;
+    }
+    const moe_plan_t *p = &m->plan;
+    int rc;
+    for (uint32_t g = 0; g < p->n_groups; g++) {
+        uint32_t e = p->expert[g], i0 = p->start[g], n = p->start[g + 1] - i0;
+        model_weight_t gate = model_expert_view(&L->gate_exps, E, e);
+        model_weight_t up = model_expert_view(&L->up_exps, E, e);
+        model_weight_t down = model_expert_view(&L->down_exps, E, e);
+        BE_CALL(gather, f->q, f->xb, p->tok + i0, n, d, W);
+        if ((rc = ffn_swiglu(f, &gate, &up, &down, f->q, n, f->k, err, errlen)))
+            return rc;
+        BE_CALL(moe_scatter, f->ys, f->k, p->dst + i0, p->w + i0, n, d, W);
+        m->reads++;
+        m->used[(size_t)l * E + e] = 1;
+    }
+    if (shexp) {
+        if ((rc = ffn_swiglu(f, &L->gate_shexp, &L->up_shexp, &L->down_shexp, f->xb, nt, f->k, err,
+                             errlen)))
+            return rc;
+        for (size_t t = 0; t < nt; t++) {
+            m->rows[t] = (uint32_t)(t * S + K);
+            m->sh_w[t] = 1.0f / (1.0f + expf(-m->rl_host[t * R + E]));
+        }
+        BE_CALL(moe_scatter, f->ys, f->k, m->rows, m->sh_w, nt, d, W);
+    }
+    BE_CALL(moe_sum, f->x, f->ys, nt, (uint32_t)S, d, W);
+    return 0;
+}
+
 /* One pass over the layers for tokens [t0, t0 + nt) of the step: their k/v
  * rows land in their caches, so a later chunk attends to them. The last
  * hidden state of each returned row in the chunk is kept in f->fin. */
@@ -269,8 +581,8 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
                      size_t t0, size_t nt, const fwd_hooks_t *hooks, char *err, size_t errlen)
 {
     const backend_t *be = f->be;
-    const uint32_t d = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
-    const size_t W = f->cap_width, FF = f->cap_ff;
+    const uint32_t d = hp->n_embd, hd = hp->head_dim;
+    const size_t W = f->cap_width;
     int rc;
     if ((rc = wait_seg(hooks, 0, err, errlen)))
         return rc;
@@ -284,6 +596,9 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
         BE_CALL(rmsnorm, f->xb, f->x, L->attn_norm.data, nt, d, W, hp->rms_eps);
         be_mm_t qkv[3] = {{&L->wq, f->q, W}, {&L->wk, f->k, W}, {&L->wv, f->v, W}};
         BE_CALL(matmul, qkv, 3, f->xb, W, nt);
+        LORA_ADD(l, LORA_Q, f->xb, W, f->q, W, t0, nt);
+        LORA_ADD(l, LORA_K, f->xb, W, f->k, W, t0, nt);
+        LORA_ADD(l, LORA_V, f->xb, W, f->v, W, t0, nt);
         if (L->bq.data) {
             BE_CALL(add_bias, f->q, L->bq.data, nt, L->bq.n_in, W);
             BE_CALL(add_bias, f->k, L->bk.data, nt, L->bk.n_in, W);
@@ -321,23 +636,35 @@ static int run_chunk(fwd_t *f, const model_hparams_t *hp, const model_weights_t 
         BE_CALL(attention, &at, f->q, f->att, nt);
         be_mm_t o = {&L->wo, f->xb, W};
         BE_CALL(matmul, &o, 1, f->att, W, nt);
+        LORA_ADD(l, LORA_O, f->att, W, f->xb, W, t0, nt);
         if (L->post_attn_norm.data)
             BE_CALL(rmsnorm, f->xb, f->xb, L->post_attn_norm.data, nt, d, W, hp->rms_eps);
         BE_CALL(add, f->x, f->xb, nt, d, W);
         BE_CALL(rmsnorm, f->xb, f->x, L->ffn_norm.data, nt, d, W, hp->rms_eps);
-        be_mm_t gu[2] = {{&L->w_gate, f->hb, FF}, {&L->w_up, f->hb2, FF}};
-        BE_CALL(matmul, gu, 2, f->xb, W, nt);
-        if (hp->gelu)
-            BE_CALL(gelu_mul, f->hb, f->hb2, nt, ff, FF);
+        if (hp->n_expert)
+            rc = ffn_moe(f, hp, L, l, nt, err, errlen);
         else
-            BE_CALL(silu_mul, f->hb, f->hb2, nt, ff, FF);
-        be_mm_t dn = {&L->w_down, f->xb, W};
-        BE_CALL(matmul, &dn, 1, f->hb, FF, nt);
-        if (L->post_ffn_norm.data)
-            BE_CALL(rmsnorm, f->xb, f->xb, L->post_ffn_norm.data, nt, d, W, hp->rms_eps);
-        BE_CALL(add, f->x, f->xb, nt, d, W);
+            rc = ffn_dense(f, hp, L, l, t0, nt, err, errlen);
+        if (rc)
+            return rc;
     }
     return 0;
+}
+
+/* The step's runs of consecutive sequences of one adapter (none without adapters). */
+static void lora_segments(fwd_t *f, const fwd_seq_t *seqs, int n_seqs)
+{
+    f->n_lsegs = 0;
+    size_t r = 0;
+    for (int s = 0; s < n_seqs; r += seqs[s].n_tokens, s++) {
+        if (!seqs[s].lora)
+            continue;
+        fwd_lseg_t *last = f->n_lsegs ? &f->lsegs[f->n_lsegs - 1] : NULL;
+        if (last && last->lw == seqs[s].lora && last->r0 + last->n == r)
+            last->n += seqs[s].n_tokens;
+        else
+            f->lsegs[f->n_lsegs++] = (fwd_lseg_t){r, seqs[s].n_tokens, seqs[s].lora};
+    }
 }
 
 int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_seq_t *seqs,
@@ -354,10 +681,27 @@ int fwd_run(fwd_t *f, const model_hparams_t *hp, const model_weights_t *w, fwd_s
     for (int s = 0; s < n_seqs; s++)
         n_sel += seqs[s].logits != NULL;
     size_t chunk = fwd_chunk_tokens(f, n_tok);
-    if (reserve_host(f, n_tok) || reserve(f, hp, chunk, n_sel)) {
+    uint32_t rank = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].lora && seqs[s].lora->n_layer != hp->n_layer) {
+            snprintf(err, errlen, "sequence %d: an adapter of %u layers on a model of %u", s,
+                     seqs[s].lora->n_layer, hp->n_layer);
+            return FWD_ERR_ARG;
+        }
+        if (seqs[s].lora && seqs[s].lora->rank_max > rank)
+            rank = seqs[s].lora->rank_max;
+    }
+    if (rank && !be->scale) {
+        snprintf(err, errlen, "%s backend: LoRA adapters need its scale kernel", be->name);
+        return FWD_ERR_ARG;
+    }
+    if (reserve_host(f, n_tok) || reserve(f, hp, chunk, n_sel) ||
+        (hp->n_expert && reserve_moe_host(f, hp, chunk)) ||
+        (rank && reserve_lora(f, hp, chunk, rank, n_seqs))) {
         snprintf(err, errlen, "out of memory for %zu tokens", chunk);
         return FWD_ERR_NOMEM;
     }
+    lora_segments(f, seqs, n_seqs);
     const uint32_t d = hp->n_embd;
     const size_t W = f->cap_width;
     n_sel = 0;

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "engine/kv.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 
 enum {
@@ -35,8 +36,11 @@ typedef struct fwd_seq {
     kv_seq_t *kv;          /* tokens land at positions kv->n_past.. ; n_past advances */
     const int32_t *tokens; /* n_tokens ids */
     uint32_t n_tokens;
-    float *logits; /* n_vocab floats for the last token; NULL = not wanted (only
+    float *logits;              /* n_vocab floats for the last token; NULL = not wanted (only
                               the rows wanted go through the output head) */
+    const lora_weights_t *lora; /* (optional) its adapter's pairs beside the base's matrices;
+                                   NULL = the base alone. Consecutive sequences of one adapter
+                                   share its products (one read of its pairs for them) */
 } fwd_seq_t;
 
 typedef struct fwd fwd_t;
@@ -65,6 +69,20 @@ size_t fwd_scratch_after(const fwd_t *f, const model_hparams_t *hp, size_t n_tok
 /* Device scratch bytes allocated now, and the most ever allocated. */
 size_t fwd_scratch_bytes(const fwd_t *f);
 size_t fwd_scratch_peak(const fwd_t *f);
+
+/* Mixture of experts: expert matrix reads (each selected expert's gate, up
+ * and down read once per layer per pass over the layers: once a step, or
+ * once a chunk of a longer one) since f was made. */
+uint64_t fwd_expert_reads(const fwd_t *f);
+/* Flags of the last fwd_run of a MoE model: entry layer * n_expert + e is 1
+ * when some token of the step selected expert e in that layer; NULL before
+ * the first. Owned by f, valid until the next fwd_run. */
+const uint8_t *fwd_experts_used(const fwd_t *f);
+
+/* Device scratch bytes the adapters' products of a step of n_tok tokens add
+ * (rank_max: the largest rank among its adapters; 0 = none), on top of
+ * fwd_scratch_need/after. */
+size_t fwd_lora_scratch(const fwd_t *f, const model_hparams_t *hp, size_t n_tok, uint32_t rank_max);
 
 /* Run one step for n_seqs sequences of the model described by hp/w. On
  * error nothing is written to any KV cache's n_past and err says why. */

@@ -30,15 +30,30 @@ typedef struct model_arch_desc {
                             1/sqrt(n_embd/n_head) (its query_pre_attn_scalar) */
     int phi3;                /* attn_qkv and ffn_up (gate then up) fused, rope_factors_short/long,
                           every layer sliding (attention.sliding_window) */
+    int moe;                 /* routed experts: 0 never, 1 when expert_count says (llama:
+                                Mixtral), 2 always (the *moe families) */
+    int moe_norm_w;          /* the selected experts' weights renormalised (llama.cpp's norm_w) */
+    int moe_shexp;           /* a shared expert gated by sigmoid(ffn_gate_inp_shexp . x) */
 } model_arch_desc_t;
 
 static const char *const model_gemma2_keys[] = {
     "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL};
 static const char *const model_gemma3_keys[] = {"attention.sliding_window", NULL};
 static const char *const model_phi3_keys[] = {"attention.sliding_window", NULL};
+/* llama.cpp reads no expert width for llama (the experts are n_ff wide): ignored */
+static const char *const model_llama_keys[] = {"expert_feed_forward_length", NULL};
+static const char *const model_qwen2moe_keys[] = {"expert_feed_forward_length",
+                                                  "expert_shared_feed_forward_length", NULL};
+static const char *const model_qwen3moe_keys[] = {"expert_feed_forward_length", NULL};
 
 static const model_arch_desc_t model_archs[] = {
-    {.name = "llama", .arch = MODEL_ARCH_LLAMA, .qkv_bias = 1, .rope_freqs = 1},
+    {.name = "llama",
+     .arch = MODEL_ARCH_LLAMA,
+     .qkv_bias = 1,
+     .rope_freqs = 1,
+     .keys = model_llama_keys,
+     .moe = 1,
+     .moe_norm_w = 1},
     {.name = "qwen2", .arch = MODEL_ARCH_QWEN2, .rope_neox = 1, .qkv_bias = 2},
     {.name = "qwen3", .arch = MODEL_ARCH_QWEN3, .rope_neox = 1, .qk_norm = 1},
     {.name = "gemma2",
@@ -60,6 +75,20 @@ static const model_arch_desc_t model_archs[] = {
      .rope_base_swa = 10000.0f,
      .big_layers = 62},
     {.name = "phi3", .arch = MODEL_ARCH_PHI3, .rope_neox = 1, .keys = model_phi3_keys, .phi3 = 1},
+    {.name = "qwen2moe",
+     .arch = MODEL_ARCH_QWEN2MOE,
+     .rope_neox = 1,
+     .qkv_bias = 2,
+     .keys = model_qwen2moe_keys,
+     .moe = 2,
+     .moe_shexp = 1},
+    {.name = "qwen3moe",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .rope_neox = 1,
+     .qk_norm = 1,
+     .keys = model_qwen3moe_keys,
+     .moe = 2,
+     .moe_norm_w = 1},
 };
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
@@ -86,6 +115,9 @@ static const char *const model_known_keys[] = {
     "vocab_size",
     "expert_count",
     "expert_used_count",
+    "expert_gating_func",  /* read_moe: only what the family computes */
+    "expert_weights_norm", /* likewise */
+    "expert_weights_scale",
     /* no effect on the forward pass with the scalings implemented here */
     "rope.scaling.finetuned",
     "tensor_data_layout",
@@ -116,7 +148,8 @@ int model_feats_check(const model_hparams_t *hp, uint32_t supported, const char 
                                         "sliding-window attention",
                                         "GELU feed-forward",
                                         "RoPE attention factor",
-                                        "YaRN RoPE scaling"};
+                                        "YaRN RoPE scaling",
+                                        "mixture of experts"};
     uint32_t missing = hp->feats & ~supported;
     if (!missing)
         return 0;
@@ -176,9 +209,22 @@ static int hp_f32(const gguf_t *g, const char *arch, const char *suffix, float d
 /* Looks a tensor up and checks its shape (n_in x n_out; n_out 0 = 1-D) and
  * type. required = 0 lets it be absent (data stays NULL). Marks it taken in
  * used[] (one flag per file tensor). */
+static int get_weight_n(const gguf_t *g, uint8_t *used, const char *name, uint32_t n_in,
+                        uint32_t n_out, uint32_t n_mat, int f32_only, int required,
+                        model_weight_t *w, char *err, size_t errlen);
+
 static int get_weight(const gguf_t *g, uint8_t *used, const char *name, uint32_t n_in,
                       uint32_t n_out, int f32_only, int required, model_weight_t *w, char *err,
                       size_t errlen)
+{
+    return get_weight_n(g, used, name, n_in, n_out, 0, f32_only, required, w, err, errlen);
+}
+
+/* get_weight of n_mat matrices stacked on the third dimension (n_mat 0: a
+ * 2-D or 1-D tensor): one view of n_out * n_mat rows. */
+static int get_weight_n(const gguf_t *g, uint8_t *used, const char *name, uint32_t n_in,
+                        uint32_t n_out, uint32_t n_mat, int f32_only, int required,
+                        model_weight_t *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
     const gguf_tensor_t *t = gguf_find_tensor(g, name);
@@ -189,15 +235,16 @@ static int get_weight(const gguf_t *g, uint8_t *used, const char *name, uint32_t
         return -1;
     }
     used[t - gguf_tensor_at(g, 0)] = 1;
-    uint32_t want_dims = n_out ? 2 : 1;
-    int ok = t->ne[0] == n_in && (n_out ? t->ne[1] == n_out : 1);
+    uint32_t want_dims = n_mat ? 3 : n_out ? 2 : 1;
+    int ok = t->ne[0] == n_in && (n_out ? t->ne[1] == n_out : 1) && (!n_mat || t->ne[2] == n_mat);
     for (uint32_t d = want_dims; d < GGUF_MAX_DIMS; d++)
         ok = ok && t->ne[d] == 1;
     if (!ok) {
-        snprintf(
-            err, errlen, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%u, %u]",
-            gguf_path(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-            (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in, n_out ? n_out : 1);
+        snprintf(err, errlen,
+                 "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%u, %u, %u]",
+                 gguf_path(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                 (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in,
+                 n_out ? n_out : 1, n_mat ? n_mat : 1);
         return -1;
     }
     if (f32_only ? t->type != GGUF_T_F32 : !quant_type_supported(t->type)) {
@@ -212,7 +259,7 @@ static int get_weight(const gguf_t *g, uint8_t *used, const char *name, uint32_t
     }
     w->type = t->type;
     w->n_in = n_in;
-    w->n_out = n_out ? n_out : 1;
+    w->n_out = (n_out ? n_out : 1) * (n_mat ? n_mat : 1);
     w->data = t->data;
     w->nbytes = t->nbytes;
     return 0;
@@ -518,26 +565,16 @@ static int read_arch(const gguf_t *g, char *arch, size_t archlen, model_hparams_
     return 0;
 }
 
-/* Width, depth, feed-forward, heads and trained context, within plausible bounds; no experts. */
+/* Width, depth, feed-forward, heads and trained context, within plausible bounds. */
 static int read_shape(const gguf_t *g, const char *arch, model_hparams_t *hp, char *err,
                       size_t errlen)
 {
-    uint32_t n_expert = 0, n_expert_used = 0;
     if (hp_u32(g, arch, "embedding_length", -1, &hp->n_embd, err, errlen) ||
         hp_u32(g, arch, "block_count", -1, &hp->n_layer, err, errlen) ||
         hp_u32(g, arch, "feed_forward_length", -1, &hp->n_ff, err, errlen) ||
         hp_u32(g, arch, "attention.head_count", -1, &hp->n_head, err, errlen) ||
-        hp_u32(g, arch, "context_length", 2048, &hp->n_ctx_train, err, errlen) ||
-        hp_u32(g, arch, "expert_count", 0, &n_expert, err, errlen) ||
-        hp_u32(g, arch, "expert_used_count", 0, &n_expert_used, err, errlen))
+        hp_u32(g, arch, "context_length", 2048, &hp->n_ctx_train, err, errlen))
         return MODEL_ERR_FORMAT;
-    if (n_expert || n_expert_used) {
-        snprintf(err, errlen,
-                 "%s: mixture of experts ('%s.expert_count' = %u, expert_used_count %u) is not "
-                 "implemented",
-                 gguf_path(g), arch, n_expert, n_expert_used);
-        return MODEL_ERR_UNSUPPORTED;
-    }
     if (hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err, errlen))
         return MODEL_ERR_FORMAT;
     if (hp->n_embd == 0 || hp->n_embd > 65536 || hp->n_layer == 0 || hp->n_layer > 1024 ||
@@ -617,6 +654,91 @@ static int read_vocab_size(const gguf_t *g, const char *arch, model_hparams_t *h
     return 0;
 }
 
+/* A declared expert key whose value the family does not compute: refused naming it. */
+static int moe_refuse(const gguf_t *g, const char *arch, const char *key, const char *val,
+                      const char *want, char *err, size_t errlen)
+{
+    snprintf(err, errlen,
+             "%s: '%s.%s' = %s is not implemented (a %s model's experts are computed with %s), so "
+             "the file is refused",
+             gguf_path(g), arch, key, val, arch, want);
+    return MODEL_ERR_UNSUPPORTED;
+}
+
+/* Mixture of experts: expert_count and expert_used_count (both or neither;
+ * the *moe families need them), each expert's width (llama: n_ff, as
+ * llama.cpp reads Mixtral; the qwen families: expert_feed_forward_length,
+ * else n_ff / n_expert_used) and qwen2moe's shared expert's
+ * (expert_shared_feed_forward_length, else n_ff). These families gate with a
+ * softmax over every expert's logit, take the top k and renormalise their
+ * weights where ad->moe_norm_w: a file declaring another gating function,
+ * normalisation or a weight scale is refused naming the key. */
+static int read_moe(const gguf_t *g, const model_arch_desc_t *ad, model_hparams_t *hp, char *err,
+                    size_t errlen)
+{
+    const char *arch = ad->name;
+    uint32_t ne, nu, gating;
+    float scale;
+    if (hp_u32(g, arch, "expert_count", 0, &ne, err, errlen) ||
+        hp_u32(g, arch, "expert_used_count", 0, &nu, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (!ne && !nu && ad->moe < 2)
+        return 0;
+    if (!ad->moe) {
+        snprintf(err, errlen,
+                 "%s: mixture of experts ('%s.expert_count' = %u, expert_used_count %u) is not "
+                 "implemented for %s",
+                 gguf_path(g), arch, ne, nu, arch);
+        return MODEL_ERR_UNSUPPORTED;
+    }
+    if (ne == 0 || nu == 0 || nu > ne || ne > MODEL_MAX_EXPERTS) {
+        snprintf(err, errlen,
+                 "%s: '%s.expert_count' = %u with expert_used_count %u: a mixture of experts needs "
+                 "1 <= expert_used_count <= expert_count <= %u",
+                 gguf_path(g), arch, ne, nu, MODEL_MAX_EXPERTS);
+        return MODEL_ERR_FORMAT;
+    }
+    hp->n_expert = ne;
+    hp->n_expert_used = nu;
+    hp->moe_norm_w = ad->moe_norm_w;
+    hp->n_ff_exp = hp->n_ff;
+    if ((ad->moe == 2 && hp_u32(g, arch, "expert_feed_forward_length", hp->n_ff / nu, &hp->n_ff_exp,
+                                err, errlen)) ||
+        (ad->moe_shexp && hp_u32(g, arch, "expert_shared_feed_forward_length", hp->n_ff,
+                                 &hp->n_ff_shexp, err, errlen)) ||
+        hp_u32(g, arch, "expert_gating_func", 1, &gating, err, errlen) ||
+        hp_f32(g, arch, "expert_weights_scale", 1.0f, &scale, err, errlen))
+        return MODEL_ERR_FORMAT;
+    if (hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 20 || hp->n_ff_shexp > 1u << 20 ||
+        (ad->moe_shexp && hp->n_ff_shexp == 0)) {
+        snprintf(err, errlen, "%s: implausible expert widths (%u, shared %u)", gguf_path(g),
+                 hp->n_ff_exp, hp->n_ff_shexp);
+        return MODEL_ERR_FORMAT;
+    }
+    char key[128], val[32];
+    int norm;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    if (gguf_get(g, key) && gguf_get_bool(g, key, &norm)) {
+        snprintf(err, errlen, "%s: metadata key '%s' is not a boolean", gguf_path(g), key);
+        return MODEL_ERR_FORMAT;
+    }
+    const char *want = ad->moe_norm_w ? "softmax gating (1), weights renormalised, unscaled"
+                                      : "softmax gating (1), weights not renormalised, unscaled";
+    if (gating != 1) {
+        snprintf(val, sizeof val, "%u%s", gating, gating == 2 ? " (sigmoid)" : "");
+        return moe_refuse(g, arch, "expert_gating_func", val, want, err, errlen);
+    }
+    if (gguf_get(g, key) && !norm != !ad->moe_norm_w)
+        return moe_refuse(g, arch, "expert_weights_norm", norm ? "true" : "false", want, err,
+                          errlen);
+    if (scale != 1.0f) {
+        snprintf(val, sizeof val, "%g", (double)scale);
+        return moe_refuse(g, arch, "expert_weights_scale", val, want, err, errlen);
+    }
+    hp->feats |= MODEL_FEAT_MOE;
+    return 0;
+}
+
 static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t errlen)
 {
     char arch[32];
@@ -642,6 +764,8 @@ static int read_hparams(const gguf_t *g, model_hparams_t *hp, char *err, size_t 
         return rc;
     if (ad->phi3 && (rc = read_phi3(g, arch, hp, err, errlen)))
         return rc;
+    if ((rc = read_moe(g, ad, hp, err, errlen)))
+        return rc;
     return read_vocab_size(g, arch, hp, err, errlen);
 }
 
@@ -658,12 +782,45 @@ static int read_rope_freqs(const gguf_t *g, uint8_t *used, const model_arch_desc
     return 0;
 }
 
+/* A MoE layer's router and stacked experts, and qwen2moe's shared expert
+ * with its gate (the dense FFN tensors are not looked up: a stray one is refused). */
+static int read_moe_weights(const gguf_t *g, uint8_t *used, const model_arch_desc_t *ad,
+                            const model_hparams_t *hp, model_layer_t *L, uint32_t l, char *err,
+                            size_t errlen)
+{
+    uint32_t d = hp->n_embd, ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+    const struct {
+        const char *suf;
+        model_weight_t *w;
+        uint32_t n_in, n_out, n_mat;
+    } mt[] = {
+        {"ffn_gate_inp.weight", &L->gate_inp, d, ne, 0},
+        {"ffn_gate_exps.weight", &L->gate_exps, d, fe, ne},
+        {"ffn_up_exps.weight", &L->up_exps, d, fe, ne},
+        {"ffn_down_exps.weight", &L->down_exps, fe, d, ne},
+        {"ffn_gate_inp_shexp.weight", &L->gate_inp_shexp, d, 0, 0},
+        {"ffn_gate_shexp.weight", &L->gate_shexp, d, fs, 0},
+        {"ffn_up_shexp.weight", &L->up_shexp, d, fs, 0},
+        {"ffn_down_shexp.weight", &L->down_shexp, fs, d, 0},
+    };
+    size_t n = ad->moe_shexp ? sizeof mt / sizeof mt[0] : 4;
+    for (size_t i = 0; i < n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%u.%s", l, mt[i].suf);
+        if (get_weight_n(g, used, name, mt[i].n_in, mt[i].n_out, mt[i].n_mat, 0, 1, mt[i].w, err,
+                         errlen))
+            return -1;
+    }
+    return 0; /* (the shared expert's 1-D gate is a one-row matrix: n_out 1) */
+}
+
 static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, model_weights_t *w,
                         char *err, size_t errlen)
 {
     const model_arch_desc_t *ad = arch_find(hp->arch);
     uint32_t d = hp->n_embd, q = hp->n_head * hp->head_dim, kv = hp->n_head_kv * hp->head_dim;
     uint32_t hd = hp->head_dim;
+    int dense = hp->n_expert == 0; /* else the FFN is read_moe_weights' */
     if (get_weight(g, used, "token_embd.weight", d, hp->n_vocab, 0, 1, &w->tok_embd, err, errlen) ||
         get_weight(g, used, "output_norm.weight", d, 0, 1, 1, &w->output_norm, err, errlen) ||
         (!ad->tied_only &&
@@ -700,9 +857,9 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
             {"attn_k_norm.weight", &L->k_norm, hd, 0, 1, ad->qk_norm ? 2 : 0},
             {"attn_output.weight", &L->wo, q, d, 0, 2},
             {"ffn_norm.weight", &L->ffn_norm, d, 0, 1, 2},
-            {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
-            {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, ad->phi3 ? 0 : 2},
-            {"ffn_down.weight", &L->w_down, hp->n_ff, d, 0, 2},
+            {"ffn_gate.weight", &L->w_gate, d, hp->n_ff, 0, ad->phi3 || !dense ? 0 : 2},
+            {"ffn_up.weight", &L->w_up, d, hp->n_ff, 0, ad->phi3 || !dense ? 0 : 2},
+            {"ffn_down.weight", &L->w_down, hp->n_ff, d, 0, dense ? 2 : 0},
             {"post_attention_norm.weight", &L->post_attn_norm, d, 0, 1, ad->gemma ? 2 : 0},
             {"post_ffw_norm.weight", &L->post_ffn_norm, d, 0, 1, ad->gemma ? 2 : 0},
         };
@@ -714,6 +871,8 @@ static int read_weights(const gguf_t *g, uint8_t *used, model_hparams_t *hp, mod
                 return -1;
         }
         if (ad->phi3 && read_phi3_weights(g, used, hp, L, l, err, errlen))
+            return -1;
+        if (!dense && read_moe_weights(g, used, ad, hp, L, l, err, errlen))
             return -1;
         if (!L->bq.data != !L->bk.data || !L->bq.data != !L->bv.data) {
             snprintf(err, errlen, "%s: layer %u has some but not all of the q/k/v biases",

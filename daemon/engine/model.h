@@ -10,13 +10,15 @@
 #include "engine/tokenizer.h"
 
 typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 1,  /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
-    MODEL_ARCH_QWEN2 = 2,  /* adds q/k/v biases, NeoX RoPE */
-    MODEL_ARCH_QWEN3 = 3,  /* per-head q/k RMSNorm, no biases, NeoX RoPE */
-    MODEL_ARCH_GEMMA2 = 4, /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
-    MODEL_ARCH_PHI3 = 6,   /* fused QKV and gate/up, long/short RoPE factors, sliding window */
-    MODEL_ARCH_GEMMA3 = 5, /* gemma2 without soft-caps, with q/k norms, 5 of 6 layers SWA with
+    MODEL_ARCH_LLAMA = 1,    /* Llama 2/3, Mistral, TinyLlama, SmolLM: normal RoPE */
+    MODEL_ARCH_QWEN2 = 2,    /* adds q/k/v biases, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 3,    /* per-head q/k RMSNorm, no biases, NeoX RoPE */
+    MODEL_ARCH_GEMMA2 = 4,   /* embedding scale, post norms, GELU gate, soft-caps, SWA layers */
+    MODEL_ARCH_PHI3 = 6,     /* fused QKV and gate/up, long/short RoPE factors, sliding window */
+    MODEL_ARCH_GEMMA3 = 5,   /* gemma2 without soft-caps, with q/k norms, 5 of 6 layers SWA with
                               their own RoPE base */
+    MODEL_ARCH_QWEN2MOE = 7, /* qwen2 attention; routed experts plus a sigmoid-gated shared one */
+    MODEL_ARCH_QWEN3MOE = 8, /* qwen3 attention; routed experts, weights renormalised */
 } model_arch_t;
 
 /* Computation features beyond the plain Llama block that a model uses
@@ -67,7 +69,17 @@ typedef struct model_hparams {
                              0: every layer (phi3) */
     float rope_base_swa;    /* RoPE base of the sliding layers, unscaled; 0 = as the others */
     int gelu;               /* 1: GELU-tanh gate, 0: SiLU */
+    /* mixture of experts (MODEL_FEAT_MOE): each token's FFN is the weighted sum of the
+     * n_expert_used experts its router ranks highest (softmax over all n_expert logits) */
+    uint32_t n_expert;      /* routed experts per layer; 0 = a dense model */
+    uint32_t n_expert_used; /* experts each token takes (top-k), 1..n_expert */
+    uint32_t n_ff_exp;      /* an expert's feed-forward width */
+    uint32_t n_ff_shexp;    /* the shared expert's width (qwen2moe); 0 = none */
+    int moe_norm_w;         /* 1: the k selected probabilities renormalised to sum 1 */
 } model_hparams_t;
+
+/* Most experts a layer may have (llama.cpp's LLAMA_MAX_EXPERTS). */
+#define MODEL_MAX_EXPERTS 256u
 
 /* The rope parameters of hp, for the backend's rope op. */
 static inline kern_rope_t model_rope_of(const model_hparams_t *hp)
@@ -98,7 +110,27 @@ typedef struct model_layer {
     model_weight_t ffn_norm;       /* (n_embd) F32 */
     model_weight_t w_gate, w_up;   /* (n_embd -> n_ff) */
     model_weight_t w_down;         /* (n_ff -> n_embd) */
+    /* MoE layers (hp.n_expert > 0; data NULL otherwise): expert e's matrices are rows
+     * [e * n_ff_exp, (e + 1) * n_ff_exp) of the stacked ones (model_expert_view) */
+    model_weight_t gate_inp;             /* (n_embd -> n_expert) router */
+    model_weight_t gate_exps, up_exps;   /* (n_embd -> n_ff_exp) x n_expert, stacked */
+    model_weight_t down_exps;            /* (n_ff_exp -> n_embd) x n_expert, stacked */
+    model_weight_t gate_inp_shexp;       /* (n_embd -> 1) shared expert's gate (qwen2moe) */
+    model_weight_t gate_shexp, up_shexp; /* (n_embd -> n_ff_shexp) */
+    model_weight_t down_shexp;           /* (n_ff_shexp -> n_embd) */
 } model_layer_t;
+
+/* Expert e of a stacked expert tensor of n_expert experts: a view of its rows. */
+static inline model_weight_t model_expert_view(const model_weight_t *w, uint32_t n_expert,
+                                               uint32_t e)
+{
+    model_weight_t v = *w;
+    size_t bytes = w->nbytes / n_expert;
+    v.n_out = w->n_out / n_expert;
+    v.data = (const uint8_t *)w->data + (size_t)e * bytes;
+    v.nbytes = bytes;
+    return v;
+}
 
 /* Plain data: the pointers may be rebased onto another copy of the bytes
  * (a pinned host store, device pages) and the forward pass runs on that. */

@@ -636,10 +636,14 @@ static void models_ok(hreq_t *r, const json_t *body)
             json_object_set_new(o, "context_length", json_integer(json_integer_value(ctx)));
         /* a model that could not be loaded stays listed, marked: "available": false, "error" */
         const char *state = json_string_value(json_object_get(m, "state"));
-        int failed = state && !strcmp(state, "failed");
+        int failed = state && (!strcmp(state, "failed") || !strcmp(state, "unavailable"));
         json_object_set_new(o, "available", json_boolean(!failed));
+        /* an adapter names its base (vLLM's "parent" too) */
+        const json_t *base = json_object_get(m, "base");
+        if (base)
+            json_object_set(o, "parent", (json_t *)base);
         /* gpuswapd's own fields, as the socket's models answer has them */
-        static const char *const own[] = {"tensor_types", "bytes_per_param", "state"};
+        static const char *const own[] = {"tensor_types", "bytes_per_param", "state", "base"};
         for (size_t k = 0; k < sizeof own / sizeof *own; k++) {
             json_t *v = json_object_get(m, own[k]);
             if (v)

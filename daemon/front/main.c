@@ -21,6 +21,7 @@
 #include "oneshot/tokenize_cli.h"
 #include "http.h"
 #include "preflight.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "server.h"
 #include "worker/worker.h"
@@ -547,6 +548,40 @@ static int serve(const char *path, int strict)
     return rc;
 }
 
+/* --check-config of an adapter: opened against its base (whose own problems its entry names).
+ * 1 if it is refused (named on stderr), else 0. */
+static int check_adapter(const cfg_t *c, const cfg_model_t *m)
+{
+    char err[1024];
+    const cfg_model_t *b = cfg_find_model(c, m->base);
+    model_t *mo = b && b->path ? model_open(b->path, err, sizeof err) : NULL;
+    if (!mo) {
+        fprintf(stderr, "%s:%d: adapter '%s': its base '%s' cannot be opened\n", c->file, m->line,
+                m->name, m->base);
+        return 1;
+    }
+    lora_t *a = lora_open(m->adapter, mo, (float)m->adapter_scale, NULL, err, sizeof err);
+    if (!a)
+        fprintf(stderr, "%s:%d: adapter '%s': %s\n", c->file, m->line, m->name, err);
+    else {
+        char on[128] = ""; /* the matrices it has pairs on */
+        for (int t = 0; t < LORA_N_TARGETS; t++)
+            for (uint32_t l = 0; l < a->w.n_layer; l++)
+                if (lora_pair(&a->w, l, (lora_target_t)t)) {
+                    snprintf(on + strlen(on), sizeof on - strlen(on), "%s%s", on[0] ? "," : "",
+                             lora_target_name((lora_target_t)t));
+                    break;
+                }
+        fprintf(stderr, "%s:%d: adapter '%s' of '%s': %u pairs on %s, rank %u, %.1f MiB\n", c->file,
+                m->line, m->name, m->base, (unsigned)a->n_pairs, on, (unsigned)a->w.rank_max,
+                a->bytes / 1048576.0);
+    }
+    int bad = a == NULL;
+    lora_close(a);
+    model_close(mo);
+    return bad;
+}
+
 /* --check-config: loads the config, checks its listeners as the daemon will open them (preflight),
  * opens every model's GGUF header (metadata, tensor table, tokenizer: what the engine must
  * understand, not the weights) and prints the effective config, each model's max_context as it
@@ -567,6 +602,10 @@ static int check_config(const char *path, int remote)
         fprintf(stderr, "%s: %s\n", c->file, line);
     for (size_t i = 0; i < c->n_models; i++) {
         cfg_model_t *m = &c->models[i];
+        if (m->adapter) {
+            bad += check_adapter(c, m);
+            continue;
+        }
         model_t *mo = model_open(m->path, err, sizeof err);
         if (!mo) {
             fprintf(stderr, "%s:%d: model '%s': %s\n", c->file, m->line, m->name, err);

@@ -790,6 +790,51 @@ int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, s
     return 0;
 }
 
+/* ------------------------------------------------------------------ mixture of experts */
+
+int cpuk_moe_scatter(void *ctx, float *dst, const float *src, const uint32_t *rows, const float *w,
+                     size_t n_rows, size_t n, size_t stride)
+{
+    (void)ctx;
+    for (size_t r = 0; r < n_rows; r++) {
+        float *d = dst + (size_t)rows[r] * stride;
+        const float *x = src + r * stride;
+        for (size_t i = 0; i < n; i++)
+            d[i] = w[r] * x[i];
+    }
+    return 0;
+}
+
+typedef struct moe_sum_job {
+    float *x;
+    const float *ys;
+    uint32_t n_slots;
+    size_t n, stride;
+} moe_sum_job_t;
+
+static void moe_sum_rows(const void *argp, size_t t0, size_t t1)
+{
+    const moe_sum_job_t *j = argp;
+    for (size_t t = t0; t < t1; t++) {
+        float *x = j->x + t * j->stride;
+        const float *y = j->ys + t * j->n_slots * j->stride;
+        for (size_t i = 0; i < j->n; i++) {
+            float s = y[i];
+            for (uint32_t k = 1; k < j->n_slots; k++)
+                s += y[k * j->stride + i];
+            x[i] += s;
+        }
+    }
+}
+
+int cpuk_moe_sum(void *ctx, float *x, const float *ys, size_t n_tok, uint32_t n_slots, size_t n,
+                 size_t stride)
+{
+    moe_sum_job_t j = {x, ys, n_slots, n, stride};
+    par_rows_min(K(ctx), n_tok, n_tok * n * n_slots, moe_sum_rows, &j);
+    return 0;
+}
+
 void *cpuk_buf_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
@@ -806,4 +851,97 @@ int cpuk_sync(void *ctx)
 {
     (void)ctx;
     return 0;
+}
+
+/* ------------------------------------------------------------------ LoRA */
+
+typedef struct lora_task {
+    const kern_lora_t *jobs;
+    int n_jobs;
+    const float *x;
+    float *y;
+    size_t x_stride, y_stride;
+    size_t q_bytes, f_floats; /* per-thread scratch: quantized activations, rank + n_out floats */
+    pool_chunks_t ch;         /* the jobs' rows laid end to end */
+    int failed;
+} lora_task_t;
+
+/* out = w x for one token, as cpuk_matmul computes it (x quantized to w's activation format). */
+static void lora_vec(const kern_tensor_t *w, const float *x, void *q, float *out)
+{
+    size_t rb = quant_row_bytes(w->type, w->n_in);
+    quant_act_t act = quant_act_for(w->type);
+    if (act != QUANT_ACT_F32) {
+        quant_act_from_f32(act, x, q, w->n_in);
+        const void *xq = q;
+        quant_vdot_tile(w->type, w->data, rb, (int)w->n_out, &xq, 1, w->n_in, out);
+    } else {
+        quant_dot_tile(w->type, w->data, rb, (int)w->n_out, &x, 1, w->n_in, out);
+    }
+}
+
+static void lora_worker(void *ctxp, int tid, int nth)
+{
+    lora_task_t *t = ctxp;
+    (void)tid;
+    (void)nth;
+    void *q = malloc(t->q_bytes);
+    float *f = malloc(t->f_floats * sizeof *f);
+    if (!q || !f) {
+        __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        free(q);
+        free(f);
+        return;
+    }
+    long id, id_end;
+    while (pool_chunk_next(&t->ch, &id, &id_end)) {
+        for (long r = id; r < id_end; r++) {
+            int j = 0;
+            size_t k = (size_t)r;
+            while (k >= t->jobs[j].n_rows)
+                k -= t->jobs[j++].n_rows;
+            const kern_lora_t *jb = &t->jobs[j];
+            size_t row = jb->row0 + k;
+            uint32_t rank = jb->a->n_out;
+            lora_vec(jb->a, t->x + row * t->x_stride, q, f);
+            lora_vec(jb->b, f, q, f + rank);
+            float *y = t->y + row * t->y_stride;
+            for (uint32_t i = 0; i < jb->b->n_out; i++) {
+                float v = f[rank + i] * jb->scale; /* the scale, then the add */
+                y[i] = y[i] + v;
+            }
+        }
+    }
+    free(q);
+    free(f);
+}
+
+int cpuk_lora_mm(void *ctx, const kern_lora_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                 float *y, size_t y_stride)
+{
+    cpuk_t *k = K(ctx);
+    lora_task_t t = {
+        .jobs = jobs, .n_jobs = n_jobs, .x = x, .y = y, .x_stride = x_stride, .y_stride = y_stride};
+    long total = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const kern_lora_t *jb = &jobs[j];
+        if (jb->a->n_out != jb->b->n_in)
+            return KERN_ERR_ARG;
+        size_t qa = quant_act_bytes(quant_act_for(jb->a->type), jb->a->n_in);
+        size_t qb = quant_act_bytes(quant_act_for(jb->b->type), jb->b->n_in);
+        t.q_bytes = qa > t.q_bytes ? qa : t.q_bytes;
+        t.q_bytes = qb > t.q_bytes ? qb : t.q_bytes;
+        size_t fl = (size_t)jb->a->n_out + jb->b->n_out;
+        t.f_floats = fl > t.f_floats ? fl : t.f_floats;
+        total += (long)jb->n_rows;
+    }
+    if (!total)
+        return 0;
+    t.q_bytes = t.q_bytes ? t.q_bytes : 1;
+    pool_chunks_init(&t.ch, total, 1);
+    if (pool_size(k->pool) == 1 || total == 1)
+        lora_worker(&t, 0, 1);
+    else
+        pool_run(k->pool, lora_worker, &t);
+    return t.failed ? KERN_ERR_NOMEM : 0;
 }

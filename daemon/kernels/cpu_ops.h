@@ -43,7 +43,10 @@ typedef struct cpuk_ctx {
     X(gather)                                                                                      \
     X(scale)                                                                                       \
     X(softcap)                                                                                     \
-    X(gelu_mul)
+    X(gelu_mul)                                                                                    \
+    X(moe_scatter)                                                                                 \
+    X(moe_sum)                                                                                     \
+    X(lora_mm)
 #define CPUK_X_INIT(slot) .slot = cpuk_##slot,
 #define CPUK_SLOTS CPUK_OPS(CPUK_X_INIT)
 
@@ -71,5 +74,11 @@ int cpuk_silu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, s
 int cpuk_add(void *ctx, float *x, const float *y, size_t n_tok, size_t n, size_t stride);
 int cpuk_gather(void *ctx, float *dst, const float *src, const uint32_t *rows, size_t n_rows,
                 size_t n, size_t stride);
+int cpuk_moe_scatter(void *ctx, float *dst, const float *src, const uint32_t *rows, const float *w,
+                     size_t n_rows, size_t n, size_t stride);
+int cpuk_lora_mm(void *ctx, const kern_lora_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                 float *y, size_t y_stride);
+int cpuk_moe_sum(void *ctx, float *x, const float *ys, size_t n_tok, uint32_t n_slots, size_t n,
+                 size_t stride);
 
 #endif

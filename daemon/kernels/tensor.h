@@ -61,6 +61,14 @@ typedef struct kern_mm {
     size_t y_stride;
 } kern_mm_t;
 
+/* A LoRA job: y[t] += scale * (b (a x[t])) for the call's rows t in [row0, row0 + n_rows), a
+ * (n_in -> rank) and b (rank -> n_out) products as a kern_mm_t's, the scale then the add. */
+typedef struct kern_lora {
+    const kern_tensor_t *a, *b; /* data are device addresses */
+    float scale;
+    size_t row0, n_rows;
+} kern_lora_t;
+
 /* Rotary position embedding of the first rope_dim of each head_dim. */
 typedef struct kern_rope {
     uint32_t head_dim;
@@ -89,7 +97,10 @@ enum {
     MODEL_FEAT_GELU = 1u << 6,        /* GELU (tanh) gated feed-forward */
     MODEL_FEAT_ROPE_MSCALE = 1u << 7, /* RoPE cos/sin times rope_attn_factor (Phi-3 LongRoPE) */
     MODEL_FEAT_ROPE_YARN = 1u << 8,   /* YaRN: per-pair ramp between scaled and unscaled freqs */
-    MODEL_FEAT_ALL = (1u << 9) - 1,
+    MODEL_FEAT_ALL = (1u << 9) - 1,   /* every feature of the dense families */
+    /* routed experts: the moe_scatter and moe_sum kernels (not in MODEL_FEAT_ALL: a backend
+     * lists it when it has them) */
+    MODEL_FEAT_MOE = 1u << 9,
 };
 
 #endif

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "engine/forward.h"
 #include "engine/kv.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "kernels/quant.h"
 #include "engine/sampler.h"
@@ -25,6 +26,8 @@ typedef struct gen_opts {
     const char *prompt;
     const char *prompt_ids;
     const char *dump_logits;
+    const char *lora; /* --lora: an adapter beside the model, or NULL */
+    float lora_scale; /* --lora-scale (default 1) */
     long n_predict;
     long threads;
     long n_ctx;
@@ -52,6 +55,8 @@ static void usage(FILE *f)
           "  -m, --model FILE        GGUF model to run\n"
           "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary wants it)\n"
           "      --prompt-ids LIST   prompt as comma-separated token ids (no BOS added)\n"
+          "      --lora FILE         a LoRA adapter (GGUF) for the model, applied beside it\n"
+          "      --lora-scale S      its scale (default 1; llama.cpp's --lora-scaled)\n"
           "  -n, --n-predict N       tokens to generate (default 64)\n",
           f);
     /* the sampling options, from sampler_params.h */
@@ -77,6 +82,7 @@ static void usage(FILE *f)
           "      --kv-type f16|f32   KV cache element type (default f16)\n"
           "      --prefill-chunk N   tokens per pass over the layers (default 512; 0 = all)\n"
           "      --json              print one JSON object {prompt_ids, ids, text, timing}\n"
+          "                          (and expert_reads for a mixture of experts)\n"
           "      --dump-logits FILE  write the logits of every step, one line per step\n"
           "  -q, --quiet             no timing line on stderr\n",
           f);
@@ -115,6 +121,8 @@ enum {
     O_EXACT,
     O_KVTYPE,
     O_CHUNK,
+    O_LORA,
+    O_LORA_SCALE,
     O_SAMPLER = 512 /* + sampler_param_id_t */
 };
 
@@ -145,6 +153,8 @@ static const struct option gen_fixed_opts[] = {
     {"exact", no_argument, 0, O_EXACT},
     {"kv-type", required_argument, 0, O_KVTYPE},
     {"prefill-chunk", required_argument, 0, O_CHUNK},
+    {"lora", required_argument, 0, O_LORA},
+    {"lora-scale", required_argument, 0, O_LORA_SCALE},
     {"help", no_argument, 0, 'h'},
 };
 
@@ -242,6 +252,8 @@ static int gen_opt_apply(gen_opts_t *o, int c)
             return GEN_OPT_BAD;
         break;
     case O_CHUNK: return parse_long(optarg, 0, 1 << 24, &o->prefill_chunk) ? GEN_OPT_BAD : 0;
+    case O_LORA: o->lora = optarg; break;
+    case O_LORA_SCALE: return parse_float(optarg, &o->lora_scale) ? GEN_OPT_BAD : 0;
     case O_ISA: return gen_opt_isa(o);
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return GEN_OPT_HELP;
@@ -279,6 +291,7 @@ static int parse_args(int argc, char **argv, gen_opts_t *o)
     memset(o, 0, sizeof *o);
     o->n_predict = 64;
     o->prefill_chunk = FWD_CHUNK_DEFAULT;
+    o->lora_scale = 1.0f;
     o->isa = QUANT_ISA_AUTO;
     sampler_params_default(&o->sp);
     optind = 1;
@@ -347,6 +360,7 @@ typedef struct gen_run {
     gen_opts_t o;
     char err[512];
     model_t *m;
+    lora_t *lora; /* --lora, or NULL */
     backend_t *be;
     fwd_t *fw;
     kv_seq_t *kv;
@@ -516,8 +530,11 @@ static int gen_decode(gen_run_t *g)
     tok_stream_t ts;
     tok_stream_init(&ts, m->tok, g->o.special);
     char piece[512];
-    fwd_seq_t sq = {
-        .kv = g->kv, .tokens = g->prompt, .n_tokens = (uint32_t)g->n_prompt, .logits = g->logits};
+    fwd_seq_t sq = {.kv = g->kv,
+                    .tokens = g->prompt,
+                    .n_tokens = (uint32_t)g->n_prompt,
+                    .logits = g->logits,
+                    .lora = g->lora ? &g->lora->w : NULL};
     double t1 = util_now_ms();
     if (fwd_run(g->fw, &m->hp, &m->w, &sq, 1, NULL, g->err, sizeof g->err)) {
         fprintf(stderr, "gpuswapd generate: %s\n", g->err);
@@ -543,7 +560,8 @@ static int gen_decode(gen_run_t *g)
     return 0;
 }
 
-/* --json: one object {prompt_ids, ids, text, finish_reason, timing}. 0 or -1 (out of memory). */
+/* --json: one object {prompt_ids, ids, text, finish_reason, timing} (and expert_reads for a
+ * mixture of experts). 0 or -1 (out of memory). */
 static int gen_print_json(const gen_run_t *g)
 {
     json_t *jp = json_array(), *jids = json_array();
@@ -558,6 +576,13 @@ static int gen_print_json(const gen_run_t *g)
     json_decref(jids);
     if (!root)
         return gen_oom();
+    /* a mixture of experts: expert matrices read over the run (each selected expert once a pass) */
+    if (g->fw && fwd_experts_used(g->fw) &&
+        json_object_set_new(root, "expert_reads",
+                            json_integer((json_int_t)fwd_expert_reads(g->fw)))) {
+        json_decref(root);
+        return gen_oom();
+    }
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!s)
@@ -607,6 +632,7 @@ static int gen_run_free(gen_run_t *g, int status)
     kv_seq_free(g->kv);
     fwd_free(g->fw);
     be_close(g->be);
+    lora_close(g->lora);
     model_close(g->m);
     return status;
 }
@@ -623,6 +649,11 @@ int gen_main(int argc, char **argv)
     double t0 = util_now_ms();
     g.m = model_open(g.o.model, g.err, sizeof g.err);
     if (!g.m) {
+        fprintf(stderr, "gpuswapd generate: %s\n", g.err);
+        return gen_run_free(&g, 1);
+    }
+    if (g.o.lora &&
+        !(g.lora = lora_open(g.o.lora, g.m, g.o.lora_scale, NULL, g.err, sizeof g.err))) {
         fprintf(stderr, "gpuswapd generate: %s\n", g.err);
         return gen_run_free(&g, 1);
     }

@@ -159,19 +159,24 @@ void res_inflight_unlink(res_t *r, res_model_t *m)
     m->if_next = m->if_prev = NULL;
 }
 
-/* A copy landed (or failed): the FIFO position reached, and its bandwidth. */
-static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
+/* A copy landed (or failed): the FIFO position reached (q_end, its q_span bytes queued), and
+ * the bandwidth of its bytes in d seconds (none when d is 0). */
+static void landed(res_t *r, res_model_t *m, uint64_t q_end, size_t q_span, size_t bytes, double d)
 {
     if (--m->n_inflight == 0)
         res_inflight_unlink(r, m);
-    m->inflight_bytes -= sg->q_span;
-    if (sg->q_end > r->landed_q)
-        r->landed_q = sg->q_end;
-    double d = sg->timed ? sg->t.end - sg->t.start : 0;
+    m->inflight_bytes -= q_span;
+    if (q_end > r->landed_q)
+        r->landed_q = q_end;
     if (d > 0) {
-        double bw = (double)span / d;
+        double bw = (double)bytes / d;
         r->bw = r->bw > 0 ? 0.7 * r->bw + 0.3 * bw : bw;
     }
+}
+
+static void note_landed(res_t *r, res_model_t *m, res_seg_t *sg, size_t span)
+{
+    landed(r, m, sg->q_end, sg->q_span, span, sg->timed ? sg->t.end - sg->t.start : 0);
 }
 
 /* Move finished copies to RESIDENT and account their copy time; drop
@@ -201,8 +206,12 @@ void res_settle(res_t *r, res_model_t *m)
 {
     if (m->n_inflight == 0)
         return; /* nothing to settle */
-    for (uint32_t s = 0; s < m->sm->n_segs; s++)
+    for (uint32_t s = 0; s < m->sm->n_segs; s++) {
         res_settle_seg(r, m, s);
+        const res_useg_t *us = m->segs[s].us;
+        for (uint32_t u = 0; us && us->n_inflight && u < us->n_units; u++)
+            res_settle_unit(r, m, s, u);
+    }
 }
 
 /* How far the copy engine's FIFO has come: settle every model with copies
@@ -223,7 +232,7 @@ int res_copy_sync(res_t *r, res_seg_t *sg, double timeout_s)
     return be_event_sync(r->be, sg->ev, timeout_s) == BE_ERR_TIMEOUT ? -1 : 0;
 }
 
-/* ------------------------------------------------------------------ eviction */
+/* ------------------------------------------------------------------ units */
 
 static void count_eviction(res_model_t *m, res_cause_t cause)
 {
@@ -235,9 +244,192 @@ static void count_eviction(res_model_t *m, res_cause_t cause)
     }
 }
 
+int res_unit_pages(const res_t *r, const store_model_t *sm, uint32_t seg, uint32_t u,
+                   size_t iv[STORE_UNIT_RANGES][2])
+{
+    const store_unit_t *x = store_seg_unit(sm, seg, u);
+    int n = 0;
+    for (uint32_t k = 0; k < x->n_ranges; k++) {
+        if (!x->r[k].bytes)
+            continue;
+        size_t a = x->r[k].off / r->page, b = res_pages_of(r, x->r[k].off + x->r[k].bytes);
+        if (n && a <= iv[n - 1][1]) { /* shares a page with the range before it */
+            if (b > iv[n - 1][1])
+                iv[n - 1][1] = b;
+            continue;
+        }
+        iv[n][0] = a;
+        iv[n][1] = b;
+        n++;
+    }
+    return n;
+}
+
+/* Maps or unmaps n pages of segment seg of m from page p (of the segment). */
+static int pages_op(res_t *r, res_model_t *m, uint32_t seg, size_t p, size_t n, int map)
+{
+    size_t off = m->sm->segs[seg].off + p * r->page, bytes = n * r->page;
+    if (!map)
+        return r->be->unmap(r->be->ctx, m->base, off, bytes);
+    int brc = r->be->map(r->be->ctx, m->base, off, bytes);
+    if (brc == BE_ERR_NOMEM && res_device_short(r, m, n) == 0)
+        brc = r->be->map(r->be->ctx, m->base, off, bytes); /* once more, after evicting */
+    return brc;
+}
+
+int res_unit_walk(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, int map, size_t stop,
+                  size_t *bytes)
+{
+    res_useg_t *us = m->segs[seg].us;
+    size_t iv[STORE_UNIT_RANGES][2], seen = 0, done = 0;
+    int n = res_unit_pages(r, m->sm, seg, u, iv), rc = 0;
+    for (int i = 0; i < n && seen < stop; i++) {
+        size_t run = 0, run_at = 0; /* pages only this unit touches, acted on as one mapping */
+        for (size_t p = iv[i][0];; p++) {
+            int end = p == iv[i][1] || seen == stop;
+            int act = !end && us->held[p] == (map ? 0 : 1), alone = !end && us->cover[p] == 1;
+            if (run && !(act && alone)) { /* the run ends here */
+                int brc = pages_op(r, m, seg, run_at, run, map);
+                if (brc && map) { /* undo the run's counts, then what came before it */
+                    for (size_t q = run_at; q < run_at + run; q++)
+                        us->held[q]--;
+                    res_unit_walk(r, m, seg, u, 0, seen - run, bytes);
+                    *bytes = 0;
+                    return brc;
+                }
+                rc = rc ? rc : brc;
+                done += run;
+                run = 0;
+            }
+            if (end)
+                break;
+            if (act && !alone) { /* a page shared with another unit: a mapping of its own */
+                int brc = pages_op(r, m, seg, p, 1, map);
+                if (brc && map) {
+                    res_unit_walk(r, m, seg, u, 0, seen, bytes);
+                    *bytes = 0;
+                    return brc;
+                }
+                rc = rc ? rc : brc;
+                done++;
+            } else if (act && run++ == 0) {
+                run_at = p;
+            }
+            us->held[p] = (uint16_t)(us->held[p] + (map ? 1 : -1));
+            seen++;
+        }
+    }
+    *bytes = done * r->page;
+    return rc;
+}
+
+int res_unit_unmap(res_t *r, res_model_t *m, uint32_t seg, uint32_t u)
+{
+    res_useg_t *us = m->segs[seg].us;
+    size_t b;
+    int rc = res_unit_walk(r, m, seg, u, 0, SIZE_MAX, &b);
+    us->u[u].state = RES_SEG_ABSENT;
+    us->n_mapped--;
+    us->bytes -= b;
+    m->weight_bytes -= b;
+    r->free_pages += b / r->page;
+    res_update_gauges(m);
+    return rc ? RES_ERR_DEVICE : 0;
+}
+
+void res_settle_unit(res_t *r, res_model_t *m, uint32_t seg, uint32_t u)
+{
+    res_useg_t *us = m->segs[seg].us;
+    res_unit_t *x = &us->u[u];
+    if (x->state != RES_SEG_INFLIGHT)
+        return;
+    uint32_t n = store_seg_unit(m->sm, seg, u)->n_ranges;
+    int failed = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        int d = r->be->event_done(r->be->ctx, x->ev[k]);
+        if (d == 0)
+            return;
+        failed |= d < 0;
+    }
+    be_copy_times_t a, b;
+    double d = 0;
+    if (!failed && r->be->event_times(r->be->ctx, x->ev[0], &a) == 0 &&
+        r->be->event_times(r->be->ctx, x->ev[n - 1], &b) == 0 && b.end > a.start) {
+        d = b.end - a.start; /* its copies ran back to back on the FIFO */
+        m->st.total_copy_ns += (uint64_t)(d * 1e9);
+    }
+    us->n_inflight--;
+    landed(r, m, x->q_end, x->q_span, failed ? 0 : x->q_span, d);
+    x->state = RES_SEG_RESIDENT;
+    if (failed) {
+        res_unit_unmap(r, m, seg, u);
+        m->st.total_device_errors++;
+        res_set_err(m, RES_ERR_DEVICE,
+                    "model '%s': the %s backend failed to copy unit %u of segment %u to the device",
+                    m->sm->name, r->be->name, u, seg);
+    }
+}
+
+int res_unit_drop(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, int cause)
+{
+    res_useg_t *us = m->segs[seg].us;
+    if (!us || us->u[u].state == RES_SEG_ABSENT)
+        return 0;
+    res_unit_t *x = &us->u[u];
+    if (x->state == RES_SEG_INFLIGHT) /* nothing may land in pages once unmapped */
+        for (uint32_t k = 0; k < store_seg_unit(m->sm, seg, u)->n_ranges; k++)
+            be_event_sync(r->be, x->ev[k], INFINITY);
+    res_settle_unit(r, m, seg, u);
+    if (x->state == RES_SEG_ABSENT)
+        return 0; /* its copy failed: already unmapped */
+    size_t before = m->weight_bytes;
+    int rc = res_unit_unmap(r, m, seg, u);
+    m->st.total_bytes_evicted += before - m->weight_bytes;
+    if (cause >= 0)
+        count_eviction(m, (res_cause_t)cause);
+    res_update_gauges(m);
+    return rc;
+}
+
+int res_units_drop(res_t *r, res_model_t *m, uint32_t s, int cause)
+{
+    res_useg_t *us = m->segs[s].us;
+    int rc = 0, any = 0;
+    for (uint32_t u = 0; us && us->n_mapped && u < us->n_units; u++) {
+        if (us->u[u].state == RES_SEG_ABSENT)
+            continue;
+        int urc = res_unit_drop(r, m, s, u, -1);
+        rc = rc ? rc : urc;
+        any = 1;
+    }
+    if (any && cause >= 0)
+        count_eviction(m, (res_cause_t)cause);
+    return rc;
+}
+
+void res_units_free(res_t *r, res_seg_t *sg)
+{
+    res_useg_t *us = sg->us;
+    if (!us)
+        return;
+    for (uint32_t u = 0; u < us->n_units; u++)
+        for (int k = 0; k < STORE_UNIT_RANGES; k++)
+            if (us->u[u].ev[k])
+                r->be->event_free(r->be->ctx, us->u[u].ev[k]);
+    free(us->u);
+    free(us->cover);
+    free(us->held);
+    free(us);
+    sg->us = NULL;
+}
+
+/* ------------------------------------------------------------------ eviction */
+
 int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
 {
     res_seg_t *sg = &m->segs[s];
+    if (sg->us && sg->us->n_mapped) /* held unit by unit (the segment itself is absent) */
+        return res_units_drop(r, m, s, (int)cause);
     if (sg->state == RES_SEG_ABSENT)
         return 0;
     if (sg->state == RES_SEG_INFLIGHT)
@@ -262,7 +454,7 @@ int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
 int64_t res_tail_seg(const res_model_t *m, uint32_t lo, uint32_t hi)
 {
     for (uint32_t s = hi; s-- > lo;)
-        if (m->segs[s].state != RES_SEG_ABSENT)
+        if (m->segs[s].state != RES_SEG_ABSENT || (m->segs[s].us && m->segs[s].us->n_mapped))
             return s;
     return -1;
 }

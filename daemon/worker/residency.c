@@ -119,6 +119,8 @@ static int page_in(res_t *r, res_model_t *m, uint32_t s)
 {
     const store_seg_t *ss = &m->sm->segs[s];
     res_seg_t *sg = &m->segs[s];
+    if (res_units_drop(r, m, s, -1)) /* held unit by unit: whole from now on */
+        return RES_ERR_DEVICE;
     uint64_t t0 = util_now_ns();
     int brc = r->be->map(r->be->ctx, m->base, ss->off, ss->span);
     /* a failure recovered by evicting is not a device error (the worker
@@ -177,6 +179,9 @@ static int page_in_prefix(res_t *r, res_model_t *m, int evict, size_t ahead)
             continue;
         if (ahead && m->inflight_bytes >= ahead)
             return 0; /* enough queued for now: the rest in a later call */
+        /* held unit by unit (experts): paged whole instead */
+        if (res_units_drop(r, m, s, -1))
+            return RES_ERR_DEVICE;
         size_t span = m->sm->segs[s].span;
         if (!res_quota_room(r, m, span))
             return 0;
@@ -287,8 +292,9 @@ int res_remove(res_t *r, res_model_t *m)
     res_kv_host_drop_model(r, m);
     if (!r->be->zero_copy) {
         for (uint32_t s = 0; s < m->sm->n_segs; s++) {
-            if (m->segs[s].state != RES_SEG_ABSENT)
+            if (m->segs[s].state != RES_SEG_ABSENT || m->segs[s].us)
                 res_evict_seg(r, m, s, RES_CAUSE_ADMIN);
+            res_units_free(r, &m->segs[s]);
             r->be->event_free(r->be->ctx, m->segs[s].ev);
         }
         r->be->release(r->be->ctx, m->base, m->sm->image_bytes);
@@ -432,6 +438,8 @@ int res_seg_request(res_t *r, res_model_t *m, uint32_t seg)
      * furthest ahead first (Belady for a cyclic pass): the highest
      * below seg, else the highest above it; never the embedding (tied
      * heads read it at the end of the pass). */
+    if (res_units_drop(r, m, seg, -1)) /* held unit by unit: paged whole instead */
+        return RES_ERR_DEVICE;
     size_t span = m->sm->segs[seg].span, need = span / r->page;
     for (;;) {
         int over_quota = !res_quota_room(r, m, span);

@@ -19,6 +19,7 @@ enum {
     RES_ERR_NOMEM = -4,
     RES_ERR_BUSY = -5,    /* model has running work or live KV caches */
     RES_ERR_TIMEOUT = -6, /* a copy did not complete within the copy timeout */
+    RES_ERR_ARG = -7,     /* no such segment or unit */
 };
 
 typedef enum res_cause {
@@ -158,6 +159,31 @@ int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes
 #define RES_STALL_PARTS 3
 /* Evict up to max_segs segments tail-first (0 = all). RES_ERR_BUSY if running. */
 int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs);
+
+/* Units below a segment (res_unit.c): a MoE layer's experts (store_seg_units: the layer's other
+ * tensors as unit STORE_UNIT_REST, routed expert e as STORE_UNIT_EXPERT(e)). A segment is held
+ * either whole (one mapping, one copy: what acquire, prefetch and the hooks page in) or unit by
+ * unit: each unit mapped, copied and evicted on its own, counted in m's weight bytes, quota and
+ * the pool like segments, the segment itself RES_SEG_ABSENT meanwhile; a page two units share
+ * stays mapped while either holds it. A unit of a segment held whole is there with it (and
+ * leaves with it); paging a segment whole drops its units first, and evicting the segment (tail
+ * first, quota, admin) drops them all as one eviction. */
+/* Maps unit u of segment seg and queues its copies, making room from idle models (and, for a
+ * running m, the last resort of res_make_room_others) when the pool is short; nothing waits for
+ * the copies. RES_OK if it is mapped already (or its segment is held whole); RES_ERR_NOSPACE
+ * (its quota or the pool), RES_ERR_ARG, RES_ERR_DEVICE, RES_ERR_NOMEM, with err. */
+int res_unit_map(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, char *err, size_t errlen);
+/* Unmaps unit u (waiting for its copies), the rest of the segment untouched; counted as an
+ * eviction under cause. RES_ERR_BUSY while m runs or when its segment is held whole. */
+int res_unit_evict(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, res_cause_t cause);
+/* Its state: its segment's while held whole, else the unit's own. */
+res_seg_state_t res_unit_state(res_t *r, res_model_t *m, uint32_t seg, uint32_t u);
+/* Waits (up to the copy timeout) for unit u's copies and orders later compute after them, as
+ * the hooks do for a segment: 0 when it can be read; RES_ERR_NOSPACE when it is not mapped,
+ * RES_ERR_TIMEOUT, RES_ERR_DEVICE (its copy failed: unmapped again). */
+int res_unit_wait(res_t *r, res_model_t *m, uint32_t seg, uint32_t u);
+/* Bytes of pages segment seg's units hold mapped (0 when none, or held whole). */
+size_t res_unit_bytes(const res_model_t *m, uint32_t seg);
 
 /* KV caches in device pages, counted against the model's quota. */
 int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err, size_t errlen);

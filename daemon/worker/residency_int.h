@@ -7,6 +7,28 @@
 
 #include "residency.h"
 
+/* A unit of a segment held unit by unit (res_unit.c, store_unit_t). */
+typedef struct res_unit {
+    res_seg_state_t state;
+    be_event_t *ev[STORE_UNIT_RANGES]; /* one per range's copy; made at its first map */
+    uint64_t q_end;                    /* as res_seg_t's, for its last copy */
+    size_t q_span;                     /* bytes its copies queued */
+} res_unit_t;
+
+/* A segment held unit by unit: made at its first unit's map; the segment's own state stays
+ * RES_SEG_ABSENT meanwhile (res_unit.c). A page is mapped while a mapped unit touches it: a run
+ * of pages only one unit touches is one mapping, a page two share is one of its own, so each
+ * unmap undoes whole mappings (cuda's rule). */
+typedef struct res_useg {
+    uint32_t n_units;    /* store_seg_units */
+    res_unit_t *u;       /* n_units */
+    uint16_t *cover;     /* per page of the segment's span: units touching it */
+    uint16_t *held;      /* per page: mapped units touching it (mapped while > 0) */
+    uint32_t n_mapped;   /* units mapped (in flight or resident) */
+    uint32_t n_inflight; /* units whose copies are queued and not settled */
+    size_t bytes;        /* bytes of pages mapped */
+} res_useg_t;
+
 /* A segment of a model on the device. */
 typedef struct res_seg {
     res_seg_state_t state;
@@ -15,7 +37,8 @@ typedef struct res_seg {
     be_copy_times_t t;
     uint64_t
         q_end; /* bytes ever queued on the copy engine when its copy was queued, itself included */
-    size_t q_span; /* bytes of that copy */
+    size_t q_span;  /* bytes of that copy */
+    res_useg_t *us; /* held unit by unit (experts): NULL until a unit is first mapped */
 } res_seg_t;
 
 /* A KV cache (res_kv.c): its ranges, its pages, and whether it is a live sequence's or cached
@@ -147,11 +170,37 @@ void res_settle_all(res_t *r);
 /* Blocks until sg's copy has landed or failed; -1 if still in flight after timeout_s. */
 int res_copy_sync(res_t *r, res_seg_t *sg, double timeout_s);
 
+/* ------------------------------------------------------------------ res_evict.c: units */
+
+/* Pages of unit u of segment seg as intervals [iv[i][0], iv[i][1]) of page indices from the
+ * segment's start, ascending, disjoint, merged where ranges share a page; returns how many. */
+int res_unit_pages(const res_t *r, const store_model_t *sm, uint32_t seg, uint32_t u,
+                   size_t iv[STORE_UNIT_RANGES][2]);
+/* Maps (map 1) or unmaps (map 0) the pages of unit u that it alone holds: held counts move by
+ * one on each of its pages, and the pages going from 0 to 1 (map) or 1 to 0 (unmap) are mapped
+ * or unmapped, the runs only this unit touches as one mapping. Stops after the first stop pages
+ * of the unit (SIZE_MAX: all). *bytes gets what it mapped or unmapped. A failed map leaves every
+ * count and mapping as before the call and returns the backend's code. */
+int res_unit_walk(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, int map, size_t stop,
+                  size_t *bytes);
+/* Unmaps what unit u holds alone and counts it gone from m and the pool (no eviction counted);
+ * its copies have landed or failed. */
+int res_unit_unmap(res_t *r, res_model_t *m, uint32_t seg, uint32_t u);
+/* Moves unit u's finished copies to RESIDENT (or drops it when one failed). */
+void res_settle_unit(res_t *r, res_model_t *m, uint32_t seg, uint32_t u);
+/* Unmaps unit u of segment seg (waiting for its copies); counts an eviction under cause unless
+ * cause is negative (a whole page-in dropping the units first). */
+int res_unit_drop(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, int cause);
+/* Drops every mapped unit of segment s (cause as for res_unit_drop, the eviction counted once). */
+int res_units_drop(res_t *r, res_model_t *m, uint32_t s, int cause);
+/* Frees segment s's unit state (its units unmapped already). */
+void res_units_free(res_t *r, res_seg_t *sg);
+
 /* ------------------------------------------------------------------ res_evict.c: eviction */
 
 /* Unmaps segment s of m (waiting for its copy), counting the eviction under cause. */
 int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause);
-/* Highest-index mapped segment in [lo, hi), or -1. */
+/* Highest-index mapped segment in [lo, hi) (whole or by units), or -1. */
 int64_t res_tail_seg(const res_model_t *m, uint32_t lo, uint32_t hi);
 /* Whether v's weights may be taken: not running, not pinned, holding some. */
 int res_evictable(const res_model_t *v);

@@ -92,10 +92,13 @@ static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t 
     for (uint32_t l = 0; l < n_layer; l++) {
         model_layer_t *L = &w->layers[l];
         model_weight_t *lw[STORE_PER_LAYER] = {
-            &L->attn_norm,    &L->wq,     &L->wk,     &L->wv,       &L->bq,
-            &L->bk,           &L->bv,     &L->wo,     &L->ffn_norm, &L->w_gate,
-            &L->w_up,         &L->w_down, &L->q_norm, &L->k_norm,   &L->post_attn_norm,
-            &L->post_ffn_norm};
+            &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo, &L->ffn_norm,
+            &L->w_gate, &L->w_up, &L->w_down, &L->q_norm, &L->k_norm, &L->post_attn_norm,
+            &L->post_ffn_norm,
+            /* mixture of experts: the router and shared expert with the rest, then the stacked
+             * experts last, so the rest is one range before them (store_seg_units) */
+            &L->gate_inp, &L->gate_inp_shexp, &L->gate_shexp, &L->up_shexp, &L->down_shexp,
+            &L->gate_exps, &L->up_exps, &L->down_exps};
         for (int i = 0; i < STORE_PER_LAYER; i++) {
             v[n] = lw[i];
             seg[n++] = FWD_SEG_LAYER(l);
@@ -108,6 +111,53 @@ static size_t list_weights(model_weights_t *w, uint32_t n_layer, model_weight_t 
         seg[n++] = FWD_SEG_HEAD(n_layer);
     }
     return n;
+}
+
+/* Where the stacked expert views sit in a layer's list (the last three of it). */
+#define STORE_EXPS_AT (STORE_PER_LAYER - 3)
+
+/* The units of each MoE layer (store_unit_t) from the laid-out views: the rest is the range
+ * before the stacked experts, expert e the e-th slice of each. 0, or STORE_ERR_NOMEM. */
+static int layout_units(store_model_t *m, model_weight_t *const *v, const size_t *off)
+{
+    const model_hparams_t *hp = &m->model->hp;
+    const uint32_t E = hp->n_expert;
+    if (E == 0)
+        return STORE_OK;
+    m->units = calloc((size_t)hp->n_layer * (E + 1), sizeof *m->units);
+    if (!m->units)
+        return STORE_ERR_NOMEM;
+    m->n_expert = E;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        size_t at = 1 + (size_t)l * STORE_PER_LAYER + STORE_EXPS_AT;
+        store_unit_t *u = &m->units[(size_t)l * (E + 1)];
+        if (!v[at]->data) /* a dense layer among MoE ones: paged whole */
+            continue;
+        u[STORE_UNIT_REST] = (store_unit_t){1, {{0, off[at]}}, off[at]};
+        for (uint32_t e = 0; e < E; e++) {
+            store_unit_t *x = &u[STORE_UNIT_EXPERT(e)];
+            for (int k = 0; k < STORE_UNIT_RANGES; k++) {
+                size_t slice = v[at + k]->nbytes / E; /* model_expert_view's slice */
+                x->r[k] = (store_range_t){off[at + k] + e * slice, slice};
+                x->bytes += slice;
+            }
+            x->n_ranges = STORE_UNIT_RANGES;
+        }
+    }
+    return STORE_OK;
+}
+
+uint32_t store_seg_units(const store_model_t *m, uint32_t seg)
+{
+    if (!m->units || seg == FWD_SEG_EMBED || seg >= m->n_segs - 1)
+        return 0;
+    const store_unit_t *rest = &m->units[(size_t)(seg - 1) * (m->n_expert + 1)];
+    return rest->n_ranges ? m->n_expert + 1 : 0;
+}
+
+const store_unit_t *store_seg_unit(const store_model_t *m, uint32_t seg, uint32_t u)
+{
+    return &m->units[(size_t)(seg - 1) * (m->n_expert + 1) + u];
 }
 
 /* Lays the tensors out: each segment's tensor bytes, and offsets from its
@@ -171,6 +221,7 @@ static void free_model(const store_t *s, store_model_t *m)
     free(m->host.layers);
     free(m->segs);
     free(m->woff);
+    free(m->units);
     model_close(m->model);
     free(m->name);
     free(m->path);
@@ -219,6 +270,8 @@ int store_load(store_t *s, const char *name, const char *path, store_model_t **o
     size_t nw = list_weights(&file, hp->n_layer, v, seg);
     layout_tensors(m, v, seg, nw, off);
     store_layout_segments(m, s->be->page_size);
+    if (layout_units(m, v, off))
+        goto oom;
     size_t taken = s->used + s->shared, left = s->budget > taken ? s->budget - taken : 0;
     if (s->budget && m->host_bytes > left) {
         snprintf(err, errlen,

@@ -20,7 +20,7 @@ enum {
 /* Weight views per layer the store lays out (norms, projections, biases,
  * q/k norms, post-norms; absent ones are empty). A model has
  * 1 + STORE_PER_LAYER * n_layer + 1 views, plus the output head unless tied. */
-#define STORE_PER_LAYER 16
+#define STORE_PER_LAYER 24
 
 /* A segment has two homes: the device range (page-aligned, so it maps and
  * evicts by whole pages) and the host image (packed at the model's host
@@ -34,6 +34,28 @@ typedef struct store_seg {
     size_t host_off;  /* host: bytes from the image start; a multiple of host_align */
     size_t host_span; /* host: bytes it occupies (what a page-in copies), <= span */
 } store_seg_t;
+
+/* Paging units below a segment (mixture of experts): in a MoE layer, each routed expert (the
+ * slices of the stacked gate, up and down tensors that model_expert_view takes: three byte
+ * ranges) and the layer's other tensors (attention, norms, router, shared expert: the range
+ * before the stacked ones). A unit's ranges sit at the same offsets from the segment's start in
+ * the host image and the device range; together a segment's units cover all its bytes, and two
+ * may share the page where one's bytes end and the next's begin. The residency manager maps,
+ * copies and evicts them one by one (res_unit_map); paging moves whole segments by default. */
+#define STORE_UNIT_RANGES 3
+#define STORE_UNIT_REST 0u              /* a MoE layer's tensors other than the routed experts */
+#define STORE_UNIT_EXPERT(e) (1u + (e)) /* routed expert e (0 <= e < n_expert) */
+
+typedef struct store_range {
+    size_t off;   /* bytes from the segment's start (host and device alike) */
+    size_t bytes; /* tensor bytes (the copy) */
+} store_range_t;
+
+typedef struct store_unit {
+    uint32_t n_ranges;                  /* 1..STORE_UNIT_RANGES, ascending and disjoint */
+    store_range_t r[STORE_UNIT_RANGES]; /* n_ranges of them */
+    size_t bytes;                       /* their sum */
+} store_unit_t;
 
 typedef struct store_model {
     char *name;           /* owned */
@@ -49,8 +71,11 @@ typedef struct store_model {
     store_seg_t *segs;    /* n_segs */
     model_weights_t host; /* weights pointing into image */
     size_t n_w;           /* weight views (store.c's list order) */
-    size_t *woff;   /* n_w offsets from their segment's start, one per view (0 for absent ones) */
-    double load_ms; /* wall time of the load */
+    size_t *woff; /* n_w offsets from their segment's start, one per view (0 for absent ones) */
+    uint32_t n_expert;   /* routed experts per MoE layer (hp.n_expert); 0: a dense model */
+    store_unit_t *units; /* n_layer x (n_expert + 1), layer-major (STORE_UNIT_REST, then
+                            STORE_UNIT_EXPERT(e)); NULL for a dense model */
+    double load_ms;      /* wall time of the load */
 } store_model_t;
 
 typedef struct store store_t;
@@ -87,6 +112,12 @@ void store_set_load_rate(store_t *s, double bytes_per_s);
  * bytes. store_load uses it; so does the trace simulator for the models it
  * builds from shapes. */
 void store_layout_segments(store_model_t *m, size_t page);
+
+/* Units of segment seg (n_expert + 1 for a MoE layer's, see store_unit_t); 0 for the embedding,
+ * the head, a dense layer's: those page in whole only. */
+uint32_t store_seg_units(const store_model_t *m, uint32_t seg);
+/* Unit u (< store_seg_units) of segment seg. */
+const store_unit_t *store_seg_unit(const store_model_t *m, uint32_t seg, uint32_t u);
 
 /* Which layout a copy of the segments has: the host image's (host_off) or
  * a device range's (off). */

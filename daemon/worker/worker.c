@@ -1,6 +1,7 @@
 /* worker: the worker's core, which every other worker file may call and which calls none of them: the clock and heartbeat, the outbox and its sink (wk_emit), model lookup and the settings derived from the config. */
 #include "worker_int.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,26 @@ wk_out_t *wk_take(wk_t *w)
 
 /* ------------------------------------------------------------------ models */
 
+static const char *const state_names[WK_STATE_COUNT] = {
+    [WK_STATE_LOADING] = "loading",   [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
+    [WK_STATE_RESIDENT] = "resident", [WK_STATE_FAILED] = "failed",
+};
+
+const char *wk_state_name(wk_state_t s)
+{
+    return (unsigned)s < WK_STATE_COUNT ? state_names[s] : NULL;
+}
+
+const char *wk_type_name(uint32_t t, char *buf)
+{
+    const char *n = gguf_ttype_name(t);
+    size_t i = 0;
+    for (; n[i] && i < 15; i++)
+        buf[i] = (char)tolower((unsigned char)n[i]);
+    buf[i] = 0;
+    return buf;
+}
+
 int wk_find_model(const wk_t *w, const char *name)
 {
     for (int i = 0; i < w->n_models; i++)
@@ -171,6 +192,14 @@ int wk_named_model(wk_t *w, uint64_t conn, const proto_req_t *req)
             if (names[0])
                 strncat(names, ", ", sizeof names - strlen(names) - 1);
             strncat(names, w->models[i]->name, sizeof names - strlen(names) - 1);
+        }
+        for (int i = 0; i < w->n_adapters; i++) { /* and the adapters */
+            const wk_adapter_t *a = w->adapters[i];
+            if (!a || a->removing || !wk_allowed(req, a->name))
+                continue;
+            if (names[0])
+                strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, a->name, sizeof names - strlen(names) - 1);
         }
         wk_send_error(w, conn, req->id, PROTO_E_UNKNOWN_MODEL, "no model '%s' (configured: %s)",
                       req->model ? req->model : "", names);

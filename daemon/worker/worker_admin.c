@@ -17,6 +17,7 @@ wk_model_t *wk_model_load(wk_t *w, const cfg_model_t *c)
     m->name = strdup(c->name);
     m->cfg = *c;
     m->w = w;
+    m->serial = ++w->n_loads;
     if (!m->name) {
         free(m);
         return NULL;
@@ -275,6 +276,13 @@ void wk_admin_op(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
     if (admin_global(w, conn, req))
         return;
+    wk_adapter_t *ad = req->model ? wk_lora_find(w, req->model) : NULL;
+    if (ad) { /* it has no pages of its own: it follows its base */
+        wk_send_error(w, conn, req->id, PROTO_E_BAD_REQUEST,
+                      "'%s' is an adapter of '%s': load, evict and pin its base", ad->name,
+                      ad->cfg.base);
+        return;
+    }
     int mi = wk_named_model(w, conn, req);
     if (mi < 0)
         return;
@@ -360,6 +368,8 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
         if (!m)
             continue;
         const cfg_model_t *c = cfg_find_model(next, m->name);
+        if (c && c->adapter)
+            c = NULL; /* now an adapter: the model goes */
         if (!c) {
             m->removing = 1;
             for (sched_item_t *it = sched_peek(w->sched, i), *nx; it; it = nx) {
@@ -400,7 +410,7 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
         }
     }
     for (size_t j = 0; j < next->n_models && w->n_models < WK_MAX_MODELS; j++) {
-        if (wk_find_model(w, next->models[j].name) < 0) {
+        if (!next->models[j].adapter && wk_find_model(w, next->models[j].name) < 0) {
             wk_model_t *nm = wk_model_load(w, &next->models[j]); /* listed as loading meanwhile */
             w->models[w->n_models++] = nm;
         }
@@ -413,6 +423,8 @@ void wk_apply_reload(wk_t *w, const cfg_t *next)
             if (c)
                 w->models[i]->cfg = *c;
         }
+    /* adapters added, removed or changed; those of a base loaded again follow it */
+    wk_lora_sync(w, next);
 }
 
 void wk_reap_removed(wk_t *w)
@@ -423,6 +435,9 @@ void wk_reap_removed(wk_t *w)
             log_info("model '%s' removed", m->name);
             wk_model_free(w, m);
             w->models[i] = NULL;
+            w->lora_dirty = 1; /* its adapters let go of it */
         }
     }
+    if (w->lora_dirty)
+        wk_lora_sync(w, NULL);
 }

@@ -13,6 +13,7 @@
 #include "engine/chat_tools.h"
 #include "engine/constrain.h"
 #include "engine/forward.h"
+#include "engine/lora.h"
 #include "residency.h"
 #include "engine/sampler.h"
 #include "passtime.h"
@@ -52,12 +53,32 @@ enum {
                          held back from the stream while it starts with "{" (or only spaces) */
 };
 
+/* A LoRA adapter (a models[] entry with base and adapter: worker_lora.c): its own name in every
+ * API, its requests queued and stepped with its base's, each sequence carrying its pairs. */
+typedef struct wk_adapter {
+    char *name;
+    cfg_model_t cfg;                 /* copy; strings point into the worker's current cfg */
+    lora_t *lora;                    /* opened against its base's model; NULL while not loaded */
+    uint64_t on;                     /* the serial of the base load it was opened against (or failed
+                             on); 0 = none */
+    lora_weights_t dev;              /* lora->w rebased onto buf: what the passes read */
+    void *buf;                       /* the device copy of every pair (backend buf_alloc), owned */
+    uint64_t dev_bytes;              /* bytes of buf */
+    char *load_error;                /* why it is 'failed' (a bad file); NULL otherwise */
+    int removing;                    /* gone from the config (or changed): dropped once refs is 0 */
+    uint32_t refs;                   /* its sequences, queued and admitted */
+    uint64_t total_requests;         /* generate/chat requests that named it */
+    uint64_t total_generated_tokens; /* tokens its sequences generated */
+    uint64_t total_failed;           /* its requests answered with an error */
+} wk_adapter_t;
+
 typedef struct wk_seq {
     sched_item_t item; /* first: sched items are sequences */
     uint64_t conn;
     json_t *id;
     proto_req_t req;
     int model;
+    wk_adapter_t *adapter; /* the adapter its request named (holds a ref), or NULL: the base */
     seq_state_t state;
     int32_t *prompt;
     uint32_t n_prompt, max_tokens, n_gen;
@@ -113,6 +134,7 @@ typedef struct wk_model {
     struct wk *w;             /* its worker (the prefix cache's callbacks) */
     pfx_t *pfx;               /* its prefix cache (worker_pfx.c), NULL until a sequence is kept */
     char *load_error;         /* why it is 'failed' */
+    uint64_t serial;          /* this load's number (1, 2, ...): what its adapters follow */
     wk_seq_t *active;         /* admitted sequences */
     uint32_t n_active;
     double swap_in_s;       /* last measured full page-in time */
@@ -177,7 +199,11 @@ struct wk {
     wk_model_t *models[WK_MAX_MODELS];
     int n_models;        /* slots used (some may be NULL after reloads) */
     wk_model_t *loading; /* the model wk_model_load is reading, maybe not in models[] yet */
-    int load_decile;     /* tenths of it logged so far */
+    wk_adapter_t *adapters[WK_MAX_MODELS]; /* LoRA adapters (worker_lora.c) */
+    int n_adapters;                        /* slots used (some may be NULL after reloads) */
+    uint64_t n_loads;                      /* models loaded so far (wk_model_t.serial) */
+    int lora_dirty;  /* an adapter or a base may have come or gone: wk_lora_sync at the next reap */
+    int load_decile; /* tenths of it logged so far */
     wk_load_t *loads;
     double t_start;
     double nap_s;             /* how long the loop may sleep before the next round (0 = none) */
@@ -218,6 +244,7 @@ struct wk {
  *   worker_step.c    a scheduling round: views, page-ins, one model's pass
  *   worker_deadline.c  first-token deadlines: predictions, refusals on arrival and in the queue
  *   worker_report.c  the stats and models reports
+ *   worker_lora.c    LoRA adapters: loaded beside their base, lookups, reports, reloads
  *   worker_seq.c     a sequence's tokens and end
  *   worker_pfx.c     the prefix cache: reuse at admission, a finished sequence kept
  *   worker.c         the core: clock, heartbeat, outbox and sink, lookups, counts
@@ -225,6 +252,8 @@ struct wk {
 
 /* ------------------------------------------------------------------ worker.c (core) */
 
+/* "q4_k" for GGUF_T_Q4_K: gguf's name in lower case, written into buf (16 bytes) */
+const char *wk_type_name(uint32_t t, char *buf);
 double wk_now(void);   /* CLOCK_MONOTONIC seconds */
 void wk_beat(wk_t *w); /* the worker shows progress (watchdog) */
 /* Outbox: each call queues one item for the loop and wakes it. */
@@ -263,7 +292,7 @@ uint32_t wk_in_flight(const wk_t *w);    /* queued + admitted */
 void wk_pfx_close(wk_model_t *m);
 /* Whether s may reuse and leave cached prefixes (on for m, and s did not opt out). */
 int wk_pfx_wanted(const wk_t *w, const wk_model_t *m, const wk_seq_t *s);
-/* s->pfx_seed from m's name, s's API key and its cache_salt. */
+/* s->pfx_seed from m's name (its adapter's, where it has one), s's API key and its cache_salt. */
 void wk_pfx_seed(const wk_model_t *m, wk_seq_t *s);
 /* Prompt tokens of s a cached prefix would cover now (the scheduler's cost of its prefill). */
 uint32_t wk_pfx_hint(wk_t *w, wk_model_t *m, const wk_seq_t *s);
@@ -279,6 +308,24 @@ int wk_pfx_admit(wk_t *w, wk_model_t *m, wk_seq_t *s, const wk_seq_t *fresh, uin
 void wk_pfx_keep(wk_t *w, wk_seq_t *s);
 /* What the host tier may hold now: host.kv_cache, within what host.memory leaves the models. */
 size_t wk_kv_host_budget(const wk_t *w);
+
+/* ------------------------------------------------------------------ worker_lora.c */
+
+/* The adapter called name (not removing), or NULL. */
+wk_adapter_t *wk_lora_find(const wk_t *w, const char *name);
+/* Whether a request may run on adapter a now: 1, else 0 after answering unknown_model (it failed
+ * to load, or its base is not loaded). */
+int wk_lora_usable(wk_t *w, uint64_t conn, const proto_req_t *req, wk_adapter_t *a);
+/* The config's adapters made to match cfg (NULL: as they are): new ones added, removed or changed
+ * ones dropped once no sequence holds them, each loaded while its base is in host RAM and unloaded
+ * when the base goes or loads again (they follow it). After the start, reloads and reaps. */
+void wk_lora_sync(wk_t *w, const cfg_t *cfg);
+/* Device bytes of every loaded adapter (beside the pool, with the pass scratch). */
+size_t wk_lora_dev_bytes(const wk_t *w);
+/* The adapters' entries of the models list and the stats report. */
+void wk_lora_report_models(wk_t *w, json_t *arr, int admin);
+json_t *wk_lora_report_stats(wk_t *w);
+void wk_lora_free_all(wk_t *w);
 
 /* ------------------------------------------------------------------ worker_seq.c */
 
@@ -309,8 +356,6 @@ void wk_dl_admitted(wk_t *w, wk_model_t *m, int mi, double now);
 
 /* ------------------------------------------------------------------ worker_report.c */
 
-/* "q4_k" for GGUF_T_Q4_K: gguf's name in lower case, written into buf (16 bytes) */
-const char *wk_type_name(uint32_t t, char *buf);
 json_t *wk_report_stats(wk_t *w);
 json_t *wk_report_models(wk_t *w, int admin);
 

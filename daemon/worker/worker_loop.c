@@ -115,10 +115,13 @@ wk_t *wk_new(const cfg_t *cfg, wk_notify_fn notify, void *notify_ctx, char *err,
     }
     log_device(w);
     for (size_t i = 0; i < cfg->n_models && w->n_models < WK_MAX_MODELS; i++) {
+        if (cfg->models[i].adapter)
+            continue; /* adapters: once their bases are in (wk_lora_sync) */
         wk_model_t *nm = wk_model_load(w, &cfg->models[i]);
         w->models[w->n_models++] = nm;
     }
     log_failed_models(w);
+    wk_lora_sync(w, cfg);
     if (sched_resize(w->sched, w->n_models)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -459,6 +462,8 @@ void wk_free(wk_t *w)
         wk_out_free(o);
     }
     json_decref(w->drain_id);
+    if (w->be)
+        wk_lora_free_all(w); /* every sequence (holding them) is gone */
     fwd_free(w->fwd);
     fwd_free(w->fwd_aside);
     sched_free(w->sched);

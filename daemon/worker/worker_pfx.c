@@ -70,7 +70,9 @@ int wk_pfx_wanted(const wk_t *w, const wk_model_t *m, const wk_seq_t *s)
 
 void wk_pfx_seed(const wk_model_t *m, wk_seq_t *s)
 {
-    s->pfx_seed = pfx_seed(m->name, s->req.tenant, s->req.cache_salt);
+    /* an adapter's KV differs from its base's and every other adapter's: never shared */
+    s->pfx_seed =
+        pfx_seed(s->adapter ? s->adapter->name : m->name, s->req.tenant, s->req.cache_salt);
 }
 
 /* ------------------------------------------------------------------ lookups */

@@ -1,19 +1,8 @@
 /* worker_report: the stats report and the models list, built on the worker thread from its own state. */
 #include "worker_int.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
-
-static const char *const state_names[WK_STATE_COUNT] = {
-    [WK_STATE_LOADING] = "loading",   [WK_STATE_HOST] = "host",     [WK_STATE_PARTIAL] = "partial",
-    [WK_STATE_RESIDENT] = "resident", [WK_STATE_FAILED] = "failed",
-};
-
-const char *wk_state_name(wk_state_t s)
-{
-    return (unsigned)s < WK_STATE_COUNT ? state_names[s] : NULL;
-}
 
 static const char *model_state(wk_t *w, wk_model_t *m)
 {
@@ -26,16 +15,6 @@ static const char *model_state(wk_t *w, wk_model_t *m)
     if (res_fully_resident(w->res, m->rm))
         return wk_state_name(WK_STATE_RESIDENT);
     return wk_state_name(st.curr_resident_bytes ? WK_STATE_PARTIAL : WK_STATE_HOST);
-}
-
-const char *wk_type_name(uint32_t t, char *buf)
-{
-    const char *n = gguf_ttype_name(t);
-    size_t i = 0;
-    for (; n[i] && i < 15; i++)
-        buf[i] = (char)tolower((unsigned char)n[i]);
-    buf[i] = 0;
-    return buf;
 }
 
 /* tensor_types (tensor count per type, every tensor of the file, the type
@@ -152,10 +131,10 @@ json_t *wk_report_stats(wk_t *w)
         snprintf(k, sizeof k, "total_errors_%s", proto_err_code((proto_err_t)e));
         json_object_set_new(server, k, json_integer((json_int_t)stats_server.errors_by_code[e]));
     }
-    json_t *rep =
-        json_pack("{s:f, s:s, s:s, s:o, s:o, s:o}", "uptime_s", wk_now() - w->t_start, "backend",
-                  w->be->name, "policy", cfg_policy_name(w->cfg->scheduler.policy), "pool", pool,
-                  "models", models, "server", server);
+    json_t *rep = json_pack("{s:f, s:s, s:s, s:o, s:o, s:o, s:o}", "uptime_s",
+                            wk_now() - w->t_start, "backend", w->be->name, "policy",
+                            cfg_policy_name(w->cfg->scheduler.policy), "pool", pool, "models",
+                            models, "adapters", wk_lora_report_stats(w), "server", server);
     json_t *extra = rep && w->extra_fn ? w->extra_fn(w->extra_ctx) : NULL;
     if (extra)
         json_object_set_new(rep, w->extra_name, extra);
@@ -209,6 +188,7 @@ json_t *wk_report_models(wk_t *w, int admin)
         }
         json_array_append_new(arr, o);
     }
+    wk_lora_report_models(w, arr, admin); /* each with its base */
     /* a model a reload adds is not in models[] until it has loaded */
     int listed = 0;
     for (int i = 0; w->loading && i < w->n_models; i++)

@@ -289,8 +289,8 @@ static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
 
 /* A sequence of req (a copy: req stays the caller's) for choice index; NULL after answering
  * the error. */
-static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, double t_recv,
-                         uint32_t index)
+static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi, wk_adapter_t *ad,
+                         double t_recv, uint32_t index)
 {
     wk_model_t *m = w->models[mi];
     wk_seq_t *s = calloc(1, sizeof *s);
@@ -313,6 +313,9 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     s->conn = conn;
     s->id = s->req.id ? json_incref(s->req.id) : NULL;
     s->model = mi;
+    s->adapter = ad; /* before the prefix seed, which names it */
+    if (ad)
+        ad->refs++;
     s->t_arrival = t_recv;
     s->index = index;
     if (seq_prompt(w, s, m) || seq_fim(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
@@ -332,10 +335,23 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     return s;
 }
 
+/* The loaded model a request names, or its base when it names an adapter (*ad set, else NULL);
+ * -1 after answering unknown_model. */
+static int named_target(wk_t *w, uint64_t conn, const proto_req_t *req, wk_adapter_t **ad)
+{
+    *ad = req->model && wk_allowed(req, req->model) ? wk_lora_find(w, req->model) : NULL;
+    if (!*ad)
+        return wk_named_model(w, conn, req);
+    if (!wk_lora_usable(w, conn, req, *ad))
+        return -1;
+    return wk_find_model(w, (*ad)->cfg.base);
+}
+
 /* Validates and queues a generate/chat request: one sequence per choice (n). */
 static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
 {
-    int mi = wk_named_model(w, conn, req);
+    wk_adapter_t *ad = NULL;
+    int mi = named_target(w, conn, req, &ad);
     if (mi < 0) {
         proto_req_free(req);
         return;
@@ -352,7 +368,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
     if (n > 1 && !g)
         wk_send_error(w, conn, req->id, PROTO_E_INTERNAL, "out of memory");
     for (; k < n && (n == 1 || g); k++) {
-        if (!(seqs[k] = seq_new(w, conn, req, mi, t_recv, k)))
+        if (!(seqs[k] = seq_new(w, conn, req, mi, ad, t_recv, k)))
             break;
         if (g) {
             seqs[k]->grp = g;
@@ -395,6 +411,8 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
     m->svc.total_batch_requests += req->batch != 0;
     proto_req_free(req);
     m->svc.total_requests++;
+    if (ad)
+        ad->total_requests++;
     for (uint32_t i = 0; i < n; i++)
         if (seqs[i]->state == SEQ_NEW) /* max_tokens 0: answered at once */
             wk_seq_finish(w, seqs[i], PROTO_FINISH_LENGTH);
@@ -463,7 +481,8 @@ void wk_handle_req(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
         break;
     }
     case PROTO_OP_TOKENIZE: {
-        int mi = wk_named_model(w, conn, req);
+        wk_adapter_t *ad; /* an adapter tokenizes as its base */
+        int mi = named_target(w, conn, req, &ad);
         if (mi < 0)
             break;
         const tok_t *t = w->models[mi]->sm->model->tok;

@@ -431,6 +431,21 @@ static void pass_free(step_pass_t *p)
     free(p->logits);
 }
 
+/* The pass's sequences of one adapter next to each other (the base's first), each group in
+ * arrival order: consecutive sequences of an adapter share its products. */
+static void group_adapters(wk_seq_t **order, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) {
+        wk_seq_t *s = order[i];
+        uint32_t j = i;
+        while (j > 0 && (uintptr_t)order[j - 1]->adapter > (uintptr_t)s->adapter) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = s;
+    }
+}
+
 /* Run the forward pass (the model is acquired); 0 or -1 out of memory. */
 static int step_run(wk_t *w, int mi, step_pass_t *p)
 {
@@ -441,20 +456,24 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
     p->logits = malloc((size_t)p->n * mod->hp.n_vocab * sizeof(float));
     if (!p->fs || !p->order || !p->logits)
         return -1;
-    uint32_t i = 0;
-    for (wk_seq_t *s = m->active; s; s = s->next_active) {
-        if (s->parked || s->restore.ev[0])
-            continue;
-        p->order[i] = s;
+    uint32_t i = 0, rank_max = 0;
+    for (wk_seq_t *s = m->active; s; s = s->next_active)
+        if (!s->parked && !s->restore.ev[0])
+            p->order[i++] = s;
+    group_adapters(p->order, i);
+    for (i = 0; i < p->n; i++) {
+        wk_seq_t *s = p->order[i];
+        const lora_weights_t *lw = s->adapter ? &s->adapter->dev : NULL;
+        if (lw && lw->rank_max > rank_max)
+            rank_max = lw->rank_max;
         const int32_t *t = s->redo ? s->redo : s->prompt; /* a rebuilt cache: prompt + generated */
         uint32_t nt = s->redo ? s->n_redo : s->n_prompt;
         uint32_t past = s->kv->n_past; /* a cached prefix is there already */
         int prefill = past < nt;
         p->fs[i] = (fwd_seq_t){s->kv, prefill ? t + past : &s->last, prefill ? nt - past : 1,
-                               p->logits + (size_t)i * mod->hp.n_vocab};
+                               p->logits + (size_t)i * mod->hp.n_vocab, lw};
         if (prefill && !s->redo)
             m->svc.total_prompt_tokens += s->n_prompt - past;
-        i++;
     }
     fwd_t *f =
         w->aside ? w->fwd_aside : w->fwd; /* an aside step keeps the waiting pass's scratch */
@@ -463,8 +482,12 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
     size_t n_tok = 0;
     for (uint32_t k = 0; k < p->n; k++)
         n_tok += p->fs[k].n_tokens;
-    res_scratch_note(w->res, fwd_scratch_after(f, &mod->hp, n_tok, p->n) +
-                                 fwd_scratch_bytes(w->aside ? w->fwd : w->fwd_aside));
+    /* and so are the adapters' products (a step without any: what f holds of them) and the
+     * adapters' device copies */
+    size_t lora = fwd_lora_scratch(f, &mod->hp, rank_max ? n_tok : 0, rank_max ? rank_max : 1);
+    res_scratch_note(w->res, fwd_scratch_after(f, &mod->hp, n_tok, p->n) + lora +
+                                 fwd_scratch_bytes(w->aside ? w->fwd : w->fwd_aside) +
+                                 wk_lora_dev_bytes(w));
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi, .streams = p->streams};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();

@@ -191,7 +191,7 @@ static double decode_step_ms(model_t *m, int batch)
     for (int r = 0; r < 3; r++) {
         for (int b = 0; b < batch; b++) {
             kv_seq_reset(kv[b]);
-            sq[b] = (fwd_seq_t){kv[b], prompt, NP, logits + (size_t)b * m->hp.n_vocab};
+            sq[b] = (fwd_seq_t){kv[b], prompt, NP, logits + (size_t)b * m->hp.n_vocab, NULL};
         }
         if (fwd_run(f, &m->hp, &m->w, sq, (uint32_t)batch, NULL, err, sizeof err))
             goto fail;

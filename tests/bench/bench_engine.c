@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         double best_p = 1e30, best_d = 1e30;
         for (int r = 0; r < reps; r++) {
             kv_seq_reset(kv);
-            fwd_seq_t s = {kv, prompt, (uint32_t)np, logits};
+            fwd_seq_t s = {kv, prompt, (uint32_t)np, logits, NULL};
             double t0 = util_now_s();
             if (fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
@@ -71,7 +71,7 @@ int main(int argc, char **argv)
             double t1 = util_now_s();
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
-                fwd_seq_t d = {kv, &tok, 1, logits};
+                fwd_seq_t d = {kv, &tok, 1, logits, NULL};
                 if (fwd_run(f, &m->hp, &m->w, &d, 1, NULL, err, sizeof err)) {
                     fprintf(stderr, "%s\n", err);
                     return 1;

@@ -119,11 +119,11 @@ static double direct_call(const char *path, int max_tokens, int reps)
         sampler_params_default(&sp);
         sp.temperature = 0;
         sampler_t *smp = sampler_new(&sp, (int32_t)m->hp.n_vocab, err, sizeof err);
-        fwd_seq_t s = {kv, ids, (uint32_t)n, logits};
+        fwd_seq_t s = {kv, ids, (uint32_t)n, logits, NULL};
         fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err);
         for (int i = 1; i < max_tokens; i++) {
             int32_t id = sampler_sample(smp, logits);
-            fwd_seq_t d = {kv, &id, 1, logits};
+            fwd_seq_t d = {kv, &id, 1, logits, NULL};
             fwd_run(f, &m->hp, &m->w, &d, 1, NULL, err, sizeof err);
         }
         sampler_sample(smp, logits);

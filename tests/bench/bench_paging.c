@@ -63,7 +63,7 @@ static double first_token(res_t *res, res_model_t *rm, fwd_t *fw, float *logits)
     if (res_kv_new(res, rm, 64, &kv, err, sizeof err) || res_kv_ensure(res, kv, 8, err, sizeof err))
         die("kv", err);
     fwd_hooks_t h = res_hooks(rm);
-    fwd_seq_t s = {kv, prompt, 8, logits};
+    fwd_seq_t s = {kv, prompt, 8, logits, NULL};
     if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
         die("forward", err);
     double t = util_now_s() - t0;
@@ -173,7 +173,7 @@ static double decode_speed(backend_t *be, res_t *res, res_model_t *rm, fwd_t *fw
         int32_t prompt[DECODE_CTX];
         for (uint32_t i = 0; i < ctx; i++)
             prompt[i] = (int32_t)(1 + (i * 7919 + (uint32_t)b) % (m->hp.n_vocab - 1));
-        fwd_seq_t s = {kv[b], prompt, ctx, logits};
+        fwd_seq_t s = {kv[b], prompt, ctx, logits, NULL};
         if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
             die("prefill", err);
     }
@@ -185,7 +185,7 @@ static double decode_speed(backend_t *be, res_t *res, res_model_t *rm, fwd_t *fw
     for (int i = 0; i < n; i++) {
         for (int b = 0; b < batch; b++) {
             tok[b] = (int32_t)(1 + ((uint32_t)i * 104729u + (uint32_t)b) % (m->hp.n_vocab - 1));
-            d[b] = (fwd_seq_t){kv[b], &tok[b], 1, lb + (size_t)b * m->hp.n_vocab};
+            d[b] = (fwd_seq_t){kv[b], &tok[b], 1, lb + (size_t)b * m->hp.n_vocab, NULL};
         }
         if (fwd_run(fw, &m->hp, res_weights(rm), d, batch, &h, err, sizeof err))
             die("decode", err);
@@ -220,7 +220,7 @@ static double prefill_speed(res_t *res, res_model_t *rm, fwd_t *fw, float *logit
         if (res_kv_new(res, rm, n_tok, &kv, err, sizeof err) ||
             res_kv_ensure(res, kv, n_tok, err, sizeof err))
             die("kv", err);
-        fwd_seq_t s = {kv, prompt, n_tok, logits};
+        fwd_seq_t s = {kv, prompt, n_tok, logits, NULL};
         double t0 = util_now_s();
         if (fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err))
             die("prefill", err);

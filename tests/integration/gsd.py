@@ -219,8 +219,8 @@ class Daemon:
         if scheduler:
             lines += ["scheduler:"] + ["  " + l for l in scheduler.strip().splitlines()]
         lines.append("models:")
-        for name, path, more in models:
-            lines += ["  - name: %s" % name, "    path: %s" % at(path)]
+        for name, path, more in models:  # path None: an adapter (more names its file and base)
+            lines += ["  - name: %s" % name] + (["    path: %s" % at(path)] if path else [])
             lines += ["    " + l for l in more.strip().splitlines() if l.strip()]
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n" + extra)

@@ -98,6 +98,33 @@ CASES += [
     ("gemma2-f16-default-caps", "exact",
      ["--arch", "gemma2", "--type", "f16", "--seed", "34"] + SMALL),
 ]
+# Mixtures of experts (issue 45): Mixtral-style llama, qwen2moe (shared expert,
+# weights not renormalised) and qwen3moe (q/k norms), in every exact type and
+# Q4_K_M (its _exps in two types) on both paths; 8 experts, top 2 (qwen3moe
+# also top 4), over the 40-token prompt so every expert is taken
+_MOE = {"llama": ["--ff", "128", "--experts", "8", "--experts-used", "2"],
+        "qwen2moe": ["--ff", "256", "--experts", "8", "--experts-used", "2", "--expert-ff", "64",
+                     "--shared-ff", "128"],
+        "qwen3moe": ["--ff", "256", "--experts", "8", "--experts-used", "2", "--expert-ff", "128"]}
+_MOE_WIDE = {"llama": ["--ff", "256", "--experts", "8", "--experts-used", "2"],
+             "qwen2moe": ["--ff", "512", "--experts", "8", "--experts-used", "2", "--expert-ff",
+                          "256", "--shared-ff", "512"],
+             "qwen3moe": ["--ff", "512", "--experts", "8", "--experts-used", "2", "--expert-ff",
+                          "256"]}
+for _arch, _extra in _MOE.items():
+    _name = "mixtral" if _arch == "llama" else _arch
+    for _t in ("f32", "f16", "bf16", "q8_0"):
+        CASES.append(("%s-%s" % (_name, _t), "exact",
+                      ["--arch", _arch, "--type", _t, "--seed", "51"] + SMALL[:-4] + _extra +
+                      ["--vocab", "320"], LONG_PROMPT))
+    for _path in ("exact", "fast"):
+        CASES.append(("%s-q4_k_m-%s" % (_name, _path), _path,
+                      ["--arch", _arch, "--type", "q4_k_m", "--seed", "52"] + WIDE[:-4] +
+                      _MOE_WIDE[_arch] + ["--vocab", "320"], LONG_PROMPT))
+CASES.append(("qwen3moe-top4-f32", "exact",
+              ["--arch", "qwen3moe", "--type", "f32", "--seed", "53"] + SMALL[:-4] +
+              ["--ff", "256", "--experts", "8", "--experts-used", "4", "--expert-ff", "64",
+               "--vocab", "320"], LONG_PROMPT))
 # gemma3: q/k norms, 5 of 6 layers sliding (window 8) with their own RoPE
 # base, the global ones at base 1e6 scaled linearly by 8 (as Gemma 3 4B+)
 _G3 = ["--arch", "gemma3", "--window", "8", "--layers", "7", "--rope-base", "1000000",

@@ -18,6 +18,13 @@ SHAPE = "--type f16 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 
 M0 = gsd.mkmodel(os.path.join(TMP, "m0.gguf"), SHAPE + " --seed 1")
 M0B = gsd.mkmodel(os.path.join(TMP, "m0b.gguf"), SHAPE.replace("--layers 2", "--layers 3") + " --seed 2")
 M1 = gsd.mkmodel(os.path.join(TMP, "m1.gguf"), SHAPE + " --seed 3")
+MKLORA = os.path.abspath(os.path.join(gsd.BUILD, "mklora"))
+A0 = os.path.join(TMP, "a0.gguf")  # an adapter of m0 (and of m1: the same shape)
+A1 = os.path.join(TMP, "a1.gguf")
+for _path, _seed in ((A0, 1), (A1, 2)):
+    subprocess.run([MKLORA, "--base", M0, "--out", _path, "--seed", str(_seed)], check=True,
+                   capture_output=True)
+ADAPTER_OPTS = ("models.base", "models.adapter", "models.adapter_scale")  # set on the adapter
 HASH_A = "sha256:" + "a" * 64
 HASH_B = "sha256:" + "b" * 64
 
@@ -36,7 +43,8 @@ def base_config():
         "admin": {"socket": os.path.join(TMP, "a.sock")},
         "device": {"backend": "sim", "memory": "8MiB", "page_size": "64KiB", "threads": 1},
         "auth": {"keys": [{"name": "k1", "hash": HASH_A, "models": ["*"]}]},
-        "models": [{"name": "m0", "path": M0, "defaults": {}}],
+        "models": [{"name": "m0", "path": M0, "defaults": {}},
+                   {"name": "ad0", "base": "m0", "adapter": A0}],
     }
 
 
@@ -64,6 +72,7 @@ CHANGE = {
     "auth.keys.max_concurrent": 4, "auth.keys.tokens_per_minute": 1000,
     "auth.keys.deadline": "3s", "auth.keys.class": "batch",
     "models": "+model", "models.name": "m1b", "models.path": M0B, "models.gpu_quota": "4MiB",
+    "models.base": "m1b", "models.adapter": A1, "models.adapter_scale": 0.5,
     "models.kv_cache": "64KiB", "models.kv_type": "f32", "models.priority": 2, "models.pinned": True,
     "models.max_batch": 4, "models.prefix_cache": 4, "models.max_context": 256, "models.chat_template": "chatml",
     "models.tool_choice": "required",
@@ -88,6 +97,8 @@ def apply_change(cfg, opt):
         cfg["models"].append({"name": "m1", "path": M1})
     elif parts[:2] == ["auth", "keys"]:
         cfg["auth"]["keys"][0][parts[2]] = v
+    elif opt in ADAPTER_OPTS:
+        [m for m in cfg["models"] if m["name"] == "ad0"][0][parts[1]] = v
     elif parts[0] == "models":
         m = cfg["models"][-1 if opt == "models.name" else 0]
         if len(parts) == 3:
@@ -113,9 +124,11 @@ def expect(opt, cls, ans):
     if opt == "models.name":
         return res["added"] == ["m1b"] and res["removed"] == ["m1"], res
     if opt.startswith("models."):
-        key = opt[len("models."):]
-        keys = res["changed_keys"].get("m0", [])
-        reloaded = "m0" in res["reloaded"]
+        key, name = opt[len("models."):], "ad0" if opt in ADAPTER_OPTS else "m0"
+        keys = res["changed_keys"].get(name, [])
+        reloaded = name in res["reloaded"]
+        if opt in ADAPTER_OPTS and "m0" in res["reloaded"] + res["changed"]:
+            return False, res  # the adapter alone: its base is untouched
         return key in keys and reloaded == (cls == "reloads the model"), res
     name = "auth.keys" if opt.startswith("auth.keys") else opt
     return name in res["settings"] and not res["reloaded"], res
@@ -157,9 +170,10 @@ def main():
             if "error" not in ans:
                 cur = nxt
             if cls == "reloads the model":  # it serves from its new load
-                ev = c.call({"op": "generate", "id": "g-" + opt, "model": "m0", "tokens": [5, 6],
+                name = "ad0" if opt in ADAPTER_OPTS else "m0"
+                ev = c.call({"op": "generate", "id": "g-" + opt, "model": name, "tokens": [5, 6],
                              "max_tokens": 2, "temperature": 0})
-                check(ev.get("event") == "done", "m0 answers after %s loaded it again: %s" % (opt, ev))
+                check(ev.get("event") == "done", "%s answers after %s loaded it again: %s" % (name, opt, ev))
         st = d.admin_call({"op": "models", "id": "m"})
         m0 = [m for m in st["models"] if m["name"] == "m0"][0]
         got = {k: m0.get(k) for k in ("priority", "pinned", "gpu_quota")}

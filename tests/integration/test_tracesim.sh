@@ -123,3 +123,25 @@ END {
         c ? "ok  " : "FAIL", t99["default"], t99["lru-batch-best"], e99["default"], e99["lru-batch-best"], pre["default"]
     exit !c
 }' "$csv2"
+
+# Mixture of experts (issue 45): a Qwen3-30B-A3B-shaped model (--mix 30b-a3b-q4: 30.5B
+# parameters, 3.3B active) pages in whole, all 18.6 GB, but a one-token step reads only what its
+# token's experts need. Against the same shape with every expert active (--experts-used 128):
+# the same page-ins and bytes copied, and decode 3.8x faster (e2e p50 0.19 s against 0.71 s).
+moe_err=$(mktemp)
+trap 'rm -f "$csv" "$csv2" "$moe_err"' EXIT
+MOE="--h2d-gbs 55 --hbm-gbs 4800 --models 1 --rate 0.5 --duration 30 --pool-gib 40 --policies default"
+"$SIM" $MOE --mix 30b-a3b-q4 --no-header --csv "$csv2" 2> "$moe_err"
+"$SIM" $MOE --layers 48 --dim 2048 --ff 0 --heads 32 --kv-heads 4 --head-dim 128 --vocab 151936 \
+    --experts 128 --experts-used 128 --expert-ff 768 --wbytes 0.60625 --quiet --no-header >> "$csv2"
+line=$(grep '^mixture of experts (model 0)' "$moe_err")
+awk -F, -v line="$line" '{ n++; pi[n] = $8; ld[n] = $9; b[n] = $10; e50[n] = $18; ok_[n] = $5 == $6 && $7 == 0 }
+END {
+    split(line, w, " "); tot = w[6]; act = w[13]
+    c = n == 2 && ok_[1] && ok_[2] && tot >= 30.4 && tot <= 30.6 && act >= 3.2 && act <= 3.4 &&
+        ld[1] == 1 && pi[1] == 50 && pi[1] == pi[2] && b[1] == b[2] && b[1] > 18.5e9 && b[1] < 18.7e9 &&
+        e50[1] * 3 < e50[2]
+    printf "%s mixture of experts: %s B parameters, %s B active; pages in %.1f GB in %d page-ins (every expert active: %.1f GB, %d), e2e p50 %.3f s against %.3f s\n",
+        c ? "ok  " : "FAIL", tot, act, b[1] / 1e9, pi[1], b[2] / 1e9, pi[2], e50[1], e50[2]
+    exit !c
+}' "$csv2"

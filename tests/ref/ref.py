@@ -17,6 +17,11 @@ attention scores and the final logits, a sliding window on even layers) and
 sliding layers all but every 6th, with rope_local_base_freq 10000 unscaled)
 and `phi3` (Phi3Model: fused qkv_proj and gate_up_proj, LongRoPE inv_freq
 divided by the short factors within the original context, sliding window).
+Mixtures of experts (MixtralSparseMoeBlock for `llama` with expert_count,
+Qwen2MoeSparseMoeBlock for `qwen2moe`, Qwen3MoeSparseMoeBlock for
+`qwen3moe`): softmax over every router logit, the top k, renormalised to sum
+1 for Mixtral and Qwen3-MoE (norm_topk_prob) but not Qwen2-MoE, whose
+shared expert is added times sigmoid(shared_expert_gate . x).
 YaRN RoPE scaling (llama, qwen2, qwen3) follows the YaRN paper (Peng et al.
 2023) as Hugging Face's `_compute_yarn_parameters` computes it: beta_fast 32,
 beta_slow 1, a linear ramp over the correction range between the
@@ -328,7 +333,8 @@ class Model:
         self.ctx = ctx
         self.gguf = g
         arch = g.kv.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe",
+                        "qwen3moe"):
             raise GGUFError("%s: unsupported architecture %r" % (path, arch))
         self.arch = arch
 
@@ -348,7 +354,11 @@ class Model:
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        self.neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe",
+                             "qwen3moe")
+        self.n_expert = int(hp("expert_count", 0))
+        self.n_expert_used = int(hp("expert_used_count", 0))
+        self.norm_topk = arch in ("llama", "qwen3moe")
         if arch == "phi3":
             self.window = int(hp("attention.sliding_window"))
             self.orig_ctx = int(hp("rope.scaling.original_context_length",
@@ -419,21 +429,33 @@ class Model:
             else:
                 L = {"wq": t(p + "attn_q.weight"),         # (heads*hd, dim)
                      "wk": t(p + "attn_k.weight"),         # (kv_heads*hd, dim)
-                     "wv": t(p + "attn_v.weight"),         # (kv_heads*hd, dim)
-                     "w_gate": t(p + "ffn_gate.weight"),   # (ff, dim)
-                     "w_up": t(p + "ffn_up.weight")}       # (ff, dim)
+                     "wv": t(p + "attn_v.weight")}         # (kv_heads*hd, dim)
+            if self.n_expert:
+                L.update({"router": t(p + "ffn_gate_inp.weight"),       # (experts, dim)
+                          "e_gate": t(p + "ffn_gate_exps.weight"),      # (experts, ff, dim)
+                          "e_up": t(p + "ffn_up_exps.weight"),          # (experts, ff, dim)
+                          "e_down": t(p + "ffn_down_exps.weight")})     # (experts, dim, ff)
+                if arch == "qwen2moe":
+                    L.update({"sh_gate_inp": t(p + "ffn_gate_inp_shexp.weight"),  # (dim,)
+                              "sh_gate": t(p + "ffn_gate_shexp.weight"),
+                              "sh_up": t(p + "ffn_up_shexp.weight"),
+                              "sh_down": t(p + "ffn_down_shexp.weight")})
+            elif arch != "phi3":
+                L.update({"w_gate": t(p + "ffn_gate.weight"),  # (ff, dim)
+                          "w_up": t(p + "ffn_up.weight")})     # (ff, dim)
             L.update({
                 "attn_norm": t(p + "attn_norm.weight"),    # (dim,)
                 "wo": t(p + "attn_output.weight"),         # (dim, heads*hd)
                 "ffn_norm": t(p + "ffn_norm.weight"),      # (dim,)
-                "w_down": t(p + "ffn_down.weight"),        # (dim, ff)
             })
+            if not self.n_expert:
+                L["w_down"] = t(p + "ffn_down.weight")     # (dim, ff)
             for b in ("q", "k", "v"):
                 name = p + "attn_%s.bias" % b
                 L["b" + b] = t(name) if name in g.tensors else None
             for b in ("q", "k"):                           # qwen3: (hd,) per-head norms
                 name = p + "attn_%s_norm.weight" % b
-                L[b + "_norm"] = t(name) if arch in ("qwen3", "gemma3") else None
+                L[b + "_norm"] = t(name) if arch in ("qwen3", "gemma3", "qwen3moe") else None
             if arch in ("gemma2", "gemma3"):               # (dim,) each
                 L["post_attn_norm"] = t(p + "post_attention_norm.weight")
                 L["post_ffn_norm"] = t(p + "post_ffw_norm.weight")
@@ -495,6 +517,29 @@ def rope(x, pos, rope_dim, base, neox, freq_div=None, mscale=1.0, inv_freq=None)
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def moe_ffn(m, L, h):
+    """The sparse MoE block of h (T, dim): each token's top-k experts by
+    softmax(router), weights renormalised where the family does, plus the
+    qwen2moe shared expert times sigmoid(its gate)."""
+    logits = h @ L["router"].T                             # (T, experts)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p = p / p.sum(axis=1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-p[t], kind="stable")[:m.n_expert_used]
+        w = p[t, top]
+        if m.norm_topk:
+            w = w / w.sum()
+        for e, we in zip(top, w):
+            f = silu(L["e_gate"][e] @ h[t]) * (L["e_up"][e] @ h[t])
+            out[t] += we * (L["e_down"][e] @ f)
+    if "sh_gate" in L:
+        g = 1.0 / (1.0 + np.exp(-(h @ L["sh_gate_inp"])))   # (T,)
+        f = silu(h @ L["sh_gate"].T) * (h @ L["sh_up"].T)
+        out += g[:, None] * (f @ L["sh_down"].T)
+    return out
 
 
 def gemma_norm(x, w_gguf, eps):
@@ -631,6 +676,9 @@ def forward(m, ids):
             att_out[:, hq, :] = p @ v[:, hk, :]
         x = x + att_out.reshape(T, nh * hd) @ L["wo"].T
         h = rmsnorm(x, L["ffn_norm"], m.eps)
+        if m.n_expert:
+            x = x + moe_ffn(m, L, h)
+            continue
         f = silu(h @ L["w_gate"].T) * (h @ L["w_up"].T)
         x = x + f @ L["w_down"].T
     x = rmsnorm(x, m.out_norm, m.eps)

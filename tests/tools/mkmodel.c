@@ -1,4 +1,4 @@
-/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3, phi3) of any shape and weight type, with a working tokenizer. */
+/* mkmodel: writes random-weight Llama-family GGUF models (llama, qwen2, qwen3, gemma2, gemma3, phi3, and the mixtures of experts Mixtral-style llama, qwen2moe, qwen3moe) of any shape and weight type, with a working tokenizer. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -11,6 +11,7 @@
 
 #include "engine/gguf.h"
 #include "ggufw.h"
+#include "mkvocab.h"
 #include "kernels/quant.h"
 
 /* ---------------------------------------------------------------- options */
@@ -47,17 +48,24 @@ typedef struct mk_opts {
     float eps;
     uint64_t seed;
     mk_tok_t tok;
-    int tied;         /* omit output.weight */
-    uint32_t version; /* GGUF version, 2 or 3 */
-    uint32_t threads; /* weight generation threads; 0 = every online CPU */
+    int tied;                       /* omit output.weight */
+    uint32_t version;               /* GGUF version, 2 or 3 */
+    uint32_t threads;               /* weight generation threads; 0 = every online CPU */
+    uint32_t experts, experts_used; /* mixture of experts (expert_count, expert_used_count) */
+    uint32_t expert_ff, shared_ff;  /* qwen*moe expert / qwen2moe shared expert widths; 0 = ff */
 } mk_opts_t;
 
 static void mk_usage(FILE *f)
 {
     fprintf(f,
             "usage: mkmodel --out FILE [options]\n"
-            "  --arch A                  llama, qwen2, qwen3, gemma2, gemma3 or phi3\n"
-            "                            (default llama; gemma is always tied)\n"
+            "  --arch A                  llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe\n"
+            "                            or qwen3moe (default llama; gemma is always tied)\n"
+            "  --experts N --experts-used K\n"
+            "                            a mixture of N experts, top K (llama: Mixtral-style,\n"
+            "                            experts --ff wide; required by qwen2moe/qwen3moe)\n"
+            "  --expert-ff N             qwen*moe: each expert's width (default ff / K)\n"
+            "  --shared-ff N             qwen2moe: the shared expert's width (default ff)\n"
             "  --rope-factors            phi3: rope_factors_short/long.weight (Phi-3 128k-like,\n"
             "                            original context 64)\n"
             "  --softcap A,F             gemma2 attention and final-logit soft-caps (50,30)\n"
@@ -141,7 +149,7 @@ static uint32_t mk_tensor_type(const mk_opts_t *o, const char *name)
     unsigned l;
     char what[32];
     if (sscanf(name, "blk.%u.%31[^.]", &l, what) == 2 &&
-        (!strcmp(what, "attn_v") || !strcmp(what, "ffn_down"))) {
+        (!strcmp(what, "attn_v") || !strncmp(what, "ffn_down", 8))) { /* _exps, _shexp too */
         unsigned n = o->layers, e = n / 8;
         if (l < e || l >= n - e || (l - e) % 3 == 2)
             return o->wtype_more;
@@ -166,6 +174,31 @@ static int mk_parse_f32(const char *s, float *out)
     if (!*s || *end || !isfinite(v))
         return -1;
     *out = (float)v;
+    return 0;
+}
+
+/* An expert's width and the shared expert's (qwen2moe): --expert-ff or
+ * ff / K, --shared-ff or ff (llama.cpp's defaults). */
+static uint32_t mk_expert_ff(const mk_opts_t *o)
+{
+    if (!strstr(o->arch, "moe"))
+        return o->ff;
+    return o->expert_ff ? o->expert_ff : o->ff / o->experts_used;
+}
+
+static uint32_t mk_shared_ff(const mk_opts_t *o)
+{
+    return o->shared_ff ? o->shared_ff : o->ff;
+}
+
+/* Nonzero unless the expert widths are whole blocks of every type used. */
+static int mk_check_moe_blocks(const mk_opts_t *o)
+{
+    uint32_t types[2] = {o->wtype, o->wtype_more ? o->wtype_more : o->wtype};
+    for (int i = 0; i < 2; i++)
+        if (!mk_expert_ff(o) || !quant_row_bytes(types[i], mk_expert_ff(o)) ||
+            (!strcmp(o->arch, "qwen2moe") && !quant_row_bytes(types[i], mk_shared_ff(o))))
+            return 1;
     return 0;
 }
 
@@ -202,7 +235,11 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         O_ROPE_FACTORS,
         O_ROPE_ATTN,
         O_ROPE_ORIG,
-        O_CHAT_TMPL
+        O_CHAT_TMPL,
+        O_EXPERTS,
+        O_EXPERTS_USED,
+        O_EXPERT_FF,
+        O_SHARED_FF
     };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, O_OUT},
@@ -235,6 +272,10 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"rope-attn-factor", required_argument, NULL, O_ROPE_ATTN},
         {"rope-orig-ctx", required_argument, NULL, O_ROPE_ORIG},
         {"chat-template", required_argument, NULL, O_CHAT_TMPL},
+        {"experts", required_argument, NULL, O_EXPERTS},
+        {"experts-used", required_argument, NULL, O_EXPERTS_USED},
+        {"expert-ff", required_argument, NULL, O_EXPERT_FF},
+        {"shared-ff", required_argument, NULL, O_SHARED_FF},
         {NULL, 0, NULL, 0},
     };
     *o = (mk_opts_t){
@@ -265,7 +306,8 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_OUT: o->out = optarg; break;
         case O_ARCH:
             if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2") && strcmp(optarg, "qwen3") &&
-                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3") && strcmp(optarg, "phi3"))
+                strcmp(optarg, "gemma2") && strcmp(optarg, "gemma3") && strcmp(optarg, "phi3") &&
+                strcmp(optarg, "qwen2moe") && strcmp(optarg, "qwen3moe"))
                 bad = 1;
             o->arch = optarg;
             break;
@@ -304,6 +346,10 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         case O_ROPE_SCALING: o->rope_scaling = optarg; break;
         case O_ARCH_NAME: o->arch_name = optarg; break;
         case O_CHAT_TMPL: o->chat_tmpl = optarg; break;
+        case O_EXPERTS: u = &o->experts; break;
+        case O_EXPERTS_USED: u = &o->experts_used; break;
+        case O_EXPERT_FF: u = &o->expert_ff; break;
+        case O_SHARED_FF: u = &o->shared_ff; break;
         case O_EXTRA_TENSOR: o->extra_tensor = optarg; break;
         case O_EXTRA_U32:
             bad = !strchr(optarg, '=') || o->n_extra_u32 == 8;
@@ -368,6 +414,19 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         why = "--rope-freqs is for --arch llama";
     else if (o->rope_factors && strcmp(o->arch, "phi3"))
         why = "--rope-factors is for --arch phi3";
+    else if ((o->experts || o->experts_used) &&
+             (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2moe") &&
+              strcmp(o->arch, "qwen3moe")))
+        why = "--experts is for --arch llama, qwen2moe or qwen3moe";
+    else if (strstr(o->arch, "moe") && !o->experts)
+        why = "qwen2moe and qwen3moe need --experts and --experts-used";
+    else if (o->experts && (o->experts > 256 || !o->experts_used || o->experts_used > o->experts))
+        why = "--experts-used must be in 1..--experts, --experts at most 256";
+    else if ((o->expert_ff && !strstr(o->arch, "moe")) ||
+             (o->shared_ff && strcmp(o->arch, "qwen2moe")))
+        why = "--expert-ff is for qwen2moe/qwen3moe, --shared-ff for qwen2moe";
+    else if (o->experts && mk_check_moe_blocks(o))
+        why = "--expert-ff and --shared-ff must be whole blocks of the weight type";
     else if (o->kv_heads > o->heads || o->heads % o->kv_heads)
         why = "--heads must be a multiple of --kv-heads";
     else if (o->vocab < 300 || o->vocab > (1u << 20))
@@ -528,322 +587,33 @@ static int mk_mat_fill(const void *arg, uint8_t *dst, size_t nbytes)
  * uniform in +-gain*sqrt(3/n_in) (variance gain^2/n_in), stored as type.
  * Generated only when the file is written (mk_mat_fill), one weight at a
  * time, so memory holds one weight however large the model. */
+static int mk_mat_n(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t type, uint32_t n_in,
+                    uint32_t n_out, uint32_t n_mat, float gain, uint64_t *n_params);
+
 static int mk_mat(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t type, uint32_t n_in,
                   uint32_t n_out, float gain, uint64_t *n_params)
 {
+    return mk_mat_n(w, o, name, type, n_in, n_out, 0, gain, n_params);
+}
+
+/* mk_mat of n_mat matrices stacked on a third dimension (GGUF [n_in, n_out,
+ * n_mat], experts); n_mat 0: a 2-D weight. */
+static int mk_mat_n(ggufw_t *w, const mk_opts_t *o, const char *name, uint32_t type, uint32_t n_in,
+                    uint32_t n_out, uint32_t n_mat, float gain, uint64_t *n_params)
+{
+    uint32_t n_rows = n_out * (n_mat ? n_mat : 1);
     if (type == o->wtype)
         type = mk_tensor_type(o, name);
     size_t row_bytes =
         type == GGUF_T_F32 ? (size_t)n_in * sizeof(float) : quant_row_bytes(type, n_in);
     if (row_bytes == 0 || n_out == 0)
         return -1;
-    mk_mat_arg_t a = {mk_stream(o->seed, name),         type,      n_in, n_out,
+    mk_mat_arg_t a = {mk_stream(o->seed, name),         type,      n_in, n_rows,
                       gain * sqrtf(3.0f / (float)n_in), o->threads};
-    uint64_t ne[2] = {n_in, n_out};
-    int rc = ggufw_tensor_lazy(w, name, type, 2, ne, row_bytes * n_out, mk_mat_fill, &a, sizeof a);
-    *n_params += (uint64_t)n_in * n_out;
-    return rc;
-}
-
-/* ---------------------------------------------------------------- vocabulary */
-
-/* Token types, numbered as llama.cpp's llama_token_type. */
-enum {
-    MK_TT_NORMAL = 1,
-    MK_TT_UNKNOWN = 2,
-    MK_TT_CONTROL = 3,
-    MK_TT_BYTE = 6
-};
-
-typedef struct mk_vocab {
-    char **text;    /* n token strings (owned) */
-    float *scores;  /* n (SPM only meaningful) */
-    int32_t *types; /* n */
-    char **merges;  /* n_merges "left right" strings (owned), GPT-2 only */
-    size_t n, cap;  /* tokens used / allocated (cap = target vocab size) */
-    size_t n_merges;
-    uint32_t *hash;        /* open-addressing table of token index + 1; 0 = empty */
-    size_t hash_cap;       /* power of two */
-    uint32_t byte_cp[256]; /* GPT-2: code point of each byte's base character */
-    int gpt2;
-} mk_vocab_t;
-
-static uint64_t mk_hash_str(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    return h;
-}
-
-static long mk_vocab_find(const mk_vocab_t *v, const char *s)
-{
-    size_t m = v->hash_cap - 1;
-    for (size_t i = mk_hash_str(s) & m;; i = (i + 1) & m) {
-        uint32_t e = v->hash[i];
-        if (e == 0)
-            return -1;
-        if (!strcmp(v->text[e - 1], s))
-            return (long)e - 1;
-    }
-}
-
-static void mk_vocab_free(mk_vocab_t *v)
-{
-    for (size_t i = 0; i < v->n; i++)
-        free(v->text[i]);
-    for (size_t i = 0; i < v->n_merges; i++)
-        free(v->merges[i]);
-    free(v->text);
-    free(v->scores);
-    free(v->types);
-    free(v->merges);
-    free(v->hash);
-}
-
-static int mk_vocab_init(mk_vocab_t *v, size_t cap, int gpt2)
-{
-    memset(v, 0, sizeof *v);
-    v->cap = cap;
-    v->gpt2 = gpt2;
-    v->hash_cap = 1;
-    while (v->hash_cap < cap * 2)
-        v->hash_cap *= 2;
-    v->text = calloc(cap, sizeof *v->text);
-    v->scores = calloc(cap, sizeof *v->scores);
-    v->types = calloc(cap, sizeof *v->types);
-    v->merges = calloc(cap, sizeof *v->merges);
-    v->hash = calloc(v->hash_cap, sizeof *v->hash);
-    if (!v->text || !v->scores || !v->types || !v->merges || !v->hash) {
-        mk_vocab_free(v);
-        return -1;
-    }
-    return 0;
-}
-
-/* Appends a token (no duplicate check). -1 when full or out of memory. */
-static int mk_vocab_push(mk_vocab_t *v, const char *s, int32_t type, float score)
-{
-    if (v->n >= v->cap)
-        return -1;
-    char *t = strdup(s);
-    if (!t)
-        return -1;
-    size_t m = v->hash_cap - 1;
-    size_t i = mk_hash_str(s) & m;
-    while (v->hash[i])
-        i = (i + 1) & m;
-    v->hash[i] = (uint32_t)(v->n + 1);
-    v->text[v->n] = t;
-    v->types[v->n] = type;
-    v->scores[v->n] = score;
-    v->n++;
-    return 0;
-}
-
-static size_t mk_utf8_put(char *dst, uint32_t cp)
-{
-    if (cp < 0x80) {
-        dst[0] = (char)cp;
-        return 1;
-    }
-    dst[0] = (char)(0xc0 | (cp >> 6)); /* cp < 0x800 here */
-    dst[1] = (char)(0x80 | (cp & 0x3f));
-    return 2;
-}
-
-/* Byte length of the last UTF-8 character of s (len > 0). */
-static size_t mk_utf8_last(const char *s, size_t len)
-{
-    size_t i = len - 1;
-    while (i > 0 && ((uint8_t)s[i] & 0xc0) == 0x80)
-        i--;
-    return len - i;
-}
-
-/* Adds piece s (and first, recursively, its prefix without the last
- * character and that last character) unless present, so that every piece is
- * reachable by merging two shorter ones: s = prefix + last char. For GPT-2
- * this records the merge "prefix last". SPM pieces get decreasing scores.
- * Returns 0 (also when the vocab filled up meanwhile), -1 on no memory. */
-static int mk_vocab_add(mk_vocab_t *v, const char *s, size_t reserve)
-{
-    if (v->n + reserve >= v->cap || mk_vocab_find(v, s) >= 0)
-        return 0;
-    size_t len = strlen(s);
-    size_t last = mk_utf8_last(s, len);
-    if (last < len) {
-        char pre[256], tail[8];
-        if (len >= sizeof pre || last >= sizeof tail)
-            return 0;
-        memcpy(pre, s, len - last);
-        pre[len - last] = 0;
-        memcpy(tail, s + len - last, last);
-        tail[last] = 0;
-        if (mk_vocab_add(v, pre, reserve) < 0 || mk_vocab_add(v, tail, reserve) < 0)
-            return -1;
-        if (v->n + reserve >= v->cap || mk_vocab_find(v, pre) < 0 || mk_vocab_find(v, tail) < 0)
-            return 0;
-        if (v->gpt2) {
-            char *m = malloc(len + 2);
-            if (!m)
-                return -1;
-            memcpy(m, pre, len - last);
-            m[len - last] = ' ';
-            memcpy(m + len - last + 1, tail, last + 1);
-            v->merges[v->n_merges++] = m;
-        }
-    } else if (v->gpt2)
-        return 0; /* every GPT-2 token but the 256 bases comes from a merge */
-    return mk_vocab_push(v, s, MK_TT_NORMAL, -(float)(v->n));
-}
-
-/* Adds text in the vocab's alphabet: for SPM ' ' becomes the word-start
- * marker (texts with control characters are skipped: SPM spells those with
- * byte tokens); for GPT-2 every byte becomes its byte-level character. */
-static int mk_vocab_add_text(mk_vocab_t *v, const char *text, size_t reserve)
-{
-    char buf[256];
-    size_t j = 0;
-    for (const char *p = text; *p; p++) {
-        uint8_t b = (uint8_t)*p;
-        if (j + 4 >= sizeof buf)
-            return 0;
-        if (v->gpt2) {
-            j += mk_utf8_put(buf + j, v->byte_cp[b]);
-        } else if (b == ' ') {
-            memcpy(buf + j, "\xe2\x96\x81", 3);
-            j += 3;
-        } else if (b < 0x20) {
-            return 0;
-        } else {
-            buf[j++] = (char)b;
-        }
-    }
-    buf[j] = 0;
-    return mk_vocab_add(v, buf, reserve);
-}
-
-/* Letters in English frequency order; systematic pieces use this order. */
-static const char mk_letters[] = "etaoinshrdlucmwfgypbvkjxqz";
-
-static const char *const mk_seed_pieces[] = {
-    " ",     " t",     " a",      " s",    " w",    " h",    " o",     " b",    " m",    " i",
-    " c",    " f",     " d",      " l",    " p",    " the",  " a",     " and",  " to",   " of",
-    " was",  " in",    " he",     " she",  " it",   " that", " is",    " on",   " for",  " with",
-    " his",  " her",   " they",   " you",  " said", " had",  " one",   " day",  " time", " once",
-    " upon", " there", " little", " girl", " boy",  " big",  " happy", " play", " saw",  " mom",
-    " dog",  " cat",   " friend", " went", " park", " not",  " but",   " so",   "th",    "he",
-    "in",    "er",     "an",      "re",    "on",    "at",    "en",     "nd",    "ed",    "es",
-    "or",    "ing",    "ion",     "ll",    "ly",    "ou",    "st",     "ar",    "al",    "it",
-    "is",    "le",     "ve",      "se",    "ch",    "sh",    "ck",     ".",     ",",     "!",
-    "?",     "'",      "\"",      "-",     ":",     ";",     "(",      ")",     "0",     "1",
-    "2",     "3",      "4",       "5",     "6",     "7",     "8",      "9",     "\n",    " The",
-    " Once", " One",   " He",     " She",  " They", " It",   " Lily",  " Tom",  " Ben",  " Sue",
-    "A",     "B",      "C",       "D",     "E",     "F",     "G",      "H",     "I",     "J",
-    "K",     "L",      "M",       "N",     "O",     "P",     "Q",      "R",     "S",     "T",
-    "U",     "V",      "W",       "X",     "Y",     "Z",
-};
-
-/* Fills the normal pieces: the seed list, then every letter string of
- * length 1, 2, 3, ... with and without the word-start marker, until the vocab
- * has cap - reserve tokens. */
-static int mk_vocab_fill(mk_vocab_t *v, size_t reserve)
-{
-    for (size_t i = 0; i < sizeof mk_seed_pieces / sizeof mk_seed_pieces[0]; i++)
-        if (mk_vocab_add_text(v, mk_seed_pieces[i], reserve) < 0)
-            return -1;
-    size_t nl = sizeof mk_letters - 1;
-    for (size_t len = 1; v->n + reserve < v->cap && len < 32; len++) {
-        size_t idx[32] = {0};
-        for (;;) {
-            char s[40];
-            s[0] = ' ';
-            for (size_t k = 0; k < len; k++)
-                s[1 + k] = mk_letters[idx[k]];
-            s[1 + len] = 0;
-            if (mk_vocab_add_text(v, s + 1, reserve) < 0 || mk_vocab_add_text(v, s, reserve) < 0)
-                return -1;
-            if (v->n + reserve >= v->cap)
-                return 0;
-            size_t k = len;
-            while (k > 0 && ++idx[k - 1] == nl)
-                idx[--k] = 0;
-            if (k == 0)
-                break;
-        }
-    }
-    return 0;
-}
-
-/* SentencePiece vocab: <unk>, <s>, </s>, 256 byte tokens, pieces. */
-/* SentencePiece vocab: <unk> <s> </s>, the 256 byte tokens, pieces, and a
- * last control token `last` unless NULL (Phi-3's <|endoftext|>, which
- * llama.cpp looks up in a model it names phi3). */
-static int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last)
-{
-    if (mk_vocab_init(v, n, 0) < 0)
-        return -1;
-    int rc = mk_vocab_push(v, "<unk>", MK_TT_UNKNOWN, 0.0f);
-    rc |= mk_vocab_push(v, "<s>", MK_TT_CONTROL, 0.0f);
-    rc |= mk_vocab_push(v, "</s>", MK_TT_CONTROL, 0.0f);
-    for (int b = 0; b < 256 && rc == 0; b++) {
-        char s[8];
-        snprintf(s, sizeof s, "<0x%02X>", b);
-        rc = mk_vocab_push(v, s, MK_TT_BYTE, 0.0f);
-    }
-    if (rc == 0)
-        rc = mk_vocab_fill(v, last ? 1 : 0);
-    if (rc == 0 && last)
-        rc = mk_vocab_push(v, last, MK_TT_CONTROL, 0.0f);
-    if (rc == 0 && v->n != n)
-        rc = -1;
-    return rc;
-}
-
-/* GPT-2 byte-level BPE vocab: 256 byte characters (GPT-2's bytes_to_unicode
- * order), merged tokens, then <|endoftext|>, <|im_start|>, <|im_end|>. */
-static int mk_vocab_gpt2(mk_vocab_t *v, size_t n)
-{
-    if (mk_vocab_init(v, n, 1) < 0)
-        return -1;
-    int printable[256] = {0};
-    for (int b = '!'; b <= '~'; b++)
-        printable[b] = 1;
-    for (int b = 0xa1; b <= 0xac; b++)
-        printable[b] = 1;
-    for (int b = 0xae; b <= 0xff; b++)
-        printable[b] = 1;
-    int rc = 0;
-    /* printable bytes map to themselves, first, in byte order */
-    for (int b = 0; b < 256 && rc == 0; b++) {
-        if (!printable[b])
-            continue;
-        char s[4];
-        v->byte_cp[b] = (uint32_t)b;
-        s[mk_utf8_put(s, (uint32_t)b)] = 0;
-        rc = mk_vocab_push(v, s, MK_TT_NORMAL, 0.0f);
-    }
-    /* the rest map to U+0100 + k, in byte order */
-    uint32_t k = 0;
-    for (int b = 0; b < 256 && rc == 0; b++) {
-        if (printable[b])
-            continue;
-        char s[4];
-        v->byte_cp[b] = 0x100 + k++;
-        s[mk_utf8_put(s, v->byte_cp[b])] = 0;
-        rc = mk_vocab_push(v, s, MK_TT_NORMAL, 0.0f);
-    }
-    if (rc == 0)
-        rc = mk_vocab_fill(v, 3);
-    if (rc == 0)
-        rc = mk_vocab_push(v, "<|endoftext|>", MK_TT_CONTROL, 0.0f);
-    if (rc == 0)
-        rc = mk_vocab_push(v, "<|im_start|>", MK_TT_CONTROL, 0.0f);
-    if (rc == 0)
-        rc = mk_vocab_push(v, "<|im_end|>", MK_TT_CONTROL, 0.0f);
-    if (rc == 0 && v->n != n)
-        rc = -1;
+    uint64_t ne[3] = {n_in, n_out, n_mat};
+    int rc = ggufw_tensor_lazy(w, name, type, n_mat ? 3 : 2, ne, row_bytes * n_rows, mk_mat_fill,
+                               &a, sizeof a);
+    *n_params += (uint64_t)n_in * n_rows;
     return rc;
 }
 
@@ -904,6 +674,14 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     rc |= mk_kv_arch_f32(w, o, "rope.freq_base", o->rope_base);
     rc |= mk_kv_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
     rc |= mk_kv_arch(w, o, "vocab_size", o->vocab);
+    if (o->experts) {
+        rc |= mk_kv_arch(w, o, "expert_count", o->experts);
+        rc |= mk_kv_arch(w, o, "expert_used_count", o->experts_used);
+    }
+    if (o->experts && strstr(o->arch, "moe"))
+        rc |= mk_kv_arch(w, o, "expert_feed_forward_length", mk_expert_ff(o));
+    if (!strcmp(o->arch, "qwen2moe"))
+        rc |= mk_kv_arch(w, o, "expert_shared_feed_forward_length", mk_shared_ff(o));
     if (o->head_dim) {
         rc |= mk_kv_arch(w, o, "attention.key_length", o->head_dim);
         rc |= mk_kv_arch(w, o, "attention.value_length", o->head_dim);
@@ -1009,6 +787,33 @@ static int mk_rope_freqs(ggufw_t *w, const mk_opts_t *o, uint32_t hd)
     return rc;
 }
 
+/* Layer l's mixture of experts: the router (F32, as llama.cpp's converter
+ * and llama-quantize keep it; gain 2, so routing is decisive), the experts
+ * stacked [n_in, n_out, experts], and qwen2moe's shared expert with its 1-D
+ * F32 gate. */
+static int mk_experts(ggufw_t *w, const mk_opts_t *o, uint32_t l, float res_gain,
+                      uint64_t *n_params)
+{
+    char n[64];
+    uint32_t ef = mk_expert_ff(o), ne = o->experts, sf = mk_shared_ff(o);
+#define MK_NAME(suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), n)
+    int rc = mk_mat(w, o, MK_NAME("ffn_gate_inp.weight"), GGUF_T_F32, o->dim, ne, 2.0f, n_params);
+    rc |= mk_mat_n(w, o, MK_NAME("ffn_gate_exps.weight"), o->wtype, o->dim, ef, ne, 1.0f, n_params);
+    rc |= mk_mat_n(w, o, MK_NAME("ffn_up_exps.weight"), o->wtype, o->dim, ef, ne, 1.0f, n_params);
+    rc |= mk_mat_n(w, o, MK_NAME("ffn_down_exps.weight"), o->wtype, ef, o->dim, ne, 2.0f * res_gain,
+                   n_params);
+    if (!strcmp(o->arch, "qwen2moe")) {
+        rc |= mk_vec(w, o, MK_NAME("ffn_gate_inp_shexp.weight"), o->dim, 0.0f, 0.3f);
+        *n_params += o->dim;
+        rc |= mk_mat(w, o, MK_NAME("ffn_gate_shexp.weight"), o->wtype, o->dim, sf, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("ffn_up_shexp.weight"), o->wtype, o->dim, sf, 1.0f, n_params);
+        rc |= mk_mat(w, o, MK_NAME("ffn_down_shexp.weight"), o->wtype, sf, o->dim, 2.0f * res_gain,
+                     n_params);
+    }
+#undef MK_NAME
+    return rc;
+}
+
 /* Adds every tensor. Scales keep activations O(1): projections preserve
  * variance; residual branches are damped by 1/sqrt(2*layers); the embedding
  * and output head give logits with a standard deviation of about 2. */
@@ -1017,8 +822,9 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
     uint32_t hd = mk_head_dim(o);
     uint32_t q_dim = o->heads * hd, kv_dim = o->kv_heads * hd;
     float res_gain = 1.0f / sqrtf(2.0f * (float)o->layers);
-    int qwen = !strcmp(o->arch, "qwen2");
-    int qk_norm = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "gemma3");
+    int qwen = !strcmp(o->arch, "qwen2") || !strcmp(o->arch, "qwen2moe");
+    int qk_norm =
+        !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "gemma3");
     int gemma = !strncmp(o->arch, "gemma", 5), phi3 = !strcmp(o->arch, "phi3");
     int rc = mk_mat(w, o, "token_embd.weight", o->wtype, o->dim, o->vocab, 2.0f, n_params);
     rc |= mk_vec(w, o, "output_norm.weight", o->dim, 1.0f, 0.1f);
@@ -1082,15 +888,18 @@ static int mk_tensors(ggufw_t *w, const mk_opts_t *o, uint64_t *n_params)
             *n_params += 2ull * o->dim;
         }
         rc |= mk_vec(w, o, MK_NAME("ffn_norm.weight"), o->dim, 1.0f, 0.1f);
-        if (phi3) { /* gate rows, then up rows */
+        if (o->experts) {
+            rc |= mk_experts(w, o, l, res_gain, n_params);
+        } else if (phi3) { /* gate rows, then up rows */
             rc |=
                 mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, 2 * o->ff, 1.0f, n_params);
         } else {
             rc |= mk_mat(w, o, MK_NAME("ffn_gate.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
             rc |= mk_mat(w, o, MK_NAME("ffn_up.weight"), o->wtype, o->dim, o->ff, 1.0f, n_params);
         }
-        rc |= mk_mat(w, o, MK_NAME("ffn_down.weight"), o->wtype, o->ff, o->dim, 2.0f * res_gain,
-                     n_params);
+        if (!o->experts)
+            rc |= mk_mat(w, o, MK_NAME("ffn_down.weight"), o->wtype, o->ff, o->dim, 2.0f * res_gain,
+                         n_params);
 #undef MK_NAME
         *n_params += 2ull * o->dim;
     }

@@ -204,11 +204,11 @@ static void check_batch_equals_single(const char *args)
         batched[s] = malloc(nv * sizeof(float));
         stepwise[s] = malloc(nv * sizeof(float));
         kv_seq_t *kv = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
-        fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
+        fwd_seq_t sq = {kv, toks[s], lens[s], single[s], NULL};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_reset(kv);
         for (uint32_t i = 0; i < lens[s]; i++) {
-            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s]};
+            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s], NULL};
             cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, NULL, err, sizeof err), 0, "%s", err);
         }
         kv_seq_free(kv);
@@ -217,7 +217,7 @@ static void check_batch_equals_single(const char *args)
     fwd_seq_t b[3];
     for (int s = 0; s < 3; s++) {
         kvs[s] = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
-        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
+        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s], NULL};
     }
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, b, 3, NULL, err, sizeof err), 0, "%s", err);
     /* and prefilled 5 tokens a pass (chunks cross the sliding windows) */
@@ -226,7 +226,7 @@ static void check_batch_equals_single(const char *args)
     for (int s = 0; s < 3; s++) {
         chunked[s] = malloc(nv * sizeof(float));
         kv_seq_t *kv = kv_seq_new(&m->hp, 64, KV_TYPE_F16);
-        fwd_seq_t sq = {kv, toks[s], lens[s], chunked[s]};
+        fwd_seq_t sq = {kv, toks[s], lens[s], chunked[s], NULL};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_free(kv);
     }

@@ -882,6 +882,11 @@ Test(backend_cuda, bad_operands_are_refused_before_reaching_the_device, .timeout
     cr_assert_eq(cu->matmul(cu->ctx, &job, 1, buf + 1024, 256, 1), BE_ERR_ARG);
     int32_t id0 = 0;
     cr_assert_eq(cu->embed(cu->ctx, &iq2, &id0, 1, buf + 2048, 256), BE_ERR_ARG);
+    /* MoE: rows wider than their stride, no slots to sum */
+    uint32_t row0 = 0;
+    float w1 = 1.0f;
+    cr_assert_eq(cu->moe_scatter(cu->ctx, buf, buf + 1024, &row0, &w1, 1, 17, 16), BE_ERR_ARG);
+    cr_assert_eq(cu->moe_sum(cu->ctx, buf, buf + 1024, 1, 0, 16, 16), BE_ERR_ARG);
     cr_assert_eq(cu->sync(cu->ctx), 0, "device state damaged");
     cu->buf_free(cu->ctx, buf);
     be_close(cu);
@@ -931,12 +936,58 @@ static void dev_model_walk(backend_t *be, dev_model_t *dm, const model_t *m, be_
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer_t *s = &m->w.layers[l];
         model_layer_t *d = &dm->w.layers[l];
-        const model_weight_t *sw[] = {&s->attn_norm, &s->wq,     &s->wk,   &s->wv,
-                                      &s->bq,        &s->bk,     &s->bv,   &s->wo,
-                                      &s->ffn_norm,  &s->w_gate, &s->w_up, &s->w_down};
-        model_weight_t *dw[] = {&d->attn_norm, &d->wq,     &d->wk,   &d->wv,
-                                &d->bq,        &d->bk,     &d->bv,   &d->wo,
-                                &d->ffn_norm,  &d->w_gate, &d->w_up, &d->w_down};
+        /* every view of the layer: the dense ones, the q/k and post norms
+         * (qwen3, gemma) and the router and experts (MoE) */
+        const model_weight_t *sw[] = {&s->attn_norm,
+                                      &s->wq,
+                                      &s->wk,
+                                      &s->wv,
+                                      &s->bq,
+                                      &s->bk,
+                                      &s->bv,
+                                      &s->wo,
+                                      &s->ffn_norm,
+                                      &s->w_gate,
+                                      &s->w_up,
+                                      &s->w_down,
+                                      &s->q_norm,
+                                      &s->k_norm,
+                                      &s->post_attn_norm,
+                                      &s->post_ffn_norm,
+                                      &s->gate_inp,
+                                      &s->gate_exps,
+                                      &s->up_exps,
+                                      &s->down_exps,
+                                      &s->gate_inp_shexp,
+                                      &s->gate_shexp,
+                                      &s->up_shexp,
+                                      &s->down_shexp};
+        model_weight_t *dw[] = {&d->attn_norm,
+                                &d->wq,
+                                &d->wk,
+                                &d->wv,
+                                &d->bq,
+                                &d->bk,
+                                &d->bv,
+                                &d->wo,
+                                &d->ffn_norm,
+                                &d->w_gate,
+                                &d->w_up,
+                                &d->w_down,
+                                &d->q_norm,
+                                &d->k_norm,
+                                &d->post_attn_norm,
+                                &d->post_ffn_norm,
+                                &d->gate_inp,
+                                &d->gate_exps,
+                                &d->up_exps,
+                                &d->down_exps,
+                                &d->gate_inp_shexp,
+                                &d->gate_shexp,
+                                &d->up_shexp,
+                                &d->down_shexp};
+        _Static_assert(sizeof sw / sizeof sw[0] * sizeof(model_weight_t) == sizeof(model_layer_t),
+                       "a layer view the device copy would miss");
         for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
             place(be, dm, dw[i], sw[i], &off, ev, copy);
     }
@@ -1008,7 +1059,7 @@ static void check_forward_with(const model_t *m, double tol, const char *what, i
     for (int step = 0; step < 5; step++) {
         uint32_t n = step == 0 ? 9 : 1;
         const int32_t *t = step == 0 ? prompt : &prompt[step];
-        fwd_seq_t sc = {kc, t, n, lc}, sp = {kp, t, n, lp};
+        fwd_seq_t sc = {kc, t, n, lc, NULL}, sp = {kp, t, n, lp, NULL};
         cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, &sc, 1, NULL, err, sizeof err), 0, "cuda: %s",
                      err);
         cr_assert_eq(fwd_run(fp, &m->hp, &m->w, &sp, 1, NULL, err, sizeof err), 0, "cpu: %s", err);
@@ -1190,8 +1241,8 @@ Test(backend_cuda, kquant_files_match_llama_cpp_logits_at_every_position_on_cuda
             double worst = 0;
             int n_cmp = 0, n_agree = 0;
             for (size_t p = 0; p < np; p++) {
-                fwd_seq_t s = p + 1 < np ? (fwd_seq_t){kv, &prompt[p], 1, l}
-                                         : (fwd_seq_t){kv2, prompt, (uint32_t)np, l};
+                fwd_seq_t s = p + 1 < np ? (fwd_seq_t){kv, &prompt[p], 1, l, NULL}
+                                         : (fwd_seq_t){kv2, prompt, (uint32_t)np, l, NULL};
                 cr_assert_eq(fwd_run(f, &m->hp, &dm->w, &s, 1, NULL, err, sizeof err), 0,
                              "%s-%s position %zu: %s", archs[a], types[t], p, err);
                 int agree;
@@ -1254,4 +1305,276 @@ Test(backend_cuda, swapped_in_and_streamed_passes_are_bit_identical_on_the_own_g
     backend_t *cu = open_cuda_with(128u << 20, 1);
     tu_pagein_equal(cu);
     be_close(cu);
+}
+
+/* ------------------------------------------------------------------ mixture of experts */
+
+/* An expert's outputs into their tokens' slots: rows 4, 0, 7 and 4 again (the cpu's last write
+ * stands) of a 9-row buffer, each weighted; the rows not named keep their bytes. */
+Test(backend_cuda, moe_scatter_matches_cpu_exactly_and_leaves_other_rows_alone, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t n_dst = 9, n = 300, stride = 320;
+    const uint32_t rows[4] = {4, 0, 7, 4};
+    const float w[4] = {0.625f, 0.3f, 1.0f / 3.0f, 0.9f};
+    float *src = rand_vec(4 * stride, 2.0f), *dst0 = rand_vec(n_dst * stride, 1.0f);
+    float *res[2];
+    backend_t *bes[2] = {cu, cp};
+    for (int k = 0; k < 2; k++) {
+        backend_t *be = bes[k];
+        float *ds = dput(be, src, 4 * stride * sizeof(float));
+        float *dd = dput(be, dst0, n_dst * stride * sizeof(float));
+        cr_assert_eq(be->moe_scatter(be->ctx, dd, ds, rows, w, 4, n, stride), 0, "%s", be->name);
+        res[k] = dget(be, dd, n_dst * stride * sizeof(float));
+        be->buf_free(be->ctx, ds);
+        be->buf_free(be->ctx, dd);
+    }
+    check_rows("moe_scatter", res[0], res[1], n_dst, stride, stride, 0.0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(res[0][4 * stride + i], w[3] * src[3 * stride + i], "row 4: the last write");
+    for (size_t i = 0; i < n_dst * stride; i++) {
+        size_t r = i / stride;
+        if ((r != 0 && r != 4 && r != 7) || i % stride >= n)
+            cr_assert_eq(res[0][i], dst0[i], "moe_scatter wrote element %zu outside its rows", i);
+    }
+    free(res[0]);
+    free(res[1]);
+    free(src);
+    free(dst0);
+    be_close(cu);
+    be_close(cp);
+}
+
+/* Each token's slots summed in order, then added to its residual: 1 slot (top 1), 2 (top 2),
+ * 5 (top 4 and a shared expert). */
+Test(backend_cuda, moe_sum_matches_cpu_exactly_for_one_to_five_slots, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const size_t n_tok = 6, n = 300, stride = 320;
+    const uint32_t slots[3] = {1, 2, 5};
+    for (int si = 0; si < 3; si++) {
+        const uint32_t ns = slots[si];
+        float *x = rand_vec(n_tok * stride, 4.0f), *ys = rand_vec(n_tok * ns * stride, 3.0f);
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            float *dx = dput(be, x, n_tok * stride * sizeof(float));
+            float *dy = dput(be, ys, n_tok * ns * stride * sizeof(float));
+            cr_assert_eq(be->moe_sum(be->ctx, dx, dy, n_tok, ns, n, stride), 0, "%s", be->name);
+            res[k] = dget(be, dx, n_tok * stride * sizeof(float));
+            be->buf_free(be->ctx, dx);
+            be->buf_free(be->ctx, dy);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "moe_sum of %u slots", ns);
+        check_rows(what, res[0], res[1], n_tok, stride, stride, 0.0);
+        free(res[0]);
+        free(res[1]);
+        free(x);
+        free(ys);
+    }
+    be_close(cu);
+    be_close(cp);
+}
+
+/* The engine's expert matrices: model_expert_view of a stacked (4 experts x 40 rows) weight at
+ * experts 1 and 3 (offsets of whole rows, so as aligned as the stacked rows: the GEMV's 16-byte
+ * loads where the row size allows them), for 3 tokens (the GEMV) and 12 (the GEMM: cuBLAS or the
+ * own kernel), every weight type. */
+static void check_expert_view(backend_t *cu, backend_t *cp, uint32_t type, uint32_t n_in,
+                              size_t n_tok, double tol)
+{
+    const uint32_t n_exp = 4, n_rows = 40;
+    const size_t xs = n_in + 8, ys = 48;
+    size_t wb;
+    void *wh = rand_weight(type, n_in, n_exp * n_rows, &wb);
+    float *x = rand_vec(n_tok * xs, 1.0f);
+    for (uint32_t e = 1; e < n_exp; e += 2) {
+        float *res[2];
+        backend_t *bes[2] = {cu, cp};
+        for (int k = 0; k < 2; k++) {
+            backend_t *be = bes[k];
+            void *wd = dput(be, wh, wb);
+            float *dx = dput(be, x, n_tok * xs * sizeof(float));
+            float *dy = dput(be, NULL, n_tok * ys * sizeof(float));
+            model_weight_t stacked = {type, n_in, n_exp * n_rows, wd, wb};
+            model_weight_t v = model_expert_view(&stacked, n_exp, e);
+            cr_assert_eq(v.n_out, n_rows);
+            be_mm_t job = {&v, dy, ys};
+            cr_assert_eq(be->matmul(be->ctx, &job, 1, dx, xs, n_tok), 0, "%s matmul", be->name);
+            res[k] = dget(be, dy, n_tok * ys * sizeof(float));
+            be->buf_free(be->ctx, dy);
+            be->buf_free(be->ctx, dx);
+            be->buf_free(be->ctx, wd);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "expert %u of 4, %s n_in %u, %zu tokens", e,
+                 gguf_ttype_name(type), n_in, n_tok);
+        check_rows(what, res[0], res[1], n_tok, n_rows, ys, tol);
+        free(res[0]);
+        free(res[1]);
+    }
+    free(wh);
+    free(x);
+}
+
+Test(backend_cuda, matmul_on_an_expert_view_matches_cpu_for_every_weight_type, .timeout = 120)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const int blas = uses_cublas(cu);
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t t = all_types[ti];
+        check_expert_view(cu, cp, t, 256, 3, 1e-4);
+        check_expert_view(cu, cp, t, 256, 12,
+                          blas && (t == GGUF_T_F16 || t == GGUF_T_BF16) ? 2e-2 : 1e-4);
+    }
+    for (size_t ti = 0; ti < N_BLOCK_TYPES; ti++) {
+        check_expert_view(cu, cp, block_types[ti], 256, 3, 1e-4);
+        check_expert_view(cu, cp, block_types[ti], 256, 12, blas ? 2e-2 : 1e-4);
+    }
+    be_close(cu);
+    be_close(cp);
+}
+
+/* A generated mixture-of-experts model (mkmodel args); fails the test when it does not open. */
+static model_t *moe_model(const char *args)
+{
+    char path[256], err[512];
+    tu_mkmodel(path, sizeof path, args);
+    model_t *m = model_open(path, err, sizeof err);
+    unlink(path);
+    cr_assert_not_null(m, "%s: %s", args, err);
+    cr_assert(m->hp.n_expert > 0, "%s: not a mixture of experts", args);
+    return m;
+}
+
+#define MOE_SEQS 3
+
+/* 1 when a step's expert flags (fwd_experts_used) differ; the first (layer, expert) that does
+ * into *at. */
+static int moe_routes_differ(const model_t *m, const fwd_t *fc, const fwd_t *fp, size_t *at)
+{
+    const uint8_t *uc = fwd_experts_used(fc), *up = fwd_experts_used(fp);
+    for (size_t i = 0; i < (size_t)m->hp.n_layer * m->hp.n_expert; i++)
+        if (uc[i] != up[i]) {
+            *at = i;
+            return 1;
+        }
+    return 0;
+}
+
+/* Three sequences prefilled together (plen tokens each: 4, 3, 1 stays on the GEMV; 12, 5, 1
+ * takes the GEMM for the dense matrices) then three batched decode steps of all three, F32 KV
+ * caches: every step's logits against the cpu backend's (its exact path), the experts each step
+ * selected and the expert reads equal. */
+static void check_moe_forward(const model_t *m, const uint32_t plen[MOE_SEQS], int own_gemm,
+                              double tol, const char *what)
+{
+    backend_t *cu = open_cuda_with(POOL_BYTES, own_gemm), *cp = open_cpu();
+    dev_model_t *dm = dev_model_load(cu, m);
+    void *kv_base[MOE_SEQS];
+    size_t kv_bytes[MOE_SEQS];
+    kv_seq_t *kc[MOE_SEQS], *kp[MOE_SEQS];
+    const uint32_t nv = m->hp.n_vocab;
+    float *lc = malloc(MOE_SEQS * nv * sizeof(float)), *lp = malloc(MOE_SEQS * nv * sizeof(float));
+    int32_t toks[MOE_SEQS][16];
+    for (int s = 0; s < MOE_SEQS; s++) {
+        kc[s] = dev_kv_new(cu, &m->hp, 32, KV_TYPE_F32, &kv_base[s], &kv_bytes[s]);
+        kp[s] = kv_seq_new(&m->hp, 32, KV_TYPE_F32);
+        for (int i = 0; i < 16; i++)
+            toks[s][i] = (int32_t)(1 + (uint32_t)(s * 16 + i) * 7919u % (nv - 1));
+    }
+    fwd_t *fc = fwd_new(cu), *fp = fwd_new(cp);
+    char err[256];
+    for (int step = 0; step < 4; step++) {
+        fwd_seq_t sc[MOE_SEQS], sp[MOE_SEQS];
+        for (int s = 0; s < MOE_SEQS; s++) {
+            const int32_t *t = step == 0 ? toks[s] : &toks[s][plen[s] + (uint32_t)step - 1];
+            uint32_t n = step == 0 ? plen[s] : 1;
+            sc[s] = (fwd_seq_t){.kv = kc[s], .tokens = t, .n_tokens = n, .logits = lc + s * nv};
+            sp[s] = (fwd_seq_t){.kv = kp[s], .tokens = t, .n_tokens = n, .logits = lp + s * nv};
+        }
+        uint64_t rc0 = fwd_expert_reads(fc), rp0 = fwd_expert_reads(fp);
+        cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, sc, MOE_SEQS, NULL, err, sizeof err), 0,
+                     "cuda: %s", err);
+        cr_assert_eq(fwd_run(fp, &m->hp, &m->w, sp, MOE_SEQS, NULL, err, sizeof err), 0, "cpu: %s",
+                     err);
+        size_t at = 0;
+        cr_assert(!moe_routes_differ(m, fc, fp, &at),
+                  "%s step %d: cuda and cpu route differently at layer %zu expert %zu", what, step,
+                  at / m->hp.n_expert, at % m->hp.n_expert);
+        cr_assert_eq(fwd_expert_reads(fc) - rc0, fwd_expert_reads(fp) - rp0,
+                     "%s step %d: expert reads", what, step);
+        for (int s = 0; s < MOE_SEQS; s++) {
+            char w[160];
+            snprintf(w, sizeof w, "%s step %d sequence %d logits (%s)", what, step, s,
+                     uses_cublas(cu) ? "cuBLAS" : "own GEMM kernel");
+            check_rows(w, lc + s * nv, lp + s * nv, 1, nv, nv, tol);
+        }
+    }
+    for (int s = 0; s < MOE_SEQS; s++) {
+        cr_assert_eq(kc[s]->n_past, kp[s]->n_past);
+        kv_seq_free(kp[s]);
+        cr_assert_eq(cu->unmap(cu->ctx, kv_base[s], 0, kv_bytes[s]), 0);
+        cu->release(cu->ctx, kv_base[s], kv_bytes[s]);
+        free(kc[s]);
+    }
+    free(lc);
+    free(lp);
+    fwd_free(fc);
+    fwd_free(fp);
+    dev_model_free(cu, dm);
+    be_close(cu);
+    be_close(cp);
+}
+
+static const uint32_t moe_gemv_plen[MOE_SEQS] = {4, 3, 1}; /* 8 tokens: every matrix on the GEMV */
+static const uint32_t moe_gemm_plen[MOE_SEQS] = {12, 5, 1};
+
+#define MOE_CUDA_SHAPE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --vocab 320 --experts 8"
+
+/* gpu-check's MoE decode check (stage unit): a small Mixtral-style file, batched decode of three
+ * sequences on cuda against cpu, both GEMM paths for the prefill. */
+Test(backend_cuda, moe_decode_of_a_mixtral_style_f32_file_matches_cpu, .timeout = 120)
+{
+    backend_t *probe = open_cuda(); /* skips without a GPU, before mkmodel */
+    be_close(probe);
+    model_t *m = moe_model(MOE_CUDA_SHAPE " --arch llama --type f32 --ff 128 --experts-used 2 "
+                                          "--seed 61");
+    check_moe_forward(m, moe_gemv_plen, 0, 1e-3, "F32 mixtral");
+    check_moe_forward(m, moe_gemm_plen, 0, 1e-3, "F32 mixtral");
+    check_moe_forward(m, moe_gemm_plen, 1, 1e-3, "F32 mixtral");
+    model_close(m);
+}
+
+Test(backend_cuda, moe_decode_of_a_q8_0_qwen2moe_with_its_shared_expert_matches_cpu, .timeout = 120)
+{
+    backend_t *probe = open_cuda();
+    be_close(probe);
+    model_t *m = moe_model(MOE_CUDA_SHAPE " --arch qwen2moe --type q8_0 --ff 256 --experts-used 2 "
+                                          "--expert-ff 64 --shared-ff 96 --seed 62");
+    check_moe_forward(m, moe_gemv_plen, 0, 1e-3, "Q8_0 qwen2moe");
+    model_close(m);
+}
+
+Test(backend_cuda, moe_decode_of_an_f16_qwen3moe_top_4_matches_cpu, .timeout = 120)
+{
+    backend_t *probe = open_cuda();
+    be_close(probe);
+    model_t *m = moe_model(MOE_CUDA_SHAPE " --arch qwen3moe --type f16 --ff 256 --experts-used 4 "
+                                          "--expert-ff 64 --seed 64");
+    check_moe_forward(m, moe_gemv_plen, 0, 1e-3, "F16 qwen3moe top 4");
+    model_close(m);
+}
+
+Test(backend_cuda, moe_decode_of_a_q4_k_m_mixtral_matches_the_cpu_exact_path, .timeout = 120)
+{
+    backend_t *probe = open_cuda();
+    be_close(probe);
+    model_t *m = moe_model("--dim 256 --layers 2 --heads 4 --kv-heads 2 --vocab 320 --experts 4 "
+                           "--arch llama --type q4_k_m --ff 256 --experts-used 2 --seed 65");
+    check_moe_forward(m, moe_gemv_plen, 0, 1e-3, "Q4_K_M mixtral");
+    quant_path_set(QUANT_PATH_FAST);
+    model_close(m);
 }

@@ -86,7 +86,9 @@ Test(config, the_example_file_loads_cleanly)
     cr_assert_eq(c->admin.mode, 0600);
     cr_assert_eq(c->device.memory, 60ull << 30);
     cr_assert_eq(c->host.memory, 400ull << 30);
-    cr_assert_eq(c->n_models, 3);
+    cr_assert_eq(c->n_models, 4);
+    const cfg_model_t *l = cfg_find_model(c, "llama3-8b-support");
+    cr_assert(l && !l->path && l->adapter && !strcmp(l->base, "llama3-8b"));
     const cfg_model_t *m = cfg_find_model(c, "llama3-8b");
     cr_assert_not_null(m);
     cr_assert_eq(m->gpu_quota, 12ull << 30);
@@ -112,9 +114,10 @@ Test(config, the_example_serves_http_on_loopback_only_and_keeps_state_under_run_
               "http %s", c->listen.http);
     cr_assert_null(c->listen.tcp);
     cr_assert(strncmp(c->listen.socket, "/run/gpuswapd/", 14) == 0);
-    for (size_t i = 0; i < c->n_models; i++)
-        cr_assert(strncmp(c->models[i].path, "/var/lib/gpuswapd/models/", 25) == 0, "%s",
-                  c->models[i].path);
+    for (size_t i = 0; i < c->n_models; i++) {
+        const char *p = c->models[i].adapter ? c->models[i].adapter : c->models[i].path;
+        cr_assert(strncmp(p, "/var/lib/gpuswapd/", 18) == 0, "%s", p);
+    }
     cfg_free(c);
 }
 
@@ -965,7 +968,8 @@ Test(config, print_writes_every_key_with_defaults_filled_in)
         "scheduler:\n  policy: swap-aware\n  max_batch: 16\n  max_wait: 2s\n  max_stall: 500ms\n  quantum: 4\n"
         "  queue_limit: 256\n"
         "  max_queued: 4096\n  drain_timeout: 30s\n",
-        "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
+        "models:\n  - name: \"a\"\n    path: \"/m/a.gguf\"\n    base: ~\n    adapter: ~\n"
+        "    adapter_scale: 1\n    gpu_quota: 0\n    kv_cache: 0\n    kv_type: f16\n    priority: 1\n"
         "    pinned: false\n    max_batch: 16\n    prefix_cache: 16\n    max_context: 4096\n    chat_template: ~\n    tool_choice: auto\n    deadline: 0\n    deadline_miss: refuse\n"
         "    defaults:\n      temperature: 0.8\n"
         "      top_k: 40\n      top_p: 0.95\n      min_p: 0.05\n      repeat_penalty: 1\n"
@@ -986,7 +990,8 @@ Test(config, reload_accepts_model_quota_and_scheduler_changes)
         "device:\n  backend: sim\n  memory: 8GiB\nadmin:\n  uids: [1, 2]\nhost:\n  memory: 1TiB\n"
         "scheduler:\n  policy: fifo\n  max_batch: 4\n  max_wait: 1s\n  quantum: 1\n"
         "models:\n  - name: a\n    path: /m/a2.gguf\n    gpu_quota: 4GiB\n    pinned: true\n"
-        "  - name: new\n    path: /m/new.gguf\n    priority: 3\n");
+        "  - name: new\n    path: /m/new.gguf\n    priority: 3\n"
+        "  - name: new-lora\n    base: a\n    adapter: /m/l.gguf\n    adapter_scale: 0.5\n");
     char err[256] = "x";
     cr_assert_eq(cfg_reload_check(a, b, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(err, "");

@@ -279,11 +279,11 @@ static double check_kquant_file(backend_t *be, const char *arch, const char *typ
     double worst = 0;
     for (size_t p = 0; p < np; p++) {
         if (p + 1 < np) {
-            fwd_seq_t s = {kv, &prompt[p], 1, l};
+            fwd_seq_t s = {kv, &prompt[p], 1, l, NULL};
             cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
         } else {
             kv_seq_t *kv2 = kv_seq_new(&m->hp, 64, KV_TYPE_F32);
-            fwd_seq_t s = {kv2, prompt, (uint32_t)np, l};
+            fwd_seq_t s = {kv2, prompt, (uint32_t)np, l, NULL};
             cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
             kv_seq_free(kv2);
         }
@@ -369,11 +369,11 @@ static void check_batch_equals_single_kv(uint32_t type, int qwen, kv_type_t kt)
         batched[s] = malloc(nv * sizeof(float));
         stepwise[s] = malloc(nv * sizeof(float));
         kv_seq_t *kv = kv_seq_new(&m->hp, 64, kt);
-        fwd_seq_t sq = {kv, toks[s], lens[s], single[s]};
+        fwd_seq_t sq = {kv, toks[s], lens[s], single[s], NULL};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &sq, 1, NULL, err, sizeof err), 0, "%s", err);
         kv_seq_reset(kv);
         for (uint32_t i = 0; i < lens[s]; i++) {
-            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s]};
+            fwd_seq_t one = {kv, &toks[s][i], 1, stepwise[s], NULL};
             cr_assert_eq(fwd_run(f, &m->hp, &m->w, &one, 1, NULL, err, sizeof err), 0, "%s", err);
         }
         kv_seq_free(kv);
@@ -382,7 +382,7 @@ static void check_batch_equals_single_kv(uint32_t type, int qwen, kv_type_t kt)
     fwd_seq_t b[3];
     for (int s = 0; s < 3; s++) {
         kvs[s] = kv_seq_new(&m->hp, 64, kt);
-        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s]};
+        b[s] = (fwd_seq_t){kvs[s], toks[s], lens[s], batched[s], NULL};
     }
     static const uint32_t chunks[] = {1, 4, 7};
     for (int c = 0; c < 3; c++) {
@@ -434,7 +434,7 @@ Test(forward, chunked_prefill_scratch_is_sized_by_the_chunk_not_the_prompt)
         t[i] = 1 + (i * 37) % 250;
     float *l = malloc(m->hp.n_vocab * sizeof(float));
     char err[256];
-    fwd_seq_t s = {kv, t, 100, l};
+    fwd_seq_t s = {kv, t, 100, l, NULL};
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
     cr_assert_eq(kv->n_past, 100);
     /* 8 tokens of activations and one row of logits, not 100 of each */
@@ -457,10 +457,10 @@ static void run_threads(model_t *m, int threads, kv_type_t kt, float *l)
     for (int i = 0; i < 104; i++)
         t[i] = 1 + (i * 37) % 250;
     char err[256];
-    fwd_seq_t s = {kv, t, 100, l};
+    fwd_seq_t s = {kv, t, 100, l, NULL};
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
     for (int i = 0; i < 4; i++) {
-        fwd_seq_t d = {kv, &t[100 + i], 1, l + (size_t)(i + 1) * m->hp.n_vocab};
+        fwd_seq_t d = {kv, &t[100 + i], 1, l + (size_t)(i + 1) * m->hp.n_vocab, NULL};
         cr_assert_eq(fwd_run(f, &m->hp, &m->w, &d, 1, NULL, err, sizeof err), 0, "%s", err);
     }
     kv_seq_free(kv);
@@ -518,12 +518,12 @@ Test(forward, context_overflow_is_an_error_and_leaves_the_cache_untouched)
     kv_seq_t *kv = kv_seq_new(&m->hp, 4, KV_TYPE_F32);
     int32_t t[5] = {1, 2, 3, 4, 5};
     char err[256];
-    fwd_seq_t s = {kv, t, 5, NULL};
+    fwd_seq_t s = {kv, t, 5, NULL, NULL};
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), FWD_ERR_CONTEXT);
     cr_assert_eq(kv->n_past, 0);
     cr_assert(strstr(err, "exceed the context") != NULL, "%s", err);
     int32_t bad = 300;
-    fwd_seq_t s2 = {kv, &bad, 1, NULL};
+    fwd_seq_t s2 = {kv, &bad, 1, NULL, NULL};
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s2, 1, NULL, err, sizeof err), FWD_ERR_TOKEN);
     kv_seq_free(kv);
     fwd_free(f);
@@ -547,7 +547,7 @@ Test(forward, portable_and_avx2_kernels_agree_on_a_forward_pass)
             backend_t *nb;
             fwd_t *f = fwd_new(nb = cpu_be(1));
             kv_seq_t *kv = kv_seq_new(&m->hp, 16, KV_TYPE_F32);
-            fwd_seq_t s = {kv, t, 6, pass ? b : a};
+            fwd_seq_t s = {kv, t, 6, pass ? b : a, NULL};
             cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
             kv_seq_free(kv);
             fwd_free(f);

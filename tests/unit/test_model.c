@@ -91,7 +91,7 @@ static void last_logits(model_t *m, float *out)
     fwd_t *f = fwd_new(be);
     kv_seq_t *kv = kv_seq_new(&m->hp, 16, KV_TYPE_F32);
     int32_t t[8] = {1, 17, 300, 42, 99, 250, 7, 123};
-    fwd_seq_t s = {kv, t, 8, out};
+    fwd_seq_t s = {kv, t, 8, out, NULL};
     cr_assert_eq(fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err), 0, "%s", err);
     kv_seq_free(kv);
     fwd_free(f);

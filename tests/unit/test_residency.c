@@ -44,7 +44,7 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
     else
         cr_assert_eq(res_kv_new(res, rm, 32, &kv, err, sizeof err), 0, "%s", err);
     fwd_hooks_t h = rm ? res_hooks(rm) : (fwd_hooks_t){0};
-    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out};
+    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out, NULL};
     if (!own_kv)
         cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN, err, sizeof err), 0, "%s", err);
     int rc = fwd_run(fw, &m->hp, w, &s, 1, rm ? &h : NULL, err, sizeof err);
@@ -52,7 +52,7 @@ static int run_model(fwd_t *fw, const model_t *m, const model_weights_t *w, res_
     for (int i = 0; i < DECODE; i++) {
         if (!own_kv)
             cr_assert_eq(res_kv_ensure(res, kv, PROMPT_LEN + i + 1, err, sizeof err), 0, "%s", err);
-        fwd_seq_t d = {kv, &decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab};
+        fwd_seq_t d = {kv, &decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab, NULL};
         rc = fwd_run(fw, &m->hp, w, &d, 1, rm ? &h : NULL, err, sizeof err);
         cr_assert_eq(rc, 0, "decode: %s", err);
     }
@@ -316,7 +316,7 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
         double best = 1e9;
         for (int r = 0; r < 3; r++) {
             kv_seq_reset(kv0);
-            fwd_seq_t s0 = {kv0, longp, NP, lg};
+            fwd_seq_t s0 = {kv0, longp, NP, lg, NULL};
             double t = util_now_s();
             cr_assert_eq(fwd_run(f.fw, &m0->hp, res_weights(f.rm[0]), &s0, 1, &h0, e, sizeof e), 0);
             t = util_now_s() - t;
@@ -340,7 +340,7 @@ Test(residency, layer_zero_computes_before_the_last_layer_has_landed, .timeout =
     cr_assert_eq(res_kv_new(f.res, f.rm[0], NP, &kv, err, sizeof err), 0);
     cr_assert_eq(res_kv_ensure(f.res, kv, NP, err, sizeof err), 0);
     fwd_hooks_t h = res_hooks(f.rm[0]);
-    fwd_seq_t s = {kv, longp, NP, logits};
+    fwd_seq_t s = {kv, longp, NP, logits, NULL};
     cr_assert_eq(fwd_run(f.fw, &m->hp, res_weights(f.rm[0]), &s, 1, &h, err, sizeof err), 0);
     kv_seq_reset(kv);
     double c0 = util_now_s();
@@ -555,7 +555,7 @@ static int try_pass(fixture_t *f, char *err, size_t errlen)
     cr_assert_eq(res_kv_ensure(f->res, kv, PROMPT_LEN, err, errlen), 0, "%s", err);
     float *out = malloc(m->hp.n_vocab * sizeof(float));
     fwd_hooks_t h = res_hooks(f->rm[0]);
-    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out};
+    fwd_seq_t s = {kv, prompt, PROMPT_LEN, out, NULL};
     int rc = fwd_run(f->fw, &m->hp, res_weights(f->rm[0]), &s, 1, &h, err, errlen);
     free(out);
     res_kv_free(f->res, kv);

@@ -27,12 +27,12 @@ static void pi_pass(res_t *res, res_model_t *rm, fwd_t *fw, float *out)
     cr_assert_eq(res_kv_new(res, rm, PI_CTX, &kv, err, sizeof err), 0, "kv: %s", err);
     cr_assert_eq(res_kv_ensure(res, kv, PI_PROMPT, err, sizeof err), 0, "kv: %s", err);
     fwd_hooks_t h = res_hooks(rm);
-    fwd_seq_t s = {kv, pi_prompt, PI_PROMPT, out};
+    fwd_seq_t s = {kv, pi_prompt, PI_PROMPT, out, NULL};
     cr_assert_eq(fwd_run(fw, &m->hp, res_weights(rm), &s, 1, &h, err, sizeof err), 0, "prefill: %s",
                  err);
     for (int i = 0; i < PI_DECODE; i++) {
         cr_assert_eq(res_kv_ensure(res, kv, PI_PROMPT + i + 1, err, sizeof err), 0, "kv: %s", err);
-        fwd_seq_t d = {kv, &pi_decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab};
+        fwd_seq_t d = {kv, &pi_decode[i], 1, out + (size_t)(i + 1) * m->hp.n_vocab, NULL};
         cr_assert_eq(fwd_run(fw, &m->hp, res_weights(rm), &d, 1, &h, err, sizeof err), 0,
                      "decode %d: %s", i, err);
     }

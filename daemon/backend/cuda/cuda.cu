@@ -241,7 +241,10 @@ static const be_ops_t cuda_ops = {
     .scale = cuda_kern_scale, /* cuda_arch.cuh */
     .softcap = cuda_kern_softcap,
     .gelu_mul = cuda_kern_gelu_mul,
-    .inject = nullptr, /* no fault injection: be_open supplies the fallback */
+    .moe_scatter = cuda_kern_moe_scatter,
+    .moe_sum = cuda_kern_moe_sum,
+    .lora_mm = nullptr, /* no LoRA kernel: the pass runs matmul, scale and add */
+    .inject = nullptr,  /* no fault injection: be_open supplies the fallback */
     .close = c_close,
 };
 
@@ -403,8 +406,10 @@ extern "C" backend_t *be_cuda_open(const be_params_t *p, char *err, size_t errle
     /* every feature: RoPE factors, linear and YaRN scaling and attention factor
      * in k_rope, q/k norms through rmsnorm, soft-capped and sliding-window
      * attention in the attention kernels, embedding scale, final soft-cap and
-     * GELU gate in cuda_arch.cuh */
-    be->model_feats = MODEL_FEAT_ALL;
+     * GELU gate in cuda_arch.cuh; mixtures of experts: the router and each
+     * expert's matrices (views into the stacked tensors) through the matmul
+     * slot, gather, and cuda_arch.cuh's moe_scatter and moe_sum */
+    be->model_feats = MODEL_FEAT_ALL | MODEL_FEAT_MOE;
     be->ops = &cuda_ops;
     return be;
 fail:

@@ -1,7 +1,8 @@
 /* cuda_arch: the device pieces the architectures beyond plain llama need (included once, by
  * cuda_kern.cu, after its element-wise kernels): YaRN's per-pair RoPE frequency, the sliding window's first
- * position, and the embedding-scale, soft-cap and GELU-gate kernels with their launchers. Each
- * mirrors the cpu kernel of the same name in kernels/cpu_ops.c operation for operation. */
+ * position, the embedding-scale, soft-cap and GELU-gate kernels, and the mixture of experts' scatter
+ * and slot sum, with their launchers. Each mirrors the cpu kernel of the same name in
+ * kernels/cpu_ops.c operation for operation. */
 #ifndef CUDA_ARCH_CUH
 #define CUDA_ARCH_CUH
 
@@ -123,6 +124,72 @@ int cuda_kern_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t
     if (rc)
         return rc;
     k_gelu_mul<<<grid, EW_THREADS, 0, c->compute>>>(g, u, n_tok, (uint32_t)n, stride);
+    return launch_rc();
+}
+
+/* ------------------------------------------------------------------ mixture of experts */
+
+/* dst[rows[r]] = w[r] * src[r] (cpuk_moe_scatter): each thread takes elements i and walks the rows in
+ * order, so a row named twice ends as the cpu leaves it (the last write). */
+__global__ void k_moe_scatter(float *dst, const float *src, const uint32_t *rows, const float *w,
+                              size_t n_rows, uint32_t n, size_t stride)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        for (size_t r = 0; r < n_rows; r++)
+            dst[(size_t)rows[r] * stride + i] = w[r] * src[r * stride + i];
+}
+
+/* x[t] += ys[t * n_slots] + ys[t * n_slots + 1] + ... (cpuk_moe_sum): the slots summed in order,
+ * then added, each step one F32 rounding as on the cpu. */
+__global__ void k_moe_sum(float *x, const float *ys, size_t n_tok, uint32_t n_slots, uint32_t n,
+                          size_t stride)
+{
+    for (size_t t = blockIdx.y; t < n_tok; t += gridDim.y) {
+        const float *y = ys + t * n_slots * stride;
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+             i += (size_t)gridDim.x * blockDim.x) {
+            float s = y[i];
+            for (uint32_t k = 1; k < n_slots; k++)
+                s = __fadd_rn(s, y[k * stride + i]);
+            x[t * stride + i] = __fadd_rn(x[t * stride + i], s);
+        }
+    }
+}
+
+int cuda_kern_moe_scatter(void *ctx, float *dst, const float *src, const uint32_t *rows,
+                          const float *w, size_t n_rows, size_t n, size_t stride)
+{
+    cu_ctx_t *c = (cu_ctx_t *)ctx;
+    if (n_rows == 0 || n == 0)
+        return 0;
+    if (n > UINT32_MAX || n > stride)
+        return BE_ERR_ARG;
+    int rc = use_dev(c);
+    if (rc)
+        return rc;
+    const void *d_rows, *d_w;
+    if ((rc = cuda_mem_stage_put(c, STAGE_MOE_ROWS, rows, n_rows * sizeof *rows, &d_rows)) ||
+        (rc = cuda_mem_stage_put(c, STAGE_MOE_W, w, n_rows * sizeof *w, &d_w)))
+        return rc;
+    k_moe_scatter<<<grid_x(n, EW_THREADS), EW_THREADS, 0, c->compute>>>(
+        dst, src, (const uint32_t *)d_rows, (const float *)d_w, n_rows, (uint32_t)n, stride);
+    return launch_rc();
+}
+
+int cuda_kern_moe_sum(void *ctx, float *x, const float *ys, size_t n_tok, uint32_t n_slots,
+                      size_t n, size_t stride)
+{
+    cu_ctx_t *c = (cu_ctx_t *)ctx;
+    dim3 grid;
+    if (n_tok == 0 || n == 0)
+        return 0;
+    if (n_slots == 0 || n > stride)
+        return BE_ERR_ARG;
+    int rc = arch_rows_launch(c, n_tok, n, &grid);
+    if (rc)
+        return rc;
+    k_moe_sum<<<grid, EW_THREADS, 0, c->compute>>>(x, ys, n_tok, n_slots, (uint32_t)n, stride);
     return launch_rc();
 }
 

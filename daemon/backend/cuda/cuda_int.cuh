@@ -8,7 +8,7 @@
  *   cuda_mm.cu    the weights' kernels: embedding rows, GEMV, F16 tiles, the tiled
  *                 GEMM, and the matmul slot (GEMV, cuBLAS or tiled; cuda_quant.cuh)
  *   cuda_kern.cu  the activations' kernels: rmsnorm, element-wise, RoPE, KV store,
- *                 attention, gather (cuda_arch.cuh)
+ *                 attention, gather (cuda_arch.cuh: the architectures' extras, MoE)
  *   cuda_blas.cu  cuBLAS: located, dlopen'ed, checked, its handle
  *   cuda_mem.cu   the VMM page pool, pinned host memory, events and copies,
  *                 scratch buffers and the staged uploads kernels read */
@@ -108,6 +108,8 @@ enum {
     STAGE_TOKS,
     STAGE_ROWS,
     STAGE_FREQS,
+    STAGE_MOE_ROWS, /* moe_scatter's slot rows */
+    STAGE_MOE_W,    /* and their weights */
     STAGE_N
 };
 
@@ -275,6 +277,10 @@ int cuda_kern_gather(void *ctx, float *dst, const float *src, const uint32_t *ro
 int cuda_kern_scale(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float s);
 int cuda_kern_softcap(void *ctx, float *x, size_t n_tok, size_t n, size_t stride, float cap);
 int cuda_kern_gelu_mul(void *ctx, float *g, const float *u, size_t n_tok, size_t n, size_t stride);
+int cuda_kern_moe_scatter(void *ctx, float *dst, const float *src, const uint32_t *rows,
+                          const float *w, size_t n_rows, size_t n, size_t stride);
+int cuda_kern_moe_sum(void *ctx, float *x, const float *ys, size_t n_tok, uint32_t n_slots,
+                      size_t n, size_t stride);
 
 /* ------------------------------------------------------------------ cuda_mm.cu */
 

@@ -73,7 +73,10 @@ static size_t round_up(size_t x, size_t a)
 
 typedef struct shape_info {
     uint32_t n_layer;
-    double layer_params, layer_bytes; /* one transformer layer */
+    double layer_params, layer_bytes; /* one transformer layer: all of it (what pages in) */
+    double act_params;                /* a token's share of layer_params (MoE: k experts) */
+    double n_expert, n_expert_used;   /* 0: dense */
+    double expert_bytes;              /* one expert's three matrices */
     double embed_bytes;               /* token embedding table */
     double head_store_bytes;          /* what the head segment holds */
     double head_params, head_read;    /* output matmul: params, bytes read */
@@ -84,9 +87,19 @@ static shape_info_t shape_info(const sim_shape_t *sh)
 {
     shape_info_t s;
     s.n_layer = sh->n_layer;
-    double d = sh->n_embd, hd = (double)sh->n_embd / sh->n_head, kvd = sh->n_head_kv * hd;
+    double d = sh->n_embd, hd = sh->head_dim ? sh->head_dim : (double)sh->n_embd / sh->n_head,
+           kvd = sh->n_head_kv * hd;
     s.layer_params =
         d * (sh->n_head * hd) + 2 * d * kvd + (sh->n_head * hd) * d + 3.0 * d * sh->n_ff;
+    s.act_params = s.layer_params;
+    s.n_expert = sh->n_expert;
+    s.n_expert_used = sh->n_expert_used;
+    s.expert_bytes = 3.0 * d * sh->n_ff_exp * sh->wbytes;
+    if (sh->n_expert) { /* the router, every expert; a token computes k of them */
+        double router = d * sh->n_expert, expert = 3.0 * d * sh->n_ff_exp;
+        s.act_params = s.layer_params + router + sh->n_expert_used * expert;
+        s.layer_params += router + sh->n_expert * expert;
+    }
     s.layer_bytes = s.layer_params * sh->wbytes + 2 * d * 4;
     s.embed_bytes = (double)sh->n_vocab * d * sh->wbytes;
     s.head_params = (double)sh->n_vocab * d;
@@ -115,16 +128,40 @@ size_t sim_pool_bytes(const sim_shape_t *sh, size_t page, double n_models, size_
     return (size_t)(b / page) * page;
 }
 
+/* Bytes a step of t tokens reads of one layer: all of it, or (MoE) all but the experts its
+ * tokens did not select: n (1 - (1 - k/n)^t) of them selected on average. */
+static double layer_read(const shape_info_t *s, double t)
+{
+    if (s->n_expert <= 0)
+        return s->layer_bytes;
+    double sel = s->n_expert * (1.0 - pow(1.0 - s->n_expert_used / s->n_expert, t > 1 ? t : 1));
+    return s->layer_bytes - (s->n_expert - sel) * s->expert_bytes;
+}
+
 /* One layer's share of a step of t tokens reading kv_pos positions (of this layer). */
 static double layer_time(const sim_cfg_t *c, const shape_info_t *s, double t, double kv_pos)
 {
     const sim_cost_t *k = &c->cost;
     double dt = (k->t_step_s + k->t_token_s * t) / s->n_layer;
     if (k->hbm_bw > 0)
-        dt += (s->layer_bytes + kv_pos * s->kv_pos_layer) / k->hbm_bw;
+        dt += (layer_read(s, t) + kv_pos * s->kv_pos_layer) / k->hbm_bw;
     if (k->flops > 0)
-        dt += 2 * s->layer_params * t / k->flops;
+        dt += 2 * s->act_params * t / k->flops;
     return dt;
+}
+
+void sim_shape_params(const sim_shape_t *sh, double *total, double *active)
+{
+    shape_info_t s = shape_info(sh);
+    double outer = (double)sh->n_vocab * sh->n_embd + (sh->tied ? 0 : s.head_params);
+    *total = s.n_layer * s.layer_params + outer;
+    *active = s.n_layer * s.act_params + outer;
+}
+
+double sim_step_read(const sim_shape_t *sh, double t)
+{
+    shape_info_t s = shape_info(sh);
+    return s.n_layer * layer_read(&s, t) + s.head_read;
 }
 
 static double head_time(const sim_cfg_t *c, const shape_info_t *s, double n_seqs)
@@ -194,8 +231,12 @@ sim_models_t *sim_models_load(const char *const *paths, int n, size_t page_size,
     sim_models_t *ms = calloc(1, sizeof *ms);
     if (!ms)
         goto oom;
-    ms->host = (backend_t){
-        .name = "host", .page_size = page_size, .host_alloc = host_alloc, .host_free = host_free};
+    /* lays out any model the engine reads (nothing here computes) */
+    ms->host = (backend_t){.name = "host",
+                           .page_size = page_size,
+                           .host_alloc = host_alloc,
+                           .host_free = host_free,
+                           .model_feats = MODEL_FEAT_ALL | MODEL_FEAT_MOE};
     ms->store = store_new(&ms->host, 0);
     ms->sm = calloc((size_t)n, sizeof *ms->sm);
     if (!ms->store || !ms->sm)
@@ -244,12 +285,17 @@ void sim_models_shape(const sim_models_t *ms, int i, sim_shape_t *out)
     }
     *out = (sim_shape_t){.n_layer = hp->n_layer,
                          .n_embd = hp->n_embd,
-                         .n_ff = hp->n_ff,
+                         .n_ff = hp->n_expert ? hp->n_ff_shexp : hp->n_ff, /* MoE: shared */
                          .n_head = hp->n_head,
                          .n_head_kv = hp->n_head_kv,
                          .n_vocab = hp->n_vocab,
                          .wbytes = wb,
-                         .tied = mod->w.tied};
+                         .tied = mod->w.tied,
+                         .n_expert = hp->n_expert,
+                         .n_expert_used = hp->n_expert_used,
+                         .n_ff_exp = hp->n_ff_exp,
+                         /* only where it is not n_embd / n_head (the dense formula's) */
+                         .head_dim = hp->head_dim * hp->n_head != hp->n_embd ? hp->head_dim : 0};
 }
 
 /* ------------------------------------------------------------------ Belady */
@@ -467,7 +513,7 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
     hp->n_layer = sh->n_layer;
     hp->n_head = sh->n_head;
     hp->n_head_kv = sh->n_head_kv;
-    hp->head_dim = sh->n_embd / sh->n_head;
+    hp->head_dim = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     hp->rope_dim = hp->head_dim;
     hp->n_vocab = sh->n_vocab;
     m->mod.w.tied =

@@ -47,6 +47,13 @@ typedef struct sim_shape {
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
     double wbytes; /* bytes per weight (Q8_0: 34/32, F16: 2) */
     int tied;      /* output head shares the embedding (head segment holds only its norm) */
+    /* mixture of experts (n_expert 0: dense). A layer holds a router (n_embd x n_expert) and
+     * n_expert experts of three n_embd x n_ff_exp matrices beside its attention and a dense
+     * FFN of n_ff (0: none); pages in whole. A token computes n_expert_used experts, and a
+     * step of t tokens reads the ones its tokens select: n_expert (1 - (1 - k/n)^t) of them on
+     * average (independent uniform routing), the active parameters for one token. */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
+    uint32_t head_dim; /* per-head width; 0: n_embd / n_head */
 } sim_shape_t;
 
 /* Models built from GGUF files by the daemon's own store (store_load), so
@@ -155,6 +162,12 @@ const sim_shape_t *sim_cfg_shape(const sim_cfg_t *c, int i);
 size_t sim_model_bytes(const sim_shape_t *sh, size_t page_size);
 /* A pool holding n_models whole models plus kv_headroom bytes, in pages. */
 size_t sim_pool_bytes(const sim_shape_t *sh, size_t page_size, double n_models, size_t kv_headroom);
+/* Parameters of one model of this shape: all of them (what pages in) and those one token
+ * computes (MoE: k experts a layer; the embedding and head counted in both). */
+void sim_shape_params(const sim_shape_t *sh, double *total, double *active);
+/* Weight bytes a step of t tokens reads from device memory (layers and head; MoE: the
+ * experts its tokens select, on average). */
+double sim_step_read(const sim_shape_t *sh, double t);
 /* Requests/s one model can serve with every model resident and full batches
  * of max_batch (a reference for "load"). */
 double sim_capacity(const sim_cfg_t *c, double mean_prompt, double mean_output);

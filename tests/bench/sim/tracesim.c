@@ -51,7 +51,7 @@ typedef struct args {
     char *gguf_arg[MAX_FILES]; /* each --gguf value, strdup'ed and split on commas */
     int n_gguf_arg;
     sim_models_t *files; /* the files loaded (main owns) */
-    unsigned layers, dim, ff, heads, kv_heads, vocab;
+    unsigned layers, dim, ff, heads, kv_heads, vocab, experts, experts_used, expert_ff, head_dim;
     int tied;
     double wbytes, page_mib, pool_models, kv_headroom_gib, pool_gib, quota_gib;
     const char *mix; /* model shapes by name, model i has entry i % count */
@@ -167,10 +167,16 @@ static const opt_t
                 {"kv-heads", OPT_UINT, A(kv_heads), "8", "model: KV heads"},
                 {"vocab", OPT_UINT, A(vocab), "128256", "model: vocabulary"},
                 {"tied", OPT_INT, A(tied), "0", "model: output head tied to the embedding"},
+                {"experts", OPT_UINT, A(experts), "0",
+                 "model: mixture of experts, experts per layer (0: dense); each of three dim x --expert-ff matrices, paged in with its layer"},
+                {"experts-used", OPT_UINT, A(experts_used), "8",
+                 "model: experts a token computes (a step reads those its tokens select)"},
+                {"expert-ff", OPT_UINT, A(expert_ff), "768", "model: an expert's width"},
+                {"head-dim", OPT_UINT, A(head_dim), "0", "model: per-head width (0: dim / heads)"},
                 {"wbytes", OPT_DBL, A(wbytes), "1.0625",
                  "model: bytes per weight (Q8_0 1.0625, F16 2)"},
                 {"mix", OPT_STR, A(mix), NULL,
-                 "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
+                 "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, 30b-a3b (Qwen3-30B-A3B: mixture of experts, 30.5B parameters, 3.3B active), each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
                 {"quota-gib", OPT_DBL, A(quota_gib), "0",
                  "a model larger than this gets it as its gpu_quota, GiB (0 = none)"},
                 {"page-mib", OPT_DBL, A(page_mib), "2", "device page, MiB"},
@@ -212,11 +218,12 @@ static const opt_t
                 {"print-costs", OPT_FLAG, A(print_costs), NULL,
                  "print the cost model's device figures (and where they came from) and exit"},
                 {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
-                {"deadline", OPT_DBL, A(deadline), "0",
-                 "every request's first-token deadline, s (0: none): default and fifo refuse a request predicted to miss it, on arrival or while queued (the daemon's rule, docs/overload.md), as lru-batch-drop does; refused requests count as misses in ttft_p99 and slo_frac"},
+                {"deadline",
+                 OPT_DBL, A(deadline), "0", "every request's first-token deadline, s (0: none): default and fifo refuse a request predicted to miss it, on arrival or while queued (the daemon's rule, docs/overload.md), as lru-batch-drop does; refused requests count as misses in ttft_p99 and slo_frac"},
                 {"hosts", OPT_INT, A(hosts), "0",
                  "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
-                {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded", "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
+                {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded",
+                 "fleet: routers to compare (affinity: placed as gpuswap fleet render does, HAProxy's bounded-load hash over the replicas; round-robin and least-loaded: every host serves every model)"},
                 {"replicas", OPT_UINT, A(replicas), "2",
                  "fleet affinity: replicas per model at least (more for a model with over half a host's share of the requests)"},
                 {"balance-factor", OPT_UINT, A(balance_factor), "150",
@@ -336,7 +343,49 @@ static int parse_args(args_t *a, int argc, char **argv)
     return 0;
 }
 
-/* --mix: "3b-q4,8b-bf16,70b-q4": Llama-3.2-3B, Llama-3-8B and Llama-3-70B shapes. */
+/* --mix shapes by name: Llama-3.2-3B, Llama-3-8B, Llama-3-70B, and Qwen3-30B-A3B (mixture of
+ * experts: 30.5B parameters, 3.3B active; 128 experts of width 768, 8 a token, 48 layers, head
+ * width 128, no dense FFN). */
+static const struct {
+    const char *name;
+    sim_shape_t sh;
+} mix_table[] = {
+    {"3b",
+     {.n_layer = 28,
+      .n_embd = 3072,
+      .n_ff = 8192,
+      .n_head = 24,
+      .n_head_kv = 8,
+      .n_vocab = 128256,
+      .tied = 1}},
+    {"8b",
+     {.n_layer = 32,
+      .n_embd = 4096,
+      .n_ff = 14336,
+      .n_head = 32,
+      .n_head_kv = 8,
+      .n_vocab = 128256}},
+    {"70b",
+     {.n_layer = 80,
+      .n_embd = 8192,
+      .n_ff = 28672,
+      .n_head = 64,
+      .n_head_kv = 8,
+      .n_vocab = 128256}},
+    {"30b-a3b",
+     {.n_layer = 48,
+      .n_embd = 2048,
+      .n_ff = 0,
+      .n_head = 32,
+      .n_head_kv = 4,
+      .n_vocab = 151936,
+      .n_expert = 128,
+      .n_expert_used = 8,
+      .n_ff_exp = 768,
+      .head_dim = 128}},
+};
+
+/* --mix: "3b-q4,8b-bf16,70b-q4,30b-a3b-q4": shapes of mix_table, each with a weight size. */
 static int parse_mix(args_t *a)
 {
     char buf[512];
@@ -344,18 +393,16 @@ static int parse_mix(args_t *a)
     a->n_mix = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         sim_shape_t sh;
-        char *dash = strchr(t, '-');
+        char *dash = strrchr(t, '-');
         if (!dash || a->n_mix == MAX_FILES)
             return -1;
         *dash = 0;
-        if (strcmp(t, "3b") == 0)
-            sh = (sim_shape_t){28, 3072, 8192, 24, 8, 128256, 0, 1};
-        else if (strcmp(t, "8b") == 0)
-            sh = (sim_shape_t){32, 4096, 14336, 32, 8, 128256, 0, 0};
-        else if (strcmp(t, "70b") == 0)
-            sh = (sim_shape_t){80, 8192, 28672, 64, 8, 128256, 0, 0};
-        else
+        size_t i = 0, n = sizeof mix_table / sizeof mix_table[0];
+        while (i < n && strcmp(t, mix_table[i].name) != 0)
+            i++;
+        if (i == n)
             return -1;
+        sh = mix_table[i].sh;
         if (strcmp(dash + 1, "q4") == 0)
             sh.wbytes = 4.85 / 8;
         else if (strcmp(dash + 1, "bf16") == 0)
@@ -389,7 +436,11 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
                              .n_head_kv = a->kv_heads,
                              .n_vocab = a->vocab,
                              .wbytes = a->wbytes,
-                             .tied = a->tied};
+                             .tied = a->tied,
+                             .n_expert = a->experts,
+                             .n_expert_used = a->experts ? a->experts_used : 0,
+                             .n_ff_exp = a->experts ? a->expert_ff : 0,
+                             .head_dim = a->head_dim};
     if (a->files) {
         c->models = a->files;
         sim_models_shape(a->files, 0, &c->shape); /* pool sizing and the summary */
@@ -1584,6 +1635,18 @@ static int run_rows(const args_t *a)
                 a->hosts > 0 ? a->hosts : 1, a->hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
                 (unsigned long long)(c.pool_bytes / c.page_size), capacity(a, &c),
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        for (int i = 0; i < (c.n_shapes ? c.n_shapes : 1); i++) {
+            const sim_shape_t *sh = sim_cfg_shape(&c, i);
+            double tot, act;
+            if (!sh->n_expert)
+                continue; /* dense: the line above says it all */
+            sim_shape_params(sh, &tot, &act);
+            fprintf(stderr,
+                    "mixture of experts (model %d): %.3g B parameters paged in (%.4g GB), %.3g B "
+                    "active: a one-token step reads %.4g GB, a step of %u tokens %.4g GB\n",
+                    i, tot / 1e9, sim_model_bytes(sh, c.page_size) / 1e9, act / 1e9,
+                    sim_step_read(sh, 1) / 1e9, c.max_batch, sim_step_read(sh, c.max_batch) / 1e9);
+        }
         table_head(stderr);
         for (int i = 0; i < n; i++)
             table_row(stderr, &rows[i]);
@@ -1698,10 +1761,17 @@ int main(int argc, char **argv)
         goto done;
     }
     if (a.mix && (parse_mix(&a) || a.pool_gib <= 0 || a.n_gguf)) {
-        fprintf(stderr,
-                "tracesim: bad --mix '%s' (3b, 8b, 70b with -q4 or -bf16; needs --pool-gib, "
-                "no --gguf)\n",
-                a.mix);
+        fprintf(
+            stderr,
+            "tracesim: bad --mix '%s' (3b, 8b, 70b, 30b-a3b with -q4 or -bf16; needs --pool-gib, "
+            "no --gguf)\n",
+            a.mix);
+        rc = 2;
+        goto done;
+    }
+    if (a.experts && (a.experts_used < 1 || a.experts_used > a.experts || a.expert_ff < 1)) {
+        fprintf(stderr, "tracesim: --experts-used must be 1..--experts (%u), --expert-ff > 0\n",
+                a.experts);
         rc = 2;
         goto done;
     }
