@@ -251,6 +251,7 @@ run: all
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	LLAMA_CPP=$(LLAMA_CPP) bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_moe.sh $(BUILD) $(BUILD)/bench
+	bash tests/bench/run_lora.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
