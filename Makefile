@@ -254,6 +254,7 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run_lora.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sched.sh $(BUILD) $(BUILD)/bench
+	bash tests/bench/run_lora_sim.sh $(BUILD) $(BUILD)/bench
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
 	$(PY) tests/bench/conv_swap.py $(BUILD) $(BUILD)/bench $(BUILD)/bench/llama134m-q8_0-ctx4096.gguf
 	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench

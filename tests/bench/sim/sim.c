@@ -44,10 +44,19 @@
  *   robin, each step admitting every queued request of the model up to
  *   max_batch; a load overlaps the others' steps.
  * - belady: no run; the fewest whole-model loads that can serve the arrival
- *   order with room for k models (Belady's furthest-next-use eviction). */
+ *   order with room for k models (Belady's furthest-next-use eviction).
+ * - lora-slots (LoRA adapters, cfg.lora_n; vLLM's max_loras): the default's
+ *   loop with lru_batch_n adapter slots beside model 0 instead of a device
+ *   copy of every adapter; a step admits the queued requests whose adapters
+ *   hold or can take a slot (an empty one, else the least recently used one
+ *   with no running sequence), in queue order, and copies the adapters that
+ *   took one over host-to-device before its pass (admit_next, slot_take).
+ * Every policy with cfg.lora_n: an adapter's requests are model 0's, and a
+ * pass adds each distinct adapter's bytes and its tokens' FLOPs
+ * (lora_pass_s). */
 
-static const char *const pol_names[SIM_POL_COUNT] = {"default", "fifo", "lru", "lru-batch",
-                                                     "belady"};
+static const char *const pol_names[SIM_POL_COUNT] = {"default",   "fifo",   "lru",
+                                                     "lru-batch", "belady", "lora-slots"};
 
 const char *sim_policy_name(sim_policy_t p)
 {
@@ -156,6 +165,20 @@ void sim_shape_params(const sim_shape_t *sh, double *total, double *active)
     double outer = (double)sh->n_vocab * sh->n_embd + (sh->tied ? 0 : s.head_params);
     *total = s.n_layer * s.layer_params + outer;
     *active = s.n_layer * s.act_params + outer;
+}
+
+double sim_lora_params(const sim_shape_t *sh, uint32_t rank, unsigned targets)
+{
+    double d = sh->n_embd, hd = sh->head_dim ? sh->head_dim : (double)sh->n_embd / sh->n_head;
+    double q = sh->n_head * hd, kv = sh->n_head_kv * hd, per = 0;
+    per += targets & SIM_LORA_Q ? d + q : 0; /* A: n_in x r, B: r x n_out */
+    per += targets & SIM_LORA_K ? d + kv : 0;
+    per += targets & SIM_LORA_V ? d + kv : 0;
+    per += targets & SIM_LORA_O ? q + d : 0;
+    per += targets & SIM_LORA_GATE ? d + sh->n_ff : 0;
+    per += targets & SIM_LORA_UP ? d + sh->n_ff : 0;
+    per += targets & SIM_LORA_DOWN ? sh->n_ff + d : 0;
+    return (double)sh->n_layer * rank * per;
 }
 
 double sim_step_read(const sim_shape_t *sh, double t)
@@ -432,6 +455,15 @@ typedef struct sim {
     uint64_t recomputes; /* sequences parked (cache given back), recomputed later */
     spfx_t *pfx;         /* conversations' prefix cache (c->prefix_cache), else NULL */
     uint64_t prompt_tokens, prefill_tokens;
+    /* LoRA (c->lora_n), per adapter 1..lora_n */
+    uint64_t *lora_stamp; /* the pass that counted it last (lora_pass_s) */
+    uint64_t lora_pass;
+    /* lora-slots: lru_batch_n slots */
+    uint32_t *lora_run;  /* per adapter: its sequences admitted and not ended */
+    int *lora_slot;      /* per adapter: its slot, -1 = none */
+    uint32_t *slot_ad;   /* per slot: its adapter, 0 = empty */
+    double *slot_used;   /* per slot: when its adapter last ran */
+    uint64_t lora_loads; /* adapters copied into a slot */
 } sim_t;
 
 static double now(const sim_t *S)
@@ -497,6 +529,12 @@ static void note_use(sim_t *S, int mi)
     S->uses[S->n_uses++] = mi;
 }
 
+/* Adapter device copies beside model 0: every adapter, or lora-slots' slots. */
+static double lora_copies(const sim_t *S)
+{
+    return S->pol == SIM_POL_LORA_SLOTS ? S->c->lru_batch_n : S->c->lora_n;
+}
+
 /* Builds model i's own store model from the shape: segment spans, a model_t
  * with hyperparameters and empty weight views (so store_weights_at has
  * nothing to rebase). */
@@ -535,6 +573,8 @@ static int vmodel_build(sim_t *S, vmodel_t *m, int i, char *err, size_t errlen)
         double b = s == FWD_SEG_EMBED               ? m->si.embed_bytes
                    : s == FWD_SEG_HEAD(sh->n_layer) ? m->si.head_store_bytes
                                                     : m->si.layer_bytes;
+        if (i == 0 && S->c->lora_n && s != FWD_SEG_EMBED && s != FWD_SEG_HEAD(sh->n_layer))
+            b += lora_copies(S) * S->c->lora_bytes / sh->n_layer; /* its adapters beside it */
         sm->segs[s].bytes = (size_t)b;
     }
     store_layout_segments(sm, page); /* as the store lays a file out */
@@ -627,6 +667,11 @@ static void vhost_free(sim_t *S)
     free(S->local);
     free(S->views);
     free(S->uses);
+    free(S->lora_stamp);
+    free(S->lora_run);
+    free(S->lora_slot);
+    free(S->slot_ad);
+    free(S->slot_used);
     free(S);
 }
 
@@ -669,6 +714,20 @@ static sim_t *vhost_new(const sim_cfg_t *c, sim_policy_t pol, sim_seq_t *seqs, c
     }
     for (int i = 0; i < c->n_models; i++)
         S->local[i] = -1;
+    if (c->lora_n) {
+        size_t na = (size_t)c->lora_n + 1, ns = pol == SIM_POL_LORA_SLOTS ? c->lru_batch_n : 0;
+        S->lora_stamp = calloc(na, sizeof *S->lora_stamp);
+        S->lora_run = calloc(na, sizeof *S->lora_run);
+        S->lora_slot = malloc(na * sizeof *S->lora_slot);
+        S->slot_ad = calloc(ns + 1, sizeof *S->slot_ad);
+        S->slot_used = calloc(ns + 1, sizeof *S->slot_used);
+        if (!S->lora_stamp || !S->lora_run || !S->lora_slot || !S->slot_ad || !S->slot_used) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < na; i++)
+            S->lora_slot[i] = -1;
+    }
     if (c->prefix_cache &&
         !(S->pfx = spfx_new(S->res, c->n_models, c->prefix_entries, c->kv_host_bytes))) {
         snprintf(err, errlen, "out of memory");
@@ -722,6 +781,11 @@ static int restore_landed(sim_t *S, sim_seq_t *s)
 
 static void seq_end(sim_t *S, vmodel_t *m, sim_seq_t *s, seq_state_t how)
 {
+    if (s->state == SEQ_ACTIVE && S->pol == SIM_POL_LORA_SLOTS && s->rq->adapter) {
+        uint32_t ad = s->rq->adapter; /* its slot is free to go once no sequence runs in it */
+        S->lora_run[ad]--;
+        S->slot_used[S->lora_slot[ad]] = now(S);
+    }
     if (s->state == SEQ_ACTIVE) {
         sim_seq_t **pp = &m->active;
         while (*pp && *pp != s)
@@ -773,6 +837,69 @@ static void pop_waiting(sim_t *S, int mi)
     if (S->c->deadline_s > 0)
         sched_gap_note(&m->gap, now(S),
                        (pol_pending(S) ? m->n_pend : sched_queued(S->sched, mi)) > 0);
+}
+
+/* ------------------------------------------------------------------ lora-slots */
+
+/* The slot adapter ad would run in: its own, an empty one, else the least recently used one
+ * whose adapter runs no sequence; -1 = none. */
+static int slot_find(const sim_t *S, uint32_t ad)
+{
+    if (S->lora_slot[ad] >= 0)
+        return S->lora_slot[ad];
+    int best = -1;
+    for (uint32_t k = 0; k < S->c->lru_batch_n; k++) {
+        if (!S->slot_ad[k])
+            return (int)k;
+        if (!S->lora_run[S->slot_ad[k]] && (best < 0 || S->slot_used[k] < S->slot_used[best]))
+            best = (int)k;
+    }
+    return best;
+}
+
+/* A sequence of adapter ad (slot_find found it one) is admitted: the seconds its adapter's
+ * copy into the slot takes (0: there already). */
+static double slot_take(sim_t *S, uint32_t ad)
+{
+    int k = slot_find(S, ad);
+    double load = 0;
+    if (S->slot_ad[k] != ad) {
+        if (S->slot_ad[k])
+            S->lora_slot[S->slot_ad[k]] = -1;
+        S->slot_ad[k] = ad;
+        S->lora_slot[ad] = k;
+        load = S->c->cost.copy_lat_s + S->c->lora_bytes / S->c->cost.h2d_bw;
+        S->lora_loads++;
+    }
+    S->lora_run[ad]++;
+    S->slot_used[k] = now(S);
+    return load;
+}
+
+/* The next request of mi to admit: the head of its queue, or with lora-slots the first queued
+ * one whose adapter can have a slot (vLLM skips the others and keeps their places). */
+static sim_seq_t *admit_next(sim_t *S, int mi)
+{
+    if (S->pol != SIM_POL_LORA_SLOTS)
+        return peek_waiting(S, mi);
+    for (sched_item_t *it = sched_peek(S->sched, mi); it; it = it->next) {
+        sim_seq_t *s = it->user;
+        if (!s->rq->adapter || slot_find(S, s->rq->adapter) >= 0)
+            return s;
+    }
+    return NULL;
+}
+
+/* s (of admit_next) leaves mi's queue. */
+static void admit_take(sim_t *S, int mi, sim_seq_t *s)
+{
+    if (s == peek_waiting(S, mi)) {
+        pop_waiting(S, mi);
+        return;
+    }
+    sched_remove(S->sched, &s->item);
+    if (S->c->deadline_s > 0)
+        sched_gap_note(&S->m[mi]->gap, now(S), sched_queued(S->sched, mi) > 0);
 }
 
 /* ------------------------------------------------------------------ one step */
@@ -880,6 +1007,29 @@ static uint32_t seq_tokens(const sim_seq_t *s)
     return s->kv->n_past + 1 < have ? have - s->kv->n_past : 1;
 }
 
+/* The adapters' share of a pass of m (pass_load set in_pass): each distinct adapter's bytes
+ * read once, its tokens' low-rank products. */
+static double lora_pass_s(sim_t *S, const vmodel_t *m)
+{
+    const sim_cfg_t *c = S->c;
+    if (!c->lora_n)
+        return 0;
+    uint64_t stamp = ++S->lora_pass;
+    double d = 0, toks = 0;
+    for (const sim_seq_t *s = m->active; s; s = s->next) {
+        uint32_t ad = s->in_pass ? s->rq->adapter : 0;
+        if (!ad)
+            continue;
+        toks += seq_tokens(s);
+        if (S->lora_stamp[ad] != stamp) {
+            S->lora_stamp[ad] = stamp;
+            d++;
+        }
+    }
+    return (c->cost.hbm_bw > 0 ? d * c->lora_bytes / c->cost.hbm_bw : 0) +
+           (c->cost.flops > 0 ? 2 * c->lora_params * toks / c->cost.flops : 0);
+}
+
 /* The pass of m: tokens, sequences and KV positions read, each sequence's
  * in_pass set (parked ones and those whose restore is under way sit out);
  * the first sequence still restoring, or NULL. */
@@ -922,9 +1072,10 @@ static void step(sim_t *S, int mi, uint32_t admit)
     uint32_t ctx = m->ctx;
     sim_seq_t *fresh = NULL, **fresh_tail = &fresh;
     if (has_parked(m))
-        admit = 0; /* parked sequences get the pages first */
+        admit = 0;        /* parked sequences get the pages first */
+    double lora_load = 0; /* lora-slots: adapters copied into slots for this pass */
     for (uint32_t k = 0; k < admit; k++) {
-        sim_seq_t *s = peek_waiting(S, mi);
+        sim_seq_t *s = admit_next(S, mi);
         if (!s)
             break;
         uint32_t n_ctx = s->rq->prompt + asked(S, s, ctx);
@@ -937,13 +1088,15 @@ static void step(sim_t *S, int mi, uint32_t admit)
                 res_kv_free(S->res, s->kv);
             s->kv = NULL;
             if (S->n_active == 0 && !fresh) {
-                pop_waiting(S, mi);
+                admit_take(S, mi, s);
                 seq_end(S, m, s, SEQ_FAILED);
                 continue;
             }
             break;
         }
-        pop_waiting(S, mi);
+        admit_take(S, mi, s);
+        if (S->pol == SIM_POL_LORA_SLOTS && s->rq->adapter)
+            lora_load += slot_take(S, s->rq->adapter);
         S->prompt_tokens += s->rq->prompt;
         s->state = SEQ_ACTIVE;
         *fresh_tail = s;
@@ -952,6 +1105,10 @@ static void step(sim_t *S, int mi, uint32_t admit)
     /* end the admitted list: the last one's link still points into the
      * pending list when only some pending requests were admitted */
     *fresh_tail = NULL;
+    if (lora_load > 0) { /* the copies into the slots, before the pass (vLLM's activate) */
+        vb_advance(S->vb, lora_load);
+        S->busy_s += lora_load;
+    }
     /* grow by one position, parking what the pool cannot grow, bringing
      * parked sequences back (the worker's step_join) */
     for (sim_seq_t *s = m->active, *nx; s; s = nx) {
@@ -996,7 +1153,7 @@ static void step(sim_t *S, int mi, uint32_t admit)
     }
     fwd_hooks_t h = res_hooks(m->rm);
     uint32_t L = m->si.n_layer;
-    double lt = layer_time(S->c, &m->si, toks, kv_pos / L);
+    double lt = layer_time(S->c, &m->si, toks, kv_pos / L) + lora_pass_s(S, m) / L;
     vb_advance(S->vb, S->c->cost.t_fixed_s);
     S->busy_s += S->c->cost.t_fixed_s;
     double busy0 = S->busy_s;
@@ -1903,6 +2060,7 @@ static int run_hosts(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs
         out->failed += S->failed;
         out->recomputes += S->recomputes;
         out->steps += S->steps;
+        out->lora_loads += S->lora_loads;
         out->model_loads += S->loads;
         busy += S->busy_s;
         copy += vs.copy_busy_s;
@@ -1951,6 +2109,21 @@ static int check_run(const sim_cfg_t *c, sim_policy_t pol, const wl_req_t *reqs,
                  sim_models_page_size(c->models), c->page_size);
         return SIM_ERR_ARG;
     }
+    if (c->lora_n && (c->models || c->lora_bytes <= 0 ||
+                      (pol == SIM_POL_LORA_SLOTS && (!c->lru_batch_n || c->cost.h2d_bw <= 0)))) {
+        snprintf(err, errlen,
+                 "LoRA adapters need model shapes (no GGUF files), and lora-slots slots");
+        return SIM_ERR_ARG;
+    }
+    if (pol == SIM_POL_LORA_SLOTS && !c->lora_n) {
+        snprintf(err, errlen, "lora-slots needs LoRA adapters");
+        return SIM_ERR_ARG;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (c->lora_n && (reqs[i].adapter > c->lora_n || (reqs[i].adapter && reqs[i].model))) {
+            snprintf(err, errlen, "request %zu: bad adapter", i);
+            return SIM_ERR_ARG;
+        }
     for (size_t i = 0; i < n; i++)
         if (reqs[i].model < 0 || reqs[i].model >= c->n_models || reqs[i].prompt == 0 ||
             reqs[i].output == 0 || (i && reqs[i].t < reqs[i - 1].t)) {

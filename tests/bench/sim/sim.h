@@ -77,7 +77,8 @@ typedef struct sim_cfg {
     uint32_t ask_stride;        /* ask_tokens applies to models whose index % this is 0
                                    (0 or 1: all) */
     sched_cfg_t sched;          /* policy is set per run */
-    uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit) */
+    uint32_t lru_batch_n;       /* lru-batch: models kept loaded at most (0 = as many as fit);
+                                   lora-slots: device adapter slots */
     sim_cost_t cost;
     int prefix_cache;        /* conversations (wl_req_t.session): each session's last turn's KV
                                   kept as cached KV, reused by its next turn (simpfx.h) */
@@ -89,6 +90,15 @@ typedef struct sim_cfg {
                                 (worker_deadline.c), on arrival and while queued */
     int deadline_drop;       /* lru-batch refuses so too (the baseline with the same drop) */
     FILE *dump;              /* (optional) one CSV line per request and run: borrowed */
+    /* LoRA adapters (issue 46): lora_n adapters on model 0, requests naming one in
+     * wl_req_t.adapter (0: none; read only when lora_n > 0). An adapter's requests queue and step
+     * with model 0's; a pass adds, for each distinct adapter among its sequences, its bytes /
+     * hbm_bw and 2 lora_params x its tokens / flops. The device copies of all lora_n adapters
+     * (lora-slots: of lru_batch_n slots) take pool room with model 0's layers: they page in and
+     * out with it (the daemon keeps each adapter of a loaded base on the device). */
+    uint32_t lora_n;
+    double lora_bytes;  /* one adapter's device bytes */
+    double lora_params; /* one adapter's parameters */
 } sim_cfg_t;
 
 typedef enum sim_policy {
@@ -98,6 +108,11 @@ typedef enum sim_policy {
     SIM_POL_LRU_BATCH,   /* fair baseline: keep up to lru_batch_n models loaded, LRU eviction,
                             batch every queued request of a loaded model (see sim.c) */
     SIM_POL_BELADY,      /* offline bound on model loads for the arrival order */
+    SIM_POL_LORA_SLOTS,  /* multi-LoRA with lru_batch_n device adapter slots, LRU (vLLM's
+                            max_loras): the default's scheduler; a request is admitted only while
+                            its adapter holds a slot (others behind it may pass it); a slot goes
+                            to a new adapter, evicting the least recently used one with no
+                            running sequence, for a copy of its bytes over h2d before the pass */
     SIM_POL_COUNT
 } sim_policy_t;
 
@@ -139,6 +154,7 @@ typedef struct sim_result {
     uint64_t kv_restore_tokens;
     uint64_t kv_host_recomputes; /* a host copy whose restore did not pay: prefilled */
     uint64_t kv_d2h_bytes;       /* bytes downloaded to the host tier */
+    uint64_t lora_loads;         /* lora-slots: adapters copied into a slot */
 } sim_result_t;
 
 /* Load n GGUF files with the real store for this page size (the device
@@ -203,6 +219,20 @@ int sim_run_fleet(const sim_cfg_t *c, sim_policy_t pol, const sim_hosts_t *hs, c
 int sim_fleet_hosts(const sim_fleet_t *f);
 size_t sim_fleet_load(const sim_fleet_t *f, int host);
 uint32_t sim_fleet_model_load(const sim_fleet_t *f, int host, int model);
+
+/* LoRA targets (sim_lora_params): the projections an adapter adapts. */
+enum {
+    SIM_LORA_Q = 1,
+    SIM_LORA_K = 2,
+    SIM_LORA_V = 4,
+    SIM_LORA_O = 8,
+    SIM_LORA_GATE = 16,
+    SIM_LORA_UP = 32,
+    SIM_LORA_DOWN = 64,
+};
+/* Parameters of one rank-r adapter of this (dense) shape on these targets: A (n_in x r) and B
+ * (r x n_out) per target per layer. Its bytes: this times sh->wbytes. */
+double sim_lora_params(const sim_shape_t *sh, uint32_t rank, unsigned targets);
 
 /* Belady's optimal eviction: loads needed to serve seq (model ids, n of them)
  * with room for k models, starting empty. */

@@ -73,6 +73,11 @@ typedef struct args {
     /* models per GPU */
     double mpg_rate;
     int mpg_max, mpg_step, mpg_seeds;
+    /* LoRA adapters (issue 46): on model 0, the other models dense */
+    int lora_adapters;
+    unsigned lora_rank;
+    const char *lora_targets;
+    int lora_merged; /* each adapter a merged copy of the base: a dense model of its own */
     /* what to run */
     const char *policies, *sweep, *csv, *dump;
     int no_header, quiet, self_test, help;
@@ -175,6 +180,13 @@ static const opt_t
                 {"head-dim", OPT_UINT, A(head_dim), "0", "model: per-head width (0: dim / heads)"},
                 {"wbytes", OPT_DBL, A(wbytes), "1.0625",
                  "model: bytes per weight (Q8_0 1.0625, F16 2)"},
+                {"lora-adapters", OPT_INT, A(lora_adapters), "0",
+                 "LoRA adapters on model 0 (the other --models - 1 stay dense): requests go to adapters 1..N of model 0 and the other models, popularity Zipf (--zipf) over the adapters first, then the dense models; with --models-per-gpu the search counts adapters (each at that rate)"},
+                {"lora-rank", OPT_UINT, A(lora_rank), "16", "LoRA rank"},
+                {"lora-targets", OPT_STR, A(lora_targets), "q,k,v,o",
+                 "LoRA targets (q, k, v, o, gate, up, down): A n_in x rank and B rank x n_out per target per layer, at the base's bytes per weight"},
+                {"lora-merged", OPT_FLAG, A(lora_merged), NULL,
+                 "the baseline of separate merged models: each adapter a full copy of the base, a dense model of its own (models 0..N-1, then the dense ones)"},
                 {"mix", OPT_STR, A(mix), NULL,
                  "mixed model shapes, model i has entry i % count (comma list of 3b, 8b, 70b, 30b-a3b (Qwen3-30B-A3B: mixture of experts, 30.5B parameters, 3.3B active), each -q4 (Q4_K_M-sized, 4.85 bits a weight) or -bf16); with --pool-gib"},
                 {"quota-gib", OPT_DBL, A(quota_gib), "0",
@@ -213,13 +225,13 @@ static const opt_t
                  "cost: measured compute per token of a step, ms (spread over the layers)"},
                 {"t-round-us", OPT_DBL, A(t_round_us), "10",
                  "cost: host time per scheduling round, us"},
-                {"costs", OPT_STR, A(costs), NULL,
-                 "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or gpu-check figures files (gpu-check-1-figures.txt,gpu-check-2-figures.txt; comma-separated or concatenated): their measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
+                {"costs",
+                 OPT_STR, A(costs), NULL, "cost: 'h200' (datasheet: 55 GB/s host->device, 4.8 TB/s HBM, 989 TFLOP/s) or gpu-check figures files (gpu-check-1-figures.txt,gpu-check-2-figures.txt; comma-separated or concatenated): their measured page-in GB/s, decode step times by batch and context, prefill; a figure it lacks stays the datasheet's; replaces --h2d-gbs --hbm-gbs --tflops --t-fixed-ms --t-step-ms --t-token-ms; stderr says which figures it used"},
                 {"print-costs", OPT_FLAG, A(print_costs), NULL,
                  "print the cost model's device figures (and where they came from) and exit"},
                 {"slo-ttft", OPT_DBL, A(slo_ttft), "2", "SLO: time to first token below this, s"},
-                {"deadline",
-                 OPT_DBL, A(deadline), "0", "every request's first-token deadline, s (0: none): default and fifo refuse a request predicted to miss it, on arrival or while queued (the daemon's rule, docs/overload.md), as lru-batch-drop does; refused requests count as misses in ttft_p99 and slo_frac"},
+                {"deadline", OPT_DBL, A(deadline), "0",
+                 "every request's first-token deadline, s (0: none): default and fifo refuse a request predicted to miss it, on arrival or while queued (the daemon's rule, docs/overload.md), as lru-batch-drop does; refused requests count as misses in ttft_p99 and slo_frac"},
                 {"hosts", OPT_INT, A(hosts), "0",
                  "fleet mode: this many hosts, each a pool as above, behind a router (0: one host, the policies side by side)"},
                 {"routing", OPT_STR, A(routing), "affinity,round-robin,least-loaded",
@@ -235,7 +247,7 @@ static const opt_t
                 {"mpg-seeds", OPT_INT, A(mpg_seeds), "1",
                  "models per GPU: a count passes when its p99 TTFT is within --slo-ttft with each of this many seeds (--seed, --seed + 1, ...); reported: the worst seed's p99 (of a count that fails, the first seed's over the target)"},
                 {"policies", OPT_STR, A(policies), "default,fifo,lru,belady",
-                 "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), lru-batch-drop and lru-batch-drop-N (the same with --deadline's refusals), belady"},
+                 "policies to compare: default, fifo, lru, lru-batch (N = 1 up to the models the pool holds, and the best per metric), lru-batch-N (one N), lru-batch-drop and lru-batch-drop-N (the same with --deadline's refusals), belady; with --lora-adapters lora-slots (multi-LoRA with S device adapter slots, LRU: S = 1, 2, 4, ... up to --max-batch, and the best per metric) and lora-slots-S (one S)"},
                 {"sweep", OPT_STR, A(sweep), NULL,
                  "comma-separated load levels to run (instead of --load)"},
                 {"csv", OPT_STR, A(csv), NULL, "write results here (default: stdout)"},
@@ -425,10 +437,48 @@ static void args_free(args_t *a)
     a->tok = NULL;
 }
 
+/* What a synthetic trace draws its models over: the adapters of model 0, then the other
+ * models (lora_map places them). */
+static int wl_units(const args_t *a)
+{
+    return a->lora_adapters > 0 ? a->lora_adapters + a->models - 1 : a->models;
+}
+
+/* A trace drawn over wl_units: unit u < N is adapter u + 1 of model 0 (or with --lora-merged
+ * model u, a merged copy), unit u >= N is dense model u - N + 1 (merged: u). */
+static void lora_map(const args_t *a, wl_req_t *reqs, size_t n)
+{
+    int na = a->lora_adapters;
+    for (size_t i = 0; i < n && na > 0; i++) {
+        int u = reqs[i].model;
+        reqs[i].adapter = !a->lora_merged && u < na ? (uint32_t)u + 1 : 0;
+        reqs[i].model = a->lora_merged ? u : u < na ? 0 : u - na + 1;
+    }
+}
+
+/* --lora-targets as SIM_LORA_* bits; 0 when bad. */
+static unsigned lora_targets(const char *s)
+{
+    static const char *const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s ? s : "");
+    unsigned bits = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        unsigned b = 0;
+        for (unsigned k = 0; k < sizeof names / sizeof names[0]; k++)
+            if (strcmp(t, names[k]) == 0)
+                b = 1u << k;
+        if (!b)
+            return 0;
+        bits |= b;
+    }
+    return bits;
+}
+
 static void build_cfg(const args_t *a, sim_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
-    c->n_models = a->models;
+    c->n_models = a->lora_adapters > 0 && a->lora_merged ? wl_units(a) : a->models;
     c->shape = (sim_shape_t){.n_layer = a->layers,
                              .n_embd = a->dim,
                              .n_ff = a->ff,
@@ -485,6 +535,12 @@ static void build_cfg(const args_t *a, sim_cfg_t *c)
     c->prefix_cache = a->conversations && a->pfx_mode != PFX_OFF;
     c->prefix_entries = a->prefix_entries;
     c->kv_host_bytes = a->pfx_mode == PFX_HOST ? a->kv_host : 0;
+    if (a->lora_adapters > 0 && !a->lora_merged) {
+        const sim_shape_t *sh = sim_cfg_shape(c, 0);
+        c->lora_n = (uint32_t)a->lora_adapters;
+        c->lora_params = sim_lora_params(sh, a->lora_rank, lora_targets(a->lora_targets));
+        c->lora_bytes = c->lora_params * sh->wbytes;
+    }
 }
 
 static wl_len_t len_of(double median, double sigma, unsigned max)
@@ -564,7 +620,7 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         return rc;
     }
     if (a->llm_trace) {
-        wl_llm_trace_t lt = {.n_models = a->models,
+        wl_llm_trace_t lt = {.n_models = wl_units(a),
                              .zipf_s = a->zipf,
                              .time_scale = a->trace_scale * load,
                              .max_ctx = a->max_context,
@@ -573,6 +629,7 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
         if (rc == 0) {
             double span = *n ? (*reqs)[*n - 1].t : 0;
             *rate = span > 0 ? (double)*n / span : 0;
+            lora_map(a, *reqs, *n);
         }
         return rc;
     }
@@ -594,7 +651,7 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
     *rate = load * capacity(a, c) * (a->hosts > 0 ? a->hosts : 1);
     if (a->conversations)
         return conv_trace(a, a->models, a->zipf, *rate, (uint64_t)a->seed, reqs, n, err, errlen);
-    wl_params_t wp = {.n_models = a->models,
+    wl_params_t wp = {.n_models = wl_units(a),
                       .zipf_s = a->zipf,
                       .rate = *rate,
                       .duration_s = a->duration,
@@ -605,10 +662,12 @@ static int make_trace(const args_t *a, const sim_cfg_t *c, double load, double *
                       .output = o,
                       .seed = (uint64_t)a->seed};
     int rc = wl_generate(&wp, reqs, n);
-    if (rc)
+    if (rc) {
         snprintf(err, errlen, "cannot generate the workload (%d)", rc);
-    else
+    } else {
         tokens_from(a, *reqs, *n);
+        lora_map(a, *reqs, *n);
+    }
     return rc;
 }
 
@@ -670,6 +729,13 @@ static int parse_policies(const char *s, pol_spec_t *out, int *n)
         out[*n].drop = strncmp(t, "lru-batch-drop", 14) == 0;
         if (out[*n].drop && !t[14]) {
             out[*n].pol = SIM_POL_LRU_BATCH;
+        } else if (strncmp(t, "lora-slots-", 11) == 0) {
+            char *end;
+            long k = strtol(t + 11, &end, 10);
+            if (*end || k < 1 || k > 100000)
+                return -1;
+            out[*n].pol = SIM_POL_LORA_SLOTS;
+            out[*n].n = (uint32_t)k;
         } else if (strncmp(t, "lru-batch-", 10) == 0) {
             char *end;
             long k = strtol(t + (out[*n].drop ? 15 : 10), &end, 10);
@@ -715,6 +781,19 @@ static int expand_policies(const pol_spec_t *in, int n_in, const sim_cfg_t *c, p
 {
     *n = 0;
     for (int i = 0; i < n_in; i++) {
+        if (in[i].pol == SIM_POL_LORA_SLOTS && !in[i].n) { /* S = 1, 2, 4, ... max_batch */
+            uint32_t mb = c->max_batch;
+            for (uint32_t j = 1;; j = j < mb && 2 * j > mb ? mb : 2 * j) {
+                if (*n >= MAX_POLS)
+                    return -1;
+                int last = j > c->max_batch;
+                best[*n] = last;
+                out[(*n)++] = (pol_spec_t){SIM_POL_LORA_SLOTS, last ? 0 : j, 0};
+                if (last)
+                    break;
+            }
+            continue;
+        }
         if (in[i].pol != SIM_POL_LRU_BATCH || in[i].n) {
             if (*n >= MAX_POLS)
                 return -1;
@@ -740,7 +819,7 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
 {
     int bi = -1;
     for (int i = from; i < to; i++)
-        if (rows[i].pol == SIM_POL_LRU_BATCH && !rows[i].best && rows[i].drop == dst->drop &&
+        if (rows[i].pol == dst->pol && !rows[i].best && rows[i].drop == dst->drop &&
             (bi < 0 || rows[i].r.ttft_p99 < rows[bi].r.ttft_p99))
             bi = i;
     if (bi < 0)
@@ -748,7 +827,7 @@ static void best_row(row_t *dst, const row_t *rows, int from, int to)
     sim_result_t r = rows[bi].r;
     for (int i = from; i < to; i++) {
         const sim_result_t *x = &rows[i].r;
-        if (rows[i].pol != SIM_POL_LRU_BATCH || rows[i].best || rows[i].drop != dst->drop)
+        if (rows[i].pol != dst->pol || rows[i].best || rows[i].drop != dst->drop)
             continue;
 #define BEST_MIN(f)                                                                                \
     if (x->f < r.f)                                                                                \
@@ -811,6 +890,12 @@ static const char *row_name(const row_t *w)
         if (w->best)
             return w->drop ? "lru-batch-drop-best" : "lru-batch-best";
         snprintf(buf, sizeof buf, "lru-batch-%s%u", w->drop ? "drop-" : "", w->lrub_n);
+        return buf;
+    }
+    if (w->pol == SIM_POL_LORA_SLOTS) {
+        if (w->best)
+            return "lora-slots-best";
+        snprintf(buf, sizeof buf, "lora-slots-%u", w->lrub_n);
         return buf;
     }
     return sim_policy_name(w->pol);
@@ -961,6 +1046,10 @@ static const char *workload_name(const args_t *a, char *buf, size_t len)
         snprintf(buf, len, "azure");
     else
         snprintf(buf, len, "%s-zipf%.2g-m%d", a->arrival, a->zipf, a->models);
+    if (a->lora_adapters > 0 && !a->label) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, "-lora%d%s", a->lora_adapters, a->lora_merged ? "-merged" : "");
+    }
     if (a->hosts > 0 && !a->label) {
         size_t l = strlen(buf);
         snprintf(buf + l, len - l, "-h%d", a->hosts);
@@ -987,15 +1076,19 @@ static int mpg_try_seed(const args_t *a, const pol_spec_t *ps, int m, int k, dou
 {
     args_t b = *a;
     b.seed = a->seed + k;
-    b.models = m;
+    if (a->lora_adapters > 0)
+        b.lora_adapters = m; /* the count searched: adapters (the other models stay) */
+    else
+        b.models = m;
     b.zipf = 0;
     sim_cfg_t c;
     build_cfg(&b, &c);
     wl_len_t pl = len_of(b.prompt_median, b.prompt_sigma, b.prompt_max);
     wl_len_t ol = len_of(b.output_median, b.output_sigma, b.output_max);
-    wl_params_t wp = {.n_models = m,
+    int units = wl_units(&b);
+    wl_params_t wp = {.n_models = units,
                       .zipf_s = 0,
-                      .rate = a->mpg_rate * m,
+                      .rate = a->mpg_rate * units,
                       .duration_s = b.duration,
                       .arrival = WL_ARRIVAL_POISSON,
                       .prompt = pl,
@@ -1011,6 +1104,7 @@ static int mpg_try_seed(const args_t *a, const pol_spec_t *ps, int m, int k, dou
         return -1;
     } else {
         tokens_from(&b, reqs, n);
+        lora_map(&b, reqs, n);
     }
     c.lru_batch_n = ps->n;
     sim_result_t r;
@@ -1046,9 +1140,13 @@ static int mpg_try(const args_t *a, const pol_spec_t *ps, int m, double *p99, ch
 static int models_per_gpu(const args_t *a)
 {
     char err[512];
+    args_t top = *a; /* the largest count, for lru-batch's N */
+    if (a->lora_adapters > 0)
+        top.lora_adapters = a->mpg_max;
+    else
+        top.models = a->mpg_max;
     sim_cfg_t c;
-    build_cfg(a, &c);
-    c.n_models = a->mpg_max;
+    build_cfg(&top, &c);
     pol_spec_t specs[MAX_POLS], pols[MAX_POLS];
     int best[MAX_POLS], ns, np;
     if (parse_policies(a->policies, specs, &ns)) {
@@ -1112,8 +1210,9 @@ static int models_per_gpu(const args_t *a)
             }
         }
         if (np > 1 && !rc)
-            fprintf(f, "%s,lru-batch-best,%d,%.6f,%d,%.6f\n", wl, best_k * step, best_p99,
-                    (best_k + 1) * step, best_next);
+            fprintf(f, "%s,%s-best,%d,%.6f,%d,%.6f\n", wl,
+                    specs[si].pol == SIM_POL_LORA_SLOTS ? "lora-slots" : "lru-batch", best_k * step,
+                    best_p99, (best_k + 1) * step, best_next);
     }
     if (f != stdout)
         fclose(f);
@@ -1635,6 +1734,12 @@ static int run_rows(const args_t *a)
                 a->hosts > 0 ? a->hosts : 1, a->hosts > 1 ? "s" : "", c.pool_bytes / 1e9,
                 (unsigned long long)(c.pool_bytes / c.page_size), capacity(a, &c),
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        if (a->lora_adapters > 0 && !a->lora_merged)
+            fprintf(stderr,
+                    "LoRA: %d adapters on model 0, rank %u on %s: %.4g M parameters, %.4g MB "
+                    "each, %.4g GB all of them\n",
+                    a->lora_adapters, a->lora_rank, a->lora_targets, c.lora_params / 1e6,
+                    c.lora_bytes / 1e6, c.lora_bytes * a->lora_adapters / 1e9);
         for (int i = 0; i < (c.n_shapes ? c.n_shapes : 1); i++) {
             const sim_shape_t *sh = sim_cfg_shape(&c, i);
             double tot, act;
@@ -1650,6 +1755,10 @@ static int run_rows(const args_t *a)
         table_head(stderr);
         for (int i = 0; i < n; i++)
             table_row(stderr, &rows[i]);
+        for (int i = 0; i < n; i++)
+            if (rows[i].pol == SIM_POL_LORA_SLOTS && !rows[i].best)
+                fprintf(stderr, "%-14s %llu adapter copies into slots\n", row_name(&rows[i]),
+                        (unsigned long long)rows[i].r.lora_loads);
         for (int i = 0; i < n && a->conversations; i++) {
             const sim_result_t *r = &rows[i].r;
             fprintf(stderr,
@@ -1777,6 +1886,17 @@ int main(int argc, char **argv)
     }
     if (a.models <= 0)
         a.models = a.n_gguf ? a.n_gguf : a.hosts > 0 ? 10 * a.hosts : 12;
+    if (a.lora_adapters < 0 ||
+        (a.lora_adapters > 0 &&
+         (a.n_gguf || a.hosts > 0 || a.trace || a.requests || a.conversations || a.lora_rank < 1 ||
+          a.experts || !lora_targets(a.lora_targets)))) {
+        fprintf(stderr, "tracesim: --lora-adapters needs a dense model shape (no --gguf, "
+                        "--experts), synthetic arrivals or --llm-trace (no --hosts, --trace, "
+                        "--requests, --conversations), --lora-rank >= 1 and --lora-targets of q, "
+                        "k, v, o, gate, up, down\n");
+        rc = 2;
+        goto done;
+    }
     if (a.tokens_from) {
         if (a.trace || a.requests || a.llm_trace) {
             fprintf(stderr, "tracesim: --tokens-from is for synthetic arrivals (not with --trace, "

@@ -34,6 +34,7 @@ typedef struct wl_req {
     uint32_t session; /* conversation + 1 (conv.h): the prompt starts with the session's last
                          turn (its prompt and output); 0 = none */
     uint32_t history; /* tokens of the prompt that are the session's earlier turns */
+    uint32_t adapter; /* LoRA adapter + 1 of the model (sim_cfg_t.lora_n); 0 = none */
 } wl_req_t;
 
 typedef enum wl_arrival {
