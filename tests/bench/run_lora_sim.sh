@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_lora_sim.sh BUILD_DIR OUT_DIR: issue 46's LoRA rows in tracesim: H200 settings, an 8B BF16 base with rank-16 adapters on q, k, v, o, max_batch 64, 0.1 req/s per adapter: the most adapters within p99 TTFT 2 s with each of 3 seeds for the default, the default with free swaps, multi-LoRA with S device slots (vLLM's max_loras, S = 1 .. 64) and separate merged models (lru, lru-batch). CSVs in OUT_DIR/lora_sim_*.csv; ~1 min on one core.
+# run_lora_sim.sh BUILD_DIR OUT_DIR: issue 46's LoRA rows in tracesim: H200 settings, an 8B BF16 base with rank-16 adapters on q, k, v, o, max_batch 64, 0.1 req/s per adapter: the most adapters within p99 TTFT 2 s with each of 3 seeds for the default, the default with free swaps, multi-LoRA with S device slots (vLLM's max_loras, S = 1 .. 64) and separate merged models (lru, lru-batch). CSVs in OUT_DIR/lora_sim_*.csv; ~1.5 min on one core.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-$BUILD/bench}
