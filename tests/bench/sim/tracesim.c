@@ -1632,6 +1632,38 @@ static int self_test(const args_t *base)
         check(ok && r.page_ins == c.shape.n_layer + 2u && r.model_loads == 1,
               "a cold request pages every segment in once");
     }
+    /* LoRA adapters: an adapter's size from the base's shape; units to adapters and models; one
+     * slot holds two adapters' sequences apart, two let them share the passes */
+    {
+        const sim_shape_t *b8 = &mix_table[1].sh; /* 8b: q 4096, k and v 1024 wide */
+        double want = 32.0 * 16 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096));
+        check(sim_lora_params(b8, 16, SIM_LORA_Q | SIM_LORA_K | SIM_LORA_V | SIM_LORA_O) == want,
+              "LoRA: rank 16 on q, k, v, o of the 8B shape is %.0f parameters", want);
+        args_t la = *base;
+        la.models = 2;
+        la.lora_adapters = 3;
+        wl_req_t u[4] = {{.model = 0}, {.model = 1}, {.model = 2}, {.model = 3}};
+        lora_map(&la, u, 4);
+        check(u[0].model == 0 && u[0].adapter == 1 && u[2].model == 0 && u[2].adapter == 3 &&
+                  u[3].model == 1 && u[3].adapter == 0 && wl_units(&la) == 4,
+              "LoRA: the units are adapters 1..3 of model 0, then model 1");
+        la.models = 1;
+        la.lora_adapters = 2;
+        sim_cfg_t c;
+        build_cfg(&la, &c);
+        wl_req_t two[2] = {{.t = 1, .model = 0, .prompt = 16, .output = 8, .adapter = 1},
+                           {.t = 1, .model = 0, .prompt = 16, .output = 8, .adapter = 2}};
+        sim_result_t r1, r2;
+        c.lru_batch_n = 1;
+        ok = sim_run(&c, SIM_POL_LORA_SLOTS, two, 2, &r1, err, sizeof err) == 0;
+        c.lru_batch_n = 2;
+        ok = ok && sim_run(&c, SIM_POL_LORA_SLOTS, two, 2, &r2, err, sizeof err) == 0;
+        check(ok && r1.completed == 2 && r2.completed == 2 && r1.lora_loads == 2 &&
+                  r2.lora_loads == 2 && r1.steps == 16 && r2.steps == 8 && r1.e2e_max > r2.e2e_max,
+              "lora-slots: one slot runs two adapters one after the other (%llu steps, e2e %.3f "
+              "s), two together (%llu, %.3f s)",
+              (unsigned long long)r1.steps, r1.e2e_max, (unsigned long long)r2.steps, r2.e2e_max);
+    }
     /* the Azure format: write a sample, read it back, simulate it */
     char path[512];
     snprintf(path, sizeof path, "%s/tracesim-azure-sample-%d.csv", base->self_test_dir,
