@@ -313,7 +313,11 @@ def test_an_api_keys_deadline_and_class_apply_to_its_requests():
         assert st == 503 and "within 300 ms" in b["error"]["message"], (st, b)
         hold.close()
         m = d.stats()["models"]["m"]
-        assert m["total_batch_requests"] == 1 and m["total_batch_refused"] == 1, m
+        # refused on arrival, or (a slow machine: ASan, before the backlog's gap is measured) queued
+        # first and refused by the next sweep (total_deadline_dropped), when it counts as queued too
+        assert m["total_batch_refused"] == 1, m
+        assert m["total_batch_requests"] == 1 + m["total_deadline_dropped"], m
+        assert m["total_deadline_refused"] + m["total_deadline_dropped"] == 1, m
     finally:
         d.stop()
 
