@@ -23,6 +23,7 @@
 #include "preflight.h"
 #include "engine/lora.h"
 #include "engine/model.h"
+#include "kernels/quant.h"
 #include "server.h"
 #include "worker/worker.h"
 
@@ -732,8 +733,29 @@ out:
     return rc;
 }
 
+/* GPUSWAPD_ISA caps the CPU kernels' instruction set (auto, avx512, vnni, avx2, portable), so an
+ * AVX-512 machine can run and measure the AVX2 and plain C paths: 0, or 2 for a bad value. */
+static int isa_from_env(void)
+{
+    const char *v = getenv("GPUSWAPD_ISA");
+    quant_isa_t want;
+    if (!v || !*v)
+        return 0;
+    if (quant_isa_parse(v, &want)) {
+        fprintf(stderr,
+                "gpuswapd: GPUSWAPD_ISA='%s': expected auto, avx512, vnni, avx2 or portable\n", v);
+        return 2;
+    }
+    quant_isa_t best = quant_isa_set(QUANT_ISA_AUTO), got = quant_isa_set(want);
+    fprintf(stderr, "gpuswapd: CPU kernels: %s (GPUSWAPD_ISA=%s; this CPU's best: %s)\n",
+            quant_isa_name(got), v, quant_isa_name(best));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (isa_from_env())
+        return 2;
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return gen_main(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)

@@ -212,6 +212,24 @@ quant_isa_t quant_isa_get(void)
     return isa_cur;
 }
 
+int quant_isa_parse(const char *s, quant_isa_t *isa)
+{
+    static const struct {
+        const char *name;
+        quant_isa_t isa;
+    } names[] = {{"auto", QUANT_ISA_AUTO},
+                 {"avx512", QUANT_ISA_AVX512},
+                 {"vnni", QUANT_ISA_AVX2_VNNI},
+                 {"avx2", QUANT_ISA_AVX2},
+                 {"portable", QUANT_ISA_PORTABLE}};
+    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *isa = names[i].isa;
+            return 0;
+        }
+    return -1;
+}
+
 const char *quant_isa_name(quant_isa_t isa)
 {
     switch (isa) {

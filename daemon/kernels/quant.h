@@ -37,6 +37,8 @@ typedef enum quant_isa {
 quant_isa_t quant_isa_set(quant_isa_t want);
 quant_isa_t quant_isa_get(void);
 const char *quant_isa_name(quant_isa_t isa);
+/* "auto", "avx512", "vnni", "avx2" or "portable" into *isa: 0, or -1 for anything else. */
+int quant_isa_parse(const char *s, quant_isa_t *isa);
 
 float quant_f16_to_f32(uint16_t h);
 uint16_t quant_f32_to_f16(float f); /* round to nearest even */

@@ -205,19 +205,7 @@ static int gen_opt_seed(gen_opts_t *o)
 
 static int gen_opt_isa(gen_opts_t *o)
 {
-    if (strcmp(optarg, "auto") == 0)
-        o->isa = QUANT_ISA_AUTO;
-    else if (strcmp(optarg, "avx2") == 0)
-        o->isa = QUANT_ISA_AVX2;
-    else if (strcmp(optarg, "avx512") == 0)
-        o->isa = QUANT_ISA_AVX512;
-    else if (strcmp(optarg, "vnni") == 0)
-        o->isa = QUANT_ISA_AVX2_VNNI;
-    else if (strcmp(optarg, "portable") == 0)
-        o->isa = QUANT_ISA_PORTABLE;
-    else
-        return GEN_OPT_BAD;
-    return 0;
+    return quant_isa_parse(optarg, &o->isa) ? GEN_OPT_BAD : 0;
 }
 
 /* Option c other than a sampling one, its value in optarg: 0 or a GEN_OPT_* answer. */
@@ -643,7 +631,9 @@ int gen_main(int argc, char **argv)
     int rc = parse_args(argc, argv, &g.o);
     if (rc)
         return rc > 0 ? 0 : 2;
-    quant_isa_set(g.o.isa);
+    const char *env_isa = getenv("GPUSWAPD_ISA");
+    if (g.o.isa != QUANT_ISA_AUTO || !env_isa || !*env_isa) /* else the daemon's main set it */
+        quant_isa_set(g.o.isa);
     quant_path_set(g.o.path);
 
     double t0 = util_now_ms();
