@@ -2,6 +2,12 @@
 #include "engine/kv.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+
+/* Caches of at least this many bytes sit on 2 MiB boundaries with a transparent-huge-page hint, as
+ * the cpu backend's pool pages do: attention reads their rows a position apart (all layers' K
+ * between them), one 4 KiB page each, which a long context overflows the TLB with. */
+#define KV_HUGE ((size_t)2 << 20)
 
 size_t kv_type_size(kv_type_t t)
 {
@@ -23,6 +29,18 @@ size_t kv_seq_bytes(const model_hparams_t *hp, uint32_t n_ctx, kv_type_t t)
     return kv_bytes_per_pos(hp, t) * n_ctx;
 }
 
+/* n bytes, free()d by the caller; NULL when out of memory. */
+static void *kv_alloc(size_t n)
+{
+    if (n < KV_HUGE)
+        return malloc(n);
+    size_t r = (n + KV_HUGE - 1) / KV_HUGE * KV_HUGE;
+    void *p = aligned_alloc(KV_HUGE, r);
+    if (p)
+        madvise(p, r, MADV_HUGEPAGE); /* a hint: without transparent huge pages, 4 KiB ones */
+    return p;
+}
+
 kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx, kv_type_t t)
 {
     if (n_ctx == 0 || (t != KV_TYPE_F16 && t != KV_TYPE_F32))
@@ -35,8 +53,8 @@ kv_seq_t *kv_seq_new(const model_hparams_t *hp, uint32_t n_ctx, kv_type_t t)
     s->kv_dim = hp->n_head_kv * hp->head_dim;
     s->type = t;
     size_t n = (size_t)s->n_layer * n_ctx * s->kv_dim;
-    s->k = malloc(n * kv_type_size(t));
-    s->v = malloc(n * kv_type_size(t));
+    s->k = kv_alloc(n * kv_type_size(t));
+    s->v = kv_alloc(n * kv_type_size(t));
     if (!s->k || !s->v) {
         kv_seq_free(s);
         return NULL;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attk.h"
 #include "kernels/quant.h"
 #include "kernels/wtype.h"
 
@@ -476,8 +477,6 @@ int cpuk_kv_store(void *ctx, const kern_att_t *a, const float *k, const float *v
  * together, so each K and V row is read once for them all rather than once a token (a 250-token
  * chunk over 2,500 cached positions read 7.5 MB of cache per token and layer). */
 #define CPUK_ATT_QB 8
-/* K rows ahead the scores prefetch */
-#define CPUK_ATT_PF 12
 
 typedef struct att_task {
     cpuk_t *k;
@@ -490,10 +489,10 @@ typedef struct att_task {
 } att_task_t;
 
 /* Per thread: CPUK_ATT_QB rows of cap_ctx scores, CPUK_ATT_QB queries of cap_hd (F16 caches:
- * rounded to half), and cap_hd floats of room for a half-rounded query. */
+ * rounded to half), cap_hd floats of room for a half-rounded query, and attk's scratch. */
 static size_t att_slot(const cpuk_t *k)
 {
-    return CPUK_ATT_QB * (k->cap_ctx + k->cap_hd) + k->cap_hd;
+    return CPUK_ATT_QB * (k->cap_ctx + k->cap_hd) + k->cap_hd + attk_scratch_floats(k->cap_hd);
 }
 
 /* The first position a token at pos attends to (a sliding window sees the last `window`). */
@@ -503,37 +502,21 @@ static uint32_t att_first(const kern_att_t *a, uint32_t pos)
 }
 
 /* Scores of nq queries (positions pos0 .. pos0 + nq - 1, kv head kvh) against positions
- * lo .. hi into sc (a row of cap_ctx per query): F16 caches through the float tile, four rows
- * by up to four queries at a time, each result its single dot's. Entries past a query's own
- * position are written and not used. */
+ * lo .. hi into sc (a row of cap_ctx per query), each result its single dot's (F16 caches:
+ * attk's blocks). Entries past a query's own position are written and not used. */
 static void att_scores(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, const float **qs,
-                       int nq, uint32_t lo, uint32_t hi, float *sc, size_t cap)
+                       int nq, uint32_t lo, uint32_t hi, float *sc, size_t cap, float *scratch)
 {
     uint32_t hd = a->head_dim;
-    size_t kv_row = kv_row_elems(a) * kv_type_bytes(a); /* bytes */
-    for (uint32_t p = lo; p <= hi; p += 4) {
-        int nr = hi + 1 - p < 4 ? (int)(hi + 1 - p) : 4;
-        const char *kr = kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd);
-        /* the rows a position apart are past what the hardware prefetchers follow */
-        for (int r = 0; r < 4 && p + CPUK_ATT_PF + (uint32_t)r <= hi; r++)
-            for (size_t b = 0; b < hd * kv_type_bytes(a); b += 64)
-                __builtin_prefetch(kr + (CPUK_ATT_PF + (size_t)r) * kv_row + b);
-        for (int j0 = 0; j0 < nq; j0 += 4) {
-            int nx = nq - j0 < 4 ? nq - j0 : 4;
-            float t[16];
-            if (a->kv_type == KV_TYPE_F16)
-                quant_dot_tile(GGUF_T_F16, kr, kv_row, nr, qs + j0, nx, hd, t);
-            else
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < nx; j++)
-                        t[r * nx + j] = quant_dot_f32(
-                            qs[j0 + j], kv_at(a, bt->k_base, kv_off(a, p + r) + (size_t)kvh * hd),
-                            hd);
-            for (int r = 0; r < nr; r++)
-                for (int j = 0; j < nx; j++)
-                    sc[(size_t)(j0 + j) * cap + p + r] = t[r * nx + j];
-        }
+    if (a->kv_type == KV_TYPE_F16) {
+        attk_scores_f16(qs, nq, kv_at(a, bt->k_base, kv_off(a, lo) + (size_t)kvh * hd),
+                        kv_row_elems(a), lo, hi, hd, sc, cap, scratch);
+        return;
     }
+    for (uint32_t p = lo; p <= hi; p++)
+        for (int j = 0; j < nq; j++)
+            sc[(size_t)j * cap + p] =
+                quant_dot_f32(qs[j], kv_at(a, bt->k_base, kv_off(a, p) + (size_t)kvh * hd), hd);
 }
 
 /* Scores of one query over p0 .. pos become its softmax weights (F16 caches: rounded to half,
@@ -542,28 +525,22 @@ static void att_softmax(const kern_att_t *a, float *sc, uint32_t p0, uint32_t po
 {
     float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->head_dim);
     float cap = a->softcap, mx = -INFINITY;
-    for (uint32_t p = p0; p <= pos; p++) {
-        float s = sc[p] * scale;
-        if (cap != 0.0f)
-            s = cap * tanhf(s / cap);
-        sc[p] = s;
-        if (s > mx)
-            mx = s;
-    }
+    if (cap == 0.0f)
+        mx = attk_scale_max(sc + p0, pos + 1 - p0, scale);
+    else
+        for (uint32_t p = p0; p <= pos; p++) {
+            float s = cap * tanhf(sc[p] * scale / cap);
+            sc[p] = s;
+            if (s > mx)
+                mx = s;
+        }
     float inv = 1.0f / quant_exp_shift(sc + p0, pos + 1 - p0, mx);
     if (a->kv_type != KV_TYPE_F16) {
         for (uint32_t p = p0; p <= pos; p++)
             sc[p] *= inv;
         return;
     }
-    uint16_t hw[64];
-    for (uint32_t p = p0; p <= pos; p += 64) {
-        size_t m = pos + 1 - p < 64 ? pos + 1 - p : 64;
-        for (size_t i = 0; i < m; i++)
-            sc[p + i] *= inv;
-        quant_row_from_f32(GGUF_T_F16, sc + p, hw, m);
-        quant_row_to_f32(GGUF_T_F16, hw, sc + p, m);
-    }
+    attk_mul_round_f16(sc + p0, pos + 1 - p0, inv);
 }
 
 /* o += the weights w[p] times V rows p for p = lo .. hi (none when lo > hi). */
@@ -574,9 +551,10 @@ static void att_values(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, 
     if (lo > hi)
         return;
     if (a->kv_type == KV_TYPE_F16) {
-        quant_axpy_f16_rows(
-            o, w + lo, (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-            kv_row_elems(a), hi + 1 - lo, hd);
+        const float *wl = w + lo;
+        attk_values_f16(&o, &wl, 1,
+                        (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
+                        kv_row_elems(a), hi + 1 - lo, hd);
         return;
     }
     for (uint32_t p = lo; p <= hi; p++)
@@ -593,6 +571,7 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
     uint32_t hd = a->head_dim, kvh = h / (a->n_head / a->n_head_kv);
     const kern_tok_t *bt = &a->toks[t0];
     float *sc = scr, *qh = scr + CPUK_ATT_QB * k->cap_ctx, *room = qh + CPUK_ATT_QB * k->cap_hd;
+    float *kscr = room + k->cap_hd;
     const float *qs[CPUK_ATT_QB];
     float *os[CPUK_ATT_QB];
     const float *ws[CPUK_ATT_QB];
@@ -609,7 +588,7 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
         memset(os[j], 0, hd * sizeof(float));
     }
     uint32_t pos0 = bt->pos, last = pos0 + (uint32_t)nq - 1;
-    att_scores(a, bt, kvh, qs, nq, att_first(a, pos0), last, sc, k->cap_ctx);
+    att_scores(a, bt, kvh, qs, nq, att_first(a, pos0), last, sc, k->cap_ctx, kscr);
     for (int j = 0; j < nq; j++)
         att_softmax(a, sc + (size_t)j * k->cap_ctx, att_first(a, pos0 + (uint32_t)j),
                     pos0 + (uint32_t)j);
@@ -627,9 +606,9 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
     const float *wl[CPUK_ATT_QB];
     for (int j = 0; j < nq; j++)
         wl[j] = ws[j] + lo;
-    quant_axpy_f16_rows_n(os, wl, nq,
-                          (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-                          kv_row_elems(a), hi + 1 - lo, hd);
+    attk_values_f16(os, wl, nq,
+                    (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
+                    kv_row_elems(a), hi + 1 - lo, hd);
     for (int j = 1; j < nq; j++)
         att_values(a, bt, kvh, os[j], ws[j], hi + 1, pos0 + (uint32_t)j);
 }
@@ -638,15 +617,15 @@ static void att_worker(void *ctxp, int tid, int nth)
 {
     att_task_t *at = ctxp;
     float *scr = at->k->scores + (size_t)tid * att_slot(at->k);
-    uint32_t n_head = at->a->n_head;
-    /* items (block, head) taken one at a time as threads come free: a causal prompt's later
-     * blocks cost more, and a thread the OS holds back leaves its share to the others */
+    /* items (head, block) taken one at a time as threads come free: a causal prompt's later
+     * blocks cost more, and a thread the OS holds back leaves its share to the others; a head's
+     * blocks one after another, so its K and V rows stay in cache between them */
     (void)nth;
     long item, item_end;
     while (pool_chunk_next(&at->ch, &item, &item_end)) {
-        size_t b = (size_t)item / n_head;
+        size_t b = (size_t)item % at->n_blk;
         att_item(at, scr, at->blk[b], (int)(at->blk[b + 1] - at->blk[b]),
-                 (uint32_t)((size_t)item % n_head));
+                 (uint32_t)((size_t)item / at->n_blk));
     }
 }
 
@@ -677,7 +656,8 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
     if (need > k->cap_ctx || a->head_dim > k->cap_hd) {
         size_t ctx_n = need > k->cap_ctx ? need : k->cap_ctx;
         size_t hd_n = a->head_dim > k->cap_hd ? a->head_dim : k->cap_hd;
-        float *s = malloc((size_t)pool_size(k->pool) * (CPUK_ATT_QB * (ctx_n + hd_n) + hd_n) *
+        float *s = malloc((size_t)pool_size(k->pool) *
+                          (CPUK_ATT_QB * (ctx_n + hd_n) + hd_n + attk_scratch_floats(hd_n)) *
                           sizeof(float));
         if (!s)
             return KERN_ERR_NOMEM;

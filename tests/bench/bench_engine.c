@@ -15,7 +15,9 @@
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
  * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS; the prompt's prefill, then
  * DECODE_TOKENS single-token steps from an empty cache, as llama-bench's pp and tg tests). BENCH_EXACT=1 runs the
- * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels. */
+ * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels; BENCH_DEPTH=D
+ * first fills D positions of the cache (untimed), and both tests then start at position D, as
+ * llama-bench's -d. */
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -38,12 +40,15 @@ int main(int argc, char **argv)
         return 1;
     }
     int np = atoi(argv[2]), nd = atoi(argv[3]), reps = atoi(argv[4]);
-    if (np < 1 || nd < 1 || reps < 1 || (uint32_t)(np + nd) > m->hp.n_ctx_train) {
+    const char *dep = getenv("BENCH_DEPTH");
+    int depth = dep && *dep ? atoi(dep) : 0;
+    if (np < 1 || nd < 1 || reps < 1 || depth < 0 ||
+        (uint32_t)(depth + np + nd) > m->hp.n_ctx_train) {
         fprintf(stderr, "bad token counts\n");
         return 2;
     }
-    int32_t *prompt = malloc((size_t)np * sizeof *prompt);
-    for (int i = 0; i < np; i++)
+    int32_t *prompt = malloc((size_t)(np > depth ? np : depth) * sizeof *prompt);
+    for (int i = 0; i < (np > depth ? np : depth); i++)
         prompt[i] = (int32_t)(1 + (i * 7919) % (m->hp.n_vocab - 1));
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     const char *name = strrchr(argv[1], '/') ? strrchr(argv[1], '/') + 1 : argv[1];
@@ -56,18 +61,24 @@ int main(int argc, char **argv)
             return 1;
         }
         fwd_t *f = fwd_new(be);
-        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(np + nd), KV_TYPE_F16);
+        kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(depth + np + nd), KV_TYPE_F16);
         double best_p = 1e30, best_d = 1e30;
+        kv_seq_reset(kv);
+        fwd_seq_t ds = {kv, prompt, (uint32_t)depth, logits, NULL};
+        if (depth && fwd_run(f, &m->hp, &m->w, &ds, 1, NULL, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
         for (int r = 0; r < reps; r++) {
-            kv_seq_reset(kv);
+            kv->n_past = (uint32_t)depth; /* the first depth positions stay filled */
             fwd_seq_t s = {kv, prompt, (uint32_t)np, logits, NULL};
             double t0 = util_now_s();
             if (fwd_run(f, &m->hp, &m->w, &s, 1, NULL, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
-            /* decode from an empty cache, as llama-bench's tg test does */
-            kv_seq_reset(kv);
+            /* decode from an empty cache (or depth), as llama-bench's tg test does */
+            kv->n_past = (uint32_t)depth;
             double t1 = util_now_s();
             for (int i = 0; i < nd; i++) {
                 int32_t tok = (int32_t)(1 + (i * 104729) % (m->hp.n_vocab - 1));
