@@ -823,6 +823,21 @@ int gguf_get_str(const gguf_t *g, const char *key, gguf_str_t *out)
     return 0;
 }
 
+int gguf_get_str_buf(const gguf_t *g, const char *key, char *buf, size_t cap)
+{
+    gguf_str_t v;
+    if (!gguf_get(g, key))
+        return 0;
+    if (gguf_get_str(g, key, &v) || v.len >= cap) {
+        if (cap)
+            buf[0] = 0;
+        return GGUF_ERR_TYPE;
+    }
+    memcpy(buf, v.ptr, v.len);
+    buf[v.len] = 0;
+    return 1;
+}
+
 int gguf_get_arr(const gguf_t *g, const char *key, gguf_vtype_t elem, const gguf_value_t **out)
 {
     const gguf_value_t *v = gguf_get(g, key);

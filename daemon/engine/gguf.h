@@ -111,6 +111,9 @@ int gguf_get_i64(const gguf_t *g, const char *key, int64_t *out);
 int gguf_get_f32(const gguf_t *g, const char *key, float *out);
 int gguf_get_bool(const gguf_t *g, const char *key, int *out);
 int gguf_get_str(const gguf_t *g, const char *key, gguf_str_t *out);
+/* A string value copied into buf (cap bytes, NUL-terminated): 1; 0 if absent (buf untouched);
+ * GGUF_ERR_TYPE if not a string or cap - 1 bytes are too few (buf ""). */
+int gguf_get_str_buf(const gguf_t *g, const char *key, char *buf, size_t cap);
 /* Array of the given element type (GGUF_VT_COUNT = any). */
 int gguf_get_arr(const gguf_t *g, const char *key, gguf_vtype_t elem, const gguf_value_t **out);
 

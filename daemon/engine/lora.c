@@ -33,21 +33,6 @@ __attribute__((format(printf, 5, 6))) static int fail(int *code, int c, char *er
     return c;
 }
 
-/* A string key's value into buf ("" when absent; -1 when not a string). */
-static int str_key(const gguf_t *g, const char *key, char *buf, size_t cap)
-{
-    gguf_str_t s;
-    buf[0] = 0;
-    if (!gguf_get(g, key))
-        return 0;
-    if (gguf_get_str(g, key, &s))
-        return -1;
-    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
-    memcpy(buf, s.ptr, n);
-    buf[n] = 0;
-    return 0;
-}
-
 /* general.type adapter, adapter.type lora, the base's architecture, alpha;
  * any other key outside general.* is refused (it would change the math:
  * llama.cpp's newer adapter kinds add keys). */
@@ -55,15 +40,16 @@ static int check_meta(const gguf_t *g, const model_t *base, float *alpha, int *c
                       size_t errlen)
 {
     const char *path = gguf_path(g);
-    char type[64], atype[64], arch[64], barch[64];
-    if (str_key(g, "general.type", type, sizeof type) || strcmp(type, "adapter"))
+    char type[64] = "", atype[64] = "", arch[64] = "", barch[64] = "";
+    if (gguf_get_str_buf(g, "general.type", type, sizeof type) < 0 || strcmp(type, "adapter"))
         return fail(code, LORA_ERR_FORMAT, err, errlen,
                     "%s: not an adapter (general.type '%s', expected 'adapter')", path, type);
-    if (str_key(g, "adapter.type", atype, sizeof atype) || strcmp(atype, "lora"))
+    if (gguf_get_str_buf(g, "adapter.type", atype, sizeof atype) < 0 || strcmp(atype, "lora"))
         return fail(code, LORA_ERR_UNSUPPORTED, err, errlen,
                     "%s: adapter.type '%s' is not implemented (only 'lora')", path, atype);
-    if (str_key(g, "general.architecture", arch, sizeof arch) ||
-        str_key(base->gguf, "general.architecture", barch, sizeof barch) || strcmp(arch, barch))
+    if (gguf_get_str_buf(g, "general.architecture", arch, sizeof arch) < 0 ||
+        gguf_get_str_buf(base->gguf, "general.architecture", barch, sizeof barch) < 0 ||
+        strcmp(arch, barch))
         return fail(code, LORA_ERR_BASE, err, errlen,
                     "%s: an adapter for architecture '%s', the base '%s' is '%s'", path, arch,
                     gguf_path(base->gguf), barch);
@@ -101,7 +87,7 @@ static int parse_name(const char *name, uint32_t n_layer, uint32_t *layer, lora_
     return -1;
 }
 
-static const model_weight_t *base_view(const model_t *base, uint32_t l, lora_target_t t)
+const model_weight_t *lora_base_view(const model_t *base, uint32_t l, lora_target_t t)
 {
     const model_layer_t *L = &base->w.layers[l];
     const model_weight_t *v[LORA_N_TARGETS] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
@@ -183,7 +169,7 @@ static int check_pairs(lora_t *a, const model_t *base, int *code, char *err, siz
                 return fail(code, LORA_ERR_FORMAT, err, errlen,
                             "%s: blk.%u.%s.weight has a %s but no %s", path, l, lora_names[k],
                             p->a.data ? "lora_a" : "lora_b", p->a.data ? "lora_b" : "lora_a");
-            const model_weight_t *bw = base_view(base, l, (lora_target_t)k);
+            const model_weight_t *bw = lora_base_view(base, l, (lora_target_t)k);
             uint32_t rank = p->b.n_in;
             if (p->a.n_out != rank)
                 return fail(code, LORA_ERR_FORMAT, err, errlen,

@@ -77,5 +77,7 @@ lora_t *lora_from_gguf(gguf_t *g, const model_t *base, float scale, int *code, c
                        size_t errlen);
 void lora_close(lora_t *a); /* accepts NULL */
 const char *lora_target_name(lora_target_t t);
+/* The base matrix target t of layer l adapts (its data NULL when the base has none). */
+const model_weight_t *lora_base_view(const model_t *base, uint32_t l, lora_target_t t);
 
 #endif

@@ -269,17 +269,11 @@ static int get_weight_n(const gguf_t *g, uint8_t *used, const char *name, uint32
  * absent, -1 (err set) if not a string or too long. */
 static int hp_str(const gguf_t *g, const char *key, char *buf, size_t cap, char *err, size_t errlen)
 {
-    gguf_str_t v;
-    if (!gguf_get(g, key))
-        return 0;
-    if (gguf_get_str(g, key, &v) || v.len >= cap) {
+    int rc = gguf_get_str_buf(g, key, buf, cap);
+    if (rc < 0)
         snprintf(err, errlen, "%s: metadata key '%s' is not a string of under %zu bytes",
                  gguf_path(g), key, cap);
-        return -1;
-    }
-    memcpy(buf, v.ptr, v.len);
-    buf[v.len] = 0;
-    return 1;
+    return rc < 0 ? -1 : rc;
 }
 
 static int key_in(const char *const *list, size_t n, const char *k, size_t kl)

@@ -9,6 +9,7 @@
 #include "engine/lora.h"
 #include "engine/model.h"
 #include "ggufw.h"
+#include "mkrand.h"
 #include "kernels/quant.h"
 #include "kernels/wtype.h"
 
@@ -119,14 +120,6 @@ static int parse(int argc, char **argv, mkl_opts_t *o)
     return 0;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A (rows, n) matrix of values uniform in +-half, stored as type. */
 static int put_matrix(ggufw_t *w, const char *name, uint32_t type, uint32_t n, uint32_t rows,
                       float half, uint64_t *s)
@@ -143,10 +136,8 @@ static int put_matrix(ggufw_t *w, const char *name, uint32_t type, uint32_t n, u
     int rc = -1;
     if (data && row) {
         for (uint32_t r = 0; r < rows; r++) {
-            for (uint32_t i = 0; i < n; i++) {
-                float u = (float)(splitmix64(s) >> 40) * (1.0f / 16777216.0f);
-                row[i] = half * (2.0f * u - 1.0f);
-            }
+            for (uint32_t i = 0; i < n; i++)
+                row[i] = mkrand_uniform(s, 0.0f, half);
             quant_row_from_f32(type, row, data + (size_t)r * rb, n);
         }
         uint64_t ne[2] = {n, rows};
@@ -172,18 +163,15 @@ static int write_adapter(const mkl_opts_t *o, const model_t *m)
         rc = ggufw_kv_f32(w, "adapter.lora.alpha", o->alpha);
     uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 17;
     for (uint32_t l = 0; !rc && l < m->hp.n_layer; l++) {
-        const model_layer_t *L = &m->w.layers[l];
-        const model_weight_t *v[LORA_N_TARGETS] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                                   &L->w_gate, &L->w_up, &L->w_down};
         for (int k = 0; !rc && k < LORA_N_TARGETS; k++) {
-            if (!(o->targets & (1u << k)) || !v[k]->data)
+            const model_weight_t *v = lora_base_view(m, l, (lora_target_t)k);
+            if (!(o->targets & (1u << k)) || !v->data)
                 continue;
             char name[128];
             snprintf(name, sizeof name, "blk.%u.%s.weight.lora_a", l, lora_target_name(k));
-            rc = put_matrix(w, name, o->type, v[k]->n_in, o->rank, 1.0f / sqrtf((float)v[k]->n_in),
-                            &s);
+            rc = put_matrix(w, name, o->type, v->n_in, o->rank, 1.0f / sqrtf((float)v->n_in), &s);
             snprintf(name, sizeof name, "blk.%u.%s.weight.lora_b", l, lora_target_name(k));
-            rc = rc || put_matrix(w, name, o->type, o->rank, v[k]->n_out,
+            rc = rc || put_matrix(w, name, o->type, o->rank, v->n_out,
                                   o->gain / sqrtf((float)o->rank), &s);
         }
     }

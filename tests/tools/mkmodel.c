@@ -12,6 +12,7 @@
 #include "engine/gguf.h"
 #include "ggufw.h"
 #include "mkvocab.h"
+#include "mkrand.h"
 #include "kernels/quant.h"
 
 /* ---------------------------------------------------------------- options */
@@ -449,18 +450,6 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
 
 /* ---------------------------------------------------------------- random weights */
 
-#define MK_GAMMA 0x9e3779b97f4a7c15ull
-
-/* splitmix64: value k of a stream comes from state s0 + (k + 1) * MK_GAMMA,
- * so any position of a stream can be reached without generating the rest. */
-static uint64_t mk_splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += MK_GAMMA);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Per-tensor stream: the same seed and name always give the same values. */
 static uint64_t mk_stream(uint64_t seed, const char *name)
 {
@@ -468,17 +457,15 @@ static uint64_t mk_stream(uint64_t seed, const char *name)
     for (const char *p = name; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     uint64_t s = seed ^ h;
-    mk_splitmix64(&s);
+    mkrand_next(&s);
     return s;
 }
 
 /* n values uniform in [center - half, center + half). */
 static void mk_fill(uint64_t *s, float *x, size_t n, float center, float half)
 {
-    for (size_t i = 0; i < n; i++) {
-        float u = (float)(mk_splitmix64(s) >> 40) * (1.0f / 16777216.0f); /* [0,1) */
-        x[i] = center + half * (2.0f * u - 1.0f);
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = mkrand_uniform(s, center, half);
 }
 
 /* A 1-D F32 tensor. */
@@ -529,7 +516,7 @@ static void *mk_mat_rows(void *p)
         j->rc = -1;
         return NULL;
     }
-    uint64_t s = a->s0 + (uint64_t)j->r0 * a->n_in * MK_GAMMA;
+    uint64_t s = a->s0 + (uint64_t)j->r0 * a->n_in * MKRAND_GAMMA;
     for (uint32_t r = j->r0; r < j->r1; r++) {
         uint8_t *dst = j->dst + (size_t)r * j->row_bytes;
         if (a->type == GGUF_T_F32) {
