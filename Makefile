@@ -100,7 +100,7 @@ TRACESIM   := $(BUILD)/tracesim
 
 .SECONDARY:
 
-.PHONY: all deps check format options test test-unit test-unit-caged test-integration test-asan run bench bench-overload fuzz gpu-check gpu-bundle install clean
+.PHONY: all deps check format options test test-unit test-unit-caged test-integration test-asan run bench bench-long bench-overload fuzz gpu-check gpu-bundle install clean
 
 all: $(GPUSWAPD) $(TOOLS) $(BUILD)/gpuswap
 
@@ -249,7 +249,7 @@ run: all
 	bash tests/tools/demo.sh $(BUILD)
 
 bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
-	LLAMA_CPP=$(LLAMA_CPP) bash tests/bench/run.sh $(BUILD)
+	LLAMA_CPP=$(LLAMA_CPP) LLAMA_CPP_OLD=$(LLAMA_CPP_OLD) bash tests/bench/run.sh $(BUILD)
 	bash tests/bench/run_moe.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_lora.sh $(BUILD) $(BUILD)/bench
 	bash tests/bench/run_sim.sh $(BUILD) $(BUILD)/bench
@@ -258,6 +258,16 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	LLAMA_SERVER=$(LLAMA_SERVER) LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) bash tests/bench/run_prefix.sh $(BUILD) $(BUILD)/bench
 	$(PY) tests/bench/conv_swap.py $(BUILD) $(BUILD)/bench $(BUILD)/bench/llama134m-q8_0-ctx4096.gguf
 	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench
+
+# issue 43's long contexts: prefill and decode from 2k, 8k and 32k cached positions (F16 KV on both
+# sides) beside llama.cpp's llama-bench -d (LLAMA_CPP current, LLAMA_CPP_OLD c392e50 has no -d);
+# two threads, 3 rounds; the 32k rows take most of the time (about an hour on 2 cores with a peer)
+BENCH_LONG_DEPTHS ?= 2048 8192 32768
+BENCH_LONG_TYPES  ?= q8_0 q4_k_m
+bench-long: $(BUILD)/bench_engine $(BUILD)/mkmodel
+	for d in $(BENCH_LONG_DEPTHS); do BENCH_DEPTH=$$d BENCH_THREADS=$${BENCH_THREADS:-2} \
+	    BENCH_ROUNDS=$${BENCH_ROUNDS:-3} LLAMA_CPP=$(LLAMA_CPP) LLAMA_CPP_OLD=$(LLAMA_CPP_OLD) \
+	    bash tests/bench/run_engine.sh $(BUILD) $(BENCH_LONG_TYPES) || exit 1; done
 
 # issue 44's overload rows (docs/overload.md): N* models per GPU at 0.08-0.2 req/s each with a 2 s
 # first-token deadline, the default beside lru-batch and lru-batch-drop; tracesim only, ~10 min on 2 cores

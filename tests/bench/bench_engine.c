@@ -64,10 +64,13 @@ int main(int argc, char **argv)
         kv_seq_t *kv = kv_seq_new(&m->hp, (uint32_t)(depth + np + nd), KV_TYPE_F16);
         double best_p = 1e30, best_d = 1e30;
         kv_seq_reset(kv);
-        fwd_seq_t ds = {kv, prompt, (uint32_t)depth, logits, NULL};
-        if (depth && fwd_run(f, &m->hp, &m->w, &ds, 1, NULL, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            return 1;
+        for (int d0 = 0; d0 < depth; d0 += 512) { /* in chunks, as the daemon prefills */
+            fwd_seq_t ds = {kv, prompt + d0, (uint32_t)(depth - d0 < 512 ? depth - d0 : 512),
+                            logits, NULL};
+            if (fwd_run(f, &m->hp, &m->w, &ds, 1, NULL, err, sizeof err)) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
         }
         for (int r = 0; r < reps; r++) {
             kv->n_past = (uint32_t)depth; /* the first depth positions stay filled */
