@@ -25,9 +25,9 @@ size_t attk_scratch_floats(size_t hd)
     return (size_t)ATTK_ROWS * ((hd + 15) / 16 * 16);
 }
 
-/* ------------------------------------------------------------------ portable and AVX2
+/* ------------------------------------------------------------------ portable
  * The F16 tile of quant (four rows by up to four queries, each result its single dot's) and
- * quant's row sums: what every ISA below AVX-512 runs. */
+ * quant's row sums (AVX2 takes those for the value sums too). */
 
 static void scores_tile(const float *const *qs, int nq, const uint16_t *k, size_t ks, uint32_t lo,
                         uint32_t hi, size_t hd, float *sc, size_t cap)
@@ -204,6 +204,123 @@ ATTK_AVX512 static void mul_round_avx512(float *s, size_t n, float inv)
     }
 }
 #endif
+#if ATTK_X86
+/* ------------------------------------------------------------------ AVX2
+ * The same scheme eight lanes wide: blocks of 8 K rows converted once for all the queries, each
+ * query's 8 dots summed by one tree ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)). The value
+ * sums stay quant's (four outputs x 16 columns). */
+#define ATTK2_TARGET "avx2,fma,f16c"
+#define ATTK_AVX2 __attribute__((target(ATTK2_TARGET)))
+#define ATTK2_INLINE static inline __attribute__((always_inline, target(ATTK2_TARGET)))
+#define ATTK2_ROWS 8
+
+/* Eight halves from row + d as floats, zero past n. */
+ATTK2_INLINE __m256 load8_f16(const uint16_t *row, size_t d, size_t n)
+{
+    if (n - d >= 8)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + d)));
+    uint16_t t[8] = {0};
+    memcpy(t, row + d, (n - d) * sizeof *t);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Eight floats from x + d, zero past n. */
+ATTK2_INLINE __m256 load8_f32(const float *x, size_t d, size_t n)
+{
+    if (n - d >= 8)
+        return _mm256_loadu_ps(x + d);
+    float t[8] = {0};
+    memcpy(t, x + d, (n - d) * sizeof *t);
+    return _mm256_loadu_ps(t);
+}
+
+ATTK2_INLINE __m256 sum8(const __m256 *a)
+{
+    __m256 h0 = _mm256_hadd_ps(a[0], a[1]), h1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h2 = _mm256_hadd_ps(a[4], a[5]), h3 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 g0 = _mm256_hadd_ps(h0, h1), g1 = _mm256_hadd_ps(h2, h3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20),
+                         _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+ATTK2_INLINE __m256 scores_block8(const float *q, const float *kf, size_t hdp, size_t hd, int nr)
+{
+    __m256 acc[ATTK2_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < ATTK2_ROWS; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (size_t d = 0; d < hd; d += 8) {
+        __m256 qv = load8_f32(q, d, hd);
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(kf + (size_t)r * hdp + d), qv, acc[r]);
+    }
+    return sum8(acc);
+}
+
+ATTK_AVX2 static void scores_avx2(const float *const *q, int nq, const uint16_t *k, size_t ks,
+                                  uint32_t lo, uint32_t hi, size_t hd, float *sc, size_t cap,
+                                  float *kf)
+{
+    size_t hdp = (hd + 7) / 8 * 8;
+    for (uint32_t p = lo; p <= hi; p += ATTK2_ROWS) {
+        int nr = hi + 1 - p < ATTK2_ROWS ? (int)(hi + 1 - p) : ATTK2_ROWS;
+        const uint16_t *kr = k + (size_t)(p - lo) * ks;
+        for (int r = 0; r < nr; r++) {
+            const uint16_t *row = kr + (size_t)r * ks;
+            if (p + 2 * ATTK2_ROWS + (uint32_t)r <= hi)
+                for (size_t b = 0; b < hd * 2; b += 64)
+                    _mm_prefetch((const char *)(row + 2 * ATTK2_ROWS * ks) + b, _MM_HINT_T0);
+            for (size_t d = 0; d < hdp; d += 8)
+                _mm256_storeu_ps(kf + (size_t)r * hdp + d, load8_f16(row, d, hd));
+        }
+        for (int j = 0; j < nq; j++) {
+            float t[ATTK2_ROWS];
+            __m256 s = nr == ATTK2_ROWS ? scores_block8(q[j], kf, hdp, hd, ATTK2_ROWS)
+                                        : scores_block8(q[j], kf, hdp, hd, nr);
+            if (nr == ATTK2_ROWS) {
+                _mm256_storeu_ps(sc + (size_t)j * cap + p, s);
+                continue;
+            }
+            _mm256_storeu_ps(t, s);
+            memcpy(sc + (size_t)j * cap + p, t, (size_t)nr * sizeof *t);
+        }
+    }
+}
+
+ATTK_AVX2 static float scale_max_avx2(float *s, size_t n, float scale)
+{
+    __m256 sv = _mm256_set1_ps(scale), mx = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + i), sv);
+        _mm256_storeu_ps(s + i, x);
+        mx = _mm256_max_ps(mx, x);
+    }
+    float m[8], r = -INFINITY;
+    _mm256_storeu_ps(m, mx);
+    for (int j = 0; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
+    for (; i < n; i++) {
+        s[i] *= scale;
+        r = s[i] > r ? s[i] : r;
+    }
+    return r;
+}
+
+ATTK_AVX2 static void mul_round_avx2(float *s, size_t n, float inv)
+{
+    __m256 iv = _mm256_set1_ps(inv);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + i), iv),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_ps(s + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        s[i] = quant_f16_to_f32(quant_f32_to_f16(s[i] * inv));
+}
+#endif
 
 /* ------------------------------------------------------------------ entry points */
 
@@ -211,6 +328,16 @@ static int use_avx512(void)
 {
 #if ATTK_X86
     return quant_isa_get() == QUANT_ISA_AVX512;
+#else
+    return 0;
+#endif
+}
+
+static int use_avx2(void)
+{
+#if ATTK_X86
+    quant_isa_t i = quant_isa_get();
+    return i == QUANT_ISA_AVX2 || i == QUANT_ISA_AVX2_VNNI;
 #else
     return 0;
 #endif
@@ -224,6 +351,10 @@ void attk_scores_f16(const float *const *q, int nq, const uint16_t *k, size_t k_
 #if ATTK_X86
     if (use_avx512()) {
         scores_avx512(q, nq, k, k_stride, lo, hi, hd, sc, cap, scratch);
+        return;
+    }
+    if (use_avx2()) {
+        scores_avx2(q, nq, k, k_stride, lo, hi, hd, sc, cap, scratch);
         return;
     }
 #endif
@@ -253,6 +384,8 @@ float attk_scale_max(float *s, size_t n, float scale)
 #if ATTK_X86
     if (use_avx512())
         return scale_max_avx512(s, n, scale);
+    if (use_avx2())
+        return scale_max_avx2(s, n, scale);
 #endif
     float mx = -INFINITY;
     for (size_t i = 0; i < n; i++) {
@@ -268,6 +401,10 @@ void attk_mul_round_f16(float *s, size_t n, float inv)
 #if ATTK_X86
     if (use_avx512()) {
         mul_round_avx512(s, n, inv);
+        return;
+    }
+    if (use_avx2()) {
+        mul_round_avx2(s, n, inv);
         return;
     }
 #endif
