@@ -260,13 +260,15 @@ bench: $(GPUSWAPD) $(TOOLS) $(BENCH_BIN) $(TRACESIM)
 	bash tests/bench/run_schemas.sh $(BUILD) $(BUILD)/bench
 
 # issue 43's long contexts: prefill and decode from 2k, 8k and 32k cached positions (F16 KV on both
-# sides) beside llama.cpp's llama-bench -d (LLAMA_CPP current, LLAMA_CPP_OLD c392e50 has no -d);
+# sides) beside llama.cpp's llama-bench -d (LLAMA_CPP current; c392e50's has no -d, so its server
+# LLAMA_SERVER_OLD stands in);
 # two threads, 3 rounds; the 32k rows take most of the time (about an hour on 2 cores with a peer)
 BENCH_LONG_DEPTHS ?= 2048 8192 32768
 BENCH_LONG_TYPES  ?= q8_0 q4_k_m
 bench-long: $(BUILD)/bench_engine $(BUILD)/mkmodel
 	for d in $(BENCH_LONG_DEPTHS); do BENCH_DEPTH=$$d BENCH_THREADS=$${BENCH_THREADS:-2} \
 	    BENCH_ROUNDS=$${BENCH_ROUNDS:-3} LLAMA_CPP=$(LLAMA_CPP) LLAMA_CPP_OLD=$(LLAMA_CPP_OLD) \
+	    LLAMA_SERVER_OLD=$(LLAMA_SERVER_OLD) \
 	    bash tests/bench/run_engine.sh $(BUILD) $(BENCH_LONG_TYPES) || exit 1; done
 
 # issue 44's overload rows (docs/overload.md): N* models per GPU at 0.08-0.2 req/s each with a 2 s

@@ -4,7 +4,8 @@
 # medians and ratios: LLAMA_CPP (current llama.cpp) and LLAMA_CPP_OLD (c392e50), each a llama.cpp
 # build directory (DIR/bin/llama-bench or DIR/build/bin/llama-bench) or a llama-bench executable
 # (a wrapper script is fine). With BENCH_DEPTH=D both first fill D positions of the cache and then
-# prefill and decode from there (llama-bench -d), on files whose context holds it (make bench-long).
+# prefill and decode from there (llama-bench -d; LLAMA_SERVER_OLD, c392e50's llama-server, for the
+# old llama-bench without -d), on files whose context holds it (make bench-long).
 #
 # usage: run_engine.sh BUILD [TYPES...]   (env: BENCH_REPS repetitions per run, best taken, default 2;
 #        BENCH_ROUNDS alternating rounds, medians reported, default 5 with a peer, else 1;
@@ -37,13 +38,20 @@ peer_bin() { # a llama-bench from a build directory or an executable path
 LB=; LBO=
 [ -n "${LLAMA_CPP:-}" ] && LB=$(peer_bin "$LLAMA_CPP")
 [ -n "${LLAMA_CPP_OLD:-}" ] && LBO=$(peer_bin "$LLAMA_CPP_OLD")
-for v in LB LBO; do # a llama-bench without -d (c392e50) sits out a run with a depth
+# A llama-bench without -d (c392e50) sits out a run with a depth; LLAMA_SERVER_OLD (that llama.cpp's
+# llama-server) stands in for it there: depth_server.py reads the server's own timings.
+LSO=
+for v in LB LBO; do
     if [ -n "${!v}" ] && [ "$DEPTH" -gt 0 ] && [[ "$("${!v}" --help 2>&1 || true)" != *--n-depth* ]]; then
         echo "   ${!v}: no -d/--n-depth, left out at depth $DEPTH" >&2
         printf -v "$v" '%s' ""
     fi
 done
-ROUNDS=${BENCH_ROUNDS:-$([ -n "$LB$LBO" ] && echo 5 || echo 1)}
+if [ "$DEPTH" -gt 0 ] && [ -z "$LBO" ] && [ -n "${LLAMA_SERVER_OLD:-}" ]; then
+    LSO=$LLAMA_SERVER_OLD
+    echo "   llama.cpp old at depth $DEPTH: $LSO through tests/bench/depth_server.py"
+fi
+ROUNDS=${BENCH_ROUNDS:-$([ -n "$LB$LBO${LLAMA_SERVER_OLD:-}" ] && echo 5 || echo 1)}
 maxth=$(echo $THREADS | tr ' ' '\n' | sort -n | tail -1)
 LOAD_MAX=${BENCH_LOAD_MAX:-$(awk -v c="$(nproc)" -v t="$maxth" 'BEGIN { print c / 4 + t }')}
 
@@ -93,6 +101,9 @@ for r in $(seq "$ROUNDS"); do
                 awk -F, -v t="$t" -v r="$r" '{print "gpuswapd," t "," $3 "," r "," $5 "," $6}')
             [ -n "$LB" ] && rows+=$'\n'$(peer_rows llama.cpp "$LB" "$m" "$t" "$r")
             [ -n "$LBO" ] && rows+=$'\n'$(peer_rows llama.cpp-old "$LBO" "$m" "$t" "$r")
+            [ -n "$LSO" ] && rows+=$'\n'$(/usr/bin/python3 "$(dirname "$0")/depth_server.py" "$LSO" \
+                "$m" "$DEPTH" "$NP" "$ND" "$REPS" $THREADS |
+                awk -F, -v t="$t" -v r="$r" '{print "llama.cpp-old," t "," $1 "," r "," $2 "," $3}')
             l1=$(load1)
             if { over "$l0" || over "$l1"; } && [ "$try" -lt 3 ]; then
                 echo "   round $r $t: load average $l0 -> $l1 above $LOAD_MAX, run again" >&2
@@ -136,7 +147,7 @@ awk -F, '
         }
     }' "$OUT/engine${SUFFIX}_med.csv" >> "$csv"
 
-if [ -n "$LB$LBO" ]; then
+if [ -n "$LB$LBO$LSO" ]; then
     printf "%-7s %-7s %-26s %-26s %-14s %-14s\n" type threads "prefill ours/cur/old" \
         "decode ours/cur/old" "prefill x cur,old" "decode x cur,old"
 else
@@ -144,7 +155,7 @@ else
 fi
 x() { [ -n "$1" ] && echo "${1}x" || echo "-"; }
 tail -n +2 "$csv" | while IFS=, read -r ty th pf dc lpf ldc rp rd opf odc orp ord; do
-    if [ -n "$LB$LBO" ]; then
+    if [ -n "$LB$LBO$LSO" ]; then
         printf "%-7s %-7s %-26s %-26s %-14s %-14s\n" "$ty" "$th" "$pf / ${lpf:--} / ${opf:--}" \
             "$dc / ${ldc:--} / ${odc:--}" "$(x "$rp") $(x "$orp")" "$(x "$rd") $(x "$ord")"
     else
