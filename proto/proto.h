@@ -183,11 +183,12 @@ typedef struct proto_choice {
     const json_t *logprobs;   /* token: one entry (object), done: an array of them; NULL = none */
     const json_t *tool_calls; /* done: the calls parsed from the output (array of {id, type,
                                  function: {name, arguments}}), finish_reason then "tool_calls";
-                                 NULL = none */
+                                 token: the calls' deltas as written (OpenAI's delta.tool_calls
+                                 entries); NULL = none */
 } proto_choice_t;
 /* {"id":..,"event":"token","text":..,"token":N,"ts":S}; ts: seconds on the
  * daemon's monotonic clock when the token was produced (omitted when < 0);
- * c (NULL = none) adds "index" and "logprobs". */
+ * c (NULL = none) adds "index", "logprobs" and "tool_calls" (deltas). */
 char *proto_encode_token(const json_t *id, const char *text, int32_t token, double ts,
                          const proto_choice_t *c);
 

@@ -36,6 +36,9 @@ static int choice_add(json_t *root, const proto_choice_t *c, int done)
         (proto_set_new(root, "tool_calls", json_deep_copy(c->tool_calls)) ||
          proto_set_new(root, "finish_reason", json_string("tool_calls"))))
         return -1;
+    /* a token's: the calls as written (OpenAI's delta.tool_calls entries) */
+    if (!done && c->tool_calls && proto_set_new(root, "tool_calls", json_deep_copy(c->tool_calls)))
+        return -1;
     return c->logprobs ? proto_set_new(root, "logprobs", json_deep_copy(c->logprobs)) : 0;
 }
 

@@ -28,6 +28,10 @@ chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t l
     if (has(tmpl, len, "[AVAILABLE_TOOLS]") && has(tmpl, len, "[TOOL_RESULTS]") &&
         has(tmpl, len, "\"[INST]\" + message[\"content\"]")) /* Nemo's; v3's has "[INST] " */
         return CHAT_TOOLS_MISTRAL;
+    if (has(tmpl, len, "\"[AVAILABLE_TOOLS] [\"") && has(tmpl, len, "'[TOOL_RESULTS] {") &&
+        has(tmpl, len, "\"[INST] \" + message[\"content\"]") &&
+        has(tmpl, len, "\"[TOOL_CALLS] [\"") && has(tmpl, len, "message[\"content\"]|trim"))
+        return CHAT_TOOLS_MISTRAL3; /* Mistral-7B-Instruct-v0.3's (and Large-2407's) */
     if (has(tmpl, len, "<|tool|>") && has(tmpl, len, "message['tools']") &&
         has(tmpl, len, "<|/tool|>") && has(tmpl, len, "<|assistant|>"))
         return CHAT_TOOLS_PHI4;
@@ -55,6 +59,7 @@ const char *chat_tools_style_name(chat_tools_style_t st)
     case CHAT_TOOLS_QWEN3: return "qwen3";
     case CHAT_TOOLS_HERMES2: return "hermes2";
     case CHAT_TOOLS_MISTRAL: return "mistral";
+    case CHAT_TOOLS_MISTRAL3: return "mistral-v3";
     case CHAT_TOOLS_PHI4: return "phi4";
     default: return "generic";
     }
@@ -71,7 +76,8 @@ const char *chat_tools_marker(chat_tools_style_t st)
     case CHAT_TOOLS_HERMES:
     case CHAT_TOOLS_QWEN3:
     case CHAT_TOOLS_HERMES2: return "<tool_call>";
-    case CHAT_TOOLS_MISTRAL: return "[TOOL_CALLS]";
+    case CHAT_TOOLS_MISTRAL:
+    case CHAT_TOOLS_MISTRAL3: return "[TOOL_CALLS]";
     case CHAT_TOOLS_PHI4: return "<|tool_call|>";
     default: return NULL;
     }
@@ -79,7 +85,7 @@ const char *chat_tools_marker(chat_tools_style_t st)
 
 int chat_tools_listed(chat_tools_style_t st)
 {
-    return st == CHAT_TOOLS_MISTRAL || st == CHAT_TOOLS_PHI4;
+    return st == CHAT_TOOLS_MISTRAL || st == CHAT_TOOLS_MISTRAL3 || st == CHAT_TOOLS_PHI4;
 }
 
 int chat_tools_in_messages(const chat_msg_t *msgs, size_t n)
@@ -176,7 +182,8 @@ int chat_tools_render(chat_family_t f, chat_tools_style_t st, const chat_msg_t *
     case CHAT_TOOLS_HERMES2: rc = ct_render_hermes(&b, st, msgs, n, tools, err, errlen); break;
     case CHAT_TOOLS_LLAMA3:
     case CHAT_TOOLS_LLAMA32: rc = ct_render_llama3(&b, st, msgs, n, tools, err, errlen); break;
-    case CHAT_TOOLS_MISTRAL: rc = ct_render_mistral(&b, msgs, n, tools, err, errlen); break;
+    case CHAT_TOOLS_MISTRAL:
+    case CHAT_TOOLS_MISTRAL3: rc = ct_render_mistral(&b, st, msgs, n, tools, err, errlen); break;
     case CHAT_TOOLS_PHI4: rc = ct_render_phi4(&b, msgs, n, tools, err, errlen); break;
     default: return render_generic(f, msgs, n, tools, out, err, errlen);
     }
@@ -285,14 +292,17 @@ static const char *parse_list(chat_tools_style_t st, const char *p, const json_t
     p += strspn(p, " \t\r\n");
     json_t *list = json_loads(p, JSON_DISABLE_EOF_CHECK, &je), *got = json_array();
     const char *end = json_is_array(list) && json_array_size(list) ? p + je.position : NULL;
+    size_t at = 1, len = end ? (size_t)(end - p) : 0; /* each element's text, as written */
     json_array_foreach (end ? list : NULL, i, x) {
-        char *text = json_dumps(x, JSON_COMPACT);
-        if (st == CHAT_TOOLS_MISTRAL)
+        int vst;
+        at += strspn(p + at, " \t\r\n");
+        size_t e = ct_json_skip(p, len, at, &vst);
+        if (st == CHAT_TOOLS_MISTRAL || st == CHAT_TOOLS_MISTRAL3)
             ct_mistral_id(id_prefix, i, id);
         else
             snprintf(id, sizeof id, "%s%zu", id_prefix, i);
-        json_t *c = text ? ct_call_of(text, strlen(text), tools, "arguments", id) : NULL;
-        free(text);
+        json_t *c = vst == 1 ? ct_call_of(p + at, e - at, tools, "arguments", id) : NULL;
+        at = e + strspn(p + e, " \t\r\n") + 1; /* past the "," */
         if (!c || json_array_append_new(got, c)) {
             end = NULL;
             break;
@@ -338,6 +348,8 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
         snprintf(id, sizeof id, "%s0", id_prefix);
         json_t *c = ct_call_of(text, strlen(text), tools,
                                chat_tools_is_llama3(st) ? "parameters" : "arguments", id);
+        if (!c && !forced && st == CHAT_TOOLS_LLAMA3) /* a built-in tool's call */
+            c = ct_llama3_builtin_call(text, tools, id);
         if (c)
             json_array_append_new(arr, c);
     } else if (marker && chat_tools_listed(st)) { /* content, then the marker and the list */

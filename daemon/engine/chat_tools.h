@@ -31,6 +31,9 @@ typedef enum chat_tools_style {
                                call ids */
     CHAT_TOOLS_PHI4,        /* Phi-4-mini's template: the tools in the system turn between <|tool|>
                                and <|/tool|>, calls as <|tool_call|>[{...}]<|/tool_call|> */
+    CHAT_TOOLS_MISTRAL3,    /* Mistral-7B-Instruct-v0.3's (v3) template: as MISTRAL with a space
+                               after "[INST]", "[AVAILABLE_TOOLS]", "[TOOL_CALLS]" and
+                               "[TOOL_RESULTS]", answers " " + trimmed content */
 } chat_tools_style_t;
 
 /* tool_choice: what the model may or must do. */
@@ -81,6 +84,34 @@ json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const
  * left NULL otherwise; -1 on OOM. */
 int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tools, int forced,
                      int parallel, const char *id_prefix, json_t **calls, char **content);
+
+/* A generation's calls streamed as they are written (docs/TOOLS.md "Streaming"): opaque. */
+typedef struct chat_tools_stream chat_tools_stream_t;
+
+/* A stream for a generation parsed as chat_tools_parse(st, ..., tools, forced, parallel,
+ * id_prefix) parses it (tools: a reference is taken). NULL on OOM; chat_tools_stream_free. */
+chat_tools_stream_t *chat_tools_stream_new(chat_tools_style_t st, const json_t *tools, int forced,
+                                           int parallel, const char *id_prefix);
+
+/* Accepts NULL. */
+void chat_tools_stream_free(chat_tools_stream_t *ts);
+
+/* text: the whole output so far (len bytes; it only grows between calls). Returns how many of
+ * its bytes may go out as content (those before any call, or what may still become one);
+ * *deltas: a new array of OpenAI delta.tool_calls entries for what the calls added since the last
+ * feed ({index, id, type, function: {name, arguments: ""}} when a call opens, its name written
+ * and known, before its arguments; {index, function: {arguments: fragment}} as they grow, with
+ * whitespace outside strings left out), NULL when none. */
+size_t chat_tools_stream_feed(chat_tools_stream_t *ts, const char *text, size_t len,
+                              json_t **deltas);
+
+/* The end: chat_tools_parse of the whole text (*calls, *content, its return), each call's id
+ * set to the one streamed, and *deltas (new array, NULL with no call) for what the calls add to
+ * what was streamed: the rest of an opened call's arguments, and whole every call that was not
+ * opened, at the index after the opened ones. An opened call the parse did not take (cut off,
+ * invalid) keeps its index: its text is in *content. -1 on OOM (nothing set). */
+int chat_tools_stream_end(chat_tools_stream_t *ts, const char *text, json_t **calls, char **content,
+                          json_t **deltas);
 
 /* The text a call opens with in free generation ("<tool_call>", "[TOOL_CALLS]",
  * "<|tool_call|>"); NULL for the styles without one (Llama 3.x: the whole answer; generic). */

@@ -44,11 +44,11 @@ static int is_role(const chat_msg_t *m, const char *role)
 
 /* "[AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS]": each function's keys in order ("return" left
  * out), a string value written raw between quotes as the template does, others as JSON. */
-static void mistral_tools(chat_buf_t *b, const json_t *tools)
+static void mistral_tools(chat_buf_t *b, const json_t *tools, int v3)
 {
     size_t i;
     const json_t *t;
-    chat_puts(b, "[AVAILABLE_TOOLS][");
+    chat_puts(b, v3 ? "[AVAILABLE_TOOLS] [" : "[AVAILABLE_TOOLS][");
     json_array_foreach (tools, i, t) {
         const char *k;
         const json_t *v;
@@ -76,11 +76,11 @@ static void mistral_tools(chat_buf_t *b, const json_t *tools)
 }
 
 /* "[TOOL_CALLS][{function as JSON without its closing brace, "id": "..."}, ...]</s>". */
-static void mistral_calls(chat_buf_t *b, const json_t *calls)
+static void mistral_calls(chat_buf_t *b, const json_t *calls, int v3)
 {
     size_t k;
     const json_t *c;
-    chat_puts(b, "[TOOL_CALLS][");
+    chat_puts(b, v3 ? "[TOOL_CALLS] [" : "[TOOL_CALLS][");
     json_array_foreach (calls, k, c) {
         const json_t *fn = json_object_get(c, "function");
         json_t *f = json_is_object(fn) ? json_copy((json_t *)fn) : json_object();
@@ -128,9 +128,10 @@ static int mistral_alternates(const chat_msg_t *msgs, size_t n, char *err, size_
     return 0;
 }
 
-int ct_render_mistral(chat_buf_t *b, const chat_msg_t *msgs, size_t n, const json_t *tools,
-                      char *err, size_t errlen)
+int ct_render_mistral(chat_buf_t *b, chat_tools_style_t st, const chat_msg_t *msgs, size_t n,
+                      const json_t *tools, char *err, size_t errlen)
 {
+    int v3 = st == CHAT_TOOLS_MISTRAL3; /* v3: spaces after the tags, answers trimmed */
     const char *sys = n && is_role(&msgs[0], "system") ? msgs[0].content : NULL;
     const chat_msg_t *m = msgs + (n && is_role(&msgs[0], "system"));
     size_t nm = n - (size_t)(m - msgs), last_user = nm;
@@ -146,8 +147,8 @@ int ct_render_mistral(chat_buf_t *b, const chat_msg_t *msgs, size_t n, const jso
              * tools too */
             if (json_array_size(tools) && last_user < nm &&
                 strcmp(content, m[last_user].content ? m[last_user].content : "") == 0)
-                mistral_tools(b, tools);
-            chat_puts(b, "[INST]");
+                mistral_tools(b, tools, v3);
+            chat_puts(b, v3 ? "[INST] " : "[INST]");
             if (i + 1 == nm && sys) {
                 chat_puts(b, sys);
                 chat_puts(b, "\n\n");
@@ -156,15 +157,20 @@ int ct_render_mistral(chat_buf_t *b, const chat_msg_t *msgs, size_t n, const jso
             chat_puts(b, "[/INST]");
         } else if (m[i].tool_calls) {
             json_t *calls = json_loads(m[i].tool_calls, 0, NULL);
-            mistral_calls(b, calls);
+            mistral_calls(b, calls, v3);
             json_decref(calls);
         } else if (is_role(&m[i], "assistant")) {
-            chat_puts(b, content);
+            if (v3) {
+                chat_put(b, " ", 1);
+                ct_put_trimmed(b, content);
+            } else {
+                chat_puts(b, content);
+            }
             chat_puts(b, MISTRAL_EOS);
         } else if (is_role(&m[i], "tool")) {
             char id[10];
             mistral_id(m[i].tool_call_id, id);
-            chat_puts(b, "[TOOL_RESULTS]{\"content\": ");
+            chat_puts(b, v3 ? "[TOOL_RESULTS] {\"content\": " : "[TOOL_RESULTS]{\"content\": ");
             chat_puts(b, content);
             chat_puts(b, ", \"call_id\": \"");
             chat_puts(b, id);

@@ -244,7 +244,16 @@ json_t *ct_call_of(const char *s, size_t n, const json_t *tools, const char *key
     const json_t *args = json_object_get(o, key);
     json_t *call = NULL;
     if (name && json_is_object(args) && ct_tool_named(tools, name)) {
-        char *a = json_dumps(args, JSON_COMPACT);
+        /* the arguments as written, spaces outside strings left out (as streamed) */
+        ct_scan_t sc;
+        size_t i = 0;
+        while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+            i++;
+        ct_call_scan(s, n, i, key, &sc);
+        chat_buf_t raw = {0};
+        if (sc.state == 1 && sc.args == 2)
+            ct_json_compact(&raw, s + sc.a0, sc.a1 - sc.a0);
+        char *a = sc.state == 1 && sc.args == 2 ? chat_done(&raw) : json_dumps(args, JSON_COMPACT);
         if (a)
             call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
                              "name", name, "arguments", a);

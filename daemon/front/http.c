@@ -49,6 +49,7 @@ typedef struct hreq {
     hkind_t kind;
     int stream;           /* SSE answer */
     int include_usage;    /* stream_options.include_usage */
+    int calls_streamed;   /* token events brought delta.tool_calls: the done's calls were sent */
     int started;          /* SSE headers sent */
     int answered;         /* final reply handed to evhttp: ignore further lines */
     int submitted;        /* the worker has (had) it: cancel on disconnect */
@@ -538,6 +539,14 @@ static void stream_start(hreq_t *r)
     role_chunk(r, 0);
 }
 
+/* Sends each chunk of chunks (stolen; NULL: none). */
+static void send_chunks(hreq_t *r, json_t *chunks)
+{
+    for (size_t i = 0; i < json_array_size(chunks); i++)
+        send_sse(r, json_incref(json_array_get(chunks, i)));
+    json_decref(chunks);
+}
+
 static void gen_token(hreq_t *r, const wk_event_t *ev)
 {
     if (!r->stream)
@@ -547,6 +556,8 @@ static void gen_token(hreq_t *r, const wk_event_t *ev)
     http_answer_t a = answer_of(r);
     if ((ev->text && ev->text[0]) || ev->logprobs)
         send_sse(r, http_chunk_of(&a, ev, 0));
+    r->calls_streamed |= ev->tool_calls != NULL; /* the calls' deltas, as the model writes them */
+    send_chunks(r, ev->tool_calls ? http_tool_deltas_of(&a, ev) : NULL);
 }
 
 /* The key's generate slot ends with its request's tokens. */
@@ -559,17 +570,6 @@ static void key_finish(hreq_t *r, const wk_event_t *ev)
     }
 }
 
-/* A DONE event's tool calls as delta.tool_calls chunks (http_tool_chunks_of). */
-static void send_tool_chunks(hreq_t *r, const http_answer_t *a, const wk_event_t *ev)
-{
-    if (!ev->tool_calls)
-        return;
-    json_t *chunks = http_tool_chunks_of(a, ev);
-    for (size_t i = 0; i < json_array_size(chunks); i++)
-        send_sse(r, json_incref(json_array_get(chunks, i)));
-    json_decref(chunks);
-}
-
 static void gen_done(hreq_t *r, const wk_event_t *ev)
 {
     http_answer_t a = answer_of(r);
@@ -577,7 +577,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
         if (r->stream) {
             stream_start(r);
             role_chunk(r, ev->index);
-            send_tool_chunks(r, &a, ev);
+            send_chunks(r, r->calls_streamed ? NULL : http_tool_chunks_of(&a, ev));
             send_sse(r, http_chunk_of(&a, ev, 0));
         } else {
             if (!r->choices)
@@ -590,7 +590,7 @@ static void gen_done(hreq_t *r, const wk_event_t *ev)
     if (r->stream) {
         stream_start(r);
         role_chunk(r, ev->index);
-        send_tool_chunks(r, &a, ev);
+        send_chunks(r, r->calls_streamed ? NULL : http_tool_chunks_of(&a, ev));
         send_sse(r, http_chunk_of(&a, ev, 0));
         if (r->include_usage)
             send_sse(r, http_chunk_of(&a, ev, 1));

@@ -81,6 +81,9 @@ json_t *http_tools_message(const wk_event_t *ev);
  * index, id, type and name (arguments ""), then the arguments in fragments of at most 32 bytes
  * (never inside a UTF-8 character). An array of chunks (empty without calls), NULL on OOM. */
 json_t *http_tool_chunks_of(const http_answer_t *a, const wk_event_t *ev);
+/* A TOKEN event's tool_calls (the deltas chat_tools_stream_feed wrote as the model wrote the
+ * calls) as chunks, one a delta, each delta.tool_calls [that delta]. An array, NULL on OOM. */
+json_t *http_tool_deltas_of(const http_answer_t *a, const wk_event_t *ev);
 
 /* ------------------------------------------------------------------ http_metrics.c */
 

@@ -26,6 +26,17 @@ static json_t *tool_chunk(const http_answer_t *a, uint32_t index, json_t *call /
                      "tool_calls", call, "logprobs", "finish_reason");
 }
 
+json_t *http_tool_deltas_of(const http_answer_t *a, const wk_event_t *ev)
+{
+    json_t *out = json_array();
+    size_t k;
+    const json_t *d;
+    json_array_foreach (ev->tool_calls, k, d) {
+        json_array_append_new(out, tool_chunk(a, ev->index, json_deep_copy(d)));
+    }
+    return out;
+}
+
 json_t *http_tool_chunks_of(const http_answer_t *a, const wk_event_t *ev)
 {
     json_t *out = json_array();

@@ -49,7 +49,8 @@ typedef enum wk_event_kind {
                                            all of the choice's (array); NULL = not asked */      \
     X(JSON, json_t *, tool_calls) /* DONE: the calls parsed from the output (array of       \
                                            {id, type, function: {name, arguments}}); text is then \
-                                           the content left; NULL = none */
+                                           the content left; TOKEN: the calls' deltas as written  \
+                                           (chat_tools_stream_feed); NULL = none */
 
 #define WK_EVENT_FIELD(own, type, name) type name;
 /* One event. Owned fields (STR, JSON) belong to the event: wk_event_clear

@@ -100,6 +100,8 @@ typedef struct wk_seq {
     int stopped_on_string;
     int tools;                      /* WK_TOOLS_*: how its output is read for tool calls */
     chat_tools_style_t tools_style; /* the syntax its prompt was rendered in (seq_tools) */
+    chat_tools_stream_t *calls;     /* its output read for tool calls as it grows; owned, NULL
+                                       when tools is WK_TOOLS_OFF */
     uint64_t pfx_seed;     /* its prefix cache chain's seed: model, API key or cache_salt */
     uint32_t pfx_hint;     /* prompt tokens a cached prefix covered when it arrived (its cost) */
     uint32_t n_cached;     /* prompt tokens its KV cache got from a cached prefix, not prefilled */

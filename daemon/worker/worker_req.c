@@ -7,6 +7,20 @@
 
 /* ------------------------------------------------------------------ admission */
 
+/* s's tool-call reader (chat_tools_stream), its calls' ids "call_<serial>_<k>"; 0, or -1 after
+ * answering the error. */
+static int seq_tools_stream(wk_t *w, wk_seq_t *s)
+{
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "call_%08llx_", (unsigned long long)++w->n_tool_calls);
+    s->calls = chat_tools_stream_new(s->tools_style, s->req.tools, s->tools == WK_TOOLS_FORCED,
+                                     !s->req.tools_serial, prefix);
+    if (s->calls)
+        return 0;
+    wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
+    return -1;
+}
+
 /* A chat request's tools against its model's syntax (docs/TOOLS.md): sets s->tools and, for a
  * forced call, the response_format its output follows; 0, or -1 after answering the error. */
 static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
@@ -21,7 +35,7 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
     if (r->tool_choice == CHAT_TOOL_AUTO) {
         if (chat_tools_marker(st) || chat_tools_is_llama3(st)) {
             s->tools = chat_tools_marker(st) ? WK_TOOLS_BLOCKS : WK_TOOLS_JSON;
-            return 0;
+            return seq_tools_stream(w, s);
         }
         wk_send_error(w, s->conn, s->id, PROTO_E_BAD_REQUEST,
                       st == CHAT_TOOLS_PENDING
@@ -42,7 +56,7 @@ static int seq_tools(wk_t *w, wk_seq_t *s, const wk_model_t *m, chat_family_t f,
         wk_send_error(w, s->conn, s->id, PROTO_E_INTERNAL, "out of memory");
         return -1;
     }
-    return 0;
+    return seq_tools_stream(w, s);
 }
 
 /* A chat request's prompt text (*text malloc'ed); 0, or -1 after answering the error. */

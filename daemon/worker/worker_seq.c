@@ -17,6 +17,7 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
         res_kv_free(w->res, s->kv);
     sampler_free(s->smp);
     cons_free(s->cons);
+    chat_tools_stream_free(s->calls);
     json_decref(s->id);
     proto_req_free(&s->req);
     free(s->prompt);
@@ -65,7 +66,7 @@ static int text_append(wk_seq_t *s, const char *p, size_t n)
 /* A token event for s: the n bytes of text (a copy), the sampled token id
  * (-1 = none), when it was produced and its logprobs entry (taken; NULL = none). */
 static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t n, int32_t token,
-                           double t, json_t *lp)
+                           double t, json_t *lp, json_t *calls /* deltas, stolen */)
 {
     wk_event_t ev = {.kind = WK_EVENT_TOKEN,
                      .conn = s->conn,
@@ -75,7 +76,8 @@ static void seq_send_token(wk_t *w, const wk_seq_t *s, const char *text, size_t 
                      .ts = t,
                      .index = s->index,
                      .choices = s->grp ? s->grp->n : 1,
-                     .logprobs = lp};
+                     .logprobs = lp,
+                     .tool_calls = calls};
     if (!ev.text) { /* out of memory: the token is not sent */
         wk_event_clear(&ev);
         return;
@@ -103,16 +105,16 @@ static void seq_count_end(wk_t *w, wk_model_t *m, proto_finish_t reason, const p
 }
 
 /* The tool calls in s's text (docs/TOOLS.md), the text then replaced by the content left; NULL
- * when there are none (or out of memory: the text stays content). */
-static json_t *seq_tool_calls(wk_t *w, wk_seq_t *s)
+ * when there are none (or out of memory: the text stays content). *deltas: what the calls add to
+ * those streamed (chat_tools_stream_end). */
+static json_t *seq_tool_calls(wk_seq_t *s, json_t **deltas)
 {
-    char prefix[48], *content = NULL;
+    char *content = NULL;
     json_t *calls = NULL;
-    if (!s->tools || !s->text)
+    *deltas = NULL;
+    if (!s->calls || !s->text)
         return NULL;
-    snprintf(prefix, sizeof prefix, "call_%08llx_", (unsigned long long)++w->n_tool_calls);
-    if (chat_tools_parse(s->tools_style, s->text, s->req.tools, s->tools == WK_TOOLS_FORCED,
-                         !s->req.tools_serial, prefix, &calls, &content) <= 0)
+    if (chat_tools_stream_end(s->calls, s->text, &calls, &content, deltas) <= 0)
         return NULL;
     free(s->text);
     s->text = content;
@@ -130,11 +132,14 @@ void wk_seq_finish(wk_t *w, wk_seq_t *s, proto_finish_t reason)
     int np = tok_stream_flush(&s->ts, piece, sizeof piece);
     if (np > 0 && !s->stopped_on_string)
         text_append(s, piece, (size_t)np);
-    json_t *calls = seq_tool_calls(w, s);
-    if (s->req.stream && s->text_len > s->sent) {
-        seq_send_token(w, s, s->text + s->sent, s->text_len - s->sent, -1, t, NULL);
-        s->sent = s->text_len;
+    json_t *deltas, *calls = seq_tool_calls(s, &deltas);
+    if (s->req.stream && (s->text_len > s->sent || deltas)) {
+        size_t n = s->text_len > s->sent ? s->text_len - s->sent : 0;
+        seq_send_token(w, s, s->text + s->sent, n, -1, t, NULL, deltas);
+        s->sent += n;
+        deltas = NULL;
     }
+    json_decref(deltas);
     double queued = (s->t_admit ? s->t_admit : t) - s->t_arrival - s->swap_wait_s;
     proto_timing_t tm = {
         .queue_ms = (queued > 0 ? queued : 0) * 1e3,
@@ -270,45 +275,24 @@ static size_t holdback(const wk_seq_t *s)
     return h;
 }
 
-/* Where the stream must stop short of upto for tool calls: all of a forced call's output, and
- * auto's text from the first call marker ("<tool_call>", "[TOOL_CALLS]", ...; or what may still
- * become one) on; Llama 3's whole output while it may still be a call (spaces, or "{" first). */
-static size_t seq_tools_hold(const wk_seq_t *s, size_t upto)
-{
-    const char *open = chat_tools_marker(s->tools_style);
-    if (s->tools == WK_TOOLS_FORCED)
-        return s->sent;
-    if (s->tools == WK_TOOLS_JSON) {
-        size_t i = strspn(s->text, " \t\r\n");
-        return i == s->text_len || s->text[i] == '{' ? s->sent : upto;
-    }
-    if (s->tools != WK_TOOLS_BLOCKS || !open)
-        return upto;
-    const char *o = strstr(s->text, open);
-    size_t cut = o ? (size_t)(o - s->text) : s->text_len;
-    for (size_t k = strlen(open) - 1; !o && k > 0; k--) /* a tail that opens a marker */
-        if (s->text_len >= k && memcmp(s->text + s->text_len - k, open, k) == 0) {
-            cut = s->text_len - k;
-            break;
-        }
-    return cut < upto ? (cut > s->sent ? cut : s->sent) : upto;
-}
-
 /* One token event per generated token: the text that can no longer become
  * a stop string, never splitting a UTF-8 character between two events
  * ("" when all of it is held back). */
 static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t, json_t *lp)
 {
     if (!s->text) { /* nothing generated as text yet */
-        seq_send_token(w, s, "", 0, id, t, lp);
+        seq_send_token(w, s, "", 0, id, t, lp, NULL);
         return;
     }
     size_t hold = holdback(s);
     size_t upto = s->text_len > s->sent + hold ? s->text_len - hold : s->sent;
-    upto = seq_tools_hold(s, upto);
+    json_t *calls = NULL; /* tool calls: their deltas; content stops short of them */
+    size_t cut = s->calls ? chat_tools_stream_feed(s->calls, s->text, s->text_len, &calls) : upto;
+    if (cut < upto)
+        upto = cut > s->sent ? cut : s->sent;
     while (upto > s->sent && ((unsigned char)s->text[upto] & 0xC0) == 0x80)
         upto--;
-    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t, lp);
+    seq_send_token(w, s, s->text + s->sent, upto - s->sent, id, t, lp, calls);
     s->sent = upto;
 }
 

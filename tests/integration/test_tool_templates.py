@@ -22,6 +22,7 @@ LLAMA32 = os.path.join(DATA, "templates", "meta-llama-Llama-3.2-3B-Instruct.jinj
 QWEN3 = os.path.join(DATA, "templates", "Qwen-Qwen3-0.6B.jinja")
 HERMES = os.path.join(DATA, "templates", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")  # = 2 Pro's
 NEMO = os.path.join(DATA, "templates", "mistralai-Mistral-Nemo-Instruct-2407.jinja")
+MISTRAL3 = os.path.join(DATA, "templates", "mistralai-Mistral-7B-Instruct-v0.3.jinja")  # = Large-2407's
 PHI4 = os.path.join(DATA, "templates", "microsoft-Phi-4-mini-instruct.jinja")
 CHATRENDER = os.path.join(gsd.BUILD, "chatrender")
 PORT = gsd.free_port()
@@ -29,7 +30,7 @@ PORT = gsd.free_port()
 # ------------------------------------------------------------------ the Jinja oracle
 
 
-def jinja_render(template, messages, tools=None, eos_token="<|im_end|>"):
+def jinja_render(template, messages, tools=None, eos_token="<|im_end|>", **extra):
     """As transformers' apply_chat_template renders: trim_blocks, lstrip_blocks, loopcontrols, tojson =
     json.dumps(ensure_ascii=False) with the separators/indent the template asks for."""
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -47,7 +48,7 @@ def jinja_render(template, messages, tools=None, eos_token="<|im_end|>"):
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
-                                            bos_token="", eos_token=eos_token)
+                                            bos_token="", eos_token=eos_token, **extra)
 
 
 def as_jinja(messages):
@@ -179,7 +180,61 @@ def llama_renderings_equal_the_jinja_templates_byte_for_byte():
         assert ours([{"role": "system", "content": "s"}], TOOLS, template=path, check=False) is None
 
 
-# ------------------------------------------------------------------ Qwen3, Hermes 2 Pro/3, Mistral Nemo, Phi-4-mini
+def builtin(name, prop):
+    return {"type": "function", "function": {"name": name, "description": "Llama 3.1's built-in " + name,
+                                             "parameters": {"type": "object", "properties": {prop: {"type": "string"}},
+                                                            "required": [prop]}}}
+
+
+BRAVE, WOLFRAM, CODE = builtin("brave_search", "query"), builtin("wolfram_alpha", "query"), builtin("code_interpreter", "code")
+BUILTIN_CONVERSATIONS = {
+    "built-in and custom tools": ([{"role": "user", "content": "Weather in Oslo?"}], [BRAVE, WEATHER, WOLFRAM, CODE]),
+    "built-in tools only, a system": ([{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": "Who won?"}], [CODE, BRAVE]),
+    "code_interpreter alone": ([{"role": "user", "content": "2+2?"}], [CODE]),
+    "a built-in call, its result, a custom call": ([
+        {"role": "system", "content": "Search first."},
+        {"role": "user", "content": "Weather where the \"Euro\" final is?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("c1", "brave_search", {"query": "Euro 2024 \"final\" city", "count": "3"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Berlin \u2603"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c2", "get_weather", {"city": "Paris", "unit": "c"})]},
+        {"role": "tool", "tool_call_id": "c2", "content": "{\"temp\": 20}"},
+        {"role": "user", "content": "And code?"}], [WOLFRAM, BRAVE, WEATHER, CODE]),
+}
+
+
+def llama_builtin_tools_render_as_builtin_tools_byte_for_byte():
+    """Llama 3.1/3.3: tools named brave_search, wolfram_alpha or code_interpreter are the template's
+    builtin_tools (in the request's order), the others its tools (none when there are no others);
+    their calls in the history are <|python_tag|>name.call(k="v")<|eom_id|>. Llama 3.2's template has
+    no builtin_tools: there they are custom tools."""
+    tmpl = open(LLAMA31, encoding="utf-8").read()
+    for name, (msgs, tools) in BUILTIN_CONVERSATIONS.items():
+        names = [t["function"]["name"] for t in tools]
+        b = [n for n in names if n in ("brave_search", "wolfram_alpha", "code_interpreter")]
+        custom = [t for t in tools if t["function"]["name"] not in b] or None
+        want = jinja_render(tmpl, as_jinja(msgs), custom, builtin_tools=b)
+        got = ours(msgs, tools, template=LLAMA31)
+        assert got == want, "%s:\n--- ours\n%s\n--- jinja\n%s" % (name, got, want)
+    assert "Tools: brave_search, wolfram_alpha\n\n" in ours(*BUILTIN_CONVERSATIONS["built-in and custom tools"],
+                                                            template=LLAMA31)
+    tmpl32 = open(LLAMA32, encoding="utf-8").read()
+    msgs, tools = BUILTIN_CONVERSATIONS["built-in and custom tools"]
+    got = ours(msgs, tools, template=LLAMA32)
+    assert got in (jinja_render(tmpl32, msgs, tools), jinja_render(tmpl32, msgs, tools)), got
+    # a built-in call whose argument is no string: the template's + fails, a bad request here
+    bad = [{"role": "user", "content": "q"},
+           {"role": "assistant", "content": None, "tool_calls": [call("c", "brave_search", {"query": 3})]}]
+    try:
+        jinja_render(tmpl, as_jinja(bad), None, builtin_tools=["brave_search"])
+        raise AssertionError("the template took a number")
+    except TypeError:
+        pass
+    assert ours(bad, [BRAVE], template=LLAMA31, check=False) is None
+
+
+# ------------------------------------------------------------------ Qwen3, Hermes 2 Pro/3, Mistral Nemo and v3, Phi-4-mini
 
 SEARCH = {"type": "function", "function": {
     "name": "search", "description": " Find things. ",
@@ -243,6 +298,9 @@ FAMILIES = {
     "hermes2": (HERMES, "<|im_end|>", lambda m, t: (as_jinja(m), t if t else []),
                 {"types": ([{"role": "user", "content": "Find it"}], [SEARCH, WEATHER])}, "<tool_call>\n"),
     "mistral": (NEMO, "</s>", lambda m, t: (as_jinja(with_ids(m, nine)), t), {}, "[TOOL_CALLS]"),
+    "mistral3": (MISTRAL3, "</s>", lambda m, t: (as_jinja(with_ids(m, nine)), t),
+                 {"spaced answers": ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " \n Hello there \t"},
+                                      {"role": "user", "content": " Weather? "}], TOOLS)}, "[TOOL_CALLS]"),
     "phi4": (PHI4, "<|endoftext|>", lambda m, t: (phi4_jinja(m, t), None), {}, "<|tool_call|>"),
 }
 
@@ -254,7 +312,7 @@ def family_renderings_equal_their_jinja_templates_byte_for_byte():
         tmpl = open(path, encoding="utf-8").read()
         convs = dict(CONVERSATIONS, **extra)
         for name, (msgs, tools) in convs.items():
-            if fam == "mistral":
+            if fam in ("mistral", "mistral3"):
                 msgs = with_ids(msgs, nine)
             jm, jt = feed(msgs, tools)
             try:
@@ -305,6 +363,35 @@ def chat(d, req):
         c.close()
 
 
+STREAMS_CALLS = False  # the worker streams calls as written (token events with tool_calls)
+
+
+def streamed_calls_equal_the_done_ones(toks, calls):
+    """Token events' tool_calls (OpenAI's delta entries) put together equal the done's calls: a
+    call opens (index, id, type, name, arguments "") before its arguments, which come a token's
+    worth at a time, before the last token."""
+    global STREAMS_CALLS
+    got, with_deltas = {}, [i for i, t in enumerate(toks) if t.get("tool_calls")]
+    if not with_deltas:
+        print("note: no token event carries tool_calls (the worker sends calls at the end)")
+        return
+    STREAMS_CALLS = True
+    frags = 0
+    for t in toks:
+        for d in t.get("tool_calls", []):
+            k, fn = d["index"], d["function"]
+            if "id" in d:
+                assert k not in got and d["type"] == "function" and fn["arguments"] == "", d
+                got[k] = {"id": d["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}
+            else:
+                assert k in got and set(d) == {"index", "function"} and set(fn) == {"arguments"}, d
+                got[k]["function"]["arguments"] += fn["arguments"]
+                frags += 1
+    assert [got[k] for k in sorted(got)] == calls, (got, calls)
+    assert frags >= 5 and len(with_deltas) >= 5, (frags, with_deltas)
+    assert with_deltas[0] < len(toks) - 5, ("the call opened late", with_deltas, len(toks))
+
+
 def socket_required_gives_one_call_with_the_tools_rendered():
     msgs = [{"role": "user", "content": "Weather in Paris?"}]
     done, toks = chat(D, {"op": "chat", "id": 1, "model": "qwen", "messages": msgs, "tools": TOOLS,
@@ -318,6 +405,7 @@ def socket_required_gives_one_call_with_the_tools_rendered():
     assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), args
     assert calls[0]["id"].startswith("call_") and calls[0]["type"] == "function", calls
     assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (done, toks)
+    streamed_calls_equal_the_done_ones(toks, calls)
     # the prompt is the Jinja rendering plus the opening tag
     want = jinja_render(open(QWEN, encoding="utf-8").read(), msgs, TOOLS) + "<tool_call>\n"
     out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", MODEL, "--special"], input=want.encode(),
@@ -336,6 +424,7 @@ def llama_named_call_gives_parameters_and_the_prompt_is_the_template():
     args = json.loads(calls[0]["function"]["arguments"])
     assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), args
     assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (done, toks)
+    streamed_calls_equal_the_done_ones(toks, calls)
     want = jinja_render(open(LLAMA31, encoding="utf-8").read(), msgs, TOOLS)
     out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", LLAMA_MODEL, "--special"], input=want.encode(),
                          capture_output=True, check=True)
@@ -361,9 +450,10 @@ def every_family_forces_a_call_and_the_prompt_is_its_template():
         assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", (fam, calls)
         args = json.loads(calls[0]["function"]["arguments"])
         assert args["city"] in ("Paris", "Oslo", "Zürich") and args["unit"] in ("c", "f"), (fam, args)
-        if fam == "mistral":
+        if fam in ("mistral", "mistral3"):
             assert len(calls[0]["id"]) == 9 and calls[0]["id"].isalnum(), calls
         assert done["text"] == "" and "".join(t["text"] for t in toks) == "", (fam, done, toks)
+        streamed_calls_equal_the_done_ones(toks, calls)
         jm, jt = feed(msgs, TOOLS)
         want = jinja_render(open(path, encoding="utf-8").read(), jm, jt, eos) + forced
         out = subprocess.run([gsd.GPUSWAPD, "tokenize", "-m", FAMILY_MODELS[fam], "--special"],
@@ -375,6 +465,30 @@ def every_family_forces_a_call_and_the_prompt_is_its_template():
         ans, _ = chat(D, {"op": "chat", "id": 30 + i, "model": fam, "messages": back, "tools": TOOLS,
                           "max_tokens": 6, "temperature": 0})
         assert ans.get("event") == "done" and ans["finish_reason"] in ("length", "stop", "tool_calls"), (fam, ans)
+
+
+def a_call_cut_short_streams_as_content_never_lost():
+    """A forced call that max_tokens cuts off (the longest cut output that is no call, temperature 0):
+    no call, the output comes back as content, streamed (token texts) as in the done event, with
+    finish_reason length; the deltas of the call it opened stand (as OpenAI's streams do), and the
+    done event carries no calls."""
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    for i, model in enumerate(("qwen", "mistral3")):
+        req = {"op": "chat", "id": 40 + i, "model": model, "messages": msgs, "tools": TOOLS,
+               "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+               "max_tokens": 400, "temperature": 0, "stream": True}
+        whole, _ = chat(D, req)
+        assert whole["finish_reason"] == "tool_calls", whole
+        for cut in range(whole["usage"]["completion_tokens"] - 1, 0, -1):  # the longest output no call
+            done, toks = chat(D, dict(req, max_tokens=cut))
+            if "tool_calls" not in done:
+                break
+        assert done.get("event") == "done" and done["finish_reason"] == "length", (model, done)
+        assert "tool_calls" not in done and done["text"], (model, done)
+        assert "".join(t["text"] for t in toks) == done["text"], (model, done, toks)
+        opened = [d for t in toks for d in t.get("tool_calls", []) if "id" in d]
+        assert all(d["function"]["name"] == "get_weather" for d in opened), (model, toks)
+        assert len(opened) == (1 if STREAMS_CALLS else 0), (model, toks)
 
 
 def auto_on_a_family_without_tool_syntax_is_a_bad_request():
@@ -417,6 +531,13 @@ def openai_node_client_calls_streamed_and_not_and_round_trips():
         assert r[k]["name"] == "get_weather" and r[k]["args"]["city"] in ("Paris", "Oslo", "Zürich"), r
     assert r["plain"]["args"] == r["streamed"]["args"], r
     assert r["streamed"]["fragments"] >= 2, r
+    st = r["streamed"]
+    assert st["joined"] == st["text"] and st["delta_names"] == ["get_weather"], r
+    assert st["done"] and st["done"]["args"] == st["text"] and st["done"]["name"] == "get_weather", r
+    if STREAMS_CALLS:  # the arguments as the model writes them: a fragment a token or two
+        assert st["arg_deltas"] >= 5 and st["max_delta"] < 16, r
+    else:
+        print("note: the worker sends the calls at the end (32-byte fragments)")
     assert r["round_trip"]["finish"] in ("stop", "length"), r
     assert r["round_trip"]["prompt_tokens"] > r["plain"]["prompt_tokens"], r
 
@@ -432,6 +553,7 @@ def main():
     r = gsd.Runner()
     r.run(renderings_equal_the_jinja_template_byte_for_byte)
     r.run(llama_renderings_equal_the_jinja_templates_byte_for_byte)
+    r.run(llama_builtin_tools_render_as_builtin_tools_byte_for_byte)
     r.run(family_renderings_equal_their_jinja_templates_byte_for_byte)
     MODEL = gsd.mkmodel(os.path.join(TMP, "qwen.gguf"), "--arch qwen2 --type f32 --dim 64 --layers 2 --heads 4 "
                         "--kv-heads 2 --ff 128 --vocab 600 --seed 7 --chat-template " + QWEN)
@@ -439,7 +561,7 @@ def main():
                         "--kv-heads 2 --ff 128 --vocab 300 --seed 5")
     LLAMA_MODEL = gsd.mkmodel(os.path.join(TMP, "llama.gguf"), "--type f32 --dim 64 --layers 2 --heads 4 "
                               "--kv-heads 2 --ff 128 --vocab 600 --seed 9 --chat-template " + LLAMA31)
-    for k, (fam, arch) in enumerate((("qwen3", "qwen3"), ("hermes2", "llama"), ("mistral", "llama"),
+    for k, (fam, arch) in enumerate((("qwen3", "qwen3"), ("hermes2", "llama"), ("mistral", "llama"), ("mistral3", "llama"),
                                      ("phi4", "llama"))):
         FAMILY_MODELS[fam] = gsd.mkmodel(os.path.join(TMP, fam + ".gguf"), "--arch %s --type f32 --dim 64 --layers 2 "
                                          "--heads 4 --kv-heads 2 --ff 128 --vocab 600 --seed %d --chat-template %s"
@@ -451,6 +573,7 @@ def main():
         for fn in (socket_required_gives_one_call_with_the_tools_rendered,
                    llama_named_call_gives_parameters_and_the_prompt_is_the_template,
                    every_family_forces_a_call_and_the_prompt_is_its_template,
+                   a_call_cut_short_streams_as_content_never_lost,
                    auto_on_a_family_without_tool_syntax_is_a_bad_request,
                    http_auto_parses_or_leaves_content,
                    openai_node_client_calls_streamed_and_not_and_round_trips):

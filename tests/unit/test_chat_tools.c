@@ -277,6 +277,12 @@ Test(chat_tools, the_newer_families_are_told_apart_by_their_template_text)
     cr_assert_eq(chat_tools_detect(CHAT_CHATML, h2, strlen(h2)), CHAT_TOOLS_HERMES2);
     cr_assert_eq(chat_tools_detect(CHAT_MISTRAL_V3_TEKKEN, nemo, strlen(nemo)), CHAT_TOOLS_MISTRAL);
     cr_assert_eq(chat_tools_detect(CHAT_MISTRAL_V3, v3, strlen(v3)), CHAT_TOOLS_PENDING);
+    const char *v3full = "{{- \"[AVAILABLE_TOOLS] [\" }} '[TOOL_RESULTS] {\"content\": ' "
+                         "{{- \"[INST] \" + message[\"content\"] {{- \"[TOOL_CALLS] [\" }} "
+                         "{{- \" \" + message[\"content\"]|trim + eos_token}}";
+    cr_assert_eq(chat_tools_detect(CHAT_MISTRAL_V3, v3full, strlen(v3full)), CHAT_TOOLS_MISTRAL3);
+    cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_MISTRAL3), "[TOOL_CALLS]");
+    cr_assert(chat_tools_listed(CHAT_TOOLS_MISTRAL3));
     cr_assert_eq(chat_tools_detect(CHAT_PHI4, phi, strlen(phi)), CHAT_TOOLS_PHI4);
     cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_QWEN3), "<tool_call>");
     cr_assert_str_eq(chat_tools_marker(CHAT_TOOLS_MISTRAL), "[TOOL_CALLS]");
@@ -433,5 +439,87 @@ Test(chat_tools, required_with_parallel_calls_lists_one_or_more)
     cr_assert_eq(json_integer_value(json_object_get(schema, "minItems")), 1);
     cr_assert_null(json_object_get(schema, "maxItems"));
     json_decref(s);
+    json_decref(tools);
+}
+
+/* Llama 3.1's built-in tools: brave_search, wolfram_alpha, code_interpreter. */
+static json_t *builtin_tools_of(void)
+{
+    return json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"brave_search\"}},"
+                      "{\"type\":\"function\",\"function\":{\"name\":\"code_interpreter\"}},"
+                      "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}]",
+                      0, NULL);
+}
+
+static void expect_builtin(chat_tools_style_t st, const char *text, const char *name,
+                           const char *args)
+{
+    json_t *tools = builtin_tools_of(), *calls;
+    char *content;
+    int n = chat_tools_parse(st, text, tools, 0, 1, "c_", &calls, &content);
+    if (!name) {
+        cr_assert_eq(n, 0, "%s", text);
+    } else {
+        cr_assert_eq(n, 1, "%s", text);
+        const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+        cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), name);
+        cr_assert_str_eq(json_string_value(json_object_get(fn, "arguments")), args);
+        cr_assert_str_eq(content, "");
+        json_decref(calls);
+        free(content);
+    }
+    json_decref(tools);
+}
+
+Test(chat_tools, llama31_builtin_calls_parse_into_json_arguments)
+{
+    expect_builtin(CHAT_TOOLS_LLAMA3, "<|python_tag|>brave_search.call(query=\"Euro \\\"24\\\"\")",
+                   "brave_search", "{\"query\":\"Euro \\\"24\\\"\"}");
+    expect_builtin(CHAT_TOOLS_LLAMA3, " brave_search.call(query='a', count=\"3\") \n",
+                   "brave_search", "{\"query\":\"a\",\"count\":\"3\"}");
+    expect_builtin(CHAT_TOOLS_LLAMA3, "<|python_tag|>import math\nprint(math.pi)\n",
+                   "code_interpreter", "{\"code\":\"import math\\nprint(math.pi)\"}");
+    expect_builtin(
+        CHAT_TOOLS_LLAMA3,
+        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+        "get_weather", "{\"city\":\"Oslo\"}");
+    expect_builtin(CHAT_TOOLS_LLAMA3, "brave_search.call(query=\"a\") and more", NULL, NULL);
+    expect_builtin(CHAT_TOOLS_LLAMA3, "brave_search.call(query=3)", NULL, NULL);
+    expect_builtin(CHAT_TOOLS_LLAMA3, "wolfram_alpha.call(query=\"x\")", NULL,
+                   NULL);                                      /* not listed */
+    expect_builtin(CHAT_TOOLS_LLAMA3, "print(1)", NULL, NULL); /* code needs the tag */
+    expect_builtin(CHAT_TOOLS_LLAMA32, "<|python_tag|>brave_search.call(query=\"a\")", NULL, NULL);
+}
+
+Test(chat_tools, llama31_stream_holds_what_may_become_a_builtin_call)
+{
+    json_t *tools = builtin_tools_of(), *d;
+    chat_tools_stream_t *ts = chat_tools_stream_new(CHAT_TOOLS_LLAMA3, tools, 0, 1, "c_");
+    cr_assert_eq(chat_tools_stream_feed(ts, "<|pyth", 6, &d), 0);
+    cr_assert_eq(chat_tools_stream_feed(ts, " brave_sea", 10, &d), 0);
+    cr_assert_eq(chat_tools_stream_feed(ts, "brave_search.call(query=", 24, &d), 0);
+    cr_assert_eq(chat_tools_stream_feed(ts, "brave new", 9, &d), 9);
+    cr_assert_null(d);
+    chat_tools_stream_free(ts);
+    ts = chat_tools_stream_new(CHAT_TOOLS_LLAMA32, tools, 0, 1, "c_");
+    cr_assert_eq(chat_tools_stream_feed(ts, "<|pyth", 6, &d), 6, "3.2 has no built-in tools");
+    chat_tools_stream_free(ts);
+    json_decref(tools);
+}
+
+Test(chat_tools, mistral_v3_spaces_its_tags_and_trims_answers)
+{
+    chat_msg_t m[3] = {{.role = "user", .content = "q"},
+                       {.role = "assistant", .content = "  a \n"},
+                       {.role = "user", .content = "r"}};
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 0, NULL);
+    char *out, err[128];
+    cr_assert_eq(chat_tools_render(CHAT_MISTRAL_V3, CHAT_TOOLS_MISTRAL3, m, 3, tools, 1, &out, err,
+                                   sizeof err),
+                 CHAT_OK);
+    cr_assert_str_eq(out, "[INST] q[/INST] a</s>[AVAILABLE_TOOLS] [{\"type\": \"function\", "
+                          "\"function\": {\"name\": \"f\"}}][/AVAILABLE_TOOLS][INST] r[/INST]"
+                          "[TOOL_CALLS]");
+    free(out);
     json_decref(tools);
 }
