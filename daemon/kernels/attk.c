@@ -84,8 +84,9 @@ ATTK_INLINE __m512 sum16(const __m512 *a)
                          _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
 }
 
-/* One query against nr (<= 16) rows of floats kf (hdp apart, zero past hd): 16 lanes of scores. */
-ATTK_INLINE __m512 scores_block(const float *q, const float *kf, size_t hdp, size_t hd, int nr)
+/* One query against nr (<= 16) rows of floats in kf, chunk-major (dims d .. d + 15 of row r at
+ * kf + d * 16 + r * 16, zero past hd): 16 lanes of scores. */
+ATTK_INLINE __m512 scores_block(const float *q, const float *kf, size_t hd, int nr)
 {
     __m512 acc[ATTK_ROWS];
 #pragma GCC unroll 16
@@ -93,9 +94,10 @@ ATTK_INLINE __m512 scores_block(const float *q, const float *kf, size_t hdp, siz
         acc[r] = _mm512_setzero_ps();
     for (size_t d = 0; d < hd; d += 16) {
         __m512 qv = _mm512_maskz_loadu_ps(lanes(d, hd), q + d);
+        const float *c = kf + d * ATTK_ROWS;
 #pragma GCC unroll 16
         for (int r = 0; r < nr; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(kf + (size_t)r * hdp + d), qv, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(c + r * 16), qv, acc[r]);
     }
     return sum16(acc);
 }
@@ -116,15 +118,15 @@ ATTK_AVX512 static void scores_avx512(const float *const *q, int nq, const uint1
                 for (size_t b = 0; b < hd * 2; b += 64)
                     _mm_prefetch((const char *)(row + ATTK_ROWS * ks) + b, _MM_HINT_T0);
             for (size_t d = 0; d < hdp; d += 16)
-                _mm512_storeu_ps(kf + (size_t)r * hdp + d,
+                _mm512_storeu_ps(kf + d * ATTK_ROWS + (size_t)r * 16,
                                  _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes(d, hd), row + d)));
         }
         __mmask16 m = (__mmask16)(nr == 16 ? 0xffff : (1u << nr) - 1);
         for (int j = 0; j < nq; j++) {
             __m512 s;
             switch (nr) { /* full blocks unrolled; the last one as it comes */
-            case ATTK_ROWS: s = scores_block(q[j], kf, hdp, hd, ATTK_ROWS); break;
-            default: s = scores_block(q[j], kf, hdp, hd, nr); break;
+            case ATTK_ROWS: s = scores_block(q[j], kf, hd, ATTK_ROWS); break;
+            default: s = scores_block(q[j], kf, hd, nr); break;
             }
             _mm512_mask_storeu_ps(sc + (size_t)j * cap + p, m, s);
         }
@@ -148,7 +150,9 @@ ATTK_INLINE void values_group(float *const *o, const float *const *w, int ny, co
             acc[j][c] = _mm512_maskz_loadu_ps(mk[c], o[j] + col + 16 * c);
     const uint16_t *x = v + col;
     for (size_t p = 0; p < nrows; p++, x += vs) {
+        /* the row 8 ahead, both cache lines of its 64 halves */
         _mm_prefetch((const char *)(x + 8 * vs), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + 8 * vs) + 64, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
             vx[c] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], x + 16 * c));
@@ -243,7 +247,7 @@ ATTK2_INLINE __m256 sum8(const __m256 *a)
                          _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-ATTK2_INLINE __m256 scores_block8(const float *q, const float *kf, size_t hdp, size_t hd, int nr)
+ATTK2_INLINE __m256 scores_block8(const float *q, const float *kf, size_t hd, int nr)
 {
     __m256 acc[ATTK2_ROWS];
 #pragma GCC unroll 8
@@ -251,9 +255,10 @@ ATTK2_INLINE __m256 scores_block8(const float *q, const float *kf, size_t hdp, s
         acc[r] = _mm256_setzero_ps();
     for (size_t d = 0; d < hd; d += 8) {
         __m256 qv = load8_f32(q, d, hd);
+        const float *c = kf + d * ATTK2_ROWS;
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(kf + (size_t)r * hdp + d), qv, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(c + r * 8), qv, acc[r]);
     }
     return sum8(acc);
 }
@@ -272,12 +277,12 @@ ATTK_AVX2 static void scores_avx2(const float *const *q, int nq, const uint16_t 
                 for (size_t b = 0; b < hd * 2; b += 64)
                     _mm_prefetch((const char *)(row + 2 * ATTK2_ROWS * ks) + b, _MM_HINT_T0);
             for (size_t d = 0; d < hdp; d += 8)
-                _mm256_storeu_ps(kf + (size_t)r * hdp + d, load8_f16(row, d, hd));
+                _mm256_storeu_ps(kf + d * ATTK2_ROWS + (size_t)r * 8, load8_f16(row, d, hd));
         }
         for (int j = 0; j < nq; j++) {
             float t[ATTK2_ROWS];
-            __m256 s = nr == ATTK2_ROWS ? scores_block8(q[j], kf, hdp, hd, ATTK2_ROWS)
-                                        : scores_block8(q[j], kf, hdp, hd, nr);
+            __m256 s = nr == ATTK2_ROWS ? scores_block8(q[j], kf, hd, ATTK2_ROWS)
+                                        : scores_block8(q[j], kf, hd, nr);
             if (nr == ATTK2_ROWS) {
                 _mm256_storeu_ps(sc + (size_t)j * cap + p, s);
                 continue;
@@ -324,24 +329,18 @@ ATTK_AVX2 static void mul_round_avx2(float *s, size_t n, float inv)
 
 /* ------------------------------------------------------------------ entry points */
 
+#if ATTK_X86
 static int use_avx512(void)
 {
-#if ATTK_X86
     return quant_isa_get() == QUANT_ISA_AVX512;
-#else
-    return 0;
-#endif
 }
 
 static int use_avx2(void)
 {
-#if ATTK_X86
     quant_isa_t i = quant_isa_get();
     return i == QUANT_ISA_AVX2 || i == QUANT_ISA_AVX2_VNNI;
-#else
-    return 0;
-#endif
 }
+#endif
 
 void attk_scores_f16(const float *const *q, int nq, const uint16_t *k, size_t k_stride, uint32_t lo,
                      uint32_t hi, size_t hd, float *sc, size_t cap, float *scratch)

@@ -35,6 +35,9 @@ struct cpuk {
     size_t cap_ctx, cap_hd;
     uint32_t *blk; /* attention's blocks of tokens (att_blocks), blk_cap entries */
     size_t blk_cap;
+    uint16_t *pan_mem;     /* (threads, 2, cap_ctx, cap_hd) halves: each thread's K and V panel */
+    struct att_panel *pan; /* (threads) what each thread's panel holds */
+    uint64_t att_gen;      /* attention calls so far: a panel holds rows of call att_gen only */
     void *xq[QUANT_ACT_COUNT];      /* a matmul's activations quantized per format (n_tok rows) */
     size_t xq_cap[QUANT_ACT_COUNT]; /* bytes */
 };
@@ -103,6 +106,8 @@ void cpuk_free(cpuk_t *k)
         return;
     free(k->scores);
     free(k->blk);
+    free(k->pan_mem);
+    free(k->pan);
     for (int a = 0; a < QUANT_ACT_COUNT; a++)
         free(k->xq[a]);
     free(k);
@@ -422,12 +427,6 @@ static inline size_t kv_off(const kern_att_t *a, uint32_t pos)
     return ((size_t)pos * a->n_layer + a->layer) * a->n_head_kv * a->head_dim;
 }
 
-/* Bytes of one element of a cache of the att's type. */
-static inline size_t kv_type_bytes(const kern_att_t *a)
-{
-    return a->kv_type == KV_TYPE_F16 ? 2 : sizeof(float);
-}
-
 /* Elements between one position's K (or V) row of a layer and the next position's: all layers'
  * rows of a position lie between them (the position-major kv_seq_t layout). */
 static inline size_t kv_row_elems(const kern_att_t *a)
@@ -485,6 +484,7 @@ typedef struct att_task {
     float *out;
     const uint32_t *blk; /* (n_blk + 1) first token of each block, then n_tok */
     size_t n_blk;
+    uint64_t gen;     /* this call's att_gen */
     pool_chunks_t ch; /* the (block, head) items */
 } att_task_t;
 
@@ -501,16 +501,33 @@ static uint32_t att_first(const kern_att_t *a, uint32_t pos)
     return a->window && pos >= a->window ? pos - a->window + 1 : 0;
 }
 
+/* A KV head's rows as one item reads them: F16 caches at k/v, position p's row p * stride halves
+ * on (the cache itself, or a thread's panel); F32 caches through kv_at. */
+typedef struct att_rows {
+    const uint16_t *k, *v;
+    size_t stride;
+} att_rows_t;
+
+/* What a thread's panel holds: rows 0 .. n - 1 of one sequence's KV head in attention call gen,
+ * each head_dim halves, back to back, so a prompt's blocks read them from cache: in the cache
+ * itself rows are a position apart (18 KB in the 134M shape), which maps a head's rows onto a
+ * small share of the cache's sets, and a long context's rows do not stay cached between blocks. */
+struct att_panel {
+    const void *k_base;
+    uint32_t kvh, n;
+    uint64_t gen;
+};
+
 /* Scores of nq queries (positions pos0 .. pos0 + nq - 1, kv head kvh) against positions
  * lo .. hi into sc (a row of cap_ctx per query), each result its single dot's (F16 caches:
  * attk's blocks). Entries past a query's own position are written and not used. */
-static void att_scores(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, const float **qs,
-                       int nq, uint32_t lo, uint32_t hi, float *sc, size_t cap, float *scratch)
+static void att_scores(const kern_att_t *a, const kern_tok_t *bt, const att_rows_t *rw,
+                       uint32_t kvh, const float **qs, int nq, uint32_t lo, uint32_t hi, float *sc,
+                       size_t cap, float *scratch)
 {
     uint32_t hd = a->head_dim;
     if (a->kv_type == KV_TYPE_F16) {
-        attk_scores_f16(qs, nq, kv_at(a, bt->k_base, kv_off(a, lo) + (size_t)kvh * hd),
-                        kv_row_elems(a), lo, hi, hd, sc, cap, scratch);
+        attk_scores_f16(qs, nq, rw->k + lo * rw->stride, rw->stride, lo, hi, hd, sc, cap, scratch);
         return;
     }
     for (uint32_t p = lo; p <= hi; p++)
@@ -544,27 +561,55 @@ static void att_softmax(const kern_att_t *a, float *sc, uint32_t p0, uint32_t po
 }
 
 /* o += the weights w[p] times V rows p for p = lo .. hi (none when lo > hi). */
-static void att_values(const kern_att_t *a, const kern_tok_t *bt, uint32_t kvh, float *o,
-                       const float *w, uint32_t lo, uint32_t hi)
+static void att_values(const kern_att_t *a, const kern_tok_t *bt, const att_rows_t *rw,
+                       uint32_t kvh, float *o, const float *w, uint32_t lo, uint32_t hi)
 {
     uint32_t hd = a->head_dim;
     if (lo > hi)
         return;
     if (a->kv_type == KV_TYPE_F16) {
         const float *wl = w + lo;
-        attk_values_f16(&o, &wl, 1,
-                        (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-                        kv_row_elems(a), hi + 1 - lo, hd);
+        attk_values_f16(&o, &wl, 1, rw->v + lo * rw->stride, rw->stride, hi + 1 - lo, hd);
         return;
     }
     for (uint32_t p = lo; p <= hi; p++)
         quant_axpy_f32(o, w[p], kv_at(a, bt->v_base, kv_off(a, p) + (size_t)kvh * hd), hd);
 }
 
+/* The rows an item reads: with a panel (pan, NULL: none), this thread's copy of the head's rows,
+ * brought up to row last first; else the cache's own. */
+static att_rows_t att_rows_of(const att_task_t *at, struct att_panel *pan, uint16_t *mem,
+                              const kern_tok_t *bt, uint32_t kvh, uint32_t last)
+{
+    const kern_att_t *a = at->a;
+    size_t hd = a->head_dim, rs = kv_row_elems(a);
+    const uint16_t *k0 = kv_at(a, bt->k_base, kv_off(a, 0) + kvh * hd);
+    const uint16_t *v0 = kv_at(a, bt->v_base, kv_off(a, 0) + kvh * hd);
+    if (!pan || a->kv_type != KV_TYPE_F16)
+        return (att_rows_t){k0, v0, rs};
+    uint16_t *pk = mem, *pv = mem + at->k->cap_ctx * at->k->cap_hd;
+    if (pan->gen != at->gen || pan->k_base != bt->k_base || pan->kvh != kvh)
+        *pan = (struct att_panel){bt->k_base, kvh, 0, at->gen};
+    for (uint32_t p = pan->n; p <= last; p++) {
+        if (p + 8 <= last) {
+            __builtin_prefetch(k0 + (p + 8) * rs);
+            __builtin_prefetch(k0 + (p + 8) * rs + 32);
+            __builtin_prefetch(v0 + (p + 8) * rs);
+            __builtin_prefetch(v0 + (p + 8) * rs + 32);
+        }
+        memcpy(pk + p * hd, k0 + p * rs, hd * sizeof *pk);
+        memcpy(pv + p * hd, v0 + p * rs, hd * sizeof *pv);
+    }
+    if (last + 1 > pan->n)
+        pan->n = last + 1;
+    return (att_rows_t){pk, pv, hd};
+}
+
 /* One item: the queries of a block (tokens t0 .. t0 + nq - 1 of one sequence at consecutive
- * positions) for head h. Every output is what the token alone would get: its scores are single
- * dots, its weights its own softmax, and its V rows are added in position order. */
-static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32_t h)
+ * positions) for head h, its rows rw. Every output is what the token alone would get: its scores
+ * are single dots, its weights its own softmax, and its V rows are added in position order. */
+static void att_item(const att_task_t *at, float *scr, const att_rows_t *rw, size_t t0, int nq,
+                     uint32_t h)
 {
     const kern_att_t *a = at->a;
     cpuk_t *k = at->k;
@@ -588,7 +633,7 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
         memset(os[j], 0, hd * sizeof(float));
     }
     uint32_t pos0 = bt->pos, last = pos0 + (uint32_t)nq - 1;
-    att_scores(a, bt, kvh, qs, nq, att_first(a, pos0), last, sc, k->cap_ctx, kscr);
+    att_scores(a, bt, rw, kvh, qs, nq, att_first(a, pos0), last, sc, k->cap_ctx, kscr);
     for (int j = 0; j < nq; j++)
         att_softmax(a, sc + (size_t)j * k->cap_ctx, att_first(a, pos0 + (uint32_t)j),
                     pos0 + (uint32_t)j);
@@ -597,35 +642,49 @@ static void att_item(const att_task_t *at, float *scr, size_t t0, int nq, uint32
     uint32_t lo = att_first(a, last), hi = pos0;
     if (lo > hi || a->kv_type != KV_TYPE_F16) {
         for (int j = 0; j < nq; j++)
-            att_values(a, bt, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j),
+            att_values(a, bt, rw, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j),
                        pos0 + (uint32_t)j);
         return;
     }
     for (int j = 0; lo > 0 && j < nq; j++)
-        att_values(a, bt, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j), lo - 1);
+        att_values(a, bt, rw, kvh, os[j], ws[j], att_first(a, pos0 + (uint32_t)j), lo - 1);
     const float *wl[CPUK_ATT_QB];
     for (int j = 0; j < nq; j++)
         wl[j] = ws[j] + lo;
-    attk_values_f16(os, wl, nq,
-                    (const uint16_t *)kv_at(a, bt->v_base, kv_off(a, lo) + (size_t)kvh * hd),
-                    kv_row_elems(a), hi + 1 - lo, hd);
+    attk_values_f16(os, wl, nq, rw->v + lo * rw->stride, rw->stride, hi + 1 - lo, hd);
     for (int j = 1; j < nq; j++)
-        att_values(a, bt, kvh, os[j], ws[j], hi + 1, pos0 + (uint32_t)j);
+        att_values(a, bt, rw, kvh, os[j], ws[j], hi + 1, pos0 + (uint32_t)j);
+}
+
+/* Whether block b's sequence has another block in the step (a prompt's: its rows are read by
+ * every one of them, so a panel pays). */
+static int att_multi(const att_task_t *at, size_t b)
+{
+    const void *kb = at->a->toks[at->blk[b]].k_base;
+    return (b > 0 && at->a->toks[at->blk[b - 1]].k_base == kb) ||
+           (b + 1 < at->n_blk && at->a->toks[at->blk[b + 1]].k_base == kb);
 }
 
 static void att_worker(void *ctxp, int tid, int nth)
 {
     att_task_t *at = ctxp;
-    float *scr = at->k->scores + (size_t)tid * att_slot(at->k);
+    cpuk_t *k = at->k;
+    float *scr = k->scores + (size_t)tid * att_slot(k);
+    uint16_t *mem = k->pan_mem + (size_t)tid * 2 * k->cap_ctx * k->cap_hd;
     /* items (head, block) taken one at a time as threads come free: a causal prompt's later
      * blocks cost more, and a thread the OS holds back leaves its share to the others; a head's
-     * blocks one after another, so its K and V rows stay in cache between them */
+     * blocks one after another, so its panel serves them all */
     (void)nth;
     long item, item_end;
     while (pool_chunk_next(&at->ch, &item, &item_end)) {
         size_t b = (size_t)item % at->n_blk;
-        att_item(at, scr, at->blk[b], (int)(at->blk[b + 1] - at->blk[b]),
-                 (uint32_t)((size_t)item / at->n_blk));
+        uint32_t h = (uint32_t)((size_t)item / at->n_blk), t0 = at->blk[b];
+        int nq = (int)(at->blk[b + 1] - t0);
+        const kern_tok_t *bt = &at->a->toks[t0];
+        struct att_panel *pan = !at->a->window && att_multi(at, b) ? &k->pan[tid] : NULL;
+        att_rows_t rw = att_rows_of(at, pan, mem, bt, h / (at->a->n_head / at->a->n_head_kv),
+                                    bt->pos + (uint32_t)nq - 1);
+        att_item(at, scr, &rw, t0, nq, h);
     }
 }
 
@@ -661,8 +720,21 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
                           sizeof(float));
         if (!s)
             return KERN_ERR_NOMEM;
+        size_t nt = (size_t)pool_size(k->pool);
+        uint16_t *pm = malloc(nt * 2 * ctx_n * hd_n * sizeof *pm);
+        struct att_panel *pn = calloc(nt, sizeof *pn);
+        if (!pm || !pn) {
+            free(s);
+            free(pm);
+            free(pn);
+            return KERN_ERR_NOMEM;
+        }
         free(k->scores);
+        free(k->pan_mem);
+        free(k->pan);
         k->scores = s;
+        k->pan_mem = pm;
+        k->pan = pn;
         k->cap_ctx = ctx_n;
         k->cap_hd = hd_n;
     }
@@ -673,7 +745,7 @@ int cpuk_attention(void *ctx, const kern_att_t *a, const float *q, float *out, s
         k->blk = b;
         k->blk_cap = n_tok + 1;
     }
-    att_task_t at = {.k = k, .a = a, .q = q, .out = out, .blk = k->blk};
+    att_task_t at = {.k = k, .a = a, .q = q, .out = out, .blk = k->blk, .gen = ++k->att_gen};
     at.n_blk = att_blocks(a, n_tok, k->blk);
     pool_chunks_init(&at.ch, (long)(at.n_blk * a->n_head), 1);
     pool_run(k->pool, att_worker, &at);
