@@ -74,6 +74,7 @@ typedef struct prom_def {
 static const prom_def_t prom_model_stats[] = {
     STATS_SVC_COUNTERS(PROM_DEF) STATS_RES_COUNTERS(PROM_DEF) STATS_RES_GAUGES(PROM_DEF)};
 static const prom_def_t prom_server_stats[] = {STATS_SERVER_COUNTERS(PROM_DEF)};
+static const prom_def_t prom_adapter_stats[] = {STATS_ADAPTER(PROM_DEF)};
 #undef PROM_DEF
 
 /* Report fields that are not in the X-macro lists. */
@@ -172,6 +173,31 @@ static void prom_hist(struct evbuffer *b, const json_t *models, int k)
     }
 }
 
+/* The report's "adapters" (stats.h STATS_ADAPTER), each field one family
+ * gpuswapd_adapter_<name>{adapter="..",base=".."}. */
+static void prom_adapters(struct evbuffer *b, const json_t *adapters)
+{
+    for (size_t i = 0; i < sizeof prom_adapter_stats / sizeof *prom_adapter_stats; i++) {
+        char name[128], fam[160];
+        double scale;
+        int counter = prom_name(prom_adapter_stats[i].key, name, sizeof name, &scale);
+        snprintf(fam, sizeof fam, "adapter_%s", name);
+        prom_family(b, fam, counter ? "counter" : "gauge", prom_adapter_stats[i].help, NULL);
+        const char *ad;
+        const json_t *a;
+        json_object_foreach ((json_t *)adapters, ad, a) {
+            const json_t *v = json_object_get(a, prom_adapter_stats[i].key);
+            if (!json_is_number(v))
+                continue;
+            evbuffer_add_printf(b, "gpuswapd_%s{adapter=\"", fam);
+            prom_escape(b, ad);
+            evbuffer_add(b, "\",base=\"", 8);
+            prom_escape(b, json_string_value(json_object_get(a, "base")));
+            evbuffer_add_printf(b, "\"} %.17g\n", json_number_value(v) * scale);
+        }
+    }
+}
+
 /* The stats report as Prometheus text exposition 0.0.4. */
 static void prom_render(struct evbuffer *b, const json_t *rep)
 {
@@ -243,6 +269,7 @@ static void prom_render(struct evbuffer *b, const json_t *rep)
     }
     for (int k = 0; k < (int)(sizeof prom_hists / sizeof *prom_hists); k++)
         prom_hist(b, models, k);
+    prom_adapters(b, json_object_get(rep, "adapters"));
 
     for (size_t i = 0; i < sizeof prom_server_stats / sizeof *prom_server_stats; i++) {
         const prom_def_t *d = &prom_server_stats[i];

@@ -1,4 +1,4 @@
-/* res_evict: beneath page-in and KV pages: the pool's accounting, copies settled as they land, a segment unmapped, and the tail-first GreedyDual victim choice that makes room. */
+/* res_evict: beneath page-in and KV pages: the pool's accounting, copies settled as they land, a segment, unit or attached unit unmapped, and the tail-first GreedyDual victim choice that makes room. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +24,7 @@ size_t res_quota_of(const res_t *r, const res_model_t *m)
 
 size_t res_model_bytes(const res_model_t *m)
 {
-    return m->weight_bytes + m->kv_bytes + m->kv_cached_bytes;
+    return m->weight_bytes + m->kv_bytes + m->kv_cached_bytes + m->att_bytes;
 }
 void res_update_gauges(res_model_t *m)
 {
@@ -106,8 +106,8 @@ int res_kv_reclaim(res_t *r, const res_model_t *m)
 int res_quota_room(res_t *r, res_model_t *m, size_t extra)
 {
     size_t quota = res_quota_of(r, m);
-    while (res_model_bytes(m) + extra > quota)
-        if (!res_kv_reclaim(r, m))
+    while (res_model_bytes(m) + extra > quota) /* its cached KV, then its idle attached units */
+        if (!res_kv_reclaim(r, m) && !res_att_reclaim(r, m, 0))
             return 0;
     return 1;
 }
@@ -423,6 +423,78 @@ void res_units_free(res_t *r, res_seg_t *sg)
     sg->us = NULL;
 }
 
+/* ------------------------------------------------------------------ attached units */
+
+/* Unmaps a's pages and counts them gone from its model and the pool. */
+void res_att_unmap(res_t *r, res_att_t *a)
+{
+    r->be->unmap(r->be->ctx, a->base, 0, a->span);
+    a->state = RES_SEG_ABSENT;
+    a->m->att_bytes -= a->span;
+    r->free_pages += a->span / r->page;
+}
+
+/* Moves a's finished copy to RESIDENT, or unmaps it when the copy failed (the next request
+ * pages it in again). Never blocks. */
+void res_att_settle(res_t *r, res_att_t *a)
+{
+    if (a->state != RES_SEG_INFLIGHT)
+        return;
+    int d = r->be->event_done(r->be->ctx, a->ev);
+    if (d == 0)
+        return;
+    if (a->q_end > r->landed_q) /* copies land in order: what was queued before it has too */
+        r->landed_q = a->q_end;
+    if (d > 0) {
+        a->state = RES_SEG_RESIDENT;
+        return;
+    }
+    res_att_unmap(r, a);
+    a->m->st.total_device_errors++;
+}
+
+/* Unmaps a (waiting for its copy); an eviction unless its copy failed. */
+void res_att_drop(res_t *r, res_att_t *a)
+{
+    if (a->state == RES_SEG_INFLIGHT)
+        be_event_sync(r->be, a->ev, INFINITY);
+    res_att_settle(r, a);
+    if (a->state == RES_SEG_ABSENT)
+        return;
+    res_att_unmap(r, a);
+    a->evictions++;
+}
+
+int res_att_reclaim(res_t *r, const res_model_t *only, int weightless)
+{
+    if (r->be->zero_copy)
+        return 0;
+    res_att_t *best = NULL;
+    for (res_model_t *m = r->models; m; m = m->next) {
+        if ((only && m != only) || (weightless && m->weight_bytes))
+            continue;
+        for (res_att_t *a = m->atts; a; a = a->next) {
+            if (a->holds || a->state == RES_SEG_ABSENT)
+                continue;
+            if (!best || a->used < best->used)
+                best = a;
+        }
+    }
+    if (!best)
+        return 0;
+    res_att_drop(r, best);
+    return 1;
+}
+
+void res_att_drop_all(res_t *r, res_model_t *m)
+{
+    if (r->be->zero_copy)
+        return;
+    for (res_att_t *a = m->atts; a; a = a->next)
+        if (!a->holds) /* a held one's sequences are admitted: they keep it */
+            res_att_drop(r, a);
+}
+
 /* ------------------------------------------------------------------ eviction */
 
 int res_evict_seg(res_t *r, res_model_t *m, uint32_t s, res_cause_t cause)
@@ -524,9 +596,14 @@ int res_make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers,
     while (r->free_pages < need) {
         if (res_kv_reclaim(r, NULL))
             continue; /* cached KV goes before any weights */
+        if (res_att_reclaim(r, NULL, 1))
+            continue; /* and idle attached units of models that hold no weights */
         res_model_t *v = pick_victim(r, m, tiers, ahead);
-        if (!v)
+        if (!v) { /* no weights left to take: idle attached units, least recently used first */
+            if (res_att_reclaim(r, NULL, 0))
+                continue;
             return RES_ERR_NOSPACE;
+        }
         r->L = v->h > r->L ? v->h : r->L;
         int64_t s = res_tail_seg(v, 0, v->sm->n_segs);
         /* a victim with live KV caches has sequences paused mid-generation:
@@ -537,6 +614,8 @@ int res_make_room_others(res_t *r, const res_model_t *m, size_t need, int tiers,
                                v->n_kv > 0 ? RES_CAUSE_PREEMPTION : RES_CAUSE_CAPACITY);
         if (rc)
             return rc;
+        while (!v->weight_bytes && res_att_reclaim(r, v, 0))
+            ; /* its last weights went: its idle attached units go with them */
     }
     return 0;
 }
@@ -574,9 +653,12 @@ int res_evict(res_t *r, res_model_t *m, res_cause_t cause, uint32_t max_segs)
         return RES_OK;
     if (m->running)
         return RES_ERR_BUSY;
-    if (max_segs == 0) /* paged out whole: its cached KV leaves the device too (to host RAM) */
+    if (max_segs == 0) { /* paged out whole: its cached KV leaves the device too (to host RAM),
+                            and its attached units */
         while (res_kv_reclaim(r, m))
             ;
+        res_att_drop_all(r, m);
+    }
     for (uint32_t n = 0; max_segs == 0 || n < max_segs; n++) {
         int64_t s = res_tail_seg(m, 0, m->sm->n_segs);
         if (s < 0)

@@ -290,6 +290,7 @@ int res_remove(res_t *r, res_model_t *m)
     while (res_kv_reclaim(r, m))
         ;
     res_kv_host_drop_model(r, m);
+    res_att_free_all(r, m);
     if (!r->be->zero_copy) {
         for (uint32_t s = 0; s < m->sm->n_segs; s++) {
             if (m->segs[s].state != RES_SEG_ABSENT || m->segs[s].us)

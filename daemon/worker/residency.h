@@ -46,6 +46,7 @@ typedef struct res_cfg {
 
 typedef struct res res_t;
 typedef struct res_model res_model_t;
+typedef struct res_att res_att_t;
 
 /* be is borrowed. The pool is be->pool_bytes / be->page_size pages. */
 res_t *res_new(backend_t *be, char *err, size_t errlen);
@@ -56,7 +57,8 @@ void res_free(res_t *r); /* models must have been removed; accepts NULL */
  * its largest other segment (the minimum to run, streaming the rest). */
 int res_add(res_t *r, store_model_t *sm, const res_cfg_t *cfg, res_model_t **out, char *err,
             size_t errlen);
-/* RES_ERR_BUSY while running or holding KV caches. */
+/* RES_ERR_BUSY while running or holding KV caches. Its attached units are freed with it (their
+ * owner removes them first, or forgets them). */
 int res_remove(res_t *r, res_model_t *m);
 /* Pinning a model that, with the other pinned ones, leaves no room for the
  * KV minimum and for every unpinned model to run fails with RES_ERR_QUOTA
@@ -185,6 +187,41 @@ int res_unit_wait(res_t *r, res_model_t *m, uint32_t seg, uint32_t u);
 /* Bytes of pages segment seg's units hold mapped (0 when none, or held whole). */
 size_t res_unit_bytes(const res_model_t *m, uint32_t seg);
 
+/* Attached units (res_att.c): small images that belong to a model without being in its store
+ * image (a LoRA adapter's pairs). Each stays in host RAM (the caller's image) and has a device
+ * range of its own, reserved once, so its device address never changes; it is paged in on
+ * request (res_att_map: its pages mapped, one copy queued on the copy engine behind what is
+ * there), kept while held (res_att_hold), and otherwise a victim when the pool is short:
+ * attached units of models that hold no weights go before any weights, the others least
+ * recently used first once no weights are left to take (never a held one, never weights a
+ * running model needs). They leave with their model when it is paged out whole (res_evict
+ * with max_segs 0) or when a capacity eviction takes its last weights, and count in its
+ * gpu_quota and the pool like its segments. On a zero-copy backend they are read in place:
+ * always resident, no pages. */
+/* Adds one for host[0, bytes) (kept by the caller until res_att_remove): RES_ERR_QUOTA when
+ * its pages exceed the model's gpu_quota or the pool (it could never be paged in),
+ * RES_ERR_DEVICE, RES_ERR_NOMEM, with err. */
+int res_att_add(res_t *r, res_model_t *m, const void *host, size_t bytes, res_att_t **out,
+                char *err, size_t errlen);
+/* Unmaps (waiting for its copy) and frees it; accepts NULL. */
+void res_att_remove(res_t *r, res_att_t *a);
+/* Maps it and queues its copy unless mapped already (a use, for its recency), making room
+ * from its model's quota (cached KV, its other idle units) and the pool (as above; idle
+ * models too, and for a running model the last resort of res_make_room_others). RES_OK when
+ * mapped (in flight or resident); RES_ERR_NOSPACE (not now), RES_ERR_DEVICE, with err. */
+int res_att_map(res_t *r, res_att_t *a, char *err, size_t errlen);
+/* Its state, settled without blocking (RES_SEG_RESIDENT: its copy landed; readable). */
+res_seg_state_t res_att_state(res_t *r, res_att_t *a);
+/* Holds it (delta +1) or lets it go (-1): a held unit is never a victim of the pool. */
+void res_att_hold(res_att_t *a, int delta);
+/* Its device address (the image's layout starts there; the host image on zero-copy). */
+void *res_att_addr(const res_att_t *a);
+/* Device bytes it takes while mapped (whole pages; 0 on zero-copy). */
+size_t res_att_span(const res_t *r, const res_att_t *a);
+/* Its counters: copies queued, their bytes, evictions; whether its copy has landed. */
+void res_att_stats(res_t *r, res_att_t *a, uint64_t *page_ins, uint64_t *bytes_in,
+                   uint64_t *evictions, int *resident);
+
 /* KV caches in device pages, counted against the model's quota. */
 int res_kv_new(res_t *r, res_model_t *m, uint32_t n_ctx, kv_seq_t **out, char *err, size_t errlen);
 /* Map pages so positions [0, n_pos) fit; may evict (own tail for quota,
@@ -265,7 +302,7 @@ void res_scratch_note(res_t *r, size_t bytes);
 /* State for tests, stats and schedulers. */
 res_seg_state_t res_seg_state(res_t *r, res_model_t *m, uint32_t seg);
 int res_seg_times(res_t *r, res_model_t *m, uint32_t seg, be_copy_times_t *t);
-size_t res_model_bytes(const res_model_t *m); /* resident weights + KV */
+size_t res_model_bytes(const res_model_t *m); /* resident weights + KV + attached units */
 size_t res_weight_bytes(
     const res_model_t *m); /* weight spans mapped (resident or in flight); settles nothing */
 int res_fully_resident(res_t *r, res_model_t *m);

@@ -41,6 +41,25 @@ typedef struct res_seg {
     res_useg_t *us; /* held unit by unit (experts): NULL until a unit is first mapped */
 } res_seg_t;
 
+/* An attached unit (res_att.c): a small image of a model's that is not in its store image (a LoRA
+ * adapter's pairs), with a device range of its own. */
+struct res_att {
+    res_model_t *m;        /* the model it belongs to */
+    const void *host;      /* its image in host RAM: the caller's, borrowed while it is added */
+    size_t bytes;          /* of the image */
+    size_t span;           /* whole pages: its device range, what it takes mapped */
+    void *base;            /* its reserved device range (NULL on zero-copy: host is read) */
+    res_seg_state_t state; /* mapped and copied as a segment is */
+    be_event_t *ev;        /* copy completion */
+    uint64_t q_end;        /* as res_seg_t's */
+    uint32_t holds;        /* res_att_hold: never a victim while > 0 */
+    uint64_t used;         /* res.att_tick at its last use: the least recently used goes first */
+    uint64_t page_ins;     /* copies queued */
+    uint64_t bytes_in;     /* their bytes */
+    uint64_t evictions;    /* times it was unmapped (not counting a failed copy) */
+    struct res_att *next;  /* its model's list */
+};
+
 /* A KV cache (res_kv.c): its ranges, its pages, and whether it is a live sequence's or cached
  * (finished, kept for a later prefix hit: evictable, on the pool's LRU list). */
 typedef struct res_kv {
@@ -70,6 +89,8 @@ struct res_model {
     size_t weight_bytes;    /* spans mapped (resident or in flight) */
     size_t span_bytes;      /* spans of all its segments (res_pagein_fits: what is missing) */
     size_t kv_bytes;        /* KV pages mapped by live caches */
+    res_att_t *atts;        /* its attached units (res_att.c) */
+    size_t att_bytes;       /* their pages mapped (counted in its gpu_quota) */
     size_t kv_cached_bytes; /* KV pages mapped by cached ones (res_kv_cache) */
     size_t kv_host_bytes;   /* its cached KV in host RAM (res_kvhost.c) */
     int n_kv_host;
@@ -124,6 +145,7 @@ struct res {
     uint64_t q_bytes;      /* bytes ever queued on the copy engine (FIFO) */
     uint64_t landed_q;     /* q_end of the latest copy seen landed (copies land in order) */
     double bw;             /* measured copy bandwidth, bytes/s (0 until a copy was timed) */
+    uint64_t att_tick;     /* uses of attached units so far (res_att.used) */
 };
 
 /* Which victims a tier takes (res_evict.c: in_tier); a caller passes how many it allows. */
@@ -153,7 +175,8 @@ void res_kv_host_touch(res_t *r, res_kv_t *k);   /* used: the last to be dropped
 /* Frees the least recently used cached KV cache (m's only, unless m is NULL), its owner told
  * first; 1 if there was one. */
 int res_kv_reclaim(res_t *r, const res_model_t *m);
-/* Whether extra bytes more fit m's gpu_quota, after reclaiming m's cached KV as needed. */
+/* Whether extra bytes more fit m's gpu_quota, after reclaiming m's cached KV and then its idle
+ * attached units as needed. */
 int res_quota_room(res_t *r, res_model_t *m, size_t extra);
 
 /* ------------------------------------------------------------------ res_evict.c: copies in flight */
@@ -195,6 +218,24 @@ int res_unit_drop(res_t *r, res_model_t *m, uint32_t seg, uint32_t u, int cause)
 int res_units_drop(res_t *r, res_model_t *m, uint32_t s, int cause);
 /* Frees segment s's unit state (its units unmapped already). */
 void res_units_free(res_t *r, res_seg_t *sg);
+
+/* ------------------------------------------------------------------ res_evict.c: attached units */
+
+/* Unmaps attached unit a's pages and counts them gone from its model and the pool. */
+void res_att_unmap(res_t *r, res_att_t *a);
+/* Moves a's finished copy to RESIDENT, or unmaps it when the copy failed (the next request pages
+ * it in again). Never blocks. */
+void res_att_settle(res_t *r, res_att_t *a);
+/* Unmaps a (waiting for its copy); an eviction unless its copy failed. */
+void res_att_drop(res_t *r, res_att_t *a);
+/* Unmaps the least recently used attached unit nobody holds (of model only, unless NULL; with
+ * weightless, only of models holding no weights) and counts it evicted; 1 if there was one. */
+int res_att_reclaim(res_t *r, const res_model_t *only, int weightless);
+/* Unmaps every attached unit of m nobody holds, counted as evictions. */
+void res_att_drop_all(res_t *r, res_model_t *m);
+/* ------------------------------------------------------------------ res_att.c */
+/* Frees m's attached units (res_remove: their owner forgot them). */
+void res_att_free_all(res_t *r, res_model_t *m);
 
 /* ------------------------------------------------------------------ res_evict.c: eviction */
 

@@ -102,6 +102,26 @@ typedef struct stats_svc {
 #undef STATS_FIELD
 } stats_svc_t;
 
+/* Per-adapter counters and gauges (LoRA adapters, residency units of their base): X(name, help);
+ * in the stats report's "adapters" and on /metrics as gpuswapd_adapter_* by adapter and base. */
+#define STATS_ADAPTER(X)                                                                           \
+    X(total_requests, "generate/chat requests that named the adapter")                             \
+    X(total_generated_tokens, "tokens the adapter's sequences generated")                          \
+    X(total_failed, "the adapter's requests answered with an error")                               \
+    X(total_page_ins, "times the adapter's weights were copied host->device")                      \
+    X(total_bytes_in, "bytes of the adapter's weights copied host->device")                        \
+    X(total_evictions,                                                                             \
+      "times the adapter's weights left the device (idle under pressure, with its base, admin)")   \
+    X(curr_resident, "1 while the adapter's weights are on the device (copy landed), else 0")      \
+    X(curr_device_bytes, "device bytes the adapter's weights take while paged in (whole pages)")   \
+    X(curr_refs, "the adapter's requests queued or running")
+
+typedef struct stats_adapter {
+#define STATS_FIELD(name, help) uint64_t name;
+    STATS_ADAPTER(STATS_FIELD)
+#undef STATS_FIELD
+} stats_adapter_t;
+
 /* Server-wide counters, updated on the loop thread and read by the report
  * builder on the worker thread: atomics, the only state the two share. */
 #define STATS_SERVER_COUNTERS(X)                                                                   \

@@ -81,6 +81,7 @@ void wk_model_free(wk_t *w, wk_model_t *m)
         return;
     if (m->rm) {
         wk_pfx_close(m);
+        wk_lora_detach(w, m); /* its adapters' units first */
         res_remove(w->res, m->rm);
     }
     if (m->sm)

@@ -57,19 +57,19 @@ enum {
  * API, its requests queued and stepped with its base's, each sequence carrying its pairs. */
 typedef struct wk_adapter {
     char *name;
-    cfg_model_t cfg;                 /* copy; strings point into the worker's current cfg */
-    lora_t *lora;                    /* opened against its base's model; NULL while not loaded */
-    uint64_t on;                     /* the serial of the base load it was opened against (or failed
-                             on); 0 = none */
-    lora_weights_t dev;              /* lora->w rebased onto buf: what the passes read */
-    void *buf;                       /* the device copy of every pair (backend buf_alloc), owned */
-    uint64_t dev_bytes;              /* bytes of buf */
-    char *load_error;                /* why it is 'failed' (a bad file); NULL otherwise */
-    int removing;                    /* gone from the config (or changed): dropped once refs is 0 */
-    uint32_t refs;                   /* its sequences, queued and admitted */
-    uint64_t total_requests;         /* generate/chat requests that named it */
-    uint64_t total_generated_tokens; /* tokens its sequences generated */
-    uint64_t total_failed;           /* its requests answered with an error */
+    cfg_model_t cfg;    /* copy; strings point into the worker's current cfg */
+    lora_t *lora;       /* opened against its base's model; NULL while not loaded */
+    uint64_t on;        /* the serial of the base load it was opened against (or failed
+                           on); 0 = none */
+    lora_weights_t dev; /* lora->w rebased onto its device copy (att): what the passes read */
+    void *img;          /* every pair packed (host RAM, be->host_alloc): what its page-ins copy;
+                           NULL on zero-copy (the pairs are read where they are); owned */
+    size_t img_bytes;   /* bytes of img */
+    res_att_t *att;     /* its residency unit, attached to its base's (NULL while not loaded) */
+    char *load_error;   /* why it is 'failed' (a bad file); NULL otherwise */
+    int removing;       /* gone from the config (or changed): dropped once refs is 0 */
+    uint32_t refs;      /* its sequences, queued and admitted (each holds att) */
+    stats_adapter_t st; /* its counters (those of its residency come from att) */
 } wk_adapter_t;
 
 typedef struct wk_seq {
@@ -79,6 +79,7 @@ typedef struct wk_seq {
     proto_req_t req;
     int model;
     wk_adapter_t *adapter; /* the adapter its request named (holds a ref), or NULL: the base */
+    int lora_wait;         /* its adapter's page-in has not landed: it sits this pass out */
     seq_state_t state;
     int32_t *prompt;
     uint32_t n_prompt, max_tokens, n_gen;
@@ -199,11 +200,12 @@ struct wk {
     uint32_t stall_left; /* admin fault "stall": passes left that first sleep stall_ms */
     uint32_t stall_ms;
     wk_model_t *models[WK_MAX_MODELS];
-    int n_models;        /* slots used (some may be NULL after reloads) */
-    wk_model_t *loading; /* the model wk_model_load is reading, maybe not in models[] yet */
-    wk_adapter_t *adapters[WK_MAX_MODELS]; /* LoRA adapters (worker_lora.c) */
-    int n_adapters;                        /* slots used (some may be NULL after reloads) */
-    uint64_t n_loads;                      /* models loaded so far (wk_model_t.serial) */
+    int n_models;            /* slots used (some may be NULL after reloads) */
+    wk_model_t *loading;     /* the model wk_model_load is reading, maybe not in models[] yet */
+    wk_adapter_t **adapters; /* LoRA adapters (worker_lora.c), cap_adapters slots; owned */
+    int n_adapters;          /* slots used (some may be NULL after reloads) */
+    int cap_adapters;
+    uint64_t n_loads; /* models loaded so far (wk_model_t.serial) */
     int lora_dirty;  /* an adapter or a base may have come or gone: wk_lora_sync at the next reap */
     int load_decile; /* tenths of it logged so far */
     wk_load_t *loads;
@@ -322,8 +324,18 @@ int wk_lora_usable(wk_t *w, uint64_t conn, const proto_req_t *req, wk_adapter_t 
  * ones dropped once no sequence holds them, each loaded while its base is in host RAM and unloaded
  * when the base goes or loads again (they follow it). After the start, reloads and reaps. */
 void wk_lora_sync(wk_t *w, const cfg_t *cfg);
-/* Device bytes of every loaded adapter (beside the pool, with the pass scratch). */
-size_t wk_lora_dev_bytes(const wk_t *w);
+/* Takes (delta +1) or drops (-1) a sequence's reference to a (holding its device copy);
+ * returns the references left. */
+uint32_t wk_lora_ref(wk_adapter_t *a, int delta);
+/* Pages s's adapter (if any) in: its pages mapped and its copy queued unless they are (a use,
+ * for its recency). RES_OK, RES_ERR_NOSPACE (no room now), else another RES_ERR_* (err). */
+int wk_lora_page(wk_t *w, wk_seq_t *s, char *err, size_t errlen);
+/* Whether s's adapter (if any) is on the device for s's next pass: 1 yes; 0 s waits (its
+ * page-in is queued now if it was not, or the pool has no room for it yet); -1 it never will
+ * be (err says why). A use, for its recency. */
+int wk_lora_ready(wk_t *w, wk_seq_t *s, char *err, size_t errlen);
+/* Base m leaves (wk_model_free): its adapters' device copies go first. */
+void wk_lora_detach(wk_t *w, const wk_model_t *m);
 /* The adapters' entries of the models list and the stats report. */
 void wk_lora_report_models(wk_t *w, json_t *arr, int admin);
 json_t *wk_lora_report_stats(wk_t *w);

@@ -329,7 +329,7 @@ static wk_seq_t *seq_new(wk_t *w, uint64_t conn, const proto_req_t *req, int mi,
     s->model = mi;
     s->adapter = ad; /* before the prefix seed, which names it */
     if (ad)
-        ad->refs++;
+        wk_lora_ref(ad, 1); /* holds its device copy while it is queued and runs */
     s->t_arrival = t_recv;
     s->index = index;
     if (seq_prompt(w, s, m) || seq_fim(w, s, m) || seq_limits(w, s, m) || seq_sampler(w, s, m) ||
@@ -426,7 +426,7 @@ static void submit_gen(wk_t *w, uint64_t conn, proto_req_t *req, double t_recv)
     proto_req_free(req);
     m->svc.total_requests++;
     if (ad)
-        ad->total_requests++;
+        ad->st.total_requests++;
     for (uint32_t i = 0; i < n; i++)
         if (seqs[i]->state == SEQ_NEW) /* max_tokens 0: answered at once */
             wk_seq_finish(w, seqs[i], PROTO_FINISH_LENGTH);

@@ -28,7 +28,7 @@ void wk_seq_free(wk_t *w, wk_seq_t *s)
     free(s->raw);
     if (s->grp && --s->grp->refs == 0)
         free(s->grp);
-    if (s->adapter && --s->adapter->refs == 0)
+    if (s->adapter && wk_lora_ref(s->adapter, -1) == 0)
         w->lora_dirty = 1; /* a removed or changed adapter may go now */
     free(s);
 }
@@ -203,7 +203,7 @@ static void seq_end_error(wk_t *w, wk_seq_t *s, proto_err_t code, uint32_t retry
             wk_send_error(w, s->conn, s->id, code, "%s", msg);
             m->svc.total_failed++;
             if (s->adapter)
-                s->adapter->total_failed++;
+                s->adapter->st.total_failed++;
         }
     }
     if (s->grp)
@@ -372,7 +372,7 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
     s->n_gen++;
     m->svc.total_generated_tokens++;
     if (s->adapter)
-        s->adapter->total_generated_tokens++;
+        s->adapter->st.total_generated_tokens++;
     if (!s->t_first) {
         s->t_first = t;
         seq_deadline_note(m, s, t);

@@ -295,6 +295,16 @@ static wk_seq_t *step_admit(wk_t *w, int mi, uint32_t admit)
                       arriving finds one (its queue comes first) */
         if (wk_pfx_wait(w, m, s, fresh))
             break; /* one admitted now prefills the prefix it shares: reuse it next pass */
+        /* its adapter's pages before its cache's: an admitted sequence never waits on pages
+         * that admitted sequences' caches hold */
+        int lrc = wk_lora_page(w, s, err, sizeof err);
+        if (lrc == RES_ERR_NOSPACE && (wk_active_total(w) || fresh))
+            break;
+        if (lrc) {
+            sched_pop(w->sched, mi);
+            wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+            continue;
+        }
         if (wk_pfx_admit(w, m, s, fresh, seq_ctx(m, s), err, sizeof err)) {
             if (s->kv)
                 res_kv_free(w->res, s->kv);
@@ -380,6 +390,19 @@ static int seq_restoring(wk_t *w, wk_model_t *m, wk_seq_t *s)
     return rc == 0;
 }
 
+/* Whether s waits for its adapter's page-in (queued now if it was not): 1, or 0 when it can run;
+ * -1 when the adapter can never be paged in (s failed). A request waits for its adapter as for
+ * its model: never a pass without it. */
+static int seq_lora_wait(wk_t *w, wk_seq_t *s)
+{
+    char err[512];
+    int rc = wk_lora_ready(w, s, err, sizeof err);
+    if (rc >= 0)
+        return !rc;
+    wk_seq_fail(w, s, PROTO_E_OVERLOADED, err);
+    return -1;
+}
+
 /* Grow the active caches by one position (parking those the pool cannot
  * grow, bringing parked ones back), then let the fresh ones join; returns
  * how many sequences the pass runs. */
@@ -401,9 +424,14 @@ static uint32_t step_join(wk_t *w, wk_model_t *m, wk_seq_t *fresh)
         m->active = fresh;
     }
     uint32_t n = 0, run = 0;
-    for (wk_seq_t *s = m->active; s; s = s->next_active) {
+    for (wk_seq_t *s = m->active, *nx; s; s = nx) {
+        nx = s->next_active;
+        int lw = s->parked ? 0 : seq_lora_wait(w, s);
+        if (lw < 0) /* failed and gone */
+            continue;
+        s->lora_wait = lw;
         n++;
-        run += !s->parked && !seq_restoring(w, m, s);
+        run += !s->parked && !s->lora_wait && !seq_restoring(w, m, s);
     }
     m->n_active = n;
     return run;
@@ -458,7 +486,7 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
         return -1;
     uint32_t i = 0, rank_max = 0;
     for (wk_seq_t *s = m->active; s; s = s->next_active)
-        if (!s->parked && !s->restore.ev[0])
+        if (!s->parked && !s->restore.ev[0] && !s->lora_wait)
             p->order[i++] = s;
     group_adapters(p->order, i);
     for (i = 0; i < p->n; i++) {
@@ -482,12 +510,11 @@ static int step_run(wk_t *w, int mi, step_pass_t *p)
     size_t n_tok = 0;
     for (uint32_t k = 0; k < p->n; k++)
         n_tok += p->fs[k].n_tokens;
-    /* and so are the adapters' products (a step without any: what f holds of them) and the
-     * adapters' device copies */
+    /* and so are the adapters' products (a step without any: what f holds of them; the
+     * adapters' weights are pool pages of their own, res_att.c) */
     size_t lora = fwd_lora_scratch(f, &mod->hp, rank_max ? n_tok : 0, rank_max ? rank_max : 1);
     res_scratch_note(w->res, fwd_scratch_after(f, &mod->hp, n_tok, p->n) + lora +
-                                 fwd_scratch_bytes(w->aside ? w->fwd : w->fwd_aside) +
-                                 wk_lora_dev_bytes(w));
+                                 fwd_scratch_bytes(w->aside ? w->fwd : w->fwd_aside));
     p->th = (timed_hooks_t){.inner = res_hooks(m->rm), .w = w, .mi = mi, .streams = p->streams};
     fwd_hooks_t hooks = {.wait = timed_wait, .ctx = &p->th};
     double t0 = wk_now();

@@ -1,8 +1,10 @@
 """LoRA adapters in the daemon (issue 46, sim backend): three small bases and 50 adapters in one
 pool; each adapter answers by its own name as `gpuswapd generate --lora` does, in batches of its
-base; an evicted base pages back in for its adapters; a reload adds an adapter while its base
-streams; a bad adapter is failed with the reason while the others serve; /v1/models lists each
-adapter with its base."""
+base, each adapter paged onto the device for its requests and evicted when idle under pressure;
+evicting a base evicts its adapters, which page back in with it; a reload adds an adapter while its
+base streams; a bad adapter is failed with the reason while the others serve; /v1/models lists each
+adapter with its base and /metrics its counters; 300 adapters (no fixed limit) and an adapter's
+gpu_quota."""
 import http.client
 import json
 import os
@@ -88,11 +90,28 @@ def test_50_adapters_answer_as_generate_lora_in_their_bases_batches():
         assert a0["base"] == "b0" and a0["total_requests"] == 1, a0
         assert a0["total_generated_tokens"] == N and a0["total_failed"] == 0, a0
         assert a0["adapter_bytes"] > 0, a0
+        # each adapter a paging unit of its own: paged in for its request; the 4 MiB pool
+        # cannot hold 50 of them beside the bases and their caches, so idle ones made way
+        for name, a in ad.items():
+            assert a["total_page_ins"] >= 1 and a["total_bytes_in"] >= a["adapter_bytes"], (name, a)
+            assert a["curr_refs"] == 0 and a["curr_resident"] in (0, 1), (name, a)
+            assert a["curr_device_bytes"] == (65536 if a["curr_resident"] else 0), (name, a)
+        assert sum(a["total_evictions"] for a in ad.values()) > 0, ad
+        # evicting a base evicts its adapters
+        ev = d.admin_call({"op": "evict", "id": "e", "model": "b0"})
+        assert ev.get("ok"), ev
+        ad = d.stats()["adapters"]
+        on_b0 = [n for n, a in ad.items() if a["base"] == "b0"]
+        assert len(on_b0) == 17 and not any(ad[n]["curr_resident"] for n in on_b0), ad
         # the adapters' requests ran in their bases' steps: fewer steps than requests
         steps = sum(st["models"][b]["total_steps"] for b, _ in BASES)
         assert steps < 53 * N, steps
         m = models_of(d)
-        assert m["a01"]["base"] == "b1" and m["a01"]["state"] == m["b1"]["state"], m["a01"]
+        # its base's state, or partial while its base is resident and it is not
+        a, b = m["a01"], m["b1"]
+        assert a["base"] == "b1" and (a["state"] == b["state"] or
+                                      (b["state"] == "resident" and a["state"] == "partial")), a
+        assert (a["state"] == "resident") == (b["state"] == "resident" and a["adapter_resident"]), a
         c.close()
     finally:
         assert d.stop() == 0
@@ -106,16 +125,23 @@ def test_an_evicted_base_pages_back_in_with_its_adapters():
         name, _, bpath, path = some[0]  # on b0
         assert c.call(gen(c, "w", name))["event"] == "done"
         assert models_of(d)[name]["state"] == "resident"
+        a = d.stats()["adapters"][name]
+        assert a["curr_resident"] == 1 and a["total_page_ins"] == 1 and a["total_evictions"] == 0, a
         ev = d.admin_call({"op": "evict", "id": "e", "model": "b0"})
         assert ev.get("ok") and ev["bytes_evicted"] > 0, ev
         m = models_of(d)
         assert m[name]["state"] == m["b0"]["state"] != "resident", m[name]
+        a = d.stats()["adapters"][name]  # evicting the base evicted its adapter
+        assert a["curr_resident"] == 0 and a["curr_device_bytes"] == 0, a
+        assert a["total_evictions"] == 1 and not m[name]["adapter_resident"], a
         ans = d.admin_call({"op": "evict", "id": "e2", "model": name})  # it has no pages of its own
         assert ans["error"]["code"] == "bad_request" and "adapter of 'b0'" in ans["error"]["message"]
         before = d.stats()["models"]["b0"]["total_bytes_in"]
         ev = c.call(gen(c, "back", name))
         assert ev["event"] == "done" and ev["text"] == want(bpath, path), ev
-        assert d.stats()["models"]["b0"]["total_bytes_in"] > before  # paged in again
+        st = d.stats()
+        assert st["models"]["b0"]["total_bytes_in"] > before  # paged in again
+        assert st["adapters"][name]["total_page_ins"] == 2, st["adapters"][name]
         assert models_of(d)[name]["state"] == "resident"
         c.close()
     finally:
@@ -156,6 +182,7 @@ def test_reload_adds_an_adapter_while_its_base_streams_and_a_bad_one_fails_alone
         assert res["reloaded"] == [], ans
         ev = c.call(gen(c, "n", "n00"))
         assert ev["event"] == "done" and ev["text"] == want(new[2], new[3]), ev
+        assert d.stats()["adapters"]["n00"]["total_page_ins"] == 1  # paged in beside the stream
         assert s.done is None, "the stream ended before the reload's adapter answered"
         d.admin_call({"op": "fault", "id": "p", "fault": "off"})
         done = s.wait(60)
@@ -178,6 +205,26 @@ def test_reload_adds_an_adapter_while_its_base_streams_and_a_bad_one_fails_alone
         ev = c.call(gen(c, "gone", "a00"))
         assert ev["event"] == "error" and ev["error"]["code"] == "unknown_model", ev
         assert c.call(gen(c, "b", "b0"))["event"] == "done"
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_an_adapters_failed_copy_pages_it_in_again_and_its_request_answers():
+    some = ADAPTERS[:3]
+    d = PacedDaemon(entries(some), memory="4MiB")
+    try:
+        c = d.client(timeout=60)
+        assert c.call(gen(c, "w", "b0"))["event"] == "done"  # resident: the next copy is a00's
+        ans = d.admin_call({"op": "fault", "id": "f", "fault": "copy_fail", "count": 1})
+        assert ans.get("ok"), ans
+        name, _, bpath, path = some[0]
+        ev = c.call(gen(c, "a", name))  # waits for its adapter: never a base-only answer
+        assert ev["event"] == "done" and ev["text"] == want(bpath, path), ev
+        st = d.stats()
+        a = st["adapters"][name]
+        assert a["total_page_ins"] == 2 and a["curr_resident"] == 1 and a["total_failed"] == 0, a
+        assert st["models"]["b0"]["total_device_errors"] == 1, st["models"]["b0"]
         c.close()
     finally:
         assert d.stop() == 0
@@ -243,6 +290,48 @@ def test_v1_models_lists_each_adapter_with_its_base():
         out = json.loads(r.read())
         assert r.status == 200, out
         assert out["choices"][0]["text"] == want(ADAPTERS[1][2], ADAPTERS[1][3]), out
+        c.request("GET", "/metrics")  # the stats report's adapter fields, one family each
+        text = c.getresponse().read().decode()
+        for line in ('gpuswapd_adapter_requests_total{adapter="a01",base="b1"} 1',
+                     'gpuswapd_adapter_page_ins_total{adapter="a01",base="b1"} 1',
+                     'gpuswapd_adapter_requests_total{adapter="a00",base="b0"} 0',
+                     'gpuswapd_adapter_resident{adapter="a00",base="b0"} 0',
+                     'gpuswapd_adapter_bytes_in_total{adapter="a01",base="b1"} %d' %
+                     d.stats()["adapters"]["a01"]["adapter_bytes"]):
+            assert line in text.splitlines(), (line, [l for l in text.splitlines() if "adapter_" in l])
+        assert "# TYPE gpuswapd_adapter_evictions_total counter" in text
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_300_adapters_on_one_base_serve_and_an_adapters_gpu_quota_holds():
+    """No fixed limit on adapters (there was one of 256): 300 entries on b0 (its adapter files
+    shared); and gpu_quota on an adapter bounds its device copy: one beyond it is failed."""
+    files = [a[3] for a in ADAPTERS if a[1] == "b0"]
+    many = [("x%03d" % k, "b0", BASES[0][1], files[k % len(files)]) for k in range(300)]
+    ents = entries(many) + [("q", None, "base: b0\nadapter: %s\ngpu_quota: 32KiB" % files[0])]
+    d = gsd.Daemon(ents, memory="4MiB")
+    try:
+        c = d.client(timeout=60)
+        for k in (0, 255, 256, 299):
+            name, _, bpath, path = many[k]
+            ev = c.call(gen(c, name, name))
+            assert ev["event"] == "done" and ev["text"] == want(bpath, path), (name, ev)
+        ad = d.stats()["adapters"]
+        assert len(ad) == 301 and ad["x299"]["total_page_ins"] == 1, len(ad)
+        m = models_of(d)
+        assert m["q"]["state"] == "failed" and "gpu_quota" in m["q"]["error"], m["q"]
+        ev = c.call(gen(c, "q", "q"))
+        assert ev["event"] == "error" and "gpu_quota" in ev["error"]["message"], ev
+        # a reload that raises it loads the adapter again; its base stays
+        d.write_config(ents[:-1] + [("q", None, "base: b0\nadapter: %s\ngpu_quota: 64KiB" % files[0])],
+                       memory="4MiB")
+        ans = d.admin_call({"op": "reload", "id": "r"})
+        assert "error" not in ans, ans
+        ev = c.call(gen(c, "q2", "q"))
+        assert ev["event"] == "done" and ev["text"] == want(BASES[0][1], files[0]), ev
+        assert d.logtext().count("loading model 'b0'") == 1, "the base was loaded again"
         c.close()
     finally:
         assert d.stop() == 0
@@ -253,8 +342,10 @@ if __name__ == "__main__":
     for t in (test_50_adapters_answer_as_generate_lora_in_their_bases_batches,
               test_an_evicted_base_pages_back_in_with_its_adapters,
               test_reload_adds_an_adapter_while_its_base_streams_and_a_bad_one_fails_alone,
+              test_an_adapters_failed_copy_pages_it_in_again_and_its_request_answers,
               test_the_prefix_cache_never_shares_kv_between_an_adapter_and_its_base,
               test_check_config_opens_each_adapter_against_its_base_naming_what_is_wrong,
-              test_v1_models_lists_each_adapter_with_its_base):
+              test_v1_models_lists_each_adapter_with_its_base,
+              test_300_adapters_on_one_base_serve_and_an_adapters_gpu_quota_holds):
         r.run(t)
     sys.exit(r.exit_code())
