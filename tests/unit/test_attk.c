@@ -6,14 +6,12 @@
 
 #include "kernels/attk.h"
 #include "kernels/quant.h"
+#include "testutil.h"
 
 static uint64_t st = 0x2545f4914f6cdd1dull;
 static float frand(void)
 {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    return (float)((st >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+    return tu_frand(&st);
 }
 
 #define ROWS 53   /* positions: three full blocks of 16 and a tail */

@@ -3,10 +3,20 @@
 #define TESTUTIL_H
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A float uniform in [-1, 1) from the xorshift64 state *s (never 0), reproducible run to run. */
+static inline float tu_frand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((*s >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
 
 static inline const char *tu_build_dir(void)
 {
