@@ -7,47 +7,13 @@ count, as run_engine.sh reads them: threads,prefill_tok_s,decode_tok_s.
 
 usage: depth_server.py LLAMA_SERVER MODEL DEPTH PREFILL DECODE REPS THREADS...
 """
-import http.client
-import json
+import os
 import random
-import socket
 import subprocess
 import sys
-import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_up(port, proc, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("llama-server exited %d" % proc.returncode)
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("llama-server did not come up")
-
-
-def post(port, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
-    c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    if r.status != 200:
-        raise SystemExit("POST /completion: %d %s" % (r.status, data[:300]))
-    return json.loads(data)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchnet import free_port, post, wait_port  # noqa: E402
 
 
 def main():
@@ -64,12 +30,12 @@ def main():
                                  "-b", "512", "--host", "127.0.0.1", "--port", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_up(port, proc)
-            post(port, {"prompt": base, "n_predict": 1, "temperature": 0, "cache_prompt": True})
+            wait_port(port, proc, server)
+            post(port, "/completion", {"prompt": base, "n_predict": 1, "temperature": 0, "cache_prompt": True})
             best_p = best_d = 0.0
             for _ in range(reps):
                 new = [rnd.randrange(3, 32000) for _ in range(np_)]
-                t = post(port, {"prompt": base + new, "n_predict": nd, "temperature": 0,
+                t = post(port, "/completion", {"prompt": base + new, "n_predict": nd, "temperature": 0,
                                 "cache_prompt": True, "ignore_eos": True})["timings"]
                 if t["prompt_n"] != np_ or t["predicted_n"] != nd:
                     raise SystemExit("the server prefilled %d (not %d) or decoded %d (not %d)"

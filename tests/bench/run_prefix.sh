@@ -29,45 +29,12 @@ done
 echo "== prefix cache: a $TURNS-turn conversation, +$NEW tokens a turn, max_tokens 1, $THREADS threads," \
      "134M Q8_0 Llama (dim 768, 12 layers, vocab 32000)"
 echo "   CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
-exec /usr/bin/python3 - "$BUILD" "$OUT" "$m" "$TURNS" "$NEW" "$THREADS" <<'EOF'
-import http.client, json, os, random, signal, socket, subprocess, sys, tempfile, time
+PYTHONPATH="$(dirname "$0")" exec /usr/bin/python3 - "$BUILD" "$OUT" "$m" "$TURNS" "$NEW" "$THREADS" <<'EOF'
+import json, os, random, signal, subprocess, sys, tempfile, time
+from benchnet import free_port, post, wait_port
 
 build, out, model, turns, new, threads = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
 tmp = tempfile.mkdtemp(prefix="gsd-bench-prefix-")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, what, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("%s exited %d" % (what, proc.returncode))
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("%s did not come up" % what)
-
-
-def post(port, path, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    if r.status != 200:
-        raise SystemExit("POST %s: %d %s" % (path, r.status, data[:300]))
-    return json.loads(data)
 
 
 def gpuswapd(cache):
