@@ -1,4 +1,4 @@
-/* attk: attention's inner loops over an F16 KV cache, portable and AVX-512 (picked by quant's ISA). */
+/* attk: attention's inner loops over an F16 KV cache, portable, AVX2 and AVX-512 (picked by quant's ISA). */
 #include "kernels/attk.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* attk: attention's inner loops over an F16 KV cache (a block of queries' scores against K rows, their weighted sum of V rows), with an AVX-512 path picked by quant's ISA. */
+/* attk: attention's inner loops over an F16 KV cache (a block of queries' scores against K rows, their weighted sum of V rows), portable, AVX2 and AVX-512 as quant's ISA choice says. */
 #ifndef ATTK_H
 #define ATTK_H
 
