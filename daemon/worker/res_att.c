@@ -136,6 +136,42 @@ void res_att_hold(res_att_t *a, int delta)
         a->holds--;
 }
 
+/* ------------------------------------------------------------------ predictions */
+
+size_t res_att_missing(res_t *r, res_att_t *a)
+{
+    if (r->be->zero_copy)
+        return 0;
+    res_att_settle(r, a); /* a failed copy is missing again */
+    return a->state == RES_SEG_ABSENT ? a->span : 0;
+}
+
+double res_att_eta(res_t *r, res_att_t *a)
+{
+    if (r->be->zero_copy || r->bw <= 0)
+        return 0;
+    res_settle_all(r); /* where the copy engine's FIFO has got to */
+    res_att_settle(r, a);
+    if (a->state == RES_SEG_RESIDENT)
+        return 0;
+    if (a->state == RES_SEG_INFLIGHT) /* behind the copies queued before it */
+        return a->q_end > r->landed_q ? (double)(a->q_end - r->landed_q) / r->bw : 0;
+    /* absent: queued when its request is admitted, behind the copies queued now and the
+     * weights of its model's page-in (admission follows it) */
+    size_t have = a->m->weight_bytes, image = a->m->sm->image_bytes;
+    double ahead = (double)(r->q_bytes - r->landed_q) + (double)(image > have ? image - have : 0);
+    return (ahead + (double)a->bytes) / r->bw;
+}
+
+size_t res_att_idle_pages(const res_t *r, const res_model_t *m)
+{
+    size_t pages = 0;
+    for (const res_att_t *a = r->be->zero_copy ? NULL : m->atts; a; a = a->next)
+        if (!a->holds && a->state != RES_SEG_ABSENT)
+            pages += a->span / r->page;
+    return pages;
+}
+
 /* ------------------------------------------------------------------ state */
 
 void *res_att_addr(const res_att_t *a)

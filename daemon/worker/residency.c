@@ -603,9 +603,15 @@ int res_copy_overdue(res_t *r, res_model_t *m, char *err, size_t errlen)
 size_t res_spare_pages(const res_t *r)
 {
     size_t spare = r->free_pages + r->kv_cached_bytes / r->page; /* cached KV goes first */
-    for (const res_model_t *v = r->models; v; v = v->next)
-        if (!v->wanted && res_evictable(v) && v->n_kv == 0 && v->n_inflight == 0)
+    for (const res_model_t *v = r->models; v; v = v->next) {
+        int gone = !v->wanted && res_evictable(v) && v->n_kv == 0 && v->n_inflight == 0;
+        if (gone)
             spare += v->weight_bytes / r->page;
+        /* idle attached units of a model without weights go before any weights, those of a
+         * model that goes with its weights */
+        if (gone || !v->weight_bytes)
+            spare += res_att_idle_pages(r, v);
+    }
     return spare;
 }
 
@@ -619,8 +625,10 @@ int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes
     size_t held = m->weight_bytes / r->page;
     if (held + missing > quota)
         missing = quota > held ? quota - held : 0;
-    if (!m->wanted && res_evictable(m) && m->n_kv == 0 && m->n_inflight == 0)
-        spare -= m->weight_bytes / r->page; /* counted among the spare: not its own room */
+    int gone = !m->wanted && res_evictable(m) && m->n_kv == 0 && m->n_inflight == 0;
+    size_t own = (gone ? m->weight_bytes / r->page : 0) +
+                 (gone || !m->weight_bytes ? res_att_idle_pages(r, m) : 0);
+    spare = spare > own ? spare - own : 0; /* counted among the spare: not its own room */
     spare = spare > reserve ? spare - reserve : 0;
     return missing <= spare ? 1 : -1;
 }

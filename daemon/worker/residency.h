@@ -145,14 +145,17 @@ size_t res_pagein_window(const res_t *r, const res_model_t *m, double round_s, d
  * is the first victim. */
 void res_set_wanted(res_model_t *m, int wanted);
 /* Pages a page-in may take without evicting a model someone has work for:
- * the free ones plus those of idle, unwanted models (res_set_wanted). Call
+ * the free ones plus those of idle, unwanted models (res_set_wanted), cached
+ * KV, and the attached units nobody holds of models without weights or of
+ * those idle, unwanted ones (they go before, or with, the weights). Call
  * after every model's res_set_wanted of the round, once for all the cold
  * models it sizes (res_pagein_fits). */
 size_t res_spare_pages(const res_t *r);
 /* Whether m's page-in fits without evicting a model someone has work for: its
  * missing segments (up to its gpu_quota) in spare (res_spare_pages, less m's
- * own pages if counted there), beside reserve_bytes kept for the KV caches of
- * queued work. 1 yes, -1 no (sched_model_view_t.fits). */
+ * own pages and idle attached units if counted there), beside reserve_bytes
+ * kept for the KV caches (and the adapters not on the device,
+ * res_att_missing) of queued work. 1 yes, -1 no (sched_model_view_t.fits). */
 int res_pagein_fits(res_t *r, res_model_t *m, size_t spare, size_t reserve_bytes);
 /* max_stall in parts: a model whose running sequences lost pages is stepped
  * once max_stall / RES_STALL_PARTS passed without a pass, and loses at most
@@ -218,6 +221,15 @@ void res_att_hold(res_att_t *a, int delta);
 void *res_att_addr(const res_att_t *a);
 /* Device bytes it takes while mapped (whole pages; 0 on zero-copy). */
 size_t res_att_span(const res_t *r, const res_att_t *a);
+/* Pool bytes a page-in of it would map now: its span while absent (a failed copy settled
+ * as absent), 0 when mapped (in flight or resident) or on zero-copy. For predictions: what an
+ * admission that needs it takes beside its KV cache. */
+size_t res_att_missing(res_t *r, res_att_t *a);
+/* Seconds until it can be read if its request were admitted now, at the measured copy
+ * bandwidth: 0 when resident, on zero-copy or before any copy was timed (never a guess); in
+ * flight, the bytes queued up to its copy's end; absent, the bytes queued now, its model's
+ * weights not mapped (its page-in goes first) and its own. Never blocks. */
+double res_att_eta(res_t *r, res_att_t *a);
 /* Its counters: copies queued, their bytes, evictions; whether its copy has landed. */
 void res_att_stats(res_t *r, res_att_t *a, uint64_t *page_ins, uint64_t *bytes_in,
                    uint64_t *evictions, int *resident);

@@ -236,6 +236,8 @@ void res_att_drop_all(res_t *r, res_model_t *m);
 /* ------------------------------------------------------------------ res_att.c */
 /* Frees m's attached units (res_remove: their owner forgot them). */
 void res_att_free_all(res_t *r, res_model_t *m);
+/* Pages of m's attached units mapped and not held (victims; as last settled: never blocks). */
+size_t res_att_idle_pages(const res_t *r, const res_model_t *m);
 
 /* ------------------------------------------------------------------ res_evict.c: eviction */
 

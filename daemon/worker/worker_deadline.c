@@ -20,6 +20,16 @@ static double wait_of(wk_t *w, const wk_model_t *m)
     return res_pagein_eta(w->res, m->rm, m->pass.pass_s);
 }
 
+/* The wait of s: its model's (wait_of), or its adapter's copy where that lands later
+ * (res_att_eta: an adapter not on the device is paged in as s is admitted, behind its model's
+ * page-in, and s sits out the passes until its copy lands). */
+static double wait_for(wk_t *w, const wk_seq_t *s, double model_wait)
+{
+    const wk_adapter_t *a = s->adapter;
+    double aw = a && a->att ? res_att_eta(w->res, a->att) : 0;
+    return aw > model_wait ? aw : model_wait;
+}
+
 /* Predicted seconds from now to s's first token with ahead requests of its model queued before
  * it and wait_s until the model can run (sched_first_token_s): that wait, the admission gaps,
  * its own prefill pass. */
@@ -47,7 +57,7 @@ int wk_dl_arrival(wk_t *w, wk_seq_t *s)
     if (!s->t_deadline)
         return 0;
     wk_model_t *m = w->models[s->model];
-    double now = wk_now(), wait = wait_of(w, m);
+    double now = wk_now(), wait = wait_for(w, s, wait_of(w, m));
     double p = predict(m, s, sched_queued(w->sched, s->model), wait);
     s->dl_predicted = now - s->t_arrival + p;
     double left = s->t_deadline - now;
@@ -78,7 +88,8 @@ static void sweep_model(wk_t *w, int mi, double now)
     while (it) {
         sched_item_t *next = it->next;
         wk_seq_t *s = it->user;
-        double p = s->t_deadline ? predict(m, s, ahead, wait) : 0;
+        double ws = s->t_deadline ? wait_for(w, s, wait) : 0;
+        double p = s->t_deadline ? predict(m, s, ahead, ws) : 0;
         double left = s->t_deadline - now;
         if (s->t_deadline && p > left && m->cfg.deadline_keep) {
             m->svc.total_deadline_kept += s->index == 0;
@@ -97,7 +108,7 @@ static void sweep_model(wk_t *w, int mi, double now)
                  "%.0f ms more predicted",
                  m->name, (s->t_deadline - s->t_arrival) * 1e3, (now - s->t_arrival) * 1e3,
                  p * 1e3);
-        wk_seq_refuse(w, s, retry_ms_of(w, s, wait), msg);
+        wk_seq_refuse(w, s, retry_ms_of(w, s, ws), msg);
         it = next;
     }
 }

@@ -23,10 +23,19 @@ static int can_admit(wk_t *w, int mi, uint32_t n_active_all)
            res_kv_available_for(w->res, m->rm);
 }
 
+/* Whether s's adapter (if it names one) is on the device with its copy landed. */
+static int adapter_ready(wk_t *w, const wk_seq_t *s)
+{
+    const wk_adapter_t *a = s->adapter;
+    return !a || (a->att && res_att_state(w->res, a->att) == RES_SEG_RESIDENT);
+}
+
 /* The compute of mi's next pass: its running sequences (one token each, or
  * a parked one's prompt and generated ids) and the queued requests it has
- * room for (their prompts). For a model paging in, res_ready_in's compute:
- * a first pass that prefills starts while its last copies land. */
+ * room for (their prompts; not those whose adapter is not on the device: its
+ * copy is queued as they are admitted, behind the model's, and they sit the
+ * pass out). For a model paging in, res_ready_in's compute: a first pass
+ * that prefills starts while its last copies land. */
 static double next_pass_s(wk_t *w, int mi)
 {
     wk_model_t *m = w->models[mi];
@@ -35,30 +44,59 @@ static double next_pass_s(wk_t *w, int mi)
         toks += s->parked ? s->n_prompt + s->n_gen : 1;
     for (sched_item_t *it = sched_peek(w->sched, mi); it && nseq < mb; it = it->next, nseq++) {
         const wk_seq_t *q = it->user; /* a cached prefix is not prefilled */
-        toks += q->n_prompt - (q->pfx_hint < q->n_prompt ? q->pfx_hint : 0);
+        if (adapter_ready(w, q))
+            toks += q->n_prompt - (q->pfx_hint < q->n_prompt ? q->pfx_hint : 0);
     }
     return pass_time_for(&m->pass, toks, nseq);
 }
 
-/* The KV pages (prompt + 1 each: caches grow as sequences advance) of the
- * requests model i could admit. */
-static size_t queued_kv(wk_t *w, const sched_model_view_t *views, int i)
+/* Distinct adapters queued_need tells apart (beyond, an adapter may count twice: the safe side). */
+#define QUEUED_ADAPTERS_MAX 32
+
+/* The pages of the adapters the first n queued requests from it name that are not on the device
+ * (res_att_missing), each adapter once: their admission maps them before their caches. */
+static size_t queued_adapters(wk_t *w, sched_item_t *it, uint32_t n)
+{
+    const wk_adapter_t *seen[QUEUED_ADAPTERS_MAX];
+    int n_seen = 0;
+    size_t bytes = 0;
+    for (uint32_t k = 0; it && k < n; it = it->next, k++) {
+        const wk_seq_t *s = it->user;
+        const wk_adapter_t *a = s->adapter;
+        int dup = 0;
+        for (int j = 0; a && j < n_seen && !dup; j++)
+            dup = seen[j] == a;
+        if (!a || !a->att || dup)
+            continue;
+        if (n_seen < QUEUED_ADAPTERS_MAX)
+            seen[n_seen++] = a;
+        bytes += res_att_missing(w->res, a->att);
+    }
+    return bytes;
+}
+
+/* The pool bytes the requests model i could admit take as they are admitted: their KV pages
+ * (prompt + 1 each: caches grow as sequences advance) and their adapters' pages not on the
+ * device (queued_adapters). */
+static size_t queued_need(wk_t *w, const sched_model_view_t *views, int i)
 {
     wk_model_t *m = w->models[i];
     sched_item_t *it = m && m->sm ? sched_peek(w->sched, i) : NULL;
     if (!it)
         return 0;
     uint32_t q = sched_queued(w->sched, i), mb = views[i].max_batch;
-    uint32_t room = m->n_active < mb ? mb - m->n_active : 0;
+    uint32_t room = m->n_active < mb ? mb - m->n_active : 0, n = q < room ? q : room;
     const wk_seq_t *s = it->user;
-    return (size_t)(q < room ? q : room) * res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1);
+    return (size_t)n * res_kv_bytes_model(w->res, m->rm, s->n_prompt + 1) +
+           queued_adapters(w, it, n);
 }
 
 /* views[].fits of the cold models with work (the scheduler drains a busy
  * model rather than preempt one when a page-in does not fit, for at most
  * max_wait): their page-in against the free pages and those of models nobody
- * has work for, beside the KV caches of the requests the models on the
- * device (or coming) could admit, and its own: other cold models' requests
+ * has work for, beside the KV caches (and the adapters not on the device) of
+ * the requests the models on the device (or coming) could admit, and its
+ * own: other cold models' requests
  * take no KV until their own page-in (counted, they kept every page-in
  * "not fitting" whenever a dozen models had queues: 12 models at 60% load,
  * the most popular drained for 30 s) */
@@ -69,12 +107,13 @@ static void fill_fits(wk_t *w, sched_model_view_t *views)
     size_t reserve = 0, spare = res_spare_pages(w->res); /* once a round: a walk over every model */
     for (int i = 0; i < w->n_models; i++)
         if (views[i].resident || views[i].loading)
-            reserve += queued_kv(w, views, i);
+            reserve += queued_need(w, views, i);
     for (int i = 0; i < w->n_models; i++) {
         wk_model_t *m = w->models[i];
         if (m && m->sm && !views[i].resident && !views[i].loading &&
             (m->n_active > 0 || sched_queued(w->sched, i) > 0))
-            views[i].fits = res_pagein_fits(w->res, m->rm, spare, reserve + queued_kv(w, views, i));
+            views[i].fits =
+                res_pagein_fits(w->res, m->rm, spare, reserve + queued_need(w, views, i));
     }
 }
 

@@ -24,7 +24,7 @@ set -uo pipefail
 # name|call|box seconds|what it does (env runs first in each call)
 PLAN=(
     "env|12|30|environment, from the shell before any bundled binary (uname, glibc, driver, nvidia-smi, device nodes, libcuda, cuBLAS files, whether every bundled binary's libraries load), then the backend: runtime, GPU, PCIe, VMM granularity, cuBLAS"
-    "unit|1|70|CUDA unit tests (backend_cuda/*, with the MoE decode check: small generated Mixtral, Qwen2-MoE and Qwen3-MoE files, CUDA logits against cpu) under GPUSWAPD_REQUIRE_CUDA=1 (a missing GPU fails them), run under syscage: the unit's MemoryDenyWriteExecute (PR_SET_MDWE and systemd 252's seccomp form) and SystemCallFilter"
+    "unit|1|70|CUDA unit tests (backend_cuda/*, with the MoE decode check: small generated Mixtral, Qwen2-MoE and Qwen3-MoE files, CUDA logits against cpu, and the LoRA kernel lora_mm against cpu) under GPUSWAPD_REQUIRE_CUDA=1 (a missing GPU fails them), run under syscage: the unit's MemoryDenyWriteExecute (PR_SET_MDWE and systemd 252's seccomp form) and SystemCallFilter"
     "pagein|1|25|page-in correctness, store -> VMM -> copy -> forward: swapped-in and quota-streamed passes equal a resident pass bit for bit (cuda, and sim for reference)"
     "paging|1|45|paging bench, 1.1 GB F16 model: page-in GB/s against raw copies into a VMM-mapped range and a plain cudaMalloc buffer; map vs copy GB/s"
     "ttft8b|2|135|8B-shaped BF16 model (dim 4096, 32 layers, 32/8 heads, ff 14336, vocab 128256; 16 GB): generate it, then swapped-out vs resident time to first token"
@@ -333,6 +333,16 @@ moe_verdict() {
     note "  mixture of experts (MoE decode check, CUDA logits vs cpu; scatter, slot sum, expert views): $pass passed, $fail failed or skipped"
 }
 
+# The LoRA line (backend_cuda::lora_mm_*: the cuda lora_mm against the cpu's over mixed segments of
+# several adapters, every type; a_step_of_two_adapters_*: a pass with two adapters and the base) in
+# the report.
+lora_verdict() {
+    local log=$1 pass fail
+    pass=$(grep -aEc '^\[PASS\] backend_cuda::(lora_mm_|a_step_of_two_adapters)' "$log")
+    fail=$(grep -aEc '^\[(FAIL|SKIP)\] backend_cuda::(lora_mm_|a_step_of_two_adapters)' "$log")
+    note "  LoRA adapters (lora_mm: grouped low-rank products vs cpu, mixed segments and types; a pass with two adapters and the base, logits vs cpu): $pass passed, $fail failed or skipped"
+}
+
 # ------------------------------------------------------------------ 2. unit tests
 # The tests run under syscage (the systemd unit's W^X and system-call filter, as the service would
 # run); GPU_CHECK_NO_CAGE=1 runs them bare. When they fail caged and time is left, a bare rerun says
@@ -357,6 +367,7 @@ st_unit() {
     grep -a '^syscage: ' "$log" | sort -u | sed 's/^/  /' >> "$BODY"
     criterion_verdict "$log" "$rc" backend_cuda
     moe_verdict "$log"
+    lora_verdict "$log"
     [ "${#cage[@]}" -gt 0 ] && S_LINE="$S_LINE (under syscage)"
     if [ "$S_STATUS" != PASS ] && [ "${#cage[@]}" -gt 0 ] && [ "$rc" != 124 ] && [ "$(stage_left)" -ge 20 ]; then
         local blog=$LOGS/unit-bare.log syn

@@ -30,6 +30,7 @@
 #include "engine/forward.h"
 #include "ggufw.h"
 #include "engine/kv.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "kernels/quant.h"
 #include "testutil.h"
@@ -1577,4 +1578,287 @@ Test(backend_cuda, moe_decode_of_a_q4_k_m_mixtral_matches_the_cpu_exact_path, .t
     check_moe_forward(m, moe_gemv_plen, 0, 1e-3, "Q4_K_M mixtral");
     quant_path_set(QUANT_PATH_FAST);
     model_close(m);
+}
+
+/* ------------------------------------------------------------------ LoRA adapters */
+
+/* One adapter of a lora_mm check: A (rank, n_in) and B (n_out, rank), host bytes. */
+typedef struct lora_ad {
+    uint32_t type_a, type_b, rank;
+    float scale;
+} lora_ad_t;
+
+/* lora_mm of n_seg segments (segment s: seg_n[s] rows of adapter seg_ad[s], one untouched row
+ * before each) on cuda and cpu: the products added to y agree within tol, the rows and columns
+ * outside the segments keep their bytes. */
+static void check_lora(backend_t *cu, backend_t *cp, const lora_ad_t *ads, int n_ad,
+                       const int *seg_ad, const size_t *seg_n, int n_seg, uint32_t n_in,
+                       uint32_t n_out, double tol)
+{
+    const size_t xs = n_in + 8, ys = n_out + 24;
+    size_t n_rows = 1;
+    for (int s = 0; s < n_seg; s++)
+        n_rows += seg_n[s] + 1;
+    float *x = rand_vec(n_rows * xs, 1.0f), *y0 = rand_vec(n_rows * ys, 0.25f);
+    void **ha = calloc((size_t)n_ad * 2, sizeof *ha);
+    size_t *hb = calloc((size_t)n_ad * 2, sizeof *hb);
+    model_weight_t *w = calloc((size_t)n_ad * 2, sizeof *w);
+    be_lora_t *jobs = calloc((size_t)n_seg, sizeof *jobs);
+    uint8_t *inside = calloc(n_rows, 1);
+    cr_assert(ha && hb && w && jobs && inside);
+    for (int a = 0; a < n_ad; a++) {
+        ha[2 * a] = rand_weight(ads[a].type_a, n_in, ads[a].rank, &hb[2 * a]);
+        ha[2 * a + 1] = rand_weight(ads[a].type_b, ads[a].rank, n_out, &hb[2 * a + 1]);
+    }
+    float *res[2];
+    backend_t *bes[2] = {cu, cp};
+    for (int k = 0; k < 2; k++) {
+        backend_t *be = bes[k];
+        for (int a = 0; a < n_ad; a++) {
+            w[2 * a] = (model_weight_t){ads[a].type_a, n_in, ads[a].rank,
+                                        dput(be, ha[2 * a], hb[2 * a]), hb[2 * a]};
+            w[2 * a + 1] = (model_weight_t){ads[a].type_b, ads[a].rank, n_out,
+                                            dput(be, ha[2 * a + 1], hb[2 * a + 1]), hb[2 * a + 1]};
+        }
+        size_t r = 1;
+        for (int s = 0; s < n_seg; s++) {
+            const int a = seg_ad[s];
+            jobs[s] = (be_lora_t){&w[2 * a], &w[2 * a + 1], ads[a].scale, r, seg_n[s]};
+            for (size_t i = 0; i < seg_n[s]; i++)
+                inside[r + i] = 1;
+            r += seg_n[s] + 1;
+        }
+        float *dx = dput(be, x, n_rows * xs * sizeof(float));
+        float *dy = dput(be, y0, n_rows * ys * sizeof(float));
+        cr_assert_eq(be->lora_mm(be->ctx, jobs, n_seg, dx, xs, dy, ys), 0, "%s lora_mm", be->name);
+        res[k] = dget(be, dy, n_rows * ys * sizeof(float));
+        be->buf_free(be->ctx, dx);
+        be->buf_free(be->ctx, dy);
+        for (int i = 0; i < 2 * n_ad; i++)
+            be->buf_free(be->ctx, (void *)w[i].data);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "lora_mm of %d segments over %d adapters (A %s, B %s), n_in %u",
+             n_seg, n_ad, gguf_ttype_name(ads[0].type_a), gguf_ttype_name(ads[0].type_b), n_in);
+    check_rows(what, res[0], res[1], n_rows, n_out, ys, tol);
+    size_t changed = 0;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t i = 0; i < ys; i++) {
+            if (!inside[r] || i >= n_out)
+                cr_assert_eq(res[0][r * ys + i], y0[r * ys + i],
+                             "%s: row %zu elem %zu outside the segments written", what, r, i);
+            else
+                changed += res[1][r * ys + i] != y0[r * ys + i];
+        }
+    cr_assert_gt(changed, 0, "%s: no product was added", what);
+    for (int i = 0; i < 2 * n_ad; i++)
+        free(ha[i]);
+    free(res[0]);
+    free(res[1]);
+    free(x);
+    free(y0);
+    free(ha);
+    free(hb);
+    free(w);
+    free(jobs);
+    free(inside);
+}
+
+/* A step's segments: adapter 0 (3 rows), 1 (1 row), 2 (5 rows), 0 again (2 rows), 1 with no
+ * rows, 2 (1 row); ranks 8, 16 and 4 (32, 64 and 32 where B's rows are Q8_0 blocks), for every
+ * weight type, and A and B of different types in one adapter. */
+Test(backend_cuda, lora_mm_matches_cpu_for_every_adapter_type_over_mixed_segments, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const int seg_ad[6] = {0, 1, 2, 0, 1, 2};
+    const size_t seg_n[6] = {3, 1, 5, 2, 0, 1};
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t t = all_types[ti];
+        const int q = t == GGUF_T_Q8_0;
+        const lora_ad_t ads[3] = {
+            {t, t, q ? 32 : 8, 2.0f}, {t, t, q ? 64 : 16, 0.5f}, {t, t, q ? 32 : 4, 1.0f / 3.0f}};
+        check_lora(cu, cp, ads, 3, seg_ad, seg_n, 6, 256, 96, 1e-4);
+        check_lora(cu, cp, ads, 3, seg_ad, seg_n, 6, 96, 300, 1e-4);
+    }
+    const lora_ad_t mixed[3] = {{GGUF_T_F16, GGUF_T_F32, 8, 1.5f},
+                                {GGUF_T_BF16, GGUF_T_F16, 16, 0.75f},
+                                {GGUF_T_Q8_0, GGUF_T_Q8_0, 32, 1.0f}};
+    check_lora(cu, cp, mixed, 3, seg_ad, seg_n, 6, 256, 96, 1e-4);
+    be_close(cu);
+    be_close(cp);
+}
+
+/* Block-type adapters (Q4_0, Q6_K, IQ4_NL A; Q4_0 B of rank 32) against the cpu's exact path. */
+Test(backend_cuda, lora_mm_of_block_type_adapters_matches_the_cpu_exact_path, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    const int seg_ad[4] = {0, 1, 2, 0};
+    const size_t seg_n[4] = {2, 3, 1, 4};
+    const lora_ad_t ads[3] = {{GGUF_T_Q4_0, GGUF_T_Q4_0, 32, 1.0f},
+                              {GGUF_T_Q6_K, GGUF_T_F16, 16, 0.5f},
+                              {GGUF_T_IQ4_NL, GGUF_T_F32, 8, 2.0f}};
+    check_lora(cu, cp, ads, 3, seg_ad, seg_n, 4, 512, 200, 1e-4);
+    be_close(cu);
+    be_close(cp);
+}
+
+/* More segments than one launch carries (100 of 1 to 3 rows over 5 F16 adapters, one of rank
+ * 256), a prefill-sized segment (40 rows), and operands lora_mm refuses. */
+Test(backend_cuda, lora_mm_over_many_segments_and_a_long_one_matches_cpu, .timeout = 60)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    int seg_ad[101];
+    size_t seg_n[101];
+    for (int s = 0; s < 100; s++) {
+        seg_ad[s] = s % 5;
+        seg_n[s] = 1 + (size_t)(s % 3);
+    }
+    seg_ad[100] = 2;
+    seg_n[100] = 40;
+    const lora_ad_t ads[5] = {{GGUF_T_F16, GGUF_T_F16, 8, 1.0f},
+                              {GGUF_T_F16, GGUF_T_F16, 16, 0.5f},
+                              {GGUF_T_F16, GGUF_T_F16, 256, 0.25f},
+                              {GGUF_T_F16, GGUF_T_F16, 4, 2.0f},
+                              {GGUF_T_F16, GGUF_T_F16, 8, 1.0f}};
+    check_lora(cu, cp, ads, 5, seg_ad, seg_n, 101, 256, 128, 1e-4);
+
+    /* B's rank differs from A's: refused before a launch */
+    model_weight_t a = {GGUF_T_F32, 64, 8, NULL, 0}, b = {GGUF_T_F32, 4, 32, NULL, 0};
+    float *dx = dput(cu, NULL, 64 * sizeof(float)), *dy = dput(cu, NULL, 32 * sizeof(float));
+    a.data = dx;
+    b.data = dy;
+    be_lora_t job = {&a, &b, 1.0f, 0, 1};
+    cr_assert_eq(cu->lora_mm(cu->ctx, &job, 1, dx, 64, dy, 32), BE_ERR_ARG);
+    cu->buf_free(cu->ctx, dx);
+    cu->buf_free(cu->ctx, dy);
+    be_close(cu);
+    be_close(cp);
+}
+
+/* mklora's adapter for the base file at base_path (args: its options), opened at scale. */
+static lora_t *lora_made(const model_t *m, const char *base_path, const char *args, float scale)
+{
+    char path[256], cmd[1024], err[512] = "";
+    close(tu_tmpfile(path, sizeof path, "gpuswapd-lora"));
+    snprintf(cmd, sizeof cmd, "%s/mklora --base %s --out %s %s", tu_build_dir(), base_path, path,
+             args);
+    cr_assert_eq(system(cmd), 0, "mklora failed: %s", cmd);
+    int code = 0;
+    lora_t *a = lora_open(path, m, scale, &code, err, sizeof err);
+    unlink(path);
+    cr_assert_not_null(a, "%s", err);
+    return a;
+}
+
+/* a's pairs copied into one device buffer (*buf, each A and B DEV_ALIGN-aligned, as the daemon
+ * packs an adapter) and rebased onto it; the caller frees the pairs and the buffer. */
+static lora_weights_t dev_lora(backend_t *be, const lora_t *a, void **buf)
+{
+    const size_t n = (size_t)a->w.n_layer * LORA_N_TARGETS;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (a->w.pairs[i].a.data)
+            total += align_up(a->w.pairs[i].a.nbytes, DEV_ALIGN) +
+                     align_up(a->w.pairs[i].b.nbytes, DEV_ALIGN);
+    uint8_t *host = calloc(total ? total : 1, 1);
+    lora_weights_t w = a->w;
+    w.pairs = calloc(n, sizeof *w.pairs);
+    cr_assert(host && w.pairs);
+    *buf = dput(be, NULL, total ? total : 1);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        w.pairs[i] = a->w.pairs[i];
+        if (!a->w.pairs[i].a.data)
+            continue;
+        model_weight_t *v[2] = {&w.pairs[i].a, &w.pairs[i].b};
+        for (int k = 0; k < 2; k++) {
+            memcpy(host + off, v[k]->data, v[k]->nbytes);
+            v[k]->data = (uint8_t *)*buf + off;
+            off += align_up(v[k]->nbytes, DEV_ALIGN);
+        }
+    }
+    cr_assert_eq(be->upload(be->ctx, *buf, host, total ? total : 1), 0);
+    free(host);
+    return w;
+}
+
+/* One step of three sequences (an F16 adapter of rank 8 on q, k, v, o; the base alone; a Q8_0
+ * adapter of rank 32 on q, v, gate, up, down), a prefill of 9 tokens each then 3 decode steps:
+ * every sequence's logits on cuda (lora_mm) match the cpu's. */
+Test(backend_cuda, a_step_of_two_adapters_and_the_base_matches_cpu, .timeout = 120)
+{
+    backend_t *cu = open_cuda(), *cp = open_cpu();
+    char bpath[256], err[256];
+    tu_mkmodel(bpath, sizeof bpath,
+               "--type f32 --dim 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --vocab 300 "
+               "--seed 1");
+    model_t *m = model_open(bpath, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    lora_t *ad[2] = {
+        lora_made(m, bpath, "--rank 8 --targets q,k,v,o --type f16 --seed 2 --gain 4", 1.0f),
+        lora_made(m, bpath, "--rank 32 --targets q,v,gate,up,down --type q8_0 --seed 3 --gain 4",
+                  0.5f)};
+    void *abuf[2];
+    lora_weights_t dw[2] = {dev_lora(cu, ad[0], &abuf[0]), dev_lora(cu, ad[1], &abuf[1])};
+    dev_model_t *dm = dev_model_load(cu, m);
+    const uint32_t nv = m->hp.n_vocab;
+    void *kvb[3];
+    size_t kvn[3];
+    kv_seq_t *kc[3], *kp[3];
+    float *lc = malloc(3 * nv * sizeof(float)), *lp = malloc(3 * nv * sizeof(float));
+    for (int q = 0; q < 3; q++) {
+        kc[q] = dev_kv_new(cu, &m->hp, 64, KV_TYPE_F32, &kvb[q], &kvn[q]);
+        kp[q] = kv_seq_new(&m->hp, 64, KV_TYPE_F32);
+    }
+    fwd_t *fc = fwd_new(cu), *fp = fwd_new(cp);
+    const int32_t prompt[3][12] = {{1, 5, 9, 13, 200, 17, 3, 80, 99, 4, 7, 11},
+                                   {2, 6, 10, 14, 201, 18, 4, 81, 98, 5, 8, 12},
+                                   {1, 5, 9, 13, 200, 17, 3, 80, 99, 6, 9, 13}};
+    const lora_weights_t *lw_cu[3] = {&dw[0], NULL, &dw[1]};
+    const lora_weights_t *lw_cp[3] = {&ad[0]->w, NULL, &ad[1]->w};
+    for (int step = 0; step < 4; step++) {
+        const uint32_t n = step == 0 ? 9 : 1;
+        fwd_seq_t sc[3], sp[3];
+        for (int q = 0; q < 3; q++) {
+            const int32_t *t = step == 0 ? prompt[q] : &prompt[q][8 + step];
+            sc[q] = (fwd_seq_t){kc[q], t, n, lc + q * nv, lw_cu[q]};
+            sp[q] = (fwd_seq_t){kp[q], t, n, lp + q * nv, lw_cp[q]};
+        }
+        cr_assert_eq(fwd_run(fc, &m->hp, &dm->w, sc, 3, NULL, err, sizeof err), 0, "cuda: %s", err);
+        cr_assert_eq(fwd_run(fp, &m->hp, &m->w, sp, 3, NULL, err, sizeof err), 0, "cpu: %s", err);
+        for (int q = 0; q < 3; q++) {
+            char what[96];
+            snprintf(what, sizeof what, "step %d, sequence %d (%s) logits", step, q,
+                     q == 1   ? "the base"
+                     : q == 0 ? "F16 adapter"
+                              : "Q8_0 adapter");
+            check_rows(what, lc + q * nv, lp + q * nv, 1, nv, nv, 1e-3);
+        }
+        if (step == 0) { /* sequences 0 and 2 share their prompt: only their adapters differ */
+            double d = 0;
+            for (uint32_t i = 0; i < nv; i++)
+                d = fmax(d, fabs((double)lc[i] - lc[2 * nv + i]));
+            cr_assert_gt(d, 1e-2, "the two adapters gave the same logits: no product ran");
+        }
+    }
+    for (int q = 0; q < 3; q++) {
+        kv_seq_free(kp[q]);
+        cr_assert_eq(cu->unmap(cu->ctx, kvb[q], 0, kvn[q]), 0);
+        cu->release(cu->ctx, kvb[q], kvn[q]);
+        free(kc[q]);
+    }
+    fwd_free(fc);
+    fwd_free(fp);
+    free(lc);
+    free(lp);
+    for (int k = 0; k < 2; k++) {
+        cu->buf_free(cu->ctx, abuf[k]);
+        free(dw[k].pairs);
+        lora_close(ad[k]);
+    }
+    dev_model_free(cu, dm);
+    model_close(m);
+    unlink(bpath);
+    be_close(cu);
+    be_close(cp);
 }

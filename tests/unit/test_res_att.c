@@ -175,3 +175,106 @@ Test(res_att, a_unit_beyond_its_models_gpu_quota_is_refused_and_units_count_in_t
     cr_assert(!resident(&f, a) && res_model_bytes(f.rm) == PAGE);
     fx_close(&f);
 }
+
+/* Waits (up to 5 s) until every segment of the model landed. */
+static void model_wait(fixture_t *f)
+{
+    for (int i = 0; i < 5000 && !res_fully_resident(f->res, f->rm); i++)
+        usleep(1000);
+    cr_assert(res_fully_resident(f->res, f->rm));
+}
+
+/* The predictions an admission makes of a unit it needs: the pages its page-in maps while it is
+ * absent (none mapped, or after its copy failed), and when its copy would land: nothing before
+ * a copy was timed, else its bytes at the measured bandwidth, behind its model's weights that
+ * are not on the device (their page-in goes first). */
+Test(res_att, an_absent_units_pages_and_copy_behind_its_models_page_in_count_in_predictions)
+{
+    fixture_t f;
+    fx_open(&f, 0);
+    char err[256] = "";
+    res_att_t *a = NULL;
+    const size_t bytes = PAGE + PAGE / 4;
+    cr_assert_eq(res_att_add(f.res, f.rm, f.img, bytes, &a, err, sizeof err), RES_OK, "%s", err);
+    cr_assert_eq(res_att_missing(f.res, a), 2 * PAGE);
+    cr_assert_eq(res_copy_bw(f.res), 0.0);
+    cr_assert_eq(res_att_eta(f.res, a), 0.0, "a guess before any copy was timed");
+
+    /* its model on the device: its own copy alone */
+    cr_assert_eq(res_prefetch(f.res, f.rm, RES_EVICT_NONE, err, sizeof err), RES_OK, "%s", err);
+    model_wait(&f);
+    double bw = res_copy_bw(f.res);
+    cr_assert_gt(bw, 0.0, "no copy timed");
+    double alone = res_att_eta(f.res, a);
+    cr_assert_float_eq(alone, (double)bytes / bw, 1e-12 * alone);
+
+    /* its model paged out: behind the model's whole image */
+    cr_assert_eq(res_evict(f.res, f.rm, RES_CAUSE_ADMIN, 0), RES_OK);
+    size_t image = res_store_model(f.rm)->image_bytes;
+    double behind = res_att_eta(f.res, a);
+    cr_assert_float_eq(behind, (double)(image + bytes) / bw, 1e-12 * behind);
+    cr_assert_gt(behind, alone);
+    cr_assert_eq(res_att_missing(f.res, a), 2 * PAGE, "the model's page-out changed its pages");
+
+    /* mapped: no pages to find; landed: nothing to wait for */
+    cr_assert_eq(res_att_map(f.res, a, err, sizeof err), RES_OK, "%s", err);
+    cr_assert_eq(res_att_missing(f.res, a), 0);
+    cr_assert_leq(res_att_eta(f.res, a), (double)bytes / bw * (1 + 1e-12), "in flight");
+    map_wait(&f, a);
+    cr_assert_eq(res_att_eta(f.res, a), 0.0);
+    cr_assert_eq(res_att_missing(f.res, a), 0);
+
+    /* a failed copy leaves it absent: its pages count again */
+    cr_assert_eq(res_evict(f.res, f.rm, RES_CAUSE_ADMIN, 0), RES_OK);
+    be_fault_t fault = {.kind = BE_FAULT_COPY_FAIL, .count = 1};
+    cr_assert_eq(f.be->inject(f.be->ctx, &fault), 0);
+    cr_assert_eq(res_att_map(f.res, a, err, sizeof err), RES_OK, "%s", err);
+    for (int i = 0; i < 5000 && res_att_state(f.res, a) != RES_SEG_ABSENT; i++)
+        usleep(1000);
+    cr_assert_eq(res_att_missing(f.res, a), 2 * PAGE, "a failed copy's pages not counted again");
+    fx_close(&f);
+}
+
+/* The pages a page-in may take without evicting a model with work (res_spare_pages) count the
+ * idle units that go before any weights (of a model without weights) or with their model's
+ * (an idle one nobody wants), never a held one; a model's own are not room for its page-in. */
+Test(res_att, idle_units_are_spare_where_they_go_before_or_with_weights_but_not_for_their_own_model)
+{
+    fixture_t f;
+    fx_open(&f, 0);
+    char err[256] = "";
+    store_model_t *sm2 = NULL;
+    res_model_t *c = NULL;
+    res_cfg_t cfg = {0};
+    cr_assert_eq(store_load(f.st, "c", f.path, &sm2, err, sizeof err), STORE_OK, "%s", err);
+    cr_assert_eq(res_add(f.res, sm2, &cfg, &c, err, sizeof err), RES_OK, "%s", err);
+    res_att_t *a = NULL;
+    cr_assert_eq(res_att_add(f.res, f.rm, f.img, 2 * PAGE, &a, err, sizeof err), RES_OK);
+    map_wait(&f, a);
+    res_set_wanted(f.rm, 1);
+    res_set_wanted(c, 1);
+    size_t free0 = pool_free(f.res), spare = res_spare_pages(f.res);
+    cr_assert_eq(spare, free0 + 2, "an idle unit of a model without weights is not spare");
+    res_att_hold(a, 1);
+    cr_assert_eq(res_spare_pages(f.res), free0, "a held unit counted as spare");
+    res_att_hold(a, -1);
+
+    /* both cold: c's page-in may take a's pages, a's own model's may not */
+    size_t missing = res_store_model(f.rm)->image_bytes / PAGE;
+    cr_assert_gt(spare, missing + 2);
+    size_t reserve = (spare - missing) * PAGE;
+    cr_assert_eq(res_pagein_fits(f.res, c, spare, reserve), 1);
+    cr_assert_eq(res_pagein_fits(f.res, f.rm, spare, reserve), -1, "its own unit taken as room");
+    cr_assert_eq(res_pagein_fits(f.res, f.rm, spare, reserve - 2 * PAGE), 1);
+
+    /* its model holds weights and is wanted: the unit is not spare; unwanted, both are */
+    cr_assert_eq(res_prefetch(f.res, f.rm, RES_EVICT_NONE, err, sizeof err), RES_OK, "%s", err);
+    model_wait(&f);
+    size_t free1 = pool_free(f.res), weights = res_weight_bytes(f.rm) / PAGE;
+    cr_assert_eq(res_spare_pages(f.res), free1);
+    res_set_wanted(f.rm, 0);
+    cr_assert_eq(res_spare_pages(f.res), free1 + weights + 2);
+    cr_assert_eq(res_remove(f.res, c), RES_OK);
+    store_unload(f.st, sm2);
+    fx_close(&f);
+}

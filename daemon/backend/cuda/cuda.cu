@@ -17,7 +17,7 @@
  *
  * This file opens and closes the backend and holds its vtable; the slots
  * live in cuda_mem.cu (memory, events, copies), cuda_kern.cu (activation
- * kernels) and cuda_mm.cu (weight kernels, matmul), cuBLAS in cuda_blas.cu
+ * kernels) and cuda_mm.cu (weight kernels, matmul, LoRA), cuBLAS in cuda_blas.cu
  * (cuda_int.cuh lists them and what calls what).
  */
 #include <glob.h>
@@ -243,8 +243,8 @@ static const be_ops_t cuda_ops = {
     .gelu_mul = cuda_kern_gelu_mul,
     .moe_scatter = cuda_kern_moe_scatter,
     .moe_sum = cuda_kern_moe_sum,
-    .lora_mm = nullptr, /* no LoRA kernel: the pass runs matmul, scale and add */
-    .inject = nullptr,  /* no fault injection: be_open supplies the fallback */
+    .lora_mm = cuda_mm_lora_mm,
+    .inject = nullptr, /* no fault injection: be_open supplies the fallback */
     .close = c_close,
 };
 

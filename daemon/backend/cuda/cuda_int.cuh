@@ -6,7 +6,8 @@
  * .cu launches only its own kernels (nvcc compiles each without -rdc):
  *   cuda.cu       open and close, the vtable, probe, the driver's entry points, sync
  *   cuda_mm.cu    the weights' kernels: embedding rows, GEMV, F16 tiles, the tiled
- *                 GEMM, and the matmul slot (GEMV, cuBLAS or tiled; cuda_quant.cuh)
+ *                 GEMM, and the matmul slot (GEMV, cuBLAS or tiled; cuda_quant.cuh);
+ *                 the LoRA products (lora_mm)
  *   cuda_kern.cu  the activations' kernels: rmsnorm, element-wise, RoPE, KV store,
  *                 attention, gather (cuda_arch.cuh: the architectures' extras, MoE)
  *   cuda_blas.cu  cuBLAS: located, dlopen'ed, checked, its handle
@@ -289,5 +290,9 @@ int cuda_mm_embed(void *ctx, const be_tensor_t *tab, const int32_t *ids, size_t 
                   size_t stride);
 int cuda_mm_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, size_t x_stride,
                    size_t n_tok);
+/* y += each job's scale * B (A x) over its rows (k_lora: a block per 8 rows of a job, the jobs'
+ * rows disjoint as the pass gives them; A and B of any type the matmul slot takes) */
+int cuda_mm_lora_mm(void *ctx, const be_lora_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                    float *y, size_t y_stride);
 
 #endif

@@ -541,3 +541,195 @@ int cuda_mm_matmul(void *ctx, const be_mm_t *jobs, int n_jobs, const float *x, s
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------ LoRA */
+
+/* LoRA kernel: warps per block; a block's token rows (of one job: each weight row read once for
+ * them, as the GEMV's MM_TOK); jobs per launch (the launch's job table travels as its parameter,
+ * under 4 KiB); the most rank floats a row's products keep in shared memory (48 KiB a block). */
+#define LORA_WARPS 4
+#define LORA_TOK 8
+#define LORA_JOBS 48
+#define LORA_RANK_MAX (12288 / LORA_TOK)
+
+/* One job as the kernel reads it. */
+struct cu_lora_job {
+    const uint8_t *a, *b; /* (rank, n_in) and (n_out, rank) rows of their types */
+    size_t a_rb, b_rb;    /* bytes per row of a and b */
+    size_t row0, n_rows;  /* its rows of x and y */
+    size_t first;         /* its first block: the blocks of the launch's jobs before it */
+    uint32_t a_type, b_type;
+    uint32_t n_in, rank, n_out;
+    float scale;
+};
+
+struct cu_lora_args {
+    cu_lora_job job[LORA_JOBS];
+    int n_jobs;
+    size_t total; /* blocks: LORA_TOK rows of a job each */
+};
+static_assert(sizeof(cu_lora_args) <= 4096, "k_lora's parameter exceeds 4 KiB");
+
+/* acc[t] = the warp's dot of row (n elements of type WT) with v + t * vs, for the first nt of
+ * LORA_TOK vectors (every lane gets them). */
+template <int WT>
+__device__ __forceinline__ void lora_dot_t(const uint8_t *row, uint32_t n, const float *v,
+                                           size_t vs, uint32_t nt, unsigned lane, float *acc)
+{
+    float s[LORA_TOK];
+#pragma unroll
+    for (int t = 0; t < LORA_TOK; t++)
+        s[t] = 0.0f;
+    if constexpr (WT == GGUF_T_F32 || WT == GGUF_T_F16 || WT == GGUF_T_BF16 || WT == GGUF_T_Q8_0) {
+        for (uint32_t i = lane; i < n; i += 32) {
+            const float w = row_elem<WT>(row, i);
+#pragma unroll
+            for (int t = 0; t < LORA_TOK; t++)
+                if ((uint32_t)t < nt)
+                    s[t] += w * v[t * vs + i];
+        }
+    } else {
+        for (uint32_t i = lane * QK_CHUNK; i < n; i += 32 * QK_CHUNK) {
+            float w[QK_CHUNK];
+            qk_row8<WT>(row, i, w);
+#pragma unroll
+            for (int t = 0; t < LORA_TOK; t++)
+                if ((uint32_t)t < nt)
+#pragma unroll
+                    for (int k = 0; k < QK_CHUNK; k++)
+                        s[t] += w[k] * v[t * vs + i + k];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < LORA_TOK; t++)
+        acc[t] = warp_sum(s[t]);
+}
+
+/* lora_dot_t for a type known at run time (the same for the whole warp). */
+__device__ void lora_dot(uint32_t type, const uint8_t *row, uint32_t n, const float *v, size_t vs,
+                         uint32_t nt, unsigned lane, float *acc)
+{
+    switch (type) {
+    case GGUF_T_F32: lora_dot_t<GGUF_T_F32>(row, n, v, vs, nt, lane, acc); break;
+    case GGUF_T_F16: lora_dot_t<GGUF_T_F16>(row, n, v, vs, nt, lane, acc); break;
+    case GGUF_T_BF16: lora_dot_t<GGUF_T_BF16>(row, n, v, vs, nt, lane, acc); break;
+    case GGUF_T_Q8_0: lora_dot_t<GGUF_T_Q8_0>(row, n, v, vs, nt, lane, acc); break;
+#define QK_CASE(T, B, S)                                                                           \
+    case T: lora_dot_t<T>(row, n, v, vs, nt, lane, acc); break;
+        QK_TYPES(QK_CASE)
+#undef QK_CASE
+    default: /* refused on the host */
+#pragma unroll
+        for (int t = 0; t < LORA_TOK; t++)
+            acc[t] = 0.0f;
+        break;
+    }
+}
+
+/* y[t] += scale * (B (A x[t])) for the launch's jobs, a block per LORA_TOK token rows of a job:
+ * its warps take A's rows (the rows' rank products into h, shared), then B's rows, each product
+ * scaled, then added (the cpu's order: two roundings, no fused multiply-add). F32 activations
+ * and accumulation. */
+__global__ void __launch_bounds__(LORA_WARPS * 32)
+    k_lora(const __grid_constant__ cu_lora_args args, const float *x, size_t xs, float *y,
+           size_t ys)
+{
+    extern __shared__ float h[]; /* (LORA_TOK, rank) */
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float acc[LORA_TOK];
+    for (size_t blk = blockIdx.x; blk < args.total; blk += gridDim.x) {
+        int j = 0;
+        while (j + 1 < args.n_jobs && args.job[j + 1].first <= blk)
+            j++;
+        const cu_lora_job *jb = &args.job[j];
+        const size_t done = (blk - jb->first) * LORA_TOK, r0 = jb->row0 + done;
+        const uint32_t nt = (uint32_t)(jb->n_rows - done < LORA_TOK ? jb->n_rows - done : LORA_TOK);
+        const uint32_t rank = jb->rank;
+        for (uint32_t k = warp; k < rank; k += LORA_WARPS) {
+            lora_dot(jb->a_type, jb->a + k * jb->a_rb, jb->n_in, x + r0 * xs, xs, nt, lane, acc);
+#pragma unroll
+            for (int t = 0; t < LORA_TOK; t++)
+                if (lane == 0 && (uint32_t)t < nt)
+                    h[t * rank + k] = acc[t];
+        }
+        __syncthreads();
+        for (uint32_t i = warp; i < jb->n_out; i += LORA_WARPS) {
+            lora_dot(jb->b_type, jb->b + i * jb->b_rb, rank, h, rank, nt, lane, acc);
+#pragma unroll
+            for (int t = 0; t < LORA_TOK; t++) {
+                if (lane == 0 && (uint32_t)t < nt) {
+                    float *yi = y + (r0 + t) * ys + i;
+                    *yi = __fadd_rn(*yi, __fmul_rn(acc[t], jb->scale));
+                }
+            }
+        }
+        __syncthreads(); /* h is the next block's */
+    }
+}
+
+/* 1 when the job's tensors can go to k_lora. */
+static int lora_job_ok(const be_lora_t *jb)
+{
+    const be_tensor_t *t[2] = {jb->a, jb->b};
+    for (int k = 0; k < 2; k++)
+        if (!t[k]->data || !type_ok(t[k]->type) || !weight_aligned(t[k]) ||
+            !quant_row_bytes(t[k]->type, t[k]->n_in) ||
+            (qk_type(t[k]->type) && t[k]->n_in % QK_CHUNK))
+            return 0;
+    return jb->a->n_out == jb->b->n_in && jb->a->n_out <= LORA_RANK_MAX;
+}
+
+static int lora_launch(cu_ctx_t *c, const cu_lora_args *args, uint32_t rank_max, const float *x,
+                       size_t xs, float *y, size_t ys)
+{
+    const size_t shm = (size_t)LORA_TOK * (rank_max ? rank_max : 1) * sizeof(float);
+    k_lora<<<grid_x(args->total, 1), LORA_WARPS * 32, shm, c->compute>>>(*args, x, xs, y, ys);
+    return launch_rc();
+}
+
+int cuda_mm_lora_mm(void *ctx, const be_lora_t *jobs, int n_jobs, const float *x, size_t x_stride,
+                    float *y, size_t y_stride)
+{
+    cu_ctx_t *c = (cu_ctx_t *)ctx;
+    for (int j = 0; j < n_jobs; j++)
+        if (!lora_job_ok(&jobs[j]))
+            return BE_ERR_ARG;
+    int rc = use_dev(c);
+    if (rc)
+        return rc;
+    cu_lora_args args;
+    memset(&args, 0, sizeof args);
+    uint32_t rank_max = 0;
+    for (int j = 0; j < n_jobs && !rc; j++) {
+        const be_lora_t *jb = &jobs[j];
+        if (jb->n_rows == 0 || jb->b->n_out == 0)
+            continue;
+        const be_tensor_t *a = jb->a, *b = jb->b;
+        args.job[args.n_jobs++] = (cu_lora_job){
+            .a = (const uint8_t *)a->data,
+            .b = (const uint8_t *)b->data,
+            .a_rb = quant_row_bytes(a->type, a->n_in),
+            .b_rb = quant_row_bytes(b->type, b->n_in),
+            .row0 = jb->row0,
+            .n_rows = jb->n_rows,
+            .first = args.total,
+            .a_type = a->type,
+            .b_type = b->type,
+            .n_in = a->n_in,
+            .rank = a->n_out,
+            .n_out = b->n_out,
+            .scale = jb->scale,
+        };
+        args.total += (jb->n_rows + LORA_TOK - 1) / LORA_TOK;
+        rank_max = a->n_out > rank_max ? a->n_out : rank_max;
+        if (args.n_jobs == LORA_JOBS) {
+            rc = lora_launch(c, &args, rank_max, x, x_stride, y, y_stride);
+            args.n_jobs = 0;
+            args.total = 0;
+            rank_max = 0;
+        }
+    }
+    if (!rc && args.n_jobs)
+        rc = lora_launch(c, &args, rank_max, x, x_stride, y, y_stride);
+    return rc;
+}
