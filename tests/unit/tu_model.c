@@ -13,13 +13,6 @@
 #include "testutil.h"
 
 static uint64_t tu_rng_state = 42;
-static float tu_frand(void)
-{
-    tu_rng_state ^= tu_rng_state << 13;
-    tu_rng_state ^= tu_rng_state >> 7;
-    tu_rng_state ^= tu_rng_state << 17;
-    return (float)((tu_rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
 /* A small random model built in memory (no tokenizer needed by fwd_run:
  * model_from_gguf wants one, so a minimal SPM vocab is written). */
@@ -115,7 +108,8 @@ void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_
         }
         size_t n = (size_t)n_in * (n_out ? n_out : 1);
         for (size_t i = 0; i < n; i++)
-            tmp[i] = norm ? 1.0f + 0.1f * tu_frand() : tu_frand() * sqrtf(3.0f / n_in);
+            tmp[i] = norm ? 1.0f + 0.1f * tu_frand(&tu_rng_state)
+                          : tu_frand(&tu_rng_state) * sqrtf(3.0f / n_in);
         uint32_t tt = norm ? GGUF_T_F32 : type;
         uint64_t ne[2] = {n_in, n_out ? n_out : 1};
         if (odd_name && strcmp(name, odd_name) == 0) {
