@@ -83,6 +83,18 @@ const char *chat_tools_marker(chat_tools_style_t st)
     }
 }
 
+int chat_tools_is_marker(chat_tools_style_t st, const char *text, size_t len)
+{
+    const char *close = st == CHAT_TOOLS_PHI4 ? "<|/tool_call|>" : NULL;
+    const char *open = chat_tools_marker(st);
+    if (open && !chat_tools_listed(st))
+        close = "</tool_call>";
+    if (st == CHAT_TOOLS_LLAMA3)
+        open = "<|python_tag|>";
+    return (open && strlen(open) == len && memcmp(open, text, len) == 0) ||
+           (close && strlen(close) == len && memcmp(close, text, len) == 0);
+}
+
 int chat_tools_listed(chat_tools_style_t st)
 {
     return st == CHAT_TOOLS_MISTRAL || st == CHAT_TOOLS_MISTRAL3 || st == CHAT_TOOLS_PHI4;
@@ -352,6 +364,15 @@ int chat_tools_parse(chat_tools_style_t st, const char *text, const json_t *tool
             c = ct_llama3_builtin_call(text, tools, id);
         if (c)
             json_array_append_new(arr, c);
+        else if (forced && parallel && marker) { /* required's blocks: the prompt opened one */
+            chat_buf_t all = {0};
+            chat_puts(&all, marker);
+            chat_puts(&all, text);
+            if (!all.oom)
+                parse_blocks(all.p, marker, tools, parallel, id_prefix, arr, &rest);
+            rest.oom |= all.oom;
+            free(all.p);
+        }
     } else if (marker && chat_tools_listed(st)) { /* content, then the marker and the list */
         const char *o = strstr(text, marker);
         chat_buf_t more = {0};

@@ -40,7 +40,8 @@ typedef enum chat_tools_style {
 typedef enum chat_tool_choice {
     CHAT_TOOL_AUTO = 0, /* call or answer: free generation, calls parsed from the output */
     CHAT_TOOL_NONE,     /* never call: tools are not rendered, nothing is parsed */
-    CHAT_TOOL_REQUIRED, /* exactly one call to one of the tools, enforced */
+    CHAT_TOOL_REQUIRED, /* a call to one of the tools, enforced (one or more where parallel
+                           calls are allowed and the style lists calls or writes blocks) */
     CHAT_TOOL_NAMED,    /* exactly one call to the named function, enforced */
 } chat_tool_choice_t;
 
@@ -77,7 +78,9 @@ json_t *chat_tools_call_schema(chat_tools_style_t st, const json_t *tools, const
 /* Parses a model's output into content and tool calls (docs/TOOLS.md: which output stays
  * content). forced: the whole text is one JSON call (the prompt held any opening tag);
  * otherwise HERMES <tool_call> blocks, LLAMA3/LLAMA32 a whole text (spaces aside) that is one
- * {"name", "parameters"} object (other styles: nothing is parsed). parallel 0 keeps the
+ * {"name", "parameters"} object (other styles: nothing is parsed); forced with parallel in the
+ * <tool_call> styles, a text that is no one call is read as blocks after the prompt's opening
+ * tag ("{call}\n</tool_call>\n<tool_call>\n{call}..."). parallel 0 keeps the
  * first call and leaves later blocks in the content. ids: each call's id is id_prefix followed
  * by its index. Returns the number of calls; *calls (new array of {id, type, function: {name,
  * arguments}}, arguments a JSON text) and *content (malloc'ed) are set when it is > 0 and
@@ -116,6 +119,12 @@ int chat_tools_stream_end(chat_tools_stream_t *ts, const char *text, json_t **ca
 /* The text a call opens with in free generation ("<tool_call>", "[TOOL_CALLS]",
  * "<|tool_call|>"); NULL for the styles without one (Llama 3.x: the whole answer; generic). */
 const char *chat_tools_marker(chat_tools_style_t st);
+
+/* 1 when text (len bytes) is one of the style's tool-call markers, the texts a real vocabulary
+ * may hold as control tokens and the worker then keeps in the decoded output of a request with
+ * tools: "<tool_call>" and "</tool_call>" (hermes, qwen3, hermes2), "[TOOL_CALLS]" (mistral),
+ * "<|tool_call|>" and "<|/tool_call|>" (phi4), "<|python_tag|>" (Llama 3.1/3.3); 0 otherwise. */
+int chat_tools_is_marker(chat_tools_style_t st, const char *text, size_t len);
 
 /* 1 for the styles whose calls are one JSON array after the marker (Mistral, Phi-4-mini). */
 int chat_tools_listed(chat_tools_style_t st);

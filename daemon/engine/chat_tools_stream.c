@@ -154,8 +154,11 @@ static size_t ts_first_marker(chat_tools_stream_t *ts, const char *mk, const cha
 static size_t ts_region(chat_tools_stream_t *ts, const char *text, size_t len, size_t i)
 {
     const char *mk = chat_tools_marker(ts->st);
-    if (ts->forced || chat_tools_is_llama3(ts->st) || !mk)
-        return i == 0 ? ct_json_ws(text, len, 0) : len;
+    if (ts->forced && i == 0)
+        return ct_json_ws(text, len, 0);
+    if ((ts->forced && (!ts->parallel || chat_tools_listed(ts->st))) ||
+        chat_tools_is_llama3(ts->st) || !mk)
+        return i == 0 ? ct_json_ws(text, len, 0) : len; /* one call, the whole output */
     size_t o = i == 0 ? ts_first_marker(ts, mk, text, len) : len;
     if (i > 0) {
         const char *p = memmem(text + i, len - i, mk, strlen(mk));

@@ -75,6 +75,18 @@ size_t cons_vocab_nodes(const cons_vocab_t *v);
 cons_t *cons_new(cons_schema_t *sc, const cons_vocab_t *v);
 /* The same for a document of grammar g (it takes a reference to g). */
 cons_t *cons_new_grammar(cons_grammar_t *g, const cons_vocab_t *v);
+/* A matcher of one or more documents of sc, each followed by the text after and the next one
+ * after the text between: doc after (between doc after)*, complete after each `after` (several
+ * forced Hermes-style tool calls: after "\n</tool_call>", between "\n<tool_call>\n"). The texts
+ * are written by tokens of their own (a token that spans a document's end and them is not
+ * offered); between must hold a byte that no complete document may be followed by, and they are
+ * 1..63 bytes together. NULL when they are not, or on OOM. Caller frees with cons_free. */
+cons_t *cons_new_repeat(cons_schema_t *sc, const cons_vocab_t *v, const char *after,
+                        const char *between);
+/* Lets the n tokens ids, tokens without bytes in v (control tokens), be written as texts[k] where
+ * a cons_new_repeat matcher's after/between holds that text, never inside a document (a
+ * vocabulary's control-token tool-call markers); other ids are left out. 0, or -1 on OOM. */
+int cons_allow_tokens(cons_t *c, const int32_t *ids, const char *const *texts, size_t n);
 void cons_free(cons_t *c); /* accepts NULL */
 /* The allowed tokens now, as a bit set of ceil(n_vocab / 32) words (bit id % 32 of word id / 32),
  * owned by c and valid until the next call; *n_allowed gets their count when not NULL. */

@@ -258,6 +258,26 @@ static int seq_echo(wk_t *w, wk_seq_t *s, const wk_model_t *m)
     return 0;
 }
 
+/* The matcher of a forced call's schema sc: for required with parallel calls in the <tool_call>
+ * styles, one or more blocks "{call}\n</tool_call>" joined by "\n<tool_call>\n" (the prompt
+ * opened the first), the model's own marker tokens allowed between calls (docs/TOOLS.md); else
+ * one document. NULL on OOM. */
+static cons_t *seq_cons_new(const wk_seq_t *s, cons_schema_t *sc, const wk_model_t *m)
+{
+    const char *mk = chat_tools_marker(s->tools_style);
+    if (s->tools != WK_TOOLS_FORCED || s->req.tool_choice != CHAT_TOOL_REQUIRED ||
+        s->req.tools_serial || !mk || chat_tools_listed(s->tools_style))
+        return cons_new(sc, m->cons_vocab);
+    cons_t *c = cons_new_repeat(sc, m->cons_vocab, "\n</tool_call>", "\n<tool_call>\n");
+    const char *texts[2] = {"<tool_call>", "</tool_call>"};
+    int32_t ids[2] = {tok_find(m->sm->model->tok, texts[0]), tok_find(m->sm->model->tok, texts[1])};
+    if (c && cons_allow_tokens(c, ids, texts, 2)) {
+        cons_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 /* The matcher of response_format or grammar (the schema or grammar through the worker's cache,
  * the model's vocabulary trie built on first use); 0, or -1 after answering the error. */
 static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
@@ -291,7 +311,7 @@ static int seq_constrain(wk_t *w, wk_seq_t *s, wk_model_t *m)
                       field, err, code == CONS_ERR_UNSUPPORTED ? " (docs/CONSTRAINED.md)" : "");
         return -1;
     }
-    s->cons = g ? cons_new_grammar(g, m->cons_vocab) : cons_new(sc, m->cons_vocab);
+    s->cons = g ? cons_new_grammar(g, m->cons_vocab) : seq_cons_new(s, sc, m);
     cons_schema_unref(sc);
     cons_grammar_unref(g);
     if (!s->cons) {

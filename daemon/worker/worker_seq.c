@@ -296,6 +296,24 @@ static void seq_stream(wk_t *w, wk_seq_t *s, int32_t id, double t, json_t *lp)
     s->sent = upto;
 }
 
+/* The text token id adds to s's output (cap bytes at out, as tok_stream_feed): the stream's, or,
+ * for a request with tools, the whole text of a control token that is one of its style's call
+ * markers (chat_tools_is_marker: the parser must see it, the vocabulary may hold it as a control
+ * token), after what the stream held back; other control tokens stay without text. */
+static int seq_piece(wk_seq_t *s, const tok_t *tok, int32_t id, char *out, size_t cap)
+{
+    char m[64];
+    int n =
+        s->calls && tok_piece(tok, id, 0, NULL, 0) == 0 ? tok_piece(tok, id, 1, m, sizeof m) : 0;
+    if (n <= 0 || (size_t)n >= sizeof m || !chat_tools_is_marker(s->tools_style, m, (size_t)n))
+        return tok_stream_feed(&s->ts, id, out, cap);
+    int k = tok_stream_flush(&s->ts, out, cap);
+    if (k < 0 || (size_t)k + (size_t)n >= cap)
+        return k < 0 ? k : TOK_ERR_RANGE;
+    memcpy(out + k, m, (size_t)n + 1);
+    return k + n;
+}
+
 /* The entry of token id drawn from raw logits whose log-sum-exp is lse (proto_logprob_new),
  * with the k alternatives of top; NULL on OOM. */
 static json_t *seq_logprob_entry(const tok_t *tok, int32_t id, double lp,
@@ -388,7 +406,7 @@ void wk_seq_token(wk_t *w, wk_seq_t *s, float *logits, double t)
         lp = NULL;
     }
     char piece[256];
-    int np = eog ? 0 : tok_stream_feed(&s->ts, id, piece, sizeof piece);
+    int np = eog ? 0 : seq_piece(s, mod->tok, id, piece, sizeof piece);
     int stop = np > 0 && seq_append(s, piece, (size_t)np);
     if (s->req.stream && !stop)
         seq_stream(w, s, id, t, lp);

@@ -218,11 +218,12 @@ def test_node_tool_call(d):
     if out.returncode:
         return
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    for k in ("plain", "stream"):
-        calls = r[k]["calls"] or []
-        check("%s: one get_weather call with its arguments as an object" % k,
-              len(calls) == 1 and calls[0]["function"]["name"] == "get_weather" and
-              calls[0]["function"]["arguments"].get("city") in ("Paris", "Oslo") and r[k]["content"] == "", r[k])
+    for k in ("plain", "stream"):  # required allows parallel calls: one or more, each enforced
+        calls = r[k]["calls"] or []  # (random weights go on until max_tokens cuts one: content)
+        check("%s: get_weather calls with their arguments as objects" % k,
+              len(calls) >= 1 and all(c["function"]["name"] == "get_weather" and
+                                      c["function"]["arguments"].get("city") in ("Paris", "Oslo") for c in calls)
+              and (r[k]["content"] == "" or r[k]["content"].startswith("<tool_call>")), r[k])
     check("streamed and not: the same call", r["plain"]["calls"] == r["stream"]["calls"], r)
     check("the call and its result go back: done, a longer prompt",
           r["round_trip"]["done"] and r["round_trip"]["prompt_eval_count"] > r["round_trip"]["first_prompt_eval_count"], r)

@@ -35,6 +35,8 @@ typedef struct mk_opts {
     const char *extra_tensor; /* a 3-D F32 [dim, ff, 2] tensor of this name (strictness tests) */
     const char *extra_u32[8]; /* "KEY=VALUE": more u32 metadata keys (n_extra_u32) */
     int n_extra_u32;
+    const char *control[8]; /* --control: control tokens at the vocabulary's end (n_control) */
+    int n_control;
     float attn_softcap, final_softcap; /* gemma2 soft-caps (default 50, 30) */
     float rope_attn_factor;            /* rope.scaling.attn_factor; 0 = not written */
     uint32_t rope_orig_ctx; /* rope.scaling.original_context_length; 0 = not written (64 with
@@ -81,6 +83,8 @@ static void mk_usage(FILE *f)
             "  --arch-name NAME          declare this general.architecture (key prefix)\n"
             "  --extra-tensor NAME       add an F32 [dim, ff, 2] tensor NAME\n"
             "  --extra-u32 KEY=V         add a u32 metadata key (up to 8 times)\n"
+            "  --control TEXT            a control token TEXT at the vocabulary's end (up to 8\n"
+            "                            times; --vocab counts them)\n"
             "  --type T                  2-D weight type (default f32): f32, f16, bf16, q8_0,\n"
             "                            q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
             "                            iq4_nl, iq4_xs, or a recipe q3_k_m, q4_k_m, q5_k_m\n"
@@ -231,6 +235,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         O_ARCH_NAME,
         O_EXTRA_TENSOR,
         O_EXTRA_U32,
+        O_CONTROL,
         O_SOFTCAP,
         O_WINDOW,
         O_ROPE_FACTORS,
@@ -267,6 +272,7 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
         {"arch-name", required_argument, NULL, O_ARCH_NAME},
         {"extra-tensor", required_argument, NULL, O_EXTRA_TENSOR},
         {"extra-u32", required_argument, NULL, O_EXTRA_U32},
+        {"control", required_argument, NULL, O_CONTROL},
         {"softcap", required_argument, NULL, O_SOFTCAP},
         {"window", required_argument, NULL, O_WINDOW},
         {"rope-factors", no_argument, NULL, O_ROPE_FACTORS},
@@ -356,6 +362,11 @@ static int mk_opts_parse(int argc, char **argv, mk_opts_t *o)
             bad = !strchr(optarg, '=') || o->n_extra_u32 == 8;
             if (!bad)
                 o->extra_u32[o->n_extra_u32++] = optarg;
+            break;
+        case O_CONTROL:
+            bad = !*optarg || o->n_control == 8;
+            if (!bad)
+                o->control[o->n_control++] = optarg;
             break;
         case O_WINDOW: u = &o->window; break;
         case O_ROPE_ORIG: u = &o->rope_orig_ctx; break;
@@ -715,7 +726,8 @@ static int mk_metadata(ggufw_t *w, const mk_opts_t *o, const mk_vocab_t *v)
     if (v->gpt2) {
         rc |= ggufw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges,
                                v->n_merges);
-        uint32_t eot = (uint32_t)v->n - 3, im_end = (uint32_t)v->n - 1;
+        uint32_t ext = (uint32_t)o->n_control; /* --control tokens follow <|im_end|> */
+        uint32_t eot = (uint32_t)v->n - 3 - ext, im_end = (uint32_t)v->n - 1 - ext;
         rc |= ggufw_kv_u32(w, "tokenizer.ggml.bos_token_id", eot);
         rc |= ggufw_kv_u32(w, "tokenizer.ggml.eos_token_id", qwen ? im_end : eot);
         rc |= ggufw_kv_u32(w, "tokenizer.ggml.padding_token_id", eot);
@@ -902,8 +914,9 @@ int main(int argc, char **argv)
 
     mk_vocab_t v;
     int vrc = o.tok == MK_TOK_GPT2
-                  ? mk_vocab_gpt2(&v, o.vocab)
-                  : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>");
+                  ? mk_vocab_gpt2(&v, o.vocab, o.control, (size_t)o.n_control)
+                  : mk_vocab_spm(&v, o.vocab, strcmp(o.arch, "phi3") ? NULL : "<|endoftext|>",
+                                 o.control, (size_t)o.n_control);
     if (vrc < 0) {
         fprintf(stderr, "mkmodel: could not build a %u-token vocabulary\n", o.vocab);
         mk_vocab_free(&v);

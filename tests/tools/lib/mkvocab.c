@@ -221,10 +221,20 @@ static int mk_vocab_fill(mk_vocab_t *v, size_t reserve)
     return 0;
 }
 
-/* SentencePiece vocab: <unk> <s> </s>, the 256 byte tokens, pieces, and a
- * last control token `last` unless NULL (Phi-3's <|endoftext|>, which
- * llama.cpp looks up in a model it names phi3). */
-int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last)
+/* Appends the n_extra control tokens extra (duplicates of a token refused). */
+static int mk_vocab_push_extra(mk_vocab_t *v, const char *const *extra, size_t n_extra)
+{
+    for (size_t i = 0; i < n_extra; i++)
+        if (mk_vocab_find(v, extra[i]) >= 0 || mk_vocab_push(v, extra[i], MK_TT_CONTROL, 0.0f))
+            return -1;
+    return 0;
+}
+
+/* SentencePiece vocab: <unk> <s> </s>, the 256 byte tokens, pieces, a last
+ * control token `last` unless NULL (Phi-3's <|endoftext|>, which llama.cpp
+ * looks up in a model it names phi3), then the extra control tokens. */
+int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last, const char *const *extra,
+                 size_t n_extra)
 {
     if (mk_vocab_init(v, n, 0) < 0)
         return -1;
@@ -237,17 +247,20 @@ int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last)
         rc = mk_vocab_push(v, s, MK_TT_BYTE, 0.0f);
     }
     if (rc == 0)
-        rc = mk_vocab_fill(v, last ? 1 : 0);
+        rc = mk_vocab_fill(v, (last ? 1 : 0) + n_extra);
     if (rc == 0 && last)
         rc = mk_vocab_push(v, last, MK_TT_CONTROL, 0.0f);
+    if (rc == 0)
+        rc = mk_vocab_push_extra(v, extra, n_extra);
     if (rc == 0 && v->n != n)
         rc = -1;
     return rc;
 }
 
 /* GPT-2 byte-level BPE vocab: 256 byte characters (GPT-2's bytes_to_unicode
- * order), merged tokens, then <|endoftext|>, <|im_start|>, <|im_end|>. */
-int mk_vocab_gpt2(mk_vocab_t *v, size_t n)
+ * order), merged tokens, then <|endoftext|>, <|im_start|>, <|im_end|> and the
+ * extra control tokens. */
+int mk_vocab_gpt2(mk_vocab_t *v, size_t n, const char *const *extra, size_t n_extra)
 {
     if (mk_vocab_init(v, n, 1) < 0)
         return -1;
@@ -279,13 +292,15 @@ int mk_vocab_gpt2(mk_vocab_t *v, size_t n)
         rc = mk_vocab_push(v, s, MK_TT_NORMAL, 0.0f);
     }
     if (rc == 0)
-        rc = mk_vocab_fill(v, 3);
+        rc = mk_vocab_fill(v, 3 + n_extra);
     if (rc == 0)
         rc = mk_vocab_push(v, "<|endoftext|>", MK_TT_CONTROL, 0.0f);
     if (rc == 0)
         rc = mk_vocab_push(v, "<|im_start|>", MK_TT_CONTROL, 0.0f);
     if (rc == 0)
         rc = mk_vocab_push(v, "<|im_end|>", MK_TT_CONTROL, 0.0f);
+    if (rc == 0)
+        rc = mk_vocab_push_extra(v, extra, n_extra);
     if (rc == 0 && v->n != n)
         rc = -1;
     return rc;

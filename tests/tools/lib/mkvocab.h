@@ -19,11 +19,14 @@ typedef struct mk_vocab {
 } mk_vocab_t;
 
 /* SentencePiece vocab of n tokens: <unk> <s> </s>, the 256 byte tokens,
- * pieces, and a last control token `last` unless NULL. -1 on failure. */
-int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last);
+ * pieces, a last control token `last` unless NULL, then the n_extra control
+ * tokens extra (none: the vocab as before they existed). -1 on failure. */
+int mk_vocab_spm(mk_vocab_t *v, size_t n, const char *last, const char *const *extra,
+                 size_t n_extra);
 /* GPT-2 byte-level BPE vocab of n tokens: 256 byte characters, merged
- * tokens, then <|endoftext|>, <|im_start|>, <|im_end|>. -1 on failure. */
-int mk_vocab_gpt2(mk_vocab_t *v, size_t n);
+ * tokens, then <|endoftext|>, <|im_start|>, <|im_end|> and the n_extra control
+ * tokens extra. -1 on failure. */
+int mk_vocab_gpt2(mk_vocab_t *v, size_t n, const char *const *extra, size_t n_extra);
 void mk_vocab_free(mk_vocab_t *v);
 
 #endif
