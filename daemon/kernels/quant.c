@@ -19,6 +19,7 @@ typedef struct kernels {
     void (*axpy)(float *, float, const float *, size_t);
     vdot_row_fn (*vdot_for)(uint32_t type); /* NULL result: the portable integer dot */
     vtile_fn (*vtile_for)(uint32_t type);   /* NULL result: vdot_for's kernel row by row */
+    vrows_fn (*vrows_for)(uint32_t type);   /* decode, 16 rows and more (NULL result: vdot_for's) */
 } kernels_t;
 
 static vdot_row_fn vdot_for_portable(uint32_t type)
@@ -28,6 +29,12 @@ static vdot_row_fn vdot_for_portable(uint32_t type)
 }
 
 static vtile_fn vtile_for_none(uint32_t type)
+{
+    (void)type;
+    return NULL;
+}
+
+static vrows_fn vrows_for_none(uint32_t type)
 {
     (void)type;
     return NULL;
@@ -43,22 +50,29 @@ static vdot_row_fn vdot_for_avx512(uint32_t type)
     return fn ? fn : vnni_ok ? quant_vnni_vdot_for(type) : quant_avx2_vdot_for(type);
 }
 
+/* AVX-VNNI's tiles where it has them, else the AVX2 ones (quant_k256.c) */
+static vtile_fn vtile_for_vnni(uint32_t type)
+{
+    vtile_fn fn = quant_vnni_vtile_for(type);
+    return fn ? fn : quant_k256_vtile_for(type);
+}
+
 static vtile_fn vtile_for_avx512(uint32_t type)
 {
     vtile_fn fn = quant_avx512_vtile_for(type);
-    return fn ? fn : vnni_ok ? quant_vnni_vtile_for(type) : NULL;
+    return fn ? fn : vnni_ok ? vtile_for_vnni(type) : quant_k256_vtile_for(type);
 }
 #endif
 
-static const kernels_t k_portable = {quant_fmt_tile, quant_fmt_dot_f32, quant_fmt_axpy,
-                                     vdot_for_portable, vtile_for_none};
+static const kernels_t k_portable = {quant_fmt_tile,    quant_fmt_dot_f32, quant_fmt_axpy,
+                                     vdot_for_portable, vtile_for_none,    vrows_for_none};
 #if QUANT_HAVE_X86
-static const kernels_t k_avx2 = {quant_avx2_tile, quant_avx2_dot_f32, quant_avx2_axpy,
-                                 quant_avx2_vdot_for, vtile_for_none};
-static const kernels_t k_vnni = {quant_avx2_tile, quant_avx2_dot_f32, quant_avx2_axpy,
-                                 quant_vnni_vdot_for, quant_vnni_vtile_for};
+static const kernels_t k_avx2 = {quant_avx2_tile,     quant_avx2_dot_f32,   quant_avx2_axpy,
+                                 quant_avx2_vdot_for, quant_k256_vtile_for, vrows_for_none};
+static const kernels_t k_vnni = {quant_avx2_tile,     quant_avx2_dot_f32, quant_avx2_axpy,
+                                 quant_vnni_vdot_for, vtile_for_vnni,     vrows_for_none};
 static const kernels_t k_avx512 = {quant_avx512_tile, quant_avx2_dot_f32, quant_avx2_axpy,
-                                   vdot_for_avx512, vtile_for_avx512};
+                                   vdot_for_avx512,   vtile_for_avx512,   quant_avx512_vrows_for};
 #endif
 
 static const kernels_t *k_cur;
@@ -140,11 +154,19 @@ void quant_tile_shape(uint32_t type, int *rows, int *cols)
 #if QUANT_HAVE_X86
     const kernels_t *k = kern();
     if (k == &k_avx512 && quant_act_for(type) == QUANT_ACT_F32) {
-        *rows = 4;
-        *cols = 4;
+        *rows = 4; /* quant_avx512.c's 4 x 6 tile, its accumulators in registers (F16 rows */
+        *cols = 6; /* widened once a call for 24 vectors measured 10-25% slower) */
     } else if (k == &k_avx512 && quant_act_for(type) == QUANT_ACT_Q8 && type == GGUF_T_Q8_0) {
         *rows = 4; /* 4 x 6: 1.3-1.5x the one-row kernel's prefill; 4 x 4 and 4 x 8 within noise */
         *cols = 6;
+    } else if (k == &k_avx512 && quant_act_for(type) == QUANT_ACT_Q8K &&
+               (type == GGUF_T_Q4_K || type == GGUF_T_Q6_K)) {
+        *rows = 16; /* quant_k512.c: 16 interleaved rows, repacked once a call for 32 tokens */
+        *cols = 32;
+    } else if ((k == &k_avx2 || k == &k_vnni) && quant_act_for(type) == QUANT_ACT_Q8K &&
+               type == GGUF_T_Q4_K) {
+        *rows = 8; /* quant_k256.c: 8 interleaved rows, repacked once a call for 32 tokens */
+        *cols = 32;
     }
 #endif
 }
@@ -348,6 +370,11 @@ void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, con
     quant_fmt_traits(type, &blck, &bytes);
     vdot_row_fn fn = f ? kern()->vdot_for(type) : NULL;
     vtile_fn tile = f && nx > 1 ? kern()->vtile_for(type) : NULL;
+    vrows_fn rows = f && nx == 1 && nr >= 16 ? kern()->vrows_for(type) : NULL;
+    if (rows) {
+        rows(w, row_bytes, nr, xq[0], n / blck, out);
+        return;
+    }
     if (tile) {
         tile(w, row_bytes, nr, xq, nx, n / blck, out);
         return;

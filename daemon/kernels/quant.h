@@ -68,10 +68,11 @@ float quant_dot(uint32_t type, const void *w, const float *x, size_t n);
 void quant_dotn(uint32_t type, const void *w, const float *const *x, int nx, size_t n, float *out);
 
 /* The GEMM tile: nr consecutive weight rows (row_bytes apart) against nx
- * vectors, out[r * nx + t]; nr * nx <= QUANT_TILE_MAX is the fast path
- * (larger shapes work, pair by pair). Every out[r * nx + t] is bit-identical
- * to quant_dot of that row and vector. */
-#define QUANT_TILE_MAX 24
+ * vectors, out[r * nx + t]; the shapes quant_tile_shape names are the fast
+ * path (others work, pair by pair), and QUANT_TILE_MAX bounds their nr * nx
+ * (callers' buffers: prefill's 16 x 32). Every out[r * nx + t] is
+ * bit-identical to quant_dot of that row and vector. */
+#define QUANT_TILE_MAX 512
 void quant_dot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const float *const *x,
                     int nx, size_t n, float *out);
 
@@ -125,10 +126,12 @@ quant_act_t quant_act_for(uint32_t type);
 quant_act_t quant_act_of(uint32_t type);
 /* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
  * serve best in prefill for weights of this type under the current path:
- * float tiles 2 x 4 on AVX2 and 4 x 4 on AVX-512 (4 x 6 spills accumulators
- * and measured 20% slower), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and
- * 4 x 6 (AVX-512), other integer dots one row x 4; results never depend
- * on it. */
+ * float tiles 2 x 4 on AVX2 and 4 x 6 on AVX-512 (its accumulators named,
+ * in registers: 1.6x the 4 x 4 tile whose accumulator array GCC kept in
+ * memory), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and 4 x 6 (AVX-512),
+ * Q4_K's and Q6_K's 16 x 32 on AVX-512 (quant_k512.c: 16 rows interleaved
+ * once a call), Q4_K's 8 x 32 on AVX2 and AVX-VNNI (quant_k256.c), other
+ * integer dots one row x 4; results never depend on it. */
 void quant_tile_shape(uint32_t type, int *rows, int *cols);
 /* Bytes of n activations in format act; 0 if n is not a whole number of blocks. */
 size_t quant_act_bytes(quant_act_t act, size_t n);
@@ -138,9 +141,9 @@ void quant_act_from_f32(quant_act_t act, const float *x, void *dst, size_t n);
 /* nr weight rows (row_bytes apart) against nx quantized activation rows
  * (format quant_act_of(type)), out[r * nx + t]. Each result is identical
  * whatever the tile shape. The SIMD kernels equal the portable dot bit for
- * bit for the 256-value types; for the 32-value types (Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL) they sum in float lanes, within 1e-5 of the sum of
- * |products| of it. */
+ * bit for the 256-value types (prefill tiles and decode alike); for the
+ * 32-value types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) they sum in float
+ * lanes, within 1e-5 of the sum of |products| of it. */
 void quant_vdot_tile(uint32_t type, const void *w, size_t row_bytes, int nr, const void *const *xq,
                      int nx, size_t n, float *out);
 /* The portable integer dot of one row, for testing the SIMD ones. */

@@ -5,6 +5,8 @@
 /* The files, each calling only those below it (make check's file-cycles):
  *   quant.c         the run-time ISA choice (cpuid) and the entry points that dispatch
  *   quant_avx512.c  the AVX-512 kernels (its Q8_0 exact path: quant_avx2_tile)
+ *   quant_k512.c    the AVX-512 VNNI tiles of 16 interleaved rows (Q4_K, Q6_K prefill)
+ *   quant_k256.c    the AVX2 tile of 8 interleaved rows (Q4_K prefill)
  *   quant_avx2.c    the AVX2 and AVX-VNNI kernels, F16 rows, activation quantizers
  *   quant_fmt.c     F16/BF16 scalars, the block formats and their table, the quantizers,
  *                   the portable reference kernels */
@@ -91,6 +93,11 @@ typedef void (*vdot_row_fn)(const uint8_t *w, const void *const *xq, int nx, siz
 typedef void (*vtile_fn)(const uint8_t *w, size_t rb, int nr, const void *const *xq, int nx,
                          size_t nblk, float *out);
 
+/* nr weight rows (rb bytes apart) against one activation row, out[r]: a decode kernel, each
+ * result identical to the type's vdot_row_fn and vtile_fn */
+typedef void (*vrows_fn)(const uint8_t *w, size_t rb, int nr, const void *xq, size_t nblk,
+                         float *out);
+
 /* ------------------------------------------------------------------ quant_fmt.c */
 
 /* One block type's row of the table (opaque outside quant_fmt.c). */
@@ -176,14 +183,29 @@ AVX2 float quant_avx2_exp_shift(float *x, size_t n, float mx);
 AVX2 void quant_avx2_axpy_f16_rows_n(float *const *y, const float *const *a, int ny,
                                      const uint16_t *x, size_t x_stride, size_t nrows, size_t n);
 
+/* ------------------------------------------------------------------ quant_k256.c */
+
+/* the AVX2 prefill tile of 8 interleaved rows (Q4_K; NULL: none), bit for bit the portable dot,
+ * for the AVX2 and AVX-VNNI tables */
+vtile_fn quant_k256_vtile_for(uint32_t type);
+
 /* ------------------------------------------------------------------ quant_avx512.c */
 
 /* the AVX-512 float tile (Q8_0: quant_avx2_tile) */
 void quant_avx512_tile(uint32_t type, const void *w, size_t rb, int nr, const float *const *x,
                        int nx, size_t n, float *out);
-/* the 512-bit integer dot (Q8_0, Q4_K, Q6_K) and prefill tile (Q8_0) of a type; NULL: none */
+/* the 512-bit integer dot (Q8_0, Q4_K, Q6_K) and prefill tile (Q8_0; Q4_K and Q6_K by
+ * quant_k512.c) of a type; NULL: none */
 vdot_row_fn quant_avx512_vdot_for(uint32_t type);
 vtile_fn quant_avx512_vtile_for(uint32_t type);
+/* the AVX-512 decode kernel of 16 rows at a time (Q4_K, Q6_K); NULL: none */
+vrows_fn quant_avx512_vrows_for(uint32_t type);
+
+/* ------------------------------------------------------------------ quant_k512.c */
+
+/* the AVX-512 VNNI prefill tile of 16 interleaved rows (Q4_K, Q6_K; NULL: none), bit for bit
+ * the portable dot */
+vtile_fn quant_k512_vtile_for(uint32_t type);
 #endif
 
 #endif
