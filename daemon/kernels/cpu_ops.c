@@ -174,8 +174,10 @@ static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
                         xs[i] = t->x + (ti + i) * t->x_stride;
                     quant_dot_tile(jb->w->type, row, rb, nr, xs, nx, jb->w->n_in, out);
                 }
-                for (int k = 0; k < nr; k++)
-                    for (int i = 0; i < nx; i++)
+                /* a token's nr results side by side in y: contiguous stores (rows outer
+                 * stored a float a token row apart: 765 -> 860 tok/s on Q4_K_M prefill) */
+                for (int i = 0; i < nx; i++)
+                    for (int k = 0; k < nr; k++)
                         jb->y[(ti + i) * jb->y_stride + (size_t)(r + k)] = out[k * nx + i];
             }
         }
