@@ -16,13 +16,15 @@
  * the 134M shape streams its weights once (F16's FFN down: twice), not
  * three times (with the token-parallel small ops, one thread: F16 622 ->
  * 641, Q8_0 604 -> 700 tok/s)... */
-#define CPUK_ACT_L2 (1u << 20)
+#define CPUK_ACT_L2 (3u << 19)
 /* ...but never fewer tokens than this (the fixed blocks before), so wide
  * rows (an 8B model's FFN: 57 KB of F32 activations a token) never stream
  * the weights more often than they did. */
 #define CPUK_TOK_MIN 48
 /* Rows a thread takes at a time in a matmul (a multiple of every tile's rows). */
 #define CPUK_MM_CHUNK 64
+/* A decode matmul's chunks a thread (mm_chunk_rows) */
+#define CPUK_MM_SPLIT 4
 /* Tokens per block are a multiple of this (the tiles' 4 and 6 tokens). */
 #define CPUK_TOK_ALIGN 12
 /* Element-wise ops go parallel from this many elements on (below, a
@@ -123,6 +125,7 @@ typedef struct mm_task {
     size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
+    long rows;                          /* rows a chunk (mm_chunk_rows) */
     pool_chunks_t ch;                   /* (token block, row chunk) pairs (mm_worker) */
 } mm_task_t;
 
@@ -160,8 +163,18 @@ static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
         for (long r = r0; r < r1; r += step) {
             int nr = (int)(r1 - r < step ? r1 - r : step);
             const void *row = (const uint8_t *)jb->w->data + (size_t)r * rb;
+            /* the next row tile's weights fetched from memory while this one runs, a share a
+             * token tile (prefill streamed them at the first token tile's pace, four or sixteen
+             * rows at once: F32 prefill +8%) */
+            const char *pf = (const char *)row + (size_t)nr * rb;
+            const char *pf_end =
+                r + nr < r1 ? pf + (size_t)(r1 - r - nr < step ? r1 - r - nr : step) * rb : pf;
+            size_t pf_lines =
+                ((size_t)(pf_end - pf) / 64 * (size_t)cols + (te - tb) - 1) / (te - tb) + 1;
             for (size_t ti = tb; ti < te; ti += (size_t)cols) {
                 int nx = (int)(te - ti < (size_t)cols ? te - ti : (size_t)cols);
+                for (size_t k = 0; k < pf_lines && pf < pf_end; k++, pf += 64)
+                    __builtin_prefetch(pf, 0, 3);
                 float out[QUANT_TILE_MAX];
                 if (act != QUANT_ACT_F32) {
                     const void *xq[QUANT_TILE_MAX];
@@ -186,17 +199,31 @@ static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
     }
 }
 
+/* Rows a chunk: on one thread all of them; a prefill's CPUK_MM_CHUNK, so threads finish
+ * together; a decode's about CPUK_MM_SPLIT chunks a thread, each a longer run of
+ * memory for the prefetchers */
+static long mm_chunk_rows(long total, size_t n_tok, int nth)
+{
+    if (nth == 1)
+        return total;
+    if (n_tok > 1)
+        return CPUK_MM_CHUNK;
+    long rows = total / (nth * CPUK_MM_SPLIT);
+    rows -= rows % CPUK_MM_CHUNK;
+    return rows > CPUK_MM_CHUNK ? rows : CPUK_MM_CHUNK;
+}
+
 static void mm_worker(void *ctxp, int tid, int nth)
 {
     mm_task_t *t = ctxp;
     (void)tid;
+    (void)nth;
     long total = 0;
     for (int j = 0; j < t->n_jobs; j++)
         total += t->jobs[j].w->n_out;
-    /* chunks of CPUK_MM_CHUNK rows as threads come free, token block by
-     * token block (each result is computed the same whichever thread takes
-     * it); on one thread one chunk a block */
-    long rows = nth == 1 ? total : CPUK_MM_CHUNK;
+    /* chunks of t->rows rows as threads come free, token block by token block
+     * (each result is computed the same whichever thread takes it) */
+    long rows = t->rows;
     long n_ch = (total + rows - 1) / rows;
     long id, id_end;
     while (pool_chunk_next(&t->ch, &id, &id_end)) {
@@ -256,8 +283,8 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
     long total = 0, n_blk = (long)((n_tok + t.tok_block - 1) / t.tok_block);
     for (int j = 0; j < n_jobs; j++)
         total += jobs[j].w->n_out;
-    long rows = pool_size(k->pool) == 1 ? total : CPUK_MM_CHUNK; /* as mm_worker */
-    pool_chunks_init(&t.ch, n_blk * ((total + rows - 1) / rows), 1);
+    t.rows = mm_chunk_rows(total, n_tok, pool_size(k->pool));
+    pool_chunks_init(&t.ch, n_blk * ((total + t.rows - 1) / t.rows), 1);
     /* quantize the activations once per product, for each format a job
      * needs, as wide as its widest job (blocks are quantized independently,
      * so a narrower job reads a prefix) */

@@ -153,9 +153,9 @@ Test(quant, float_tiles_of_every_shape_equal_single_dots)
         for (int ti = 0; ti < 3; ti++)
             for (int ni = 0; ni < 3; ni++) {
                 size_t n = ns[ni];
-                uint8_t *w = malloc(5 * n * 4);
+                uint8_t *w = malloc(9 * n * 4);
                 float *x[6], *wf = malloc(n * sizeof(float));
-                for (int r = 0; r < 5; r++) {
+                for (int r = 0; r < 9; r++) {
                     for (size_t i = 0; i < n; i++)
                         wf[i] = frand();
                     quant_row_from_f32(types[ti], wf, w + (size_t)r * n * 4, n);
@@ -165,9 +165,9 @@ Test(quant, float_tiles_of_every_shape_equal_single_dots)
                     for (size_t i = 0; i < n; i++)
                         x[j][i] = frand();
                 }
-                for (int nr = 1; nr <= 5; nr++)
+                for (int nr = 1; nr <= 9; nr++) /* 8 and more rows of one vector: decode's rows */
                     for (int nx = 1; nx <= 6; nx++) {
-                        float out[30];
+                        float out[54];
                         quant_dot_tile(types[ti], w, n * 4, nr, (const float *const *)x, nx, n,
                                        out);
                         for (int r = 0; r < nr; r++)
@@ -798,13 +798,13 @@ Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
 /* Q8_0's prefill tiles (AVX-512: up to 4 rows x 4 token pairs, AVX-VNNI: 2
  * rows x 4 tokens, their remainders and an odd last token) give every
  * (row, token) the one-row dot's result bit for bit, for every shape up to
- * 9 rows x 13 tokens; activations at the +-127 extremes included. */
+ * 17 rows x 13 tokens; activations at the +-127 extremes included. */
 static void check_q8_0_tiles(quant_isa_t isa)
 {
     const size_t n = 2016, rb = quant_row_bytes(GGUF_T_Q8_0, n);
     const size_t ab = quant_act_bytes(QUANT_ACT_Q8, n);
     enum {
-        NR = 9,
+        NR = 17, /* 16 rows and more of one token: the decode kernels (vrows) */
         NX = 13
     };
     uint8_t *w = malloc(NR * rb), *xq = malloc(NX * ab);
