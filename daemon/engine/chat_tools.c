@@ -49,20 +49,40 @@ chat_tools_style_t chat_tools_detect(chat_family_t f, const char *tmpl, size_t l
     }
 }
 
+/* One row a style: its name, the text that opens a call (or a list of calls), the text that
+ * closes a block (block styles), the markers the output parser must see, and whether calls come
+ * as one JSON list. */
+typedef struct style_row {
+    const char *name;
+    const char *marker; /* chat_tools_marker */
+    const char *open;   /* chat_tools_is_marker: the opening text, NULL: none */
+    const char *close;  /* chat_tools_is_marker: the closing text, NULL: none */
+    int listed;         /* chat_tools_listed */
+} style_row_t;
+
+static const style_row_t style_rows[] = {
+    [CHAT_TOOLS_GENERIC] = {"generic", NULL, NULL, NULL, 0},
+    [CHAT_TOOLS_HERMES] = {"hermes", "<tool_call>", "<tool_call>", "</tool_call>", 0},
+    [CHAT_TOOLS_PENDING] = {"pending", NULL, NULL, NULL, 0},
+    [CHAT_TOOLS_LLAMA3] = {"llama3", NULL, "<|python_tag|>", NULL, 0},
+    [CHAT_TOOLS_LLAMA32] = {"llama3.2", NULL, NULL, NULL, 0},
+    [CHAT_TOOLS_QWEN3] = {"qwen3", "<tool_call>", "<tool_call>", "</tool_call>", 0},
+    [CHAT_TOOLS_HERMES2] = {"hermes2", "<tool_call>", "<tool_call>", "</tool_call>", 0},
+    [CHAT_TOOLS_MISTRAL] = {"mistral", "[TOOL_CALLS]", "[TOOL_CALLS]", NULL, 1},
+    [CHAT_TOOLS_PHI4] = {"phi4", "<|tool_call|>", "<|tool_call|>", "<|/tool_call|>", 1},
+    [CHAT_TOOLS_MISTRAL3] = {"mistral-v3", "[TOOL_CALLS]", "[TOOL_CALLS]", NULL, 1},
+};
+
+static const style_row_t *style_row(chat_tools_style_t st)
+{
+    size_t i = (size_t)st;
+    return i < sizeof style_rows / sizeof style_rows[0] && style_rows[i].name ? &style_rows[i]
+                                                                              : &style_rows[0];
+}
+
 const char *chat_tools_style_name(chat_tools_style_t st)
 {
-    switch (st) {
-    case CHAT_TOOLS_HERMES: return "hermes";
-    case CHAT_TOOLS_PENDING: return "pending";
-    case CHAT_TOOLS_LLAMA3: return "llama3";
-    case CHAT_TOOLS_LLAMA32: return "llama3.2";
-    case CHAT_TOOLS_QWEN3: return "qwen3";
-    case CHAT_TOOLS_HERMES2: return "hermes2";
-    case CHAT_TOOLS_MISTRAL: return "mistral";
-    case CHAT_TOOLS_MISTRAL3: return "mistral-v3";
-    case CHAT_TOOLS_PHI4: return "phi4";
-    default: return "generic";
-    }
+    return style_row(st)->name;
 }
 
 int chat_tools_is_llama3(chat_tools_style_t st)
@@ -72,32 +92,23 @@ int chat_tools_is_llama3(chat_tools_style_t st)
 
 const char *chat_tools_marker(chat_tools_style_t st)
 {
-    switch (st) {
-    case CHAT_TOOLS_HERMES:
-    case CHAT_TOOLS_QWEN3:
-    case CHAT_TOOLS_HERMES2: return "<tool_call>";
-    case CHAT_TOOLS_MISTRAL:
-    case CHAT_TOOLS_MISTRAL3: return "[TOOL_CALLS]";
-    case CHAT_TOOLS_PHI4: return "<|tool_call|>";
-    default: return NULL;
-    }
+    return style_row(st)->marker;
+}
+
+static int text_is(const char *m, const char *text, size_t len)
+{
+    return m && strlen(m) == len && memcmp(m, text, len) == 0;
 }
 
 int chat_tools_is_marker(chat_tools_style_t st, const char *text, size_t len)
 {
-    const char *close = st == CHAT_TOOLS_PHI4 ? "<|/tool_call|>" : NULL;
-    const char *open = chat_tools_marker(st);
-    if (open && !chat_tools_listed(st))
-        close = "</tool_call>";
-    if (st == CHAT_TOOLS_LLAMA3)
-        open = "<|python_tag|>";
-    return (open && strlen(open) == len && memcmp(open, text, len) == 0) ||
-           (close && strlen(close) == len && memcmp(close, text, len) == 0);
+    const style_row_t *r = style_row(st);
+    return text_is(r->open, text, len) || text_is(r->close, text, len);
 }
 
 int chat_tools_listed(chat_tools_style_t st)
 {
-    return st == CHAT_TOOLS_MISTRAL || st == CHAT_TOOLS_MISTRAL3 || st == CHAT_TOOLS_PHI4;
+    return style_row(st)->listed;
 }
 
 int chat_tools_in_messages(const chat_msg_t *msgs, size_t n)
