@@ -621,12 +621,11 @@ static att_rows_t att_rows_of(const att_task_t *at, struct att_panel *pan, uint1
     if (pan->gen != at->gen || pan->k_base != bt->k_base || pan->kvh != kvh)
         *pan = (struct att_panel){bt->k_base, kvh, 0, at->gen};
     for (uint32_t p = pan->n; p <= last; p++) {
-        if (p + 8 <= last) {
-            __builtin_prefetch(k0 + (p + 8) * rs);
-            __builtin_prefetch(k0 + (p + 8) * rs + 32);
-            __builtin_prefetch(v0 + (p + 8) * rs);
-            __builtin_prefetch(v0 + (p + 8) * rs + 32);
-        }
+        if (p + 8 <= last) /* the whole row 8 positions ahead, a line at a time */
+            for (size_t o = 0; o < hd * sizeof *pk; o += 64) {
+                __builtin_prefetch((const char *)(k0 + (p + 8) * rs) + o);
+                __builtin_prefetch((const char *)(v0 + (p + 8) * rs) + o);
+            }
         memcpy(pk + p * hd, k0 + p * rs, hd * sizeof *pk);
         memcpy(pv + p * hd, v0 + p * rs, hd * sizeof *pv);
     }
