@@ -10,19 +10,6 @@
 #include "engine/constrain.h"
 #include "testutil.h"
 
-static tok_t *g_tok;
-static cons_vocab_t *g_vocab;
-
-static void open_vocab(void)
-{
-    tu_vocab_open(&g_tok, &g_vocab);
-}
-
-static void close_vocab(void)
-{
-    tu_vocab_close(g_tok, g_vocab);
-}
-
 static json_t *tools_of(void)
 {
     return json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
@@ -43,7 +30,7 @@ static cons_t *blocks_new(void)
     json_t *rf = chat_tools_call_schema(CHAT_TOOLS_HERMES, tools, NULL, 1);
     cons_schema_t *sc = cons_schema_compile(rf, NULL, err, sizeof err);
     cr_assert_not_null(sc, "%s", err);
-    cons_t *c = cons_new_repeat(sc, g_vocab, "\n</tool_call>", "\n<tool_call>\n");
+    cons_t *c = cons_new_repeat(sc, tu_vocab_trie, "\n</tool_call>", "\n<tool_call>\n");
     cr_assert_not_null(c);
     cons_schema_unref(sc);
     json_decref(rf);
@@ -68,7 +55,7 @@ static int mask_has(cons_t *c, int32_t id)
 }
 
 Test(chat_tools, required_blocks_admit_one_or_two_calls_and_end_only_after_a_block,
-     .init = open_vocab, .fini = close_vocab)
+     .init = tu_vocab_setup, .fini = tu_vocab_teardown)
 {
     int done;
     cr_assert(blocks_take(CALL1 "\n</tool_call>", &done) && done);
@@ -79,7 +66,7 @@ Test(chat_tools, required_blocks_admit_one_or_two_calls_and_end_only_after_a_blo
     cr_assert(blocks_take(CALL1 "\n</tool_call>\n<tool_call>\n", &done) && !done);
     cr_assert(blocks_take(CALL1 "\n</tool_call>\n<tool_call>\n{\"name\": \"f2\"", &done) && !done);
     cons_t *c = blocks_new();
-    int32_t eos = tok_eos(g_tok);
+    int32_t eos = tok_eos(tu_vocab_tok);
     cr_assert_eq(cons_accept(c, eos), -1, "an end before the first call");
     cr_assert_eq(cons_accept_bytes(c, CALL1 "\n</tool_call>", strlen(CALL1) + 13), 0);
     cr_assert(mask_has(c, eos));
@@ -87,7 +74,8 @@ Test(chat_tools, required_blocks_admit_one_or_two_calls_and_end_only_after_a_blo
     cons_free(c);
 }
 
-Test(chat_tools, required_blocks_refuse_malformed_calls, .init = open_vocab, .fini = close_vocab)
+Test(chat_tools, required_blocks_refuse_malformed_calls, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     int done;
     const char *bad[] = {
@@ -104,10 +92,10 @@ Test(chat_tools, required_blocks_refuse_malformed_calls, .init = open_vocab, .fi
 }
 
 Test(chat_tools, required_blocks_offer_the_tags_tokens_and_allowed_control_tokens_only_there,
-     .init = open_vocab, .fini = close_vocab)
+     .init = tu_vocab_setup, .fini = tu_vocab_teardown)
 {
     /* <s> (1) stands for a vocabulary whose </tool_call> is a control token */
-    int32_t ids[1] = {1}, nl = tok_find(g_tok, "<0x0A>");
+    int32_t ids[1] = {1}, nl = tok_find(tu_vocab_tok, "<0x0A>");
     const char *texts[1] = {"</tool_call>"};
     cons_t *c = blocks_new();
     cr_assert_eq(cons_allow_tokens(c, ids, texts, 1), 0);

@@ -47,23 +47,10 @@ static void compile_refused(const char *schema, int want_code, const char *want_
               schema, err, want_prefix);
 }
 
-static tok_t *g_tok;
-static cons_vocab_t *g_vocab;
-
-static void open_vocab(void)
-{
-    tu_vocab_open(&g_tok, &g_vocab);
-}
-
-static void close_vocab(void)
-{
-    tu_vocab_close(g_tok, g_vocab);
-}
-
 /* Whether the document text is accepted whole and complete under schema. */
 static int doc_ok(cons_schema_t *sc, const char *doc)
 {
-    cons_t *c = cons_new(sc, g_vocab);
+    cons_t *c = cons_new(sc, tu_vocab_trie);
     int ok = cons_accept_bytes(c, doc, strlen(doc)) == 0 && cons_complete(c);
     cons_free(c);
     return ok;
@@ -72,7 +59,7 @@ static int doc_ok(cons_schema_t *sc, const char *doc)
 /* The length of the longest prefix of doc the automaton takes (strlen(doc) when all). */
 static size_t doc_prefix(cons_schema_t *sc, const char *doc)
 {
-    cons_t *c = cons_new(sc, g_vocab);
+    cons_t *c = cons_new(sc, tu_vocab_trie);
     size_t i = 0;
     while (doc[i] && cons_accept_bytes(c, doc + i, 1) == 0)
         i++;
@@ -185,7 +172,7 @@ Test(constrain, caches_a_schema_by_its_text)
     "\"$defs\":{\"pet\":{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},"        \
     "\"w\":{\"type\":\"number\"}},\"required\":[\"kind\"]}}}"
 
-Test(constrain, accepts_valid_documents, .init = open_vocab, .fini = close_vocab)
+Test(constrain, accepts_valid_documents, .init = tu_vocab_setup, .fini = tu_vocab_teardown)
 {
     cons_schema_t *sc = compile_ok(PERSON);
     static const char *const good[] = {
@@ -202,8 +189,8 @@ Test(constrain, accepts_valid_documents, .init = open_vocab, .fini = close_vocab
     cons_schema_unref(sc);
 }
 
-Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_schema_t *sc = compile_ok(PERSON);
     static const struct {
@@ -235,8 +222,8 @@ Test(constrain, rejects_invalid_documents_at_the_first_bad_byte, .init = open_vo
     cons_schema_unref(sc);
 }
 
-Test(constrain, nullable_true_also_takes_null_as_the_zod_helper_writes_it, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, nullable_true_also_takes_null_as_the_zod_helper_writes_it, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     /* what openai's zodResponseFormat gives for z.string().nullable() and a nullable object */
     cons_schema_t *sc = compile_ok(
@@ -252,8 +239,8 @@ Test(constrain, nullable_true_also_takes_null_as_the_zod_helper_writes_it, .init
                     "/nullable: must be a boolean");
 }
 
-Test(constrain, json_object_takes_any_object_and_only_an_object, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, json_object_takes_any_object_and_only_an_object, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     json_t *rf = json_pack("{s:s}", "type", "json_object");
     char err[256];
@@ -269,7 +256,8 @@ Test(constrain, json_object_takes_any_object_and_only_an_object, .init = open_vo
     cons_schema_unref(sc);
 }
 
-Test(constrain, numbers_end_only_where_json_lets_them, .init = open_vocab, .fini = close_vocab)
+Test(constrain, numbers_end_only_where_json_lets_them, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_schema_t *sc = compile_ok("{\"type\":\"number\"}");
     cr_assert(doc_ok(sc, "0"));
@@ -298,9 +286,9 @@ static void check_mask_count(cons_t *c)
 {
     int32_t n = 0, count = 0;
     const uint32_t *bits = cons_mask(c, &n);
-    for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
+    for (int32_t id = 0; id < cons_vocab_size(tu_vocab_trie); id++) {
         count += bit(bits, id);
-        if (tok_is_eog(g_tok, id))
+        if (tok_is_eog(tu_vocab_tok, id))
             cr_assert_eq(bit(bits, id), cons_complete(c), "token %d", id);
     }
     cr_assert_eq(count, n);
@@ -310,17 +298,17 @@ static void check_mask_count(cons_t *c)
 static void check_mask_exact(cons_schema_t *sc, const char *prefix)
 {
     char piece[128];
-    cons_t *c = cons_new(sc, g_vocab);
+    cons_t *c = cons_new(sc, tu_vocab_trie);
     cr_assert_eq(cons_accept_bytes(c, prefix, strlen(prefix)), 0, "prefix '%s'", prefix);
     check_mask_count(c);
     int32_t n;
     const uint32_t *bits = cons_mask(c, &n);
     cr_assert_gt(n, 0, "prefix '%s': a dead end", prefix);
-    for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
-        int len = tok_piece(g_tok, id, 0, piece, sizeof piece);
-        if (tok_is_eog(g_tok, id) || len <= 0 || len > 64)
+    for (int32_t id = 0; id < cons_vocab_size(tu_vocab_trie); id++) {
+        int len = tok_piece(tu_vocab_tok, id, 0, piece, sizeof piece);
+        if (tok_is_eog(tu_vocab_tok, id) || len <= 0 || len > 64)
             continue;
-        cons_t *d = cons_new(sc, g_vocab);
+        cons_t *d = cons_new(sc, tu_vocab_trie);
         cons_accept_bytes(d, prefix, strlen(prefix));
         int takes = cons_accept_bytes(d, piece, (size_t)len) == 0;
         cons_free(d);
@@ -329,11 +317,11 @@ static void check_mask_exact(cons_schema_t *sc, const char *prefix)
     cons_free(c);
 }
 
-Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
-    cr_assert_eq(cons_vocab_size(g_vocab), 32000);
-    cr_assert_gt(cons_vocab_nodes(g_vocab), 32000);
+    cr_assert_eq(cons_vocab_size(tu_vocab_trie), 32000);
+    cr_assert_gt(cons_vocab_nodes(tu_vocab_trie), 32000);
     cons_schema_t *sc = compile_ok(PERSON);
     static const char *const prefixes[] = {
         "", "{\"na", "{\"name\":\"ab", "{\"name\":\"x\",\"age\":4", "{\"name\":\"x\",\"age\":4}"};
@@ -345,8 +333,8 @@ Test(constrain, masks_agree_with_the_automaton_on_a_real_vocabulary, .init = ope
 /* Inside a string's body the mask is the plain tokens that fit plus a walk of the others: the
  * same set as a walk of every token, for unbounded strings, keys, bounds with little and much
  * room, and not taken after an escape or inside a character. */
-Test(constrain, string_body_masks_agree_with_the_automaton, .init = open_vocab, .fini = close_vocab,
-     .timeout = 60)
+Test(constrain, string_body_masks_agree_with_the_automaton, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 60)
 {
     char err[512] = "";
     json_t *rf = json_pack("{s:s}", "type", "json_object");
@@ -366,12 +354,12 @@ Test(constrain, string_body_masks_agree_with_the_automaton, .init = open_vocab, 
     cons_schema_unref(sc);
 }
 
-Test(constrain, end_of_text_only_once_the_document_is_complete, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, end_of_text_only_once_the_document_is_complete, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_schema_t *sc = compile_ok("{\"type\":\"integer\"}");
-    cons_t *c = cons_new(sc, g_vocab);
-    int32_t eos = tok_eos(g_tok);
+    cons_t *c = cons_new(sc, tu_vocab_trie);
+    int32_t eos = tok_eos(tu_vocab_tok);
     cr_assert(!bit(cons_mask(c, NULL), eos));
     cr_assert_eq(cons_accept(c, eos), -1);
     cr_assert_eq(cons_accept_bytes(c, "42", 2), 0);
@@ -389,14 +377,14 @@ Test(constrain, end_of_text_only_once_the_document_is_complete, .init = open_voc
 }
 
 /* Picks random allowed tokens until the document is complete: it always parses and fits. */
-Test(constrain, random_walks_over_the_mask_end_in_valid_json, .init = open_vocab,
-     .fini = close_vocab, .timeout = 60)
+Test(constrain, random_walks_over_the_mask_end_in_valid_json, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 60)
 {
     cons_schema_t *sc = compile_ok(PERSON);
     uint64_t rng = 12345;
     int parsed = 0;
     for (int run = 0; run < 20; run++) {
-        cons_t *c = cons_new(sc, g_vocab);
+        cons_t *c = cons_new(sc, tu_vocab_trie);
         char doc[4096];
         size_t len = 0;
         int done = 0;
@@ -407,18 +395,18 @@ Test(constrain, random_walks_over_the_mask_end_in_valid_json, .init = open_vocab
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             int32_t k = (int32_t)((rng >> 33) % (uint64_t)n), id = -1;
             /* prefer ending once complete, else the k-th allowed token */
-            if (cons_complete(c) && bit(bits, tok_eos(g_tok)))
-                id = tok_eos(g_tok);
-            for (int32_t i = 0; id < 0 && i < cons_vocab_size(g_vocab); i++)
+            if (cons_complete(c) && bit(bits, tok_eos(tu_vocab_tok)))
+                id = tok_eos(tu_vocab_tok);
+            for (int32_t i = 0; id < 0 && i < cons_vocab_size(tu_vocab_trie); i++)
                 if (bit(bits, i) && k-- == 0)
                     id = i;
             cr_assert_eq(cons_accept(c, id), 0);
-            if (id == tok_eos(g_tok)) {
+            if (id == tok_eos(tu_vocab_tok)) {
                 done = 1;
                 break;
             }
             char piece[128];
-            int pl = tok_piece(g_tok, id, 0, piece, sizeof piece);
+            int pl = tok_piece(tu_vocab_tok, id, 0, piece, sizeof piece);
             cr_assert(len + (size_t)pl < sizeof doc);
             memcpy(doc + len, piece, (size_t)pl);
             len += (size_t)pl;
@@ -479,8 +467,8 @@ static void check_int_bounds(const char *schema, long lo, long hi)
     cons_schema_unref(sc);
 }
 
-Test(constrain, integer_bounds_admit_exactly_their_integers, .init = open_vocab,
-     .fini = close_vocab, .timeout = 60)
+Test(constrain, integer_bounds_admit_exactly_their_integers, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 60)
 {
     check_int_bounds("{\"type\":\"integer\",\"minimum\":-5,\"maximum\":120}", -5, 120);
     check_int_bounds("{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", 1, 9);
@@ -534,8 +522,8 @@ Test(constrain, keywords_outside_json_schema_are_ignored_and_its_others_refused)
 
 /* ------------------------------------------------------------------ patterns and formats */
 
-Test(constrain, strings_follow_their_pattern_or_format, .init = open_vocab, .fini = close_vocab,
-     .timeout = 60)
+Test(constrain, strings_follow_their_pattern_or_format, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 60)
 {
     cons_schema_t *sc = compile_ok("{\"type\":\"object\",\"properties\":{"
                                    "\"id\":{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]{2}$\"},"
@@ -564,8 +552,8 @@ Test(constrain, strings_follow_their_pattern_or_format, .init = open_vocab, .fin
 
 /* Random walks over the masks of strings with patterns and formats never reach a dead end (a
  * token the mask allowed always leaves some token allowed) and end in JSON. */
-Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init = open_vocab,
-     .fini = close_vocab, .timeout = 60)
+Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 60)
 {
     cons_schema_t *sc = compile_ok(
         "{\"type\":\"object\",\"properties\":{"
@@ -581,13 +569,13 @@ Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init 
     int ended = 0;
     int32_t closers[16],
         n_closers = 0; /* one-byte tokens that end a part: preferred 3 times in 4 */
-    for (int32_t id = 0; id < cons_vocab_size(g_vocab) && n_closers < 16; id++) {
+    for (int32_t id = 0; id < cons_vocab_size(tu_vocab_trie) && n_closers < 16; id++) {
         char piece[8];
-        if (tok_piece(g_tok, id, 0, piece, sizeof piece) == 1 && strchr("\"},=]", piece[0]))
+        if (tok_piece(tu_vocab_tok, id, 0, piece, sizeof piece) == 1 && strchr("\"},=]", piece[0]))
             closers[n_closers++] = id;
     }
     for (int run = 0; run < 12; run++) {
-        cons_t *c = cons_new(sc, g_vocab);
+        cons_t *c = cons_new(sc, tu_vocab_trie);
         char doc[8192];
         size_t len = 0;
         for (int step = 0; step < 800; step++) {
@@ -603,12 +591,12 @@ Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init 
             for (int32_t i = 0; (rng >> 20 & 3) && id < 0 && i < n_closers; i++)
                 if (bit(bits, closers[i]))
                     id = closers[i];
-            for (int32_t i = 0; id < 0 && i < cons_vocab_size(g_vocab); i++)
+            for (int32_t i = 0; id < 0 && i < cons_vocab_size(tu_vocab_trie); i++)
                 if (bit(bits, i) && k-- == 0)
                     id = i;
             cr_assert_eq(cons_accept(c, id), 0);
             char piece[128];
-            int pl = tok_piece(g_tok, id, 0, piece, sizeof piece);
+            int pl = tok_piece(tu_vocab_tok, id, 0, piece, sizeof piece);
             if (pl > 0 && len + (size_t)pl < sizeof doc) {
                 memcpy(doc + len, piece, (size_t)pl);
                 len += (size_t)pl;
@@ -623,8 +611,8 @@ Test(constrain, random_walks_through_patterns_and_formats_never_dead_end, .init 
 /* A union's branches of literal sets are one set (oneOf drops the values of two branches); a
  * "type" beside a union applies to each branch; uniqueItems holds at most one item; minProperties
  * and dependencies make properties required. */
-Test(constrain, unions_of_literals_types_beside_unions_and_object_counts, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain, unions_of_literals_types_beside_unions_and_object_counts, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_schema_t *sc =
         compile_ok("{\"anyOf\":[{\"enum\":[\"git\"]},{\"const\":\"hg\"},{\"type\":\"integer\"}]}");

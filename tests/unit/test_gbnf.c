@@ -30,23 +30,10 @@ static void compile_refused(const char *text, int want_code, const char *want)
     cr_assert(strncmp(err, want, strlen(want)) == 0, "%s: got '%s', want '%s...'", text, err, want);
 }
 
-static tok_t *g_tok;
-static cons_vocab_t *g_vocab;
-
-static void open_vocab(void)
-{
-    tu_vocab_open(&g_tok, &g_vocab);
-}
-
-static void close_vocab(void)
-{
-    tu_vocab_close(g_tok, g_vocab);
-}
-
 /* Whether doc is accepted whole and complete. */
 static int doc_ok(cons_grammar_t *g, const char *doc)
 {
-    cons_t *c = cons_new_grammar(g, g_vocab);
+    cons_t *c = cons_new_grammar(g, tu_vocab_trie);
     cr_assert_not_null(c);
     int ok = cons_accept_bytes(c, doc, strlen(doc)) == 0 && cons_complete(c);
     cons_free(c);
@@ -56,7 +43,7 @@ static int doc_ok(cons_grammar_t *g, const char *doc)
 /* The length of the longest prefix of doc the matcher takes, byte by byte. */
 static size_t doc_prefix(cons_grammar_t *g, const char *doc)
 {
-    cons_t *c = cons_new_grammar(g, g_vocab);
+    cons_t *c = cons_new_grammar(g, tu_vocab_trie);
     size_t i = 0;
     while (doc[i] && cons_accept_bytes(c, doc + i, 1) == 0)
         i++;
@@ -141,7 +128,8 @@ Test(constrain_gbnf, refuses_undefined_rules_no_root_and_left_recursion)
 
 /* ------------------------------------------------------------------ matcher */
 
-Test(constrain_gbnf, accepts_what_the_grammar_derives, .init = open_vocab, .fini = close_vocab)
+Test(constrain_gbnf, accepts_what_the_grammar_derives, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_grammar_t *g = compile_ok(ARITH);
     static const char *const good[] = {"1", "12+3", "(1+2)*3", "((7))", "1/2-3*4", "999"};
@@ -170,7 +158,7 @@ Test(constrain_gbnf, accepts_what_the_grammar_derives, .init = open_vocab, .fini
     cons_grammar_unref(g);
 }
 
-Test(constrain_gbnf, classes_are_utf8_aware, .init = open_vocab, .fini = close_vocab)
+Test(constrain_gbnf, classes_are_utf8_aware, .init = tu_vocab_setup, .fini = tu_vocab_teardown)
 {
     cons_grammar_t *g = compile_ok("root ::= [α-ω]+ \"!\" [^\"\\\\]* \"\\\"\" .");
     cr_assert(doc_ok(g, "αβγ!x€😀y\"é"));
@@ -188,8 +176,8 @@ Test(constrain_gbnf, classes_are_utf8_aware, .init = open_vocab, .fini = close_v
     cons_grammar_unref(g);
 }
 
-Test(constrain_gbnf, nesting_past_the_limit_is_refused_not_crashed, .init = open_vocab,
-     .fini = close_vocab)
+Test(constrain_gbnf, nesting_past_the_limit_is_refused_not_crashed, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown)
 {
     cons_grammar_t *g = compile_ok("root ::= \"(\" root \")\" | \"x\"");
     char doc[1024];
@@ -232,21 +220,21 @@ Test(constrain_gbnf, caches_a_grammar_by_its_text)
 static int32_t check_mask_at(cons_grammar_t *g, const char *prefix)
 {
     char piece[128];
-    cons_t *c = cons_new_grammar(g, g_vocab), *d = NULL;
+    cons_t *c = cons_new_grammar(g, tu_vocab_trie), *d = NULL;
     cr_assert_eq(cons_accept_bytes(c, prefix, strlen(prefix)), 0, "prefix '%s'", prefix);
     int32_t n;
     const uint32_t *bits = cons_mask(c, &n);
     int32_t count = 0;
-    for (int32_t id = 0; id < cons_vocab_size(g_vocab); id++) {
-        int len = tok_piece(g_tok, id, 0, piece, sizeof piece);
+    for (int32_t id = 0; id < cons_vocab_size(tu_vocab_trie); id++) {
+        int len = tok_piece(tu_vocab_tok, id, 0, piece, sizeof piece);
         int want;
-        if (tok_is_eog(g_tok, id))
+        if (tok_is_eog(tu_vocab_tok, id))
             want = cons_complete(c);
         else if (len <= 0 || len > 64)
             want = 0;
         else { /* d stays at prefix while it refuses (a refusal leaves it unchanged) */
             if (!d) {
-                d = cons_new_grammar(g, g_vocab);
+                d = cons_new_grammar(g, tu_vocab_trie);
                 cons_accept_bytes(d, prefix, strlen(prefix));
             }
             want = cons_accept_bytes(d, piece, (size_t)len) == 0;
@@ -266,10 +254,10 @@ static int32_t check_mask_at(cons_grammar_t *g, const char *prefix)
     return n;
 }
 
-Test(constrain_gbnf, masks_agree_with_the_matcher_on_a_real_vocabulary, .init = open_vocab,
-     .fini = close_vocab, .timeout = 120)
+Test(constrain_gbnf, masks_agree_with_the_matcher_on_a_real_vocabulary, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 120)
 {
-    cr_assert_eq(cons_vocab_size(g_vocab), 32000);
+    cr_assert_eq(cons_vocab_size(tu_vocab_trie), 32000);
     cons_grammar_t *g = compile_ok(ARITH);
     static const char *const arith[] = {"", "1", "12", "(3+", "((1*2)"};
     for (size_t i = 0; i < sizeof arith / sizeof arith[0]; i++)
@@ -284,13 +272,13 @@ Test(constrain_gbnf, masks_agree_with_the_matcher_on_a_real_vocabulary, .init = 
     cons_grammar_unref(g);
 }
 
-Test(constrain_gbnf, random_walks_over_the_mask_end_in_the_language, .init = open_vocab,
-     .fini = close_vocab, .timeout = 120)
+Test(constrain_gbnf, random_walks_over_the_mask_end_in_the_language, .init = tu_vocab_setup,
+     .fini = tu_vocab_teardown, .timeout = 120)
 {
     cons_grammar_t *g = compile_ok(ARITH);
     srand(7);
     for (int walk = 0; walk < 20; walk++) {
-        cons_t *c = cons_new_grammar(g, g_vocab);
+        cons_t *c = cons_new_grammar(g, tu_vocab_trie);
         char out[4096];
         size_t len = 0;
         for (int step = 0; step < 200; step++) {
@@ -298,13 +286,13 @@ Test(constrain_gbnf, random_walks_over_the_mask_end_in_the_language, .init = ope
             const uint32_t *bits = cons_mask(c, &n);
             cr_assert_gt(n, 0, "walk %d: a dead end after '%.*s'", walk, (int)len, out);
             int32_t pick = rand() % n, id = -1;
-            for (id = 0; id < cons_vocab_size(g_vocab); id++)
+            for (id = 0; id < cons_vocab_size(tu_vocab_trie); id++)
                 if (bit(bits, id) && pick-- == 0)
                     break;
             cr_assert_eq(cons_accept(c, id), 0);
-            if (tok_is_eog(g_tok, id))
+            if (tok_is_eog(tu_vocab_tok, id))
                 break;
-            int k = tok_piece(g_tok, id, 0, out + len, sizeof out - len);
+            int k = tok_piece(tu_vocab_tok, id, 0, out + len, sizeof out - len);
             len += k > 0 ? (size_t)k : 0;
         }
         out[len] = 0;

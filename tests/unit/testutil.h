@@ -69,10 +69,13 @@ static inline void tu_mkmodel(char *path, size_t cap, const char *args)
     cr_assert_eq(system(cmd), 0, "mkmodel failed: %s", cmd);
 }
 #include "engine/constrain.h"
-/* The real 32,000-token SPM vocabulary of tests/data and its trie for constrained decoding; fails
- * the test on error. (tu_vocab.c) */
-void tu_vocab_open(tok_t **tok, cons_vocab_t **vocab);
-void tu_vocab_close(tok_t *tok, cons_vocab_t *vocab);
+/* The real 32,000-token SPM vocabulary of tests/data (tu_vocab_tok) and its trie for constrained
+ * decoding (tu_vocab_trie), a test's fixture: .init = tu_vocab_setup (fails the test on error),
+ * .fini = tu_vocab_teardown. (tu_vocab.c) */
+extern tok_t *tu_vocab_tok;
+extern cons_vocab_t *tu_vocab_trie;
+void tu_vocab_setup(void);
+void tu_vocab_teardown(void);
 
 #include "engine/model.h"
 /* A small random model (dim 64, 2 layers, GQA 4/2, vocab 300) of the given

@@ -6,8 +6,13 @@
 #include "engine/gguf.h"
 #include "testutil.h"
 
-void tu_vocab_open(tok_t **tok, cons_vocab_t **vocab)
+tok_t *tu_vocab_tok;
+cons_vocab_t *tu_vocab_trie;
+
+void tu_vocab_setup(void)
 {
+    tok_t **tok = &tu_vocab_tok;
+    cons_vocab_t **vocab = &tu_vocab_trie;
     char path[1024], err[256] = "";
     tu_data_path(path, sizeof path, "ggml-vocab-llama-spm.gguf");
     gguf_t *g = gguf_open(path, err, sizeof err);
@@ -19,8 +24,10 @@ void tu_vocab_open(tok_t **tok, cons_vocab_t **vocab)
     cr_assert_not_null(*vocab, "cons_vocab_new: %s", err);
 }
 
-void tu_vocab_close(tok_t *tok, cons_vocab_t *vocab)
+void tu_vocab_teardown(void)
 {
-    cons_vocab_free(vocab);
-    tok_close(tok);
+    cons_vocab_free(tu_vocab_trie);
+    tok_close(tu_vocab_tok);
+    tu_vocab_trie = NULL;
+    tu_vocab_tok = NULL;
 }
