@@ -126,9 +126,9 @@ quant_act_t quant_act_for(uint32_t type);
 quant_act_t quant_act_of(uint32_t type);
 /* The tile (rows x vectors, at most QUANT_TILE_MAX) the current kernels
  * serve best in prefill for weights of this type under the current path:
- * float tiles 2 x 4 on AVX2 and 4 x 6 on AVX-512 (its accumulators named,
- * in registers: 1.6x the 4 x 4 tile whose accumulator array GCC kept in
- * memory), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and 4 x 6 (AVX-512),
+ * float tiles 4 x 3 on AVX2 (all 16 registers) and 4 x 6 on AVX-512 (its
+ * accumulators named, in registers: 1.6x the 4 x 4 tile whose accumulator
+ * array GCC kept in memory), Q8_0's integer tiles 2 x 4 (AVX-VNNI) and 4 x 6 (AVX-512),
  * Q4_K's and Q6_K's 16 x 32 on AVX-512 (quant_k512.c: 16 rows interleaved
  * once a call), Q4_K's 8 x 32 on AVX2 and AVX-VNNI (quant_k256.c), other
  * integer dots one row x 4; results never depend on it. */

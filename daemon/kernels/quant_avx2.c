@@ -111,6 +111,114 @@ AVX2 __attribute__((noinline)) static void tile24_avx2(uint32_t type, const uint
     }
 }
 
+/* The 4 x 3 tile (4 rows, 3 vectors): 12 accumulators, the 3 vectors' chunks and one row's, all
+ * 16 registers; 7 loads for 12 FMAs (2 x 4: 6 for 8). The generic body's operations in its order,
+ * so the same results. */
+#define T43_FMA(r)                                                                                 \
+    {                                                                                              \
+        __m256 wv = load8(type, w + (size_t)(r)*rb, i);                                            \
+        c##r##0 = _mm256_fmadd_ps(wv, x0, c##r##0);                                                \
+        c##r##1 = _mm256_fmadd_ps(wv, x1, c##r##1);                                                \
+        c##r##2 = _mm256_fmadd_ps(wv, x2, c##r##2);                                                \
+    }
+#define T43_END(r, t) out[(r)*3 + (t)] = hsum256(c##r##t)
+AVX2_INLINE void tile43_avx2_body(uint32_t type, const uint8_t *w, size_t rb, const float *const *x,
+                                  size_t n, float *out)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+    __m256 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
+        __m256 x2 = _mm256_loadu_ps(x[2] + i);
+        T43_FMA(0) T43_FMA(1) T43_FMA(2) T43_FMA(3)
+    }
+    T43_END(0, 0);
+    T43_END(0, 1);
+    T43_END(0, 2);
+    T43_END(1, 0);
+    T43_END(1, 1);
+    T43_END(1, 2);
+    T43_END(2, 0);
+    T43_END(2, 1);
+    T43_END(2, 2);
+    T43_END(3, 0);
+    T43_END(3, 1);
+    T43_END(3, 2);
+    /* the elements past the last 8, after every lane sum (no call while accumulators live) */
+    for (int p = 0; p < 12; p++)
+        for (size_t j = i; j < n; j++)
+            out[p] += w_at(type, w + (size_t)(p / 3) * rb, j) * x[p % 3][j];
+}
+#undef T43_FMA
+#undef T43_END
+
+/* the 4 x 3 tile of each float type, apart */
+AVX2 __attribute__((noinline)) static void tile43_avx2(uint32_t type, const uint8_t *w, size_t rb,
+                                                       const float *const *x, size_t n, float *out)
+{
+    switch (type) {
+    case GGUF_T_F16: tile43_avx2_body(GGUF_T_F16, w, rb, x, n, out); break;
+    case GGUF_T_BF16: tile43_avx2_body(GGUF_T_BF16, w, rb, x, n, out); break;
+    default: tile43_avx2_body(GGUF_T_F32, w, rb, x, n, out); break;
+    }
+}
+
+/* Decode (one vector, many rows): two rows at a time, each its one chain in the one-row order
+ * (the same results), the weights prefetched ROWS_PF bytes ahead (as quant_avx512.c's
+ * rows_avx512): a row's 8-lane chain alone waits on its FMAs' latency (F16 decode 38-42 tok/s,
+ * two rows 48-50, one thread) */
+#define ROWS_PF 1024
+AVX2_INLINE void rows_avx2_body(uint32_t type, const uint8_t *w, size_t rb, int nr, const float *x,
+                                size_t n, float *out)
+{
+    size_t es = type == GGUF_T_F32 ? 4 : 2;
+    int r = 0;
+    for (; r + 2 <= nr; r += 2, w += 2 * rb) {
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0;
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            if ((i * es) % 64 == 0) {
+                _mm_prefetch((const char *)w + i * es + ROWS_PF, _MM_HINT_T0);
+                _mm_prefetch((const char *)w + rb + i * es + ROWS_PF, _MM_HINT_T0);
+            }
+            __m256 xv = _mm256_loadu_ps(x + i);
+            c0 = _mm256_fmadd_ps(load8(type, w, i), xv, c0);
+            c1 = _mm256_fmadd_ps(load8(type, w + rb, i), xv, c1);
+        }
+        float s = hsum256(c0), s1 = hsum256(c1);
+        for (size_t j = i; j < n; j++)
+            s += w_at(type, w, j) * x[j];
+        for (size_t j = i; j < n; j++)
+            s1 += w_at(type, w + rb, j) * x[j];
+        out[r] = s;
+        out[r + 1] = s1;
+    }
+    for (; r < nr; r++, w += rb) {
+        __m256 c0 = _mm256_setzero_ps();
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            if ((i * es) % 64 == 0)
+                _mm_prefetch((const char *)w + i * es + ROWS_PF, _MM_HINT_T0);
+            c0 = _mm256_fmadd_ps(load8(type, w, i), _mm256_loadu_ps(x + i), c0);
+        }
+        float s = hsum256(c0);
+        for (size_t j = i; j < n; j++)
+            s += w_at(type, w, j) * x[j];
+        out[r] = s;
+    }
+}
+
+AVX2 __attribute__((noinline)) static void rows_avx2(uint32_t type, const uint8_t *w, size_t rb,
+                                                     int nr, const float *x, size_t n, float *out)
+{
+    switch (type) {
+    case GGUF_T_F16: rows_avx2_body(GGUF_T_F16, w, rb, nr, x, n, out); break;
+    case GGUF_T_BF16: rows_avx2_body(GGUF_T_BF16, w, rb, nr, x, n, out); break;
+    default: rows_avx2_body(GGUF_T_F32, w, rb, nr, x, n, out); break;
+    }
+}
+
 AVX2_INLINE __m256 q8_load8(const int8_t *q)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
@@ -185,6 +293,14 @@ AVX2 void quant_avx2_tile(uint32_t type, const void *wv, size_t rb, int nr, cons
     }
     if (nr == 2 && nx == 4) {
         tile24_avx2(type, w, rb, x, n, out);
+        return;
+    }
+    if (nr == 4 && nx == 3) {
+        tile43_avx2(type, w, rb, x, n, out);
+        return;
+    }
+    if (nx == 1 && nr >= 8) {
+        rows_avx2(type, w, rb, nr, x[0], n, out);
         return;
     }
     switch (type) {

@@ -6,7 +6,9 @@
  *   quant.c         the run-time ISA choice (cpuid) and the entry points that dispatch
  *   quant_avx512.c  the AVX-512 kernels (its Q8_0 exact path: quant_avx2_tile)
  *   quant_k512.c    the AVX-512 VNNI tiles of 16 interleaved rows (Q4_K, Q6_K prefill)
- *   quant_k256.c    the AVX2 tile of 8 interleaved rows (Q4_K prefill)
+ *   quant_k256.c    the AVX2 K-quant tiles (Q4_K: 8 interleaved rows; Q6_K: 8 rows) and
+ *                   decode kernels (Q4_K, Q6_K: 8 rows)
+ *   quant_q256.c    the AVX2 Q8_0 prefill tile and decode kernel
  *   quant_avx2.c    the AVX2 and AVX-VNNI kernels, F16 rows, activation quantizers
  *   quant_fmt.c     F16/BF16 scalars, the block formats and their table, the quantizers,
  *                   the portable reference kernels */
@@ -185,9 +187,19 @@ AVX2 void quant_avx2_axpy_f16_rows_n(float *const *y, const float *const *a, int
 
 /* ------------------------------------------------------------------ quant_k256.c */
 
-/* the AVX2 prefill tile of 8 interleaved rows (Q4_K; NULL: none), bit for bit the portable dot,
- * for the AVX2 and AVX-VNNI tables */
+/* the AVX2 prefill tiles, for the AVX2 and AVX-VNNI tables (NULL: none): 8 interleaved rows
+ * (Q4_K), 8 rows x 4 tokens (Q6_K), bit for bit the portable dot; else quant_q256_vtile_for's */
 vtile_fn quant_k256_vtile_for(uint32_t type);
+/* the AVX2 decode kernels of 8 rows at a time, nothing repacked, for the AVX2 and AVX-VNNI tables
+ * (NULL: none): Q4_K, Q6_K bit for bit the portable dot; else quant_q256_vrows_for's */
+vrows_fn quant_k256_vrows_for(uint32_t type);
+
+/* ------------------------------------------------------------------ quant_q256.c */
+
+/* the AVX2 prefill tile (Q8_0: 3 rows x 4 tokens; NULL: none) and decode kernel (Q8_0: 8 rows
+ * at a time; NULL: none): each result the AVX2 row dot's */
+vtile_fn quant_q256_vtile_for(uint32_t type);
+vrows_fn quant_q256_vrows_for(uint32_t type);
 
 /* ------------------------------------------------------------------ quant_avx512.c */
 

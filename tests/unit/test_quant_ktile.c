@@ -1,4 +1,4 @@
-/* Unit tests for quant's K-quant prefill tiles (Q4_K, Q6_K): every tile shape, on every ISA, gives each (row, token) the portable integer dot bit for bit. */
+/* Unit tests for quant's K-quant tiles and decode kernels (Q4_K, Q6_K): every tile shape, on every ISA, gives each (row, token) the portable integer dot bit for bit; and Q8_0's decode kernels give each row the one-row kernel's result. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +39,13 @@ static void kt_rows(uint32_t type, uint8_t *w, size_t nrow, size_t rb, int trial
 }
 
 /* Tiles of 1..KT_ROWS rows x 1..KT_TOK tokens (a sample of the shapes: every one up to 18 x 10
- * and those at the tiles' edges), rows a stride apart wider than the dot, against the portable
- * dot of each (row, token). */
-static void check_k_tiles(uint32_t type, quant_isa_t isa)
+ * and those at the tiles' edges), rows a stride apart wider than the dot (gap: one block more)
+ * or end to end (the decode kernels' prefetch of the rows ahead), against the portable dot of
+ * each (row, token). */
+static void check_k_tiles_gap(uint32_t type, quant_isa_t isa, int gap)
 {
-    const size_t n = KT_BLK * 256, rb = quant_row_bytes(type, n) + quant_row_bytes(type, 256);
+    const size_t n = KT_BLK * 256,
+                 rb = quant_row_bytes(type, n) + (gap ? quant_row_bytes(type, 256) : 0);
     const size_t ab = quant_act_bytes(QUANT_ACT_Q8K, n);
     uint8_t *w = malloc(KT_ROWS * rb), *xq = malloc(KT_TOK * ab);
     float *x = malloc(n * sizeof(float)), *out = malloc(KT_ROWS * KT_TOK * sizeof(float));
@@ -89,6 +91,12 @@ static void check_k_tiles(uint32_t type, quant_isa_t isa)
     free(ref);
 }
 
+static void check_k_tiles(uint32_t type, quant_isa_t isa)
+{
+    check_k_tiles_gap(type, isa, 1);
+    check_k_tiles_gap(type, isa, 0);
+}
+
 Test(quant_ktile, k_quant_tiles_of_every_shape_equal_the_portable_dot_on_avx512)
 {
     if (quant_isa_set(QUANT_ISA_AVX512) != QUANT_ISA_AVX512)
@@ -117,4 +125,102 @@ Test(quant_ktile, k_quant_tiles_on_the_portable_kernels_equal_the_portable_dot)
 {
     check_k_tiles(GGUF_T_Q4_K, QUANT_ISA_PORTABLE);
     check_k_tiles(GGUF_T_Q6_K, QUANT_ISA_PORTABLE);
+}
+
+/* Q8_0 decode (AVX2 and AVX-VNNI: eight rows at a time from 16 rows on) gives every row the
+ * one-row kernel's result bit for bit, for every row count up to KT_ROWS, rows end to end or a
+ * block apart; random blocks (values include -128) and activations, and the +-127 extremes. */
+static void check_q8_0_rows(quant_isa_t isa)
+{
+    const size_t n = 63 * 32, ab = quant_act_bytes(QUANT_ACT_Q8, n);
+    for (int gap = 0; gap < 2; gap++) {
+        const size_t rb = quant_row_bytes(GGUF_T_Q8_0, n) + (gap ? 34 : 0);
+        uint8_t *w = malloc(KT_ROWS * rb), *xq = malloc(ab);
+        float *x = malloc(n * sizeof(float)), out[KT_ROWS];
+        for (int trial = 0; trial < 3; trial++) {
+            for (size_t i = 0; i < KT_ROWS * rb; i++)
+                w[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+            for (size_t b = 0; b < KT_ROWS * rb / 34; b++) {
+                uint16_t h = quant_f32_to_f16(frand() * 0.05f);
+                memcpy(w + b * 34, &h, 2);
+            }
+            for (size_t i = 0; i < n; i++)
+                x[i] = trial == 0 ? (i % 3 ? 1.0f : -1.0f) : frand() * (float)(1 + trial);
+            quant_act_from_f32(QUANT_ACT_Q8, x, xq, n);
+            const void *xs[1] = {xq};
+            quant_isa_set(isa);
+            for (int nr = 1; nr <= KT_ROWS; nr++) {
+                quant_vdot_tile(GGUF_T_Q8_0, w, rb, nr, xs, 1, n, out);
+                for (int r = 0; r < nr; r++) {
+                    float one;
+                    quant_vdot_tile(GGUF_T_Q8_0, w + r * rb, rb, 1, xs, 1, n, &one);
+                    cr_assert_eq(memcmp(&one, &out[r], 4), 0,
+                                 "%s gap %d trial %d %d rows (%d): %.9g vs %.9g",
+                                 quant_isa_name(isa), gap, trial, nr, r, (double)out[r],
+                                 (double)one);
+                }
+            }
+            quant_isa_set(QUANT_ISA_AUTO);
+        }
+        free(w);
+        free(xq);
+        free(x);
+    }
+}
+
+Test(quant_ktile, q8_0_decode_rows_equal_the_one_row_kernel_on_avx2)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    check_q8_0_rows(QUANT_ISA_AVX2);
+}
+
+Test(quant_ktile, q8_0_decode_rows_equal_the_one_row_kernel_on_avx_vnni)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2_VNNI) != QUANT_ISA_AVX2_VNNI)
+        cr_skip_test("CPU lacks AVX-VNNI");
+    check_q8_0_rows(QUANT_ISA_AVX2_VNNI);
+}
+
+/* Q8_0's AVX2 prefill tile on rows of more blocks than its table of the rows' d holds (2048:
+ * converted a token group at a time instead) gives every (row, token) the one-row kernel's
+ * result bit for bit. */
+Test(quant_ktile, q8_0_tiles_of_long_rows_equal_the_one_row_kernel_on_avx2)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    enum {
+        NR = 4,
+        NX = 6
+    };
+    const size_t n = 2050 * 32, rb = quant_row_bytes(GGUF_T_Q8_0, n);
+    const size_t ab = quant_act_bytes(QUANT_ACT_Q8, n);
+    uint8_t *w = malloc(NR * rb), *xq = malloc(NX * ab);
+    float *x = malloc(n * sizeof(float)), out[NR * NX];
+    for (size_t i = 0; i < NR * rb; i++)
+        w[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    for (size_t b = 0; b < NR * rb / 34; b++) {
+        uint16_t h = quant_f32_to_f16(frand() * 0.05f);
+        memcpy(w + b * 34, &h, 2);
+    }
+    const void *xs[NX];
+    for (int j = 0; j < NX; j++) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = frand() * (float)(1 + j);
+        quant_act_from_f32(QUANT_ACT_Q8, x, xq + j * ab, n);
+        xs[j] = xq + j * ab;
+    }
+    quant_isa_set(QUANT_ISA_AVX2);
+    quant_vdot_tile(GGUF_T_Q8_0, w, rb, NR, xs, NX, n, out);
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < NX; j++) {
+            float one;
+            quant_vdot_tile(GGUF_T_Q8_0, w + r * rb, rb, 1, &xs[j], 1, n, &one);
+            cr_assert_eq(memcmp(&one, &out[r * NX + j], 4), 0, "(%d,%d): %.9g vs %.9g", r, j,
+                         (double)out[r * NX + j], (double)one);
+        }
+    quant_isa_set(QUANT_ISA_AUTO);
+    free(w);
+    free(xq);
+    free(x);
 }
