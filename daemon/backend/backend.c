@@ -1,5 +1,6 @@
 /* backend: the registry that opens cpu, sim or cuda and supplies fallbacks for optional slots. */
 #include "backend/backend.h"
+#include "base/hugemem.h"
 #include "base/util.h"
 
 #include <stdio.h>
@@ -12,20 +13,17 @@ _Static_assert((int)BE_ERR_NOMEM == (int)KERN_ERR_NOMEM && (int)BE_ERR_ARG == (i
 
 /* ------------------------------------------------------------------ fallbacks */
 
+/* host memory on huge pages: the cpu backend runs the weights in place from it */
 static void *fb_host_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, bytes ? bytes : 1))
-        return NULL;
-    return p;
+    return hugemem_alloc(bytes);
 }
 
 static void fb_host_free(void *ctx, void *p, size_t bytes)
 {
     (void)ctx;
-    (void)bytes;
-    free(p);
+    hugemem_free(p, bytes);
 }
 
 static int fb_copy(void *ctx, void *dst, const void *src, size_t bytes)

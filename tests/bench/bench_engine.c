@@ -10,14 +10,39 @@
 #include "engine/model.h"
 #include "kernels/pool.h"
 #include "kernels/quant.h"
+#include "base/hugemem.h"
 #include "base/util.h"
+#include "engine/gguf.h"
 
 /* usage: bench_engine MODEL PROMPT_TOKENS DECODE_TOKENS REPS THREADS... ; prints CSV rows
  * model,type,threads,isa,prefill_tok_s,decode_tok_s (best of REPS; the prompt's prefill, then
  * DECODE_TOKENS single-token steps from an empty cache, as llama-bench's pp and tg tests). BENCH_EXACT=1 runs the
  * exact path (F32 activations) for quantized weights; BENCH_ISA picks the kernels; BENCH_DEPTH=D
  * first fills D positions of the cache (untimed), and both tests then start at position D, as
- * llama-bench's -d. */
+ * llama-bench's -d. The weights are read into host memory on huge pages, as the daemon's store
+ * holds them (base/hugemem); BENCH_MMAP=1 runs them from the file's mapping instead. */
+/* The whole file in hugemem, its size in *bytes; NULL on error. */
+static void *read_image(const char *path, size_t *bytes)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    void *p = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (p = hugemem_alloc((size_t)n)) != NULL) {
+            if (fread(p, 1, (size_t)n, f) != (size_t)n) {
+                hugemem_free(p, (size_t)n);
+                p = NULL;
+            } else {
+                *bytes = (size_t)n;
+            }
+        }
+    }
+    fclose(f);
+    return p;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -34,9 +59,21 @@ int main(int argc, char **argv)
     const char *exact = getenv("BENCH_EXACT");
     if (exact && *exact && strcmp(exact, "0") != 0)
         quant_path_set(QUANT_PATH_EXACT);
-    model_t *m = model_open(argv[1], err, sizeof err);
+    /* the weights in host memory as the daemon's store holds them (huge pages), not in the
+     * file's page cache */
+    size_t img_bytes = 0;
+    const char *mm = getenv("BENCH_MMAP"); /* 1: run the weights from the file's mapping */
+    int mapped = mm && *mm && strcmp(mm, "0") != 0;
+    void *img = mapped ? NULL : read_image(argv[1], &img_bytes);
+    gguf_t *g = mapped ? gguf_open(argv[1], err, sizeof err)
+                : img  ? gguf_open_mem(img, img_bytes, argv[1], err, sizeof err)
+                       : NULL;
+    model_t *m = g ? model_from_gguf(g, err, sizeof err) : NULL;
     if (!m) {
-        fprintf(stderr, "%s\n", err);
+        if (mapped || img)
+            fprintf(stderr, "%s\n", err);
+        else
+            fprintf(stderr, "%s: cannot read it into memory\n", argv[1]);
         return 1;
     }
     int np = atoi(argv[2]), nd = atoi(argv[3]), reps = atoi(argv[4]);
@@ -107,5 +144,6 @@ int main(int argc, char **argv)
     free(prompt);
     free(logits);
     model_close(m);
+    hugemem_free(img, img_bytes);
     return 0;
 }
