@@ -13,9 +13,10 @@
 /* A matmul's token blocks hold at most this many bytes of activations (in
  * the format its weights take), so a block's activations stay in L2 while
  * every weight row streams through once per block: a 128-token prefill of
- * the 134M shape streams its weights once (F16's FFN down: twice), not
- * three times (with the token-parallel small ops, one thread: F16 622 ->
- * 641, Q8_0 604 -> 700 tok/s)... */
+ * the 134M shape streams its weights once, not three times (with the
+ * token-parallel small ops, one thread: F16 622 -> 641, Q8_0 604 -> 700
+ * tok/s); 1.5 MiB, not 1 MiB, keeps F32's and F16's FFN down projection
+ * (8 KiB a token) in one block too (F32 prefill about +4%)... */
 #define CPUK_ACT_L2 (3u << 19)
 /* ...but never fewer tokens than this (the fixed blocks before), so wide
  * rows (an 8B model's FFN: 57 KB of F32 activations a token) never stream
