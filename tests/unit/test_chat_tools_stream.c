@@ -20,7 +20,18 @@ typedef struct got {
     json_t *calls; /* array by index */
     int frags;
     size_t content; /* the largest content cut seen */
+    /* what the end returned: the calls, the content and the count */
+    json_t *end_calls;
+    char *end;
+    int n;
 } got_t;
+
+static void got_free(got_t *g)
+{
+    json_decref(g->end_calls);
+    json_decref(g->calls);
+    free(g->end);
+}
 
 static void take(got_t *g, json_t *deltas)
 {
@@ -52,9 +63,8 @@ static void take(got_t *g, json_t *deltas)
     json_decref(deltas);
 }
 
-/* Feeds text a byte at a time, then ends; returns what was put together. */
-static got_t run(chat_tools_style_t st, const char *text, int forced, int parallel, json_t **calls,
-                 char **content, int *n)
+/* Feeds text a byte at a time, then ends; returns what was put together (got_free). */
+static got_t run(chat_tools_style_t st, const char *text, int forced, int parallel)
 {
     json_t *tools = tools_of();
     chat_tools_stream_t *ts = chat_tools_stream_new(st, tools, forced, parallel, "call_x_");
@@ -67,7 +77,7 @@ static got_t run(chat_tools_style_t st, const char *text, int forced, int parall
             g.content = cut;
         take(&g, d);
     }
-    *n = chat_tools_stream_end(ts, text, calls, content, &d);
+    g.n = chat_tools_stream_end(ts, text, &g.end_calls, &g.end, &d);
     take(&g, d);
     chat_tools_stream_free(ts);
     json_decref(tools);
@@ -84,135 +94,102 @@ Test(chat_tools_stream, hermes_call_opens_with_its_name_and_its_arguments_grow)
 {
     const char *t = "Hi <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                     "\"Z\xC3\xBCrich\", \"n\": 12}}\n</tool_call>";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(g.content, 3, "content stops at the marker");
-    cr_assert_str_eq(content, "Hi");
+    cr_assert_str_eq(g.end, "Hi");
     cr_assert_eq(json_array_size(g.calls), 1);
     json_t *c = json_array_get(g.calls, 0);
     cr_assert_str_eq(json_string_value(json_object_get(c, "name")), "get_weather");
     cr_assert_str_eq(json_string_value(json_object_get(c, "arguments")),
                      "{\"city\":\"Z\xC3\xBCrich\",\"n\":12}");
-    cr_assert_str_eq(fld(json_array_get(calls, 0), "arguments"),
+    cr_assert_str_eq(fld(json_array_get(g.end_calls, 0), "arguments"),
                      json_string_value(json_object_get(c, "arguments")));
-    cr_assert_str_eq(fld(json_array_get(calls, 0), "id"),
+    cr_assert_str_eq(fld(json_array_get(g.end_calls, 0), "id"),
                      json_string_value(json_object_get(c, "id")));
     cr_assert_gt(g.frags, 10, "one fragment a byte, not one at the end: %d", g.frags);
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    got_free(&g);
 }
 
 Test(chat_tools_stream, a_half_written_call_stays_content_and_its_opened_delta_stands)
 {
     const char *t = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Pa";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 0, "no call: the text is content");
-    cr_assert_null(calls);
+    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1);
+    cr_assert_eq(g.n, 0, "no call: the text is content");
+    cr_assert_null(g.end_calls);
     cr_assert_eq(g.content, 0);
     cr_assert_eq(json_array_size(g.calls), 1);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(g.calls, 0), "arguments")),
                      "{\"city\":\"Pa");
-    json_decref(g.calls);
+    got_free(&g);
 }
 
 Test(chat_tools_stream, an_invalid_opened_call_keeps_its_index_and_the_next_follows)
 {
     const char *t = "<tool_call>{\"name\":\"f2\",\"arguments\":{\"x\": }}</tool_call> "
                     "<tool_call>{\"name\":\"get_weather\",\"arguments\":{}}</tool_call>";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_HERMES, t, 0, 1);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(json_array_size(g.calls), 2);
-    cr_assert_str_eq(fld(json_array_get(calls, 0), "id"),
+    cr_assert_str_eq(fld(json_array_get(g.end_calls, 0), "id"),
                      json_string_value(json_object_get(json_array_get(g.calls, 1), "id")));
-    cr_assert_str_eq(content, "<tool_call>{\"name\":\"f2\",\"arguments\":{\"x\": }}</tool_call>");
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    cr_assert_str_eq(g.end, "<tool_call>{\"name\":\"f2\",\"arguments\":{\"x\": }}</tool_call>");
+    got_free(&g);
 }
 
 Test(chat_tools_stream, arguments_before_the_name_come_whole_at_the_end)
 {
     const char *t = "{\"parameters\": {\"a\": [1, 2]}, \"name\": \"f2\"}";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_LLAMA3, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_LLAMA3, t, 0, 1);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(g.content, 0, "held while it may be a call");
     cr_assert_eq(g.frags, 1);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(g.calls, 0), "arguments")),
                      "{\"a\":[1,2]}");
-    cr_assert_str_eq(fld(json_array_get(calls, 0), "id"), "call_x_0");
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    cr_assert_str_eq(fld(json_array_get(g.end_calls, 0), "id"), "call_x_0");
+    got_free(&g);
 }
 
 Test(chat_tools_stream, mistral_lists_stream_each_call_with_its_nine_character_id)
 {
     const char *t = "ok[TOOL_CALLS] [{\"name\": \"f2\", \"arguments\": {}}, {\"name\": "
                     "\"get_weather\", \"arguments\": {\"city\": \"Oslo\"}, \"id\": \"x\"}]";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_MISTRAL, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 2);
+    got_t g = run(CHAT_TOOLS_MISTRAL, t, 0, 1);
+    cr_assert_eq(g.n, 2);
     cr_assert_eq(g.content, 2);
     cr_assert_eq(json_array_size(g.calls), 2);
     for (size_t k = 0; k < 2; k++) {
         const json_t *c = json_array_get(g.calls, k);
-        cr_assert_str_eq(fld(json_array_get(calls, k), "id"),
+        cr_assert_str_eq(fld(json_array_get(g.end_calls, k), "id"),
                          json_string_value(json_object_get(c, "id")));
         cr_assert_eq(strlen(json_string_value(json_object_get(c, "id"))), 9);
-        cr_assert_str_eq(fld(json_array_get(calls, k), "arguments"),
+        cr_assert_str_eq(fld(json_array_get(g.end_calls, k), "arguments"),
                          json_string_value(json_object_get(c, "arguments")));
     }
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    got_free(&g);
 }
 
 Test(chat_tools_stream, without_parallel_only_the_first_call_streams)
 {
     const char *t = "[TOOL_CALLS][{\"name\": \"f2\", \"arguments\": {}}, {\"name\": \"f2\", "
                     "\"arguments\": {\"b\": 1}}]";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_MISTRAL, t, 0, 0, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_MISTRAL, t, 0, 0);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(json_array_size(g.calls), 1);
-    cr_assert_str_eq(content, "[TOOL_CALLS][{\"name\":\"f2\",\"arguments\":{\"b\":1}}]");
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    cr_assert_str_eq(g.end, "[TOOL_CALLS][{\"name\":\"f2\",\"arguments\":{\"b\":1}}]");
+    got_free(&g);
 }
 
 Test(chat_tools_stream, a_forced_call_streams_and_holds_all_content)
 {
     const char *t = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_GENERIC, t, 1, 1, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_GENERIC, t, 1, 1);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(g.content, 0);
     cr_assert_gt(g.frags, 5);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(g.calls, 0), "arguments")),
                      "{\"city\":\"Oslo\"}");
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    got_free(&g);
 }
 
 Test(chat_tools_stream, the_scanner_reads_cut_off_and_whole_values)
@@ -235,16 +212,11 @@ Test(chat_tools_stream, a_marker_after_long_prose_is_found_as_it_arrives)
     const char *t =
         "Let me look that up for you, it takes a moment. <tool_call>\n{\"name\": \"f2\", "
         "\"arguments\": {\"q\": \"x\"}}\n</tool_call> done";
-    json_t *calls;
-    char *content;
-    int n;
-    got_t g = run(CHAT_TOOLS_QWEN3, t, 0, 1, &calls, &content, &n);
-    cr_assert_eq(n, 1);
+    got_t g = run(CHAT_TOOLS_QWEN3, t, 0, 1);
+    cr_assert_eq(g.n, 1);
     cr_assert_eq(g.content, strlen("Let me look that up for you, it takes a moment. "));
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(g.calls, 0), "arguments")),
                      "{\"q\":\"x\"}");
-    cr_assert_str_eq(content, "Let me look that up for you, it takes a moment.  done");
-    json_decref(calls);
-    json_decref(g.calls);
-    free(content);
+    cr_assert_str_eq(g.end, "Let me look that up for you, it takes a moment.  done");
+    got_free(&g);
 }
