@@ -18,47 +18,11 @@
     "--arch qwen3moe --type f16 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 "             \
     "--experts 8 --experts-used 2 --expert-ff 96 --vocab 300 --seed 7"
 
-typedef struct fixture {
-    char path[256];
-    backend_t *be;
-    store_t *st;
-    store_model_t *sm;
-    res_t *res;
-    res_model_t *rm;
-} fixture_t;
+typedef tu_res_t fixture_t;
 
 static void fx_open(fixture_t *f, const char *args)
 {
-    char err[512] = "";
-    memset(f, 0, sizeof *f);
-    tu_mkmodel(f->path, sizeof f->path, args);
-    be_params_t p = {
-        .kind = BE_KIND_SIM, .memory = POOL_PAGES * PAGE, .page_size = PAGE, .threads = 1};
-    f->be = be_open(&p, err, sizeof err);
-    cr_assert_not_null(f->be, "%s", err);
-    f->st = store_new(f->be, 0);
-    cr_assert_eq(store_load(f->st, "moe", f->path, &f->sm, err, sizeof err), STORE_OK, "%s", err);
-    f->res = res_new(f->be, err, sizeof err);
-    cr_assert_not_null(f->res, "%s", err);
-    res_cfg_t cfg = {0};
-    cr_assert_eq(res_add(f->res, f->sm, &cfg, &f->rm, err, sizeof err), RES_OK, "%s", err);
-}
-
-static void fx_close(fixture_t *f)
-{
-    cr_assert_eq(res_remove(f->res, f->rm), RES_OK);
-    res_free(f->res);
-    store_unload(f->st, f->sm);
-    store_free(f->st);
-    be_close(f->be);
-    unlink(f->path);
-}
-
-static size_t pool_free(const res_t *r)
-{
-    stats_pool_t ps;
-    res_pool_stats(r, &ps);
-    return ps.curr_pool_free;
+    tu_res_open(f, args, "moe", POOL_PAGES, PAGE, 0);
 }
 
 /* Pages of unit u of segment seg (its ranges' pages, a page two ranges share counted once). */
@@ -142,7 +106,7 @@ Test(store, a_moe_layer_is_its_rest_and_one_unit_per_expert_of_three_slices)
         cr_assert_lt((size_t)((const uint8_t *)L->gate_inp.data - sm->image) - ss->host_off,
                      rest->bytes, "the router is the rest's");
     }
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(store, a_dense_model_has_no_units)
@@ -155,7 +119,7 @@ Test(store, a_dense_model_has_no_units)
     char err[256] = "";
     cr_assert_eq(res_unit_map(f.res, f.rm, FWD_SEG_LAYER(0), 0, err, sizeof err), RES_ERR_ARG);
     cr_assert_eq(res_weight_bytes(f.rm), 0);
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(res_unit, one_expert_maps_and_copies_alone_and_counts_its_pages, .timeout = 30)
@@ -163,13 +127,13 @@ Test(res_unit, one_expert_maps_and_copies_alone_and_counts_its_pages, .timeout =
     fixture_t f;
     fx_open(&f, MOE_ARGS);
     const uint32_t seg = FWD_SEG_LAYER(1), u = STORE_UNIT_EXPERT(3);
-    size_t free0 = pool_free(f.res), pages = pages_of(f.sm, seg, u, u);
+    size_t free0 = tu_res_pool_free(f.res), pages = pages_of(f.sm, seg, u, u);
     map_wait(&f, seg, u);
     assert_unit_copied(&f, seg, u);
     cr_assert_eq(res_weight_bytes(f.rm), pages * PAGE, "%zu bytes for %zu pages",
                  res_weight_bytes(f.rm), pages);
     cr_assert_eq(res_unit_bytes(f.rm, seg), pages * PAGE);
-    cr_assert_eq(pool_free(f.res), free0 - pages);
+    cr_assert_eq(tu_res_pool_free(f.res), free0 - pages);
     cr_assert_lt(pages * PAGE, f.sm->segs[seg].span / 4, "an expert is a fraction of its layer");
     /* the rest of the layer, and every other segment, untouched */
     cr_assert_eq(res_seg_state(f.res, f.rm, seg), RES_SEG_ABSENT);
@@ -189,7 +153,7 @@ Test(res_unit, one_expert_maps_and_copies_alone_and_counts_its_pages, .timeout =
     char err[256] = "";
     cr_assert_eq(res_unit_map(f.res, f.rm, seg, u, err, sizeof err), RES_OK, "%s", err);
     cr_assert_eq(res_weight_bytes(f.rm), pages * PAGE);
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(res_unit, evicting_one_expert_keeps_its_neighbours_and_their_shared_pages, .timeout = 30)
@@ -198,7 +162,7 @@ Test(res_unit, evicting_one_expert_keeps_its_neighbours_and_their_shared_pages, 
     fx_open(&f, MOE_ARGS);
     const uint32_t seg = FWD_SEG_LAYER(0), a = STORE_UNIT_EXPERT(4), b = STORE_UNIT_EXPERT(5);
     const uint32_t rest = STORE_UNIT_REST;
-    size_t free0 = pool_free(f.res);
+    size_t free0 = tu_res_pool_free(f.res);
     size_t pa = pages_of(f.sm, seg, a, a), pb = pages_of(f.sm, seg, b, b),
            pab = pages_of(f.sm, seg, a, b), pr = pages_of(f.sm, seg, rest, rest);
     cr_assert_lt(pab, pa + pb, "experts 4 and 5 share pages (%zu + %zu, %zu together)", pa, pb,
@@ -207,7 +171,7 @@ Test(res_unit, evicting_one_expert_keeps_its_neighbours_and_their_shared_pages, 
     map_wait(&f, seg, b);
     map_wait(&f, seg, rest);
     cr_assert_eq(res_weight_bytes(f.rm), (pab + pr) * PAGE, "shared pages counted once");
-    cr_assert_eq(pool_free(f.res), free0 - pab - pr);
+    cr_assert_eq(tu_res_pool_free(f.res), free0 - pab - pr);
 
     cr_assert_eq(res_unit_evict(f.res, f.rm, seg, a, RES_CAUSE_ADMIN), RES_OK);
     cr_assert_eq(res_unit_state(f.res, f.rm, seg, a), RES_SEG_ABSENT);
@@ -217,7 +181,7 @@ Test(res_unit, evicting_one_expert_keeps_its_neighbours_and_their_shared_pages, 
     assert_unit_copied(&f, seg, b);
     assert_unit_copied(&f, seg, rest);
     cr_assert_eq(res_weight_bytes(f.rm), (pb + pr) * PAGE, "expert 4's own pages given back");
-    cr_assert_eq(pool_free(f.res), free0 - pb - pr);
+    cr_assert_eq(tu_res_pool_free(f.res), free0 - pb - pr);
     stats_res_t st;
     res_model_stats(f.res, f.rm, &st);
     cr_assert_eq(st.evictions_admin, 1);
@@ -233,8 +197,8 @@ Test(res_unit, evicting_one_expert_keeps_its_neighbours_and_their_shared_pages, 
     cr_assert_eq(res_unit_evict(f.res, f.rm, seg, rest, RES_CAUSE_ADMIN), RES_OK);
     cr_assert_eq(res_weight_bytes(f.rm), 0);
     cr_assert_eq(res_unit_bytes(f.rm, seg), 0);
-    cr_assert_eq(pool_free(f.res), free0);
-    fx_close(&f);
+    cr_assert_eq(tu_res_pool_free(f.res), free0);
+    tu_res_close(&f);
 }
 
 Test(res_unit, every_unit_of_a_layer_maps_exactly_its_segment, .timeout = 30)
@@ -242,21 +206,21 @@ Test(res_unit, every_unit_of_a_layer_maps_exactly_its_segment, .timeout = 30)
     fixture_t f;
     fx_open(&f, MOE_ARGS);
     const uint32_t seg = FWD_SEG_LAYER(1);
-    size_t free0 = pool_free(f.res);
+    size_t free0 = tu_res_pool_free(f.res);
     for (uint32_t u = store_seg_units(f.sm, seg); u-- > 0;)
         map_wait(&f, seg, u);
     for (uint32_t u = 0; u < store_seg_units(f.sm, seg); u++)
         assert_unit_copied(&f, seg, u);
     cr_assert_eq(res_weight_bytes(f.rm), f.sm->segs[seg].span);
-    cr_assert_eq(pool_free(f.res), free0 - f.sm->segs[seg].span / PAGE);
+    cr_assert_eq(tu_res_pool_free(f.res), free0 - f.sm->segs[seg].span / PAGE);
     /* tail-first eviction takes the layer's units as one eviction */
     cr_assert_eq(res_evict(f.res, f.rm, RES_CAUSE_ADMIN, 1), RES_OK);
     cr_assert_eq(res_weight_bytes(f.rm), 0);
-    cr_assert_eq(pool_free(f.res), free0);
+    cr_assert_eq(tu_res_pool_free(f.res), free0);
     stats_res_t st;
     res_model_stats(f.res, f.rm, &st);
     cr_assert_eq(st.evictions_admin, 1);
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(res_unit, paging_the_model_whole_takes_the_layer_back_from_its_units, .timeout = 30)
@@ -283,7 +247,7 @@ Test(res_unit, paging_the_model_whole_takes_the_layer_back_from_its_units, .time
     assert_unit_copied(&f, seg, STORE_UNIT_EXPERT(0));
     cr_assert_eq(res_evict(f.res, f.rm, RES_CAUSE_ADMIN, 0), RES_OK);
     cr_assert_eq(res_weight_bytes(f.rm), 0);
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(res_unit, a_unit_beyond_the_quota_is_refused_and_maps_nothing, .timeout = 30)
@@ -300,17 +264,17 @@ Test(res_unit, a_unit_beyond_the_quota_is_refused_and_maps_nothing, .timeout = 3
     cr_assert_eq(res_evict(f.res, f.rm, RES_CAUSE_ADMIN, 1), RES_OK); /* layer 1 */
     cfg.gpu_quota = res_weight_bytes(f.rm) + (pages - 1) * PAGE;
     cr_assert_eq(res_set_cfg(f.res, f.rm, &cfg, err, sizeof err), RES_OK, "%s", err);
-    size_t held = res_weight_bytes(f.rm), free0 = pool_free(f.res);
+    size_t held = res_weight_bytes(f.rm), free0 = tu_res_pool_free(f.res);
     cr_assert_eq(res_unit_map(f.res, f.rm, seg, u, err, sizeof err), RES_ERR_NOSPACE);
     cr_assert(strstr(err, "unit 3 of segment 2"), "%s", err);
     cr_assert_eq(res_unit_state(f.res, f.rm, seg, u), RES_SEG_ABSENT);
     cr_assert_eq(res_weight_bytes(f.rm), held);
-    cr_assert_eq(pool_free(f.res), free0);
+    cr_assert_eq(tu_res_pool_free(f.res), free0);
     cfg.gpu_quota += PAGE;
     cr_assert_eq(res_set_cfg(f.res, f.rm, &cfg, err, sizeof err), RES_OK, "%s", err);
     map_wait(&f, seg, u);
     cr_assert_eq(res_weight_bytes(f.rm), held + pages * PAGE);
-    fx_close(&f);
+    tu_res_close(&f);
 }
 
 Test(res_unit, a_failed_copy_or_map_gives_the_units_pages_back_and_spares_its_neighbours,
@@ -346,5 +310,5 @@ Test(res_unit, a_failed_copy_or_map_gives_the_units_pages_back_and_spares_its_ne
     cr_assert_eq(res_weight_bytes(f.rm), pages_of(f.sm, seg, STORE_UNIT_REST, e1) * PAGE);
     cr_assert_eq(res_unit_evict(f.res, f.rm, seg, e1, RES_CAUSE_ADMIN), RES_OK);
     cr_assert_eq(res_weight_bytes(f.rm), held);
-    fx_close(&f);
+    tu_res_close(&f);
 }

@@ -96,6 +96,24 @@ void tu_pagein_equal(backend_t *be);
 void tu_tiny_model_file(char *path, size_t cap, uint32_t type, int qwen, uint32_t d, uint32_t ff,
                         const char *odd_name, uint32_t odd_type);
 
+#include "worker/residency.h"
+#include "worker/store.h"
+/* A generated model (mkmodel args) loaded into a store and added to a residency manager on a
+ * sim backend of pool_pages pages of page bytes, with gpu_quota (0: none); fails the test on
+ * error. (tu_res.c) */
+typedef struct tu_res {
+    char path[256];
+    backend_t *be;
+    store_t *st;
+    store_model_t *sm;
+    res_t *res;
+    res_model_t *rm;
+} tu_res_t;
+void tu_res_open(tu_res_t *f, const char *args, const char *name, size_t pool_pages, size_t page,
+                 size_t gpu_quota);
+void tu_res_close(tu_res_t *f); /* removes the model (and the units left), frees the rest */
+size_t tu_res_pool_free(const res_t *r); /* the pool's free bytes */
+
 #include <jansson.h>
 /* Logits l[nv] against a reference row (a JSON array, llama.cpp's): the rms
  * of the difference, the reference's std, its argmax and its top-1 margin.
