@@ -69,8 +69,9 @@ static const kernels_t k_portable = {quant_fmt_tile,    quant_fmt_dot_f32, quant
 #if QUANT_HAVE_X86
 static const kernels_t k_avx2 = {quant_avx2_tile,     quant_avx2_dot_f32,   quant_avx2_axpy,
                                  quant_avx2_vdot_for, quant_k256_vtile_for, quant_k256_vrows_for};
-static const kernels_t k_vnni = {quant_avx2_tile,     quant_avx2_dot_f32, quant_avx2_axpy,
-                                 quant_vnni_vdot_for, vtile_for_vnni,     quant_k256_vrows_for};
+static const kernels_t k_vnni = {quant_avx2_tile, quant_avx2_dot_f32,
+                                 quant_avx2_axpy, quant_vnni_vdot_for,
+                                 vtile_for_vnni,  quant_k256_lanes_vrows_for};
 static const kernels_t k_avx512 = {quant_avx512_tile, quant_avx2_dot_f32, quant_avx2_axpy,
                                    vdot_for_avx512,   vtile_for_avx512,   quant_avx512_vrows_for};
 #endif
@@ -175,7 +176,7 @@ void quant_tile_shape(uint32_t type, int *rows, int *cols)
         *rows = 8;  /* quant_k256.c: 8 rows x 4 tokens, nothing repacked, its rows kept in L1 */
         *cols = 16; /* across 16 tokens */
     } else if (k == &k_avx2 && quant_act_for(type) == QUANT_ACT_Q8 && type == GGUF_T_Q8_0) {
-        *rows = 3;  /* quant_q256.c's register tile of 3 rows x 4 tokens, its rows kept in L1 */
+        *rows = 8;  /* quant_q256.c's tile of 8 rows x 4 tokens, its rows kept in L1 */
         *cols = 16; /* across 16 tokens */
     }
 #endif

@@ -368,7 +368,7 @@ AVX2 void quant_avx2_axpy(float *y, float a, const float *x, size_t n)
  * 2 * 63 * 127; totals below 2^31), so the integer sums equal the portable
  * ones and the shared float terms make results bit-identical. */
 
-/* The 32-value types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): float lanes, not the portable
+/* The 32-value types past Q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): float lanes, not the portable
  * order (one hsum per block costs more than the dot): lane j of each
  * block's int32 vector (values 4j..4j+3) is scaled by d_w * d_a and
  * accumulated with FMA, the lanes summed at the end. They differ from the
@@ -453,13 +453,72 @@ AVX2_INLINE void vdot_q32_avx2(const uint8_t *w, const void *const *xq, int nx, 
     {                                                                                              \
         vdot_q32_avx2(w, xq, nx, nblk, out, T);                                                    \
     }
-VDOT_Q32_AVX2(q8_0, GGUF_T_Q8_0)
 VDOT_Q32_AVX2(q4_0, GGUF_T_Q4_0)
 VDOT_Q32_AVX2(q4_1, GGUF_T_Q4_1)
 VDOT_Q32_AVX2(q5_0, GGUF_T_Q5_0)
 VDOT_Q32_AVX2(q5_1, GGUF_T_Q5_1)
 VDOT_Q32_AVX2(iq4_nl, GGUF_T_IQ4_NL)
 #undef VDOT_Q32_AVX2
+
+/* the totals of four int32 vectors in the lanes of one (exact: every total below 2^31) */
+AVX2_INLINE __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* Q8_0 in the portable dot's order (quant_fmt_vdot_row): per (row, token) each block's exact
+ * integer dot s (|q| x (x with q's sign), in any grouping the same integer), then sum = sum +
+ * (d x d_a) x (float)s in block order from 0.0f, a multiply and an add (no FMA); 2-4 tokens in
+ * the lanes of one __m128, the same operations lane by lane. Bit for bit the portable dot: its
+ * min term, (0 x 0) x s, is a zero, and adding a zero of either sign leaves a sum started at
+ * +0.0f unchanged (never -0: x + y is -0 only when both are). quant_q256.c takes this order. */
+AVX2_INLINE void vdot_q8_0_avx2_body(const uint8_t *w, const void *const *xq, int nx, size_t nblk,
+                                     float *out)
+{
+    const __m256i ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+    if (nx == 1) {
+        const quant_act_q8_t *a = (const quant_act_q8_t *)xq[0];
+        float sum = 0.0f;
+        for (size_t k = 0; k < nblk; k++, w += 34) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+            __m256i x = _mm256_loadu_si256((const __m256i *)a[k].qs);
+            __m256i p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), ones);
+            float dd = rd_f16c(w) * a[k].d;
+            float term = dd * (float)hsum_i32(p);
+            sum = sum + term;
+        }
+        out[0] = sum;
+        return;
+    }
+    __m128 acc = _mm_setzero_ps();
+    for (size_t k = 0; k < nblk; k++, w += 34) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i aq = _mm256_abs_epi8(q);
+        __m256i p[QUANT_DOTN_MAX];
+        float da[QUANT_DOTN_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < QUANT_DOTN_MAX; t++) {
+            if (t >= nx) {
+                p[t] = zero;
+                da[t] = 0.0f;
+                continue;
+            }
+            const quant_act_q8_t *a = (const quant_act_q8_t *)xq[t] + k;
+            __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
+            p[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
+            da[t] = a->d;
+        }
+        __m128 dd = _mm_mul_ps(_mm_set1_ps(rd_f16c(w)), _mm_setr_ps(da[0], da[1], da[2], da[3]));
+        __m128 term = _mm_mul_ps(dd, _mm_cvtepi32_ps(hsum4_i32(p[0], p[1], p[2], p[3])));
+        acc = _mm_add_ps(acc, term);
+    }
+    float o[4];
+    _mm_storeu_ps(o, acc);
+    for (int t = 0; t < nx; t++)
+        out[t] = o[t];
+}
 
 /* IQ4_XS: grid values (|q| <= 127) by sign trick, each 32-value sub-block's
  * pair sums scaled by its int16 scale; bit-identical to the portable dot. */
@@ -752,9 +811,11 @@ VDOT_SHAPES(vdot_q6_k_avx2)
 
 /* ------------------------------------------------------------------ AVX-VNNI integer dots
  * vpdpbusd sums four u8 x s8 products into each int32 lane: the lanes of
- * the AVX2 Q8_0 kernel's maddubs + madd in one exact instruction, so its
- * results equal the AVX2 ones bit for bit. (Q4_K and Q6_K scale each
- * 16-bit pair sum as they go: vpdpbusd would save them nothing.) */
+ * maddubs + madd in one exact instruction. Q8_0 keeps its float lanes
+ * (8 a block, FMA by d x d_a, summed at the end), not the AVX2 table's
+ * portable order: its tile and one-row dot here and quant_q256.c's lanes
+ * decode kernel agree bit for bit. (Q4_K and Q6_K scale each 16-bit pair
+ * sum as they go: vpdpbusd would save them nothing.) */
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define VNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 

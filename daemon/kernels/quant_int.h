@@ -190,16 +190,21 @@ AVX2 void quant_avx2_axpy_f16_rows_n(float *const *y, const float *const *a, int
 /* the AVX2 prefill tiles, for the AVX2 and AVX-VNNI tables (NULL: none): 8 interleaved rows
  * (Q4_K), 8 rows x 4 tokens (Q6_K), bit for bit the portable dot; else quant_q256_vtile_for's */
 vtile_fn quant_k256_vtile_for(uint32_t type);
-/* the AVX2 decode kernels of 8 rows at a time, nothing repacked, for the AVX2 and AVX-VNNI tables
- * (NULL: none): Q4_K, Q6_K bit for bit the portable dot; else quant_q256_vrows_for's */
+/* the AVX2 decode kernels of 8 rows at a time, nothing repacked, for the AVX2 table (NULL:
+ * none): Q4_K, Q6_K bit for bit the portable dot; else quant_q256_vrows_for's */
 vrows_fn quant_k256_vrows_for(uint32_t type);
+/* the same for the AVX-VNNI table, but Q8_0: quant_q256_lanes_vrows_for's */
+vrows_fn quant_k256_lanes_vrows_for(uint32_t type);
 
 /* ------------------------------------------------------------------ quant_q256.c */
 
-/* the AVX2 prefill tile (Q8_0: 3 rows x 4 tokens; NULL: none) and decode kernel (Q8_0: 8 rows
- * at a time; NULL: none): each result the AVX2 row dot's */
+/* the AVX2 table's prefill tile (Q8_0: 8 rows x 4 tokens; NULL: none) and decode kernel (Q8_0:
+ * 8 rows at a time; NULL: none): each result the AVX2 row dot's, the portable dot's bit for bit */
 vtile_fn quant_q256_vtile_for(uint32_t type);
 vrows_fn quant_q256_vrows_for(uint32_t type);
+/* the AVX-VNNI table's decode kernel (Q8_0: 8 rows at a time, in float lanes; NULL: none):
+ * each result the AVX-VNNI row dot's */
+vrows_fn quant_q256_lanes_vrows_for(uint32_t type);
 
 /* ------------------------------------------------------------------ quant_avx512.c */
 

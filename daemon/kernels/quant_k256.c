@@ -511,4 +511,13 @@ vrows_fn quant_k256_vrows_for(uint32_t type)
     default: return quant_q256_vrows_for(type);
     }
 }
+
+vrows_fn quant_k256_lanes_vrows_for(uint32_t type)
+{
+    switch (type) {
+    case GGUF_T_Q4_K: return vrows_q4_k_k256;
+    case GGUF_T_Q6_K: return vrows_q6_k_k256;
+    default: return quant_q256_lanes_vrows_for(type);
+    }
+}
 #endif

@@ -673,7 +673,8 @@ static void rand_blocks(uint8_t *w, size_t nblk, size_t bytes, size_t d_off, int
 /* Every SIMD integer dot equals the portable one on the same quantized
  * activations: Q2_K..Q6_K and IQ4_XS bit for bit; the 32-value types
  * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), whose SIMD kernels sum in float
- * lanes, within 1e-5 of the sum of |products| (float rounding of another
+ * lanes (Q8_0 on AVX2: the portable order, bit for bit, as
+ * test_quant_ktile.c checks), within 1e-5 of the sum of |products| (float rounding of another
  * order). Random blocks (Q8_0 values include -128) and activations,
  * some at the extremes +-127; whatever the tile shape, each result is the
  * one a single dot gives. */
@@ -773,30 +774,44 @@ Test(quant, avx_vnni_integer_dots_equal_the_portable_ones_and_the_avx2_ones)
     if (quant_isa_set(QUANT_ISA_AVX2_VNNI) != QUANT_ISA_AVX2_VNNI)
         cr_skip_test("CPU lacks AVX-VNNI");
     check_simd_vdots(QUANT_ISA_AVX2_VNNI);
-    /* its Q8_0 kernel sums the very lanes of the AVX2 one: bit for bit */
+    /* the types whose AVX-VNNI dot is the AVX2 one give the same results bit for bit; Q8_0 not
+     * (AVX2 takes the portable order, AVX-VNNI its float lanes: they differ by rounding, each
+     * table's own kernels agree, as check_q8_0_tiles and the decode tests check) */
+    static const struct {
+        uint32_t type;
+        size_t d_off;
+        int two;
+    } ts[] = {{GGUF_T_Q4_0, 0, 0}, {GGUF_T_Q4_1, 0, 1},   {GGUF_T_Q5_0, 0, 0},
+              {GGUF_T_Q4_K, 0, 1}, {GGUF_T_Q6_K, 208, 0}, {GGUF_T_Q3_K, 108, 0}};
     const size_t n = 1024;
-    uint8_t *w = malloc(quant_row_bytes(GGUF_T_Q8_0, n));
-    uint8_t *xq = malloc(quant_act_bytes(QUANT_ACT_Q8, n));
     float *x = malloc(n * sizeof(float));
-    rand_blocks(w, n / 32, 34, 0, 0);
     for (size_t i = 0; i < n; i++)
         x[i] = frand();
-    quant_act_from_f32(QUANT_ACT_Q8, x, xq, n);
-    const void *xs[1] = {xq};
-    float a, b;
-    quant_isa_set(QUANT_ISA_AVX2_VNNI);
-    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &a);
-    quant_isa_set(QUANT_ISA_AVX2);
-    quant_vdot_tile(GGUF_T_Q8_0, w, 0, 1, xs, 1, n, &b);
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        uint32_t t = ts[ti].type, blck, bytes;
+        gguf_ttype_traits(t, &blck, &bytes);
+        quant_act_t act = quant_act_of(t);
+        uint8_t *w = malloc(quant_row_bytes(t, n));
+        uint8_t *xq = malloc(quant_act_bytes(act, n));
+        rand_blocks(w, n / blck, bytes, ts[ti].d_off, ts[ti].two);
+        quant_act_from_f32(act, x, xq, n);
+        const void *xs[1] = {xq};
+        float a, b;
+        quant_isa_set(QUANT_ISA_AVX2_VNNI);
+        quant_vdot_tile(t, w, 0, 1, xs, 1, n, &a);
+        quant_isa_set(QUANT_ISA_AVX2);
+        quant_vdot_tile(t, w, 0, 1, xs, 1, n, &b);
+        cr_assert_eq(memcmp(&a, &b, 4), 0, "%s: %.9g vs %.9g", gguf_ttype_name(t), (double)a,
+                     (double)b);
+        free(w);
+        free(xq);
+    }
     quant_isa_set(QUANT_ISA_AUTO);
-    cr_assert_eq(memcmp(&a, &b, 4), 0, "%.9g vs %.9g", (double)a, (double)b);
-    free(w);
-    free(xq);
     free(x);
 }
 
 /* Q8_0's prefill tiles (AVX-512: up to 4 rows x 4 token pairs, AVX-VNNI: 2
- * rows x 4 tokens, their remainders and an odd last token) give every
+ * rows x 4 tokens, AVX2: 8 rows x 4 tokens, their remainders and an odd last token) give every
  * (row, token) the one-row dot's result bit for bit, for every shape up to
  * 17 rows x 13 tokens; activations at the +-127 extremes included. */
 static void check_q8_0_tiles(quant_isa_t isa)

@@ -1,4 +1,4 @@
-/* Unit tests for quant's K-quant tiles and decode kernels (Q4_K, Q6_K): every tile shape, on every ISA, gives each (row, token) the portable integer dot bit for bit; and Q8_0's decode kernels give each row the one-row kernel's result. */
+/* Unit tests for quant's K-quant tiles and decode kernels (Q4_K, Q6_K): every tile shape, on every ISA, gives each (row, token) the portable integer dot bit for bit; and Q8_0's decode kernels give each row the one-row kernel's result, its AVX2 kernels the portable dot's. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,15 +182,73 @@ Test(quant_ktile, q8_0_decode_rows_equal_the_one_row_kernel_on_avx_vnni)
     check_q8_0_rows(QUANT_ISA_AVX2_VNNI);
 }
 
+/* Q8_0 on the AVX2 kernels takes the portable dot's order: the one-row kernel (1 to 4 tokens),
+ * the prefill tile (8 rows x 4 tokens, its remainders by the one-row kernel) and the decode
+ * kernel (8 rows at a time from 16 rows on) give every (row, token) quant_vdot_portable's result
+ * bit for bit; random blocks, every value -128 against activations at the +-127 extremes, odd
+ * row counts, rows of 1 to 301 blocks. */
+Test(quant_ktile, q8_0_avx2_kernels_equal_the_portable_dot_bit_for_bit)
+{
+    if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
+        cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    enum {
+        NR = 19,
+        NX = 7
+    };
+    static const size_t nbs[] = {1, 3, 17, 64, 301};
+    static const int nrs[] = {1, 3, 7, 8, 9, 16, 17, 19};
+    for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++) {
+        const size_t n = nbs[bi] * 32, rb = quant_row_bytes(GGUF_T_Q8_0, n);
+        const size_t ab = quant_act_bytes(QUANT_ACT_Q8, n);
+        uint8_t *w = malloc(NR * rb), *xq = malloc(NX * ab);
+        float *x = malloc(n * sizeof(float)), ref[NR * NX], out[NR * NX];
+        for (int trial = 0; trial < 3; trial++) {
+            for (size_t i = 0; i < NR * rb; i++)
+                w[i] = trial == 0 ? 0x80 : (uint8_t)(frand() * 128.0f + 128.0f);
+            for (size_t b = 0; b < NR * rb / 34; b++) {
+                uint16_t h = quant_f32_to_f16(frand() * 0.05f);
+                memcpy(w + b * 34, &h, 2);
+            }
+            const void *xs[NX];
+            for (int j = 0; j < NX; j++) {
+                for (size_t i = 0; i < n; i++)
+                    x[i] = trial < 2 && (trial == 0 || j % 2) ? ((i + (size_t)j) % 3 ? 1.0f : -1.0f)
+                                                              : frand() * (float)(1 + j);
+                quant_act_from_f32(QUANT_ACT_Q8, x, xq + j * ab, n);
+                xs[j] = xq + j * ab;
+            }
+            for (int r = 0; r < NR; r++)
+                for (int j = 0; j < NX; j++)
+                    ref[r * NX + j] = quant_vdot_portable(GGUF_T_Q8_0, w + r * rb, xs[j], n);
+            quant_isa_set(QUANT_ISA_AVX2);
+            for (size_t ri = 0; ri < sizeof nrs / sizeof nrs[0]; ri++)
+                for (int nx = 1; nx <= NX; nx++) {
+                    int nr = nrs[ri];
+                    quant_vdot_tile(GGUF_T_Q8_0, w, rb, nr, xs, nx, n, out);
+                    for (int r = 0; r < nr; r++)
+                        for (int j = 0; j < nx; j++)
+                            cr_assert_eq(memcmp(&ref[r * NX + j], &out[r * nx + j], 4), 0,
+                                         "%zu blocks trial %d %dx%d (%d,%d): %.9g vs %.9g", nbs[bi],
+                                         trial, nr, nx, r, j, (double)out[r * nx + j],
+                                         (double)ref[r * NX + j]);
+                }
+            quant_isa_set(QUANT_ISA_AUTO);
+        }
+        free(w);
+        free(xq);
+        free(x);
+    }
+}
+
 /* Q8_0's AVX2 prefill tile on rows of more blocks than its table of the rows' d holds (2048:
- * converted a token group at a time instead) gives every (row, token) the one-row kernel's
- * result bit for bit. */
+ * gathered a block at a time instead) gives every (row, token) the one-row kernel's result bit
+ * for bit (an 8-row tile and a last row). */
 Test(quant_ktile, q8_0_tiles_of_long_rows_equal_the_one_row_kernel_on_avx2)
 {
     if (quant_isa_set(QUANT_ISA_AVX2) != QUANT_ISA_AVX2)
         cr_skip_test("CPU lacks AVX2/FMA/F16C");
     enum {
-        NR = 4,
+        NR = 9,
         NX = 6
     };
     const size_t n = 2050 * 32, rb = quant_row_bytes(GGUF_T_Q8_0, n);
