@@ -24,8 +24,10 @@
 #define CPUK_TOK_MIN 48
 /* Rows a thread takes at a time in a matmul (a multiple of every tile's rows). */
 #define CPUK_MM_CHUNK 64
-/* A decode matmul's chunks a thread (mm_chunk_rows) */
-#define CPUK_MM_SPLIT 4
+/* A decode matmul's chunks a thread (mm_chunk_rows): one run of rows each (on huge pages, two
+ * threads' F16 decode 108-110 tok/s with 4 chunks a thread, 119-121 with 1; F32 and Q6_K gain
+ * too, Q8_0 177 -> 172) */
+#define CPUK_MM_SPLIT 1
 /* Tokens per block are a multiple of this (the tiles' 4 and 6 tokens). */
 #define CPUK_TOK_ALIGN 12
 /* Element-wise ops go parallel from this many elements on (below, a
@@ -201,8 +203,8 @@ static void mm_range(const mm_task_t *t, size_t tb, size_t te, long lo, long hi)
 }
 
 /* Rows a chunk: on one thread all of them; a prefill's CPUK_MM_CHUNK, so threads finish
- * together; a decode's about CPUK_MM_SPLIT chunks a thread, each a longer run of
- * memory for the prefetchers */
+ * together; a decode's CPUK_MM_SPLIT chunks a thread, each a long run of memory for the
+ * prefetchers */
 static long mm_chunk_rows(long total, size_t n_tok, int nth)
 {
     if (nth == 1)
