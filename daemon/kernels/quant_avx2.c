@@ -59,61 +59,11 @@ AVX2_INLINE void tile_avx2_body(uint32_t type, const uint8_t *w, size_t rb, int 
     }
 }
 
-/* The 2 x 4 tile with its 8 accumulators named (GCC keeps the generic
- * body's accumulator array in memory, a load and a store per FMA): the
- * generic body's operations in its order (lane sums, then the tail added
- * element by element), so the same results. */
-#define T24_FMA(r)                                                                                 \
-    {                                                                                              \
-        __m256 wv = load8(type, w + (size_t)(r)*rb, i);                                            \
-        c##r##0 = _mm256_fmadd_ps(wv, x0, c##r##0);                                                \
-        c##r##1 = _mm256_fmadd_ps(wv, x1, c##r##1);                                                \
-        c##r##2 = _mm256_fmadd_ps(wv, x2, c##r##2);                                                \
-        c##r##3 = _mm256_fmadd_ps(wv, x3, c##r##3);                                                \
-    }
-#define T24_END(r, t) out[(r)*4 + (t)] = hsum256(c##r##t)
-AVX2_INLINE void tile24_avx2_body(uint32_t type, const uint8_t *w, size_t rb, const float *const *x,
-                                  size_t n, float *out)
-{
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
-    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
-        __m256 x2 = _mm256_loadu_ps(x[2] + i), x3 = _mm256_loadu_ps(x[3] + i);
-        T24_FMA(0) T24_FMA(1)
-    }
-    T24_END(0, 0);
-    T24_END(0, 1);
-    T24_END(0, 2);
-    T24_END(0, 3);
-    T24_END(1, 0);
-    T24_END(1, 1);
-    T24_END(1, 2);
-    T24_END(1, 3);
-    /* the elements past the last 8, after every lane sum (no call while accumulators live) */
-    for (int p = 0; p < 8; p++)
-        for (size_t j = i; j < n; j++)
-            out[p] += w_at(type, w + (size_t)(p / 4) * rb, j) * x[p % 4][j];
-}
-#undef T24_FMA
-#undef T24_END
-
-/* the 2 x 4 tile of each float type, apart (inlined into quant_avx2_tile's many shapes, its
- * registers spill) */
-AVX2 __attribute__((noinline)) static void tile24_avx2(uint32_t type, const uint8_t *w, size_t rb,
-                                                       const float *const *x, size_t n, float *out)
-{
-    switch (type) {
-    case GGUF_T_F16: tile24_avx2_body(GGUF_T_F16, w, rb, x, n, out); break;
-    case GGUF_T_BF16: tile24_avx2_body(GGUF_T_BF16, w, rb, x, n, out); break;
-    default: tile24_avx2_body(GGUF_T_F32, w, rb, x, n, out); break;
-    }
-}
-
-/* The 4 x 3 tile (4 rows, 3 vectors): 12 accumulators, the 3 vectors' chunks and one row's, all
- * 16 registers; 7 loads for 12 FMAs (2 x 4: 6 for 8). The generic body's operations in its order,
- * so the same results. */
+/* The 4 x 3 tile (4 rows, 3 vectors) with its 12 accumulators named (GCC keeps the generic body's
+ * accumulator array in memory, a load and a store per FMA): the 3 vectors' chunks and one row's,
+ * all 16 registers; 7 loads for 12 FMAs (F16 prefill 1.4x the 2 x 4 tile's, 6 loads for 8). The
+ * generic body's operations in its order (lane sums, then the tail added element by element), so
+ * the same results. */
 #define T43_FMA(r)                                                                                 \
     {                                                                                              \
         __m256 wv = load8(type, w + (size_t)(r)*rb, i);                                            \
@@ -289,10 +239,6 @@ AVX2 void quant_avx2_tile(uint32_t type, const void *wv, size_t rb, int nr, cons
         TILE_SHAPES(Q8T)
 #undef Q8T
 #undef Q8T_ONE
-        return;
-    }
-    if (nr == 2 && nx == 4) {
-        tile24_avx2(type, w, rb, x, n, out);
         return;
     }
     if (nr == 4 && nx == 3) {

@@ -130,6 +130,17 @@ vtile_fn quant_q256_vtile_for(uint32_t type)
 
 #define Q8V_PF 2 /* row groups ahead the Q8_0 decode kernels prefetch */
 
+/* Block k's share of the group of 8 rows Q8V_PF groups after the one at w0 (rows rb apart), when
+ * rows r0 .. that group's end are within nr */
+Q256_INLINE void q8v_prefetch(const uint8_t *w0, size_t rb, int r0, int nr, size_t k)
+{
+    if (r0 + 8 * (Q8V_PF + 1) > nr)
+        return;
+    const uint8_t *pf = w0 + (size_t)Q8V_PF * 8 * rb;
+    for (int i = 0; i < 8 * 34; i += 64)
+        _mm_prefetch((const char *)(pf + 8 * 34 * k + (size_t)i), _MM_HINT_T0);
+}
+
 /* Q8_0 decode in quant_avx2.c's Q8_0 order (the portable dot's): eight rows a block at a time,
  * their exact int32 lanes reduced by hsum8_i32 to the 8 rows' integer dots, converted once,
  * times the rows' d x d_a, added to one accumulator (lanes = rows): the one-row kernel's results
@@ -144,13 +155,10 @@ Q256 static void vrows_q8_0_q256(const uint8_t *w, size_t rb, int nr, const void
     for (; r0 + 8 <= nr; r0 += 8) {
         const uint8_t *w0 = w + (size_t)r0 * rb;
         __m256 acc = _mm256_setzero_ps();
-        const uint8_t *pf = w0 + (size_t)Q8V_PF * 8 * rb;
         for (size_t k = 0; k < nblk; k++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
-            if (r0 + 8 * (Q8V_PF + 1) <= nr)
-                for (int i = 0; i < 8 * 34; i += 64)
-                    _mm_prefetch((const char *)(pf + 8 * 34 * k + (size_t)i), _MM_HINT_T0);
+            q8v_prefetch(w0, rb, r0, nr, k);
             __m256i p[8];
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
@@ -183,13 +191,10 @@ Q256 static void vrows_q8_0_lanes_q256(const uint8_t *w, size_t rb, int nr, cons
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             acc[r] = _mm256_setzero_ps();
-        const uint8_t *pf = w0 + (size_t)Q8V_PF * 8 * rb;
         for (size_t k = 0; k < nblk; k++) {
             const quant_act_q8_t *a = (const quant_act_q8_t *)xq + k;
             __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
-            if (r0 + 8 * (Q8V_PF + 1) <= nr)
-                for (int i = 0; i < 8 * 34; i += 64)
-                    _mm_prefetch((const char *)(pf + 8 * 34 * k + (size_t)i), _MM_HINT_T0);
+            q8v_prefetch(w0, rb, r0, nr, k);
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 const uint8_t *b = w0 + (size_t)r * rb + 34 * k;
