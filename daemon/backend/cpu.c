@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/pool.h"
+#include "base/hugemem.h"
 #include "base/util.h"
 
 typedef struct cpu_ctx {
@@ -24,21 +25,11 @@ struct be_event {
  * made accessible on map and inaccessible again on unmap. The range starts on a 2 MiB boundary, so the pool's 2 MiB pages can be huge pages: the
  * attention reads a KV cache's rows a position apart (all layers' K between them, 18 KB in the
  * 134M shape), one 4 KiB page each, which a 2,500-position context's rows overflow the TLB with. */
-#define CPU_HUGE (2u << 20)
-
 static int c_reserve(void *ctx, size_t bytes, void **base)
 {
     (void)ctx;
-    size_t span = bytes + CPU_HUGE;
-    char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return BE_ERR_NOMEM;
-    size_t head = (CPU_HUGE - (uintptr_t)p % CPU_HUGE) % CPU_HUGE;
-    if (head)
-        munmap(p, head);
-    munmap(p + head + bytes, span - head - bytes);
-    *base = p + head;
-    return 0;
+    *base = hugemem_reserve(bytes);
+    return *base ? 0 : BE_ERR_NOMEM;
 }
 
 static int c_map(void *ctx, void *base, size_t off, size_t bytes)

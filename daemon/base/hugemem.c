@@ -13,6 +13,22 @@ static size_t span_of(size_t bytes)
     return ((bytes ? bytes : 1) + page - 1) / page * page;
 }
 
+/* bytes (> 0) mapped with prot and flags, starting on a huge page: a huge page more mapped, then
+ * both ends trimmed */
+static char *map_aligned(size_t bytes, int prot, int flags)
+{
+    size_t over = bytes + HUGEMEM_PAGE;
+    char *p = mmap(NULL, over, prot, flags | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    size_t head = (HUGEMEM_PAGE - (uintptr_t)p % HUGEMEM_PAGE) % HUGEMEM_PAGE;
+    if (head)
+        munmap(p, head);
+    if (over - head > bytes)
+        munmap(p + head + bytes, over - head - bytes);
+    return p + head;
+}
+
 void *hugemem_alloc(size_t bytes)
 {
     size_t span = span_of(bytes);
@@ -20,18 +36,15 @@ void *hugemem_alloc(size_t bytes)
         void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         return p == MAP_FAILED ? NULL : p;
     }
-    /* map a huge page more than needed, then trim both ends to the aligned span */
-    size_t over = span + HUGEMEM_PAGE;
-    char *p = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    size_t head = (HUGEMEM_PAGE - (uintptr_t)p % HUGEMEM_PAGE) % HUGEMEM_PAGE;
-    if (head)
-        munmap(p, head);
-    if (over - head > span)
-        munmap(p + head + span, over - head - span);
-    madvise(p + head, span, MADV_HUGEPAGE); /* a hint */
-    return p + head;
+    char *p = map_aligned(span, PROT_READ | PROT_WRITE, 0);
+    if (p)
+        madvise(p, span, MADV_HUGEPAGE); /* a hint */
+    return p;
+}
+
+void *hugemem_reserve(size_t bytes)
+{
+    return map_aligned(bytes ? bytes : 1, PROT_NONE, MAP_NORESERVE);
 }
 
 void hugemem_free(void *p, size_t bytes)

@@ -12,5 +12,8 @@
  * memory. Free with hugemem_free and the same size. */
 void *hugemem_alloc(size_t bytes);
 void hugemem_free(void *p, size_t bytes); /* accepts NULL */
+/* bytes of address space starting on a huge page, inaccessible and not backed (PROT_NONE,
+ * MAP_NORESERVE) until parts are mapped over it; NULL when none. Free with munmap(p, bytes). */
+void *hugemem_reserve(size_t bytes);
 
 #endif

@@ -128,6 +128,7 @@ typedef struct mm_task {
     size_t tok_block;                   /* tokens per block (tok_block_for) */
     const uint8_t *xq[QUANT_ACT_COUNT]; /* x quantized per format, n_tok rows */
     size_t xq_stride[QUANT_ACT_COUNT];  /* bytes per row */
+    long total;                         /* the jobs' rows laid end to end */
     long rows;                          /* rows a chunk (mm_chunk_rows) */
     pool_chunks_t ch;                   /* (token block, row chunk) pairs (mm_worker) */
 } mm_task_t;
@@ -221,12 +222,9 @@ static void mm_worker(void *ctxp, int tid, int nth)
     mm_task_t *t = ctxp;
     (void)tid;
     (void)nth;
-    long total = 0;
-    for (int j = 0; j < t->n_jobs; j++)
-        total += t->jobs[j].w->n_out;
     /* chunks of t->rows rows as threads come free, token block by token block
      * (each result is computed the same whichever thread takes it) */
-    long rows = t->rows;
+    long rows = t->rows, total = t->total;
     long n_ch = (total + rows - 1) / rows;
     long id, id_end;
     while (pool_chunk_next(&t->ch, &id, &id_end)) {
@@ -286,6 +284,7 @@ int cpuk_matmul(void *ctx, const kern_mm_t *jobs, int n_jobs, const float *x, si
     long total = 0, n_blk = (long)((n_tok + t.tok_block - 1) / t.tok_block);
     for (int j = 0; j < n_jobs; j++)
         total += jobs[j].w->n_out;
+    t.total = total;
     t.rows = mm_chunk_rows(total, n_tok, pool_size(k->pool));
     pool_chunks_init(&t.ch, n_blk * ((total + t.rows - 1) / t.rows), 1);
     /* quantize the activations once per product, for each format a job

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/hugemem.h"
 
@@ -50,4 +51,18 @@ Test(hugemem, many_buffers_come_and_go_without_overlap)
         cr_assert_eq(p[i][HUGEMEM_PAGE + (size_t)i * 1000 - 1], i + 1);
         hugemem_free(p[i], HUGEMEM_PAGE + (size_t)i * 1000);
     }
+}
+
+Test(hugemem, a_reserved_range_starts_on_a_huge_page_and_maps_over)
+{
+    size_t n = 3 * HUGEMEM_PAGE + 4096;
+    char *p = hugemem_reserve(n);
+    cr_assert_not_null(p);
+    cr_assert_eq((uintptr_t)p % HUGEMEM_PAGE, 0);
+    void *m = mmap(p + HUGEMEM_PAGE, HUGEMEM_PAGE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    cr_assert_eq(m, (void *)(p + HUGEMEM_PAGE));
+    p[HUGEMEM_PAGE] = 1;
+    cr_assert_eq(p[HUGEMEM_PAGE], 1);
+    cr_assert_eq(munmap(p, n), 0);
 }
